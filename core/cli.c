@@ -1,0 +1,151 @@
+/* wsync: option parsing and output helpers shared by the commands. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static GOptionEntry *
+global_entries(WsyncCli *cli)
+{
+  GOptionEntry entries[] = {
+      {"conf-dir", 0, 0, G_OPTION_ARG_FILENAME_ARRAY, &cli->conf_dirs,
+       "Read DIR/*.conf (repeatable; replaces " WSYNC_CONF_DIR ")", "DIR"},
+      {"plugin-dir", 0, 0, G_OPTION_ARG_FILENAME_ARRAY, &cli->plugin_dirs,
+       "Look for plugins in DIR first (repeatable; then $WSYNC_PLUGIN_PATH, then "
+       WSYNC_PLUGIN_DIR ")", "DIR"},
+      {"json", 0, 0, G_OPTION_ARG_NONE, &cli->json, "Machine-readable output on stdout", NULL},
+      {"quiet", 'q', 0, G_OPTION_ARG_NONE, &cli->quiet, "Print only errors", NULL},
+      {"verbose", 'v', 0, G_OPTION_ARG_NONE, &cli->verbose, "Say more", NULL},
+      {NULL}};
+  return g_memdup2(entries, sizeof entries);
+}
+
+gboolean
+cli_parse(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries, int *argc, char ***argv)
+{
+  g_autoptr(GOptionContext) octx = g_option_context_new(cmd->args);
+  g_autofree GOptionEntry *globals = global_entries(cli);
+  g_autoptr(GError) error = NULL;
+
+  g_option_context_set_summary(octx, cmd->summary);
+  g_option_context_set_description(octx, "Exit status: 0 success, 1 a check found a difference, "
+                                         "2 usage or configuration error,\n3 bad input data, "
+                                         "4 I/O failure.");
+  /* The command's own options first, then the global ones, all in one --help. */
+  if (entries != NULL)
+    g_option_context_add_main_entries(octx, entries, NULL);
+  g_option_context_add_main_entries(octx, globals, NULL);
+  if (!g_option_context_parse(octx, argc, argv, &error)) {
+    fprintf(stderr, "wsync %s: %s (see wsync %s --help)\n", cmd->name, error->message, cmd->name);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+static void
+report_refused(const char *name, WsyncPluginState state, const char *path,
+               const char *description, const char *reason, gpointer user_data)
+{
+  (void)path;
+  (void)description;
+  (void)user_data;
+  if (state == WSYNC_PLUGIN_REFUSED)
+    fprintf(stderr, "wsync: plugin \"%s\" refused: %s\n", name, reason);
+}
+
+/* Search path for plugins: --plugin-dir, then WSYNC_PLUGIN_PATH, then the built-in dir. */
+static char **
+plugin_search_path(WsyncCli *cli)
+{
+  g_autoptr(GStrvBuilder) builder = g_strv_builder_new();
+  const char *env = g_getenv("WSYNC_PLUGIN_PATH");
+
+  if (cli->plugin_dirs != NULL)
+    g_strv_builder_addv(builder, (const char **)cli->plugin_dirs);
+  if (env != NULL && env[0] != '\0') {
+    g_auto(GStrv) parts = g_strsplit(env, ":", -1);
+    g_strv_builder_addv(builder, (const char **)parts);
+  }
+  g_strv_builder_add(builder, WSYNC_PLUGIN_DIR);
+  return g_strv_builder_end(builder);
+}
+
+WsyncContext *
+cli_context(WsyncCli *cli, GError **error)
+{
+  g_auto(GStrv) plugin_dirs = NULL;
+  const char *default_conf[] = {WSYNC_CONF_DIR, NULL};
+  const char *const *conf_dirs = (const char *const *)cli->conf_dirs;
+
+  if (cli->ctx != NULL)
+    return cli->ctx;
+  /* The installed default may not exist (an uninstalled build): then there is none. */
+  if (conf_dirs == NULL)
+    conf_dirs = g_file_test(WSYNC_CONF_DIR, G_FILE_TEST_IS_DIR) ? default_conf : NULL;
+  plugin_dirs = plugin_search_path(cli);
+  cli->ctx = wsync_context_new(conf_dirs, (const char *const *)plugin_dirs,
+                               cli->overrides ? cli->overrides->str : NULL, error);
+  if (cli->ctx != NULL && !cli->quiet)
+    wsync_context_foreach_plugin(cli->ctx, report_refused, NULL);
+  return cli->ctx;
+}
+
+int
+cli_fail(const GError *error)
+{
+  fprintf(stderr, "wsync: %s\n", error->message);
+  return wsync_error_exit_code(error);
+}
+
+int
+cli_usage_error(const WsyncCommand *cmd, const char *fmt, ...)
+{
+  va_list args;
+  g_autofree char *message = NULL;
+
+  va_start(args, fmt);
+  message = g_strdup_vprintf(fmt, args);
+  va_end(args);
+  fprintf(stderr, "wsync %s: %s (see wsync %s --help)\n", cmd->name, message, cmd->name);
+  return WSYNC_EXIT_USAGE;
+}
+
+void
+cli_print_json(JsonNode *root)
+{
+  g_autoptr(JsonGenerator) gen = json_generator_new();
+  g_autofree char *text = NULL;
+
+  json_generator_set_pretty(gen, TRUE);
+  json_generator_set_indent(gen, 2);
+  json_generator_set_root(gen, root);
+  text = json_generator_to_data(gen, NULL);
+  printf("%s\n", text);
+}
+
+gboolean
+cli_write_file_atomically(const char *path, const char *contents, gsize len, GError **error)
+{
+  g_autoptr(GError) local = NULL;
+
+  /* g_file_set_contents writes a temporary sibling, fsyncs and renames it into place. */
+  if (!g_file_set_contents(path, contents, (gssize)len, &local)) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO, "%s", local->message);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+char *
+cli_format_shape(guint ndim, const guint64 *shape)
+{
+  GString *s = g_string_new("[");
+
+  for (guint d = 0; d < ndim; d++)
+    g_string_append_printf(s, d ? ", %" G_GUINT64_FORMAT : "%" G_GUINT64_FORMAT, shape[d]);
+  g_string_append_c(s, ']');
+  return g_string_free(s, FALSE);
+}

@@ -1,0 +1,60 @@
+/* wsync: what the command-line tool's commands share. */
+#ifndef WSYNC_CLI_H
+#define WSYNC_CLI_H
+
+#include <json-glib/json-glib.h>
+
+#include <wsync/wsync.h>
+
+/* The global options, valid on every command, and the context they lead to. */
+typedef struct {
+  char **conf_dirs;   /* --conf-dir, repeatable; replaces the default */
+  char **plugin_dirs; /* --plugin-dir, repeatable */
+  gboolean json;      /* --json: machine-readable output on stdout */
+  gboolean quiet;     /* -q */
+  gboolean verbose;   /* -v */
+  GString *overrides; /* configuration text commands add (e.g. from --rope-format) */
+  WsyncContext *ctx;
+} WsyncCli;
+
+typedef struct _WsyncCommand WsyncCommand;
+typedef int (*WsyncCommandFunc)(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);
+
+struct _WsyncCommand {
+  const char *name;
+  const char *args;    /* e.g. "PATH" */
+  const char *summary; /* one line */
+  WsyncCommandFunc run;
+};
+
+/* Parses a command's options (plus the global ones); on --help prints and exits 0, on a
+ * usage error prints the message and returns FALSE (exit 2). */
+gboolean cli_parse(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries, int *argc,
+                   char ***argv);
+
+/* Builds the context (configuration, plugins) once; reports refused plugins on stderr. */
+WsyncContext *cli_context(WsyncCli *cli, GError **error);
+
+/* Prints "wsync: MESSAGE" on stderr and returns the error's exit status. */
+int cli_fail(const GError *error);
+
+/* Prints a usage error and returns 2. */
+int cli_usage_error(const WsyncCommand *cmd, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
+
+/* Writes @root as pretty JSON (indent 2) and a newline to stdout. */
+void cli_print_json(JsonNode *root);
+
+/* Writes @contents to @path atomically: a temporary sibling, then rename. */
+gboolean cli_write_file_atomically(const char *path, const char *contents, gsize len,
+                                   GError **error);
+
+/* Formats a shape as "[a, b, c]". */
+char *cli_format_shape(guint ndim, const guint64 *shape);
+
+int cmd_plugins(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);
+int cmd_inspect(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);
+int cmd_config(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);
+
+extern const WsyncCommand wsync_commands[];
+
+#endif /* WSYNC_CLI_H */

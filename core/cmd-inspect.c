@@ -1,0 +1,100 @@
+/* wsync inspect PATH: the tensors of a safetensors file or a checkpoint directory. */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void
+print_text(WsyncCheckpoint *ck)
+{
+  guint n = wsync_checkpoint_n_tensors(ck);
+  int name_w = 4, dtype_w = 5, shape_w = 5;
+  g_autoptr(GPtrArray) shapes = g_ptr_array_new_with_free_func(g_free);
+
+  for (guint i = 0; i < n; i++) {
+    const WsyncTensor *t = wsync_checkpoint_tensor(ck, i);
+    char *shape = cli_format_shape(t->ndim, t->shape);
+    g_ptr_array_add(shapes, shape);
+    name_w = MAX(name_w, (int)strlen(t->name));
+    dtype_w = MAX(dtype_w, (int)strlen(wsync_dtype_name(t->dtype)));
+    shape_w = MAX(shape_w, (int)strlen(shape));
+  }
+  printf("%-*s  %-*s  %-*s  %s\n", name_w, "NAME", dtype_w, "DTYPE", shape_w, "SHAPE", "BYTES");
+  for (guint i = 0; i < n; i++) {
+    const WsyncTensor *t = wsync_checkpoint_tensor(ck, i);
+    printf("%-*s  %-*s  %-*s  %" G_GUINT64_FORMAT "\n", name_w, t->name, dtype_w,
+           wsync_dtype_name(t->dtype), shape_w, (const char *)shapes->pdata[i], t->nbytes);
+  }
+  printf("%u tensors, %" G_GUINT64_FORMAT " bytes in %u file%s\n", n,
+         wsync_checkpoint_total_bytes(ck), wsync_checkpoint_n_files(ck),
+         wsync_checkpoint_n_files(ck) == 1 ? "" : "s");
+}
+
+static void
+print_json(WsyncCheckpoint *ck)
+{
+  g_autoptr(JsonBuilder) b = json_builder_new();
+  guint n = wsync_checkpoint_n_tensors(ck);
+
+  json_builder_begin_object(b);
+  json_builder_set_member_name(b, "path");
+  json_builder_add_string_value(b, wsync_checkpoint_path(ck));
+  json_builder_set_member_name(b, "files");
+  json_builder_begin_array(b);
+  for (guint f = 0; f < wsync_checkpoint_n_files(ck); f++)
+    json_builder_add_string_value(b, wsync_safetensors_path(wsync_checkpoint_file(ck, f)));
+  json_builder_end_array(b);
+  json_builder_set_member_name(b, "tensors");
+  json_builder_begin_array(b);
+  for (guint i = 0; i < n; i++) {
+    const WsyncTensor *t = wsync_checkpoint_tensor(ck, i);
+    json_builder_begin_object(b);
+    json_builder_set_member_name(b, "name");
+    json_builder_add_string_value(b, t->name);
+    json_builder_set_member_name(b, "dtype");
+    json_builder_add_string_value(b, wsync_dtype_name(t->dtype));
+    json_builder_set_member_name(b, "shape");
+    json_builder_begin_array(b);
+    for (guint d = 0; d < t->ndim; d++)
+      json_builder_add_int_value(b, (gint64)t->shape[d]);
+    json_builder_end_array(b);
+    json_builder_set_member_name(b, "bytes");
+    json_builder_add_int_value(b, (gint64)t->nbytes);
+    json_builder_set_member_name(b, "file");
+    json_builder_add_string_value(b, t->file);
+    json_builder_end_object(b);
+  }
+  json_builder_end_array(b);
+  json_builder_set_member_name(b, "total_tensors");
+  json_builder_add_int_value(b, n);
+  json_builder_set_member_name(b, "total_bytes");
+  json_builder_add_int_value(b, (gint64)wsync_checkpoint_total_bytes(ck));
+  json_builder_end_object(b);
+  g_autoptr(JsonNode) root = json_builder_get_root(b);
+  cli_print_json(root);
+}
+
+int
+cmd_inspect(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(WsyncCheckpoint) ck = NULL;
+
+  if (!cli_parse(cli, cmd, NULL, &argc, &argv))
+    return WSYNC_EXIT_USAGE;
+  if (argc != 2)
+    return cli_usage_error(cmd, argc < 2 ? "missing PATH" : "expected one PATH");
+  /* inspect needs no plugin, but a broken configuration is still an error. */
+  if (cli_context(cli, &error) == NULL)
+    return cli_fail(error);
+  ck = wsync_checkpoint_open(argv[1], &error);
+  if (ck == NULL)
+    return cli_fail(error);
+  if (cli->json)
+    print_json(ck);
+  else
+    print_text(ck);
+  return WSYNC_EXIT_OK;
+}

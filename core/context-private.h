@@ -1,0 +1,31 @@
+/* wsync: internals of the context, shared by the core's own files only. */
+#ifndef WSYNC_CONTEXT_PRIVATE_H
+#define WSYNC_CONTEXT_PRIVATE_H
+
+#include <ltdl.h>
+
+#include <wsync/registry.h>
+
+struct _WsyncPlugin {
+  char *name;
+  char *path;   /* the file found in the plugin path, or NULL */
+  char *reason; /* why it was refused */
+  WsyncPluginState state;
+  gboolean enabled;     /* the configuration's last word */
+  gboolean registering; /* inside its register function */
+  lt_dlhandle handle;
+  const WsyncPluginDescriptor *desc; /* NULL until the ABI check passed */
+  WsyncPluginRegisterFunc register_func;
+  cfg_t *options; /* merged effective options */
+  WsyncContext *ctx;
+};
+
+struct _WsyncContext {
+  WsyncRegistry *registry;
+  GPtrArray *plugins;     /* WsyncPlugin*, sorted by name */
+  GPtrArray *plugin_dirs; /* char*, NULL-terminated pdata */
+  GHashTable *sync_options;
+  gboolean ltdl_ready;
+};
+
+#endif /* WSYNC_CONTEXT_PRIVATE_H */

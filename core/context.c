@@ -1,0 +1,802 @@
+/* wsync: the context a command runs with: conf.d, plugin loading, registration.
+ *
+ * Order of events in wsync_context_new(), and why:
+ *
+ *  1. Selection pass.  Every conf.d file is parsed (each into a fresh libconfuse object,
+ *     unknown options ignored) only to learn which plugins the files name and whether
+ *     the last explicit word on each is `enabled = false`.  Syntax errors stop here.
+ *  2. Open.  Each named plugin is located, checked (regular file, not a symlink, not in
+ *     a world-writable directory), opened with lt_dlopenext() and its descriptor read:
+ *     ABI version, name, option table.  No plugin code runs.
+ *  3. Strict pass.  Every file is parsed again against a schema holding the option
+ *     tables of all opened plugins; a validation callback checks that each option
+ *     belongs to the plugin whose section it is in, so errors carry the exact
+ *     FILE:LINE.  Files are merged option by option, a later file winning.
+ *  4. Register.  Enabled plugins register in name order.  A plugin that fails is
+ *     refused and exactly its entries are removed.
+ *
+ * Nothing is kept unless every file parsed: on a configuration error the whole context
+ * is freed and only the error is returned.
+ */
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <errno.h>
+#include <ltdl.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "context-private.h"
+
+/* libconfuse's lexer keeps its state in globals and its callbacks take no user data:
+ * parsing is serialised, and the strict pass finds its context here. */
+G_LOCK_DEFINE_STATIC(parse_lock);
+
+#define PLUGIN_SUFFIX ".so"
+static WsyncContext *parsing_ctx;
+
+/* ------------------------------------------------------------------ errors from libconfuse */
+
+/* One configuration source: a conf.d file, or the command line's overrides. */
+typedef struct {
+  char *name; /* what errors call it: the file's path, or "command line" */
+  char *text; /* the overrides' text; NULL for a file */
+} Source;
+
+static void
+source_free(gpointer data)
+{
+  Source *source = data;
+  g_free(source->name);
+  g_free(source->text);
+  g_free(source);
+}
+
+typedef struct {
+  GString *message; /* the first error of the current parse */
+  const char *source_name;
+} ParseErrors;
+
+static ParseErrors parse_errors;
+
+static void
+collect_error(cfg_t *cfg, const char *fmt, va_list args)
+{
+  if (parse_errors.message->len > 0)
+    return; /* keep the first: later ones are consequences */
+  if (cfg != NULL)
+    g_string_append_printf(parse_errors.message, "%s:%d: ", parse_errors.source_name, cfg->line);
+  g_string_append_vprintf(parse_errors.message, fmt, args);
+  if (cfg != NULL && cfg->name != NULL && strcmp(cfg->name, "plugin") == 0 && cfg->title != NULL &&
+      strstr(parse_errors.message->str, "no such option") != NULL)
+    g_string_append_printf(parse_errors.message, " in plugin \"%s\"", cfg->title);
+}
+
+/* libconfuse 3.3 (Debian 12) counts lines wrongly after comments: every `#` or `//`
+ * line adds two, every block comment one, so its FILE:LINE points past the mistake.
+ * Comments are therefore blanked out (newlines kept) before libconfuse sees the text;
+ * quoted strings are skipped so that a '#' inside a value stays.  This knows only the
+ * lexer's comment and quote rules; the parsing itself is libconfuse's. */
+static void
+blank_comments(char *text)
+{
+  enum { CODE, DQUOTE, SQUOTE, LINE_COMMENT, BLOCK_COMMENT } state = CODE;
+
+  for (char *p = text; *p != '\0'; p++) {
+    switch (state) {
+    case CODE:
+      if (*p == '"')
+        state = DQUOTE;
+      else if (*p == '\'')
+        state = SQUOTE;
+      else if (*p == '#' || (p[0] == '/' && p[1] == '/'))
+        state = LINE_COMMENT;
+      else if (p[0] == '/' && p[1] == '*') {
+        state = BLOCK_COMMENT;
+        *p++ = ' ';
+      }
+      break;
+    case DQUOTE:
+      if (*p == '\\' && p[1] != '\0')
+        p++;
+      else if (*p == '"')
+        state = CODE;
+      break;
+    case SQUOTE:
+      if (*p == '\\' && p[1] != '\0')
+        p++;
+      else if (*p == '\'')
+        state = CODE;
+      break;
+    case LINE_COMMENT:
+      if (*p == '\n')
+        state = CODE;
+      break;
+    case BLOCK_COMMENT:
+      if (p[0] == '*' && p[1] == '/') {
+        *p++ = ' ';
+        *p = ' ';
+        state = CODE;
+        continue;
+      }
+      break;
+    }
+    if ((state == LINE_COMMENT || state == BLOCK_COMMENT) && *p != '\n')
+      *p = ' ';
+  }
+}
+
+/* Parses @source into a fresh @cfg, turning libconfuse's error report into a GError. */
+static gboolean
+parse_source(cfg_t *cfg, const Source *source, GError **error)
+{
+  g_autofree char *text = NULL;
+  g_autoptr(GError) local = NULL;
+  int rc;
+
+  if (source->text != NULL)
+    text = g_strdup(source->text);
+  else if (!g_file_get_contents(source->name, &text, NULL, &local)) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG, "%s: cannot read configuration file: %s",
+                source->name, local->message);
+    return FALSE;
+  }
+  blank_comments(text);
+  parse_errors.message = g_string_new(NULL);
+  parse_errors.source_name = source->name;
+  cfg_set_error_function(cfg, collect_error);
+  rc = cfg_parse_buf(cfg, text);
+  if (rc == CFG_SUCCESS) {
+    g_string_free(parse_errors.message, TRUE);
+    return TRUE;
+  }
+  if (parse_errors.message->len == 0)
+    g_string_printf(parse_errors.message, "%s: syntax error", source->name);
+  g_set_error_literal(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG, parse_errors.message->str);
+  g_string_free(parse_errors.message, TRUE);
+  return FALSE;
+}
+
+/* ------------------------------------------------------------------ listing conf.d */
+
+static gint
+compare_strings(gconstpointer a, gconstpointer b)
+{
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Appends DIR/NAME.conf for every visible *.conf in @dir, sorted by name. */
+static gboolean
+list_conf_dir(const char *dir, GPtrArray *sources, GError **error)
+{
+  g_autoptr(GError) local = NULL;
+  g_autoptr(GDir) d = g_dir_open(dir, 0, &local);
+  const char *name;
+  g_autoptr(GPtrArray) names = g_ptr_array_new_with_free_func(g_free);
+
+  if (d == NULL) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG, "%s: cannot read configuration directory: %s",
+                dir, local->message);
+    return FALSE;
+  }
+  while ((name = g_dir_read_name(d)) != NULL)
+    if (name[0] != '.' && g_str_has_suffix(name, ".conf"))
+      g_ptr_array_add(names, g_strdup(name));
+  g_ptr_array_sort(names, compare_strings);
+  for (guint i = 0; i < names->len; i++) {
+    Source *source = g_new0(Source, 1);
+    source->name = g_build_filename(dir, names->pdata[i], NULL);
+    g_ptr_array_add(sources, source);
+  }
+  return TRUE;
+}
+
+/* ------------------------------------------------------------------ plugins */
+
+static void
+plugin_free(gpointer data)
+{
+  WsyncPlugin *plugin = data;
+
+  if (plugin->options != NULL)
+    cfg_free(plugin->options);
+  if (plugin->handle != NULL)
+    lt_dlclose(plugin->handle);
+  g_free(plugin->name);
+  g_free(plugin->path);
+  g_free(plugin->reason);
+  g_free(plugin);
+}
+
+static WsyncPlugin *
+find_plugin(WsyncContext *ctx, const char *name)
+{
+  for (guint i = 0; i < ctx->plugins->len; i++) {
+    WsyncPlugin *plugin = ctx->plugins->pdata[i];
+    if (strcmp(plugin->name, name) == 0)
+      return plugin;
+  }
+  return NULL;
+}
+
+static void
+refuse(WsyncPlugin *plugin, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
+
+static void
+refuse(WsyncPlugin *plugin, const char *fmt, ...)
+{
+  va_list args;
+
+  va_start(args, fmt);
+  g_free(plugin->reason);
+  plugin->reason = g_strdup_vprintf(fmt, args);
+  va_end(args);
+  plugin->state = WSYNC_PLUGIN_REFUSED;
+  if (plugin->handle != NULL) {
+    lt_dlclose(plugin->handle);
+    plugin->handle = NULL;
+  }
+  plugin->desc = NULL;
+}
+
+/* Plugin names become file names: letters, digits, '-' and '_' only. */
+static gboolean
+plugin_name_is_valid(const char *name)
+{
+  if (name == NULL || name[0] == '\0')
+    return FALSE;
+  for (const char *p = name; *p != '\0'; p++)
+    if (!g_ascii_isalnum(*p) && *p != '-' && *p != '_')
+      return FALSE;
+  return TRUE;
+}
+
+/* Finds NAME.so in the first plugin directory that has it.  The file found is the file
+ * checked and the file opened: lt_dlopenext() opens a name that already has a module
+ * extension as it is, so no .la file can redirect it elsewhere. */
+static char *
+locate_plugin(WsyncContext *ctx, const char *name)
+{
+  g_autofree char *file = g_strconcat(name, PLUGIN_SUFFIX, NULL);
+
+  for (guint d = 0; d < ctx->plugin_dirs->len; d++) {
+    g_autofree char *path = g_build_filename(ctx->plugin_dirs->pdata[d], file, NULL);
+    struct stat st;
+    if (lstat(path, &st) == 0)
+      return g_steal_pointer(&path);
+  }
+  return NULL;
+}
+
+/* The checks collectd and GStreamer make before they dlopen anything: a plugin must be
+ * a regular file that nobody but its owner could have swapped. */
+static gboolean
+plugin_file_is_safe(WsyncPlugin *plugin)
+{
+  struct stat st;
+  g_autofree char *dir = g_path_get_dirname(plugin->path);
+
+  if (lstat(plugin->path, &st) != 0) {
+    refuse(plugin, "%s: cannot stat: %s", plugin->path, g_strerror(errno));
+    return FALSE;
+  }
+  if (S_ISLNK(st.st_mode)) {
+    refuse(plugin, "%s: is a symlink; plugins must be regular files", plugin->path);
+    return FALSE;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    refuse(plugin, "%s: is not a regular file", plugin->path);
+    return FALSE;
+  }
+  if (stat(dir, &st) != 0) {
+    refuse(plugin, "%s: cannot stat its directory: %s", plugin->path, g_strerror(errno));
+    return FALSE;
+  }
+  if (st.st_mode & S_IWOTH) {
+    refuse(plugin, "%s: lies in a world-writable directory (%s)", plugin->path, dir);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* libconfuse option types a plugin may use; sections and functions could not be merged
+ * across files option by option. */
+static gboolean
+option_table_is_valid(WsyncPlugin *plugin)
+{
+  for (const cfg_opt_t *opt = plugin->desc->options; opt != NULL && opt->name != NULL; opt++) {
+    if (opt->type != CFGT_INT && opt->type != CFGT_FLOAT && opt->type != CFGT_BOOL &&
+        opt->type != CFGT_STR) {
+      refuse(plugin, "%s: option \"%s\" has a type plugins cannot use (int, float, bool and "
+                     "string options only)",
+             plugin->path, opt->name);
+      return FALSE;
+    }
+    if (strcmp(opt->name, "enabled") == 0) {
+      refuse(plugin, "%s: option \"enabled\" is reserved for the core", plugin->path);
+      return FALSE;
+    }
+  }
+  return TRUE;
+}
+
+/* Opens the plugin and reads its descriptor; runs none of its code. */
+static void
+open_plugin(WsyncContext *ctx, WsyncPlugin *plugin)
+{
+  const WsyncPluginDescriptor *desc;
+
+  plugin->path = locate_plugin(ctx, plugin->name);
+  if (plugin->path == NULL) {
+    g_autofree char *dirs = ctx->plugin_dirs->len
+                                ? g_strjoinv(":", (char **)ctx->plugin_dirs->pdata)
+                                : g_strdup("(none)");
+    refuse(plugin, "no %s.so in the plugin path %s", plugin->name, dirs);
+    return;
+  }
+  if (!plugin_file_is_safe(plugin))
+    return;
+  plugin->handle = lt_dlopenext(plugin->path);
+  if (plugin->handle == NULL) {
+    refuse(plugin, "%s: cannot load: %s (ldd(1) shows missing libraries)", plugin->path,
+           lt_dlerror());
+    return;
+  }
+  desc = lt_dlsym(plugin->handle, WSYNC_PLUGIN_DESCRIPTOR_SYMBOL);
+  if (desc == NULL) {
+    refuse(plugin, "%s: lacks the symbol %s (not a wsync plugin?)", plugin->path,
+           WSYNC_PLUGIN_DESCRIPTOR_SYMBOL);
+    return;
+  }
+  /* The ABI check comes before anything else in the descriptor is trusted. */
+  if (desc->abi_version != WSYNC_PLUGIN_ABI_VERSION) {
+    refuse(plugin, "%s: built for plugin ABI %u, this wsync has ABI %d", plugin->path,
+           desc->abi_version, WSYNC_PLUGIN_ABI_VERSION);
+    return;
+  }
+  if (desc->name == NULL || strcmp(desc->name, plugin->name) != 0) {
+    refuse(plugin, "%s: its descriptor names it \"%s\"", plugin->path,
+           desc->name ? desc->name : "(null)");
+    return;
+  }
+  plugin->desc = desc;
+  plugin->register_func =
+      (WsyncPluginRegisterFunc)lt_dlsym(plugin->handle, WSYNC_PLUGIN_REGISTER_SYMBOL);
+  if (plugin->register_func == NULL) {
+    refuse(plugin, "%s: lacks the symbol %s", plugin->path, WSYNC_PLUGIN_REGISTER_SYMBOL);
+    return;
+  }
+  option_table_is_valid(plugin);
+}
+
+static const cfg_opt_t *
+plugin_option(const WsyncPlugin *plugin, const char *name)
+{
+  if (plugin == NULL || plugin->desc == NULL)
+    return NULL;
+  for (const cfg_opt_t *opt = plugin->desc->options; opt != NULL && opt->name != NULL; opt++)
+    if (strcmp(opt->name, name) == 0)
+      return opt;
+  return NULL;
+}
+
+/* ------------------------------------------------------------------ schemas */
+
+static cfg_opt_t sync_options[] = {
+    CFG_STR("target", NULL, CFGF_NODEFAULT),   CFG_INT("tp", 0, CFGF_NODEFAULT),
+    CFG_INT("ep", 0, CFGF_NODEFAULT),          CFG_INT("rank", 0, CFGF_NODEFAULT),
+    CFG_INT("threads", 0, CFGF_NODEFAULT),     CFG_STR("part-size", NULL, CFGF_NODEFAULT),
+    CFG_END()};
+
+static const char *const sync_keys[] = {"target", "tp", "ep", "rank", "threads", "part-size"};
+
+/* The selection pass only needs `enabled`; everything else is skipped. */
+static cfg_t *
+selection_schema(void)
+{
+  cfg_opt_t plugin_opts[] = {CFG_BOOL("enabled", cfg_true, CFGF_NODEFAULT), CFG_END()};
+  cfg_opt_t opts[] = {
+      CFG_SEC("plugin", plugin_opts, CFGF_MULTI | CFGF_TITLE | CFGF_NO_TITLE_DUPES),
+      CFG_SEC("sync", sync_options, CFGF_NONE), CFG_END()};
+  /* cfg_init() deep-copies the tables, so stack arrays are fine here. */
+  return cfg_init(opts, CFGF_IGNORE_UNKNOWN);
+}
+
+/* Called by libconfuse for every plugin option right after it is set, with the section
+ * being parsed: its title says whose section it is, its line is the option's line. */
+static int
+check_option_owner(cfg_t *section, cfg_opt_t *opt)
+{
+  WsyncPlugin *plugin = find_plugin(parsing_ctx, cfg_title(section));
+  const cfg_opt_t *own;
+
+  if (plugin == NULL || plugin->desc == NULL) {
+    cfg_error(section, "option '%s' of plugin \"%s\" cannot be checked: the plugin was not "
+                       "loaded (%s)",
+              opt->name, cfg_title(section),
+              plugin && plugin->reason ? plugin->reason : "unknown plugin");
+    return -1;
+  }
+  own = plugin_option(plugin, opt->name);
+  if (own == NULL) {
+    cfg_error(section, "no such option '%s' in plugin \"%s\"", opt->name, plugin->name);
+    return -1;
+  }
+  if (own->type != opt->type) {
+    cfg_error(section, "option '%s' of plugin \"%s\" has another type than the same option "
+                       "of another plugin",
+              opt->name, plugin->name);
+    return -1;
+  }
+  /* The plugin's own validator, if it has one, judges the value. */
+  if (own->validcb != NULL)
+    return own->validcb(section, opt);
+  return 0;
+}
+
+/* Schema of the strict pass: `enabled`, plus every option of every opened plugin
+ * (without defaults, so that cfg_size() tells whether a file set it). */
+static cfg_t *
+strict_schema(WsyncContext *ctx, GPtrArray *union_names)
+{
+  g_autoptr(GArray) plugin_opts = g_array_new(TRUE, TRUE, sizeof(cfg_opt_t));
+  cfg_opt_t enabled = CFG_BOOL("enabled", cfg_true, CFGF_NODEFAULT);
+  cfg_opt_t end = CFG_END();
+  cfg_t *cfg;
+
+  g_array_append_val(plugin_opts, enabled);
+  for (guint i = 0; i < ctx->plugins->len; i++) {
+    WsyncPlugin *plugin = ctx->plugins->pdata[i];
+    if (plugin->desc == NULL)
+      continue;
+    for (const cfg_opt_t *opt = plugin->desc->options; opt && opt->name; opt++) {
+      if (g_ptr_array_find_with_equal_func(union_names, opt->name, g_str_equal, NULL))
+        continue;
+      cfg_opt_t copy = *opt;
+      copy.flags |= CFGF_NODEFAULT;
+      copy.validcb = NULL;
+      copy.validcb2 = NULL;
+      g_array_append_val(plugin_opts, copy);
+      g_ptr_array_add(union_names, (gpointer)opt->name);
+    }
+  }
+  g_array_append_val(plugin_opts, end);
+
+  cfg_opt_t opts[] = {CFG_SEC("plugin", (cfg_opt_t *)plugin_opts->data,
+                              CFGF_MULTI | CFGF_TITLE | CFGF_NO_TITLE_DUPES),
+                      CFG_SEC("sync", sync_options, CFGF_NONE), CFG_END()};
+  cfg = cfg_init(opts, CFGF_NONE);
+  for (guint i = 0; i < union_names->len; i++) {
+    g_autofree char *path = g_strconcat("plugin|", (const char *)union_names->pdata[i], NULL);
+    cfg_set_validate_func(cfg, path, check_option_owner);
+  }
+  return cfg;
+}
+
+/* ------------------------------------------------------------------ the passes */
+
+static gboolean
+selection_pass(WsyncContext *ctx, GPtrArray *sources, GError **error)
+{
+  for (guint f = 0; f < sources->len; f++) {
+    const Source *source = sources->pdata[f];
+    cfg_t *cfg = selection_schema();
+    if (!parse_source(cfg, source, error)) {
+      cfg_free(cfg);
+      return FALSE;
+    }
+    for (guint s = 0; s < cfg_size(cfg, "plugin"); s++) {
+      cfg_t *section = cfg_getnsec(cfg, "plugin", s);
+      const char *name = cfg_title(section);
+      WsyncPlugin *plugin;
+
+      if (!plugin_name_is_valid(name)) {
+        g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG,
+                    "%s:%d: invalid plugin name \"%s\" (letters, digits, '-' and '_' only)",
+                    source->name, section->line, name);
+        cfg_free(cfg);
+        return FALSE;
+      }
+      plugin = find_plugin(ctx, name);
+      if (plugin == NULL) {
+        plugin = g_new0(WsyncPlugin, 1);
+        plugin->name = g_strdup(name);
+        plugin->ctx = ctx;
+        plugin->enabled = TRUE; /* a section selects its plugin */
+        g_ptr_array_add(ctx->plugins, plugin);
+      }
+      if (cfg_size(section, "enabled") > 0)
+        plugin->enabled = cfg_getbool(section, "enabled");
+    }
+    cfg_free(cfg);
+  }
+  return TRUE;
+}
+
+static void
+merge_value(cfg_opt_t *dst, cfg_opt_t *src)
+{
+  cfg_free_value(dst);
+  for (unsigned int i = 0; i < cfg_opt_size(src); i++) {
+    switch (src->type) {
+    case CFGT_INT:
+      cfg_opt_setnint(dst, cfg_opt_getnint(src, i), i);
+      break;
+    case CFGT_FLOAT:
+      cfg_opt_setnfloat(dst, cfg_opt_getnfloat(src, i), i);
+      break;
+    case CFGT_BOOL:
+      cfg_opt_setnbool(dst, cfg_opt_getnbool(src, i), i);
+      break;
+    case CFGT_STR:
+      cfg_opt_setnstr(dst, cfg_opt_getnstr(src, i), i);
+      break;
+    default:
+      break;
+    }
+  }
+}
+
+static char *
+sync_value_text(cfg_t *sync, const char *key)
+{
+  cfg_opt_t *opt = cfg_getopt(sync, key);
+
+  if (opt->type == CFGT_INT)
+    return g_strdup_printf("%ld", cfg_getint(sync, key));
+  return g_strdup(cfg_getstr(sync, key));
+}
+
+/* Copies what one parsed file set into the plugins' option objects and the sync map. */
+static void
+merge_file(WsyncContext *ctx, cfg_t *cfg)
+{
+  for (guint s = 0; s < cfg_size(cfg, "plugin"); s++) {
+    cfg_t *section = cfg_getnsec(cfg, "plugin", s);
+    WsyncPlugin *plugin = find_plugin(ctx, cfg_title(section));
+    if (plugin == NULL || plugin->options == NULL)
+      continue;
+    for (const cfg_opt_t *opt = plugin->desc->options; opt && opt->name; opt++)
+      if (cfg_size(section, opt->name) > 0)
+        merge_value(cfg_getopt(plugin->options, opt->name), cfg_getopt(section, opt->name));
+  }
+  cfg_t *sync = cfg_getsec(cfg, "sync");
+  for (guint k = 0; sync != NULL && k < G_N_ELEMENTS(sync_keys); k++)
+    if (cfg_size(sync, sync_keys[k]) > 0)
+      g_hash_table_insert(ctx->sync_options, g_strdup(sync_keys[k]),
+                          sync_value_text(sync, sync_keys[k]));
+}
+
+static gboolean
+strict_pass(WsyncContext *ctx, GPtrArray *sources, GError **error)
+{
+  g_autoptr(GPtrArray) union_names = g_ptr_array_new();
+
+  /* Each opened plugin starts from its own defaults. */
+  for (guint i = 0; i < ctx->plugins->len; i++) {
+    WsyncPlugin *plugin = ctx->plugins->pdata[i];
+    if (plugin->desc != NULL) {
+      cfg_opt_t none[] = {CFG_END()};
+      plugin->options = cfg_init(plugin->desc->options ? plugin->desc->options : none, 0);
+    }
+  }
+  parsing_ctx = ctx;
+  for (guint f = 0; f < sources->len; f++) {
+    g_ptr_array_set_size(union_names, 0);
+    cfg_t *cfg = strict_schema(ctx, union_names);
+    if (!parse_source(cfg, sources->pdata[f], error)) {
+      cfg_free(cfg);
+      parsing_ctx = NULL;
+      return FALSE;
+    }
+    merge_file(ctx, cfg);
+    cfg_free(cfg);
+  }
+  parsing_ctx = NULL;
+  return TRUE;
+}
+
+static gint
+compare_plugins(gconstpointer a, gconstpointer b)
+{
+  const WsyncPlugin *pa = *(const WsyncPlugin *const *)a;
+  const WsyncPlugin *pb = *(const WsyncPlugin *const *)b;
+  return strcmp(pa->name, pb->name);
+}
+
+static void
+register_plugins(WsyncContext *ctx)
+{
+  for (guint i = 0; i < ctx->plugins->len; i++) {
+    WsyncPlugin *plugin = ctx->plugins->pdata[i];
+    g_autoptr(GError) local = NULL;
+
+    if (plugin->state == WSYNC_PLUGIN_REFUSED)
+      continue;
+    if (!plugin->enabled) {
+      plugin->state = WSYNC_PLUGIN_DISABLED;
+      continue;
+    }
+    plugin->registering = TRUE;
+    gboolean ok = plugin->register_func(plugin, &local);
+    plugin->registering = FALSE;
+    if (!ok) {
+      wsync_registry_remove_plugin(ctx->registry, plugin->name);
+      refuse(plugin, "%s: failed to register: %s", plugin->path,
+             local ? local->message : "(no reason given)");
+      continue;
+    }
+    plugin->state = WSYNC_PLUGIN_ACTIVE;
+  }
+}
+
+/* ------------------------------------------------------------------ public */
+
+WsyncContext *
+wsync_context_new(const char *const *conf_dirs, const char *const *plugin_dirs,
+                  const char *overrides, GError **error)
+{
+  g_autoptr(WsyncContext) ctx = g_new0(WsyncContext, 1);
+  g_autoptr(GPtrArray) paths = g_ptr_array_new_with_free_func(source_free);
+  gboolean ok;
+
+  ctx->registry = wsync_registry_new();
+  ctx->plugins = g_ptr_array_new_with_free_func(plugin_free);
+  ctx->plugin_dirs = g_ptr_array_new_null_terminated(4, g_free, TRUE);
+  ctx->sync_options = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+  for (guint i = 0; plugin_dirs != NULL && plugin_dirs[i] != NULL; i++)
+    if (plugin_dirs[i][0] != '\0')
+      g_ptr_array_add(ctx->plugin_dirs, g_strdup(plugin_dirs[i]));
+
+  for (guint i = 0; conf_dirs != NULL && conf_dirs[i] != NULL; i++)
+    if (!list_conf_dir(conf_dirs[i], paths, error))
+      return NULL;
+  if (overrides != NULL && overrides[0] != '\0') {
+    Source *source = g_new0(Source, 1);
+    source->name = g_strdup("command line");
+    source->text = g_strdup(overrides);
+    g_ptr_array_add(paths, source);
+  }
+
+  if (lt_dlinit() != 0) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_PLUGIN, "cannot initialise libltdl: %s",
+                lt_dlerror());
+    return NULL;
+  }
+  ctx->ltdl_ready = TRUE;
+
+  G_LOCK(parse_lock);
+  ok = selection_pass(ctx, paths, error);
+  if (ok) {
+    g_ptr_array_sort(ctx->plugins, compare_plugins);
+    for (guint i = 0; i < ctx->plugins->len; i++)
+      open_plugin(ctx, ctx->plugins->pdata[i]);
+    ok = strict_pass(ctx, paths, error);
+  }
+  G_UNLOCK(parse_lock);
+  if (!ok)
+    return NULL;
+
+  register_plugins(ctx);
+  return g_steal_pointer(&ctx);
+}
+
+void
+wsync_context_free(WsyncContext *ctx)
+{
+  if (ctx == NULL)
+    return;
+  /* Entries first: their destroy functions live in the plugins' code. */
+  wsync_registry_free(ctx->registry);
+  if (ctx->plugins != NULL)
+    g_ptr_array_unref(ctx->plugins);
+  if (ctx->plugin_dirs != NULL)
+    g_ptr_array_unref(ctx->plugin_dirs);
+  if (ctx->sync_options != NULL)
+    g_hash_table_unref(ctx->sync_options);
+  if (ctx->ltdl_ready)
+    lt_dlexit();
+  g_free(ctx);
+}
+
+WsyncRegistry *
+wsync_context_get_registry(WsyncContext *ctx)
+{
+  return ctx->registry;
+}
+
+void
+wsync_context_foreach_plugin(WsyncContext *ctx, WsyncPluginInfoFunc func, gpointer user_data)
+{
+  for (guint i = 0; i < ctx->plugins->len; i++) {
+    WsyncPlugin *plugin = ctx->plugins->pdata[i];
+    func(plugin->name, plugin->state, plugin->path,
+         plugin->desc ? plugin->desc->description : NULL, plugin->reason, user_data);
+  }
+}
+
+const char *
+wsync_context_get_sync_option(WsyncContext *ctx, const char *key)
+{
+  return g_hash_table_lookup(ctx->sync_options, key);
+}
+
+cfg_t *
+wsync_context_get_plugin_options(WsyncContext *ctx, const char *plugin_name)
+{
+  WsyncPlugin *plugin = find_plugin(ctx, plugin_name);
+
+  if (plugin == NULL || plugin->state != WSYNC_PLUGIN_ACTIVE)
+    return NULL;
+  return plugin->options;
+}
+
+/* ------------------------------------------------------------------ the plugin-facing API */
+
+const char *
+wsync_plugin_get_name(const WsyncPlugin *plugin)
+{
+  return plugin->name;
+}
+
+cfg_t *
+wsync_plugin_get_options(WsyncPlugin *plugin)
+{
+  return plugin->options;
+}
+
+gboolean
+wsync_plugin_add_entry(WsyncPlugin *plugin, WsyncEntryKind kind, const char *name, int priority,
+                       const char *serves, GCallback callback, gpointer user_data,
+                       GDestroyNotify destroy, GError **error)
+{
+  if (plugin == NULL || !plugin->registering) {
+    /* Entries may only be added while the plugin registers: that is what ties each
+     * entry to exactly one plugin. */
+    if (destroy != NULL && user_data != NULL)
+      destroy(user_data);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_PLUGIN,
+                "%s \"%s\" added outside the plugin's register function",
+                wsync_entry_kind_name(kind), name ? name : "");
+    return FALSE;
+  }
+  return wsync_registry_add(plugin->ctx->registry, plugin->name, kind, name, priority, serves,
+                            callback, user_data, destroy, error);
+}
+
+gboolean
+wsync_plugin_add_remapper(WsyncPlugin *plugin, const char *name, int priority,
+                          const char *serves, WsyncRemapFunc func, gpointer user_data,
+                          GDestroyNotify destroy, GError **error)
+{
+  return wsync_plugin_add_entry(plugin, WSYNC_ENTRY_REMAPPER, name, priority, serves,
+                                (GCallback)func, user_data, destroy, error);
+}
+
+gboolean
+wsync_plugin_add_converter(WsyncPlugin *plugin, const char *name, int priority,
+                           const char *serves, WsyncConvertFunc func, gpointer user_data,
+                           GDestroyNotify destroy, GError **error)
+{
+  return wsync_plugin_add_entry(plugin, WSYNC_ENTRY_CONVERTER, name, priority, serves,
+                                (GCallback)func, user_data, destroy, error);
+}
+
+gboolean
+wsync_plugin_add_hook(WsyncPlugin *plugin, const char *name, int priority, const char *serves,
+                      WsyncHookFunc func, gpointer user_data, GDestroyNotify destroy,
+                      GError **error)
+{
+  return wsync_plugin_add_entry(plugin, WSYNC_ENTRY_HOOK, name, priority, serves,
+                                (GCallback)func, user_data, destroy, error);
+}
+
+gboolean
+wsync_plugin_add_config_patcher(WsyncPlugin *plugin, const char *name, int priority,
+                                const char *serves, WsyncConfigPatchFunc func,
+                                gpointer user_data, GDestroyNotify destroy, GError **error)
+{
+  return wsync_plugin_add_entry(plugin, WSYNC_ENTRY_CONFIG_PATCHER, name, priority, serves,
+                                (GCallback)func, user_data, destroy, error);
+}

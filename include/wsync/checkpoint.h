@@ -1,0 +1,112 @@
+/* wsync: a checkpoint directory (or a single file) opened as one set of tensors. */
+#ifndef WSYNC_CHECKPOINT_H
+#define WSYNC_CHECKPOINT_H
+
+#include <glib.h>
+#include <wsync/safetensors.h>
+
+G_BEGIN_DECLS
+
+/** The index file name of a sharded Hugging Face checkpoint. */
+#define WSYNC_INDEX_NAME "model.safetensors.index.json"
+
+/**
+ * WsyncCheckpoint:
+ *
+ * Every tensor of a checkpoint, however many files it is split into.
+ *
+ * - A path to a file: that one safetensors file.
+ * - A directory with `model.safetensors.index.json`: the shards named by its
+ *   `weight_map`, and only those.  Every shard name must stay inside the directory
+ *   (no absolute path, no `..`, no symlink that leads out); every tensor the index
+ *   names must be in the shard it names, and every tensor of a shard must be named.
+ * - A directory without an index: every `*.safetensors` file in it, in sorted order
+ *   (e.g. vLLM's `model-rank-{r}-part-{p}.safetensors`).  A name found in two files
+ *   is an error.
+ */
+typedef struct _WsyncCheckpoint WsyncCheckpoint;
+
+/**
+ * wsync_checkpoint_open:
+ * @path: a safetensors file or a checkpoint directory
+ * @error: return location for a #WSYNC_ERROR_BAD_INPUT or #WSYNC_ERROR_IO error
+ *
+ * Opens and validates every file of the checkpoint (headers only: no tensor data is
+ * read).  Errors name the file and the tensor.
+ *
+ * Returns: (transfer full) (nullable): the checkpoint, or %NULL with @error set.
+ */
+WsyncCheckpoint *wsync_checkpoint_open(const char *path, GError **error);
+
+/** wsync_checkpoint_free: @ck: (nullable): frees a checkpoint and unmaps its files. */
+void wsync_checkpoint_free(WsyncCheckpoint *ck);
+
+/** wsync_checkpoint_path: Returns: the path the checkpoint was opened with. */
+const char *wsync_checkpoint_path(const WsyncCheckpoint *ck);
+
+/** wsync_checkpoint_is_dir: Returns: %TRUE when the checkpoint was opened from a directory. */
+gboolean wsync_checkpoint_is_dir(const WsyncCheckpoint *ck);
+
+/** wsync_checkpoint_n_tensors: Returns: the number of tensors in all files. */
+guint wsync_checkpoint_n_tensors(const WsyncCheckpoint *ck);
+
+/**
+ * wsync_checkpoint_tensor:
+ * @ck: a checkpoint
+ * @index: 0 <= @index < wsync_checkpoint_n_tensors()
+ *
+ * Tensors are numbered by name, in strcmp() order, whatever file holds them.
+ *
+ * Returns: (transfer none): the tensor.
+ */
+const WsyncTensor *wsync_checkpoint_tensor(const WsyncCheckpoint *ck, guint index);
+
+/**
+ * wsync_checkpoint_lookup:
+ * @ck: a checkpoint
+ * @name: a tensor name
+ *
+ * Returns: (transfer none) (nullable): the tensor, or %NULL when there is none.
+ */
+const WsyncTensor *wsync_checkpoint_lookup(const WsyncCheckpoint *ck, const char *name);
+
+/** wsync_checkpoint_n_files: Returns: how many safetensors files the checkpoint has. */
+guint wsync_checkpoint_n_files(const WsyncCheckpoint *ck);
+
+/**
+ * wsync_checkpoint_file:
+ * @ck: a checkpoint
+ * @index: 0 <= @index < wsync_checkpoint_n_files(), in sorted path order
+ *
+ * Returns: (transfer none): one of its files.
+ */
+const WsyncSafetensors *wsync_checkpoint_file(const WsyncCheckpoint *ck, guint index);
+
+/**
+ * wsync_checkpoint_total_bytes:
+ * @ck: a checkpoint
+ *
+ * Returns: the sum of the tensors' byte sizes (what an index calls `total_size`).
+ */
+guint64 wsync_checkpoint_total_bytes(const WsyncCheckpoint *ck);
+
+/**
+ * wsync_index_write:
+ * @path: the index file to write
+ * @total_size: the sum of the tensors' sizes
+ * @weight_map: (element-type utf8 utf8): tensor name to shard file name
+ * @error: return location for a #WSYNC_ERROR_IO error
+ *
+ * Writes `{"metadata": {"total_size": N}, "weight_map": {...}}` with the names sorted,
+ * indented by 2, ending in a newline, as Transformers writes it.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean wsync_index_write(const char *path, guint64 total_size, GHashTable *weight_map,
+                           GError **error);
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(WsyncCheckpoint, wsync_checkpoint_free)
+
+G_END_DECLS
+
+#endif /* WSYNC_CHECKPOINT_H */

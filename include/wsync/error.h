@@ -1,0 +1,86 @@
+/* wsync: error domain and exit codes.
+ *
+ * Every fallible function in libwsync follows GLib's GError rules: the error is the
+ * last argument, may be NULL, and is set exactly when the function returns FALSE or
+ * NULL.  The error code says which kind of failure it was; the command-line tool turns
+ * it into its exit status with wsync_error_exit_code().
+ */
+#ifndef WSYNC_ERROR_H
+#define WSYNC_ERROR_H
+
+#include <glib.h>
+
+G_BEGIN_DECLS
+
+/**
+ * WSYNC_ERROR:
+ *
+ * The error domain of libwsync and of its plugins.
+ */
+#define WSYNC_ERROR (wsync_error_quark())
+
+/**
+ * WsyncError:
+ * @WSYNC_ERROR_FAILED: anything else (exit 4).
+ * @WSYNC_ERROR_USAGE: a bad command line or an impossible request, e.g. a parallel
+ *   layout that does not divide (exit 2).
+ * @WSYNC_ERROR_CONFIG: a configuration file that does not parse or validate (exit 2).
+ * @WSYNC_ERROR_PLUGIN: a plugin that cannot be loaded or registered (exit 2).
+ * @WSYNC_ERROR_BAD_INPUT: input data that breaks a rule of its format or contradicts
+ *   its configuration (exit 3).
+ * @WSYNC_ERROR_IO: the operating system refused a read or a write (exit 4).
+ * @WSYNC_ERROR_DIFFERENT: a comparison found a difference (exit 1).
+ *
+ * Error codes of #WSYNC_ERROR.  New codes may be added at the end.
+ */
+typedef enum {
+  WSYNC_ERROR_FAILED,
+  WSYNC_ERROR_USAGE,
+  WSYNC_ERROR_CONFIG,
+  WSYNC_ERROR_PLUGIN,
+  WSYNC_ERROR_BAD_INPUT,
+  WSYNC_ERROR_IO,
+  WSYNC_ERROR_DIFFERENT,
+} WsyncError;
+
+/** Exit statuses of the `wsync` command, documented in `wsync --help` and the README. */
+enum {
+  WSYNC_EXIT_OK = 0,        /**< success */
+  WSYNC_EXIT_DIFFERENT = 1, /**< a check found a difference (verify) */
+  WSYNC_EXIT_USAGE = 2,     /**< usage, configuration or plugin error */
+  WSYNC_EXIT_BAD_INPUT = 3, /**< malformed or inconsistent input data */
+  WSYNC_EXIT_IO = 4,        /**< I/O failure or anything unexpected */
+};
+
+/**
+ * wsync_error_quark:
+ *
+ * Returns: the #GQuark of #WSYNC_ERROR.
+ */
+GQuark wsync_error_quark(void);
+
+/**
+ * wsync_error_exit_code:
+ * @error: (nullable): an error, or %NULL for success
+ *
+ * Maps an error to the exit status of the `wsync` command.  Errors of other domains
+ * (GIO, GLib file errors) count as I/O failures.
+ *
+ * Returns: one of the WSYNC_EXIT_* values.
+ */
+int wsync_error_exit_code(const GError *error);
+
+/**
+ * wsync_set_io_error:
+ * @error: (nullable): return location
+ * @errsv: the saved `errno`
+ * @path: the file the operation was about
+ * @what: what was attempted, e.g. "read" or "create"
+ *
+ * Sets a #WSYNC_ERROR_IO error "cannot WHAT PATH: strerror(errsv)".
+ */
+void wsync_set_io_error(GError **error, int errsv, const char *path, const char *what);
+
+G_END_DECLS
+
+#endif /* WSYNC_ERROR_H */

@@ -1,0 +1,250 @@
+/* wsync: the plugin API.
+ *
+ * A plugin is one .c file.  Everything in it is static except the two symbols that
+ * WSYNC_PLUGIN_DEFINE() writes at the bottom of the file:
+ *
+ *   - `wsync_plugin_descriptor`, a #WsyncPluginDescriptor: ABI version, name, one-line
+ *     description and the plugin's libconfuse option table;
+ *   - `wsync_plugin_register`, which adds the plugin's entries to the dispatch table.
+ *
+ * The loader reads the descriptor first and refuses a plugin built for another ABI
+ * before any of its code runs.  Plugins are linked `-module -avoid-version` with their
+ * exports restricted to those two symbols.
+ *
+ * A plugin file ends like this:
+ *
+ *   static cfg_opt_t options[] = {
+ *     CFG_STR("moe-layout", "processed", CFGF_NONE),
+ *     CFG_END()
+ *   };
+ *
+ *   static gboolean
+ *   ascend_register(WsyncPlugin *plugin, GError **error)
+ *   {
+ *     return wsync_plugin_add_hook(plugin, "ascend-transpose", WSYNC_PRIORITY_DEFAULT,
+ *                                  "vllm-ascend", transpose_experts, NULL, NULL, error);
+ *   }
+ *
+ *   WSYNC_PLUGIN_DEFINE("npu-ascend", "vLLM-Ascend processed expert layout", options,
+ *                       ascend_register)
+ */
+#ifndef WSYNC_PLUGIN_H
+#define WSYNC_PLUGIN_H
+
+#include <confuse.h>
+#include <glib.h>
+#include <json-glib/json-glib.h>
+#include <wsync/error.h>
+
+G_BEGIN_DECLS
+
+/**
+ * WSYNC_PLUGIN_ABI_VERSION:
+ *
+ * Bumped whenever a change to this header or to the structures it exposes would make
+ * a plugin built against the old header misbehave.  A plugin whose descriptor carries
+ * another value is refused.
+ */
+#define WSYNC_PLUGIN_ABI_VERSION 1
+
+/** Name of the exported descriptor symbol. */
+#define WSYNC_PLUGIN_DESCRIPTOR_SYMBOL "wsync_plugin_descriptor"
+/** Name of the exported register function. */
+#define WSYNC_PLUGIN_REGISTER_SYMBOL "wsync_plugin_register"
+
+/** Marks the two symbols a plugin exports (exports are also restricted at link time). */
+#define WSYNC_PLUGIN_EXPORT __attribute__((visibility("default")))
+
+/** A loaded plugin, as the core hands it to the plugin's register function. */
+typedef struct _WsyncPlugin WsyncPlugin;
+
+/**
+ * WsyncPluginDescriptor:
+ * @abi_version: #WSYNC_PLUGIN_ABI_VERSION at build time
+ * @name: the plugin's name, as in `plugin "NAME" { ... }` and the file name `NAME.so`
+ * @description: one line saying what it does
+ * @options: (nullable): its option table (libconfuse; scalar and list options of
+ *   type int, float, bool and string), terminated by CFG_END(); every option in a
+ *   `plugin "NAME"` section must be declared here
+ */
+typedef struct {
+  guint32 abi_version;
+  const char *name;
+  const char *description;
+  cfg_opt_t *options;
+} WsyncPluginDescriptor;
+
+/**
+ * WsyncPluginRegisterFunc:
+ * @plugin: the plugin being registered; its options are already parsed
+ * @error: return location for an error
+ *
+ * Adds the plugin's entries.  If it returns %FALSE the plugin is refused and every
+ * entry it added so far is removed again.
+ *
+ * Returns: %TRUE on success.
+ */
+typedef gboolean (*WsyncPluginRegisterFunc)(WsyncPlugin *plugin, GError **error);
+
+/**
+ * WSYNC_PLUGIN_DEFINE:
+ * @plugin_name: string literal, the plugin's name
+ * @plugin_description: string literal, one line
+ * @plugin_options: a `cfg_opt_t[]` or NULL
+ * @register_func: a #WsyncPluginRegisterFunc
+ *
+ * Defines the two exported symbols.  Put it last in the plugin's file.
+ */
+#define WSYNC_PLUGIN_DEFINE(plugin_name, plugin_description, plugin_options, register_func) \
+  WSYNC_PLUGIN_EXPORT const WsyncPluginDescriptor wsync_plugin_descriptor = {                  \
+      WSYNC_PLUGIN_ABI_VERSION, plugin_name, plugin_description, plugin_options};          \
+  WSYNC_PLUGIN_EXPORT gboolean wsync_plugin_register(WsyncPlugin *plugin, GError **error);     \
+  WSYNC_PLUGIN_EXPORT gboolean wsync_plugin_register(WsyncPlugin *plugin, GError **error)      \
+  {                                                                                        \
+    return register_func(plugin, error);                                                   \
+  }
+
+/* ------------------------------------------------------------------ entry kinds */
+
+/**
+ * WsyncEntryKind:
+ * @WSYNC_ENTRY_REMAPPER: a weight-name remapper (model plugins): checkpoint names to
+ *   logical tensors and back
+ * @WSYNC_ENTRY_CONVERTER: a layout converter (backend plugins): logical tensors to the
+ *   boxes each rank holds
+ * @WSYNC_ENTRY_HOOK: a post-load hook: a whole-model step after every tensor is placed
+ * @WSYNC_ENTRY_CONFIG_PATCHER: a config.json rewrite
+ *
+ * The kinds of dispatch-table entries.
+ */
+typedef enum {
+  WSYNC_ENTRY_REMAPPER,
+  WSYNC_ENTRY_CONVERTER,
+  WSYNC_ENTRY_HOOK,
+  WSYNC_ENTRY_CONFIG_PATCHER,
+  WSYNC_ENTRY_KIND_COUNT /*< skip >*/
+} WsyncEntryKind;
+
+/** Named anchors for priorities; any int is valid.  Higher runs (or wins) first. */
+enum {
+  WSYNC_PRIORITY_LOW = -100,
+  WSYNC_PRIORITY_DEFAULT = 0,
+  WSYNC_PRIORITY_HIGH = 100,
+};
+
+/* The engine's views that the callbacks work on.  They are opaque here; the engine
+ * headers that define them come with the sync engine. */
+typedef struct _WsyncMapping WsyncMapping;
+typedef struct _WsyncLayout WsyncLayout;
+
+/**
+ * WsyncRemapFunc:
+ * @mapping: the checkpoint being described (its config, its tensors, the target)
+ * @user_data: the data given at registration
+ * @error: return location for an error
+ *
+ * A weight-name remapper.  Returns: %TRUE on success.
+ */
+typedef gboolean (*WsyncRemapFunc)(WsyncMapping *mapping, gpointer user_data, GError **error);
+
+/**
+ * WsyncConvertFunc:
+ * @layout: the logical model and the target layout (target, tp, ep, rank) to fill
+ * @user_data: the data given at registration
+ * @error: return location for an error
+ *
+ * A layout converter.  Returns: %TRUE on success.
+ */
+typedef gboolean (*WsyncConvertFunc)(WsyncLayout *layout, gpointer user_data, GError **error);
+
+/**
+ * WsyncHookFunc:
+ * @layout: the planned output, after every converter ran
+ * @user_data: the data given at registration
+ * @error: return location for an error
+ *
+ * A post-load hook.  Returns: %TRUE on success.
+ */
+typedef gboolean (*WsyncHookFunc)(WsyncLayout *layout, gpointer user_data, GError **error);
+
+/**
+ * WsyncConfigPatchFunc:
+ * @config: the parsed config.json, to be modified in place (its root is an object)
+ * @user_data: the data given at registration
+ * @error: return location for a #WSYNC_ERROR_BAD_INPUT error when the config cannot
+ *   be converted
+ *
+ * A config patcher.  Patchers run in dispatch order on the config.json that a command
+ * writes.  A patcher must be idempotent.
+ *
+ * Returns: %TRUE on success.
+ */
+typedef gboolean (*WsyncConfigPatchFunc)(JsonNode *config, gpointer user_data, GError **error);
+
+/* ------------------------------------------------------------------ registration */
+
+/**
+ * wsync_plugin_add_entry:
+ * @plugin: the plugin being registered
+ * @kind: the kind of entry
+ * @name: the entry's name, unique among entries of its kind
+ * @priority: dispatch order: higher first, ties broken by name
+ * @serves: (nullable): a comma-separated list of what the entry applies to (model
+ *   types for remappers, targets for converters and hooks, config formats for
+ *   patchers), or %NULL for everything
+ * @callback: the function, of the type that goes with @kind
+ * @user_data: (transfer full) (nullable): data passed to @callback
+ * @destroy: (nullable): frees @user_data
+ * @error: return location for a #WSYNC_ERROR_PLUGIN error
+ *
+ * Adds an entry to the dispatch table, recorded as @plugin's.  Ownership of
+ * @user_data passes to the core at the call, even when it fails: on failure @destroy
+ * is called at once.  An entry whose kind and name are already taken is refused.
+ *
+ * Returns: %TRUE when the entry was added.
+ */
+gboolean wsync_plugin_add_entry(WsyncPlugin *plugin, WsyncEntryKind kind, const char *name,
+                                int priority, const char *serves, GCallback callback,
+                                gpointer user_data, GDestroyNotify destroy, GError **error);
+
+/** wsync_plugin_add_remapper: wsync_plugin_add_entry() for a #WsyncRemapFunc. */
+gboolean wsync_plugin_add_remapper(WsyncPlugin *plugin, const char *name, int priority,
+                                   const char *serves, WsyncRemapFunc func, gpointer user_data,
+                                   GDestroyNotify destroy, GError **error);
+
+/** wsync_plugin_add_converter: wsync_plugin_add_entry() for a #WsyncConvertFunc. */
+gboolean wsync_plugin_add_converter(WsyncPlugin *plugin, const char *name, int priority,
+                                    const char *serves, WsyncConvertFunc func,
+                                    gpointer user_data, GDestroyNotify destroy, GError **error);
+
+/** wsync_plugin_add_hook: wsync_plugin_add_entry() for a #WsyncHookFunc. */
+gboolean wsync_plugin_add_hook(WsyncPlugin *plugin, const char *name, int priority,
+                               const char *serves, WsyncHookFunc func, gpointer user_data,
+                               GDestroyNotify destroy, GError **error);
+
+/** wsync_plugin_add_config_patcher: wsync_plugin_add_entry() for a #WsyncConfigPatchFunc. */
+gboolean wsync_plugin_add_config_patcher(WsyncPlugin *plugin, const char *name, int priority,
+                                         const char *serves, WsyncConfigPatchFunc func,
+                                         gpointer user_data, GDestroyNotify destroy,
+                                         GError **error);
+
+/* ------------------------------------------------------------------ plugin queries */
+
+/** wsync_plugin_get_name: Returns: (transfer none): the plugin's name. */
+const char *wsync_plugin_get_name(const WsyncPlugin *plugin);
+
+/**
+ * wsync_plugin_get_options:
+ * @plugin: a plugin
+ *
+ * The plugin's options after every configuration file was merged: an option keeps its
+ * default from the plugin's table unless a file set it; a later file wins.
+ *
+ * Returns: (transfer none): a libconfuse section to read with cfg_getstr(),
+ *   cfg_getint(), cfg_getbool(), cfg_getfloat(), cfg_size() and cfg_getn*().
+ */
+cfg_t *wsync_plugin_get_options(WsyncPlugin *plugin);
+
+G_END_DECLS
+
+#endif /* WSYNC_PLUGIN_H */

@@ -1,0 +1,84 @@
+/* Test plugin: registers one entry of every kind and has options of every type.  Its
+ * config patcher writes what it saw into the config, so tests can see the options. */
+#include <string.h>
+
+#include <wsync/wsync.h>
+
+typedef struct {
+  long level;
+  char *mode;
+  gboolean flag;
+  guint n_names;
+} GoodSettings;
+
+static void
+settings_free(gpointer data)
+{
+  GoodSettings *s = data;
+  g_free(s->mode);
+  g_free(s);
+}
+
+static gboolean
+good_remap(WsyncMapping *mapping, gpointer user_data, GError **error)
+{
+  (void)mapping;
+  (void)user_data;
+  (void)error;
+  return TRUE;
+}
+
+static gboolean
+good_layout(WsyncLayout *layout, gpointer user_data, GError **error)
+{
+  (void)layout;
+  (void)user_data;
+  (void)error;
+  return TRUE;
+}
+
+/* Appends "good" to config["order"] and records the options it was registered with. */
+static gboolean
+good_patch(JsonNode *config, gpointer user_data, GError **error)
+{
+  GoodSettings *s = user_data;
+  JsonObject *root = json_node_get_object(config);
+  g_autofree char *seen = g_strdup_printf("level=%ld mode=%s flag=%s names=%u", s->level,
+                                          s->mode, s->flag ? "true" : "false", s->n_names);
+
+  (void)error;
+  if (!json_object_has_member(root, "order"))
+    json_object_set_array_member(root, "order", json_array_new());
+  json_array_add_string_element(json_object_get_array_member(root, "order"), "good");
+  json_object_set_string_member(root, "patched_by_good", seen);
+  return TRUE;
+}
+
+static cfg_opt_t options[] = {
+    CFG_INT("level", 3, CFGF_NONE),
+    CFG_STR("mode", "fast", CFGF_NONE),
+    CFG_BOOL("flag", cfg_false, CFGF_NONE),
+    CFG_STR_LIST("names", "{}", CFGF_NONE),
+    CFG_END()};
+
+static gboolean
+good_register(WsyncPlugin *plugin, GError **error)
+{
+  cfg_t *opts = wsync_plugin_get_options(plugin);
+  GoodSettings *s = g_new0(GoodSettings, 1);
+
+  s->level = cfg_getint(opts, "level");
+  s->mode = g_strdup(cfg_getstr(opts, "mode"));
+  s->flag = cfg_getbool(opts, "flag");
+  s->n_names = cfg_size(opts, "names");
+  return wsync_plugin_add_remapper(plugin, "good-remap", 10, "qwen3_moe, qwen3", good_remap,
+                                   NULL, NULL, error) &&
+         wsync_plugin_add_converter(plugin, "good-convert", WSYNC_PRIORITY_DEFAULT, "vllm",
+                                    good_layout, NULL, NULL, error) &&
+         wsync_plugin_add_hook(plugin, "good-hook", -5, "vllm-ascend", good_layout, NULL, NULL,
+                               error) &&
+         wsync_plugin_add_config_patcher(plugin, "good-patch", WSYNC_PRIORITY_DEFAULT, NULL,
+                                         good_patch, s, settings_free, error);
+}
+
+WSYNC_PLUGIN_DEFINE("good", "Test plugin with one entry of every kind", options, good_register)

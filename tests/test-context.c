@@ -1,0 +1,503 @@
+/* The context: conf.d parsing and merging, plugin selection, loading and refusal. */
+#define _GNU_SOURCE
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <wsync/wsync.h>
+
+#include "testutil.h"
+
+typedef struct {
+  char *conf;    /* a fresh conf.d */
+  char *scratch; /* a fresh directory for plugin copies */
+} Fixture;
+
+static void
+fixture_setup(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  f->conf = test_tmpdir();
+  f->scratch = test_tmpdir();
+}
+
+static void
+fixture_teardown(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  chmod(f->scratch, 0700);
+  test_rmtree(f->conf);
+  test_rmtree(f->scratch);
+  g_free(f->conf);
+  g_free(f->scratch);
+}
+
+static WsyncContext *
+load(Fixture *f, const char *overrides, GError **error)
+{
+  const char *conf_dirs[] = {f->conf, NULL};
+  const char *plugin_dirs[] = {test_env_dir("WSYNC_TEST_PLUGIN_DIR"), NULL};
+  return wsync_context_new(conf_dirs, plugin_dirs, overrides, error);
+}
+
+typedef struct {
+  GString *text;
+} Listing;
+
+static void
+list_plugin(const char *name, WsyncPluginState state, const char *path, const char *description,
+            const char *reason, gpointer user_data)
+{
+  Listing *l = user_data;
+  static const char *states[] = {"active", "disabled", "refused"};
+  (void)path;
+  (void)description;
+  g_string_append_printf(l->text, "%s=%s%s%s;", name, states[state], reason ? ":" : "",
+                         reason ? reason : "");
+}
+
+static char *
+listing(WsyncContext *ctx)
+{
+  Listing l = {g_string_new(NULL)};
+  wsync_context_foreach_plugin(ctx, list_plugin, &l);
+  return g_string_free(l.text, FALSE);
+}
+
+static void
+free_path(char *p)
+{
+  g_free(p);
+}
+
+/* ------------------------------------------------------------------ selection and options */
+
+static void
+test_only_selected_plugins_load(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  free_path(test_write(f->conf, "10-good.conf", "plugin \"good\" {\n}\n"));
+  g_autoptr(GError) error = NULL;
+  g_autoptr(WsyncContext) ctx = load(f, NULL, &error);
+  g_assert_no_error(error);
+  g_autofree char *l = listing(ctx);
+  /* rival, fails, bad-abi ... sit in the same directory but nobody selected them */
+  g_assert_cmpstr(l, ==, "good=active;");
+  WsyncRegistry *r = wsync_context_get_registry(ctx);
+  g_assert_cmpuint(wsync_registry_size(r), ==, 4);
+  g_autoptr(GPtrArray) hooks = wsync_registry_lookup(r, WSYNC_ENTRY_HOOK, "vllm-ascend");
+  g_assert_cmpuint(hooks->len, ==, 1);
+  g_assert_cmpstr(wsync_entry_get_name(hooks->pdata[0]), ==, "good-hook");
+  g_assert_cmpstr(wsync_entry_get_plugin(hooks->pdata[0]), ==, "good");
+  g_assert_cmpint(wsync_entry_get_priority(hooks->pdata[0]), ==, -5);
+}
+
+static void
+test_no_configuration_no_plugins(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autoptr(GError) error = NULL;
+  g_autoptr(WsyncContext) ctx = load(f, NULL, &error);
+  g_assert_no_error(error);
+  g_autofree char *l = listing(ctx);
+  g_assert_cmpstr(l, ==, "");
+  g_assert_cmpuint(wsync_registry_size(wsync_context_get_registry(ctx)), ==, 0);
+}
+
+static void
+test_defaults_and_sorted_merge(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  /* written out of order on purpose: files are read sorted by name */
+  free_path(test_write(f->conf, "20-b.conf", "plugin \"good\" {\n  mode = \"slow\"\n}\n"));
+  free_path(test_write(f->conf, "10-a.conf",
+                       "plugin \"good\" {\n  level = 5\n  mode = \"medium\"\n"
+                       "  names = {\"x\", \"y\"}\n}\n"));
+  free_path(test_write(f->conf, "README", "not a conf file: ignored {{{"));
+  free_path(test_write(f->conf, ".90-hidden.conf", "plugin \"good\" { level = 99 }"));
+  g_autoptr(GError) error = NULL;
+  g_autoptr(WsyncContext) ctx = load(f, NULL, &error);
+  g_assert_no_error(error);
+  cfg_t *opts = wsync_context_get_plugin_options(ctx, "good");
+  g_assert_nonnull(opts);
+  g_assert_cmpint(cfg_getint(opts, "level"), ==, 5);      /* from 10-a, untouched by 20-b */
+  g_assert_cmpstr(cfg_getstr(opts, "mode"), ==, "slow");  /* 20-b wins */
+  g_assert_false(cfg_getbool(opts, "flag"));              /* default */
+  g_assert_cmpuint(cfg_size(opts, "names"), ==, 2);
+  g_assert_cmpstr(cfg_getnstr(opts, "names", 1), ==, "y");
+}
+
+static void
+test_later_file_disables(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  free_path(test_write(f->conf, "10-a.conf", "plugin \"good\" {\n  level = 7\n}\n"
+                                             "plugin \"rival\" {\n}\n"));
+  free_path(test_write(f->conf, "90-off.conf", "plugin \"good\" {\n  enabled = false\n}\n"));
+  g_autoptr(GError) error = NULL;
+  g_autoptr(WsyncContext) ctx = load(f, NULL, &error);
+  g_assert_no_error(error);
+  g_autofree char *l = listing(ctx);
+  g_assert_cmpstr(l, ==, "good=disabled;rival=active;");
+  /* exactly rival's entries remain */
+  WsyncRegistry *r = wsync_context_get_registry(ctx);
+  g_assert_cmpuint(wsync_registry_size(r), ==, 2);
+  g_autoptr(GPtrArray) remappers = wsync_registry_lookup(r, WSYNC_ENTRY_REMAPPER, NULL);
+  g_assert_cmpuint(remappers->len, ==, 1);
+  g_assert_cmpstr(wsync_entry_get_plugin(remappers->pdata[0]), ==, "rival");
+  g_assert_null(wsync_context_get_plugin_options(ctx, "good"));
+}
+
+static void
+test_later_file_reenables(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  free_path(test_write(f->conf, "10-a.conf", "plugin \"good\" {\n  enabled = false\n}\n"));
+  free_path(test_write(f->conf, "20-b.conf", "plugin \"good\" {\n  enabled = true\n}\n"));
+  g_autoptr(GError) error = NULL;
+  g_autoptr(WsyncContext) ctx = load(f, NULL, &error);
+  g_assert_no_error(error);
+  g_autofree char *l = listing(ctx);
+  g_assert_cmpstr(l, ==, "good=active;");
+}
+
+static void
+test_dispatch_order_across_plugins(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  free_path(test_write(f->conf, "10.conf", "plugin \"good\" {}\nplugin \"rival\" {}\n"));
+  g_autoptr(GError) error = NULL;
+  g_autoptr(WsyncContext) ctx = load(f, NULL, &error);
+  g_assert_no_error(error);
+  WsyncRegistry *r = wsync_context_get_registry(ctx);
+  g_autoptr(GPtrArray) patchers = wsync_registry_lookup(r, WSYNC_ENTRY_CONFIG_PATCHER, NULL);
+  g_assert_cmpuint(patchers->len, ==, 2);
+  g_assert_cmpstr(wsync_entry_get_name(patchers->pdata[0]), ==, "rival-patch"); /* priority 50 */
+  g_assert_cmpstr(wsync_entry_get_name(patchers->pdata[1]), ==, "good-patch");
+  g_autoptr(GPtrArray) remappers = wsync_registry_lookup(r, WSYNC_ENTRY_REMAPPER, "qwen3_moe");
+  g_assert_cmpuint(remappers->len, ==, 2);
+  g_assert_cmpstr(wsync_entry_get_name(remappers->pdata[0]), ==, "a-remap"); /* tie: by name */
+  g_autoptr(GPtrArray) dense = wsync_registry_lookup(r, WSYNC_ENTRY_REMAPPER, "qwen3");
+  g_assert_cmpuint(dense->len, ==, 1);
+  g_assert_cmpstr(wsync_entry_get_name(dense->pdata[0]), ==, "good-remap");
+}
+
+static void
+test_sync_section(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  free_path(test_write(f->conf, "10.conf", "sync {\n  target = \"vllm\"\n  tp = 2\n}\n"));
+  free_path(test_write(f->conf, "20.conf", "sync {\n  tp = 4\n}\n"));
+  g_autoptr(GError) error = NULL;
+  g_autoptr(WsyncContext) ctx = load(f, NULL, &error);
+  g_assert_no_error(error);
+  g_assert_cmpstr(wsync_context_get_sync_option(ctx, "target"), ==, "vllm");
+  g_assert_cmpstr(wsync_context_get_sync_option(ctx, "tp"), ==, "4");
+  g_assert_null(wsync_context_get_sync_option(ctx, "ep"));
+}
+
+static void
+test_overrides_come_last(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  free_path(test_write(f->conf, "10.conf", "plugin \"good\" {\n  level = 5\n}\n"));
+  g_autoptr(GError) error = NULL;
+  g_autoptr(WsyncContext) ctx = load(f, "plugin \"good\" {\n  level = 9\n}\n", &error);
+  g_assert_no_error(error);
+  g_assert_cmpint(cfg_getint(wsync_context_get_plugin_options(ctx, "good"), "level"), ==, 9);
+}
+
+/* ------------------------------------------------------------------ configuration errors */
+
+static void
+expect_config_error(Fixture *f, const char *file, const char *text, const char *line_prefix,
+                    const char *fragment)
+{
+  g_autofree char *path = test_write(f->conf, file, text);
+  g_autoptr(GError) error = NULL;
+  g_autoptr(WsyncContext) ctx = load(f, NULL, &error);
+  g_assert_null(ctx);
+  g_assert_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG);
+  g_autofree char *where = g_strdup_printf("%s:%s", path, line_prefix);
+  if (!g_str_has_prefix(error->message, where))
+    g_error("message \"%s\" does not start with \"%s\"", error->message, where);
+  assert_message_has(error, fragment);
+}
+
+static void
+test_syntax_error_file_line(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  expect_config_error(f, "10.conf", "plugin \"good\" {\n  level = 5\n  }\n}\n", "4: ",
+                      "unexpected closing brace");
+}
+
+static void
+test_unknown_plugin_option(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  expect_config_error(f, "10.conf", "plugin \"good\" {\n  level = 5\n  bogus = 1\n}\n", "3: ",
+                      "no such option 'bogus' in plugin \"good\"");
+}
+
+static void
+test_option_of_another_plugin(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  /* `mode` exists, but it is good's, not rival's */
+  expect_config_error(f, "10.conf",
+                      "plugin \"good\" {}\nplugin \"rival\" {\n  weight = 2\n  mode = \"x\"\n}\n",
+                      "4: ", "no such option 'mode' in plugin \"rival\"");
+}
+
+static void
+test_bad_value(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  expect_config_error(f, "10.conf", "plugin \"good\" {\n\n  level = many\n}\n", "3: ",
+                      "level");
+}
+
+static void
+test_bad_bool(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  expect_config_error(f, "10.conf", "plugin \"good\" {\n  enabled = perhaps\n}\n", "2: ",
+                      "enabled");
+}
+
+static void
+test_unknown_sync_option(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  expect_config_error(f, "10.conf", "sync {\n  tp = 2\n  speed = 11\n}\n", "3: ",
+                      "no such option 'speed'");
+}
+
+static void
+test_unknown_top_level(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  expect_config_error(f, "10.conf", "# comment\nloadplugin = \"good\"\n", "2: ",
+                      "no such option 'loadplugin'");
+}
+
+static void
+test_invalid_plugin_name(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  expect_config_error(f, "10.conf", "\nplugin \"../../tmp/evil\" {}\n", "2: ",
+                      "invalid plugin name \"../../tmp/evil\"");
+}
+
+static void
+test_duplicate_section_in_one_file(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  expect_config_error(f, "10.conf", "plugin \"good\" {}\nplugin \"good\" {}\n", "2: ",
+                      "duplicate");
+}
+
+static void
+test_error_in_second_file_uses_nothing(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  free_path(test_write(f->conf, "10-ok.conf", "plugin \"good\" { level = 1 }\n"));
+  expect_config_error(f, "20-broken.conf", "plugin \"good\" {\n  level = 2\n  level\n}\n", "",
+                      "20-broken.conf");
+}
+
+static void
+test_options_of_unloadable_plugin(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  expect_config_error(f, "10.conf", "plugin \"nonexistent\" {\n  speed = 3\n}\n", "2: ",
+                      "plugin \"nonexistent\"");
+}
+
+static void
+test_error_in_overrides(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autoptr(GError) error = NULL;
+  g_autoptr(WsyncContext) ctx = load(f, "plugin \"good\" {\n  level = x\n}\n", &error);
+  g_assert_null(ctx);
+  g_assert_true(g_str_has_prefix(error->message, "command line:2: "));
+}
+
+static void
+test_missing_conf_dir(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *missing = g_build_filename(f->conf, "nope", NULL);
+  const char *conf_dirs[] = {missing, NULL};
+  g_autoptr(GError) error = NULL;
+  g_autoptr(WsyncContext) ctx = wsync_context_new(conf_dirs, NULL, NULL, &error);
+  g_assert_null(ctx);
+  g_assert_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG);
+  assert_message_has(error, "nope: cannot read configuration directory");
+}
+
+/* ------------------------------------------------------------------ refused plugins */
+
+static void
+expect_refused(Fixture *f, const char *name, const char *fragment)
+{
+  g_autofree char *text = g_strdup_printf("plugin \"%s\" {}\nplugin \"good\" {}\n", name);
+  free_path(test_write(f->conf, "10.conf", text));
+  g_autoptr(GError) error = NULL;
+  g_autoptr(WsyncContext) ctx = load(f, NULL, &error);
+  g_assert_no_error(error); /* a refused plugin does not fail the context */
+  g_autofree char *l = listing(ctx);
+  g_autofree char *expect = g_strdup_printf("%s=refused:", name);
+  if (strstr(l, expect) == NULL || strstr(l, fragment) == NULL || strstr(l, "good=active;") == NULL)
+    g_error("listing \"%s\" lacks \"%s\" ... \"%s\"", l, expect, fragment);
+  /* only good's entries are in the table */
+  g_assert_cmpuint(wsync_registry_size(wsync_context_get_registry(ctx)), ==, 4);
+}
+
+static void
+test_refuse_abi_mismatch(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  expect_refused(f, "bad-abi", "bad-abi.so: built for plugin ABI 999, this wsync has ABI 1");
+}
+
+static void
+test_refuse_missing_register(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  expect_refused(f, "no-register", "no-register.so: lacks the symbol wsync_plugin_register");
+}
+
+static void
+test_refuse_missing_descriptor(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  expect_refused(f, "no-descriptor",
+                 "no-descriptor.so: lacks the symbol wsync_plugin_descriptor");
+}
+
+static void
+test_refuse_failed_registration(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  expect_refused(f, "fails", "failed to register: deliberate failure after one entry");
+}
+
+static void
+test_refuse_misnamed(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  expect_refused(f, "misnamed", "its descriptor names it \"someone-else\"");
+}
+
+static void
+test_refuse_missing(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  expect_refused(f, "nonexistent", "no nonexistent.so in the plugin path");
+}
+
+static char *
+built_plugin(const char *name)
+{
+  g_autofree char *file = g_strconcat(name, ".so", NULL);
+  return g_build_filename(test_env_dir("WSYNC_TEST_PLUGIN_DIR"), file, NULL);
+}
+
+static WsyncContext *
+load_from(Fixture *f, const char *plugin_dir, GError **error)
+{
+  const char *conf_dirs[] = {f->conf, NULL};
+  const char *plugin_dirs[] = {plugin_dir, test_env_dir("WSYNC_TEST_PLUGIN_DIR"), NULL};
+  return wsync_context_new(conf_dirs, plugin_dirs, NULL, error);
+}
+
+static void
+test_refuse_symlink(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *target = built_plugin("good");
+  g_autofree char *link = g_build_filename(f->scratch, "good.so", NULL);
+  g_assert_cmpint(symlink(target, link), ==, 0);
+  free_path(test_write(f->conf, "10.conf", "plugin \"good\" {}\n"));
+  g_autoptr(GError) error = NULL;
+  g_autoptr(WsyncContext) ctx = load_from(f, f->scratch, &error);
+  g_assert_no_error(error);
+  g_autofree char *l = listing(ctx);
+  /* the first match in the path is the symlink: refused, not skipped over */
+  g_autofree char *expect = g_strdup_printf("good=refused:%s: is a symlink", link);
+  g_assert_true(g_str_has_prefix(l, expect));
+  g_assert_cmpuint(wsync_registry_size(wsync_context_get_registry(ctx)), ==, 0);
+}
+
+static void
+test_refuse_world_writable_dir(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *source = built_plugin("good");
+  g_autofree char *copy = g_build_filename(f->scratch, "good.so", NULL);
+  test_copy(source, copy);
+  g_assert_cmpint(chmod(f->scratch, 0777), ==, 0);
+  free_path(test_write(f->conf, "10.conf", "plugin \"good\" {}\n"));
+  g_autoptr(GError) error = NULL;
+  g_autoptr(WsyncContext) ctx = load_from(f, f->scratch, &error);
+  g_assert_no_error(error);
+  g_autofree char *l = listing(ctx);
+  g_assert_nonnull(strstr(l, "good=refused:"));
+  g_assert_nonnull(strstr(l, "lies in a world-writable directory"));
+}
+
+static void
+test_first_directory_wins(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *source = built_plugin("good");
+  g_autofree char *copy = g_build_filename(f->scratch, "good.so", NULL);
+  test_copy(source, copy);
+  free_path(test_write(f->conf, "10.conf", "plugin \"good\" {}\n"));
+  g_autoptr(GError) error = NULL;
+  g_autoptr(WsyncContext) ctx = load_from(f, f->scratch, &error);
+  g_assert_no_error(error);
+  g_autofree char *l = listing(ctx);
+  g_assert_cmpstr(l, ==, "good=active;");
+}
+
+#define ADD(path, fn) g_test_add(path, Fixture, NULL, fixture_setup, fn, fixture_teardown)
+
+int
+main(int argc, char **argv)
+{
+  g_test_init(&argc, &argv, NULL);
+  ADD("/context/only-selected-plugins-load", test_only_selected_plugins_load);
+  ADD("/context/no-configuration", test_no_configuration_no_plugins);
+  ADD("/context/defaults-and-sorted-merge", test_defaults_and_sorted_merge);
+  ADD("/context/later-file-disables", test_later_file_disables);
+  ADD("/context/later-file-reenables", test_later_file_reenables);
+  ADD("/context/dispatch-order", test_dispatch_order_across_plugins);
+  ADD("/context/sync-section", test_sync_section);
+  ADD("/context/overrides-come-last", test_overrides_come_last);
+  ADD("/context/error/syntax", test_syntax_error_file_line);
+  ADD("/context/error/unknown-plugin-option", test_unknown_plugin_option);
+  ADD("/context/error/option-of-another-plugin", test_option_of_another_plugin);
+  ADD("/context/error/bad-value", test_bad_value);
+  ADD("/context/error/bad-bool", test_bad_bool);
+  ADD("/context/error/unknown-sync-option", test_unknown_sync_option);
+  ADD("/context/error/unknown-top-level", test_unknown_top_level);
+  ADD("/context/error/invalid-plugin-name", test_invalid_plugin_name);
+  ADD("/context/error/duplicate-section", test_duplicate_section_in_one_file);
+  ADD("/context/error/second-file", test_error_in_second_file_uses_nothing);
+  ADD("/context/error/options-of-unloadable-plugin", test_options_of_unloadable_plugin);
+  ADD("/context/error/overrides", test_error_in_overrides);
+  ADD("/context/error/missing-conf-dir", test_missing_conf_dir);
+  ADD("/context/refuse/abi-mismatch", test_refuse_abi_mismatch);
+  ADD("/context/refuse/missing-register", test_refuse_missing_register);
+  ADD("/context/refuse/missing-descriptor", test_refuse_missing_descriptor);
+  ADD("/context/refuse/failed-registration", test_refuse_failed_registration);
+  ADD("/context/refuse/misnamed", test_refuse_misnamed);
+  ADD("/context/refuse/missing", test_refuse_missing);
+  ADD("/context/refuse/symlink", test_refuse_symlink);
+  ADD("/context/refuse/world-writable-dir", test_refuse_world_writable_dir);
+  ADD("/context/first-directory-wins", test_first_directory_wins);
+  return g_test_run();
+}

@@ -1,0 +1,758 @@
+/* wsync: a checkpoint (a file, or a directory with or without an index) as one set of
+ * tensors, and the index writer. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <json-glib/json-glib.h>
+
+#include <wsync/checkpoint.h>
+#include <wsync/error.h>
+
+/* The index needs three levels; json-glib's recursion overflows near 100000. */
+#define MAX_JSON_DEPTH 64
+
+struct _WsyncCheckpoint {
+  char *path;
+  gboolean is_dir;
+  GPtrArray *files;    /* WsyncSafetensors*, owned, sorted by path */
+  GPtrArray *tensors;  /* const WsyncTensor*, sorted by name */
+  GHashTable *by_name; /* name -> const WsyncTensor* */
+  guint64 total_bytes;
+};
+
+/* ================================================================ messages
+ *
+ * These helpers repeat a few lines of safetensors.c: the headers declare only the
+ * public API, and each core file keeps its helpers static. */
+
+/* Copies @s with control characters written as \xNN: messages stay on one line. */
+static char *
+printable(const char *s)
+{
+  GString *out = g_string_new(NULL);
+  for (const guchar *p = (const guchar *)s; *p; p++) {
+    if (*p < 0x20 || *p == 0x7f)
+      g_string_append_printf(out, "\\x%02x", *p);
+    else
+      g_string_append_c(out, (char)*p);
+  }
+  return g_string_free(out, FALSE);
+}
+
+/* Sets a BAD_INPUT error "FILE: MESSAGE" and returns FALSE. */
+static gboolean bad_input(GError **error, const char *file, const char *fmt, ...)
+    G_GNUC_PRINTF(3, 4);
+
+static gboolean
+bad_input(GError **error, const char *file, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  g_autofree char *msg = g_strdup_vprintf(fmt, ap);
+  va_end(ap);
+  g_autofree char *pfile = printable(file);
+  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: %s", pfile, msg);
+  return FALSE;
+}
+
+static const char *
+node_kind(JsonNode *node)
+{
+  switch (JSON_NODE_TYPE(node)) {
+  case JSON_NODE_OBJECT:
+    return "an object";
+  case JSON_NODE_ARRAY:
+    return "an array";
+  case JSON_NODE_NULL:
+    return "null";
+  case JSON_NODE_VALUE:
+    break;
+  }
+  GType type = json_node_get_value_type(node);
+  if (type == G_TYPE_STRING)
+    return "a string";
+  if (type == G_TYPE_BOOLEAN)
+    return "a boolean";
+  return "a number";
+}
+
+/* ================================================================ reading the index */
+
+/* Reads a whole (small) file. */
+static gboolean
+read_file(const char *path, char **text, gsize *len, GError **error)
+{
+  /* O_NONBLOCK: a FIFO in place of the index must not hang us. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    wsync_set_io_error(error, errno, path, "open");
+    return FALSE;
+  }
+  GString *buf = g_string_new(NULL);
+  char chunk[65536];
+  for (;;) {
+    ssize_t k = read(fd, chunk, sizeof chunk);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k < 0) {
+      wsync_set_io_error(error, errno, path, "read");
+      g_string_free(buf, TRUE);
+      close(fd);
+      return FALSE;
+    }
+    if (k == 0)
+      break;
+    g_string_append_len(buf, chunk, k);
+  }
+  close(fd);
+  *len = buf->len;
+  *text = g_string_free(buf, FALSE);
+  return TRUE;
+}
+
+/* json-glib keeps the last of two equal keys silently; its "object-member" signal is
+ * the only place that still sees both. */
+typedef struct {
+  GHashTable *seen; /* "OBJECT-ADDRESS:KEY" */
+  char *duplicate;
+} DupCheck;
+
+static void
+on_object_member(JsonParser *parser, JsonObject *object, const char *name, gpointer data)
+{
+  (void)parser;
+  DupCheck *dc = data;
+  /* After a duplicate json-glib frees the replaced value, whose address may come back:
+   * only the first duplicate is trustworthy, and it is enough. */
+  if (dc->duplicate)
+    return;
+  if (!g_hash_table_add(dc->seen, g_strdup_printf("%p:%s", (void *)object, name)))
+    dc->duplicate = g_strdup(name);
+}
+
+/* Refuses nesting that would overflow json-glib's recursion, the comments and
+ * single-quoted strings json-glib accepts (they would hide brackets from this scan),
+ * and a second top-level value (json-glib ignores it).  Parsing is json-glib's job. */
+static gboolean
+check_json_text(const char *text, gsize len, const char *file, GError **error)
+{
+  guint depth = 0;
+  gboolean in_string = FALSE, seen_value = FALSE;
+  for (gsize i = 0; i < len; i++) {
+    char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        i++;
+      else if (c == '"')
+        in_string = FALSE;
+      continue;
+    }
+    if (c == '"') {
+      in_string = TRUE;
+    } else if (c == '{' || c == '[') {
+      if (depth == 0 && seen_value)
+        return bad_input(error, file,
+                         "not valid JSON: a second value begins at byte %" G_GSIZE_FORMAT, i);
+      if (++depth > MAX_JSON_DEPTH)
+        return bad_input(error, file,
+                         "JSON nests deeper than %d levels (at byte %" G_GSIZE_FORMAT ")",
+                         MAX_JSON_DEPTH, i);
+    } else if (c == '}' || c == ']') {
+      if (depth > 0 && --depth == 0)
+        seen_value = TRUE;
+    } else if (c == '/' || c == '\'') {
+      return bad_input(error, file, "not valid JSON: unexpected '%c' at byte %" G_GSIZE_FORMAT, c,
+                       i);
+    }
+  }
+  return TRUE;
+}
+
+static JsonObject *
+load_index_json(JsonParser *parser, const char *text, gsize len, const char *file, GError **error)
+{
+  /* NUL is valid UTF-8 but GLib's validators (and so json-glib) refuse it: name it. */
+  const char *nul = memchr(text, '\0', len);
+  if (nul) {
+    bad_input(error, file, "not valid JSON: a NUL byte at byte %td", nul - text);
+    return NULL;
+  }
+  const char *bad_utf8;
+  if (!g_utf8_validate_len(text, len, &bad_utf8)) {
+    bad_input(error, file, "not valid UTF-8 (bad byte 0x%02x at byte %td)",
+              (guint)(guchar)*bad_utf8, bad_utf8 - text);
+    return NULL;
+  }
+  if (!check_json_text(text, len, file, error))
+    return NULL;
+
+  DupCheck dc = {g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL), NULL};
+  gulong handler = g_signal_connect(parser, "object-member", G_CALLBACK(on_object_member), &dc);
+  g_autoptr(GError) json_error = NULL;
+  gboolean ok = json_parser_load_from_data(parser, text, (gssize)len, &json_error);
+  g_signal_handler_disconnect(parser, handler);
+  g_hash_table_destroy(dc.seen);
+  g_autofree char *duplicate = dc.duplicate;
+
+  if (!ok) {
+    /* json-glib says "<data>:LINE:COL: Parse error: ..." */
+    const char *msg = json_error->message;
+    if (g_str_has_prefix(msg, "<data>:"))
+      bad_input(error, file, "not valid JSON at %s", msg + 7);
+    else
+      bad_input(error, file, "not valid JSON: %s", msg);
+    return NULL;
+  }
+  if (duplicate) {
+    g_autofree char *key = printable(duplicate);
+    bad_input(error, file, "the key \"%s\" appears twice", key);
+    return NULL;
+  }
+  JsonNode *root = json_parser_get_root(parser);
+  if (root == NULL || !JSON_NODE_HOLDS_OBJECT(root)) {
+    bad_input(error, file, "the top level is %s, not an object", root ? node_kind(root) : "empty");
+    return NULL;
+  }
+  return json_node_get_object(root);
+}
+
+/* metadata.total_size, when there is one.  Python writes an int; a float with an
+ * integral value is taken too (some conversion scripts write one). */
+static gboolean
+index_total_size(JsonObject *root, gboolean *has, guint64 *total, const char *file, GError **error)
+{
+  *has = FALSE;
+  JsonNode *meta = json_object_get_member(root, "metadata");
+  if (meta == NULL || JSON_NODE_HOLDS_NULL(meta))
+    return TRUE;
+  if (!JSON_NODE_HOLDS_OBJECT(meta))
+    return bad_input(error, file, "\"metadata\" is %s, not an object", node_kind(meta));
+  JsonNode *node = json_object_get_member(json_node_get_object(meta), "total_size");
+  if (node == NULL)
+    return TRUE;
+  GType type = JSON_NODE_HOLDS_VALUE(node) ? json_node_get_value_type(node) : G_TYPE_INVALID;
+  if (type == G_TYPE_INT64 && json_node_get_int(node) >= 0) {
+    *total = (guint64)json_node_get_int(node);
+  } else if (type == G_TYPE_DOUBLE && json_node_get_double(node) >= 0 &&
+             json_node_get_double(node) <= 9007199254740992.0 &&
+             json_node_get_double(node) == (double)(guint64)json_node_get_double(node)) {
+    *total = (guint64)json_node_get_double(node);
+  } else {
+    return bad_input(error, file, "metadata.total_size is %s, not a non-negative integer",
+                     node_kind(node));
+  }
+  *has = TRUE;
+  return TRUE;
+}
+
+/* ================================================================ shards */
+
+typedef struct {
+  WsyncCheckpoint *ck;
+  const char *dir;
+  char *real_dir;      /* realpath of dir */
+  const char *index;   /* the index path, for messages */
+  GHashTable *by_name; /* shard name as written -> WsyncSafetensors* */
+  GHashTable *by_real; /* realpath -> WsyncSafetensors* */
+} Shards;
+
+static gboolean
+shard_name_escapes(const char *name)
+{
+  if (g_path_is_absolute(name))
+    return TRUE;
+  g_auto(GStrv) parts = g_strsplit(name, "/", -1);
+  for (char **p = parts; *p; p++)
+    if (strcmp(*p, "..") == 0)
+      return TRUE;
+  return FALSE;
+}
+
+/* Opens the shard @name (once, however many tensors name it) and checks that it stays
+ * inside the directory, also through symlinks. */
+static WsyncSafetensors *
+shard_open(Shards *sh, const char *name, const char *tensor, GError **error)
+{
+  WsyncSafetensors *st = g_hash_table_lookup(sh->by_name, name);
+  if (st)
+    return st;
+
+  g_autofree char *pname = printable(name);
+  g_autofree char *ptensor = printable(tensor);
+  if (*name == '\0') {
+    bad_input(error, sh->index, "tensor \"%s\" has an empty shard name", ptensor);
+    return NULL;
+  }
+  if (shard_name_escapes(name)) {
+    bad_input(error, sh->index, "shard \"%s\" of tensor \"%s\" leaves the checkpoint directory",
+              pname, ptensor);
+    return NULL;
+  }
+  g_autofree char *path = g_build_filename(sh->dir, name, NULL);
+  g_autofree char *real = realpath(path, NULL);
+  if (real == NULL) {
+    if (errno == ENOENT || errno == ENOTDIR)
+      bad_input(error, sh->index, "shard \"%s\" (named for tensor \"%s\") is missing", pname,
+                ptensor);
+    else
+      wsync_set_io_error(error, errno, path, "resolve");
+    return NULL;
+  }
+  gsize n = strlen(sh->real_dir);
+  /* realpath("/") is "/", the one directory whose name already ends in a slash. */
+  gboolean inside = strncmp(real, sh->real_dir, n) == 0 &&
+                    (real[n] == '/' || (n > 0 && sh->real_dir[n - 1] == '/'));
+  if (!inside) {
+    bad_input(error, sh->index, "shard \"%s\" of tensor \"%s\" leaves the checkpoint directory",
+              pname, ptensor);
+    return NULL;
+  }
+
+  /* Two spellings of one file ("a", "./a") are still one file. */
+  st = g_hash_table_lookup(sh->by_real, real);
+  if (st == NULL) {
+    st = wsync_safetensors_open(path, error);
+    if (st == NULL)
+      return NULL;
+    g_ptr_array_add(sh->ck->files, st);
+    g_hash_table_insert(sh->by_real, g_steal_pointer(&real), st);
+  }
+  g_hash_table_insert(sh->by_name, g_strdup(name), st);
+  return st;
+}
+
+/* Every tensor of every shard must be named in the index, for that shard. */
+static gboolean
+check_shards_named(WsyncCheckpoint *ck, JsonObject *weight_map, GHashTable *shard_of,
+                   const char *index, GError **error)
+{
+  for (guint f = 0; f < ck->files->len; f++) {
+    const WsyncSafetensors *st = g_ptr_array_index(ck->files, f);
+    for (guint i = 0; i < wsync_safetensors_n_tensors(st); i++) {
+      const char *name = wsync_safetensors_tensor(st, i)->name;
+      g_autofree char *pname = printable(name);
+      if (!json_object_has_member(weight_map, name))
+        return bad_input(error, wsync_safetensors_path(st), "tensor \"%s\" is not named in %s",
+                         pname, index);
+      if (g_hash_table_lookup(shard_of, name) != st) {
+        g_autofree char *pother = printable(json_object_get_string_member(weight_map, name));
+        return bad_input(error, wsync_safetensors_path(st),
+                         "tensor \"%s\" is named for shard \"%s\" in %s", pname, pother, index);
+      }
+    }
+  }
+  return TRUE;
+}
+
+/* Opens the shards @weight_map names and checks that each holds the tensors named for
+ * it.  Fills @shard_of: tensor name (owned by the JSON) -> its shard. */
+static gboolean
+open_named_shards(Shards *sh, JsonObject *weight_map, GHashTable *shard_of, GError **error)
+{
+  JsonObjectIter iter;
+  const char *tensor;
+  JsonNode *node;
+  json_object_iter_init_ordered(&iter, weight_map);
+  while (json_object_iter_next_ordered(&iter, &tensor, &node)) {
+    g_autofree char *ptensor = printable(tensor);
+    if (!JSON_NODE_HOLDS_VALUE(node) || json_node_get_value_type(node) != G_TYPE_STRING)
+      return bad_input(error, sh->index, "the shard of tensor \"%s\" is %s, not a string", ptensor,
+                       node_kind(node));
+    const char *shard = json_node_get_string(node);
+    WsyncSafetensors *st = shard_open(sh, shard, tensor, error);
+    if (st == NULL)
+      return FALSE;
+    if (wsync_safetensors_lookup(st, tensor) == NULL) {
+      g_autofree char *pshard = printable(shard);
+      return bad_input(error, sh->index, "tensor \"%s\" is not in its shard \"%s\" (%s)", ptensor,
+                       pshard, wsync_safetensors_path(st));
+    }
+    g_hash_table_insert(shard_of, (char *)tensor, st);
+  }
+  return TRUE;
+}
+
+static gboolean
+open_indexed(WsyncCheckpoint *ck, const char *dir, const char *index, GError **error)
+{
+  g_autofree char *text = NULL;
+  gsize len;
+  if (!read_file(index, &text, &len, error))
+    return FALSE;
+  g_autoptr(JsonParser) parser = json_parser_new();
+  JsonObject *root = load_index_json(parser, text, len, index, error);
+  if (root == NULL)
+    return FALSE;
+
+  JsonNode *wm = json_object_get_member(root, "weight_map");
+  if (wm == NULL)
+    return bad_input(error, index, "no \"weight_map\"");
+  if (!JSON_NODE_HOLDS_OBJECT(wm))
+    return bad_input(error, index, "\"weight_map\" is %s, not an object", node_kind(wm));
+  JsonObject *weight_map = json_node_get_object(wm);
+  gboolean has_total;
+  guint64 total_size = 0;
+  if (!index_total_size(root, &has_total, &total_size, index, error))
+    return FALSE;
+
+  g_autofree char *real_dir = realpath(dir, NULL);
+  if (real_dir == NULL) {
+    wsync_set_io_error(error, errno, dir, "resolve");
+    return FALSE;
+  }
+  Shards sh = {
+      .ck = ck,
+      .dir = dir,
+      .real_dir = real_dir,
+      .index = index,
+      .by_name = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL),
+      .by_real = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL),
+  };
+  g_autoptr(GHashTable) shard_of = g_hash_table_new(g_str_hash, g_str_equal);
+  gboolean ok = open_named_shards(&sh, weight_map, shard_of, error);
+  g_hash_table_destroy(sh.by_name);
+  g_hash_table_destroy(sh.by_real);
+  if (!ok || !check_shards_named(ck, weight_map, shard_of, index, error))
+    return FALSE;
+
+  guint64 sum = 0;
+  for (guint f = 0; f < ck->files->len; f++) {
+    const WsyncSafetensors *st = g_ptr_array_index(ck->files, f);
+    for (guint i = 0; i < wsync_safetensors_n_tensors(st); i++)
+      sum += wsync_safetensors_tensor(st, i)->nbytes;
+  }
+  if (has_total && total_size != sum)
+    return bad_input(error, index,
+                     "metadata.total_size is %" G_GUINT64_FORMAT
+                     " but the tensors take %" G_GUINT64_FORMAT " bytes",
+                     total_size, sum);
+  return TRUE;
+}
+
+/* ================================================================ directory without index */
+
+static int
+compare_cstrings(const void *a, const void *b)
+{
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Every *.safetensors of @dir, as a shell glob sees them: sorted, without dotfiles. */
+static gboolean
+open_plain_dir(WsyncCheckpoint *ck, const char *dir, GError **error)
+{
+  DIR *d = opendir(dir);
+  if (d == NULL) {
+    wsync_set_io_error(error, errno, dir, "open");
+    return FALSE;
+  }
+  g_autoptr(GPtrArray) names = g_ptr_array_new_with_free_func(g_free);
+  struct dirent *ent;
+  errno = 0;
+  while ((ent = readdir(d)) != NULL) {
+    if (ent->d_name[0] != '.' && g_str_has_suffix(ent->d_name, ".safetensors"))
+      g_ptr_array_add(names, g_strdup(ent->d_name));
+    errno = 0;
+  }
+  int errsv = errno;
+  closedir(d);
+  if (errsv != 0) {
+    wsync_set_io_error(error, errsv, dir, "read");
+    return FALSE;
+  }
+  if (names->len == 0) {
+    g_autofree char *pdir = printable(dir);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "no safetensors files in %s", pdir);
+    return FALSE;
+  }
+  g_ptr_array_sort(names, compare_cstrings);
+  for (guint i = 0; i < names->len; i++) {
+    g_autofree char *path = g_build_filename(dir, g_ptr_array_index(names, i), NULL);
+    WsyncSafetensors *st = wsync_safetensors_open(path, error);
+    if (st == NULL)
+      return FALSE;
+    g_ptr_array_add(ck->files, st);
+  }
+  return TRUE;
+}
+
+/* ================================================================ the checkpoint */
+
+static int
+compare_files(const void *a, const void *b)
+{
+  return strcmp(wsync_safetensors_path(*(WsyncSafetensors *const *)a),
+                wsync_safetensors_path(*(WsyncSafetensors *const *)b));
+}
+
+static int
+compare_tensors(const void *a, const void *b)
+{
+  return strcmp((*(WsyncTensor *const *)a)->name, (*(WsyncTensor *const *)b)->name);
+}
+
+/* Gathers the tensors of all files; a name in two files is an error. */
+static gboolean
+collect_tensors(WsyncCheckpoint *ck, GError **error)
+{
+  g_ptr_array_sort(ck->files, compare_files);
+  for (guint f = 0; f < ck->files->len; f++) {
+    const WsyncSafetensors *st = g_ptr_array_index(ck->files, f);
+    for (guint i = 0; i < wsync_safetensors_n_tensors(st); i++) {
+      const WsyncTensor *t = wsync_safetensors_tensor(st, i);
+      const WsyncTensor *other = g_hash_table_lookup(ck->by_name, t->name);
+      if (other) {
+        g_autofree char *pname = printable(t->name);
+        g_autofree char *pother = printable(other->file);
+        return bad_input(error, t->file, "tensor \"%s\" is also in %s", pname, pother);
+      }
+      g_hash_table_insert(ck->by_name, (char *)t->name, (gpointer)t);
+      g_ptr_array_add(ck->tensors, (gpointer)t);
+      ck->total_bytes += t->nbytes;
+    }
+  }
+  g_ptr_array_sort(ck->tensors, compare_tensors);
+  return TRUE;
+}
+
+static void
+safetensors_free_cb(gpointer p)
+{
+  wsync_safetensors_free(p);
+}
+
+WsyncCheckpoint *
+wsync_checkpoint_open(const char *path, GError **error)
+{
+  g_return_val_if_fail(path != NULL, NULL);
+  g_return_val_if_fail(error == NULL || *error == NULL, NULL);
+
+  g_autoptr(WsyncCheckpoint) ck = g_new0(WsyncCheckpoint, 1);
+  ck->path = g_strdup(path);
+  ck->files = g_ptr_array_new_with_free_func(safetensors_free_cb);
+  ck->tensors = g_ptr_array_new();
+  ck->by_name = g_hash_table_new(g_str_hash, g_str_equal);
+
+  struct stat sb;
+  if (stat(path, &sb) != 0) {
+    wsync_set_io_error(error, errno, path, "open");
+    return NULL;
+  }
+  ck->is_dir = S_ISDIR(sb.st_mode);
+  if (ck->is_dir) {
+    g_autofree char *index = g_build_filename(path, WSYNC_INDEX_NAME, NULL);
+    struct stat isb;
+    gboolean has_index = lstat(index, &isb) == 0;
+    if (has_index ? !open_indexed(ck, path, index, error) : !open_plain_dir(ck, path, error))
+      return NULL;
+  } else {
+    WsyncSafetensors *st = wsync_safetensors_open(path, error);
+    if (st == NULL)
+      return NULL;
+    g_ptr_array_add(ck->files, st);
+  }
+  if (!collect_tensors(ck, error))
+    return NULL;
+  return g_steal_pointer(&ck);
+}
+
+void
+wsync_checkpoint_free(WsyncCheckpoint *ck)
+{
+  if (ck == NULL)
+    return;
+  /* The tensors live in the files: drop the views before the files. */
+  g_hash_table_destroy(ck->by_name);
+  g_ptr_array_unref(ck->tensors);
+  g_ptr_array_unref(ck->files);
+  g_free(ck->path);
+  g_free(ck);
+}
+
+const char *
+wsync_checkpoint_path(const WsyncCheckpoint *ck)
+{
+  g_return_val_if_fail(ck != NULL, NULL);
+  return ck->path;
+}
+
+gboolean
+wsync_checkpoint_is_dir(const WsyncCheckpoint *ck)
+{
+  g_return_val_if_fail(ck != NULL, FALSE);
+  return ck->is_dir;
+}
+
+guint
+wsync_checkpoint_n_tensors(const WsyncCheckpoint *ck)
+{
+  g_return_val_if_fail(ck != NULL, 0);
+  return ck->tensors->len;
+}
+
+const WsyncTensor *
+wsync_checkpoint_tensor(const WsyncCheckpoint *ck, guint index)
+{
+  g_return_val_if_fail(ck != NULL, NULL);
+  g_return_val_if_fail(index < ck->tensors->len, NULL);
+  return g_ptr_array_index(ck->tensors, index);
+}
+
+const WsyncTensor *
+wsync_checkpoint_lookup(const WsyncCheckpoint *ck, const char *name)
+{
+  g_return_val_if_fail(ck != NULL, NULL);
+  g_return_val_if_fail(name != NULL, NULL);
+  return g_hash_table_lookup(ck->by_name, name);
+}
+
+guint
+wsync_checkpoint_n_files(const WsyncCheckpoint *ck)
+{
+  g_return_val_if_fail(ck != NULL, 0);
+  return ck->files->len;
+}
+
+const WsyncSafetensors *
+wsync_checkpoint_file(const WsyncCheckpoint *ck, guint index)
+{
+  g_return_val_if_fail(ck != NULL, NULL);
+  g_return_val_if_fail(index < ck->files->len, NULL);
+  return g_ptr_array_index(ck->files, index);
+}
+
+guint64
+wsync_checkpoint_total_bytes(const WsyncCheckpoint *ck)
+{
+  g_return_val_if_fail(ck != NULL, 0);
+  return ck->total_bytes;
+}
+
+/* ================================================================ writing the index */
+
+/* Python's json.dumps escaping with its default ensure_ascii=True: what Transformers
+ * writes.  Everything outside printable ASCII becomes \uXXXX (lowercase, surrogate
+ * pairs above U+FFFF). */
+static void
+append_python_json_string(GString *out, const char *s)
+{
+  g_string_append_c(out, '"');
+  for (const char *p = s; *p; p = g_utf8_next_char(p)) {
+    gunichar c = g_utf8_get_char(p);
+    switch (c) {
+    case '"':
+      g_string_append(out, "\\\"");
+      break;
+    case '\\':
+      g_string_append(out, "\\\\");
+      break;
+    case '\b':
+      g_string_append(out, "\\b");
+      break;
+    case '\f':
+      g_string_append(out, "\\f");
+      break;
+    case '\n':
+      g_string_append(out, "\\n");
+      break;
+    case '\r':
+      g_string_append(out, "\\r");
+      break;
+    case '\t':
+      g_string_append(out, "\\t");
+      break;
+    default:
+      if (c >= 0x20 && c < 0x7f) {
+        g_string_append_c(out, (char)c);
+      } else if (c <= 0xffff) {
+        g_string_append_printf(out, "\\u%04x", c);
+      } else {
+        c -= 0x10000;
+        g_string_append_printf(out, "\\u%04x\\u%04x", 0xd800 + (c >> 10), 0xdc00 + (c & 0x3ff));
+      }
+    }
+  }
+  g_string_append_c(out, '"');
+}
+
+/* Writes the whole buffer, flushes it to disk and closes. */
+static gboolean
+write_file(const char *path, const char *data, gsize len, GError **error)
+{
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    wsync_set_io_error(error, errno, path, "create");
+    return FALSE;
+  }
+  while (len > 0) {
+    ssize_t k = write(fd, data, len);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k <= 0) {
+      wsync_set_io_error(error, k < 0 ? errno : ENOSPC, path, "write");
+      close(fd);
+      return FALSE;
+    }
+    data += k;
+    len -= (gsize)k;
+  }
+  if (fsync(fd) != 0) {
+    wsync_set_io_error(error, errno, path, "sync");
+    close(fd);
+    return FALSE;
+  }
+  if (close(fd) != 0) {
+    wsync_set_io_error(error, errno, path, "close");
+    return FALSE;
+  }
+  return TRUE;
+}
+
+gboolean
+wsync_index_write(const char *path, guint64 total_size, GHashTable *weight_map, GError **error)
+{
+  g_return_val_if_fail(path != NULL, FALSE);
+  g_return_val_if_fail(weight_map != NULL, FALSE);
+  g_return_val_if_fail(error == NULL || *error == NULL, FALSE);
+
+  guint n;
+  g_autofree gpointer *names = g_hash_table_get_keys_as_array(weight_map, &n);
+  if (n > 1)
+    qsort(names, n, sizeof(gpointer), compare_cstrings);
+  for (guint i = 0; i < n; i++) {
+    const char *shard = g_hash_table_lookup(weight_map, names[i]);
+    if (!g_utf8_validate(names[i], -1, NULL) || shard == NULL ||
+        !g_utf8_validate(shard, -1, NULL)) {
+      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
+                  "%s: a tensor name or shard name is not valid UTF-8", path);
+      return FALSE;
+    }
+  }
+
+  /* json.dumps(index, indent=2, sort_keys=True) + "\n", byte for byte.  json-glib's
+   * pretty printer writes "key" : value and {  }, so the layout is spelled out here. */
+  GString *out = g_string_new(NULL);
+  g_string_append_printf(out,
+                         "{\n  \"metadata\": {\n    \"total_size\": %" G_GUINT64_FORMAT
+                         "\n  },\n  \"weight_map\": {",
+                         total_size);
+  for (guint i = 0; i < n; i++) {
+    g_string_append(out, i ? ",\n    " : "\n    ");
+    append_python_json_string(out, names[i]);
+    g_string_append(out, ": ");
+    append_python_json_string(out, g_hash_table_lookup(weight_map, names[i]));
+  }
+  g_string_append(out, n ? "\n  }\n}\n" : "}\n}\n");
+
+  gboolean ok = write_file(path, out->str, out->len, error);
+  g_string_free(out, TRUE);
+  return ok;
+}

@@ -1,0 +1,618 @@
+/* wsync plugin "rope-compat": the RoPE settings of a config.json, in the form the
+ * reader's Transformers version expects.
+ *
+ * Transformers 4 reads a top-level `rope_theta` and `rope_scaling` (null or a dict with
+ * `rope_type`, or the older `type`); Transformers 5 reads one `rope_parameters` dict
+ * (hf-qwen.md §4).  Option `rope-format`:
+ *
+ *   transformers5  rope_scaling + rope_theta + partial_rotary_factor -> rope_parameters
+ *   transformers4  rope_parameters -> rope_theta, rope_scaling, partial_rotary_factor
+ *   keep           neither
+ *
+ * Whatever the option, `ignore_keys_at_rope_validation` is removed (hf-qwen.md §4.1).
+ * The top-level object is converted when it carries RoPE keys, and `text_config` (the
+ * nested text model of Qwen3.5 and other multimodal configs) is converted the same way.
+ *
+ * The Transformers 5 form is what Transformers 5 itself builds on load, in
+ * `RotaryEmbeddingConfigMixin.convert_rope_params_to_dict()` and
+ * `standardize_rope_params()` (transformers/modeling_rope_utils.py):
+ *
+ *   1. the old `rope_scaling` dict becomes the new dict;
+ *   2. `rope_theta` goes in with setdefault, defaulting to 10000.0;
+ *   3. `partial_rotary_factor` goes in too;
+ *   4. `rope_type` defaults to the legacy `type`, else "default";
+ *   5. llama3, yarn and longrope get `original_max_position_embeddings`: the top-level
+ *      attribute if there is one (Phi-3 keeps it there), else `max_position_embeddings`.
+ *
+ * Where Transformers would silently prefer one of two different values (a top-level
+ * `rope_theta` and another one inside the dict, `type` against `rope_type`), this
+ * plugin refuses the config instead: writing either value could change the model.
+ *
+ * Transformers 4 output writes `rope_type` only, never the legacy `type`: Transformers
+ * 4 reads `rope_scaling.get("rope_type", rope_scaling.get("type"))`, Qwen3's own configs
+ * and README use `rope_type`, and a second copy could only disagree.  `rope_scaling` is
+ * null when nothing but `"rope_type": "default"` is left, as Qwen3's configs have it.
+ * A config already in the Transformers 4 form is checked but not rewritten.
+ *
+ * Key order.  Every other key keeps its place.  The keys written go where the first of
+ * `rope_parameters`, `rope_scaling` and `rope_theta` was.  Inside the RoPE dict, keys
+ * keep their order, and an added key goes to its sorted place when the dict's keys are
+ * sorted (Transformers saves with `json.dumps(sort_keys=True)`), else to the end (the
+ * order of Transformers' setdefault calls).  So a config Transformers saved, with
+ * sorted keys, converts back and forth to exactly itself.
+ *
+ * Numbers are moved as they are, so an integer stays an integer and a float a float.
+ * The only number made up is the default `rope_theta`, the float 10000.0 of
+ * Transformers' `default_theta`.
+ */
+#include <string.h>
+
+#include <wsync/plugin.h>
+
+typedef enum {
+  ROPE_KEEP,
+  ROPE_TRANSFORMERS5,
+  ROPE_TRANSFORMERS4,
+} RopeFormat;
+
+/* The patcher's user data. */
+typedef struct {
+  RopeFormat format;
+} RopeCompat;
+
+/* The RoPE types Transformers knows: "default" plus ROPE_INIT_FUNCTIONS (hf-qwen.md §4,
+ * step 5).  Anything else would fail when the model is built. */
+static const char *const known_types[] = {"default", "linear", "dynamic", "yarn",
+                                          "longrope", "llama3", NULL};
+
+/* The types for which standardize_rope_params() fills original_max_position_embeddings. */
+static const char *const types_with_original_max[] = {"llama3", "yarn", "longrope", NULL};
+
+#define IGNORE_KEYS "ignore_keys_at_rope_validation"
+
+static gboolean
+parse_format(const char *value, RopeFormat *format)
+{
+  static const char *const names[] = {"keep", "transformers5", "transformers4"};
+
+  for (guint i = 0; value != NULL && i < G_N_ELEMENTS(names); i++)
+    if (strcmp(value, names[i]) == 0) {
+      *format = (RopeFormat)i;
+      return TRUE;
+    }
+  return FALSE;
+}
+
+/* ------------------------------------------------------------------ key order */
+
+static int
+member_index(JsonObject *obj, const char *name)
+{
+  g_autoptr(GList) names = json_object_get_members(obj);
+  int i = 0;
+
+  for (GList *l = names; l != NULL; l = l->next, i++)
+    if (strcmp(l->data, name) == 0)
+      return i;
+  return -1;
+}
+
+/* Takes @name out of @obj and returns its value (a new reference), or NULL. */
+static JsonNode *
+take_member(JsonObject *obj, const char *name)
+{
+  JsonNode *node = json_object_get_member(obj, name);
+
+  if (node == NULL)
+    return NULL;
+  json_node_ref(node);
+  json_object_remove_member(obj, name);
+  return node;
+}
+
+static void
+drop_member(JsonObject *obj, const char *name)
+{
+  if (json_object_has_member(obj, name))
+    json_object_remove_member(obj, name);
+}
+
+/* Adds @name (taking @node) at position @index, or at the end when @index is negative.
+ * JsonObject only appends, so the members from @index on are taken out and put back. */
+static void
+insert_member(JsonObject *obj, const char *name, JsonNode *node, int index)
+{
+  g_autoptr(GList) names = json_object_get_members(obj);
+  g_autoptr(GPtrArray) tail = g_ptr_array_new_with_free_func(g_free);
+  int i = 0;
+
+  for (GList *l = names; l != NULL; l = l->next, i++)
+    if (index >= 0 && i >= index)
+      g_ptr_array_add(tail, g_strdup(l->data));
+  json_object_set_member(obj, name, node);
+  for (guint t = 0; t < tail->len; t++) {
+    const char *moved = tail->pdata[t];
+    json_object_set_member(obj, moved, take_member(obj, moved));
+  }
+}
+
+/* Where @name belongs in @obj if @obj's keys are sorted, as Transformers writes them;
+ * -1 when they are not sorted. */
+static int
+sorted_index(JsonObject *obj, const char *name)
+{
+  g_autoptr(GList) names = json_object_get_members(obj);
+  const char *previous = NULL;
+  int index = -1, i = 0;
+
+  for (GList *l = names; l != NULL; l = l->next, i++) {
+    if (previous != NULL && strcmp(previous, l->data) > 0)
+      return -1;
+    if (index < 0 && strcmp(l->data, name) > 0)
+      index = i;
+    previous = l->data;
+  }
+  return index < 0 ? i : index;
+}
+
+/* Adds a key to a RoPE dict: at its sorted place if the dict is sorted, else last. */
+static void
+dict_add(JsonObject *dict, const char *name, JsonNode *node)
+{
+  insert_member(dict, name, node, sorted_index(dict, name));
+}
+
+/* ------------------------------------------------------------------ errors */
+
+static gboolean
+conflict(GError **error, const char *where, const char *key_a, JsonNode *a, const char *key_b,
+         JsonNode *b)
+{
+  g_autofree char *text_a = json_to_string(a, FALSE);
+  g_autofree char *text_b = json_to_string(b, FALSE);
+
+  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+              "conflicting RoPE settings: %s%s is %s but %s%s is %s", where, key_a, text_a,
+              where, key_b, text_b);
+  return FALSE;
+}
+
+static gboolean
+bad_value(GError **error, const char *where, const char *key, JsonNode *node, const char *want)
+{
+  g_autofree char *text = json_to_string(node, FALSE);
+
+  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s%s must be %s, not %s", where, key,
+              want, text);
+  return FALSE;
+}
+
+static gboolean
+is_number(JsonNode *node)
+{
+  GType type;
+
+  if (!JSON_NODE_HOLDS_VALUE(node))
+    return FALSE;
+  type = json_node_get_value_type(node);
+  return type == G_TYPE_INT64 || type == G_TYPE_DOUBLE;
+}
+
+/* ------------------------------------------------------------------ gathering */
+
+/* One object being converted: the top level or text_config. */
+typedef struct {
+  JsonObject *obj;
+  const char *where;  /* "" or "text_config.", prefixed to key names in messages */
+  JsonObject *params; /* the Transformers 5 dict being built */
+  const char *source; /* the key params came from, for messages */
+} Rope;
+
+/* Checks a `type` or `rope_type` value and returns its canonical name. */
+static gboolean
+type_name(JsonNode *node, const char *where, const char *key, const char **name, GError **error)
+{
+  const char *value;
+
+  if (!JSON_NODE_HOLDS_VALUE(node) || json_node_get_value_type(node) != G_TYPE_STRING)
+    return bad_value(error, where, key, node, "a string");
+  value = json_node_get_string(node);
+  /* Transformers 4 Qwen2-VL-family configs say "type": "mrope"; their config classes
+   * rewrite it to "default", as M-RoPE is default RoPE split by mrope_section. */
+  *name = strcmp(value, "mrope") == 0 ? "default" : value;
+  if (g_strv_contains(known_types, *name))
+    return TRUE;
+  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+              "%s%s: unknown RoPE type \"%s\" (known: default, linear, dynamic, yarn, longrope, "
+              "llama3)",
+              where, key, value);
+  return FALSE;
+}
+
+/* Folds the legacy `type` into `rope_type`, in its place (standardize_rope_params()
+ * does setdefault("rope_type", get("type", ...))); the two must agree. */
+static gboolean
+fold_type(JsonObject *dict, const char *where, const char *dict_key, GError **error)
+{
+  JsonNode *legacy = json_object_get_member(dict, "type");
+  JsonNode *current = json_object_get_member(dict, "rope_type");
+  g_autofree char *legacy_key = g_strconcat(dict_key, ".type", NULL);
+  g_autofree char *current_key = g_strconcat(dict_key, ".rope_type", NULL);
+  const char *legacy_name = NULL, *name = NULL;
+  JsonNode *folded;
+
+  if (legacy != NULL && !type_name(legacy, where, legacy_key, &legacy_name, error))
+    return FALSE;
+  if (current != NULL && !type_name(current, where, current_key, &name, error))
+    return FALSE;
+  if (legacy_name != NULL && name != NULL && strcmp(legacy_name, name) != 0)
+    return conflict(error, where, legacy_key, legacy, current_key, current);
+  if (legacy == NULL && current == NULL)
+    return TRUE;
+  /* A new node first: the names may point into the nodes replaced below. */
+  folded = json_node_init_string(json_node_alloc(), name != NULL ? name : legacy_name);
+  if (current != NULL)
+    json_object_set_member(dict, "rope_type", folded);
+  else
+    insert_member(dict, "rope_type", folded, member_index(dict, "type"));
+  drop_member(dict, "type");
+  return TRUE;
+}
+
+/* A copy of @key's dict (rope_parameters or rope_scaling) with its type folded; an
+ * empty dict when the key is absent or null; NULL on error. */
+static JsonObject *
+rope_dict_copy(Rope *rope, const char *key, GError **error)
+{
+  JsonNode *node = json_object_get_member(rope->obj, key);
+  JsonObject *copy = json_object_new(), *dict;
+  g_autoptr(GList) names = NULL;
+
+  if (node == NULL || JSON_NODE_HOLDS_NULL(node))
+    return copy;
+  if (!JSON_NODE_HOLDS_OBJECT(node)) {
+    bad_value(error, rope->where, key, node, "an object or null");
+    json_object_unref(copy);
+    return NULL;
+  }
+  dict = json_node_get_object(node);
+  names = json_object_get_members(dict);
+  for (GList *l = names; l != NULL; l = l->next)
+    json_object_set_member(copy, l->data, json_node_copy(json_object_get_member(dict, l->data)));
+  if (!fold_type(copy, rope->where, key, error)) {
+    json_object_unref(copy);
+    return NULL;
+  }
+  return copy;
+}
+
+/* Adds the keys of @scaling missing from rope->params; a key in both must agree.
+ * (Transformers 5 would take rope_scaling and drop rope_parameters unread.) */
+static gboolean
+merge_scaling(Rope *rope, JsonObject *scaling, GError **error)
+{
+  g_autoptr(GList) names = json_object_get_members(scaling);
+
+  for (GList *l = names; l != NULL; l = l->next) {
+    JsonNode *theirs = json_object_get_member(scaling, l->data);
+    JsonNode *ours = json_object_get_member(rope->params, l->data);
+    g_autofree char *their_key = g_strconcat("rope_scaling.", l->data, NULL);
+    g_autofree char *our_key = g_strconcat("rope_parameters.", l->data, NULL);
+
+    if (ours == NULL)
+      dict_add(rope->params, l->data, json_node_copy(theirs));
+    else if (!json_node_equal(ours, theirs))
+      return conflict(error, rope->where, their_key, theirs, our_key, ours);
+  }
+  return TRUE;
+}
+
+/* Step 1: rope_parameters and rope_scaling, the latter's keys merged in. */
+static gboolean
+gather_dicts(Rope *rope, GError **error)
+{
+  JsonObject *scaling;
+  gboolean ok = TRUE;
+
+  rope->params = rope_dict_copy(rope, "rope_parameters", error);
+  if (rope->params == NULL)
+    return FALSE;
+  scaling = rope_dict_copy(rope, "rope_scaling", error);
+  if (scaling == NULL)
+    return FALSE;
+  if (json_object_get_size(rope->params) == 0) {
+    /* Taken whole, so that its key order stays as it is. */
+    json_object_unref(rope->params);
+    rope->params = json_object_ref(scaling);
+    rope->source = "rope_scaling";
+  } else {
+    rope->source = "rope_parameters";
+    ok = merge_scaling(rope, scaling, error);
+  }
+  json_object_unref(scaling);
+  return ok;
+}
+
+/* Steps 2, 3 and 5: a top-level number goes into the dict (setdefault in Transformers,
+ * but here a different value already there is an error). */
+static gboolean
+gather_top_level(Rope *rope, const char *key, GError **error)
+{
+  JsonNode *top = json_object_get_member(rope->obj, key);
+  JsonNode *inner = json_object_get_member(rope->params, key);
+  g_autofree char *inner_key = g_strconcat(rope->source, ".", key, NULL);
+
+  if (top == NULL || JSON_NODE_HOLDS_NULL(top))
+    return TRUE;
+  if (!is_number(top))
+    return bad_value(error, rope->where, key, top, "a number");
+  if (inner == NULL)
+    dict_add(rope->params, key, json_node_copy(top));
+  else if (!json_node_equal(top, inner))
+    return conflict(error, rope->where, key, top, inner_key, inner);
+  return TRUE;
+}
+
+/* Step 5: original_max_position_embeddings for llama3, yarn and longrope. */
+static gboolean
+gather_original_max(Rope *rope, GError **error)
+{
+  static const char key[] = "original_max_position_embeddings";
+  const char *type = json_object_get_string_member(rope->params, "rope_type");
+  JsonNode *max;
+
+  if (!g_strv_contains(types_with_original_max, type))
+    return TRUE;
+  /* A top-level one (Phi-3) takes priority in Transformers; here it must agree. */
+  if (!gather_top_level(rope, key, error))
+    return FALSE;
+  if (json_object_has_member(rope->params, key))
+    return TRUE;
+  max = json_object_get_member(rope->obj, "max_position_embeddings");
+  if (max == NULL || !is_number(max)) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "%s%s: rope_type \"%s\" needs %s, and %smax_position_embeddings to fill it from "
+                "is missing",
+                rope->where, rope->source, type, key, rope->where);
+    return FALSE;
+  }
+  dict_add(rope->params, key, json_node_copy(max));
+  return TRUE;
+}
+
+/* The whole Transformers 5 algorithm, in Transformers' order (which decides where the
+ * keys it adds go in an unsorted dict). */
+static gboolean
+gather(Rope *rope, GError **error)
+{
+  JsonNode *theta;
+
+  if (!gather_dicts(rope, error) || !gather_top_level(rope, "rope_theta", error))
+    return FALSE;
+  theta = json_object_get_member(rope->params, "rope_theta");
+  if (theta == NULL)
+    dict_add(rope->params, "rope_theta", json_node_init_double(json_node_alloc(), 10000.0));
+  else if (!is_number(theta)) {
+    g_autofree char *key = g_strconcat(rope->source, ".rope_theta", NULL);
+    return bad_value(error, rope->where, key, theta, "a number");
+  }
+  if (!gather_top_level(rope, "partial_rotary_factor", error))
+    return FALSE;
+  if (!json_object_has_member(rope->params, "rope_type"))
+    dict_add(rope->params, "rope_type", json_node_init_string(json_node_alloc(), "default"));
+  return gather_original_max(rope, error);
+}
+
+/* ------------------------------------------------------------------ writing */
+
+/* Removes the RoPE keys and returns where the first of rope_parameters, rope_scaling
+ * and rope_theta was: the keys written go there. */
+static int
+remove_rope_keys(JsonObject *obj)
+{
+  static const char *const anchors[] = {"rope_parameters", "rope_scaling", "rope_theta"};
+  int at = -1;
+
+  /* First, so that the index found below is the one to insert at. */
+  drop_member(obj, "partial_rotary_factor");
+  for (guint i = 0; i < G_N_ELEMENTS(anchors); i++) {
+    int k = member_index(obj, anchors[i]);
+    if (k >= 0 && (at < 0 || k < at))
+      at = k;
+  }
+  for (guint i = 0; i < G_N_ELEMENTS(anchors); i++)
+    drop_member(obj, anchors[i]);
+  return at;
+}
+
+static void
+write_transformers5(JsonObject *obj, JsonObject *params)
+{
+  int at = remove_rope_keys(obj);
+
+  insert_member(obj, "rope_parameters", json_node_init_object(json_node_alloc(), params), at);
+}
+
+/* TRUE when @params says nothing beyond `"rope_type": "default"`. */
+static gboolean
+is_plain_default(JsonObject *params)
+{
+  return json_object_get_size(params) == 1 &&
+         g_strcmp0(json_object_get_string_member(params, "rope_type"), "default") == 0;
+}
+
+static void
+write_transformers4(JsonObject *obj, JsonObject *params)
+{
+  JsonNode *theta = take_member(params, "rope_theta");
+  JsonNode *factor = take_member(params, "partial_rotary_factor");
+  int at = remove_rope_keys(obj);
+  JsonNode *scaling = is_plain_default(params)
+                          ? json_node_init_null(json_node_alloc())
+                          : json_node_init_object(json_node_alloc(), params);
+
+  insert_member(obj, "rope_scaling", scaling, at);
+  insert_member(obj, "rope_theta", theta, at < 0 ? -1 : at + 1);
+  if (factor != NULL) {
+    /* Its sorted place in a Transformers-saved config, else next to the others. */
+    int k = sorted_index(obj, "partial_rotary_factor");
+    insert_member(obj, "partial_rotary_factor", factor, k >= 0 ? k : at);
+  }
+}
+
+/* ------------------------------------------------------------------ the patcher */
+
+/* TRUE when rope_parameters is a dict of dicts keyed by layer type (Gemma3,
+ * ModernBERT), which has no Transformers 4 form and which this plugin leaves alone. */
+static gboolean
+is_per_layer_type(JsonObject *obj)
+{
+  JsonNode *node = json_object_get_member(obj, "rope_parameters");
+  g_autoptr(GList) values = NULL;
+
+  if (node == NULL || !JSON_NODE_HOLDS_OBJECT(node))
+    return FALSE;
+  values = json_object_get_values(json_node_get_object(node));
+  for (GList *l = values; l != NULL; l = l->next)
+    if (!JSON_NODE_HOLDS_OBJECT(l->data))
+      return FALSE;
+  return values != NULL;
+}
+
+static gboolean
+has_rope_keys(JsonObject *obj)
+{
+  return json_object_has_member(obj, "rope_parameters") ||
+         json_object_has_member(obj, "rope_scaling") || json_object_has_member(obj, "rope_theta");
+}
+
+/* Works out the new RoPE dict for one object without touching it.  *params is left NULL
+ * when there is nothing to write: no RoPE keys, a per-layer-type dict for
+ * transformers5, or a config already in the Transformers 4 form for transformers4
+ * (still checked, so a bad one is refused in either direction). */
+static gboolean
+plan(JsonObject *obj, const char *where, RopeFormat format, JsonObject **params, GError **error)
+{
+  Rope rope = {obj, where, NULL, NULL};
+
+  *params = NULL;
+  if (format == ROPE_KEEP || !has_rope_keys(obj))
+    return TRUE;
+  if (is_per_layer_type(obj)) {
+    if (format == ROPE_TRANSFORMERS5)
+      return TRUE;
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "%srope_parameters is keyed by layer type, which Transformers 4 configs "
+                "cannot express",
+                where);
+    return FALSE;
+  }
+  if (!gather(&rope, error)) {
+    g_clear_pointer(&rope.params, json_object_unref);
+    return FALSE;
+  }
+  if (format == ROPE_TRANSFORMERS4 && !json_object_has_member(obj, "rope_parameters"))
+    g_clear_pointer(&rope.params, json_object_unref);
+  *params = rope.params;
+  return TRUE;
+}
+
+static void
+apply(JsonObject *obj, RopeFormat format, JsonObject *params)
+{
+  /* A class attribute, not configuration.  Written out it reloads as a list, which
+   * Transformers 5 then combines with a set: TypeError (hf-qwen.md §4.1). */
+  drop_member(obj, IGNORE_KEYS);
+  if (params == NULL)
+    return;
+  if (format == ROPE_TRANSFORMERS5)
+    write_transformers5(obj, params);
+  else
+    write_transformers4(obj, params);
+  json_object_unref(params);
+}
+
+static JsonObject *
+text_config(JsonObject *root)
+{
+  JsonNode *node = json_object_get_member(root, "text_config");
+
+  return node != NULL && JSON_NODE_HOLDS_OBJECT(node) ? json_node_get_object(node) : NULL;
+}
+
+/* Both objects are planned before either is changed, so a config that is refused is
+ * left as it was. */
+static gboolean
+rope_patch(JsonNode *config, gpointer user_data, GError **error)
+{
+  const RopeCompat *compat = user_data;
+  JsonObject *root, *text, *root_params = NULL, *text_params = NULL;
+
+  if (config == NULL || !JSON_NODE_HOLDS_OBJECT(config)) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "config.json is not a JSON object");
+    return FALSE;
+  }
+  root = json_node_get_object(config);
+  text = text_config(root);
+  if (!plan(root, "", compat->format, &root_params, error))
+    return FALSE;
+  if (text != NULL && !plan(text, "text_config.", compat->format, &text_params, error)) {
+    g_clear_pointer(&root_params, json_object_unref);
+    return FALSE;
+  }
+  apply(root, compat->format, root_params);
+  if (text != NULL)
+    apply(text, compat->format, text_params);
+  return TRUE;
+}
+
+/* ------------------------------------------------------------------ registration */
+
+/* libconfuse calls this for each value a file sets; the core calls it with the file's
+ * position, so the message reads FILE:LINE: ... */
+static int
+validate_rope_format(cfg_t *cfg, cfg_opt_t *opt)
+{
+  const char *value;
+  RopeFormat format;
+
+  if (cfg_opt_size(opt) == 0)
+    return 0;
+  value = cfg_opt_getnstr(opt, cfg_opt_size(opt) - 1);
+  if (parse_format(value, &format))
+    return 0;
+  cfg_error(cfg, "rope-format must be transformers5, transformers4 or keep, not \"%s\"",
+            value != NULL ? value : "");
+  return -1;
+}
+
+/* Designated initialisers: CFG_STR() has no slot for a validating callback. */
+static cfg_opt_t options[] = {
+    {.name = "rope-format",
+     .type = CFGT_STR,
+     .flags = CFGF_NONE,
+     .def.string = "keep",
+     .validcb = validate_rope_format},
+    CFG_END()};
+
+static gboolean
+rope_register(WsyncPlugin *plugin, GError **error)
+{
+  const char *value = cfg_getstr(wsync_plugin_get_options(plugin), "rope-format");
+  RopeCompat *compat = g_new0(RopeCompat, 1);
+
+  /* The validator has seen every value a file set; this catches anything else. */
+  if (!parse_format(value, &compat->format)) {
+    g_free(compat);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG,
+                "rope-format must be transformers5, transformers4 or keep, not \"%s\"",
+                value != NULL ? value : "");
+    return FALSE;
+  }
+  return wsync_plugin_add_config_patcher(plugin, "rope-compat", WSYNC_PRIORITY_DEFAULT, NULL,
+                                         rope_patch, compat, g_free, error);
+}
+
+WSYNC_PLUGIN_DEFINE("rope-compat",
+                    "RoPE config keys for Transformers 4 or 5; drops ignore_keys_at_rope_validation",
+                    options, rope_register)

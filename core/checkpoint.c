@@ -16,8 +16,7 @@
 #include <wsync/checkpoint.h>
 #include <wsync/error.h>
 
-/* The index needs three levels; json-glib's recursion overflows near 100000. */
-#define MAX_JSON_DEPTH 64
+#include "json-check.h"
 
 struct _WsyncCheckpoint {
   char *path;
@@ -28,24 +27,7 @@ struct _WsyncCheckpoint {
   guint64 total_bytes;
 };
 
-/* ================================================================ messages
- *
- * These helpers repeat a few lines of safetensors.c: the headers declare only the
- * public API, and each core file keeps its helpers static. */
-
-/* Copies @s with control characters written as \xNN: messages stay on one line. */
-static char *
-printable(const char *s)
-{
-  GString *out = g_string_new(NULL);
-  for (const guchar *p = (const guchar *)s; *p; p++) {
-    if (*p < 0x20 || *p == 0x7f)
-      g_string_append_printf(out, "\\x%02x", *p);
-    else
-      g_string_append_c(out, (char)*p);
-  }
-  return g_string_free(out, FALSE);
-}
+/* ================================================================ messages */
 
 /* Sets a BAD_INPUT error "FILE: MESSAGE" and returns FALSE. */
 static gboolean bad_input(GError **error, const char *file, const char *fmt, ...)
@@ -58,7 +40,7 @@ bad_input(GError **error, const char *file, const char *fmt, ...)
   va_start(ap, fmt);
   g_autofree char *msg = g_strdup_vprintf(fmt, ap);
   va_end(ap);
-  g_autofree char *pfile = printable(file);
+  g_autofree char *pfile = wsync_json_printable(file);
   g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: %s", pfile, msg);
   return FALSE;
 }
@@ -118,104 +100,11 @@ read_file(const char *path, char **text, gsize *len, GError **error)
   return TRUE;
 }
 
-/* json-glib keeps the last of two equal keys silently; its "object-member" signal is
- * the only place that still sees both. */
-typedef struct {
-  GHashTable *seen; /* "OBJECT-ADDRESS:KEY" */
-  char *duplicate;
-} DupCheck;
-
-static void
-on_object_member(JsonParser *parser, JsonObject *object, const char *name, gpointer data)
-{
-  (void)parser;
-  DupCheck *dc = data;
-  /* After a duplicate json-glib frees the replaced value, whose address may come back:
-   * only the first duplicate is trustworthy, and it is enough. */
-  if (dc->duplicate)
-    return;
-  if (!g_hash_table_add(dc->seen, g_strdup_printf("%p:%s", (void *)object, name)))
-    dc->duplicate = g_strdup(name);
-}
-
-/* Refuses nesting that would overflow json-glib's recursion, the comments and
- * single-quoted strings json-glib accepts (they would hide brackets from this scan),
- * and a second top-level value (json-glib ignores it).  Parsing is json-glib's job. */
-static gboolean
-check_json_text(const char *text, gsize len, const char *file, GError **error)
-{
-  guint depth = 0;
-  gboolean in_string = FALSE, seen_value = FALSE;
-  for (gsize i = 0; i < len; i++) {
-    char c = text[i];
-    if (in_string) {
-      if (c == '\\')
-        i++;
-      else if (c == '"')
-        in_string = FALSE;
-      continue;
-    }
-    if (c == '"') {
-      in_string = TRUE;
-    } else if (c == '{' || c == '[') {
-      if (depth == 0 && seen_value)
-        return bad_input(error, file,
-                         "not valid JSON: a second value begins at byte %" G_GSIZE_FORMAT, i);
-      if (++depth > MAX_JSON_DEPTH)
-        return bad_input(error, file,
-                         "JSON nests deeper than %d levels (at byte %" G_GSIZE_FORMAT ")",
-                         MAX_JSON_DEPTH, i);
-    } else if (c == '}' || c == ']') {
-      if (depth > 0 && --depth == 0)
-        seen_value = TRUE;
-    } else if (c == '/' || c == '\'') {
-      return bad_input(error, file, "not valid JSON: unexpected '%c' at byte %" G_GSIZE_FORMAT, c,
-                       i);
-    }
-  }
-  return TRUE;
-}
-
 static JsonObject *
 load_index_json(JsonParser *parser, const char *text, gsize len, const char *file, GError **error)
 {
-  /* NUL is valid UTF-8 but GLib's validators (and so json-glib) refuse it: name it. */
-  const char *nul = memchr(text, '\0', len);
-  if (nul) {
-    bad_input(error, file, "not valid JSON: a NUL byte at byte %td", nul - text);
+  if (!wsync_json_parse(parser, text, len, file, NULL, error))
     return NULL;
-  }
-  const char *bad_utf8;
-  if (!g_utf8_validate_len(text, len, &bad_utf8)) {
-    bad_input(error, file, "not valid UTF-8 (bad byte 0x%02x at byte %td)",
-              (guint)(guchar)*bad_utf8, bad_utf8 - text);
-    return NULL;
-  }
-  if (!check_json_text(text, len, file, error))
-    return NULL;
-
-  DupCheck dc = {g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL), NULL};
-  gulong handler = g_signal_connect(parser, "object-member", G_CALLBACK(on_object_member), &dc);
-  g_autoptr(GError) json_error = NULL;
-  gboolean ok = json_parser_load_from_data(parser, text, (gssize)len, &json_error);
-  g_signal_handler_disconnect(parser, handler);
-  g_hash_table_destroy(dc.seen);
-  g_autofree char *duplicate = dc.duplicate;
-
-  if (!ok) {
-    /* json-glib says "<data>:LINE:COL: Parse error: ..." */
-    const char *msg = json_error->message;
-    if (g_str_has_prefix(msg, "<data>:"))
-      bad_input(error, file, "not valid JSON at %s", msg + 7);
-    else
-      bad_input(error, file, "not valid JSON: %s", msg);
-    return NULL;
-  }
-  if (duplicate) {
-    g_autofree char *key = printable(duplicate);
-    bad_input(error, file, "the key \"%s\" appears twice", key);
-    return NULL;
-  }
   JsonNode *root = json_parser_get_root(parser);
   if (root == NULL || !JSON_NODE_HOLDS_OBJECT(root)) {
     bad_input(error, file, "the top level is %s, not an object", root ? node_kind(root) : "empty");
@@ -224,12 +113,14 @@ load_index_json(JsonParser *parser, const char *text, gsize len, const char *fil
   return json_node_get_object(root);
 }
 
-/* metadata.total_size, when there is one.  Python writes an int; a float with an
- * integral value is taken too (some conversion scripts write one). */
+/* metadata.total_size, when there is one, must be a non-negative integer.  Python
+ * writes an int; a float with an integral value is taken too (some conversion scripts
+ * write one).  Its value is not compared with the tensors' sizes: published
+ * checkpoints sometimes carry a slightly different number, and Transformers, which
+ * never reads it, loads them. */
 static gboolean
-index_total_size(JsonObject *root, gboolean *has, guint64 *total, const char *file, GError **error)
+check_total_size(JsonObject *root, const char *file, GError **error)
 {
-  *has = FALSE;
   JsonNode *meta = json_object_get_member(root, "metadata");
   if (meta == NULL || JSON_NODE_HOLDS_NULL(meta))
     return TRUE;
@@ -239,18 +130,14 @@ index_total_size(JsonObject *root, gboolean *has, guint64 *total, const char *fi
   if (node == NULL)
     return TRUE;
   GType type = JSON_NODE_HOLDS_VALUE(node) ? json_node_get_value_type(node) : G_TYPE_INVALID;
-  if (type == G_TYPE_INT64 && json_node_get_int(node) >= 0) {
-    *total = (guint64)json_node_get_int(node);
-  } else if (type == G_TYPE_DOUBLE && json_node_get_double(node) >= 0 &&
-             json_node_get_double(node) <= 9007199254740992.0 &&
-             json_node_get_double(node) == (double)(guint64)json_node_get_double(node)) {
-    *total = (guint64)json_node_get_double(node);
-  } else {
-    return bad_input(error, file, "metadata.total_size is %s, not a non-negative integer",
-                     node_kind(node));
-  }
-  *has = TRUE;
-  return TRUE;
+  if (type == G_TYPE_INT64 && json_node_get_int(node) >= 0)
+    return TRUE;
+  if (type == G_TYPE_DOUBLE && json_node_get_double(node) >= 0 &&
+      json_node_get_double(node) <= 9007199254740992.0 &&
+      json_node_get_double(node) == (double)(guint64)json_node_get_double(node))
+    return TRUE;
+  return bad_input(error, file, "metadata.total_size is %s, not a non-negative integer",
+                   node_kind(node));
 }
 
 /* ================================================================ shards */
@@ -285,8 +172,8 @@ shard_open(Shards *sh, const char *name, const char *tensor, GError **error)
   if (st)
     return st;
 
-  g_autofree char *pname = printable(name);
-  g_autofree char *ptensor = printable(tensor);
+  g_autofree char *pname = wsync_json_printable(name);
+  g_autofree char *ptensor = wsync_json_printable(tensor);
   if (*name == '\0') {
     bad_input(error, sh->index, "tensor \"%s\" has an empty shard name", ptensor);
     return NULL;
@@ -338,12 +225,13 @@ check_shards_named(WsyncCheckpoint *ck, JsonObject *weight_map, GHashTable *shar
     const WsyncSafetensors *st = g_ptr_array_index(ck->files, f);
     for (guint i = 0; i < wsync_safetensors_n_tensors(st); i++) {
       const char *name = wsync_safetensors_tensor(st, i)->name;
-      g_autofree char *pname = printable(name);
+      g_autofree char *pname = wsync_json_printable(name);
       if (!json_object_has_member(weight_map, name))
         return bad_input(error, wsync_safetensors_path(st), "tensor \"%s\" is not named in %s",
                          pname, index);
       if (g_hash_table_lookup(shard_of, name) != st) {
-        g_autofree char *pother = printable(json_object_get_string_member(weight_map, name));
+        g_autofree char *pother =
+            wsync_json_printable(json_object_get_string_member(weight_map, name));
         return bad_input(error, wsync_safetensors_path(st),
                          "tensor \"%s\" is named for shard \"%s\" in %s", pname, pother, index);
       }
@@ -362,7 +250,7 @@ open_named_shards(Shards *sh, JsonObject *weight_map, GHashTable *shard_of, GErr
   JsonNode *node;
   json_object_iter_init_ordered(&iter, weight_map);
   while (json_object_iter_next_ordered(&iter, &tensor, &node)) {
-    g_autofree char *ptensor = printable(tensor);
+    g_autofree char *ptensor = wsync_json_printable(tensor);
     if (!JSON_NODE_HOLDS_VALUE(node) || json_node_get_value_type(node) != G_TYPE_STRING)
       return bad_input(error, sh->index, "the shard of tensor \"%s\" is %s, not a string", ptensor,
                        node_kind(node));
@@ -371,7 +259,7 @@ open_named_shards(Shards *sh, JsonObject *weight_map, GHashTable *shard_of, GErr
     if (st == NULL)
       return FALSE;
     if (wsync_safetensors_lookup(st, tensor) == NULL) {
-      g_autofree char *pshard = printable(shard);
+      g_autofree char *pshard = wsync_json_printable(shard);
       return bad_input(error, sh->index, "tensor \"%s\" is not in its shard \"%s\" (%s)", ptensor,
                        pshard, wsync_safetensors_path(st));
     }
@@ -398,9 +286,7 @@ open_indexed(WsyncCheckpoint *ck, const char *dir, const char *index, GError **e
   if (!JSON_NODE_HOLDS_OBJECT(wm))
     return bad_input(error, index, "\"weight_map\" is %s, not an object", node_kind(wm));
   JsonObject *weight_map = json_node_get_object(wm);
-  gboolean has_total;
-  guint64 total_size = 0;
-  if (!index_total_size(root, &has_total, &total_size, index, error))
+  if (!check_total_size(root, index, error))
     return FALSE;
 
   g_autofree char *real_dir = realpath(dir, NULL);
@@ -420,21 +306,7 @@ open_indexed(WsyncCheckpoint *ck, const char *dir, const char *index, GError **e
   gboolean ok = open_named_shards(&sh, weight_map, shard_of, error);
   g_hash_table_destroy(sh.by_name);
   g_hash_table_destroy(sh.by_real);
-  if (!ok || !check_shards_named(ck, weight_map, shard_of, index, error))
-    return FALSE;
-
-  guint64 sum = 0;
-  for (guint f = 0; f < ck->files->len; f++) {
-    const WsyncSafetensors *st = g_ptr_array_index(ck->files, f);
-    for (guint i = 0; i < wsync_safetensors_n_tensors(st); i++)
-      sum += wsync_safetensors_tensor(st, i)->nbytes;
-  }
-  if (has_total && total_size != sum)
-    return bad_input(error, index,
-                     "metadata.total_size is %" G_GUINT64_FORMAT
-                     " but the tensors take %" G_GUINT64_FORMAT " bytes",
-                     total_size, sum);
-  return TRUE;
+  return ok && check_shards_named(ck, weight_map, shard_of, index, error);
 }
 
 /* ================================================================ directory without index */
@@ -469,7 +341,7 @@ open_plain_dir(WsyncCheckpoint *ck, const char *dir, GError **error)
     return FALSE;
   }
   if (names->len == 0) {
-    g_autofree char *pdir = printable(dir);
+    g_autofree char *pdir = wsync_json_printable(dir);
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "no safetensors files in %s", pdir);
     return FALSE;
   }
@@ -510,8 +382,8 @@ collect_tensors(WsyncCheckpoint *ck, GError **error)
       const WsyncTensor *t = wsync_safetensors_tensor(st, i);
       const WsyncTensor *other = g_hash_table_lookup(ck->by_name, t->name);
       if (other) {
-        g_autofree char *pname = printable(t->name);
-        g_autofree char *pother = printable(other->file);
+        g_autofree char *pname = wsync_json_printable(t->name);
+        g_autofree char *pother = wsync_json_printable(other->file);
         return bad_input(error, t->file, "tensor \"%s\" is also in %s", pname, pother);
       }
       g_hash_table_insert(ck->by_name, (char *)t->name, (gpointer)t);

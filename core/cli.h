@@ -53,7 +53,11 @@ char *cli_format_shape(guint ndim, const guint64 *shape);
 
 int cmd_plugins(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);
 int cmd_inspect(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);
+int cmd_verify(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);
 int cmd_config(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);
+int cmd_plan(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);
+int cmd_convert(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);
+int cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);
 
 extern const WsyncCommand wsync_commands[];
 

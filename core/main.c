@@ -13,6 +13,18 @@ const WsyncCommand wsync_commands[] = {
      "List the tensors (name, dtype, shape, bytes) of a safetensors file or a checkpoint "
      "directory.",
      cmd_inspect},
+    {"verify", "A B",
+     "Compare two checkpoints tensor by tensor, bit-exact; exit 0 when equal, 1 when not.",
+     cmd_verify},
+    {"plan", "SRC",
+     "Show, without writing, every output tensor, where its bytes come from and what makes "
+     "it.",
+     cmd_plan},
+    {"convert", "SRC DST", "Write the target layout of SRC into DST.", cmd_convert},
+    {"synth", "DST",
+     "Write a checkpoint of generated weights with the real names, shapes and dtypes of "
+     "--config.",
+     cmd_synth},
     {"config", "CONFIG.json",
      "Run the config patchers (e.g. rope-compat) on a config.json and print or write the "
      "result.",

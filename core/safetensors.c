@@ -19,26 +19,9 @@
 #include <wsync/error.h>
 #include <wsync/safetensors.h>
 
-/* The schema needs three levels (root, tensor entry, shape); json-glib recurses once
- * per level and overflows the stack near 100000, which a 100 MB header can hold. */
-#define MAX_JSON_DEPTH 64
+#include "json-check.h"
 
 /* ================================================================ messages */
-
-/* Copies @s with control characters written as \xNN, so that a hostile tensor name
- * cannot break the one-line error message. */
-static char *
-printable(const char *s)
-{
-  GString *out = g_string_new(NULL);
-  for (const guchar *p = (const guchar *)s; *p; p++) {
-    if (*p < 0x20 || *p == 0x7f)
-      g_string_append_printf(out, "\\x%02x", *p);
-    else
-      g_string_append_c(out, (char)*p);
-  }
-  return g_string_free(out, FALSE);
-}
 
 /* Sets a BAD_INPUT error "FILE: [tensor "NAME": ]MESSAGE" and returns FALSE. */
 static gboolean bad_input(GError **error, const char *file, const char *tensor, const char *fmt,
@@ -51,9 +34,9 @@ bad_input(GError **error, const char *file, const char *tensor, const char *fmt,
   va_start(ap, fmt);
   g_autofree char *msg = g_strdup_vprintf(fmt, ap);
   va_end(ap);
-  g_autofree char *pfile = printable(file);
+  g_autofree char *pfile = wsync_json_printable(file);
   if (tensor) {
-    g_autofree char *ptensor = printable(tensor);
+    g_autofree char *ptensor = wsync_json_printable(tensor);
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: tensor \"%s\": %s", pfile, ptensor,
                 msg);
   } else {
@@ -97,7 +80,7 @@ describe_node(JsonNode *node)
   if (type == G_TYPE_BOOLEAN)
     return g_strdup(json_node_get_boolean(node) ? "true" : "false");
   if (type == G_TYPE_STRING) {
-    g_autofree char *s = printable(json_node_get_string(node));
+    g_autofree char *s = wsync_json_printable(json_node_get_string(node));
     return g_strdup_printf("the string \"%s\"", s);
   }
   return g_strdup("a value of an unknown type");
@@ -105,107 +88,14 @@ describe_node(JsonNode *node)
 
 /* ================================================================ JSON loading */
 
-/* json-glib keeps the last of two equal keys without a word; its "object-member"
- * signal is the only place that still sees both. */
-typedef struct {
-  GHashTable *seen; /* "OBJECT-ADDRESS:KEY" */
-  char *duplicate;  /* the first repeated key */
-} DupCheck;
-
-static void
-on_object_member(JsonParser *parser, JsonObject *object, const char *name, gpointer data)
-{
-  (void)parser;
-  DupCheck *dc = data;
-  /* json-glib frees the value a duplicate replaces, so an address may come back for a
-   * new object: only the first duplicate is trustworthy, and it is enough. */
-  if (dc->duplicate)
-    return;
-  if (!g_hash_table_add(dc->seen, g_strdup_printf("%p:%s", (void *)object, name)))
-    dc->duplicate = g_strdup(name);
-}
-
-/* Refuses what json-glib would mishandle: nesting deep enough to overflow its recursion,
- * comments and single-quoted strings (json-glib extensions that would also hide
- * brackets from this scan), and a second top-level value (json-glib keeps the first
- * and ignores the rest).  This only tracks strings and brackets; json-glib parses. */
-static gboolean
-check_json_text(const char *text, gsize len, const char *file, const char *what, GError **error)
-{
-  guint depth = 0;
-  gboolean in_string = FALSE, seen_value = FALSE;
-  for (gsize i = 0; i < len; i++) {
-    char c = text[i];
-    if (in_string) {
-      if (c == '\\')
-        i++;
-      else if (c == '"')
-        in_string = FALSE;
-      continue;
-    }
-    switch (c) {
-    case '"':
-      in_string = TRUE;
-      break;
-    case '{':
-    case '[':
-      if (depth == 0 && seen_value)
-        return bad_input(error, file, NULL,
-                         "%s is not valid JSON: a second value begins at byte %" G_GSIZE_FORMAT,
-                         what, i);
-      if (++depth > MAX_JSON_DEPTH)
-        return bad_input(error, file, NULL,
-                         "%s nests JSON deeper than %d levels (at byte %" G_GSIZE_FORMAT ")", what,
-                         MAX_JSON_DEPTH, i);
-      break;
-    case '}':
-    case ']':
-      if (depth > 0 && --depth == 0)
-        seen_value = TRUE;
-      break;
-    case '/':
-    case '\'':
-      return bad_input(error, file, NULL,
-                       "%s is not valid JSON: unexpected '%c' at byte %" G_GSIZE_FORMAT, what, c,
-                       i);
-    default:
-      break;
-    }
-  }
-  return TRUE;
-}
-
 /* Parses @text into @parser, which must outlive the returned root object.  @what names
- * the text in messages ("header", "index"). */
+ * the text in messages ("header"). */
 static JsonObject *
 load_json_object(JsonParser *parser, const char *text, gsize len, const char *file,
                  const char *what, GError **error)
 {
-  if (!check_json_text(text, len, file, what, error))
+  if (!wsync_json_parse(parser, text, len, file, what, error))
     return NULL;
-
-  DupCheck dc = {g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL), NULL};
-  gulong handler = g_signal_connect(parser, "object-member", G_CALLBACK(on_object_member), &dc);
-  g_autoptr(GError) json_error = NULL;
-  gboolean ok = json_parser_load_from_data(parser, text, (gssize)len, &json_error);
-  g_signal_handler_disconnect(parser, handler);
-  g_hash_table_destroy(dc.seen);
-  g_autofree char *duplicate = dc.duplicate;
-
-  if (!ok) {
-    /* json-glib says "<data>:LINE:COL: Parse error: ..." */
-    const char *msg = json_error->message;
-    if (g_str_has_prefix(msg, "<data>:"))
-      bad_input(error, file, NULL, "%s is not valid JSON at %s", what, msg + 7);
-    else
-      bad_input(error, file, NULL, "%s is not valid JSON: %s", what, msg);
-    return NULL;
-  }
-  if (duplicate) {
-    g_autofree char *key = printable(duplicate);
-    bad_input(error, file, NULL, "%s has the key \"%s\" twice", what, key);
-    return NULL;
-  }
   JsonNode *root = json_parser_get_root(parser);
   if (root == NULL) {
     bad_input(error, file, NULL, "%s is empty, not a JSON object", what);
@@ -314,7 +204,7 @@ parse_dtype(JsonObject *entry, WsyncDtype *dtype, const char *file, const char *
   }
   const char *spelling = json_node_get_string(node);
   if (!wsync_dtype_from_name(spelling, dtype)) {
-    g_autofree char *p = printable(spelling);
+    g_autofree char *p = wsync_json_printable(spelling);
     return bad_input(error, file, name, "unknown dtype \"%s\"", p);
   }
   return TRUE;
@@ -374,7 +264,7 @@ parse_entry(const char *name, JsonNode *node, Entry *e, const char *file, GError
   while (json_object_iter_next_ordered(&iter, &key, NULL)) {
     if (strcmp(key, "dtype") != 0 && strcmp(key, "shape") != 0 &&
         strcmp(key, "data_offsets") != 0) {
-      g_autofree char *p = printable(key);
+      g_autofree char *p = wsync_json_printable(key);
       return bad_input(error, file, name,
                        "unexpected key \"%s\" (an entry has only dtype, shape and data_offsets)",
                        p);
@@ -408,7 +298,7 @@ parse_metadata(JsonNode *node, GHashTable *metadata, const char *file, GError **
   json_object_iter_init_ordered(&iter, json_node_get_object(node));
   while (json_object_iter_next_ordered(&iter, &key, &value)) {
     if (!JSON_NODE_HOLDS_VALUE(value) || json_node_get_value_type(value) != G_TYPE_STRING) {
-      g_autofree char *p = printable(key);
+      g_autofree char *p = wsync_json_printable(key);
       g_autofree char *desc = describe_node(value);
       return bad_input(error, file, NULL, "__metadata__ value of \"%s\" is %s, not a string", p,
                        desc);
@@ -447,7 +337,7 @@ check_layout(const WsyncSafetensors *st, gsize len, GError **error)
                        "data starts at byte %" G_GUINT64_FORMAT
                        " but the first tensor's data must start at 0",
                        e->begin);
-    g_autofree char *pname = printable(prev->t.name);
+    g_autofree char *pname = wsync_json_printable(prev->t.name);
     if (e->begin > expected)
       return bad_input(error, file, e->t.name,
                        "data_offsets [%" G_GUINT64_FORMAT ", %" G_GUINT64_FORMAT
@@ -509,17 +399,6 @@ static gboolean
 parse_header(WsyncSafetensors *st, const char *text, gsize n, GError **error)
 {
   const char *file = st->path;
-  /* NUL is valid UTF-8 but GLib's validators (and so json-glib) refuse it: name it. */
-  const char *nul = memchr(text, '\0', n);
-  if (nul)
-    return bad_input(error, file, NULL, "header is not valid JSON: a NUL byte at byte %td",
-                     nul - text);
-  const char *bad_utf8;
-  if (!g_utf8_validate_len(text, n, &bad_utf8))
-    return bad_input(error, file, NULL,
-                     "header is not valid UTF-8 (bad byte 0x%02x at byte %td of the header)",
-                     (guint)(guchar)*bad_utf8, bad_utf8 - text);
-
   g_autoptr(JsonParser) parser = json_parser_new();
   JsonObject *root = load_json_object(parser, text, n, file, "header", error);
   if (root == NULL)
@@ -786,7 +665,7 @@ usage_error(GError **error, const char *name, const char *fmt, ...)
   va_start(ap, fmt);
   g_autofree char *msg = g_strdup_vprintf(fmt, ap);
   va_end(ap);
-  g_autofree char *p = printable(name);
+  g_autofree char *p = wsync_json_printable(name);
   g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE, "tensor \"%s\": %s", p, msg);
   return FALSE;
 }
@@ -1019,7 +898,7 @@ writer_entry(WsyncSafetensorsWriter *w, const char *name, GError **error)
 {
   WEntry *e = g_hash_table_lookup(w->by_name, name);
   if (e == NULL) {
-    g_autofree char *p = printable(name);
+    g_autofree char *p = wsync_json_printable(name);
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE, "%s: tensor \"%s\" was not declared",
                 w->path, p);
   }
@@ -1069,7 +948,7 @@ wsync_safetensors_writer_pwrite(WsyncSafetensorsWriter *w, const char *name, gui
   if (e == NULL)
     return FALSE;
   if (offset > e->nbytes || len > e->nbytes - offset) {
-    g_autofree char *p = printable(name);
+    g_autofree char *p = wsync_json_printable(name);
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
                 "%s: tensor \"%s\": writing %" G_GSIZE_FORMAT " bytes at offset %" G_GUINT64_FORMAT
                 " passes its end (%" G_GUINT64_FORMAT " bytes)",

@@ -310,6 +310,8 @@ test_index_tensor_other_shard(Fixture *f, gconstpointer data)
   expect_open_error(f->dir, WSYNC_ERROR_BAD_INPUT, msg);
 }
 
+/* metadata.total_size is not checked against the tensors: published checkpoints
+ * sometimes carry a slightly different number, and Transformers loads them. */
 static void
 test_index_total_size(Fixture *f, gconstpointer data)
 {
@@ -317,14 +319,16 @@ test_index_total_size(Fixture *f, gconstpointer data)
   write_two_shards(f);
   write_text(f->index, "{\"metadata\": {\"total_size\": 13}, \"weight_map\": {\"a\": \"" SHARD1
                        "\", \"b\": \"" SHARD1 "\", \"c\": \"" SHARD2 "\"}}");
-  g_autofree char *msg =
-      g_strdup_printf("%s: metadata.total_size is 13 but the tensors take 12 bytes", f->index);
-  expect_open_error(f->dir, WSYNC_ERROR_BAD_INPUT, msg);
+  g_autoptr(WsyncCheckpoint) ck = expect_open(f->dir);
+  g_assert_cmpuint(wsync_checkpoint_n_tensors(ck), ==, 3);
+  /* the real sum, not the index's number */
+  g_assert_cmpuint(wsync_checkpoint_total_bytes(ck), ==, 12);
+  g_clear_pointer(&ck, wsync_checkpoint_free);
 
-  /* Without metadata at all it is fine */
+  /* Without metadata at all it is fine too */
   write_text(f->index, "{\"weight_map\": {\"a\": \"" SHARD1 "\", \"b\": \"" SHARD1
                        "\", \"c\": \"" SHARD2 "\"}}");
-  g_autoptr(WsyncCheckpoint) ck = expect_open(f->dir);
+  ck = expect_open(f->dir);
   g_assert_cmpuint(wsync_checkpoint_n_tensors(ck), ==, 3);
 }
 

@@ -68,6 +68,7 @@ test_help_lists_commands_and_exit_codes(void)
   g_assert_true(g_str_has_prefix(r.out, "Usage: wsync [OPTION...] COMMAND [ARGS]\n"));
   assert_has(r.out, "  plugins");
   assert_has(r.out, "  inspect  PATH");
+  assert_has(r.out, "  verify   A B ");
   assert_has(r.out, "  config   CONFIG.json");
   assert_has(r.out, "Exit status: 0 success, 1 a check found a difference, 2 usage or configuration\n"
                     "error, 3 bad input data, 4 I/O failure.\n");
@@ -324,6 +325,346 @@ test_config_runs_patchers_in_order(void)
   test_rmtree(dir);
 }
 
+/* ---------------------------------------------------------------- verify */
+
+/* A tensor of the verify tests.  Its bytes encode its position: byte i of the tensor
+ * with seed s is 16 * s + i, wherever and in whatever file it is written. */
+typedef struct {
+  const char *name;
+  WsyncDtype dtype;
+  guint ndim;
+  guint64 shape[2];
+  guint seed;
+} TestTensor;
+
+#define T_EMBED {"embed", WSYNC_DTYPE_BF16, 2, {3, 4}, 1}    /* 24 bytes */
+#define T_LAYER {"layer.0.w", WSYNC_DTYPE_F32, 2, {2, 3}, 2} /* 24 bytes */
+#define T_NORM {"norm", WSYNC_DTYPE_U8, 1, {5}, 3}           /* 5 bytes */
+#define T_EXTRA {"extra", WSYNC_DTYPE_U8, 1, {2}, 4}         /* 2 bytes */
+
+/* Writes DIR/FILE with @n tensors; when @flip_name is set, byte @flip_byte of that
+ * tensor is inverted.  Returns the path. */
+static char *
+write_tensors(const char *dir, const char *file, const TestTensor *tensors, guint n,
+              const char *flip_name, guint64 flip_byte)
+{
+  g_autoptr(WsyncSafetensorsWriter) w = wsync_safetensors_writer_new();
+  char *path = g_build_filename(dir, file, NULL);
+  GError *error = NULL;
+
+  for (guint t = 0; t < n; t++)
+    g_assert_true(wsync_safetensors_writer_add(w, tensors[t].name, tensors[t].dtype,
+                                               tensors[t].ndim, tensors[t].shape, &error));
+  g_assert_true(wsync_safetensors_writer_begin(w, path, &error));
+  for (guint t = 0; t < n; t++) {
+    guint8 *data = wsync_safetensors_writer_data(w, tensors[t].name, &error);
+    guint64 nbytes = wsync_safetensors_writer_tensor_nbytes(w, tensors[t].name);
+    g_assert_no_error(error);
+    for (guint64 i = 0; i < nbytes; i++)
+      data[i] = (guint8)(16 * tensors[t].seed + i);
+    if (flip_name != NULL && strcmp(flip_name, tensors[t].name) == 0) {
+      g_assert_cmpuint(flip_byte, <, nbytes);
+      data[flip_byte] ^= 0xff;
+    }
+  }
+  g_assert_true(wsync_safetensors_writer_finish(w, &error));
+  g_assert_no_error(error);
+  return path;
+}
+
+/* The three tensors of the reference checkpoint A. */
+static char *
+write_reference(const char *dir, const char *file)
+{
+  const TestTensor tensors[] = {T_EMBED, T_LAYER, T_NORM};
+  return write_tensors(dir, file, tensors, G_N_ELEMENTS(tensors), NULL, 0);
+}
+
+static Run
+run_verify(const char *conf, const char *a, const char *b, gboolean json)
+{
+  if (json)
+    return run_wsync("verify", "--json", "--conf-dir", conf, a, b, NULL);
+  return run_wsync("verify", "--conf-dir", conf, a, b, NULL);
+}
+
+/* Runs verify A B and checks its whole output. */
+static void
+expect_verify(const char *conf, const char *a, const char *b, int status, const char *out)
+{
+  Run r = run_verify(conf, a, b, FALSE);
+  g_assert_cmpstr(r.out, ==, out);
+  g_assert_cmpstr(r.err, ==, "");
+  g_assert_cmpint(r.status, ==, status);
+  run_clear(&r);
+}
+
+static void
+test_verify_equal_files(void)
+{
+  g_autofree char *dir = test_tmpdir();
+  g_autofree char *conf = test_tmpdir();
+  g_autofree char *a = write_reference(dir, "a.safetensors");
+  /* Another file, the same tensors declared in another order */
+  const TestTensor tensors[] = {T_NORM, T_LAYER, T_EMBED};
+  g_autofree char *b = write_tensors(dir, "b.safetensors", tensors, 3, NULL, 0);
+
+  expect_verify(conf, a, b, 0, "equal: 3 tensors, 53 bytes\n");
+  expect_verify(conf, a, a, 0, "equal: 3 tensors, 53 bytes\n");
+  test_rmtree(dir);
+  test_rmtree(conf);
+}
+
+/* A single file against a directory of two shards with an index: the same tensors. */
+static void
+test_verify_file_vs_sharded_dir(void)
+{
+  g_autofree char *dir = test_tmpdir();
+  g_autofree char *conf = test_tmpdir();
+  g_autofree char *a = write_reference(dir, "model.safetensors");
+  g_autofree char *ck = g_build_filename(dir, "ck", NULL);
+  g_assert_cmpint(g_mkdir(ck, 0755), ==, 0);
+  const TestTensor shard1[] = {T_LAYER, T_EMBED};
+  const TestTensor shard2[] = {T_NORM};
+  g_free(write_tensors(ck, "model-00001-of-00002.safetensors", shard1, 2, NULL, 0));
+  g_free(write_tensors(ck, "model-00002-of-00002.safetensors", shard2, 1, NULL, 0));
+  g_autoptr(GHashTable) map = g_hash_table_new(g_str_hash, g_str_equal);
+  g_hash_table_insert(map, "embed", "model-00001-of-00002.safetensors");
+  g_hash_table_insert(map, "layer.0.w", "model-00001-of-00002.safetensors");
+  g_hash_table_insert(map, "norm", "model-00002-of-00002.safetensors");
+  g_autofree char *index = g_build_filename(ck, WSYNC_INDEX_NAME, NULL);
+  GError *error = NULL;
+  g_assert_true(wsync_index_write(index, 53, map, &error));
+  g_assert_no_error(error);
+
+  expect_verify(conf, a, ck, 0, "equal: 3 tensors, 53 bytes\n");
+  expect_verify(conf, ck, a, 0, "equal: 3 tensors, 53 bytes\n");
+  test_rmtree(dir);
+  test_rmtree(conf);
+}
+
+static void
+test_verify_data_differs(void)
+{
+  g_autofree char *dir = test_tmpdir();
+  g_autofree char *conf = test_tmpdir();
+  g_autofree char *a = write_reference(dir, "a.safetensors");
+  const TestTensor tensors[] = {T_EMBED, T_LAYER, T_NORM};
+
+  /* layer.0.w is F32 [2, 3]; its byte 21 is the second byte of element 5, [1, 2].
+   * Element 5 is bytes 0x34 0x35 0x36 0x37, 0x35 becomes 0xca. */
+  g_autofree char *b = write_tensors(dir, "b.safetensors", tensors, 3, "layer.0.w", 21);
+  expect_verify(conf, a, b, 1,
+                "differ: tensor \"layer.0.w\": first difference at element 5 (index [1, 2]): "
+                "bytes 0x37363534 in A, 0x3736ca34 in B\n");
+
+  /* embed is BF16 [3, 4]; byte 0 is element 0, [0, 0], bytes 0x10 0x11. */
+  g_autofree char *c = write_tensors(dir, "c.safetensors", tensors, 3, "embed", 0);
+  expect_verify(conf, c, a, 1,
+                "differ: tensor \"embed\": first difference at element 0 (index [0, 0]): "
+                "bytes 0x11ef in A, 0x1110 in B\n");
+
+  /* norm is U8 [5]; its last byte */
+  g_autofree char *d = write_tensors(dir, "d.safetensors", tensors, 3, "norm", 4);
+  expect_verify(conf, a, d, 1,
+                "differ: tensor \"norm\": first difference at element 4 (index [4]): "
+                "bytes 0x34 in A, 0xcb in B\n");
+
+  /* Past the first chunks of a large tensor: U16 [1024, 1537], 3147776 bytes */
+  const TestTensor big[] = {{"big", WSYNC_DTYPE_U16, 2, {1024, 1537}, 6}};
+  g_autofree char *g = write_tensors(dir, "g.safetensors", big, 1, NULL, 0);
+  g_autofree char *h = write_tensors(dir, "h.safetensors", big, 1, "big", 2 * 1024 * 1024 + 1001);
+  expect_verify(conf, g, h, 1,
+                "differ: tensor \"big\": first difference at element 1049076 (index [682, 842]): "
+                "bytes 0x4948 in A, 0xb648 in B\n");
+  expect_verify(conf, g, g, 0, "equal: 1 tensors, 3147776 bytes\n");
+
+  /* F4 [6] packs two elements in a byte: the byte offset is reported instead */
+  const TestTensor packed[] = {{"q", WSYNC_DTYPE_F4, 1, {6}, 5}};
+  g_autofree char *e = write_tensors(dir, "e.safetensors", packed, 1, NULL, 0);
+  g_autofree char *f = write_tensors(dir, "f.safetensors", packed, 1, "q", 1);
+  expect_verify(conf, e, f, 1,
+                "differ: tensor \"q\": first difference at byte 1: 0x51 in A, 0xae in B\n");
+  test_rmtree(dir);
+  test_rmtree(conf);
+}
+
+static void
+test_verify_dtype_differs(void)
+{
+  g_autofree char *dir = test_tmpdir();
+  g_autofree char *conf = test_tmpdir();
+  g_autofree char *a = write_reference(dir, "a.safetensors");
+  /* Same bytes, other dtype; and a data difference in a later tensor that is not
+   * reached. */
+  const TestTensor tensors[] = {T_EMBED, {"layer.0.w", WSYNC_DTYPE_I32, 2, {2, 3}, 2}, T_NORM};
+  g_autofree char *b = write_tensors(dir, "b.safetensors", tensors, 3, "norm", 0);
+  expect_verify(conf, a, b, 1, "differ: tensor \"layer.0.w\": dtype F32 in A, I32 in B\n");
+  test_rmtree(dir);
+  test_rmtree(conf);
+}
+
+static void
+test_verify_shape_differs(void)
+{
+  g_autofree char *dir = test_tmpdir();
+  g_autofree char *conf = test_tmpdir();
+  g_autofree char *a = write_reference(dir, "a.safetensors");
+  const TestTensor tensors[] = {T_EMBED, {"layer.0.w", WSYNC_DTYPE_F32, 2, {3, 2}, 2}, T_NORM};
+  g_autofree char *b = write_tensors(dir, "b.safetensors", tensors, 3, NULL, 0);
+  expect_verify(conf, a, b, 1, "differ: tensor \"layer.0.w\": shape [2, 3] in A, [3, 2] in B\n");
+
+  const TestTensor flat[] = {T_EMBED, {"layer.0.w", WSYNC_DTYPE_F32, 1, {6}, 2}, T_NORM};
+  g_autofree char *c = write_tensors(dir, "c.safetensors", flat, 3, NULL, 0);
+  expect_verify(conf, a, c, 1, "differ: tensor \"layer.0.w\": shape [2, 3] in A, [6] in B\n");
+  test_rmtree(dir);
+  test_rmtree(conf);
+}
+
+/* A name on one side only is reported before any other difference. */
+static void
+test_verify_missing_tensor(void)
+{
+  g_autofree char *dir = test_tmpdir();
+  g_autofree char *conf = test_tmpdir();
+  g_autofree char *a = write_reference(dir, "a.safetensors");
+
+  /* B has one tensor more, and embed (first in name order) differs too */
+  const TestTensor more[] = {T_EMBED, T_LAYER, T_NORM, T_EXTRA};
+  g_autofree char *b = write_tensors(dir, "b.safetensors", more, 4, "embed", 0);
+  g_autofree char *expect_b = g_strdup_printf("differ: tensor \"extra\" only in B (%s)\n", b);
+  expect_verify(conf, a, b, 1, expect_b);
+
+  /* B lacks embed and has extra: embed comes first in name order */
+  const TestTensor other[] = {T_LAYER, T_NORM, T_EXTRA};
+  g_autofree char *c = write_tensors(dir, "c.safetensors", other, 3, NULL, 0);
+  g_autofree char *expect_c = g_strdup_printf("differ: tensor \"embed\" only in A (%s)\n", a);
+  expect_verify(conf, a, c, 1, expect_c);
+  test_rmtree(dir);
+  test_rmtree(conf);
+}
+
+static JsonObject *
+parse_object(JsonParser *parser, const char *text)
+{
+  GError *error = NULL;
+  json_parser_load_from_data(parser, text, -1, &error);
+  g_assert_no_error(error);
+  return json_node_get_object(json_parser_get_root(parser));
+}
+
+static void
+test_verify_json(void)
+{
+  g_autofree char *dir = test_tmpdir();
+  g_autofree char *conf = test_tmpdir();
+  g_autofree char *a = write_reference(dir, "a.safetensors");
+  const TestTensor tensors[] = {T_EMBED, T_LAYER, T_NORM};
+  g_autofree char *b = write_tensors(dir, "b.safetensors", tensors, 3, "layer.0.w", 21);
+
+  /* A data difference: embed was compared and equal before it */
+  Run r = run_verify(conf, a, b, TRUE);
+  g_assert_cmpint(r.status, ==, 1);
+  g_assert_cmpstr(r.err, ==, "");
+  g_autoptr(JsonParser) p1 = json_parser_new();
+  JsonObject *root = parse_object(p1, r.out);
+  g_assert_false(json_object_get_boolean_member(root, "equal"));
+  g_assert_cmpint(json_object_get_int_member(root, "tensors"), ==, 1);
+  g_assert_cmpint(json_object_get_int_member(root, "bytes"), ==, 24);
+  JsonObject *diff = json_object_get_object_member(root, "difference");
+  g_assert_cmpstr(json_object_get_string_member(diff, "tensor"), ==, "layer.0.w");
+  g_assert_cmpstr(json_object_get_string_member(diff, "kind"), ==, "data");
+  g_assert_cmpint(json_object_get_int_member(diff, "element"), ==, 5);
+  JsonArray *index = json_object_get_array_member(diff, "index");
+  g_assert_cmpuint(json_array_get_length(index), ==, 2);
+  g_assert_cmpint(json_array_get_int_element(index, 0), ==, 1);
+  g_assert_cmpint(json_array_get_int_element(index, 1), ==, 2);
+  run_clear(&r);
+
+  /* A missing name: nothing compared yet, no element */
+  const TestTensor fewer[] = {T_LAYER, T_NORM};
+  g_autofree char *c = write_tensors(dir, "c.safetensors", fewer, 2, NULL, 0);
+  r = run_verify(conf, c, a, TRUE);
+  g_assert_cmpint(r.status, ==, 1);
+  g_autoptr(JsonParser) p2 = json_parser_new();
+  root = parse_object(p2, r.out);
+  g_assert_false(json_object_get_boolean_member(root, "equal"));
+  g_assert_cmpint(json_object_get_int_member(root, "tensors"), ==, 0);
+  diff = json_object_get_object_member(root, "difference");
+  g_assert_cmpstr(json_object_get_string_member(diff, "tensor"), ==, "embed");
+  g_assert_cmpstr(json_object_get_string_member(diff, "kind"), ==, "missing-in-a");
+  g_assert_true(json_object_get_null_member(diff, "element"));
+  g_assert_true(json_object_get_null_member(diff, "index"));
+  run_clear(&r);
+
+  /* Equal: no difference */
+  r = run_verify(conf, a, a, TRUE);
+  g_assert_cmpint(r.status, ==, 0);
+  g_autoptr(JsonParser) p3 = json_parser_new();
+  root = parse_object(p3, r.out);
+  g_assert_true(json_object_get_boolean_member(root, "equal"));
+  g_assert_cmpint(json_object_get_int_member(root, "tensors"), ==, 3);
+  g_assert_cmpint(json_object_get_int_member(root, "bytes"), ==, 53);
+  g_assert_true(json_object_get_null_member(root, "difference"));
+  run_clear(&r);
+  test_rmtree(dir);
+  test_rmtree(conf);
+}
+
+static void
+test_verify_usage_errors(void)
+{
+  g_autofree char *conf = test_tmpdir();
+  Run r = run_wsync("verify", "--conf-dir", conf, "a.safetensors", NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==, "wsync verify: missing B (see wsync verify --help)\n");
+  g_assert_cmpstr(r.out, ==, "");
+  run_clear(&r);
+
+  r = run_wsync("verify", NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==, "wsync verify: missing A and B (see wsync verify --help)\n");
+  run_clear(&r);
+
+  r = run_wsync("verify", "--conf-dir", conf, "a", "b", "c", NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  assert_has(r.err, "wsync verify: expected two paths, A and B");
+  run_clear(&r);
+  test_rmtree(conf);
+}
+
+static void
+test_verify_bad_input(void)
+{
+  g_autofree char *dir = test_tmpdir();
+  g_autofree char *conf = test_tmpdir();
+  g_autofree char *a = write_reference(dir, "a.safetensors");
+  g_autofree char *broken = test_write(dir, "broken.safetensors", "abc");
+
+  Run r = run_verify(conf, a, broken, FALSE);
+  g_assert_cmpint(r.status, ==, 3);
+  g_autofree char *prefix = g_strdup_printf("wsync: %s: ", broken);
+  g_assert_true(g_str_has_prefix(r.err, prefix));
+  g_assert_cmpstr(r.out, ==, "");
+  run_clear(&r);
+
+  g_autofree char *missing = g_build_filename(dir, "missing.safetensors", NULL);
+  r = run_verify(conf, missing, a, FALSE);
+  g_assert_cmpint(r.status, ==, 4);
+  assert_has(r.err, "missing.safetensors");
+  g_assert_cmpstr(r.out, ==, "");
+  run_clear(&r);
+
+  /* A broken configuration is an error even though verify needs no plugin */
+  g_free(test_write(conf, "10.conf", "sync {\n  tp = two\n}\n"));
+  r = run_verify(conf, a, a, FALSE);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.out, ==, "");
+  run_clear(&r);
+  test_rmtree(dir);
+  test_rmtree(conf);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -337,5 +678,14 @@ main(int argc, char **argv)
   g_test_add_func("/cli/inspect", test_inspect_text_and_json);
   g_test_add_func("/cli/inspect-bad-input", test_inspect_bad_input_exit_3);
   g_test_add_func("/cli/config-patchers", test_config_runs_patchers_in_order);
+  g_test_add_func("/cli/verify/equal", test_verify_equal_files);
+  g_test_add_func("/cli/verify/file-vs-sharded-dir", test_verify_file_vs_sharded_dir);
+  g_test_add_func("/cli/verify/data", test_verify_data_differs);
+  g_test_add_func("/cli/verify/dtype", test_verify_dtype_differs);
+  g_test_add_func("/cli/verify/shape", test_verify_shape_differs);
+  g_test_add_func("/cli/verify/missing", test_verify_missing_tensor);
+  g_test_add_func("/cli/verify/json", test_verify_json);
+  g_test_add_func("/cli/verify/usage-errors", test_verify_usage_errors);
+  g_test_add_func("/cli/verify/bad-input", test_verify_bad_input);
   return g_test_run();
 }

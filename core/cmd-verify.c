@@ -1,0 +1,303 @@
+/* wsync verify A B: are two checkpoints the same tensors, bit for bit?
+ *
+ * A and B are each a safetensors file or a checkpoint directory.  They are equal when
+ * they hold the same tensor names and, name by name, the same dtype, the same shape
+ * and the same bytes; how the tensors are split into files does not matter.  The first
+ * difference is reported on one line and the exit status is 1: names missing on
+ * either side come first (the first such name in name order), then the tensors in
+ * name order, each checked for dtype, then shape, then data.
+ *
+ * "tensors" and "bytes" (in the text when equal, always in --json) count what was
+ * compared and found equal: everything when the checkpoints are equal, the tensors
+ * before the difference otherwise.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* Data is compared with memcmp in chunks this large; only the first chunk that differs
+ * is searched byte by byte. */
+#define VERIFY_CHUNK ((guint64)1 << 20)
+
+typedef enum {
+  DIFF_NONE,
+  DIFF_MISSING_IN_A,
+  DIFF_MISSING_IN_B,
+  DIFF_DTYPE,
+  DIFF_SHAPE,
+  DIFF_DATA,
+} DiffKind;
+
+static const char *const diff_kind_names[] = {
+    [DIFF_NONE] = "none",
+    [DIFF_MISSING_IN_A] = "missing-in-a",
+    [DIFF_MISSING_IN_B] = "missing-in-b",
+    [DIFF_DTYPE] = "dtype",
+    [DIFF_SHAPE] = "shape",
+    [DIFF_DATA] = "data",
+};
+
+typedef struct {
+  DiffKind kind;
+  const char *name;               /* the tensor */
+  const WsyncTensor *a, *b;       /* NULL on the side it is missing from */
+  gboolean whole_bytes;           /* DIFF_DATA: elements of 1 byte or more */
+  guint64 byte;                   /* DIFF_DATA: first differing byte in the tensor */
+  guint64 element;                /* DIFF_DATA, whole_bytes: the element holding it */
+  guint64 index[WSYNC_MAX_DIMS];  /* ... and its index, one entry per dimension */
+  guint element_size;             /* ... in bytes */
+} Difference;
+
+typedef struct {
+  guint n_tensors; /* compared and equal */
+  guint64 n_bytes;
+  Difference diff;
+} Verdict;
+
+/* Copies @s with control characters as \xNN: the one-line output stays one line. */
+static char *
+printable(const char *s)
+{
+  GString *out = g_string_new(NULL);
+  for (const guchar *p = (const guchar *)s; *p; p++) {
+    if (*p < 0x20 || *p == 0x7f)
+      g_string_append_printf(out, "\\x%02x", *p);
+    else
+      g_string_append_c(out, (char)*p);
+  }
+  return g_string_free(out, FALSE);
+}
+
+/* The first name (in name order) that only one side has.  Both sides list their
+ * tensors sorted by name, so one merge finds it. */
+static gboolean
+find_missing(WsyncCheckpoint *a, WsyncCheckpoint *b, Difference *diff)
+{
+  guint na = wsync_checkpoint_n_tensors(a), nb = wsync_checkpoint_n_tensors(b);
+  guint i = 0, j = 0;
+
+  while (i < na || j < nb) {
+    const WsyncTensor *ta = i < na ? wsync_checkpoint_tensor(a, i) : NULL;
+    const WsyncTensor *tb = j < nb ? wsync_checkpoint_tensor(b, j) : NULL;
+    int cmp = ta == NULL ? 1 : tb == NULL ? -1 : strcmp(ta->name, tb->name);
+    if (cmp < 0) {
+      *diff = (Difference){.kind = DIFF_MISSING_IN_B, .name = ta->name, .a = ta};
+      return TRUE;
+    }
+    if (cmp > 0) {
+      *diff = (Difference){.kind = DIFF_MISSING_IN_A, .name = tb->name, .b = tb};
+      return TRUE;
+    }
+    i++;
+    j++;
+  }
+  return FALSE;
+}
+
+/* Offset of the first byte where @x and @y differ, or FALSE when they are equal. */
+static gboolean
+first_different_byte(const guint8 *x, const guint8 *y, guint64 n, guint64 *at)
+{
+  for (guint64 off = 0; off < n; off += VERIFY_CHUNK) {
+    gsize len = (gsize)MIN(VERIFY_CHUNK, n - off);
+    if (memcmp(x + off, y + off, len) == 0)
+      continue;
+    for (gsize k = 0; k < len; k++) {
+      if (x[off + k] != y[off + k]) {
+        *at = off + k;
+        return TRUE;
+      }
+    }
+  }
+  return FALSE;
+}
+
+/* Compares one tensor present on both sides (same name). */
+static gboolean
+tensor_differs(const WsyncTensor *a, const WsyncTensor *b, Difference *diff)
+{
+  *diff = (Difference){.name = a->name, .a = a, .b = b};
+  if (a->dtype != b->dtype) {
+    diff->kind = DIFF_DTYPE;
+    return TRUE;
+  }
+  if (a->ndim != b->ndim || memcmp(a->shape, b->shape, a->ndim * sizeof a->shape[0]) != 0) {
+    diff->kind = DIFF_SHAPE;
+    return TRUE;
+  }
+  /* Same dtype and shape: the same byte count. */
+  if (!first_different_byte(a->data, b->data, a->nbytes, &diff->byte))
+    return FALSE;
+  diff->kind = DIFF_DATA;
+  guint bits = wsync_dtype_bits(a->dtype);
+  diff->whole_bytes = bits % 8 == 0;
+  if (diff->whole_bytes) {
+    diff->element_size = bits / 8;
+    diff->element = diff->byte / diff->element_size;
+    /* Row-major: the last dimension varies fastest.  No dimension is 0: the tensor
+     * has bytes. */
+    guint64 rest = diff->element;
+    for (guint d = a->ndim; d-- > 0;) {
+      diff->index[d] = rest % a->shape[d];
+      rest /= a->shape[d];
+    }
+  }
+  return TRUE;
+}
+
+static void
+verify(WsyncCheckpoint *a, WsyncCheckpoint *b, Verdict *v)
+{
+  *v = (Verdict){0};
+  if (find_missing(a, b, &v->diff))
+    return;
+  /* The same names, both sorted: tensor i of A and tensor i of B share a name. */
+  for (guint i = 0; i < wsync_checkpoint_n_tensors(a); i++) {
+    const WsyncTensor *ta = wsync_checkpoint_tensor(a, i);
+    const WsyncTensor *tb = wsync_checkpoint_tensor(b, i);
+    if (tensor_differs(ta, tb, &v->diff))
+      return;
+    v->n_tensors++;
+    v->n_bytes += ta->nbytes;
+  }
+  v->diff.kind = DIFF_NONE;
+}
+
+/* The @size bytes of an element as one little-endian number: "0x3f80". */
+static char *
+element_hex(const guint8 *data, guint64 element, guint size)
+{
+  GString *out = g_string_new("0x");
+  const guint8 *p = data + element * size;
+  for (guint k = size; k-- > 0;)
+    g_string_append_printf(out, "%02x", p[k]);
+  return g_string_free(out, FALSE);
+}
+
+static void
+print_text(WsyncCheckpoint *a, WsyncCheckpoint *b, const Verdict *v)
+{
+  const Difference *d = &v->diff;
+  g_autofree char *name = d->name ? printable(d->name) : NULL;
+
+  switch (d->kind) {
+  case DIFF_NONE:
+    printf("equal: %u tensors, %" G_GUINT64_FORMAT " bytes\n", v->n_tensors, v->n_bytes);
+    return;
+  case DIFF_MISSING_IN_A:
+  case DIFF_MISSING_IN_B: {
+    gboolean in_a = d->kind == DIFF_MISSING_IN_B;
+    g_autofree char *path = printable(wsync_checkpoint_path(in_a ? a : b));
+    printf("differ: tensor \"%s\" only in %s (%s)\n", name, in_a ? "A" : "B", path);
+    return;
+  }
+  case DIFF_DTYPE:
+    printf("differ: tensor \"%s\": dtype %s in A, %s in B\n", name, wsync_dtype_name(d->a->dtype),
+           wsync_dtype_name(d->b->dtype));
+    return;
+  case DIFF_SHAPE: {
+    g_autofree char *sa = cli_format_shape(d->a->ndim, d->a->shape);
+    g_autofree char *sb = cli_format_shape(d->b->ndim, d->b->shape);
+    printf("differ: tensor \"%s\": shape %s in A, %s in B\n", name, sa, sb);
+    return;
+  }
+  case DIFF_DATA:
+    if (d->whole_bytes) {
+      g_autofree char *index = cli_format_shape(d->a->ndim, d->index);
+      g_autofree char *xa = element_hex(d->a->data, d->element, d->element_size);
+      g_autofree char *xb = element_hex(d->b->data, d->element, d->element_size);
+      printf("differ: tensor \"%s\": first difference at element %" G_GUINT64_FORMAT
+             " (index %s): bytes %s in A, %s in B\n",
+             name, d->element, index, xa, xb);
+    } else {
+      /* Sub-byte elements (F4, F6) share bytes: say which byte. */
+      printf("differ: tensor \"%s\": first difference at byte %" G_GUINT64_FORMAT
+             ": 0x%02x in A, 0x%02x in B\n",
+             name, d->byte, d->a->data[d->byte], d->b->data[d->byte]);
+    }
+    return;
+  }
+}
+
+static void
+print_json(const Verdict *v)
+{
+  g_autoptr(JsonBuilder) jb = json_builder_new();
+  const Difference *d = &v->diff;
+
+  json_builder_begin_object(jb);
+  json_builder_set_member_name(jb, "equal");
+  json_builder_add_boolean_value(jb, d->kind == DIFF_NONE);
+  json_builder_set_member_name(jb, "tensors");
+  json_builder_add_int_value(jb, v->n_tensors);
+  json_builder_set_member_name(jb, "bytes");
+  json_builder_add_int_value(jb, (gint64)v->n_bytes);
+  json_builder_set_member_name(jb, "difference");
+  if (d->kind == DIFF_NONE) {
+    json_builder_add_null_value(jb);
+  } else {
+    gboolean located = d->kind == DIFF_DATA && d->whole_bytes;
+    json_builder_begin_object(jb);
+    json_builder_set_member_name(jb, "tensor");
+    json_builder_add_string_value(jb, d->name);
+    json_builder_set_member_name(jb, "kind");
+    json_builder_add_string_value(jb, diff_kind_names[d->kind]);
+    json_builder_set_member_name(jb, "element");
+    if (located)
+      json_builder_add_int_value(jb, (gint64)d->element);
+    else
+      json_builder_add_null_value(jb);
+    json_builder_set_member_name(jb, "index");
+    if (located) {
+      json_builder_begin_array(jb);
+      for (guint k = 0; k < d->a->ndim; k++)
+        json_builder_add_int_value(jb, (gint64)d->index[k]);
+      json_builder_end_array(jb);
+    } else {
+      json_builder_add_null_value(jb);
+    }
+    if (d->kind == DIFF_DATA && !d->whole_bytes) {
+      json_builder_set_member_name(jb, "byte");
+      json_builder_add_int_value(jb, (gint64)d->byte);
+    }
+    json_builder_end_object(jb);
+  }
+  json_builder_end_object(jb);
+  g_autoptr(JsonNode) root = json_builder_get_root(jb);
+  cli_print_json(root);
+}
+
+int
+cmd_verify(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(WsyncCheckpoint) a = NULL;
+  g_autoptr(WsyncCheckpoint) b = NULL;
+  Verdict v;
+
+  if (!cli_parse(cli, cmd, NULL, &argc, &argv))
+    return WSYNC_EXIT_USAGE;
+  if (argc != 3)
+    return cli_usage_error(cmd, argc == 1   ? "missing A and B"
+                                : argc == 2 ? "missing B"
+                                            : "expected two paths, A and B");
+  /* verify needs no plugin, but a broken configuration is still an error. */
+  if (cli_context(cli, &error) == NULL)
+    return cli_fail(error);
+  a = wsync_checkpoint_open(argv[1], &error);
+  if (a == NULL)
+    return cli_fail(error);
+  b = wsync_checkpoint_open(argv[2], &error);
+  if (b == NULL)
+    return cli_fail(error);
+
+  verify(a, b, &v);
+  if (cli->json)
+    print_json(&v);
+  else
+    print_text(a, b, &v);
+  return v.diff.kind == DIFF_NONE ? WSYNC_EXIT_OK : WSYNC_EXIT_DIFFERENT;
+}

@@ -1,0 +1,169 @@
+/* wsync: the JSON checks shared by safetensors.c and checkpoint.c (see json-check.h). */
+#include <stdarg.h>
+#include <string.h>
+
+#include <wsync/error.h>
+
+#include "json-check.h"
+
+char *
+wsync_json_printable(const char *s)
+{
+  GString *out = g_string_new(NULL);
+  for (const guchar *p = (const guchar *)s; *p; p++) {
+    if (*p < 0x20 || *p == 0x7f)
+      g_string_append_printf(out, "\\x%02x", *p);
+    else
+      g_string_append_c(out, (char)*p);
+  }
+  return g_string_free(out, FALSE);
+}
+
+/* Sets a BAD_INPUT error "FILE: MESSAGE" and returns FALSE. */
+static gboolean bad_input(GError **error, const char *file, const char *fmt, ...)
+    G_GNUC_PRINTF(3, 4);
+
+static gboolean
+bad_input(GError **error, const char *file, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  g_autofree char *msg = g_strdup_vprintf(fmt, ap);
+  va_end(ap);
+  g_autofree char *pfile = wsync_json_printable(file);
+  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: %s", pfile, msg);
+  return FALSE;
+}
+
+/* "FILE: [WHAT is ]not valid JSON DETAIL" and FALSE; @detail begins with ':' or ' '. */
+static gboolean not_json(GError **error, const char *file, const char *what, const char *fmt, ...)
+    G_GNUC_PRINTF(4, 5);
+
+static gboolean
+not_json(GError **error, const char *file, const char *what, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  g_autofree char *detail = g_strdup_vprintf(fmt, ap);
+  va_end(ap);
+  if (what)
+    return bad_input(error, file, "%s is not valid JSON%s", what, detail);
+  return bad_input(error, file, "not valid JSON%s", detail);
+}
+
+gboolean
+wsync_json_check_text(const char *text, gsize len, const char *file, const char *what,
+                      GError **error)
+{
+  g_return_val_if_fail(text != NULL, FALSE);
+  g_return_val_if_fail(file != NULL, FALSE);
+
+  const char *nul = memchr(text, '\0', len);
+  if (nul)
+    return not_json(error, file, what, ": a NUL byte at byte %td", nul - text);
+  const char *bad_utf8;
+  if (!g_utf8_validate_len(text, len, &bad_utf8)) {
+    if (what)
+      return bad_input(error, file, "%s is not valid UTF-8 (bad byte 0x%02x at byte %td of the %s)",
+                       what, (guint)(guchar)*bad_utf8, bad_utf8 - text, what);
+    return bad_input(error, file, "not valid UTF-8 (bad byte 0x%02x at byte %td)",
+                     (guint)(guchar)*bad_utf8, bad_utf8 - text);
+  }
+
+  guint depth = 0;
+  gboolean in_string = FALSE, seen_value = FALSE;
+  for (gsize i = 0; i < len; i++) {
+    char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        i++;
+      else if (c == '"')
+        in_string = FALSE;
+      continue;
+    }
+    switch (c) {
+    case '"':
+      in_string = TRUE;
+      break;
+    case '{':
+    case '[':
+      if (depth == 0 && seen_value)
+        return not_json(error, file, what, ": a second value begins at byte %" G_GSIZE_FORMAT, i);
+      if (++depth > WSYNC_JSON_MAX_DEPTH) {
+        if (what)
+          return bad_input(error, file,
+                           "%s nests JSON deeper than %d levels (at byte %" G_GSIZE_FORMAT ")",
+                           what, WSYNC_JSON_MAX_DEPTH, i);
+        return bad_input(error, file,
+                         "JSON nests deeper than %d levels (at byte %" G_GSIZE_FORMAT ")",
+                         WSYNC_JSON_MAX_DEPTH, i);
+      }
+      break;
+    case '}':
+    case ']':
+      if (depth > 0 && --depth == 0)
+        seen_value = TRUE;
+      break;
+    case '/':
+    case '\'':
+      return not_json(error, file, what, ": unexpected '%c' at byte %" G_GSIZE_FORMAT, c, i);
+    default:
+      break;
+    }
+  }
+  return TRUE;
+}
+
+/* json-glib keeps the last of two equal keys without a word; its "object-member"
+ * signal is the only place that still sees both. */
+typedef struct {
+  GHashTable *seen; /* "OBJECT-ADDRESS:KEY" */
+  char *duplicate;  /* the first repeated key */
+} DupCheck;
+
+static void
+on_object_member(JsonParser *parser, JsonObject *object, const char *name, gpointer data)
+{
+  (void)parser;
+  DupCheck *dc = data;
+  /* json-glib frees the value a duplicate replaces, so an address may come back for a
+   * new object: only the first duplicate is trustworthy, and it is enough. */
+  if (dc->duplicate)
+    return;
+  if (!g_hash_table_add(dc->seen, g_strdup_printf("%p:%s", (void *)object, name)))
+    dc->duplicate = g_strdup(name);
+}
+
+gboolean
+wsync_json_parse(JsonParser *parser, const char *text, gsize len, const char *file,
+                 const char *what, GError **error)
+{
+  g_return_val_if_fail(JSON_IS_PARSER(parser), FALSE);
+  g_return_val_if_fail(len <= G_MAXSSIZE, FALSE);
+
+  if (!wsync_json_check_text(text, len, file, what, error))
+    return FALSE;
+
+  DupCheck dc = {g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL), NULL};
+  gulong handler = g_signal_connect(parser, "object-member", G_CALLBACK(on_object_member), &dc);
+  g_autoptr(GError) json_error = NULL;
+  gboolean ok = json_parser_load_from_data(parser, text, (gssize)len, &json_error);
+  g_signal_handler_disconnect(parser, handler);
+  g_hash_table_destroy(dc.seen);
+  g_autofree char *duplicate = dc.duplicate;
+
+  if (!ok) {
+    /* json-glib says "<data>:LINE:COL: Parse error: ..." */
+    const char *msg = json_error->message;
+    if (g_str_has_prefix(msg, "<data>:"))
+      return not_json(error, file, what, " at %s", msg + 7);
+    return not_json(error, file, what, ": %s", msg);
+  }
+  if (duplicate) {
+    g_autofree char *key = wsync_json_printable(duplicate);
+    if (what)
+      return bad_input(error, file, "%s has the key \"%s\" twice", what, key);
+    return bad_input(error, file, "the key \"%s\" appears twice", key);
+  }
+  return TRUE;
+}

@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -371,22 +372,44 @@ compare_tensors(const void *a, const void *b)
   return strcmp((*(WsyncTensor *const *)a)->name, (*(WsyncTensor *const *)b)->name);
 }
 
-/* Gathers the tensors of all files; a name in two files is an error. */
+/* vLLM's sharded_state files, model-rank-{r}-part-{p}.safetensors, repeat the names of
+ * replicated tensors in every rank: a name is unique only within one rank. */
+static gint64
+rank_of_file(const WsyncSafetensors *st)
+{
+  g_autofree char *base = g_path_get_basename(wsync_safetensors_path(st));
+  unsigned int rank, part;
+  int end = 0;
+
+  if (sscanf(base, "model-rank-%u-part-%u.safetensors%n", &rank, &part, &end) == 2 &&
+      base[end] == '\0')
+    return rank;
+  return -1;
+}
+
+/* Gathers the tensors of all files; a name in two files (of one rank) is an error. */
 static gboolean
 collect_tensors(WsyncCheckpoint *ck, GError **error)
 {
+  g_autoptr(GHashTable) seen = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+
   g_ptr_array_sort(ck->files, compare_files);
   for (guint f = 0; f < ck->files->len; f++) {
     const WsyncSafetensors *st = g_ptr_array_index(ck->files, f);
+    gint64 rank = rank_of_file(st);
     for (guint i = 0; i < wsync_safetensors_n_tensors(st); i++) {
       const WsyncTensor *t = wsync_safetensors_tensor(st, i);
-      const WsyncTensor *other = g_hash_table_lookup(ck->by_name, t->name);
+      char *key = g_strdup_printf("%" G_GINT64_FORMAT ":%s", rank, t->name);
+      const WsyncTensor *other = g_hash_table_lookup(seen, key);
       if (other) {
+        g_free(key);
         g_autofree char *pname = wsync_json_printable(t->name);
         g_autofree char *pother = wsync_json_printable(other->file);
         return bad_input(error, t->file, "tensor \"%s\" is also in %s", pname, pother);
       }
-      g_hash_table_insert(ck->by_name, (char *)t->name, (gpointer)t);
+      g_hash_table_insert(seen, key, (gpointer)t);
+      if (!g_hash_table_contains(ck->by_name, t->name))
+        g_hash_table_insert(ck->by_name, (char *)t->name, (gpointer)t);
       g_ptr_array_add(ck->tensors, (gpointer)t);
       ck->total_bytes += t->nbytes;
     }

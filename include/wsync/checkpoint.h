@@ -22,7 +22,9 @@ G_BEGIN_DECLS
  *   names must be in the shard it names, and every tensor of a shard must be named.
  * - A directory without an index: every `*.safetensors` file in it, in sorted order
  *   (e.g. vLLM's `model-rank-{r}-part-{p}.safetensors`).  A name found in two files
- *   is an error.
+ *   is an error, except in rank files of different ranks, which hold replicas under
+ *   the same names (then the tensor list has the name once per rank, and lookups
+ *   return rank 0's).
  */
 typedef struct _WsyncCheckpoint WsyncCheckpoint;
 
@@ -55,7 +57,8 @@ guint wsync_checkpoint_n_tensors(const WsyncCheckpoint *ck);
  * @ck: a checkpoint
  * @index: 0 <= @index < wsync_checkpoint_n_tensors()
  *
- * Tensors are numbered by name, in strcmp() order, whatever file holds them.
+ * Tensors are numbered by name, in strcmp() order, whatever file holds them (equal
+ * names of different ranks in file order).
  *
  * Returns: (transfer none): the tensor.
  */

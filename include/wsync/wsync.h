@@ -4,6 +4,7 @@
 
 #include <wsync/checkpoint.h>
 #include <wsync/dtype.h>
+#include <wsync/engine.h>
 #include <wsync/error.h>
 #include <wsync/plugin.h>
 #include <wsync/registry.h>

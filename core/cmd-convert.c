@@ -1,0 +1,278 @@
+/* wsync plan / convert / synth: the commands that run the engine. */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "plan.h"
+
+/* Options shared by plan and convert; strings so that unset is visible. */
+typedef struct {
+  char *target;
+  char *tp;
+  char *ep;
+  char *rank;
+  char *threads;
+  char *part_size;
+} LayoutArgs;
+
+static void
+layout_args_clear(LayoutArgs *a)
+{
+  g_free(a->target);
+  g_free(a->tp);
+  g_free(a->ep);
+  g_free(a->rank);
+  g_free(a->threads);
+  g_free(a->part_size);
+}
+
+/* The command line wins over the conf.d `sync` section, which wins over the default. */
+static const char *
+pick(WsyncContext *ctx, const char *flag, const char *key, const char *fallback)
+{
+  const char *conf;
+
+  if (flag != NULL)
+    return flag;
+  conf = wsync_context_get_sync_option(ctx, key);
+  return conf != NULL ? conf : fallback;
+}
+
+static gboolean
+parse_count(const char *what, const char *text, guint64 min, guint64 max, guint64 *out,
+            GError **error)
+{
+  if (!g_ascii_string_to_unsigned(text, 10, min, max, out, NULL)) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
+                "%s must be a number from %" G_GUINT64_FORMAT " to %" G_GUINT64_FORMAT
+                ", not \"%s\"",
+                what, min, max, text);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* "5G", "512M", "1000": bytes, with K/M/G/T meaning powers of 1024. */
+static gboolean
+parse_size(const char *text, guint64 *out, GError **error)
+{
+  g_autofree char *digits = g_strdup(text);
+  gsize len = strlen(digits);
+  guint shift = 0;
+
+  if (len > 0) {
+    const char *units = "KMGT";
+    const char *u = strchr(units, g_ascii_toupper(digits[len - 1]));
+    if (u != NULL && digits[len - 1] != '\0') {
+      shift = 10 * (guint)(u - units + 1);
+      digits[len - 1] = '\0';
+    }
+  }
+  if (!parse_count("--part-size", digits, 1, G_MAXUINT64 >> shift, out, error))
+    return FALSE;
+  *out <<= shift;
+  return TRUE;
+}
+
+static gboolean
+resolve_layout_args(WsyncContext *ctx, const LayoutArgs *a, WsyncPlanOptions *o, GError **error)
+{
+  guint64 tp, ep, threads, rank = 0;
+  const char *rank_text = pick(ctx, a->rank, "rank", NULL);
+
+  o->target = pick(ctx, a->target, "target", NULL);
+  if (o->target == NULL) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
+                "no --target given (and no sync { target = ... } in conf.d)");
+    return FALSE;
+  }
+  if (!parse_count("--tp", pick(ctx, a->tp, "tp", "1"), 1, 4096, &tp, error) ||
+      !parse_count("--ep", pick(ctx, a->ep, "ep", "1"), 1, 4096, &ep, error) ||
+      !parse_count("--threads",
+                   pick(ctx, a->threads, "threads", g_strdup_printf("%u", g_get_num_processors())),
+                   1, 1024, &threads, error) ||
+      !parse_size(pick(ctx, a->part_size, "part-size", "5G"), &o->part_size, error))
+    return FALSE;
+  if (rank_text != NULL && !parse_count("--rank", rank_text, 0, 4095, &rank, error))
+    return FALSE;
+  o->tp = (guint)tp;
+  o->ep = (guint)ep;
+  o->threads = (guint)threads;
+  o->rank = rank_text != NULL ? (gint)rank : -1;
+  return TRUE;
+}
+
+#define LAYOUT_ENTRIES(a)                                                                       \
+  {"target", 't', 0, G_OPTION_ARG_STRING, &(a).target,                                          \
+   "Target layout: hf, hf-experts, hf-fused, or a plugin's (vllm, vllm-ascend)", "T"},          \
+      {"tp", 0, 0, G_OPTION_ARG_STRING, &(a).tp, "Tensor-parallel size (default 1)", "N"},    \
+      {"ep", 0, 0, G_OPTION_ARG_STRING, &(a).ep,                                              \
+       "Expert-parallel size: 1, or a multiple of --tp (default 1)", "N"},                     \
+      {"rank", 0, 0, G_OPTION_ARG_STRING, &(a).rank, "Only this rank (default: every rank)",  \
+       "R"},                                                                                    \
+      {"threads", 0, 0, G_OPTION_ARG_STRING, &(a).threads,                                    \
+       "Worker threads (default: the number of cores)", "N"},                                  \
+      {"part-size", 0, 0, G_OPTION_ARG_STRING, &(a).part_size,                                \
+       "Start a new file before a tensor that would pass SIZE (default 5G)", "SIZE"}
+
+int
+cmd_plan(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
+{
+  LayoutArgs a = {0};
+  GOptionEntry entries[] = {LAYOUT_ENTRIES(a), {NULL}};
+  g_autoptr(GError) error = NULL;
+  WsyncPlanOptions o = {0};
+  WsyncContext *ctx;
+  int status = WSYNC_EXIT_OK;
+
+  if (!cli_parse(cli, cmd, entries, &argc, &argv)) {
+    layout_args_clear(&a);
+    return WSYNC_EXIT_USAGE;
+  }
+  if (argc != 2) {
+    layout_args_clear(&a);
+    return cli_usage_error(cmd, argc < 2 ? "missing SRC" : "expected one SRC");
+  }
+  ctx = cli_context(cli, &error);
+  if (ctx == NULL || !resolve_layout_args(ctx, &a, &o, &error)) {
+    layout_args_clear(&a);
+    return cli_fail(error);
+  }
+  g_autoptr(WsyncPlan) plan = wsync_plan_new(ctx, argv[1], &o, &error);
+  if (plan == NULL)
+    status = cli_fail(error);
+  else if (cli->json) {
+    g_autoptr(JsonNode) root = wsync_plan_to_json(plan);
+    cli_print_json(root);
+  } else
+    wsync_plan_print(plan, stdout);
+  layout_args_clear(&a);
+  return status;
+}
+
+int
+cmd_convert(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
+{
+  LayoutArgs a = {0};
+  GOptionEntry entries[] = {LAYOUT_ENTRIES(a), {NULL}};
+  g_autoptr(GError) error = NULL;
+  WsyncPlanOptions o = {0};
+  WsyncContext *ctx;
+  int status = WSYNC_EXIT_OK;
+
+  if (!cli_parse(cli, cmd, entries, &argc, &argv)) {
+    layout_args_clear(&a);
+    return WSYNC_EXIT_USAGE;
+  }
+  if (argc != 3) {
+    layout_args_clear(&a);
+    return cli_usage_error(cmd, argc < 3 ? "missing SRC or DST" : "expected SRC and DST");
+  }
+  ctx = cli_context(cli, &error);
+  if (ctx == NULL || !resolve_layout_args(ctx, &a, &o, &error)) {
+    layout_args_clear(&a);
+    return cli_fail(error);
+  }
+  g_autoptr(WsyncPlan) plan = wsync_plan_new(ctx, argv[1], &o, &error);
+  gboolean progress = !cli->quiet && isatty(STDERR_FILENO);
+  if (plan == NULL || !wsync_plan_execute(plan, argv[2], progress, &error))
+    status = cli_fail(error);
+  else if (cli->json) {
+    g_autoptr(JsonNode) root = wsync_plan_to_json(plan);
+    cli_print_json(root);
+  } else if (!cli->quiet)
+    printf("wrote %s: %" G_GUINT64_FORMAT " bytes\n", argv[2], wsync_plan_total_bytes(plan));
+  layout_args_clear(&a);
+  return status;
+}
+
+/* --layers N: the first N layers only (layer_types and mlp_only_layers trimmed too). */
+static void
+trim_layers(JsonObject *root, gint64 layers)
+{
+  JsonObject *text = root;
+
+  if (json_object_has_member(root, "text_config") &&
+      JSON_NODE_HOLDS_OBJECT(json_object_get_member(root, "text_config")))
+    text = json_object_get_object_member(root, "text_config");
+  json_object_set_int_member(text, "num_hidden_layers", layers);
+  if (json_object_has_member(text, "layer_types") &&
+      JSON_NODE_HOLDS_ARRAY(json_object_get_member(text, "layer_types"))) {
+    JsonArray *types = json_object_get_array_member(text, "layer_types");
+    while (json_array_get_length(types) > (guint)layers)
+      json_array_remove_element(types, json_array_get_length(types) - 1);
+  }
+}
+
+int
+cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
+{
+  g_autofree char *config = NULL;
+  g_autofree char *pattern = NULL;
+  g_autofree char *part_size = NULL;
+  gint layers = -1;
+  gint64 seed = 0;
+  gboolean fused = FALSE;
+  GOptionEntry entries[] = {
+      {"config", 'c', 0, G_OPTION_ARG_FILENAME, &config, "The model's config.json", "CONFIG"},
+      {"layers", 0, 0, G_OPTION_ARG_INT, &layers, "Only the first N layers", "N"},
+      {"seed", 0, 0, G_OPTION_ARG_INT64, &seed, "Random seed (default 0)", "S"},
+      {"fused-experts", 0, 0, G_OPTION_ARG_NONE, &fused,
+       "Experts fused as Transformers 5 holds them (gate_up_proj [E, 2I, H])", NULL},
+      {"pattern", 0, 0, G_OPTION_ARG_STRING, &pattern,
+       "random (default): small finite values; index: each element's bytes encode its "
+       "tensor and position",
+       "P"},
+      {"part-size", 0, 0, G_OPTION_ARG_STRING, &part_size, "File size limit (default 5G)",
+       "SIZE"},
+      {NULL}};
+  g_autoptr(GError) error = NULL;
+  WsyncPlanOptions o = {0};
+  WsyncContext *ctx;
+
+  if (!cli_parse(cli, cmd, entries, &argc, &argv))
+    return WSYNC_EXIT_USAGE;
+  if (config == NULL)
+    return cli_usage_error(cmd, "missing --config CONFIG.json");
+  if (argc != 2)
+    return cli_usage_error(cmd, argc < 2 ? "missing DST" : "expected one DST");
+  if (pattern != NULL && strcmp(pattern, "random") != 0 && strcmp(pattern, "index") != 0)
+    return cli_usage_error(cmd, "--pattern must be random or index, not \"%s\"", pattern);
+  if (layers == 0 || layers < -1)
+    return cli_usage_error(cmd, "--layers must be at least 1");
+  ctx = cli_context(cli, &error);
+  if (ctx == NULL)
+    return cli_fail(error);
+
+  g_autoptr(JsonParser) parser = json_parser_new();
+  g_autoptr(GError) local = NULL;
+  if (!json_parser_load_from_file(parser, config, &local) ||
+      !JSON_NODE_HOLDS_OBJECT(json_parser_get_root(parser))) {
+    g_set_error(&error, WSYNC_ERROR, local ? WSYNC_ERROR_BAD_INPUT : WSYNC_ERROR_BAD_INPUT,
+                "%s: %s", config, local ? local->message : "the top level is not an object");
+    return cli_fail(error);
+  }
+  g_autoptr(JsonNode) root = json_node_copy(json_parser_get_root(parser));
+  if (layers > 0)
+    trim_layers(json_node_get_object(root), layers);
+
+  o.target = fused ? "hf-fused" : "hf";
+  o.tp = o.ep = 1;
+  o.rank = -1;
+  o.threads = g_get_num_processors();
+  o.synth = TRUE;
+  o.seed = (guint64)seed;
+  o.pattern_index = pattern != NULL && strcmp(pattern, "index") == 0;
+  o.synth_config = root;
+  if (!parse_size(part_size ? part_size : "5G", &o.part_size, &error))
+    return cli_fail(error);
+  g_autoptr(WsyncPlan) plan = wsync_plan_new(ctx, config, &o, &error);
+  if (plan == NULL || !wsync_plan_execute(plan, argv[1], !cli->quiet && isatty(2), &error))
+    return cli_fail(error);
+  if (!cli->quiet)
+    printf("wrote %s: %" G_GUINT64_FORMAT " bytes\n", argv[1], wsync_plan_total_bytes(plan));
+  return WSYNC_EXIT_OK;
+}

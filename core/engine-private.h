@@ -1,0 +1,135 @@
+/* wsync: internals of the engine, shared by the core's own files only. */
+#ifndef WSYNC_ENGINE_PRIVATE_H
+#define WSYNC_ENGINE_PRIVATE_H
+
+#include <wsync/checkpoint.h>
+#include <wsync/engine.h>
+#include <wsync/registry.h>
+
+/* Where the bytes of a box of a logical tensor come from. */
+typedef enum {
+  SOURCE_INPUT,     /* an input tensor's bytes */
+  SOURCE_GENERATED, /* synth: computed from (seed, tensor ordinal, element index) */
+} SourceKind;
+
+typedef struct {
+  SourceKind kind;
+  WsyncBox box;          /* in the logical tensor's coordinates */
+  WsyncRegion region;    /* inside the input tensor */
+  const WsyncTensor *input;
+  guint input_index;     /* index into the plan's input list */
+} Source;
+
+struct _WsyncVTensor {
+  char *name;
+  WsyncDtype dtype;
+  gboolean dtype_from_input; /* set once a source fixed it */
+  guint ndim;
+  guint64 shape[WSYNC_MAX_DIMS];
+  guint ordinal;
+  GArray *sources; /* Source */
+  gboolean used;   /* read by some output */
+};
+
+typedef struct {
+  char *rule;
+  char *glob;
+} DropRule;
+
+struct _WsyncMapping {
+  JsonObject *config;
+  char *model_type;
+  GPtrArray *vtensors; /* WsyncVTensor*, owned */
+  GHashTable *vt_by_name;
+  GPtrArray *params; /* WsyncParam*, owned */
+  GArray *drop_rules; /* DropRule */
+  WsyncConvertFunc hf_build;
+  gpointer hf_data;
+  char *remapper; /* "entry (plugin)" that described the model */
+};
+
+typedef struct {
+  WsyncVTensor *vt;
+  WsyncBox box;
+  WsyncRegion region;
+} Placement;
+
+typedef struct {
+  WsyncBox box;
+  guint8 value[16];
+  gsize value_len;
+  char *reason;
+} Fill;
+
+struct _WsyncLayoutTensor {
+  char *name;
+  WsyncDtype dtype;
+  guint ndim;
+  guint64 shape[WSYNC_MAX_DIMS];
+  GArray *placements; /* Placement */
+  GArray *fills;      /* Fill */
+  char *made_by;      /* "entry (plugin)" */
+  gboolean permuted;  /* a hook swapped its last two axes */
+  /* filled by the planner */
+  guint part;
+  guint64 nbytes;
+  GArray *ops; /* Op */
+};
+
+typedef struct {
+  const WsyncParam *param;
+  char *rule;
+} DroppedParam;
+
+struct _WsyncLayout {
+  WsyncMapping *mapping;
+  char *target;
+  guint tp, ep, rank, world;
+  gboolean reading;
+  GHashTable *input_names;    /* reading: name -> WsyncTensor* of this rank */
+  GHashTable *input_metadata; /* reading: first file's __metadata__ */
+  GPtrArray *tensors;         /* WsyncLayoutTensor*, owned */
+  GHashTable *by_name;
+  GArray *dropped; /* DroppedParam */
+  GHashTable *metadata;
+  WsyncContext *ctx;
+  const char *current_entry; /* "entry (plugin)" running now */
+};
+
+/* One operation that produces part of an output tensor. */
+typedef enum {
+  OP_COPY,
+  OP_FILL,
+} OpKind;
+
+typedef struct {
+  OpKind kind;
+  guint ndim;                       /* axes of the copy */
+  guint64 extent[WSYNC_MAX_DIMS];
+  guint64 dst_origin;               /* element index in the output tensor */
+  guint64 dst_stride[WSYNC_MAX_DIMS];
+  /* OP_COPY */
+  const Source *source;
+  guint64 src_origin;               /* element index in the input tensor */
+  guint64 src_stride[WSYNC_MAX_DIMS];
+  WsyncDtype src_dtype;
+  const WsyncVTensor *vt;
+  WsyncBox vbox;                    /* the logical box being copied, for the plan */
+  /* OP_FILL */
+  const Fill *fill;
+} Op;
+
+WsyncMapping *wsync_mapping_new(JsonObject *config, const char *model_type);
+void wsync_mapping_free(WsyncMapping *m);
+
+WsyncLayout *wsync_layout_new(WsyncMapping *m, WsyncContext *ctx, const char *target, guint tp,
+                              guint ep, guint rank, gboolean reading);
+void wsync_layout_free(WsyncLayout *layout);
+
+gsize wsync_dtype_size(WsyncDtype dtype); /* bytes per element; 0 for sub-byte types */
+gboolean wsync_dtype_from_torch(const char *name, WsyncDtype *dtype);
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(WsyncMapping, wsync_mapping_free)
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(WsyncLayout, wsync_layout_free)
+
+#endif /* WSYNC_ENGINE_PRIVATE_H */

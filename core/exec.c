@@ -1,0 +1,700 @@
+/* wsync: executing a plan.
+ *
+ * Output files are created in a temporary sibling of DST, sized, and mapped; worker
+ * threads run the plan's copies straight from the input maps into the output maps (no
+ * whole-tensor buffers, so private memory does not grow with the model); the files are
+ * flushed, the non-weight files of the source are copied, and only then is the
+ * directory renamed into place (swapped atomically with an existing DST).
+ *
+ * The unit of work is a run of bytes, not a tensor: a copy bigger than CHUNK_BYTES is
+ * split along its outermost axis, so one 1 GiB expert tensor keeps every thread busy.
+ */
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <glib/gstdio.h>
+
+#include "plan-private.h"
+
+#define CHUNK_BYTES (8u << 20)
+
+/* ------------------------------------------------------------------ element conversions */
+
+static inline float
+bf16_to_f32(guint16 v)
+{
+  guint32 bits = (guint32)v << 16;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+/* Round to nearest, ties to even, as torch's copy_ does; NaN stays NaN. */
+static inline guint16
+f32_to_bf16(float f)
+{
+  guint32 bits;
+  memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u)
+    return (guint16)((bits >> 16) | 0x40);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return (guint16)(bits >> 16);
+}
+
+static inline float
+f16_to_f32(guint16 h)
+{
+  guint32 sign = (guint32)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
+  float f;
+
+  if (exp == 0) {
+    if (mant == 0)
+      bits = sign;
+    else { /* subnormal: normalise */
+      exp = 127 - 15 + 1;
+      while ((mant & 0x400) == 0) {
+        mant <<= 1;
+        exp--;
+      }
+      bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
+    }
+  } else if (exp == 31)
+    bits = sign | 0x7f800000u | (mant << 13);
+  else
+    bits = sign | ((exp - 15 + 127) << 23) | (mant << 13);
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+static inline guint16
+f32_to_f16(float f)
+{
+  guint32 bits, sign, mant;
+  gint32 exp;
+
+  memcpy(&bits, &f, 4);
+  sign = (bits >> 16) & 0x8000;
+  exp = (gint32)((bits >> 23) & 0xff) - 127 + 15;
+  mant = bits & 0x7fffff;
+  if (((bits >> 23) & 0xff) == 0xff)
+    return (guint16)(sign | 0x7c00 | (mant ? 0x200 : 0));
+  if (exp >= 31)
+    return (guint16)(sign | 0x7c00);
+  if (exp <= 0) {
+    if (exp < -10)
+      return (guint16)sign;
+    mant |= 0x800000;
+    guint32 shift = (guint32)(14 - exp);
+    guint32 half = 1u << (shift - 1), rest = mant & ((1u << shift) - 1);
+    guint32 v = mant >> shift;
+    if (rest > half || (rest == half && (v & 1)))
+      v++;
+    return (guint16)(sign | v);
+  }
+  guint32 v = ((guint32)exp << 10) | (mant >> 13), rest = mant & 0x1fff;
+  if (rest > 0x1000 || (rest == 0x1000 && (v & 1)))
+    v++;
+  return (guint16)(sign | v);
+}
+
+static inline float
+load_float(const guint8 *p, WsyncDtype dtype)
+{
+  guint16 h;
+  float f;
+
+  switch (dtype) {
+  case WSYNC_DTYPE_BF16:
+    memcpy(&h, p, 2);
+    return bf16_to_f32(h);
+  case WSYNC_DTYPE_F16:
+    memcpy(&h, p, 2);
+    return f16_to_f32(h);
+  default:
+    memcpy(&f, p, 4);
+    return f;
+  }
+}
+
+static inline void
+store_float(guint8 *p, WsyncDtype dtype, float f)
+{
+  guint16 h;
+
+  switch (dtype) {
+  case WSYNC_DTYPE_BF16:
+    h = f32_to_bf16(f);
+    memcpy(p, &h, 2);
+    break;
+  case WSYNC_DTYPE_F16:
+    h = f32_to_f16(f);
+    memcpy(p, &h, 2);
+    break;
+  default:
+    memcpy(p, &f, 4);
+    break;
+  }
+}
+
+/* ------------------------------------------------------------------ generated values (synth) */
+
+static inline guint64
+splitmix64(guint64 x)
+{
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+/* The bytes of element @index of logical tensor @ordinal.  "index" patterns encode
+ * where the element came from, so a misplaced byte shows; random ones are small finite
+ * floats (or random integers). */
+static void
+generate_element(const WsyncPlan *plan, guint ordinal, guint64 index, WsyncDtype dtype,
+                 guint8 *out)
+{
+  gsize size = wsync_dtype_size(dtype);
+
+  if (plan->pattern_index) {
+    guint64 code = ((guint64)(ordinal + 1) << 32) | (index & 0xffffffffu);
+    if (size == 2) {
+      guint16 v = (guint16)(((ordinal + 1) * 40503u + index) & 0x7fff);
+      if (dtype == WSYNC_DTYPE_BF16 && ((v >> 7) & 0xff) == 0xff)
+        v ^= 0x4000; /* keep it finite */
+      if (dtype == WSYNC_DTYPE_F16 && ((v >> 10) & 0x1f) == 0x1f)
+        v ^= 0x2000;
+      memcpy(out, &v, 2);
+    } else if (size == 4) {
+      guint32 v = (guint32)(((ordinal + 1) << 22) ^ (index & 0x3fffff));
+      if (dtype == WSYNC_DTYPE_F32 && ((v >> 23) & 0xff) == 0xff)
+        v ^= 0x20000000u;
+      memcpy(out, &v, 4);
+    } else
+      memcpy(out, &code, MIN(size, sizeof code));
+    return;
+  }
+  guint64 r = splitmix64(plan->seed ^ splitmix64(((guint64)ordinal << 40) ^ index));
+  if (dtype == WSYNC_DTYPE_BF16 || dtype == WSYNC_DTYPE_F16 || dtype == WSYNC_DTYPE_F32) {
+    float f = ((float)(r >> 40) / (float)(1u << 24) - 0.5f) * 0.25f;
+    store_float(out, dtype, f);
+  } else
+    memcpy(out, &r, MIN(size, sizeof r));
+}
+
+/* ------------------------------------------------------------------ copy kernels */
+
+typedef struct {
+  guint ndim;
+  guint64 extent[WSYNC_MAX_DIMS];
+  gint64 src_stride[WSYNC_MAX_DIMS]; /* bytes */
+  gint64 dst_stride[WSYNC_MAX_DIMS]; /* bytes */
+} Walk;
+
+/* Drops axes of extent 1 and merges neighbours that are contiguous on both sides, so
+ * that a slice of rows becomes one long run. */
+static void
+walk_normalise(Walk *w)
+{
+  guint n = 0;
+
+  for (guint k = 0; k < w->ndim; k++)
+    if (w->extent[k] != 1) {
+      w->extent[n] = w->extent[k];
+      w->src_stride[n] = w->src_stride[k];
+      w->dst_stride[n] = w->dst_stride[k];
+      n++;
+    }
+  w->ndim = n;
+  for (guint k = n; k > 1; k--) {
+    guint a = k - 2, b = k - 1;
+    if (w->src_stride[a] == w->src_stride[b] * (gint64)w->extent[b] &&
+        w->dst_stride[a] == w->dst_stride[b] * (gint64)w->extent[b]) {
+      w->extent[a] *= w->extent[b];
+      w->src_stride[a] = w->src_stride[b];
+      w->dst_stride[a] = w->dst_stride[b];
+      for (guint j = b; j + 1 < w->ndim; j++) {
+        w->extent[j] = w->extent[j + 1];
+        w->src_stride[j] = w->src_stride[j + 1];
+        w->dst_stride[j] = w->dst_stride[j + 1];
+      }
+      w->ndim--;
+    }
+  }
+}
+
+/* Copies the inner walk of axes [from, ndim) with a row memcpy when the last axis is
+ * contiguous on both sides, and a cache-blocked 2-D loop otherwise. */
+static void
+copy_inner(const Walk *w, guint from, const guint8 *src, guint8 *dst, gsize esize)
+{
+  if (from == w->ndim) {
+    memcpy(dst, src, esize);
+    return;
+  }
+  if (from + 1 == w->ndim) {
+    guint64 n = w->extent[from];
+    if (w->src_stride[from] == (gint64)esize && w->dst_stride[from] == (gint64)esize) {
+      memcpy(dst, src, n * esize);
+      return;
+    }
+    for (guint64 i = 0; i < n; i++)
+      memcpy(dst + i * w->dst_stride[from], src + i * w->src_stride[from], esize);
+    return;
+  }
+  if (from + 2 == w->ndim && w->src_stride[from + 1] != (gint64)esize) {
+    /* a transpose: walk in 32x32 tiles so both sides stay in cache */
+    const guint64 B = 32, n0 = w->extent[from], n1 = w->extent[from + 1];
+    for (guint64 i0 = 0; i0 < n0; i0 += B)
+      for (guint64 j0 = 0; j0 < n1; j0 += B)
+        for (guint64 i = i0; i < MIN(i0 + B, n0); i++)
+          for (guint64 j = j0; j < MIN(j0 + B, n1); j++)
+            memcpy(dst + i * w->dst_stride[from] + j * w->dst_stride[from + 1],
+                   src + i * w->src_stride[from] + j * w->src_stride[from + 1], esize);
+    return;
+  }
+  for (guint64 i = 0; i < w->extent[from]; i++)
+    copy_inner(w, from + 1, src + i * w->src_stride[from], dst + i * w->dst_stride[from], esize);
+}
+
+/* Element by element with a dtype conversion (casts are rare and small). */
+static void
+cast_inner(const Walk *w, guint from, const guint8 *src, guint8 *dst, WsyncDtype sd,
+           WsyncDtype dd)
+{
+  if (from == w->ndim) {
+    store_float(dst, dd, load_float(src, sd));
+    return;
+  }
+  for (guint64 i = 0; i < w->extent[from]; i++)
+    cast_inner(w, from + 1, src + i * w->src_stride[from], dst + i * w->dst_stride[from], sd,
+               dd);
+}
+
+/* ------------------------------------------------------------------ work items */
+
+typedef struct {
+  const WsyncPlan *plan;
+  const Op *op;
+  WsyncDtype dst_dtype;
+  guint8 *dst_base;       /* the output tensor's first byte */
+  guint64 outer_from;     /* range of the op's first axis this item does */
+  guint64 outer_to;
+  gint *remaining;
+} WorkItem;
+
+/* Repeats one element's bytes over a box of the tensor. */
+static void
+fill_inner(const Walk *w, guint from, guint8 *dst, const guint8 *value, gsize esize)
+{
+  if (from == w->ndim) {
+    memcpy(dst, value, esize);
+    return;
+  }
+  for (guint64 i = 0; i < w->extent[from]; i++)
+    fill_inner(w, from + 1, dst + i * w->dst_stride[from], value, esize);
+}
+
+static void
+run_fill(guint8 *base, const Fill *fill, gsize esize, guint ndim, const guint64 *shape)
+{
+  Walk w = {.ndim = fill->box.ndim};
+  guint64 stride = esize, origin = 0;
+
+  for (guint d = ndim; d > 0; d--) {
+    w.dst_stride[d - 1] = (gint64)stride;
+    origin += fill->box.offset[d - 1] * stride;
+    stride *= shape[d - 1];
+  }
+  memcpy(w.extent, fill->box.extent, sizeof w.extent);
+  fill_inner(&w, 0, base + origin, fill->value, esize);
+}
+
+static void
+run_generated(const WorkItem *item, gsize esize)
+{
+  const Op *op = item->op;
+  guint64 idx[WSYNC_MAX_DIMS] = {0};
+  guint64 total = 1;
+
+  for (guint k = 1; k < op->ndim; k++)
+    total *= op->extent[k];
+  for (guint64 outer = item->outer_from; outer < item->outer_to; outer++) {
+    for (guint64 flat = 0; flat < total; flat++) {
+      guint64 rem = flat, src = op->src_origin, dst = op->dst_origin;
+      for (guint k = op->ndim; k > 1; k--) {
+        idx[k - 1] = rem % op->extent[k - 1];
+        rem /= op->extent[k - 1];
+      }
+      if (op->ndim > 0)
+        idx[0] = outer;
+      for (guint k = 0; k < op->ndim; k++) {
+        src += idx[k] * op->src_stride[k];
+        dst += idx[k] * op->dst_stride[k];
+      }
+      generate_element(item->plan, op->vt->ordinal, src, item->dst_dtype,
+                       item->dst_base + dst * esize);
+    }
+    if (op->ndim == 0)
+      break;
+  }
+}
+
+static void
+run_copy(const WorkItem *item)
+{
+  const Op *op = item->op;
+  gsize dsize = wsync_dtype_size(item->dst_dtype), ssize = wsync_dtype_size(op->src_dtype);
+  Walk w = {.ndim = op->ndim};
+
+  if (op->source->kind == SOURCE_GENERATED) {
+    run_generated(item, dsize);
+    return;
+  }
+  for (guint k = 0; k < op->ndim; k++) {
+    w.extent[k] = op->extent[k];
+    w.src_stride[k] = (gint64)(op->src_stride[k] * ssize);
+    w.dst_stride[k] = (gint64)(op->dst_stride[k] * dsize);
+  }
+  const guint8 *src = op->source->input->data + op->src_origin * ssize;
+  guint8 *dst = item->dst_base + op->dst_origin * dsize;
+  if (op->ndim > 0) {
+    src += item->outer_from * w.src_stride[0];
+    dst += item->outer_from * w.dst_stride[0];
+    w.extent[0] = item->outer_to - item->outer_from;
+  }
+  if (op->src_dtype != item->dst_dtype) {
+    cast_inner(&w, 0, src, dst, op->src_dtype, item->dst_dtype);
+    return;
+  }
+  walk_normalise(&w);
+  copy_inner(&w, 0, src, dst, dsize);
+}
+
+/* ------------------------------------------------------------------ output files */
+
+typedef struct {
+  char *path;
+  WsyncSafetensorsWriter *writer;
+  guint64 bytes;
+} OutFile;
+
+static void
+outfile_free(gpointer data)
+{
+  OutFile *f = data;
+  g_free(f->path);
+  wsync_safetensors_writer_free(f->writer);
+  g_free(f);
+}
+
+static gboolean
+is_hf(const WsyncPlan *plan)
+{
+  return g_str_has_prefix(plan->target, "hf");
+}
+
+/* Creates every output file of @layout with its header; returns one OutFile per part. */
+static GPtrArray *
+create_files(WsyncPlan *plan, WsyncLayout *layout, const char *dir, GHashTable *weight_map,
+             GError **error)
+{
+  g_autoptr(GPtrArray) files = g_ptr_array_new_with_free_func(outfile_free);
+
+  for (guint i = 0; i < layout->tensors->len; i++) {
+    WsyncLayoutTensor *lt = layout->tensors->pdata[i];
+    while (files->len <= lt->part) {
+      OutFile *f = g_new0(OutFile, 1);
+      g_autofree char *name = wsync_plan_file_name(plan, layout, files->len);
+      GHashTableIter it;
+      gpointer k, v;
+      f->path = g_build_filename(dir, name, NULL);
+      f->writer = wsync_safetensors_writer_new();
+      wsync_safetensors_writer_set_metadata(f->writer, "format", "pt");
+      g_hash_table_iter_init(&it, layout->metadata);
+      while (g_hash_table_iter_next(&it, &k, &v))
+        wsync_safetensors_writer_set_metadata(f->writer, k, v);
+      g_ptr_array_add(files, f);
+    }
+    OutFile *f = files->pdata[lt->part];
+    if (!wsync_safetensors_writer_add(f->writer, lt->name, lt->dtype, lt->ndim, lt->shape,
+                                      error))
+      return NULL;
+    f->bytes += lt->nbytes;
+    if (weight_map)
+      g_hash_table_insert(weight_map, g_strdup(lt->name), g_path_get_basename(f->path));
+  }
+  for (guint p = 0; p < files->len; p++) {
+    OutFile *f = files->pdata[p];
+    if (!wsync_safetensors_writer_begin(f->writer, f->path, error))
+      return NULL;
+  }
+  return g_steal_pointer(&files);
+}
+
+static void
+worker(gpointer data, gpointer user_data)
+{
+  WorkItem *item = data;
+  (void)user_data;
+
+  run_copy(item);
+  g_atomic_int_dec_and_test(item->remaining);
+}
+
+typedef struct {
+  GThreadPool *pool;
+  gint remaining;
+  GPtrArray *items;
+  guint64 done_bytes, total_bytes;
+  gboolean progress;
+} Executor;
+
+/* Queues the ops of one tensor, splitting big copies along their first axis. */
+static void
+queue_tensor(Executor *ex, WsyncPlan *plan, WsyncLayoutTensor *lt, guint8 *base)
+{
+  gsize esize = wsync_dtype_size(lt->dtype);
+
+  for (guint i = 0; i < lt->ops->len; i++) {
+    const Op *op = &g_array_index(lt->ops, Op, i);
+    if (op->kind == OP_FILL) {
+      run_fill(base, op->fill, esize, lt->ndim, lt->shape); /* small: done inline */
+      continue;
+    }
+    guint64 outer = op->ndim ? op->extent[0] : 1, bytes = esize;
+    for (guint k = 0; k < op->ndim; k++)
+      bytes *= op->extent[k];
+    guint64 per_outer = MAX(bytes / MAX(outer, 1), 1);
+    guint64 step = MAX(CHUNK_BYTES / per_outer, 1);
+    for (guint64 from = 0; from < outer; from += step) {
+      WorkItem *item = g_new0(WorkItem, 1);
+      item->plan = plan;
+      item->op = op;
+      item->dst_dtype = lt->dtype;
+      item->dst_base = base;
+      item->outer_from = from;
+      item->outer_to = MIN(from + step, outer);
+      item->remaining = &ex->remaining;
+      g_ptr_array_add(ex->items, item);
+      g_atomic_int_inc(&ex->remaining);
+      g_thread_pool_push(ex->pool, item, NULL);
+    }
+  }
+}
+
+static gboolean
+write_layout(WsyncPlan *plan, WsyncLayout *layout, const char *dir, Executor *ex,
+             GHashTable *weight_map, GError **error)
+{
+  g_autoptr(GPtrArray) files = create_files(plan, layout, dir, weight_map, error);
+
+  if (files == NULL)
+    return FALSE;
+  for (guint i = 0; i < layout->tensors->len; i++) {
+    WsyncLayoutTensor *lt = layout->tensors->pdata[i];
+    OutFile *f = files->pdata[lt->part];
+    guint8 *base = wsync_safetensors_writer_data(f->writer, lt->name, error);
+    if (base == NULL && lt->nbytes > 0)
+      return FALSE;
+    queue_tensor(ex, plan, lt, base);
+  }
+  /* wait for this rank's copies before its files are flushed */
+  while (g_atomic_int_get(&ex->remaining) > 0)
+    g_usleep(1000);
+  for (guint p = 0; p < files->len; p++)
+    if (!wsync_safetensors_writer_finish(((OutFile *)files->pdata[p])->writer, error))
+      return FALSE;
+  return TRUE;
+}
+
+/* ------------------------------------------------------------------ the directory */
+
+static gboolean
+copy_file(const char *from, const char *to, GError **error)
+{
+  g_autofree char *data = NULL;
+  gsize len = 0;
+  g_autoptr(GError) local = NULL;
+
+  if (!g_file_get_contents(from, &data, &len, &local) ||
+      !g_file_set_contents(to, data, (gssize)len, &local)) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO, "%s", local->message);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+static char *
+config_text(JsonNode *root)
+{
+  g_autoptr(JsonGenerator) gen = json_generator_new();
+  json_generator_set_pretty(gen, TRUE);
+  json_generator_set_indent(gen, 2);
+  json_generator_set_root(gen, root);
+  g_autofree char *text = json_generator_to_data(gen, NULL);
+  return g_strconcat(text, "\n", NULL);
+}
+
+/* config.json: through the config patchers; byte for byte when none changed it. */
+static gboolean
+write_config(WsyncPlan *plan, const char *src_config, const char *dir, GError **error)
+{
+  g_autofree char *out = g_build_filename(dir, "config.json", NULL);
+  g_autoptr(JsonNode) patched = json_node_copy(plan->config);
+  g_autofree char *before = config_text(plan->config);
+
+  if (!wsync_run_config_patchers(plan->ctx, patched, error))
+    return FALSE;
+  g_autofree char *after = config_text(patched);
+  if (src_config != NULL && strcmp(before, after) == 0)
+    return copy_file(src_config, out, error);
+  if (!g_file_set_contents(out, after, -1, NULL)) {
+    wsync_set_io_error(error, errno, out, "write");
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* Every regular file of the source directory that is not a weight file. */
+static gboolean
+copy_other_files(WsyncPlan *plan, const char *dir, GError **error)
+{
+  g_autoptr(GDir) d = NULL;
+  const char *name;
+
+  if (plan->synth || !wsync_checkpoint_is_dir(plan->input))
+    return write_config(plan, NULL, dir, error);
+  d = g_dir_open(plan->src, 0, NULL);
+  while (d != NULL && (name = g_dir_read_name(d)) != NULL) {
+    g_autofree char *from = g_build_filename(plan->src, name, NULL);
+    g_autofree char *to = g_build_filename(dir, name, NULL);
+    if (!g_file_test(from, G_FILE_TEST_IS_REGULAR) || g_str_has_suffix(name, ".safetensors") ||
+        strcmp(name, WSYNC_INDEX_NAME) == 0 || name[0] == '.')
+      continue;
+    if (strcmp(name, "config.json") == 0) {
+      if (!write_config(plan, from, dir, error))
+        return FALSE;
+    } else if (!copy_file(from, to, error))
+      return FALSE;
+  }
+  g_autofree char *config = g_build_filename(dir, "config.json", NULL);
+  if (!g_file_test(config, G_FILE_TEST_EXISTS))
+    return write_config(plan, NULL, dir, error);
+  return TRUE;
+}
+
+static void
+remove_tree(const char *path)
+{
+  g_autoptr(GDir) d = g_dir_open(path, 0, NULL);
+  const char *name;
+
+  while (d != NULL && (name = g_dir_read_name(d)) != NULL) {
+    g_autofree char *child = g_build_filename(path, name, NULL);
+    if (g_file_test(child, G_FILE_TEST_IS_DIR) && !g_file_test(child, G_FILE_TEST_IS_SYMLINK))
+      remove_tree(child);
+    else
+      g_unlink(child);
+  }
+  g_rmdir(path);
+}
+
+/* Puts the finished @tmp at @dst: swapped atomically with an existing directory (the old
+ * one is removed after), renamed when there is none. */
+static gboolean
+install_dir(const char *tmp, const char *dst, GError **error)
+{
+  if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dst, RENAME_NOREPLACE) == 0)
+    return TRUE;
+  if (errno != EEXIST && errno != ENOTEMPTY) {
+    wsync_set_io_error(error, errno, dst, "rename into place");
+    return FALSE;
+  }
+  if (!g_file_test(dst, G_FILE_TEST_IS_DIR)) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO, "%s exists and is not a directory", dst);
+    return FALSE;
+  }
+  if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dst, RENAME_EXCHANGE) != 0) {
+    wsync_set_io_error(error, errno, dst, "swap into place");
+    return FALSE;
+  }
+  remove_tree(tmp); /* now the previous DST */
+  return TRUE;
+}
+
+static char *
+make_temp_sibling(const char *dst, GError **error)
+{
+  g_autofree char *parent = g_path_get_dirname(dst);
+  g_autofree char *base = g_path_get_basename(dst);
+  g_autofree char *templ = g_strdup_printf("%s/.%s.wsync-XXXXXX", parent, base);
+
+  if (g_mkdtemp(templ) == NULL) {
+    wsync_set_io_error(error, errno, templ, "create");
+    return NULL;
+  }
+  return g_steal_pointer(&templ);
+}
+
+gboolean
+wsync_plan_execute(WsyncPlan *plan, const char *dst, gboolean progress, GError **error)
+{
+  g_autofree char *tmp = make_temp_sibling(dst, error);
+  g_autoptr(GHashTable) weight_map = NULL;
+  Executor ex = {0};
+  gboolean ok = TRUE;
+
+  if (tmp == NULL)
+    return FALSE;
+  if (is_hf(plan))
+    weight_map = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+  ex.items = g_ptr_array_new_with_free_func(g_free);
+  ex.progress = progress;
+  ex.pool = g_thread_pool_new(worker, NULL, (gint)MAX(plan->threads, 1), TRUE, NULL);
+  for (guint l = 0; ok && l < plan->outputs->len; l++) {
+    WsyncLayout *layout = plan->outputs->pdata[l];
+    ok = write_layout(plan, layout, tmp, &ex, weight_map, error);
+    if (ok && progress)
+      fprintf(stderr, "\rwsync: rank %u of %u written", l + 1, plan->outputs->len);
+  }
+  if (progress)
+    fputc('\n', stderr);
+  g_thread_pool_free(ex.pool, FALSE, TRUE);
+  g_ptr_array_unref(ex.items);
+  if (ok && weight_map != NULL) {
+    g_autofree char *index = g_build_filename(tmp, WSYNC_INDEX_NAME, NULL);
+    ok = wsync_index_write(index, wsync_plan_total_bytes(plan), weight_map, error);
+  }
+  if (ok)
+    ok = copy_other_files(plan, tmp, error);
+  if (ok)
+    ok = install_dir(tmp, dst, error);
+  if (!ok)
+    remove_tree(tmp);
+  return ok;
+}
+
+gboolean
+wsync_run_config_patchers(WsyncContext *ctx, JsonNode *root, GError **error)
+{
+  g_autoptr(GPtrArray) patchers = wsync_registry_lookup(wsync_context_get_registry(ctx),
+                                                        WSYNC_ENTRY_CONFIG_PATCHER, NULL);
+
+  for (guint i = 0; i < patchers->len; i++) {
+    const WsyncEntry *e = patchers->pdata[i];
+    WsyncConfigPatchFunc patch = (WsyncConfigPatchFunc)wsync_entry_get_callback(e);
+    if (!patch(root, wsync_entry_get_user_data(e), error)) {
+      g_prefix_error(error, "config patcher \"%s\" (plugin \"%s\"): ", wsync_entry_get_name(e),
+                     wsync_entry_get_plugin(e));
+      return FALSE;
+    }
+  }
+  return TRUE;
+}

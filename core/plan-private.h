@@ -1,0 +1,43 @@
+/* wsync: the plan's internals, shared by plan.c and exec.c. */
+#ifndef WSYNC_PLAN_PRIVATE_H
+#define WSYNC_PLAN_PRIVATE_H
+
+#include "plan.h"
+
+typedef struct {
+  const WsyncTensor *tensor;
+  gboolean bound;        /* a layout tensor of the input names it */
+  gboolean runtime_only; /* it holds no model data (e.g. scale buffers) */
+  GPtrArray *vtensors;   /* logical tensors it holds part of */
+  const char *drop_rule; /* consumed by this rule instead */
+} InputState;
+
+struct _WsyncPlan {
+  WsyncContext *ctx;
+  char *src;
+  char *target;
+  gboolean synth;
+  guint64 seed;
+  gboolean pattern_index;
+  guint threads;
+  JsonNode *config;
+  WsyncCheckpoint *input;
+  WsyncMapping *mapping;
+  char *input_target;
+  guint in_tp, in_ep, in_world;
+  GPtrArray *input_layouts; /* WsyncLayout*, reading */
+  GArray *inputs;           /* InputState */
+  GHashTable *input_index;  /* WsyncTensor* -> index + 1 */
+  guint out_tp, out_ep, out_world;
+  GPtrArray *outputs; /* WsyncLayout*, one per rank written */
+  char *made_by_hf;
+};
+
+/* The box of a tensor that a strided walk covers, or FALSE when it is not a box. */
+gboolean wsync_tensor_box_of(guint ndim, const guint64 *shape, guint op_ndim,
+                             const guint64 *extent, guint64 origin, const guint64 *stride,
+                             WsyncBox *out);
+
+char *wsync_plan_file_name(WsyncPlan *plan, const WsyncLayout *layout, guint part);
+
+#endif /* WSYNC_PLAN_PRIVATE_H */

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# wsync benchmark: `make bench` (not part of make check).
+#
+# Builds, in a tmpfs (default /dev/shm), a checkpoint with the real Qwen3-30B-A3B layer
+# shapes (LAYERS layers, default 2: about 3.6 GB), then times in the same run:
+#   cp -r of the checkpoint (the baseline: the same bytes read and written),
+#   wsync convert --target vllm at tp 1 and at tp 4,
+#   wsync convert of the tp 4 rank files back to hf (read back),
+# and prints throughput, the ratio to cp, and peak private memory (RssAnon, sampled) of
+# each run.  Only ratios measured in one run mean anything on a shared machine.
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+W="$top/wsync --conf-dir $top/conf.d --plugin-dir $top/plugins/.libs -q"
+layers=${LAYERS:-2}
+base=${BENCH_DIR:-/dev/shm}/wsync-bench.$$
+trap 'rm -rf "$base"' EXIT
+mkdir -p "$base"
+
+now() { date +%s.%N; }
+calc() { awk "BEGIN { print $* }"; }
+
+# Runs "$@" and prints "SECONDS PEAK_RSS_ANON_KB", sampling /proc every 20 ms.
+measure() {
+  local start end peak=0 kb pid
+  start=$(now)
+  "$@" & pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    for p in $pid $(pgrep -P "$pid" 2>/dev/null); do
+      kb=$(awk '/^RssAnon:/{print $2}' /proc/"$p"/status 2>/dev/null || echo 0)
+      [ "${kb:-0}" -gt "$peak" ] && peak=$kb
+    done
+    sleep 0.02
+  done
+  wait "$pid"
+  end=$(now)
+  echo "$(calc "$end - $start") $peak"
+}
+
+echo "building a Qwen3-30B-A3B-shaped checkpoint with $layers layers in $base ..."
+$W synth --config "$top/configs/qwen3-30b-a3b.json" --layers "$layers" "$base/src"
+bytes=$(du -sb "$base/src" | cut -f1)
+gb=$(calc "$bytes / 1000000000")
+printf 'checkpoint: %.2f GB in %s files\n' "$gb" "$(ls "$base/src" | wc -l)"
+
+read -r t_cp m_cp < <(measure cp -r "$base/src" "$base/cp")
+rm -rf "$base/cp"
+printf '%-28s %7.2f s %7.2f GB/s  ratio 1.00  peak private %6d KiB\n' "cp -r" "$t_cp" \
+  "$(calc "$gb / $t_cp")" "$m_cp"
+
+run() {
+  local label=$1; shift
+  read -r t m < <(measure "$@")
+  printf '%-28s %7.2f s %7.2f GB/s  ratio %.2f  peak private %6d KiB\n' "$label" "$t" \
+    "$(calc "$gb / $t")" "$(calc "$t_cp / $t")" "$m"
+}
+
+run "convert --target vllm tp 1" $W convert "$base/src" "$base/tp1" --target vllm --tp 1
+rm -rf "$base/tp1"
+run "convert --target vllm tp 4" $W convert "$base/src" "$base/tp4" --target vllm --tp 4
+run "convert tp 4 rank files -> hf" $W convert "$base/tp4" "$base/back" --target hf
+$W verify "$base/src" "$base/back" >/dev/null && echo "round trip: bit-exact"

@@ -1,0 +1,56 @@
+/* Test plugin: a converter whose layouts break the engine's rules on purpose, so the
+ * tests can show that the planner's proofs catch each kind of mistake.
+ *   broken-overlap  places every replicated logical tensor twice into its tensor
+ *   broken-gap      gives every replicated tensor one row more than it fills
+ *   broken-lose     holds nothing and drops nothing: every input would be lost
+ * Params other than replicated ones are dropped by a rule in the first two. */
+#include <string.h>
+
+#include <wsync/wsync.h>
+
+static gboolean
+build(WsyncLayout *layout, gpointer user_data, GError **error)
+{
+  const char *target = wsync_layout_get_target(layout);
+
+  (void)user_data;
+  if (strcmp(target, "broken-lose") == 0)
+    return TRUE;
+  for (guint i = 0; i < wsync_layout_n_params(layout); i++) {
+    const WsyncParam *param = wsync_layout_param(layout, i);
+    if (param->kind != WSYNC_PARAM_REPLICATED || param->n_parts != 1) {
+      wsync_layout_drop_param(layout, param, "test-drops-it");
+      continue;
+    }
+    WsyncVTensor *vt = param->parts[0].vt;
+    guint64 shape[WSYNC_MAX_DIMS];
+    guint ndim = wsync_vtensor_get_ndim(vt);
+    memcpy(shape, wsync_vtensor_get_shape(vt), ndim * sizeof(guint64));
+    if (strcmp(target, "broken-gap") == 0)
+      shape[0] += 1;
+    WsyncLayoutTensor *t = wsync_layout_add_tensor(layout, param->runtime_name,
+                                                   wsync_vtensor_get_dtype(vt), ndim, shape,
+                                                   error);
+    if (t == NULL)
+      return FALSE;
+    WsyncBox box;
+    WsyncRegion region;
+    wsync_box_whole(&box, ndim, wsync_vtensor_get_shape(vt));
+    wsync_region_row_major(&region, ndim, shape, NULL);
+    wsync_layout_place(layout, t, vt, &box, &region);
+    if (strcmp(target, "broken-overlap") == 0)
+      wsync_layout_place(layout, t, vt, &box, &region);
+  }
+  return TRUE;
+}
+
+static gboolean
+broken_register(WsyncPlugin *plugin, GError **error)
+{
+  return wsync_plugin_add_converter(plugin, "broken", 0,
+                                    "broken-overlap,broken-gap,broken-lose", build, NULL, NULL,
+                                    error);
+}
+
+WSYNC_PLUGIN_DEFINE("broken", "Test converter that breaks the layout rules", NULL,
+                    broken_register)

@@ -1,0 +1,467 @@
+/* The engine through the command line: its proofs (coverage, inputs used), its refusals
+ * of bad input, atomic output, parts, threads, conf.d defaults and config patchers.
+ * Model- and backend-specific rules are tested in test-qwen3-moe and test-vllm. */
+#include <json-glib/json-glib.h>
+#include <sys/wait.h>
+
+#include <wsync/wsync.h>
+
+#include "testutil.h"
+
+typedef struct {
+  char *out;
+  char *err;
+  int status;
+} Run;
+
+typedef struct {
+  char *dir;  /* scratch */
+  char *conf; /* conf.d selecting qwen3_moe, vllm, broken */
+  char *tiny; /* a synthesised tiny Qwen3-MoE checkpoint */
+} Fixture;
+
+static void
+run_clear(Run *r)
+{
+  g_free(r->out);
+  g_free(r->err);
+}
+
+/* wsync with the fixture's conf.d and both plugin directories, then @args. */
+static Run
+run_wsync(Fixture *f, const char *first, ...)
+{
+  g_autoptr(GPtrArray) argv = g_ptr_array_new();
+  GError *error = NULL;
+  Run r = {0};
+  int wait_status = 0;
+  va_list ap;
+
+  g_ptr_array_add(argv, (gpointer)test_env_dir("WSYNC_TEST_BINARY"));
+  va_start(ap, first);
+  for (const char *a = first; a != NULL; a = va_arg(ap, const char *))
+    g_ptr_array_add(argv, (gpointer)a);
+  va_end(ap);
+  g_ptr_array_add(argv, "--conf-dir");
+  g_ptr_array_add(argv, f->conf);
+  g_ptr_array_add(argv, "--plugin-dir");
+  g_ptr_array_add(argv, (gpointer)test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR"));
+  g_ptr_array_add(argv, "--plugin-dir");
+  g_ptr_array_add(argv, (gpointer)test_env_dir("WSYNC_TEST_PLUGIN_DIR"));
+  g_ptr_array_add(argv, NULL);
+  g_spawn_sync(NULL, (char **)argv->pdata, NULL, G_SPAWN_DEFAULT, NULL, NULL, &r.out, &r.err,
+               &wait_status, &error);
+  g_assert_no_error(error);
+  g_assert_true(WIFEXITED(wait_status));
+  r.status = WEXITSTATUS(wait_status);
+  return r;
+}
+
+static void
+assert_has(const char *text, const char *fragment)
+{
+  if (strstr(text, fragment) == NULL)
+    g_error("\"%s\" lacks \"%s\"", text, fragment);
+}
+
+static char *
+tiny_config(void)
+{
+  return g_test_build_filename(G_TEST_DIST, "..", "configs", "tiny-qwen3-moe.json", NULL);
+}
+
+static void
+fixture_setup(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  f->dir = test_tmpdir();
+  f->conf = g_build_filename(f->dir, "conf.d", NULL);
+  g_mkdir(f->conf, 0700);
+  g_free(test_write(f->conf, "10.conf",
+                    "plugin \"qwen3_moe\" {}\nplugin \"vllm\" {}\nplugin \"broken\" {}\n"));
+  f->tiny = g_build_filename(f->dir, "tiny", NULL);
+  g_autofree char *config = tiny_config();
+  Run r = run_wsync(f, "synth", "--config", config, f->tiny, "--pattern", "index", "-q", NULL);
+  if (r.status != 0)
+    g_error("synth failed: %s", r.err);
+  run_clear(&r);
+}
+
+static void
+fixture_teardown(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  test_rmtree(f->dir);
+  g_free(f->dir);
+  g_free(f->conf);
+  g_free(f->tiny);
+}
+
+static char *
+path_in(Fixture *f, const char *name)
+{
+  return g_build_filename(f->dir, name, NULL);
+}
+
+/* ------------------------------------------------------------------ the proofs */
+
+static void
+test_overlap_refused(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  Run r = run_wsync(f, "plan", f->tiny, "--target", "broken-overlap", NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  assert_has(r.err, "converter broken (plugin broken): elements [0:64] of tensor "
+                    "\"model.layers.0.input_layernorm.weight\" of rank 0 are written twice");
+  g_assert_cmpstr(r.out, ==, "");
+  run_clear(&r);
+}
+
+static void
+test_gap_refused(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  Run r = run_wsync(f, "plan", f->tiny, "--target", "broken-gap", NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  assert_has(r.err, "1 of the 65 elements of tensor \"model.layers.0.input_layernorm.weight\" "
+                    "of rank 0 are written by no placement or fill");
+  run_clear(&r);
+}
+
+static void
+test_lost_inputs_refused(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  Run r = run_wsync(f, "plan", f->tiny, "--target", "broken-lose", NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  assert_has(r.err, "input tensors would be lost: the broken-lose layout neither holds nor "
+                    "drops them: lm_head.weight, model.embed_tokens.weight");
+  run_clear(&r);
+}
+
+/* ------------------------------------------------------------------ bad input */
+
+/* Rewrites the tiny checkpoint as a directory without an index, with @extra_name added
+ * (when not NULL) and @removed_name left out (when not NULL). */
+static char *
+edited_checkpoint(Fixture *f, const char *removed_name, const char *extra_name)
+{
+  g_autofree char *src = g_build_filename(f->tiny, "model-00001-of-00001.safetensors", NULL);
+  char *dir = path_in(f, "edited");
+  g_autofree char *dst = g_build_filename(dir, "model.safetensors", NULL);
+  g_autofree char *cfg_from = g_build_filename(f->tiny, "config.json", NULL);
+  g_autofree char *cfg_to = g_build_filename(dir, "config.json", NULL);
+  GError *error = NULL;
+
+  g_mkdir(dir, 0700);
+  test_copy(cfg_from, cfg_to);
+  g_autoptr(WsyncSafetensors) in = wsync_safetensors_open(src, &error);
+  g_assert_no_error(error);
+  g_autoptr(WsyncSafetensorsWriter) w = wsync_safetensors_writer_new();
+  for (guint i = 0; i < wsync_safetensors_n_tensors(in); i++) {
+    const WsyncTensor *t = wsync_safetensors_tensor(in, i);
+    if (removed_name && strcmp(t->name, removed_name) == 0)
+      continue;
+    g_assert_true(wsync_safetensors_writer_add(w, t->name, t->dtype, t->ndim, t->shape, &error));
+  }
+  guint64 shape[] = {4};
+  if (extra_name)
+    g_assert_true(wsync_safetensors_writer_add(w, extra_name, WSYNC_DTYPE_F32, 1, shape, &error));
+  g_assert_true(wsync_safetensors_writer_begin(w, dst, &error));
+  for (guint i = 0; i < wsync_safetensors_n_tensors(in); i++) {
+    const WsyncTensor *t = wsync_safetensors_tensor(in, i);
+    if (removed_name && strcmp(t->name, removed_name) == 0)
+      continue;
+    g_assert_true(wsync_safetensors_writer_pwrite(w, t->name, 0, t->data, t->nbytes, &error));
+  }
+  if (extra_name) {
+    guint8 zero[16] = {0};
+    g_assert_true(wsync_safetensors_writer_pwrite(w, extra_name, 0, zero, 16, &error));
+  }
+  g_assert_true(wsync_safetensors_writer_finish(w, &error));
+  g_assert_no_error(error);
+  return dir;
+}
+
+static void
+test_unmapped_input_refused(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *dir = edited_checkpoint(f, NULL, "model.layers.0.mystery.weight");
+  Run r = run_wsync(f, "plan", dir, "--target", "vllm", NULL);
+  g_assert_cmpint(r.status, ==, 3);
+  assert_has(r.err, "1 input tensor no rule of remapper qwen3_moe (plugin qwen3_moe) maps: "
+                    "model.layers.0.mystery.weight");
+  run_clear(&r);
+}
+
+static void
+test_drop_rule_consumes(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *dir =
+      edited_checkpoint(f, NULL, "model.layers.1.self_attn.rotary_emb.inv_freq");
+  Run r = run_wsync(f, "plan", dir, "--target", "vllm", "--tp", "2", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  assert_has(r.out, "input model.layers.1.self_attn.rotary_emb.inv_freq dropped by rule "
+                    "rotary-inv-freq\n");
+  run_clear(&r);
+}
+
+static void
+test_missing_tensor_refused(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *dir = edited_checkpoint(f, "model.layers.1.mlp.experts.5.up_proj.weight", NULL);
+  Run r = run_wsync(f, "convert", dir, path_in(f, "never"), "--target", "vllm", NULL);
+  g_assert_cmpint(r.status, ==, 3);
+  assert_has(r.err, "1 tensor the hf layout needs is missing: "
+                    "model.layers.1.mlp.experts.5.up_proj.weight");
+  g_autofree char *never = path_in(f, "never");
+  g_assert_false(g_file_test(never, G_FILE_TEST_EXISTS));
+  run_clear(&r);
+}
+
+static void
+test_unknown_target(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  Run r = run_wsync(f, "plan", f->tiny, "--target", "tensorrt", NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  assert_has(r.err, "no loaded plugin provides the target \"tensorrt\"");
+  run_clear(&r);
+}
+
+static void
+test_unclaimed_model_type(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *config = g_build_filename(f->tiny, "config.json", NULL);
+  g_free(test_write(f->tiny, "config.json", "{\"model_type\": \"llama\"}\n"));
+  Run r = run_wsync(f, "plan", f->tiny, "--target", "vllm", NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_autofree char *expect =
+      g_strdup_printf("wsync: %s: model_type \"llama\" is claimed by no loaded plugin", config);
+  g_assert_true(g_str_has_prefix(r.err, expect));
+  run_clear(&r);
+}
+
+/* ------------------------------------------------------------------ output */
+
+static void
+test_existing_dst_untouched_on_failure_replaced_on_success(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *dst = path_in(f, "out");
+  g_mkdir(dst, 0700);
+  g_free(test_write(dst, "marker", "previous run"));
+
+  /* a failing run (bad target layout) leaves DST as it was */
+  Run r = run_wsync(f, "convert", f->tiny, dst, "--target", "broken-gap", NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  run_clear(&r);
+  g_autofree char *marker = g_build_filename(dst, "marker", NULL);
+  g_assert_true(g_file_test(marker, G_FILE_TEST_EXISTS));
+
+  r = run_wsync(f, "convert", f->tiny, dst, "--target", "vllm", "--tp", "2", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_autofree char *expect = g_strdup_printf("wrote %s: ", dst);
+  g_assert_true(g_str_has_prefix(r.out, expect));
+  run_clear(&r);
+  g_assert_false(g_file_test(marker, G_FILE_TEST_EXISTS));
+  g_autofree char *rank1 = g_build_filename(dst, "model-rank-1-part-0.safetensors", NULL);
+  g_assert_true(g_file_test(rank1, G_FILE_TEST_IS_REGULAR));
+  /* no temporary directory is left next to DST */
+  g_autoptr(GDir) d = g_dir_open(f->dir, 0, NULL);
+  const char *name;
+  while ((name = g_dir_read_name(d)) != NULL)
+    g_assert_false(g_str_has_prefix(name, ".out.wsync-"));
+}
+
+static void
+test_part_size_splits_files(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *dst = path_in(f, "parts");
+  Run r = run_wsync(f, "convert", f->tiny, dst, "--target", "hf", "--part-size", "40000", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+  GError *error = NULL;
+  g_autoptr(WsyncCheckpoint) ck = wsync_checkpoint_open(dst, &error);
+  g_assert_no_error(error);
+  g_assert_cmpuint(wsync_checkpoint_n_files(ck), >, 5);
+  for (guint i = 0; i < wsync_checkpoint_n_files(ck); i++) {
+    const WsyncSafetensors *st = wsync_checkpoint_file(ck, i);
+    guint64 bytes = 0;
+    for (guint t = 0; t < wsync_safetensors_n_tensors(st); t++)
+      bytes += wsync_safetensors_tensor(st, t)->nbytes;
+    /* over the limit only when one tensor alone is larger (a tensor is never split) */
+    if (bytes > 40000)
+      g_assert_cmpuint(wsync_safetensors_n_tensors(st), ==, 1);
+    g_autofree char *base = g_path_get_basename(wsync_safetensors_path(st));
+    g_autofree char *expect = g_strdup_printf("model-%05u-of-%05u.safetensors", i + 1,
+                                              wsync_checkpoint_n_files(ck));
+    g_assert_cmpstr(base, ==, expect);
+  }
+  r = run_wsync(f, "verify", f->tiny, dst, NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+}
+
+static void
+test_threads_give_identical_bytes(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *one = path_in(f, "one");
+  g_autofree char *four = path_in(f, "four");
+  Run r = run_wsync(f, "convert", f->tiny, one, "--target", "vllm", "--tp", "2", "--threads", "1",
+                    NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+  r = run_wsync(f, "convert", f->tiny, four, "--target", "vllm", "--tp", "2", "--threads", "4",
+                NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+  for (int rank = 0; rank < 2; rank++) {
+    g_autofree char *name = g_strdup_printf("model-rank-%d-part-0.safetensors", rank);
+    g_autofree char *a = g_build_filename(one, name, NULL);
+    g_autofree char *b = g_build_filename(four, name, NULL);
+    g_autofree char *da = NULL, *db = NULL;
+    gsize la = 0, lb = 0;
+    g_assert_true(g_file_get_contents(a, &da, &la, NULL));
+    g_assert_true(g_file_get_contents(b, &db, &lb, NULL));
+    g_assert_cmpmem(da, la, db, lb);
+  }
+}
+
+static void
+test_sync_section_defaults(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_free(test_write(f->conf, "20-sync.conf", "sync {\n  target = \"vllm\"\n  tp = 2\n}\n"));
+  Run r = run_wsync(f, "plan", f->tiny, "--json", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_autoptr(JsonParser) parser = json_parser_new();
+  g_assert_true(json_parser_load_from_data(parser, r.out, -1, NULL));
+  JsonObject *root = json_node_get_object(json_parser_get_root(parser));
+  g_assert_cmpstr(json_object_get_string_member(root, "target"), ==, "vllm");
+  g_assert_cmpint(json_object_get_int_member(root, "tp"), ==, 2);
+  run_clear(&r);
+  /* the command line wins */
+  r = run_wsync(f, "plan", f->tiny, "--json", "--tp", "4", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_autoptr(JsonParser) p2 = json_parser_new();
+  g_assert_true(json_parser_load_from_data(p2, r.out, -1, NULL));
+  g_assert_cmpint(json_object_get_int_member(json_node_get_object(json_parser_get_root(p2)), "tp"),
+                  ==, 4);
+  run_clear(&r);
+}
+
+static void
+test_plan_json_names_sources(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  Run r = run_wsync(f, "plan", f->tiny, "--target", "vllm", "--tp", "2", "--rank", "1", "--json",
+                    NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_autoptr(JsonParser) parser = json_parser_new();
+  g_assert_true(json_parser_load_from_data(parser, r.out, -1, NULL));
+  JsonObject *root = json_node_get_object(json_parser_get_root(parser));
+  JsonArray *ranks = json_object_get_array_member(root, "ranks");
+  g_assert_cmpuint(json_array_get_length(ranks), ==, 1);
+  JsonObject *rank = json_array_get_object_element(ranks, 0);
+  g_assert_cmpint(json_object_get_int_member(rank, "rank"), ==, 1);
+  JsonArray *tensors = json_object_get_array_member(rank, "tensors");
+  JsonObject *qkv = NULL;
+  for (guint i = 0; i < json_array_get_length(tensors); i++) {
+    JsonObject *t = json_array_get_object_element(tensors, i);
+    if (strcmp(json_object_get_string_member(t, "name"),
+               "model.layers.0.self_attn.qkv_proj.weight") == 0)
+      qkv = t;
+  }
+  g_assert_nonnull(qkv);
+  g_assert_cmpstr(json_object_get_string_member(qkv, "file"), ==,
+                  "model-rank-1-part-0.safetensors");
+  JsonArray *ops = json_object_get_array_member(qkv, "ops");
+  g_assert_cmpuint(json_array_get_length(ops), ==, 3);
+  /* rank 1 of tp 2: q rows 32..64, k rows 16..32 of the checkpoint */
+  JsonObject *q = json_array_get_object_element(ops, 0);
+  g_assert_cmpstr(json_object_get_string_member(q, "from"), ==,
+                  "model.layers.0.self_attn.q_proj.weight");
+  JsonObject *from_box = json_object_get_object_member(q, "from_box");
+  g_assert_cmpint(json_array_get_int_element(json_object_get_array_member(from_box, "offset"), 0),
+                  ==, 32);
+  JsonObject *k = json_array_get_object_element(ops, 1);
+  JsonObject *k_to = json_object_get_object_member(k, "to");
+  g_assert_cmpint(json_array_get_int_element(json_object_get_array_member(k_to, "offset"), 0), ==,
+                  32);
+  JsonObject *k_from = json_object_get_object_member(k, "from_box");
+  g_assert_cmpint(json_array_get_int_element(json_object_get_array_member(k_from, "offset"), 0),
+                  ==, 16);
+  run_clear(&r);
+}
+
+static void
+test_config_patchers_and_other_files(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *dst = path_in(f, "patched");
+  g_autofree char *same = path_in(f, "same");
+  g_free(test_write(f->tiny, "tokenizer.json", "{\"tok\": 1}"));
+  g_free(test_write(f->tiny, "generation_config.json", "{\"gen\": 2}"));
+  g_free(test_write(f->conf, "50.conf", "plugin \"rope-compat\" {\n  rope-format = \"keep\"\n}\n"));
+
+  /* keep changes nothing: config.json is copied byte for byte */
+  Run r = run_wsync(f, "convert", f->tiny, same, "--target", "vllm", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+  g_autofree char *src_cfg = g_build_filename(f->tiny, "config.json", NULL);
+  g_autofree char *same_cfg = g_build_filename(same, "config.json", NULL);
+  g_autofree char *a = NULL, *b = NULL;
+  g_assert_true(g_file_get_contents(src_cfg, &a, NULL, NULL));
+  g_assert_true(g_file_get_contents(same_cfg, &b, NULL, NULL));
+  g_assert_cmpstr(a, ==, b);
+  g_autofree char *tok = g_build_filename(same, "tokenizer.json", NULL);
+  g_autofree char *tok_text = NULL;
+  g_assert_true(g_file_get_contents(tok, &tok_text, NULL, NULL));
+  g_assert_cmpstr(tok_text, ==, "{\"tok\": 1}");
+  g_autofree char *gen = g_build_filename(same, "generation_config.json", NULL);
+  g_assert_true(g_file_test(gen, G_FILE_TEST_IS_REGULAR));
+  g_autofree char *index = g_build_filename(same, WSYNC_INDEX_NAME, NULL);
+  g_assert_false(g_file_test(index, G_FILE_TEST_EXISTS)); /* rank files have no index */
+
+  /* transformers5 rewrites the RoPE keys in the written config.json */
+  g_free(test_write(f->conf, "50.conf",
+                    "plugin \"rope-compat\" {\n  rope-format = \"transformers5\"\n}\n"));
+  r = run_wsync(f, "convert", f->tiny, dst, "--target", "vllm", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+  g_autofree char *cfg = g_build_filename(dst, "config.json", NULL);
+  g_autofree char *text = NULL;
+  g_assert_true(g_file_get_contents(cfg, &text, NULL, NULL));
+  assert_has(text, "\"rope_parameters\"");
+  g_assert_null(strstr(text, "\"rope_scaling\""));
+}
+
+#define ADD(path, fn) g_test_add(path, Fixture, NULL, fixture_setup, fn, fixture_teardown)
+
+int
+main(int argc, char **argv)
+{
+  g_test_init(&argc, &argv, NULL);
+  ADD("/engine/proof/overlap", test_overlap_refused);
+  ADD("/engine/proof/gap", test_gap_refused);
+  ADD("/engine/proof/lost-inputs", test_lost_inputs_refused);
+  ADD("/engine/input/unmapped", test_unmapped_input_refused);
+  ADD("/engine/input/drop-rule", test_drop_rule_consumes);
+  ADD("/engine/input/missing-tensor", test_missing_tensor_refused);
+  ADD("/engine/input/unknown-target", test_unknown_target);
+  ADD("/engine/input/unclaimed-model-type", test_unclaimed_model_type);
+  ADD("/engine/output/atomic", test_existing_dst_untouched_on_failure_replaced_on_success);
+  ADD("/engine/output/part-size", test_part_size_splits_files);
+  ADD("/engine/output/threads", test_threads_give_identical_bytes);
+  ADD("/engine/conf/sync-defaults", test_sync_section_defaults);
+  ADD("/engine/plan/json", test_plan_json_names_sources);
+  ADD("/engine/output/config-and-other-files", test_config_patchers_and_other_files);
+  return g_test_run();
+}

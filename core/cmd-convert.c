@@ -82,6 +82,7 @@ resolve_layout_args(WsyncContext *ctx, const LayoutArgs *a, WsyncPlanOptions *o,
 {
   guint64 tp, ep, threads, rank = 0;
   const char *rank_text = pick(ctx, a->rank, "rank", NULL);
+  g_autofree char *cores = g_strdup_printf("%u", g_get_num_processors());
 
   o->target = pick(ctx, a->target, "target", NULL);
   if (o->target == NULL) {
@@ -92,7 +93,7 @@ resolve_layout_args(WsyncContext *ctx, const LayoutArgs *a, WsyncPlanOptions *o,
   if (!parse_count("--tp", pick(ctx, a->tp, "tp", "1"), 1, 4096, &tp, error) ||
       !parse_count("--ep", pick(ctx, a->ep, "ep", "1"), 1, 4096, &ep, error) ||
       !parse_count("--threads",
-                   pick(ctx, a->threads, "threads", g_strdup_printf("%u", g_get_num_processors())),
+                   pick(ctx, a->threads, "threads", cores),
                    1, 1024, &threads, error) ||
       !parse_size(pick(ctx, a->part_size, "part-size", "5G"), &o->part_size, error))
     return FALSE;

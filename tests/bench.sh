@@ -10,7 +10,8 @@
 # each run.  Only ratios measured in one run mean anything on a shared machine.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
-W="$top/wsync --conf-dir $top/conf.d --plugin-dir $top/plugins/.libs -q"
+build=${WSYNC_BUILD_DIR:-$top}
+W="$build/wsync --conf-dir $top/conf.d --plugin-dir $build/plugins/.libs -q"
 layers=${LAYERS:-2}
 base=${BENCH_DIR:-/dev/shm}/wsync-bench.$$
 trap 'rm -rf "$base"' EXIT

@@ -6,41 +6,22 @@
 
 #include "testutil.h"
 
-typedef struct {
-  char *out;
-  char *err;
-  int status;
-} Run;
-
-static void
-run_clear(Run *r)
-{
-  g_free(r->out);
-  g_free(r->err);
-}
+typedef TestRun Run;
+#define run_clear test_run_clear
 
 /* Runs wsync with @args (NULL-terminated), no configuration unless given. */
 static Run
 run_wsync(const char *first, ...)
 {
-  g_autoptr(GPtrArray) argv = g_ptr_array_new();
-  GError *error = NULL;
-  Run r = {0};
-  int wait_status = 0;
+  g_autoptr(GPtrArray) args = g_ptr_array_new();
   va_list ap;
 
-  g_ptr_array_add(argv, (gpointer)test_env_dir("WSYNC_TEST_BINARY"));
   va_start(ap, first);
   for (const char *a = first; a != NULL; a = va_arg(ap, const char *))
-    g_ptr_array_add(argv, (gpointer)a);
+    g_ptr_array_add(args, (gpointer)a);
   va_end(ap);
-  g_ptr_array_add(argv, NULL);
-  g_spawn_sync(NULL, (char **)argv->pdata, NULL, G_SPAWN_DEFAULT, NULL, NULL, &r.out, &r.err,
-               &wait_status, &error);
-  g_assert_no_error(error);
-  g_assert_true(WIFEXITED(wait_status));
-  r.status = WEXITSTATUS(wait_status);
-  return r;
+  g_ptr_array_add(args, NULL);
+  return test_run_wsync_argv((const char *const *)args->pdata);
 }
 
 static void

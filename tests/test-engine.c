@@ -8,11 +8,7 @@
 
 #include "testutil.h"
 
-typedef struct {
-  char *out;
-  char *err;
-  int status;
-} Run;
+typedef TestRun Run;
 
 typedef struct {
   char *dir;  /* scratch */
@@ -20,41 +16,27 @@ typedef struct {
   char *tiny; /* a synthesised tiny Qwen3-MoE checkpoint */
 } Fixture;
 
-static void
-run_clear(Run *r)
-{
-  g_free(r->out);
-  g_free(r->err);
-}
+#define run_clear test_run_clear
 
 /* wsync with the fixture's conf.d and both plugin directories, then @args. */
 static Run
 run_wsync(Fixture *f, const char *first, ...)
 {
-  g_autoptr(GPtrArray) argv = g_ptr_array_new();
-  GError *error = NULL;
-  Run r = {0};
-  int wait_status = 0;
+  g_autoptr(GPtrArray) args = g_ptr_array_new();
   va_list ap;
 
-  g_ptr_array_add(argv, (gpointer)test_env_dir("WSYNC_TEST_BINARY"));
   va_start(ap, first);
   for (const char *a = first; a != NULL; a = va_arg(ap, const char *))
-    g_ptr_array_add(argv, (gpointer)a);
+    g_ptr_array_add(args, (gpointer)a);
   va_end(ap);
-  g_ptr_array_add(argv, "--conf-dir");
-  g_ptr_array_add(argv, f->conf);
-  g_ptr_array_add(argv, "--plugin-dir");
-  g_ptr_array_add(argv, (gpointer)test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR"));
-  g_ptr_array_add(argv, "--plugin-dir");
-  g_ptr_array_add(argv, (gpointer)test_env_dir("WSYNC_TEST_PLUGIN_DIR"));
-  g_ptr_array_add(argv, NULL);
-  g_spawn_sync(NULL, (char **)argv->pdata, NULL, G_SPAWN_DEFAULT, NULL, NULL, &r.out, &r.err,
-               &wait_status, &error);
-  g_assert_no_error(error);
-  g_assert_true(WIFEXITED(wait_status));
-  r.status = WEXITSTATUS(wait_status);
-  return r;
+  g_ptr_array_add(args, "--conf-dir");
+  g_ptr_array_add(args, f->conf);
+  g_ptr_array_add(args, "--plugin-dir");
+  g_ptr_array_add(args, (gpointer)test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR"));
+  g_ptr_array_add(args, "--plugin-dir");
+  g_ptr_array_add(args, (gpointer)test_env_dir("WSYNC_TEST_PLUGIN_DIR"));
+  g_ptr_array_add(args, NULL);
+  return test_run_wsync_argv((const char *const *)args->pdata);
 }
 
 static void
@@ -213,11 +195,11 @@ test_missing_tensor_refused(Fixture *f, gconstpointer data)
 {
   (void)data;
   g_autofree char *dir = edited_checkpoint(f, "model.layers.1.mlp.experts.5.up_proj.weight", NULL);
-  Run r = run_wsync(f, "convert", dir, path_in(f, "never"), "--target", "vllm", NULL);
+  g_autofree char *never = path_in(f, "never");
+  Run r = run_wsync(f, "convert", dir, never, "--target", "vllm", NULL);
   g_assert_cmpint(r.status, ==, 3);
   assert_has(r.err, "1 tensor the hf layout needs is missing: "
                     "model.layers.1.mlp.experts.5.up_proj.weight");
-  g_autofree char *never = path_in(f, "never");
   g_assert_false(g_file_test(never, G_FILE_TEST_EXISTS));
   run_clear(&r);
 }

@@ -5,6 +5,7 @@
 #include <glib.h>
 #include <glib/gstdio.h>
 #include <string.h>
+#include <sys/wait.h>
 
 /* A directory named by the test environment (see AM_TESTS_ENVIRONMENT). */
 static inline const char *
@@ -71,6 +72,54 @@ test_copy(const char *from, const char *to)
   g_file_set_contents(to, data, (gssize)len, &error);
   g_assert_no_error(error);
   g_free(data);
+}
+
+/* What a run of the wsync command printed, and how it ended. */
+typedef struct {
+  char *out;
+  char *err;
+  int status;
+} TestRun;
+
+static inline void
+test_run_clear(TestRun *r)
+{
+  g_free(r->out);
+  g_free(r->err);
+}
+
+/* Runs the wsync binary with @args (a NULL-terminated vector without the program name).
+ * Under `make check-valgrind` WSYNC_TEST_WRAPPER holds the valgrind command line, so
+ * every wsync the tests start runs under memcheck too (an error exits 99). */
+static inline TestRun
+test_run_wsync_argv(const char *const *args)
+{
+  GPtrArray *argv = g_ptr_array_new_with_free_func(g_free);
+  const char *wrapper = g_getenv("WSYNC_TEST_WRAPPER");
+  GError *error = NULL;
+  TestRun r = {0};
+  int wait_status = 0;
+
+  if (wrapper != NULL && wrapper[0] != '\0') {
+    char **words = g_strsplit(wrapper, " ", -1);
+    for (guint i = 0; words[i] != NULL; i++)
+      if (words[i][0] != '\0')
+        g_ptr_array_add(argv, g_strdup(words[i]));
+    g_strfreev(words);
+  }
+  g_ptr_array_add(argv, g_strdup(test_env_dir("WSYNC_TEST_BINARY")));
+  for (guint i = 0; args[i] != NULL; i++)
+    g_ptr_array_add(argv, g_strdup(args[i]));
+  g_ptr_array_add(argv, NULL);
+  g_spawn_sync(NULL, (char **)argv->pdata, NULL, G_SPAWN_DEFAULT, NULL, NULL, &r.out, &r.err,
+               &wait_status, &error);
+  g_assert_no_error(error);
+  g_assert_true(WIFEXITED(wait_status));
+  r.status = WEXITSTATUS(wait_status);
+  if (r.status == 99)
+    g_error("wsync failed under valgrind: %s", r.err);
+  g_ptr_array_unref(argv);
+  return r;
 }
 
 #define assert_message_has(error, fragment)                                                   \

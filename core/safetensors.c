@@ -889,6 +889,14 @@ wsync_safetensors_writer_begin(WsyncSafetensorsWriter *w, const char *path, GErr
     wsync_set_io_error(error, size > (guint64)G_MAXINT64 ? EFBIG : errno, path, "resize");
     return FALSE;
   }
+  /* Reserve the blocks now: writing through a map into a sparse file on a full disk
+   * would kill the process with SIGBUS instead of failing with ENOSPC here.  File
+   * systems that cannot preallocate (EOPNOTSUPP) keep the sparse file. */
+  int rc = size > 0 ? posix_fallocate(w->fd, 0, (off_t)size) : 0;
+  if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL) {
+    wsync_set_io_error(error, rc, path, "reserve space for");
+    return FALSE;
+  }
   return TRUE;
 }
 

@@ -6,7 +6,7 @@
  * plugin's hook transposes the experts of the latter afterwards, §6).  The engine calls
  * it once per rank; it turns every param the model plugin declared into tensors with
  * placements (which box of which logical tensor lies where) and fills (bytes that come
- * from nowhere: vocabulary padding, attention scales):
+ * from nowhere: vocabulary padding, attention scales, expert maps):
  *
  *   REPLICATED   whole, on every rank                       ReplicatedLinear, norms (§1)
  *   COLUMN       parts concatenated along axis 0, each part's units split over the tp
@@ -18,6 +18,8 @@
  *   EXPERTS_W13  [E_loc, 2*Ip, H], gate rows first          FusedMoE w13_weight (§2.2)
  *   EXPERTS_W2   [E_loc, H, Ip]                             FusedMoE w2_weight (§2.2)
  *   ATTENTION    four F32 scalars of 1.0                    Attention scale buffers (§5)
+ *
+ * plus, before vLLM 0.22.1 with EP, each MoE layer's `_expert_map` buffer (§5).
  *
  * With ep > 1 (a multiple of tp) the routed experts are spread over the ep ranks in
  * contiguous blocks and are not TP-sliced; everything else stays TP-sliced by the rank's
@@ -32,7 +34,7 @@
  * "wsync.attn-scales"), and when rank files written by wsync are read back the values
  * they carry win over the options, so that files keep reading as they were written.
  */
-#include <stdlib.h>
+#include <stdarg.h>
 #include <string.h>
 
 #include <wsync/engine.h>
@@ -275,31 +277,24 @@ column_share(Rank *r, const WsyncParam *param, const WsyncPart *part, guint64 *f
 
   if (!part_rows(param, part, &total, error))
     return FALSE;
-  if (total % unit != 0)
+  if (total == 0 || total % unit != 0)
     return param_error(error, param, "a part's rows are not a whole number of units");
   n = total / unit;
-  if (part->replicate && r->tp > n) {
-    if (r->tp % n != 0)
-      return usage_error(error,
-                         "tp %u does not divide the %" G_GUINT64_FORMAT " units of %" G_GUINT64_FORMAT
-                         " rows of %s (replicating needs tp to be a multiple of %" G_GUINT64_FORMAT
-                         ")",
-                         r->tp, n, total, name, n);
+  if (part->replicate && r->tp > n && r->tp % n == 0) {
     *first_row = part->start + (r->t / (r->tp / n)) * unit;
     *rows = unit;
     return TRUE;
   }
-  if (n % r->tp != 0) {
-    if (part->replicate)
-      return usage_error(error,
-                         "tp %u does not divide the %" G_GUINT64_FORMAT " units of %" G_GUINT64_FORMAT
-                         " rows of %s (replicating needs tp to be a multiple of %" G_GUINT64_FORMAT
-                         ")",
-                         r->tp, n, total, name, n);
+  if (n % r->tp != 0) { /* (also every tp > n that replication could not take) */
+    g_autofree char *hint =
+        part->replicate
+            ? g_strdup_printf(" (replicating needs tp to be a multiple of %" G_GUINT64_FORMAT ")",
+                              n)
+            : g_strdup("");
     return usage_error(error,
                        "tp %u does not divide the %" G_GUINT64_FORMAT " units of %" G_GUINT64_FORMAT
-                       " rows of %s",
-                       r->tp, n, total, name);
+                       " rows of %s%s",
+                       r->tp, n, total, name, hint);
   }
   *first_row = part->start + r->t * (n / r->tp) * unit;
   *rows = n / r->tp * unit;
@@ -513,6 +508,47 @@ expert_parts(const WsyncParam *param, guint n_parts, guint64 *experts, GError **
   return TRUE;
 }
 
+/* The expert map of vLLM before 0.22.1 with EP (§5, §7): FusedMoE registers
+ * determine_expert_map()'s result as the persistent buffer `_expert_map`, int32 [E]
+ * (no redundant experts), global expert e -> its local index on this rank, -1 where
+ * another rank holds it, so sharded_state saves it and insists on loading it.  Without
+ * EP it is None, and from 0.22.1 on RoutedExperts registers it persistent=False: absent
+ * either way.  Every element is a fill (a constant per box). */
+static void
+fill_i32(Rank *r, WsyncLayoutTensor *tensor, guint64 offset, guint64 extent, gint32 value,
+         const char *reason)
+{
+  guint32 bits = GUINT32_TO_LE((guint32)value);
+  guint8 bytes[sizeof(bits)];
+  WsyncBox box = {.ndim = 1, .offset = {offset}, .extent = {extent}};
+
+  if (extent == 0)
+    return;
+  memcpy(bytes, &bits, sizeof(bytes));
+  wsync_layout_fill(r->layout, tensor, &box, bytes, sizeof(bytes), reason);
+}
+
+static gboolean
+emit_expert_map(Rank *r, const WsyncParam *param, guint64 experts, const ExpertShare *share,
+                GError **error)
+{
+  g_autofree char *name = NULL;
+  guint64 shape[1] = {experts}, end = share->first + share->count;
+  WsyncLayoutTensor *tensor;
+
+  if (r->ep == 1 || r->routed_experts)
+    return TRUE;
+  name = g_strconcat(param->runtime_name, "._expert_map", NULL);
+  tensor = add_tensor(r, name, WSYNC_DTYPE_I32, 1, shape, error);
+  if (tensor == NULL)
+    return FALSE;
+  fill_i32(r, tensor, 0, share->first, -1, "vLLM expert map: held by another rank");
+  for (guint64 j = 0; j < share->count; j++)
+    fill_i32(r, tensor, share->first + j, 1, (gint32)j, "vLLM expert map: local index");
+  fill_i32(r, tensor, end, experts - end, -1, "vLLM expert map: held by another rank");
+  return TRUE;
+}
+
 /* w13_weight [E_loc, 2*Ip, H] (§2.2 create_weights, `_load_w13`): for local expert j
  * (global e), rows [0, Ip) are gate_e[ip_off : ip_off+Ip] ("w1" -> first half) and rows
  * [Ip, 2Ip) are up_e[...] ("w3" -> second half).  One placement per part covers every
@@ -548,7 +584,7 @@ emit_experts_w13(Rank *r, const WsyncParam *param, GError **error)
     at[1] = p * share.ip;
     place_at(r, tensor, 3, shape, part->vt, &box, at);
   }
-  return TRUE;
+  return emit_expert_map(r, param, experts, &share, error);
 }
 
 /* w2_weight [E_loc, H, Ip] (§2.2): w2 is narrowed along its input axis, so local expert

@@ -1,0 +1,1117 @@
+/* The vllm plugin, end to end: `wsync synth` writes a tiny Qwen3-MoE checkpoint whose
+ * every element is distinct (--pattern index), `wsync convert --target vllm` writes the
+ * rank files, and an oracle written here from ../shared/reference/vllm-layouts.md (not
+ * from the plugin or the engine) checks EVERY element of EVERY tensor of every rank
+ * against the input element vLLM's loader would have put there, plus the names, shapes,
+ * dtypes, metadata, and the tensors that must not be there. */
+#include <json-glib/json-glib.h>
+#include <stdio.h>
+
+#include <wsync/wsync.h>
+
+#include "testutil.h"
+
+/* ------------------------------------------------------------------ running wsync */
+
+/* test_run_wsync_argv() (testutil.h) runs wsync under memcheck too in make check-valgrind. */
+typedef TestRun Run;
+
+static void
+run_clear(Run *r)
+{
+  test_run_clear(r);
+}
+
+static Run
+run_argv(GPtrArray *args)
+{
+  g_autoptr(GPtrArray) argv = g_ptr_array_new();
+
+  for (guint i = 0; i < args->len; i++)
+    g_ptr_array_add(argv, args->pdata[i]);
+  g_ptr_array_add(argv, NULL);
+  return test_run_wsync_argv((const char *const *)argv->pdata);
+}
+
+/* Runs wsync with @args (NULL-terminated). */
+static Run
+run_wsync(const char *first, ...)
+{
+  g_autoptr(GPtrArray) args = g_ptr_array_new();
+  va_list ap;
+
+  va_start(ap, first);
+  for (const char *a = first; a != NULL; a = va_arg(ap, const char *))
+    g_ptr_array_add(args, (gpointer)a);
+  va_end(ap);
+  return run_argv(args);
+}
+
+static void
+assert_has(const char *text, const char *fragment)
+{
+  if (strstr(text, fragment) == NULL)
+    g_error("\"%s\" lacks \"%s\"", text, fragment);
+}
+
+/* Runs and insists on exit 0, showing stderr otherwise. */
+static void
+run_ok(GPtrArray *args)
+{
+  Run r = run_argv(args);
+
+  if (r.status != 0) {
+    GString *cmd = g_string_new("wsync");
+    for (guint i = 0; i < args->len; i++)
+      g_string_append_printf(cmd, " %s", (const char *)args->pdata[i]);
+    g_error("%s: exit %d\n%s", cmd->str, r.status, r.err);
+  }
+  run_clear(&r);
+}
+
+/* ------------------------------------------------------------------ fixtures */
+
+/* Everything made for the whole program, removed at the end. */
+static char *work_dir;
+static GHashTable *conf_dirs;  /* "version|scales" -> conf dir */
+static GHashTable *synth_dirs; /* "config|fused" -> checkpoint dir */
+static guint n_made;
+
+static char *
+new_dir(const char *what)
+{
+  char *dir = g_strdup_printf("%s/%s-%u", work_dir, what, n_made++);
+  g_assert_cmpint(g_mkdir(dir, 0755), ==, 0);
+  return dir;
+}
+
+/* A conf.d selecting qwen3_moe and vllm with these options. */
+static const char *
+conf_dir(const char *version, gboolean scales)
+{
+  g_autofree char *key = g_strdup_printf("%s|%d", version, scales);
+  char *dir = g_hash_table_lookup(conf_dirs, key);
+
+  if (dir == NULL) {
+    g_autofree char *text = g_strdup_printf("plugin \"qwen3_moe\" {}\n"
+                                            "plugin \"vllm\" {\n"
+                                            "  vllm-version = \"%s\"\n"
+                                            "  attn-scales = %s\n"
+                                            "}\n",
+                                            version, scales ? "true" : "false");
+    dir = new_dir("conf");
+    g_free(test_write(dir, "10-test.conf", text));
+    g_hash_table_insert(conf_dirs, g_strdup(key), dir);
+  }
+  return dir;
+}
+
+#define DEFAULT_CONF conf_dir("0.22.1", TRUE)
+
+/* configs/NAME (the project's), else tests/data/configs/NAME (this test's own). */
+static char *
+config_path(const char *name)
+{
+  char *path = g_test_build_filename(G_TEST_DIST, "..", "configs", name, NULL);
+
+  if (!g_file_test(path, G_FILE_TEST_IS_REGULAR)) {
+    g_free(path);
+    path = g_test_build_filename(G_TEST_DIST, "data", "configs", name, NULL);
+  }
+  g_assert_true(g_file_test(path, G_FILE_TEST_IS_REGULAR));
+  return path;
+}
+
+/* The synth checkpoint of a config, made once. */
+static const char *
+synth(const char *config, gboolean fused)
+{
+  g_autofree char *key = g_strdup_printf("%s|%d", config, fused);
+  char *dir = g_hash_table_lookup(synth_dirs, key);
+
+  if (dir == NULL) {
+    g_autofree char *path = config_path(config);
+    g_autoptr(GPtrArray) args = g_ptr_array_new();
+    dir = g_strdup_printf("%s/synth-%u", work_dir, n_made++);
+    g_ptr_array_add(args, "synth");
+    g_ptr_array_add(args, "--conf-dir");
+    g_ptr_array_add(args, (gpointer)DEFAULT_CONF);
+    g_ptr_array_add(args, "--plugin-dir");
+    g_ptr_array_add(args, (gpointer)test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR"));
+    g_ptr_array_add(args, "--config");
+    g_ptr_array_add(args, path);
+    g_ptr_array_add(args, dir);
+    g_ptr_array_add(args, "--seed");
+    g_ptr_array_add(args, "7");
+    g_ptr_array_add(args, "--pattern");
+    g_ptr_array_add(args, "index");
+    if (fused)
+      g_ptr_array_add(args, "--fused-experts");
+    run_ok(args);
+    g_hash_table_insert(synth_dirs, g_strdup(key), dir);
+  }
+  return dir;
+}
+
+/* `wsync convert SRC DST --target vllm --tp TP [--ep EP] [--rank RANK]`; returns DST. */
+static char *
+convert(const char *src, const char *conf, guint tp, guint ep, int rank)
+{
+  g_autoptr(GPtrArray) args = g_ptr_array_new_with_free_func(g_free);
+  char *dst = g_strdup_printf("%s/vllm-%u", work_dir, n_made++);
+
+  g_ptr_array_add(args, g_strdup("convert"));
+  g_ptr_array_add(args, g_strdup(src));
+  g_ptr_array_add(args, g_strdup(dst));
+  g_ptr_array_add(args, g_strdup("--conf-dir"));
+  g_ptr_array_add(args, g_strdup(conf));
+  g_ptr_array_add(args, g_strdup("--plugin-dir"));
+  g_ptr_array_add(args, g_strdup(test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR")));
+  g_ptr_array_add(args, g_strdup("--target"));
+  g_ptr_array_add(args, g_strdup("vllm"));
+  g_ptr_array_add(args, g_strdup("--tp"));
+  g_ptr_array_add(args, g_strdup_printf("%u", tp));
+  if (ep > 0) {
+    g_ptr_array_add(args, g_strdup("--ep"));
+    g_ptr_array_add(args, g_strdup_printf("%u", ep));
+  }
+  if (rank >= 0) {
+    g_ptr_array_add(args, g_strdup("--rank"));
+    g_ptr_array_add(args, g_strdup_printf("%d", rank));
+  }
+  run_ok(args);
+  return dst;
+}
+
+/* ------------------------------------------------------------------ the model, from config.json */
+
+typedef struct {
+  guint64 H, nh, nkv, hd, I, Id, E, L, V;
+  gboolean tied;
+  gboolean dense[64]; /* per layer: a dense MLP instead of experts */
+} Model;
+
+static guint64
+member_uint(JsonObject *o, const char *name)
+{
+  g_assert_true(json_object_has_member(o, name));
+  return (guint64)json_object_get_int_member(o, name);
+}
+
+static Model
+read_model(const char *config)
+{
+  g_autofree char *path = config_path(config);
+  g_autoptr(JsonParser) parser = json_parser_new();
+  GError *error = NULL;
+  JsonObject *o;
+  Model m = {0};
+  guint64 step = 1;
+
+  json_parser_load_from_file(parser, path, &error);
+  g_assert_no_error(error);
+  o = json_node_get_object(json_parser_get_root(parser));
+  m.H = member_uint(o, "hidden_size");
+  m.nh = member_uint(o, "num_attention_heads");
+  m.nkv = member_uint(o, "num_key_value_heads");
+  m.hd = member_uint(o, "head_dim");
+  m.I = member_uint(o, "moe_intermediate_size");
+  m.Id = member_uint(o, "intermediate_size");
+  m.E = member_uint(o, "num_experts");
+  m.L = member_uint(o, "num_hidden_layers");
+  m.V = member_uint(o, "vocab_size");
+  m.tied = json_object_get_boolean_member_with_default(o, "tie_word_embeddings", FALSE);
+  g_assert_cmpuint(m.L, <=, G_N_ELEMENTS(m.dense));
+  if (json_object_has_member(o, "decoder_sparse_step"))
+    step = member_uint(o, "decoder_sparse_step");
+  /* vllm-layouts.md §2: dense when in mlp_only_layers or (i+1) % decoder_sparse_step. */
+  for (guint64 l = 0; l < m.L; l++)
+    m.dense[l] = step == 0 || (l + 1) % step != 0;
+  if (json_object_has_member(o, "mlp_only_layers")) {
+    JsonArray *a = json_object_get_array_member(o, "mlp_only_layers");
+    for (guint i = 0; i < json_array_get_length(a); i++)
+      m.dense[json_array_get_int_element(a, i)] = TRUE;
+  }
+  return m;
+}
+
+/* ------------------------------------------------------------------ rank files */
+
+/* The files of one rank: model-rank-{r}-part-{p}.safetensors. */
+typedef struct {
+  GPtrArray *files; /* WsyncCheckpoint*, one per part */
+} RankFiles;
+
+static void
+rank_files_clear(RankFiles *rf)
+{
+  g_ptr_array_unref(rf->files);
+}
+
+/* Opens every rank file of @dir; returns how many ranks have files. */
+static guint
+open_ranks(const char *dir, RankFiles *ranks, guint max_ranks)
+{
+  GError *error = NULL;
+  GDir *d = g_dir_open(dir, 0, &error);
+  const char *name;
+  guint n = 0;
+
+  g_assert_no_error(error);
+  for (guint r = 0; r < max_ranks; r++)
+    ranks[r].files = g_ptr_array_new_with_free_func((GDestroyNotify)wsync_checkpoint_free);
+  while ((name = g_dir_read_name(d)) != NULL) {
+    unsigned rank, part;
+    char tail[32];
+    g_autofree char *path = g_build_filename(dir, name, NULL);
+    WsyncCheckpoint *ck;
+    if (sscanf(name, "model-rank-%u-part-%u%31s", &rank, &part, tail) != 3 ||
+        strcmp(tail, ".safetensors") != 0)
+      continue;
+    g_assert_cmpuint(rank, <, max_ranks);
+    ck = wsync_checkpoint_open(path, &error);
+    g_assert_no_error(error);
+    g_ptr_array_add(ranks[rank].files, ck);
+  }
+  g_dir_close(d);
+  for (guint r = 0; r < max_ranks; r++)
+    if (ranks[r].files->len > 0)
+      n++;
+  return n;
+}
+
+static const WsyncTensor *
+rank_lookup(const RankFiles *rf, const char *name)
+{
+  for (guint i = 0; i < rf->files->len; i++) {
+    const WsyncTensor *t = wsync_checkpoint_lookup(rf->files->pdata[i], name);
+    if (t != NULL)
+      return t;
+  }
+  return NULL;
+}
+
+static guint
+rank_n_tensors(const RankFiles *rf)
+{
+  guint n = 0;
+
+  for (guint i = 0; i < rf->files->len; i++)
+    n += wsync_checkpoint_n_tensors(rf->files->pdata[i]);
+  return n;
+}
+
+static void
+assert_metadata(const RankFiles *rf, const char *key, const char *want)
+{
+  for (guint i = 0; i < rf->files->len; i++) {
+    GHashTable *md = wsync_safetensors_metadata(wsync_checkpoint_file(rf->files->pdata[i], 0));
+    g_assert_cmpstr(g_hash_table_lookup(md, key), ==, want);
+  }
+}
+
+/* ------------------------------------------------------------------ the oracle */
+
+typedef struct {
+  const Model *m;
+  WsyncCheckpoint *in;
+  const RankFiles *rf;
+  guint tp, ep, rank, t; /* t = rank % tp */
+  gboolean routed;
+  gboolean scales;
+  guint checked; /* tensors checked on this rank */
+} Oracle;
+
+/* "model.layers.LAYER.SUFFIX" */
+static char *
+layer_name(guint64 layer, const char *suffix)
+{
+  return g_strdup_printf("model.layers.%" G_GUINT64_FORMAT ".%s", layer, suffix);
+}
+
+static gsize
+elem_size(WsyncDtype dtype)
+{
+  return wsync_dtype_bits(dtype) / 8;
+}
+
+static const WsyncTensor *
+input(Oracle *o, const char *name)
+{
+  const WsyncTensor *t = wsync_checkpoint_lookup(o->in, name);
+  if (t == NULL)
+    g_error("the synth input has no tensor %s", name);
+  return t;
+}
+
+/* The output tensor @name, with its shape checked. */
+static const WsyncTensor *
+output(Oracle *o, const char *name, WsyncDtype dtype, guint ndim, const guint64 *shape)
+{
+  const WsyncTensor *t = rank_lookup(o->rf, name);
+
+  if (t == NULL)
+    g_error("rank %u lacks %s", o->rank, name);
+  g_assert_cmpstr(wsync_dtype_name(t->dtype), ==, wsync_dtype_name(dtype));
+  g_assert_cmpuint(t->ndim, ==, ndim);
+  for (guint d = 0; d < ndim; d++)
+    if (t->shape[d] != shape[d])
+      g_error("rank %u: %s axis %u is %" G_GUINT64_FORMAT ", want %" G_GUINT64_FORMAT, o->rank,
+              name, d, t->shape[d], shape[d]);
+  o->checked++;
+  return t;
+}
+
+static void
+same_elem(Oracle *o, const WsyncTensor *out, guint64 oi, const WsyncTensor *in, guint64 ii)
+{
+  gsize es = elem_size(out->dtype);
+
+  g_assert_cmpuint(oi, <, out->numel);
+  g_assert_cmpuint(ii, <, in->numel);
+  if (memcmp(out->data + oi * es, in->data + ii * es, es) != 0)
+    g_error("rank %u (tp %u ep %u): %s element %" G_GUINT64_FORMAT
+            " is not %s element %" G_GUINT64_FORMAT,
+            o->rank, o->tp, o->ep, out->name, oi, in->name, ii);
+}
+
+static void
+zero_elem(Oracle *o, const WsyncTensor *out, guint64 oi)
+{
+  gsize es = elem_size(out->dtype);
+
+  for (gsize b = 0; b < es; b++)
+    if (out->data[oi * es + b] != 0)
+      g_error("rank %u: %s element %" G_GUINT64_FORMAT " should be padding zero", o->rank,
+              out->name, oi);
+}
+
+/* Whole, on every rank (norms, router: ReplicatedLinear / RMSNorm). */
+static void
+check_replicated(Oracle *o, const char *name)
+{
+  const WsyncTensor *in = input(o, name);
+  const WsyncTensor *out = output(o, name, in->dtype, in->ndim, in->shape);
+
+  for (guint64 i = 0; i < in->numel; i++)
+    same_elem(o, out, i, in, i);
+}
+
+/* RowParallelLinear: columns [t*C/tp, (t+1)*C/tp). */
+static void
+check_row(Oracle *o, const char *name)
+{
+  const WsyncTensor *in = input(o, name);
+  guint64 rows = in->shape[0], cols = in->shape[1], c = cols / o->tp;
+  guint64 shape[2] = {rows, c};
+  const WsyncTensor *out = output(o, name, in->dtype, 2, shape);
+
+  g_assert_cmpuint(cols % o->tp, ==, 0);
+  for (guint64 r = 0; r < rows; r++)
+    for (guint64 j = 0; j < c; j++)
+      same_elem(o, out, r * c + j, in, r * cols + o->t * c + j);
+}
+
+/* QKVParallelLinear (vllm-layouts.md §1): [q_t | k_s | v_s] with Q = nh/tp heads,
+ * kvl = nkv/tp heads (or 1 when tp >= nkv) and s = t / (tp/nkv) when replicated. */
+static void
+check_qkv(Oracle *o, guint64 layer)
+{
+  const Model *m = o->m;
+  g_autofree char *qn = layer_name(layer, "self_attn.q_proj.weight");
+  g_autofree char *kn = layer_name(layer, "self_attn.k_proj.weight");
+  g_autofree char *vn = layer_name(layer, "self_attn.v_proj.weight");
+  g_autofree char *name = layer_name(layer, "self_attn.qkv_proj.weight");
+  const WsyncTensor *q = input(o, qn), *k = input(o, kn), *v = input(o, vn);
+  guint64 qrows = m->nh / o->tp * m->hd;
+  guint64 kvl = o->tp >= m->nkv ? 1 : m->nkv / o->tp;
+  guint64 replicas = o->tp >= m->nkv ? o->tp / m->nkv : 1;
+  guint64 shard = o->t / replicas, kvrows = kvl * m->hd;
+  guint64 shape[2] = {qrows + 2 * kvrows, m->H};
+  const WsyncTensor *out = output(o, name, q->dtype, 2, shape);
+
+  for (guint64 r = 0; r < shape[0]; r++) {
+    const WsyncTensor *src;
+    guint64 row;
+    if (r < qrows) {
+      src = q;
+      row = o->t * qrows + r;
+    } else if (r < qrows + kvrows) {
+      src = k;
+      row = shard * kvrows + (r - qrows);
+    } else {
+      src = v;
+      row = shard * kvrows + (r - qrows - kvrows);
+    }
+    for (guint64 h = 0; h < m->H; h++)
+      same_elem(o, out, r * m->H + h, src, row * m->H + h);
+  }
+}
+
+/* MergedColumnParallelLinear [gate_t ; up_t], gate first (§1). */
+static void
+check_gate_up(Oracle *o, guint64 layer)
+{
+  const Model *m = o->m;
+  g_autofree char *gn = layer_name(layer, "mlp.gate_proj.weight");
+  g_autofree char *un = layer_name(layer, "mlp.up_proj.weight");
+  g_autofree char *name = layer_name(layer, "mlp.gate_up_proj.weight");
+  const WsyncTensor *gate = input(o, gn), *up = input(o, un);
+  guint64 ip = m->Id / o->tp, shape[2] = {2 * ip, m->H};
+  const WsyncTensor *out = output(o, name, gate->dtype, 2, shape);
+
+  for (guint64 r = 0; r < 2 * ip; r++) {
+    const WsyncTensor *src = r < ip ? gate : up;
+    guint64 row = o->t * ip + (r < ip ? r : r - ip);
+    for (guint64 h = 0; h < m->H; h++)
+      same_elem(o, out, r * m->H + h, src, row * m->H + h);
+  }
+}
+
+/* VocabParallelEmbedding / ParallelLMHead: Vp = ceil(V/64)*64, rows
+ * [t*Vp/tp, (t+1)*Vp/tp), rows >= V zero. */
+static void
+check_vocab(Oracle *o, const char *name)
+{
+  const Model *m = o->m;
+  const WsyncTensor *in = input(o, name);
+  guint64 vp = (m->V + 63) / 64 * 64, rows = vp / o->tp, shape[2] = {rows, m->H};
+  const WsyncTensor *out = output(o, name, in->dtype, 2, shape);
+
+  for (guint64 r = 0; r < rows; r++) {
+    guint64 g = o->t * rows + r;
+    for (guint64 h = 0; h < m->H; h++) {
+      if (g < m->V)
+        same_elem(o, out, r * m->H + h, in, g * m->H + h);
+      else
+        zero_elem(o, out, r * m->H + h);
+    }
+  }
+}
+
+/* Where the (a, b) elements of expert @e's gate (0), up (1) or down (2) matrix are in
+ * the input: per-expert tensors, or the fused Transformers 5 form. */
+typedef struct {
+  const WsyncTensor *t;
+  guint64 base, row_stride;
+} ExpertSrc;
+
+static ExpertSrc
+expert_src(Oracle *o, guint64 layer, guint which, guint64 e)
+{
+  static const char *const projs[3] = {"gate_proj", "up_proj", "down_proj"};
+  const Model *m = o->m;
+  g_autofree char *fused = g_strdup_printf("model.layers.%" G_GUINT64_FORMAT ".mlp.experts.%s",
+                                           layer, which < 2 ? "gate_up_proj" : "down_proj");
+  g_autofree char *single = g_strdup_printf("model.layers.%" G_GUINT64_FORMAT
+                                            ".mlp.experts.%" G_GUINT64_FORMAT ".%s.weight",
+                                            layer, e, projs[which]);
+  ExpertSrc s;
+
+  s.t = wsync_checkpoint_lookup(o->in, fused);
+  if (s.t != NULL) { /* gate_up [E, 2I, H] (gate rows first), down [E, H, I] */
+    if (which < 2) {
+      s.base = (e * 2 * m->I + which * m->I) * m->H;
+      s.row_stride = m->H;
+    } else {
+      s.base = e * m->H * m->I;
+      s.row_stride = m->I;
+    }
+    return s;
+  }
+  s.t = input(o, single);
+  s.base = 0;
+  s.row_stride = which < 2 ? m->H : m->I;
+  return s;
+}
+
+/* determine_expert_map, linear (§7): contiguous blocks, remainder to the lowest ranks;
+ * with EP the experts are whole, without it every expert is TP-sliced (§2.2). */
+static void
+expert_share(Oracle *o, guint64 *first, guint64 *count, guint64 *ip, guint64 *off)
+{
+  const Model *m = o->m;
+
+  if (o->ep > 1) {
+    guint64 base = m->E / o->ep, rem = m->E % o->ep;
+    *count = base + (o->rank < rem);
+    *first = o->rank * base + MIN(o->rank, rem);
+    *ip = m->I;
+    *off = 0;
+  } else {
+    *first = 0;
+    *count = m->E;
+    *ip = m->I / o->tp;
+    *off = o->t * *ip;
+  }
+}
+
+static char *
+experts_name(Oracle *o, guint64 layer, const char *leaf)
+{
+  return g_strdup_printf("model.layers.%" G_GUINT64_FORMAT ".mlp.experts.%s%s", layer,
+                         o->routed ? "routed_experts." : "", leaf);
+}
+
+/* w13_weight [E_loc, 2Ip, H]: gate rows then up rows of each local expert (§2.2). */
+static void
+check_w13(Oracle *o, guint64 layer, guint64 expect_count)
+{
+  const Model *m = o->m;
+  g_autofree char *name = experts_name(o, layer, "w13_weight");
+  guint64 first, count, ip, off;
+  const WsyncTensor *out;
+
+  expert_share(o, &first, &count, &ip, &off);
+  g_assert_cmpuint(count, ==, expect_count);
+  guint64 shape[3] = {count, 2 * ip, m->H};
+  out = output(o, name, expert_src(o, layer, 0, 0).t->dtype, 3, shape);
+  for (guint64 j = 0; j < count; j++)
+    for (guint half = 0; half < 2; half++) {
+      ExpertSrc s = expert_src(o, layer, half, first + j);
+      for (guint64 r = 0; r < ip; r++)
+        for (guint64 h = 0; h < m->H; h++)
+          same_elem(o, out, (j * 2 * ip + half * ip + r) * m->H + h, s.t,
+                    s.base + (off + r) * s.row_stride + h);
+    }
+}
+
+/* w2_weight [E_loc, H, Ip]: down narrowed along its input axis (§2.2). */
+static void
+check_w2(Oracle *o, guint64 layer)
+{
+  const Model *m = o->m;
+  g_autofree char *name = experts_name(o, layer, "w2_weight");
+  guint64 first, count, ip, off;
+  const WsyncTensor *out;
+
+  expert_share(o, &first, &count, &ip, &off);
+  guint64 shape[3] = {count, m->H, ip};
+  out = output(o, name, expert_src(o, layer, 2, 0).t->dtype, 3, shape);
+  for (guint64 j = 0; j < count; j++) {
+    ExpertSrc s = expert_src(o, layer, 2, first + j);
+    for (guint64 h = 0; h < m->H; h++)
+      for (guint64 c = 0; c < ip; c++)
+        same_elem(o, out, (j * m->H + h) * ip + c, s.t, s.base + h * s.row_stride + off + c);
+  }
+}
+
+/* The attention scale buffers: F32 scalars of 1.0 (§4, §5). */
+static void
+check_scales(Oracle *o, guint64 layer)
+{
+  static const char *const scales[] = {"_k_scale", "_v_scale", "_q_scale", "_prob_scale"};
+  static const guint8 one[4] = {0x00, 0x00, 0x80, 0x3f}; /* 1.0f, little-endian */
+
+  for (guint i = 0; i < G_N_ELEMENTS(scales); i++) {
+    g_autofree char *name = g_strdup_printf("model.layers.%" G_GUINT64_FORMAT ".self_attn.attn.%s",
+                                            layer, scales[i]);
+    if (!o->scales) {
+      g_assert_null(rank_lookup(o->rf, name));
+      continue;
+    }
+    const WsyncTensor *out = output(o, name, WSYNC_DTYPE_F32, 0, NULL);
+    g_assert_cmpuint(out->nbytes, ==, 4);
+    g_assert_cmpint(memcmp(out->data, one, 4), ==, 0);
+  }
+}
+
+/* Before vLLM 0.22.1, with EP: `_expert_map` int32 [E], global expert -> local index or
+ * -1 (determine_expert_map, §5 and §7); otherwise absent. */
+static void
+check_expert_map(Oracle *o, guint64 layer)
+{
+  g_autofree char *name = g_strdup_printf("model.layers.%" G_GUINT64_FORMAT
+                                          ".mlp.experts._expert_map", layer);
+  guint64 first, count, ip, off, shape[1] = {o->m->E};
+  const WsyncTensor *out;
+
+  if (o->ep == 1 || o->routed) {
+    g_assert_null(rank_lookup(o->rf, name));
+    return;
+  }
+  expert_share(o, &first, &count, &ip, &off);
+  out = output(o, name, WSYNC_DTYPE_I32, 1, shape);
+  for (guint64 e = 0; e < o->m->E; e++) {
+    gint32 want = e >= first && e < first + count ? (gint32)(e - first) : -1;
+    guint32 le = GUINT32_TO_LE((guint32)want);
+    if (memcmp(out->data + 4 * e, &le, 4) != 0)
+      g_error("rank %u: %s[%" G_GUINT64_FORMAT "] is not %d", o->rank, name, e, want);
+  }
+}
+
+static void
+check_layer(Oracle *o, guint64 layer, const guint64 *expert_counts)
+{
+  g_autofree char *pre = g_strdup_printf("model.layers.%" G_GUINT64_FORMAT ".", layer);
+  g_autofree char *in_norm = g_strconcat(pre, "input_layernorm.weight", NULL);
+  g_autofree char *post_norm = g_strconcat(pre, "post_attention_layernorm.weight", NULL);
+  g_autofree char *q_norm = g_strconcat(pre, "self_attn.q_norm.weight", NULL);
+  g_autofree char *k_norm = g_strconcat(pre, "self_attn.k_norm.weight", NULL);
+  g_autofree char *o_proj = g_strconcat(pre, "self_attn.o_proj.weight", NULL);
+  g_autofree char *router = g_strconcat(pre, "mlp.gate.weight", NULL);
+  g_autofree char *down = g_strconcat(pre, "mlp.down_proj.weight", NULL);
+
+  check_replicated(o, in_norm);
+  check_replicated(o, post_norm);
+  check_qkv(o, layer);
+  check_row(o, o_proj);
+  check_replicated(o, q_norm);
+  check_replicated(o, k_norm);
+  check_scales(o, layer);
+  if (o->m->dense[layer]) {
+    check_gate_up(o, layer);
+    check_row(o, down);
+    return;
+  }
+  check_replicated(o, router);
+  check_w13(o, layer, expert_counts != NULL ? expert_counts[o->rank] : o->m->E);
+  check_w2(o, layer);
+  check_expert_map(o, layer);
+}
+
+typedef struct {
+  const char *config;
+  gboolean fused;
+  const char *version; /* conf vllm-version */
+  gboolean scales;
+  guint tp, ep; /* ep 0: not given */
+  const guint64 *expert_counts; /* expected E_loc per rank, or NULL for all */
+} Case;
+
+/* Every tensor of one rank, and nothing else. */
+static void
+check_rank(const Case *c, const Model *m, WsyncCheckpoint *in, const RankFiles *rf, guint rank,
+           const char *file_version, gboolean file_scales)
+{
+  guint64 parts[3] = {0};
+  Oracle o = {.m = m, .in = in, .rf = rf, .tp = c->tp, .ep = c->ep > 0 ? c->ep : 1,
+              .rank = rank, .t = rank % c->tp, .scales = file_scales};
+  g_autofree char *world = g_strdup_printf("%u", o.ep > 1 ? o.ep : o.tp);
+  g_autofree char *tp = g_strdup_printf("%u", o.tp);
+  g_autofree char *ep = g_strdup_printf("%u", o.ep);
+  g_autofree char *rk = g_strdup_printf("%u", rank);
+
+  g_assert_cmpint(sscanf(file_version,
+                         "%" G_GUINT64_FORMAT ".%" G_GUINT64_FORMAT ".%" G_GUINT64_FORMAT,
+                         &parts[0], &parts[1], &parts[2]),
+                  ==, 3);
+  /* vLLM PR #41184, from 0.22.1 on (vllm-layouts.md §0). */
+  o.routed = parts[0] > 0 || parts[1] > 22 || (parts[1] == 22 && parts[2] >= 1);
+  g_assert_cmpuint(rf->files->len, >, 0);
+  assert_metadata(rf, "wsync.target", "vllm");
+  assert_metadata(rf, "wsync.tp", tp);
+  assert_metadata(rf, "wsync.ep", ep);
+  assert_metadata(rf, "wsync.rank", rk);
+  assert_metadata(rf, "wsync.world", world);
+  assert_metadata(rf, "wsync.vllm-version", file_version);
+
+  check_vocab(&o, "model.embed_tokens.weight");
+  if (m->tied)
+    g_assert_null(rank_lookup(rf, "lm_head.weight"));
+  else
+    check_vocab(&o, "lm_head.weight");
+  check_replicated(&o, "model.norm.weight");
+  for (guint64 l = 0; l < m->L; l++)
+    check_layer(&o, l, c->expert_counts);
+  /* Nothing else: every tensor of the rank was one of the above. */
+  g_assert_cmpuint(rank_n_tensors(rf), ==, o.checked);
+}
+
+/* Synth, convert, check every rank; returns the rank directory (caller frees). */
+static char *
+run_case(const Case *c)
+{
+  const char *src = synth(c->config, c->fused);
+  const char *conf = conf_dir(c->version, c->scales);
+  g_autofree char *dst = convert(src, conf, c->tp, c->ep, -1);
+  guint world = c->ep > 1 ? c->ep : c->tp;
+  RankFiles ranks[64];
+  Model m = read_model(c->config);
+  GError *error = NULL;
+  g_autoptr(WsyncCheckpoint) in = wsync_checkpoint_open(src, &error);
+
+  g_assert_no_error(error);
+  g_assert_cmpuint(open_ranks(dst, ranks, G_N_ELEMENTS(ranks)), ==, world);
+  for (guint r = 0; r < world; r++)
+    check_rank(c, &m, in, &ranks[r], r, c->version, c->scales);
+  for (guint r = 0; r < G_N_ELEMENTS(ranks); r++)
+    rank_files_clear(&ranks[r]);
+  return g_steal_pointer(&dst);
+}
+
+static void
+check_case(const Case *c)
+{
+  g_free(run_case(c));
+}
+
+/* ------------------------------------------------------------------ tests: layouts */
+
+static void
+test_tp1(void)
+{
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.22.1", TRUE, 1, 0, NULL});
+}
+
+static void
+test_tp2(void)
+{
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.22.1", TRUE, 2, 0, NULL});
+}
+
+/* tp 4 > 2 KV heads: each KV head on two ranks; vocab 320 rows -> 80 per rank. */
+static void
+test_tp4_kv_replicated(void)
+{
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.22.1", TRUE, 4, 0, NULL});
+}
+
+/* 8 q heads, 2 KV heads, tp 8: one q head per rank, each KV head on four ranks;
+ * vocab rows 280..319 of rank 7 are 20 real rows then 20 zero rows. */
+static void
+test_tp8_kv_replicated(void)
+{
+  check_case(&(Case){"tiny-qwen3-moe-8heads.json", FALSE, "0.22.1", TRUE, 8, 0, NULL});
+}
+
+/* 6 q heads, 2 KV heads, tp 6: replicas of 3 (not a power of two). */
+static void
+test_tp6_kv_replicated(void)
+{
+  check_case(&(Case){"tiny-qwen3-moe-6heads.json", FALSE, "0.22.1", TRUE, 6, 0, NULL});
+}
+
+/* Tied embeddings (no lm_head anywhere) and a dense layer (gate_up_proj, down_proj). */
+static void
+test_tied_and_dense(void)
+{
+  check_case(&(Case){"tiny-qwen3-moe-tied.json", FALSE, "0.22.1", TRUE, 2, 0, NULL});
+  check_case(&(Case){"tiny-qwen3-moe-tied.json", FALSE, "0.22.1", TRUE, 4, 0, NULL});
+}
+
+/* Transformers 5 fused experts in the input: same rank files. */
+static void
+test_fused_input(void)
+{
+  check_case(&(Case){"tiny-qwen3-moe.json", TRUE, "0.22.1", TRUE, 2, 0, NULL});
+}
+
+/* ep 3, 8 experts: 3, 3, 2 (remainder to the lowest ranks), whole experts. */
+static void
+test_ep3_tp1(void)
+{
+  static const guint64 counts[] = {3, 3, 2};
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.22.1", TRUE, 1, 3, counts});
+}
+
+/* ep 4 over tp 2: two whole experts per rank; attention sliced by rank % 2. */
+static void
+test_ep4_tp2(void)
+{
+  static const guint64 counts[] = {2, 2, 2, 2};
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.22.1", TRUE, 2, 4, counts});
+}
+
+/* ep 6 over tp 2, 8 experts: 2, 2, 1, 1, 1, 1. */
+static void
+test_ep6_tp2(void)
+{
+  static const guint64 counts[] = {2, 2, 1, 1, 1, 1};
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.22.1", TRUE, 2, 6, counts});
+}
+
+/* Before vLLM 0.22.1: mlp.experts.w13_weight; from it on: mlp.experts.routed_experts. */
+static void
+test_versions(void)
+{
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.18.1", TRUE, 2, 0, NULL});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.22.0", TRUE, 1, 0, NULL});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.27.1", TRUE, 2, 0, NULL});
+}
+
+/* Before 0.22.1, EP ranks also hold each MoE layer's _expert_map. */
+static void
+test_ep_old_version(void)
+{
+  static const guint64 counts3[] = {3, 3, 2};
+  static const guint64 counts4[] = {2, 2, 2, 2};
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.18.1", TRUE, 1, 3, counts3});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.18.1", TRUE, 2, 4, counts4});
+}
+
+/* attn-scales = false: no scale buffers (check_scales insists they are absent). */
+static void
+test_attn_scales_off(void)
+{
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.22.1", FALSE, 2, 0, NULL});
+}
+
+/* --rank 1 writes rank 1 only, and rank 1 is what a full run writes. */
+static void
+test_single_rank(void)
+{
+  const char *src = synth("tiny-qwen3-moe.json", FALSE);
+  g_autofree char *dst = convert(src, DEFAULT_CONF, 2, 0, 1);
+  Case c = {"tiny-qwen3-moe.json", FALSE, "0.22.1", TRUE, 2, 0, NULL};
+  Model m = read_model(c.config);
+  GError *error = NULL;
+  g_autoptr(WsyncCheckpoint) in = wsync_checkpoint_open(src, &error);
+  RankFiles ranks[8];
+
+  g_assert_no_error(error);
+  g_assert_cmpuint(open_ranks(dst, ranks, G_N_ELEMENTS(ranks)), ==, 1);
+  g_assert_cmpuint(ranks[0].files->len, ==, 0);
+  check_rank(&c, &m, in, &ranks[1], 1, "0.22.1", TRUE);
+  for (guint r = 0; r < G_N_ELEMENTS(ranks); r++)
+    rank_files_clear(&ranks[r]);
+}
+
+/* ------------------------------------------------------------------ tests: round trips */
+
+/* vllm rank files -> hf with @conf, equal to the original checkpoint. */
+static void
+round_trip(const char *src, const char *rank_dir, const char *conf)
+{
+  g_autofree char *hf = g_strdup_printf("%s/hf-%u", work_dir, n_made++);
+  const char *pdir = test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR");
+  Run r = run_wsync("convert", rank_dir, hf, "--conf-dir", conf, "--plugin-dir", pdir,
+                    "--target", "hf", NULL);
+
+  if (r.status != 0)
+    g_error("convert %s -> hf: exit %d\n%s", rank_dir, r.status, r.err);
+  run_clear(&r);
+  r = run_wsync("verify", src, hf, "--conf-dir", conf, "--plugin-dir", pdir, NULL);
+  if (r.status != 0)
+    g_error("verify %s %s: exit %d\n%s%s", src, hf, r.status, r.out, r.err);
+  run_clear(&r);
+}
+
+static void
+test_round_trip_tp2(void)
+{
+  Case c = {"tiny-qwen3-moe.json", FALSE, "0.22.1", TRUE, 2, 0, NULL};
+  g_autofree char *dst = run_case(&c);
+
+  round_trip(synth(c.config, FALSE), dst, DEFAULT_CONF);
+}
+
+static void
+test_round_trip_ep(void)
+{
+  static const guint64 counts[] = {3, 3, 2};
+  Case c = {"tiny-qwen3-moe.json", FALSE, "0.22.1", TRUE, 1, 3, counts};
+  g_autofree char *dst = run_case(&c);
+  Case c2 = {"tiny-qwen3-moe.json", FALSE, "0.22.1", TRUE, 2, 4, NULL};
+  g_autofree char *dst2 = NULL;
+
+  round_trip(synth(c.config, FALSE), dst, DEFAULT_CONF);
+  dst2 = convert(synth(c2.config, FALSE), DEFAULT_CONF, 2, 4, -1);
+  round_trip(synth(c2.config, FALSE), dst2, DEFAULT_CONF);
+}
+
+/* Tied embeddings and a dense layer come back too; tp 8 with KV replication (each KV
+ * head read from one of its copies). */
+static void
+test_round_trip_tied_and_replicated(void)
+{
+  g_autofree char *tied = convert(synth("tiny-qwen3-moe-tied.json", FALSE), DEFAULT_CONF, 4, 0, -1);
+  g_autofree char *kv = convert(synth("tiny-qwen3-moe-8heads.json", FALSE), DEFAULT_CONF, 8, 0, -1);
+
+  round_trip(synth("tiny-qwen3-moe-tied.json", FALSE), tied, DEFAULT_CONF);
+  round_trip(synth("tiny-qwen3-moe-8heads.json", FALSE), kv, DEFAULT_CONF);
+}
+
+/* Files written for vLLM 0.18.1 without scales read back under the default options:
+ * the convention recorded in the files wins. */
+static void
+test_round_trip_other_convention(void)
+{
+  const char *src = synth("tiny-qwen3-moe.json", FALSE);
+  g_autofree char *dst = convert(src, conf_dir("0.18.1", FALSE), 2, 0, -1);
+  RankFiles ranks[4];
+
+  open_ranks(dst, ranks, G_N_ELEMENTS(ranks));
+  assert_metadata(&ranks[0], "wsync.vllm-version", "0.18.1");
+  assert_metadata(&ranks[0], "wsync.attn-scales", "false");
+  for (guint r = 0; r < G_N_ELEMENTS(ranks); r++)
+    rank_files_clear(&ranks[r]);
+  round_trip(src, dst, DEFAULT_CONF);
+  /* with EP, whose _expert_map buffers are fills and read back as nothing */
+  g_free(dst);
+  dst = convert(src, conf_dir("0.18.1", TRUE), 1, 3, -1);
+  round_trip(src, dst, DEFAULT_CONF);
+}
+
+/* ------------------------------------------------------------------ tests: plan, refusals */
+
+static void
+test_plan_json(void)
+{
+  const char *src = synth("tiny-qwen3-moe.json", FALSE);
+  const char *pdir = test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR");
+  Run r = run_wsync("plan", src, "--conf-dir", DEFAULT_CONF, "--plugin-dir", pdir, "--target",
+                    "vllm", "--tp", "2", "--json", NULL);
+  g_autoptr(JsonParser) parser = json_parser_new();
+  GError *error = NULL;
+
+  if (r.status != 0)
+    g_error("plan: exit %d\n%s", r.status, r.err);
+  json_parser_load_from_data(parser, r.out, -1, &error);
+  g_assert_no_error(error);
+  assert_has(r.out, "\"model.layers.0.self_attn.qkv_proj.weight\"");
+  assert_has(r.out, "\"model.layers.1.mlp.experts.routed_experts.w13_weight\"");
+  assert_has(r.out, "\"model.layers.1.self_attn.attn._prob_scale\"");
+  assert_has(r.out, "vocabulary padding to a multiple of 64");
+  assert_has(r.out, "vLLM attention scale buffer, 1.0");
+  run_clear(&r);
+}
+
+/* A refused conversion: exit 2, the one line, and no DST. */
+static void
+assert_refused(const char *config, const char *tp, const char *ep, const char *message)
+{
+  const char *src = synth(config, FALSE);
+  const char *pdir = test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR");
+  g_autofree char *dst = g_strdup_printf("%s/refused-%u", work_dir, n_made++);
+  Run r = ep == NULL ? run_wsync("convert", src, dst, "--conf-dir", DEFAULT_CONF, "--plugin-dir",
+                                 pdir, "--target", "vllm", "--tp", tp, NULL)
+                     : run_wsync("convert", src, dst, "--conf-dir", DEFAULT_CONF, "--plugin-dir",
+                                 pdir, "--target", "vllm", "--tp", tp, "--ep", ep, NULL);
+
+  g_assert_cmpint(r.status, ==, 2);
+  assert_has(r.err, message);
+  g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+  run_clear(&r);
+  /* plan refuses the same way */
+  r = ep == NULL ? run_wsync("plan", src, "--conf-dir", DEFAULT_CONF, "--plugin-dir", pdir,
+                             "--target", "vllm", "--tp", tp, NULL)
+                 : run_wsync("plan", src, "--conf-dir", DEFAULT_CONF, "--plugin-dir", pdir,
+                             "--target", "vllm", "--tp", tp, "--ep", ep, NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  assert_has(r.err, message);
+  run_clear(&r);
+}
+
+/* 6 q heads and 384 padded vocabulary rows divide by 3; 2 KV heads do not. */
+static void
+test_refuse_kv_heads(void)
+{
+  assert_refused("tiny-qwen3-moe-6heads.json", "3", NULL,
+                 "tp 3 does not divide the 2 units of 32 rows of "
+                 "model.layers.0.self_attn.k_proj.weight (replicating needs tp to be a "
+                 "multiple of 2)");
+}
+
+static void
+test_refuse_vocab(void)
+{
+  assert_refused("tiny-qwen3-moe.json", "3", NULL,
+                 "tp 3 does not divide the padded vocabulary of 320 rows of "
+                 "model.embed_tokens.weight");
+  /* tp 6 divides everything of this model but its 320 padded vocabulary rows */
+  assert_refused("tiny-qwen3-moe-6heads-v300.json", "6", NULL,
+                 "tp 6 does not divide the padded vocabulary of 320 rows of "
+                 "model.embed_tokens.weight");
+}
+
+static void
+test_refuse_ep(void)
+{
+  assert_refused("tiny-qwen3-moe.json", "2", "3", "ep 3 is not a multiple of tp 2");
+}
+
+/* ep 16 > 8 experts: some rank would hold none. */
+static void
+test_refuse_ep_beyond_experts(void)
+{
+  assert_refused("tiny-qwen3-moe.json", "1", "16",
+                 "ep 16 is more than the 8 experts of model.layers.0.mlp.experts: rank 8 "
+                 "would hold none");
+}
+
+static void
+test_bad_version(void)
+{
+  static const char *const bad[] = {"v0.22.1", "0.22", "0.22.1rc1", "0.22.1.post1", "latest",
+                                    ""};
+  const char *pdir = test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR");
+
+  for (guint i = 0; i < G_N_ELEMENTS(bad); i++) {
+    g_autofree char *conf = new_dir("badconf");
+    g_autofree char *text = g_strdup_printf("plugin \"vllm\" {\n  vllm-version = \"%s\"\n}\n",
+                                            bad[i]);
+    g_autofree char *path = test_write(conf, "20-vllm.conf", text);
+    g_autofree char *want = g_strdup_printf(
+        "%s:2: vllm-version must be a vLLM release number like \"0.22.1\", not \"%s\"", path,
+        bad[i]);
+    Run r = run_wsync("plugins", "--conf-dir", conf, "--plugin-dir", pdir, NULL);
+    g_assert_cmpint(r.status, ==, 2);
+    assert_has(r.err, want);
+    run_clear(&r);
+  }
+}
+
+/* The shipped conf.d file parses and gives the defaults. */
+static void
+test_shipped_conf(void)
+{
+  const char *pdir = test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR");
+  g_autofree char *conf = new_dir("shipped");
+  g_autofree char *shipped = g_test_build_filename(G_TEST_DIST, "..", "conf.d", "20-vllm.conf",
+                                                   NULL);
+  g_autofree char *copy = g_build_filename(conf, "20-vllm.conf", NULL);
+  Run r;
+
+  test_copy(shipped, copy);
+  r = run_wsync("plugins", "--conf-dir", conf, "--plugin-dir", pdir, NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  assert_has(r.out, "vllm  active");
+  assert_has(r.out, "vLLM runtime layout per TP/EP rank (sharded_state)");
+  assert_has(r.out, "serves vllm,vllm-ascend");
+  run_clear(&r);
+}
+
+int
+main(int argc, char **argv)
+{
+  int status;
+
+  g_test_init(&argc, &argv, NULL);
+  work_dir = test_tmpdir();
+  conf_dirs = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+  synth_dirs = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+
+  g_test_add_func("/vllm/layout/tp1", test_tp1);
+  g_test_add_func("/vllm/layout/tp2", test_tp2);
+  g_test_add_func("/vllm/layout/tp4-kv-replicated", test_tp4_kv_replicated);
+  g_test_add_func("/vllm/layout/tp8-kv-replicated", test_tp8_kv_replicated);
+  g_test_add_func("/vllm/layout/tp6-kv-replicated", test_tp6_kv_replicated);
+  g_test_add_func("/vllm/layout/tied-and-dense", test_tied_and_dense);
+  g_test_add_func("/vllm/layout/fused-input", test_fused_input);
+  g_test_add_func("/vllm/layout/ep3-tp1", test_ep3_tp1);
+  g_test_add_func("/vllm/layout/ep4-tp2", test_ep4_tp2);
+  g_test_add_func("/vllm/layout/ep6-tp2", test_ep6_tp2);
+  g_test_add_func("/vllm/layout/versions", test_versions);
+  g_test_add_func("/vllm/layout/ep-old-version", test_ep_old_version);
+  g_test_add_func("/vllm/layout/attn-scales-off", test_attn_scales_off);
+  g_test_add_func("/vllm/layout/single-rank", test_single_rank);
+  g_test_add_func("/vllm/round-trip/tp2", test_round_trip_tp2);
+  g_test_add_func("/vllm/round-trip/ep", test_round_trip_ep);
+  g_test_add_func("/vllm/round-trip/tied-and-replicated", test_round_trip_tied_and_replicated);
+  g_test_add_func("/vllm/round-trip/other-convention", test_round_trip_other_convention);
+  g_test_add_func("/vllm/plan/json", test_plan_json);
+  g_test_add_func("/vllm/refuse/kv-heads", test_refuse_kv_heads);
+  g_test_add_func("/vllm/refuse/vocab", test_refuse_vocab);
+  g_test_add_func("/vllm/refuse/ep", test_refuse_ep);
+  g_test_add_func("/vllm/refuse/ep-beyond-experts", test_refuse_ep_beyond_experts);
+  g_test_add_func("/vllm/config/bad-version", test_bad_version);
+  g_test_add_func("/vllm/config/shipped", test_shipped_conf);
+
+  status = g_test_run();
+  test_rmtree(work_dir);
+  g_free(work_dir);
+  g_hash_table_unref(conf_dirs);
+  g_hash_table_unref(synth_dirs);
+  return status;
+}

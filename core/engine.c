@@ -110,6 +110,7 @@ param_free(gpointer data)
   g_free(param->runtime_name);
   g_free(param->note);
   g_free(param->group);
+  g_free(param->runtime_drop);
   g_free(param);
 }
 
@@ -222,6 +223,13 @@ wsync_param_set_group(WsyncParam *param, const char *group)
 {
   g_free(param->group);
   param->group = g_strdup(group);
+}
+
+void
+wsync_param_drop_at_runtime(WsyncParam *param, const char *rule)
+{
+  g_free(param->runtime_drop);
+  param->runtime_drop = g_strdup(rule);
 }
 
 void

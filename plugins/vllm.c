@@ -703,6 +703,12 @@ handle_param(Rank *r, const WsyncParam *param, GError **error)
     wsync_layout_drop_param(r->layout, param, "vllm-skips-mtp");
     return TRUE;
   }
+  /* The model says the running engine does not hold it (e.g. a vision tower switched
+   * off by a language-model-only deployment): drop it by the model's rule. */
+  if (param->runtime_drop != NULL) {
+    wsync_layout_drop_param(r->layout, param, param->runtime_drop);
+    return TRUE;
+  }
   if (g_strcmp0(param->group, "visual") == 0)
     return emit_visual_param(r, param, error);
   return emit_param(r, param, error);

@@ -158,6 +158,9 @@ typedef struct {
  * @note: (nullable): a sentence the plan prints (e.g. why a cast happens)
  * @group: (nullable): the name of a group of params a backend may drop together by a
  *   rule (e.g. "mtp", "visual")
+ * @runtime_drop: (nullable): when set, the name of the rule by which every runtime
+ *   target (all but the Hugging Face ones) drops this param; see
+ *   wsync_param_drop_at_runtime()
  *
  * A tensor of the running model, as a backend needs to know it.
  */
@@ -171,6 +174,7 @@ typedef struct {
   gboolean has_runtime_dtype;
   char *note;
   char *group;
+  char *runtime_drop;
 } WsyncParam;
 
 /* ------------------------------------------------------------------ the mapping (remappers) */
@@ -227,6 +231,17 @@ void wsync_param_set_runtime_dtype(WsyncParam *param, WsyncDtype dtype, const ch
 
 /** wsync_param_set_group: puts @param in a named group that a backend may drop by a rule. */
 void wsync_param_set_group(WsyncParam *param, const char *group);
+
+/**
+ * wsync_param_drop_at_runtime:
+ * @param: a param
+ * @rule: the rule's name, shown in the plan (e.g. "language-model-only")
+ *
+ * Says that the running engine does not hold @param (a tower the deployment switches
+ * off, a draft-model block the engine skips): backends drop it by @rule instead of
+ * building it.  The Hugging Face layouts keep it.
+ */
+void wsync_param_drop_at_runtime(WsyncParam *param, const char *rule);
 
 /**
  * wsync_mapping_add_drop_rule:

@@ -793,6 +793,15 @@ wsync_plugin_add_hook(WsyncPlugin *plugin, const char *name, int priority, const
 }
 
 gboolean
+wsync_plugin_add_env_patch(WsyncPlugin *plugin, const char *name, int priority,
+                           const char *serves, WsyncEnvPatchFunc func, gpointer user_data,
+                           GDestroyNotify destroy, GError **error)
+{
+  return wsync_plugin_add_entry(plugin, WSYNC_ENTRY_ENV_PATCH, name, priority, serves,
+                                (GCallback)func, user_data, destroy, error);
+}
+
+gboolean
 wsync_plugin_add_config_patcher(WsyncPlugin *plugin, const char *name, int priority,
                                 const char *serves, WsyncConfigPatchFunc func,
                                 gpointer user_data, GDestroyNotify destroy, GError **error)

@@ -25,6 +25,10 @@ const WsyncCommand wsync_commands[] = {
      "Write a checkpoint of generated weights with the real names, shapes and dtypes of "
      "--config.",
      cmd_synth},
+    {"env", "",
+     "Print the environment settings a backend's deployment needs (--backend B --mode "
+     "colocate|server).",
+     cmd_env},
     {"config", "CONFIG.json",
      "Run the config patchers (e.g. rope-compat) on a config.json and print or write the "
      "result.",

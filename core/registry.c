@@ -28,6 +28,7 @@ static const char *const kind_names[WSYNC_ENTRY_KIND_COUNT] = {
     [WSYNC_ENTRY_CONVERTER] = "converter",
     [WSYNC_ENTRY_HOOK] = "hook",
     [WSYNC_ENTRY_CONFIG_PATCHER] = "config-patcher",
+    [WSYNC_ENTRY_ENV_PATCH] = "env-patch",
 };
 
 const char *

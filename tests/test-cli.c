@@ -113,7 +113,8 @@ test_plugins_text(void)
       "    remapper       good-remap               priority 10  serves qwen3_moe, qwen3\n"
       "    converter      good-convert             priority 0  serves vllm\n"
       "    hook           good-hook                priority -5  serves vllm-ascend\n"
-      "    config-patcher good-patch               priority 0  serves *\n",
+      "    config-patcher good-patch               priority 0  serves *\n"
+      "    env-patch      good-env                 priority 0  serves test-backend\n",
       pdir, pdir, pdir);
   g_assert_cmpint(r.status, ==, 0);
   g_assert_cmpstr(r.out, ==, expect);
@@ -156,7 +157,7 @@ test_plugins_json(void)
   g_assert_cmpstr(json_object_get_string_member(good, "state"), ==, "active");
   g_assert_true(json_object_get_null_member(good, "reason"));
   JsonArray *entries = json_object_get_array_member(good, "entries");
-  g_assert_cmpuint(json_array_get_length(entries), ==, 4);
+  g_assert_cmpuint(json_array_get_length(entries), ==, 5);
   JsonObject *remap = json_array_get_object_element(entries, 0);
   g_assert_cmpstr(json_object_get_string_member(remap, "kind"), ==, "remapper");
   g_assert_cmpint(json_object_get_int_member(remap, "priority"), ==, 10);
@@ -646,10 +647,59 @@ test_verify_bad_input(void)
   test_rmtree(conf);
 }
 
+static void
+test_env_exports(void)
+{
+  g_autofree char *conf = test_tmpdir();
+  const char *pdir = test_env_dir("WSYNC_TEST_PLUGIN_DIR");
+  g_free(test_write(conf, "10.conf", "plugin \"good\" {}\nplugin \"rival\" {}\n"));
+
+  /* rival (priority 50) sets GOOD_MODE first; good replaces it, keeping its place */
+  Run r = run_wsync("env", "--backend", "test-backend", "--mode", "colocate", "--conf-dir", conf,
+                    "--plugin-dir", pdir, NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_assert_cmpstr(r.out, ==,
+                  "# the mode, after what rival set\n"
+                  "export GOOD_MODE='colocate-rival'\n"
+                  "# an empty value is still set explicitly\n"
+                  "export RIVAL_EMPTY=''\n"
+                  "# a value with a quote\n"
+                  "export GOOD_QUOTE='it'\\''s here'\n");
+  run_clear(&r);
+
+  r = run_wsync("env", "--backend", "test-backend", "--mode", "server", "--json", "--conf-dir",
+                conf, "--plugin-dir", pdir, NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_autoptr(JsonParser) parser = json_parser_new();
+  g_assert_true(json_parser_load_from_data(parser, r.out, -1, NULL));
+  JsonObject *root = json_node_get_object(json_parser_get_root(parser));
+  g_assert_cmpstr(json_object_get_string_member(root, "mode"), ==, "server");
+  JsonArray *vars = json_object_get_array_member(root, "variables");
+  g_assert_cmpuint(json_array_get_length(vars), ==, 3);
+  JsonObject *first = json_array_get_object_element(vars, 0);
+  g_assert_cmpstr(json_object_get_string_member(first, "name"), ==, "GOOD_MODE");
+  g_assert_cmpstr(json_object_get_string_member(first, "value"), ==, "server-rival");
+  run_clear(&r);
+
+  /* a backend nobody patches: nothing at all */
+  r = run_wsync("env", "--backend", "cuda", "--mode", "server", "--conf-dir", conf,
+                "--plugin-dir", pdir, NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_assert_cmpstr(r.out, ==, "");
+  run_clear(&r);
+
+  r = run_wsync("env", "--backend", "test-backend", "--mode", "hybrid", "--conf-dir", conf, NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==, "wsync env: --mode must be colocate or server (see wsync env --help)\n");
+  run_clear(&r);
+  test_rmtree(conf);
+}
+
 int
 main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
+  g_test_add_func("/cli/env", test_env_exports);
   g_test_add_func("/cli/version", test_version);
   g_test_add_func("/cli/help", test_help_lists_commands_and_exit_codes);
   g_test_add_func("/cli/usage-errors", test_usage_errors);

@@ -83,7 +83,7 @@ test_only_selected_plugins_load(Fixture *f, gconstpointer data)
   /* rival, fails, bad-abi ... sit in the same directory but nobody selected them */
   g_assert_cmpstr(l, ==, "good=active;");
   WsyncRegistry *r = wsync_context_get_registry(ctx);
-  g_assert_cmpuint(wsync_registry_size(r), ==, 4);
+  g_assert_cmpuint(wsync_registry_size(r), ==, 5);
   g_autoptr(GPtrArray) hooks = wsync_registry_lookup(r, WSYNC_ENTRY_HOOK, "vllm-ascend");
   g_assert_cmpuint(hooks->len, ==, 1);
   g_assert_cmpstr(wsync_entry_get_name(hooks->pdata[0]), ==, "good-hook");
@@ -140,7 +140,7 @@ test_later_file_disables(Fixture *f, gconstpointer data)
   g_assert_cmpstr(l, ==, "good=disabled;rival=active;");
   /* exactly rival's entries remain */
   WsyncRegistry *r = wsync_context_get_registry(ctx);
-  g_assert_cmpuint(wsync_registry_size(r), ==, 2);
+  g_assert_cmpuint(wsync_registry_size(r), ==, 3);
   g_autoptr(GPtrArray) remappers = wsync_registry_lookup(r, WSYNC_ENTRY_REMAPPER, NULL);
   g_assert_cmpuint(remappers->len, ==, 1);
   g_assert_cmpstr(wsync_entry_get_plugin(remappers->pdata[0]), ==, "rival");
@@ -352,7 +352,7 @@ expect_refused(Fixture *f, const char *name, const char *fragment)
   if (strstr(l, expect) == NULL || strstr(l, fragment) == NULL || strstr(l, "good=active;") == NULL)
     g_error("listing \"%s\" lacks \"%s\" ... \"%s\"", l, expect, fragment);
   /* only good's entries are in the table */
-  g_assert_cmpuint(wsync_registry_size(wsync_context_get_registry(ctx)), ==, 4);
+  g_assert_cmpuint(wsync_registry_size(wsync_context_get_registry(ctx)), ==, 5);
 }
 
 static void

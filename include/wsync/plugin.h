@@ -114,14 +114,17 @@ typedef gboolean (*WsyncPluginRegisterFunc)(WsyncPlugin *plugin, GError **error)
  *   boxes each rank holds
  * @WSYNC_ENTRY_HOOK: a post-load hook: a whole-model step after every tensor is placed
  * @WSYNC_ENTRY_CONFIG_PATCHER: a config.json rewrite
+ * @WSYNC_ENTRY_ENV_PATCH: environment settings a backend's deployment needs
+ *   (`wsync env`)
  *
- * The kinds of dispatch-table entries.
+ * The kinds of dispatch-table entries.  New kinds are added at the end.
  */
 typedef enum {
   WSYNC_ENTRY_REMAPPER,
   WSYNC_ENTRY_CONVERTER,
   WSYNC_ENTRY_HOOK,
   WSYNC_ENTRY_CONFIG_PATCHER,
+  WSYNC_ENTRY_ENV_PATCH,
   WSYNC_ENTRY_KIND_COUNT /*< skip >*/
 } WsyncEntryKind;
 
@@ -181,6 +184,49 @@ typedef gboolean (*WsyncHookFunc)(WsyncLayout *layout, gpointer user_data, GErro
  */
 typedef gboolean (*WsyncConfigPatchFunc)(JsonNode *config, gpointer user_data, GError **error);
 
+/** The environment a deployment is being prepared for (`wsync env`). */
+typedef struct _WsyncEnv WsyncEnv;
+
+/** wsync_env_get_backend: Returns: (transfer none): the backend, e.g. "npu-ascend". */
+const char *wsync_env_get_backend(WsyncEnv *env);
+
+/** wsync_env_get_mode: Returns: (transfer none): "colocate" or "server". */
+const char *wsync_env_get_mode(WsyncEnv *env);
+
+/**
+ * wsync_env_getenv:
+ * @env: the environment
+ * @name: a variable
+ *
+ * Returns: (transfer none) (nullable): its value as the deployment will see it: what an
+ *   earlier patch set, else the value in wsync's own environment, else %NULL.
+ */
+const char *wsync_env_getenv(WsyncEnv *env, const char *name);
+
+/**
+ * wsync_env_set:
+ * @env: the environment
+ * @name: a variable
+ * @value: its value (may be empty: it is still set explicitly)
+ * @reason: one line saying why; printed as a comment above the export
+ *
+ * Sets a variable.  A later setting of the same variable replaces the earlier one.
+ */
+void wsync_env_set(WsyncEnv *env, const char *name, const char *value, const char *reason);
+
+/**
+ * WsyncEnvPatchFunc:
+ * @env: the environment being prepared
+ * @user_data: the data given at registration
+ * @error: return location for an error
+ *
+ * An environment patch: reads @env with wsync_env_getenv() and sets what the backend
+ * needs with wsync_env_set().  Patches run in dispatch order.
+ *
+ * Returns: %TRUE on success.
+ */
+typedef gboolean (*WsyncEnvPatchFunc)(WsyncEnv *env, gpointer user_data, GError **error);
+
 /* ------------------------------------------------------------------ registration */
 
 /**
@@ -227,6 +273,11 @@ gboolean wsync_plugin_add_config_patcher(WsyncPlugin *plugin, const char *name, 
                                          const char *serves, WsyncConfigPatchFunc func,
                                          gpointer user_data, GDestroyNotify destroy,
                                          GError **error);
+
+/** wsync_plugin_add_env_patch: wsync_plugin_add_entry() for a #WsyncEnvPatchFunc; @serves names backends. */
+gboolean wsync_plugin_add_env_patch(WsyncPlugin *plugin, const char *name, int priority,
+                                    const char *serves, WsyncEnvPatchFunc func,
+                                    gpointer user_data, GDestroyNotify destroy, GError **error);
 
 /* ------------------------------------------------------------------ plugin queries */
 

@@ -74,7 +74,7 @@ guint wsync_registry_remove_plugin(WsyncRegistry *registry, const char *plugin_n
 /** wsync_registry_size: Returns: the number of entries of every kind. */
 guint wsync_registry_size(WsyncRegistry *registry);
 
-/** wsync_entry_kind_name: Returns: "remapper", "converter", "hook" or "config-patcher". */
+/** wsync_entry_kind_name: Returns: "remapper", "converter", "hook", "config-patcher" or "env-patch". */
 const char *wsync_entry_kind_name(WsyncEntryKind kind);
 
 /** wsync_entry_get_kind: Returns: the entry's kind. */

@@ -54,6 +54,19 @@ good_patch(JsonNode *config, gpointer user_data, GError **error)
   return TRUE;
 }
 
+/* Sets GOOD_MODE from the deployment mode and a value that needs shell quoting. */
+static gboolean
+good_env(WsyncEnv *env, gpointer user_data, GError **error)
+{
+  g_autofree char *mode = g_strdup_printf("%s-%s", wsync_env_get_mode(env),
+                                          wsync_env_getenv(env, "GOOD_MODE") ?: "unset");
+  (void)user_data;
+  (void)error;
+  wsync_env_set(env, "GOOD_MODE", mode, "the mode, after what rival set");
+  wsync_env_set(env, "GOOD_QUOTE", "it's here", "a value with a quote");
+  return TRUE;
+}
+
 static cfg_opt_t options[] = {
     CFG_INT("level", 3, CFGF_NONE),
     CFG_STR("mode", "fast", CFGF_NONE),
@@ -77,6 +90,8 @@ good_register(WsyncPlugin *plugin, GError **error)
                                     good_layout, NULL, NULL, error) &&
          wsync_plugin_add_hook(plugin, "good-hook", -5, "vllm-ascend", good_layout, NULL, NULL,
                                error) &&
+         wsync_plugin_add_env_patch(plugin, "good-env", WSYNC_PRIORITY_DEFAULT, "test-backend",
+                                    good_env, NULL, NULL, error) &&
          wsync_plugin_add_config_patcher(plugin, "good-patch", WSYNC_PRIORITY_DEFAULT, NULL,
                                          good_patch, s, settings_free, error);
 }

@@ -24,6 +24,17 @@ rival_remap(WsyncMapping *mapping, gpointer user_data, GError **error)
   return TRUE;
 }
 
+/* Runs before good's patch (priority 50 > 0). */
+static gboolean
+rival_env(WsyncEnv *env, gpointer user_data, GError **error)
+{
+  (void)user_data;
+  (void)error;
+  wsync_env_set(env, "GOOD_MODE", "rival", "set first by rival");
+  wsync_env_set(env, "RIVAL_EMPTY", "", "an empty value is still set explicitly");
+  return TRUE;
+}
+
 static cfg_opt_t options[] = {CFG_INT("weight", 1, CFGF_NONE), CFG_END()};
 
 static gboolean
@@ -32,7 +43,9 @@ rival_register(WsyncPlugin *plugin, GError **error)
   return wsync_plugin_add_config_patcher(plugin, "rival-patch", 50, NULL, rival_patch, NULL,
                                          NULL, error) &&
          wsync_plugin_add_remapper(plugin, "a-remap", 10, "qwen3_moe", rival_remap, NULL, NULL,
-                                   error);
+                                   error) &&
+         wsync_plugin_add_env_patch(plugin, "rival-env", 50, "test-backend", rival_env, NULL,
+                                    NULL, error);
 }
 
 WSYNC_PLUGIN_DEFINE("rival", "Test plugin that competes for dispatch order", options,

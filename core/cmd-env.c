@@ -1,0 +1,96 @@
+/* wsync env --backend B --mode colocate|server: the environment a deployment needs,
+ * as shell export lines, each preceded by a comment saying why. */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "env-private.h"
+
+/* 'value' with every ' written as '\'' : safe for any shell. */
+static char *
+shell_quote(const char *value)
+{
+  GString *s = g_string_new("'");
+
+  for (const char *p = value; *p != '\0'; p++) {
+    if (*p == '\'')
+      g_string_append(s, "'\\''");
+    else
+      g_string_append_c(s, *p);
+  }
+  g_string_append_c(s, '\'');
+  return g_string_free(s, FALSE);
+}
+
+static void
+print_json(WsyncEnv *env)
+{
+  g_autoptr(JsonBuilder) b = json_builder_new();
+
+  json_builder_begin_object(b);
+  json_builder_set_member_name(b, "backend");
+  json_builder_add_string_value(b, wsync_env_get_backend(env));
+  json_builder_set_member_name(b, "mode");
+  json_builder_add_string_value(b, wsync_env_get_mode(env));
+  json_builder_set_member_name(b, "variables");
+  json_builder_begin_array(b);
+  for (guint i = 0; i < wsync_env_n_vars(env); i++) {
+    const char *name, *value, *reason;
+    wsync_env_var(env, i, &name, &value, &reason);
+    json_builder_begin_object(b);
+    json_builder_set_member_name(b, "name");
+    json_builder_add_string_value(b, name);
+    json_builder_set_member_name(b, "value");
+    json_builder_add_string_value(b, value);
+    json_builder_set_member_name(b, "reason");
+    json_builder_add_string_value(b, reason);
+    json_builder_end_object(b);
+  }
+  json_builder_end_array(b);
+  json_builder_end_object(b);
+  g_autoptr(JsonNode) root = json_builder_get_root(b);
+  cli_print_json(root);
+}
+
+int
+cmd_env(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
+{
+  g_autofree char *backend = NULL;
+  g_autofree char *mode = NULL;
+  GOptionEntry entries[] = {
+      {"backend", 'b', 0, G_OPTION_ARG_STRING, &backend, "The backend, e.g. npu-ascend", "B"},
+      {"mode", 'm', 0, G_OPTION_ARG_STRING, &mode,
+       "colocate (training and rollout share the devices) or server", "MODE"},
+      {NULL}};
+  g_autoptr(GError) error = NULL;
+  WsyncContext *ctx;
+
+  if (!cli_parse(cli, cmd, entries, &argc, &argv))
+    return WSYNC_EXIT_USAGE;
+  if (argc > 1)
+    return cli_usage_error(cmd, "unexpected argument \"%s\"", argv[1]);
+  if (backend == NULL)
+    return cli_usage_error(cmd, "missing --backend");
+  if (mode == NULL || (strcmp(mode, "colocate") != 0 && strcmp(mode, "server") != 0))
+    return cli_usage_error(cmd, "--mode must be colocate or server");
+  ctx = cli_context(cli, &error);
+  if (ctx == NULL)
+    return cli_fail(error);
+
+  g_autoptr(WsyncEnv) env = wsync_env_new(backend, mode);
+  if (!wsync_env_run(ctx, env, &error))
+    return cli_fail(error);
+  if (cli->json) {
+    print_json(env);
+    return WSYNC_EXIT_OK;
+  }
+  for (guint i = 0; i < wsync_env_n_vars(env); i++) {
+    const char *name, *value, *reason;
+    wsync_env_var(env, i, &name, &value, &reason);
+    g_autofree char *quoted = shell_quote(value);
+    printf("# %s\nexport %s=%s\n", reason, name, quoted);
+  }
+  return WSYNC_EXIT_OK;
+}

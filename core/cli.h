@@ -57,6 +57,7 @@ int cmd_verify(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);
 int cmd_config(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);
 int cmd_plan(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);
 int cmd_convert(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);
+int cmd_merge(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);
 int cmd_env(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);
 int cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);
 

@@ -277,3 +277,44 @@ cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
     printf("wrote %s: %" G_GUINT64_FORMAT " bytes\n", argv[1], wsync_plan_total_bytes(plan));
   return WSYNC_EXIT_OK;
 }
+
+int
+cmd_merge(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
+{
+  g_autofree char *part_size = NULL;
+  g_autofree char *threads = NULL;
+  GOptionEntry entries[] = {
+      {"part-size", 0, 0, G_OPTION_ARG_STRING, &part_size,
+       "When the shards name no output files: start a new file before a tensor that would "
+       "pass SIZE (default 5G)",
+       "SIZE"},
+      {"threads", 0, 0, G_OPTION_ARG_STRING, &threads,
+       "Worker threads (default: the number of cores)", "N"},
+      {NULL}};
+  g_autoptr(GError) error = NULL;
+  WsyncPlanOptions o = {.target = "hf", .tp = 1, .ep = 1, .rank = -1, .merge = TRUE};
+  WsyncContext *ctx;
+  guint64 n = 0;
+
+  if (!cli_parse(cli, cmd, entries, &argc, &argv))
+    return WSYNC_EXIT_USAGE;
+  if (argc != 3)
+    return cli_usage_error(cmd, argc < 3 ? "missing SRC or DST" : "expected SRC and DST");
+  ctx = cli_context(cli, &error);
+  if (ctx == NULL)
+    return cli_fail(error);
+  g_autofree char *cores = g_strdup_printf("%u", g_get_num_processors());
+  if (!parse_size(pick(ctx, part_size, "part-size", "5G"), &o.part_size, &error) ||
+      !parse_count("--threads", pick(ctx, threads, "threads", cores), 1, 1024, &n, &error))
+    return cli_fail(error);
+  o.threads = (guint)n;
+  g_autoptr(WsyncPlan) plan = wsync_plan_new(ctx, argv[1], &o, &error);
+  if (plan == NULL || !wsync_plan_execute(plan, argv[2], !cli->quiet && isatty(2), &error))
+    return cli_fail(error);
+  if (cli->json) {
+    g_autoptr(JsonNode) root = wsync_plan_to_json(plan);
+    cli_print_json(root);
+  } else if (!cli->quiet)
+    printf("wrote %s: %" G_GUINT64_FORMAT " bytes\n", argv[2], wsync_plan_total_bytes(plan));
+  return WSYNC_EXIT_OK;
+}

@@ -569,14 +569,15 @@ copy_other_files(WsyncPlan *plan, const char *dir, GError **error)
   g_autoptr(GDir) d = NULL;
   const char *name;
 
-  if (plan->synth || !wsync_checkpoint_is_dir(plan->input))
+  if (plan->synth || (plan->input != NULL && !wsync_checkpoint_is_dir(plan->input)))
     return write_config(plan, NULL, dir, error);
   d = g_dir_open(plan->src, 0, NULL);
   while (d != NULL && (name = g_dir_read_name(d)) != NULL) {
     g_autofree char *from = g_build_filename(plan->src, name, NULL);
     g_autofree char *to = g_build_filename(dir, name, NULL);
     if (!g_file_test(from, G_FILE_TEST_IS_REGULAR) || g_str_has_suffix(name, ".safetensors") ||
-        strcmp(name, WSYNC_INDEX_NAME) == 0 || name[0] == '.')
+        g_str_has_suffix(name, ".distcp") || strcmp(name, WSYNC_INDEX_NAME) == 0 ||
+        name[0] == '.')
       continue;
     if (strcmp(name, "config.json") == 0) {
       if (!write_config(plan, from, dir, error))
@@ -585,7 +586,7 @@ copy_other_files(WsyncPlan *plan, const char *dir, GError **error)
       return FALSE;
   }
   g_autofree char *config = g_build_filename(dir, "config.json", NULL);
-  if (!g_file_test(config, G_FILE_TEST_EXISTS))
+  if (!plan->no_config && !g_file_test(config, G_FILE_TEST_EXISTS))
     return write_config(plan, NULL, dir, error);
   return TRUE;
 }

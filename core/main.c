@@ -21,6 +21,9 @@ const WsyncCommand wsync_commands[] = {
      "it.",
      cmd_plan},
     {"convert", "SRC DST", "Write the target layout of SRC into DST.", cmd_convert},
+    {"merge", "SRC DST",
+     "Consolidate a sharded training checkpoint (PyTorch DCP, FSDP2/EP) into a plain one.",
+     cmd_merge},
     {"synth", "DST",
      "Write a checkpoint of generated weights with the real names, shapes and dtypes of "
      "--config.",

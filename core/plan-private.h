@@ -2,6 +2,7 @@
 #ifndef WSYNC_PLAN_PRIVATE_H
 #define WSYNC_PLAN_PRIVATE_H
 
+#include "dcp.h"
 #include "plan.h"
 
 typedef struct {
@@ -22,6 +23,10 @@ struct _WsyncPlan {
   guint threads;
   JsonNode *config;
   WsyncCheckpoint *input;
+  WsyncDcp *dcp;             /* a sharded training checkpoint as the source */
+  GPtrArray *chunk_tensors;  /* WsyncTensor*, one per DCP chunk, owned */
+  gboolean merge;            /* no model: every DCP tensor as it is */
+  gboolean no_config;        /* the source has no config.json (merge): write none */
   WsyncMapping *mapping;
   char *input_target;
   guint in_tp, in_ep, in_world;

@@ -166,6 +166,9 @@ wsync_plan_free(WsyncPlan *plan)
     g_ptr_array_unref(plan->input_layouts);
   wsync_mapping_free(plan->mapping);
   wsync_checkpoint_free(plan->input);
+  if (plan->chunk_tensors)
+    g_ptr_array_unref(plan->chunk_tensors);
+  wsync_dcp_free(plan->dcp);
   if (plan->inputs)
     g_array_unref(plan->inputs);
   if (plan->input_index)
@@ -573,6 +576,229 @@ bind_generated(WsyncPlan *plan)
   }
 }
 
+
+/* ------------------------------------------------------------------ sharded sources (DCP) */
+
+/* The box of @lt a placement fills, and which of the tensor's axes each box axis walks
+ * (-1 for box axes of extent 1). */
+static gboolean
+placement_axes(const WsyncLayoutTensor *lt, const Placement *pl, WsyncBox *tb, gint *axis_of)
+{
+  guint64 rm[WSYNC_MAX_DIMS], s = 1;
+  gboolean used[WSYNC_MAX_DIMS] = {FALSE};
+
+  for (guint d = lt->ndim; d > 0; d--) {
+    rm[d - 1] = s;
+    s *= lt->shape[d - 1];
+  }
+  tb->ndim = lt->ndim;
+  for (guint d = 0; d < lt->ndim; d++) {
+    tb->offset[d] = lt->shape[d] ? (pl->region.origin / rm[d]) % lt->shape[d] : 0;
+    tb->extent[d] = 1;
+  }
+  for (guint k = 0; k < pl->box.ndim; k++) {
+    axis_of[k] = -1;
+    if (pl->box.extent[k] == 1)
+      continue;
+    for (guint d = 0; d < lt->ndim && axis_of[k] < 0; d++)
+      if (!used[d] && rm[d] == pl->region.stride[k] && lt->shape[d] > 1) {
+        used[d] = TRUE;
+        axis_of[k] = (gint)d;
+        tb->extent[d] = pl->box.extent[k];
+      }
+    if (axis_of[k] < 0)
+      return FALSE;
+  }
+  return TRUE;
+}
+
+/* One WsyncTensor per chunk, so that the planner reads chunks like any input tensor. */
+static void
+collect_chunks(WsyncPlan *plan)
+{
+  plan->chunk_tensors = g_ptr_array_new_with_free_func(g_free);
+  plan->inputs = g_array_new(FALSE, TRUE, sizeof(InputState));
+  g_array_set_clear_func(plan->inputs, input_state_clear);
+  plan->input_index = g_hash_table_new(g_direct_hash, g_direct_equal);
+  for (guint i = 0; i < wsync_dcp_n_tensors(plan->dcp); i++) {
+    const WsyncDcpTensor *g = wsync_dcp_tensor(plan->dcp, i);
+    for (guint c = 0; c < g->chunks->len; c++) {
+      const WsyncDcpChunk *chunk = &g_array_index(g->chunks, WsyncDcpChunk, c);
+      WsyncTensor *t = g_new0(WsyncTensor, 1);
+      t->name = g->name;
+      t->dtype = g->dtype;
+      t->ndim = g->ndim;
+      memcpy(t->shape, chunk->box.extent, sizeof t->shape);
+      t->numel = wsync_box_volume(&chunk->box);
+      wsync_dtype_nbytes(t->dtype, t->numel, &t->nbytes);
+      t->data = chunk->data;
+      t->file = chunk->file;
+      g_ptr_array_add(plan->chunk_tensors, t);
+      InputState st = {.tensor = t, .vtensors = g_ptr_array_new()};
+      g_array_append_val(plan->inputs, st);
+      g_hash_table_insert(plan->input_index, t, GUINT_TO_POINTER(plan->inputs->len));
+    }
+  }
+}
+
+/* Binds a layout tensor to the chunks of the global tensor of the same name: each
+ * placement is cut by each chunk's box. */
+static gboolean
+bind_tensor_chunks(WsyncPlan *plan, WsyncLayoutTensor *lt, const WsyncDcpTensor *g,
+                   guint first_input, GError **error)
+{
+  gboolean same = lt->ndim == g->ndim;
+
+  for (guint d = 0; same && d < g->ndim; d++)
+    same = lt->shape[d] == g->shape[d];
+  if (!same) {
+    g_autofree char *have = format_dims(g->ndim, g->shape);
+    g_autofree char *want = format_dims(lt->ndim, lt->shape);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "%s: tensor \"%s\" has shape %s but the config says %s (%s)", plan->src, g->name,
+                have, want, lt->made_by ? lt->made_by : "layout");
+    return FALSE;
+  }
+  for (guint c = 0; c < g->chunks->len; c++) {
+    const WsyncDcpChunk *chunk = &g_array_index(g->chunks, WsyncDcpChunk, c);
+    InputState *state = &g_array_index(plan->inputs, InputState, first_input + c);
+    state->bound = TRUE;
+    state->runtime_only = lt->placements->len == 0;
+    for (guint p = 0; p < lt->placements->len; p++) {
+      const Placement *pl = &g_array_index(lt->placements, Placement, p);
+      WsyncBox tb, ib;
+      gint axis_of[WSYNC_MAX_DIMS];
+      if (!placement_axes(lt, pl, &tb, axis_of)) {
+        g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_PLUGIN,
+                    "%s: a placement into tensor \"%s\" is not a box inside it", lt->made_by,
+                    lt->name);
+        return FALSE;
+      }
+      if (!boxes_intersect(&tb, &chunk->box, &ib) || wsync_box_volume(&ib) == 0)
+        continue;
+      Source src = {.kind = SOURCE_INPUT, .box = pl->box, .input = state->tensor,
+                    .input_index = first_input + c};
+      for (guint d = 0; d < g->ndim; d++)
+        src.region.origin += (ib.offset[d] - chunk->box.offset[d]) * chunk->region.stride[d];
+      for (guint k = 0; k < pl->box.ndim; k++) {
+        gint d = axis_of[k];
+        src.region.stride[k] = d >= 0 ? chunk->region.stride[d] : 0;
+        if (d >= 0) {
+          src.box.offset[k] = pl->box.offset[k] + ib.offset[d] - tb.offset[d];
+          src.box.extent[k] = ib.extent[d];
+        }
+      }
+      if (!adopt_dtype(pl->vt, state->tensor, error))
+        return FALSE;
+      g_array_append_val(pl->vt->sources, src);
+      g_ptr_array_add(state->vtensors, pl->vt);
+    }
+  }
+  return TRUE;
+}
+
+/* A sharded checkpoint holds the Hugging Face names of the model: its global tensors
+ * are read through the model's HF layout, chunk by chunk. */
+static gboolean
+bind_dcp(WsyncPlan *plan, GError **error)
+{
+  g_autoptr(GHashTable) names = g_hash_table_new(g_str_hash, g_str_equal);
+  g_autoptr(GPtrArray) missing = g_ptr_array_new_with_free_func(g_free);
+  g_autoptr(GPtrArray) unmapped = g_ptr_array_new();
+  g_autoptr(GHashTable) first_input = g_hash_table_new(g_str_hash, g_str_equal);
+  guint at = 0;
+
+  collect_chunks(plan);
+  for (guint i = 0; i < wsync_dcp_n_tensors(plan->dcp); i++) {
+    const WsyncDcpTensor *g = wsync_dcp_tensor(plan->dcp, i);
+    g_hash_table_insert(names, g->name, (gpointer)g);
+    g_hash_table_insert(first_input, g->name, GUINT_TO_POINTER(at));
+    at += g->chunks->len;
+  }
+  plan->input_target = g_strdup("hf");
+  plan->in_tp = plan->in_ep = plan->in_world = 1;
+  plan->input_layouts = g_ptr_array_new_with_free_func(layout_unref);
+  WsyncLayout *layout = build_layout(plan, "hf", 1, 1, 0, TRUE, names, NULL, error);
+  if (layout == NULL)
+    return FALSE;
+  g_ptr_array_add(plan->input_layouts, layout);
+  for (guint i = 0; i < layout->tensors->len; i++) {
+    WsyncLayoutTensor *lt = layout->tensors->pdata[i];
+    const WsyncDcpTensor *g = g_hash_table_lookup(names, lt->name);
+    if (g == NULL) {
+      g_ptr_array_add(missing, g_strdup(lt->name));
+      continue;
+    }
+    if (!bind_tensor_chunks(plan, lt, g,
+                            GPOINTER_TO_UINT(g_hash_table_lookup(first_input, lt->name)), error))
+      return FALSE;
+  }
+  if (missing->len > 0) {
+    g_autofree char *list = format_list(missing);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "%s: %u tensor%s the hf layout needs %s missing: %s", plan->src, missing->len,
+                missing->len == 1 ? "" : "s", missing->len == 1 ? "is" : "are", list);
+    return FALSE;
+  }
+  for (guint i = 0; i < plan->inputs->len; i++) {
+    InputState *s = &g_array_index(plan->inputs, InputState, i);
+    if (s->bound)
+      continue;
+    s->drop_rule = drop_rule_for(plan, s->tensor->name);
+    if (s->drop_rule == NULL &&
+        (unmapped->len == 0 || strcmp(g_ptr_array_index(unmapped, unmapped->len - 1),
+                                      s->tensor->name) != 0))
+      g_ptr_array_add(unmapped, (gpointer)s->tensor->name);
+  }
+  if (unmapped->len > 0) {
+    g_autofree char *list = format_list(unmapped);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "%s: %u input tensor%s no rule of %s maps: %s", plan->src, unmapped->len,
+                unmapped->len == 1 ? "" : "s", plan->mapping->remapper, list);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* merge: the model is the checkpoint's own tensors, each written whole under its name,
+ * into the output file its shards name (-model-I-of-N). */
+static gboolean
+build_identity_hf(WsyncLayout *layout, gpointer user_data, GError **error)
+{
+  WsyncPlan *plan = user_data;
+
+  for (guint i = 0; i < wsync_dcp_n_tensors(plan->dcp); i++) {
+    const WsyncDcpTensor *g = wsync_dcp_tensor(plan->dcp, i);
+    WsyncVTensor *vt = wsync_layout_lookup_vtensor(layout, g->name);
+    WsyncLayoutTensor *lt = wsync_layout_add_tensor(layout, g->name, g->dtype, g->ndim,
+                                                    g->shape, error);
+    WsyncBox box;
+    WsyncRegion region;
+    if (lt == NULL)
+      return FALSE;
+    wsync_box_whole(&box, g->ndim, g->shape);
+    wsync_region_row_major(&region, g->ndim, g->shape, NULL);
+    wsync_layout_place(layout, lt, vt, &box, &region);
+    lt->part_hint = g->part;
+    lt->n_parts_hint = g->n_parts;
+  }
+  return TRUE;
+}
+
+static void
+describe_identity(WsyncPlan *plan)
+{
+  JsonObject *root = json_node_get_object(plan->config);
+
+  plan->mapping = wsync_mapping_new(root, "(sharded checkpoint)");
+  plan->mapping->remapper = g_strdup("merge (core)");
+  for (guint i = 0; i < wsync_dcp_n_tensors(plan->dcp); i++) {
+    const WsyncDcpTensor *g = wsync_dcp_tensor(plan->dcp, i);
+    wsync_mapping_add_vtensor(plan->mapping, g->name, g->dtype, g->ndim, g->shape);
+  }
+  wsync_mapping_set_hf_layout(plan->mapping, build_identity_hf, plan);
+}
+
 /* ------------------------------------------------------------------ step 4: resolve */
 
 static gboolean
@@ -719,12 +945,24 @@ resolve_layout(WsyncPlan *plan, WsyncLayout *layout, GError **error)
   return TRUE;
 }
 
-/* Parts: a new part starts before a tensor that would pass the size limit. */
+/* Parts: the files the source asks for (a sharded checkpoint's -model-I-of-N), else a
+ * new part before a tensor that would pass the size limit. */
 static void
 assign_parts(WsyncLayout *layout, guint64 part_size)
 {
   guint part = 0;
   guint64 in_part = 0;
+  gboolean hinted = layout->tensors->len > 0;
+
+  for (guint i = 0; i < layout->tensors->len; i++)
+    hinted = hinted && ((WsyncLayoutTensor *)layout->tensors->pdata[i])->part_hint > 0;
+  if (hinted) {
+    for (guint i = 0; i < layout->tensors->len; i++) {
+      WsyncLayoutTensor *lt = layout->tensors->pdata[i];
+      lt->part = lt->part_hint - 1;
+    }
+    return;
+  }
 
   for (guint i = 0; i < layout->tensors->len; i++) {
     WsyncLayoutTensor *lt = layout->tensors->pdata[i];
@@ -825,6 +1063,35 @@ build_outputs(WsyncPlan *plan, const WsyncPlanOptions *opts, GError **error)
   return TRUE;
 }
 
+/* A sharded training checkpoint: consolidated on the fly, through the model's layout
+ * (convert, plan) or as it is (merge).  Its config.json is optional for merge. */
+static WsyncPlan *
+plan_sharded(WsyncPlan *plan_in, const WsyncPlanOptions *opts, GError **error)
+{
+  g_autoptr(WsyncPlan) plan = plan_in;
+  g_autofree char *config_path = g_build_filename(plan->src, "config.json", NULL);
+
+  plan->merge = opts->merge;
+  plan->dcp = wsync_dcp_open(plan->src, error);
+  if (plan->dcp == NULL || !wsync_dcp_check_coverage(plan->dcp, error))
+    return NULL;
+  if (opts->merge && !g_file_test(config_path, G_FILE_TEST_EXISTS)) {
+    g_autoptr(JsonObject) empty = json_object_new();
+    plan->config = json_node_init_object(json_node_alloc(), empty);
+    plan->no_config = TRUE;
+  }
+  else if ((plan->config = load_config(config_path, error)) == NULL)
+    return NULL;
+  if (opts->merge)
+    describe_identity(plan);
+  else if (!describe_model(plan, config_path, error))
+    return NULL;
+  if (!bind_dcp(plan, error) || !build_outputs(plan, opts, error) ||
+      !check_inputs_used(plan, error))
+    return NULL;
+  return g_steal_pointer(&plan);
+}
+
 WsyncPlan *
 wsync_plan_new(WsyncContext *ctx, const char *src, const WsyncPlanOptions *opts,
                GError **error)
@@ -842,6 +1109,14 @@ wsync_plan_new(WsyncContext *ctx, const char *src, const WsyncPlanOptions *opts,
   if (opts->synth) {
     plan->config = json_node_copy(opts->synth_config);
     config_path = g_strdup(src);
+  } else if (wsync_dcp_detect(src)) {
+    return plan_sharded(g_steal_pointer(&plan), opts, error);
+  } else if (opts->merge) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "%s: not a sharded checkpoint (no shard-*-model-*-of-*.safetensors, here or in "
+                "sharded/, and no .metadata)",
+                src);
+    return NULL;
   } else {
     plan->input = wsync_checkpoint_open(src, error);
     if (plan->input == NULL)
@@ -876,8 +1151,10 @@ file_name_of(WsyncPlan *plan, const WsyncLayout *layout, guint part)
 {
   if (is_hf_target(plan->target)) {
     guint n_parts = 1;
-    for (guint i = 0; i < layout->tensors->len; i++)
-      n_parts = MAX(n_parts, ((WsyncLayoutTensor *)layout->tensors->pdata[i])->part + 1);
+    for (guint i = 0; i < layout->tensors->len; i++) {
+      const WsyncLayoutTensor *lt = layout->tensors->pdata[i];
+      n_parts = MAX(n_parts, MAX(lt->part + 1, lt->n_parts_hint));
+    }
     return g_strdup_printf("model-%05u-of-%05u.safetensors", part + 1, n_parts);
   }
   return g_strdup_printf("model-rank-%u-part-%u.safetensors", layout->rank, part);

@@ -17,6 +17,8 @@ typedef struct {
   guint64 seed;
   gboolean pattern_index; /* element bytes encode (tensor ordinal, element index) */
   JsonNode *synth_config; /* the config to describe (already trimmed to --layers) */
+  /* merge: SRC is a sharded training checkpoint, written as it is (no model plugin) */
+  gboolean merge;
 } WsyncPlanOptions;
 
 typedef struct _WsyncPlan WsyncPlan;

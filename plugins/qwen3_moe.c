@@ -21,7 +21,8 @@
  * required, because a default would invent a shape the checkpoint may not have; only
  * head_dim (H / heads, as Transformers computes it), decoder_sparse_step (1),
  * mlp_only_layers ([]), tie_word_embeddings (false) and the dtype (bfloat16) have
- * defaults.
+ * defaults.  Errors are one line naming the field; the engine prefixes the config
+ * file's path.
  */
 #include <string.h>
 
@@ -61,10 +62,10 @@ missing(const Qwen3Config *c, const char *key, const char *alternative, GError *
 {
   if (alternative != NULL)
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                "config.json: field \"%s%s\" (or %s) is missing", c->where, key, alternative);
+                "field \"%s%s\" (or %s) is missing", c->where, key, alternative);
   else
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                "config.json: field \"%s%s\" is missing", c->where, key);
+                "field \"%s%s\" is missing", c->where, key);
   return FALSE;
 }
 
@@ -74,7 +75,7 @@ not_a(const Qwen3Config *c, const char *key, JsonNode *node, const char *want, G
   g_autofree char *text = json_to_string(node, FALSE);
 
   g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-              "config.json: field \"%s%s\" must be %s, not %s", c->where, key, want, text);
+              "field \"%s%s\" must be %s, not %s", c->where, key, want, text);
   return FALSE;
 }
 
@@ -161,7 +162,7 @@ dtype_value(JsonNode *node, const char *where, const char *key, WsyncDtype *dtyp
     }
   text = json_to_string(node, FALSE);
   g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-              "config.json: field \"%s%s\" must be \"bfloat16\", \"float16\" or \"float32\", "
+              "field \"%s%s\" must be \"bfloat16\", \"float16\" or \"float32\", "
               "not %s",
               where, key, text);
   return FALSE;
@@ -199,11 +200,11 @@ read_mlp_only(Qwen3Config *c, GError **error)
     return not_a(c, "mlp_only_layers", node, "a list of layer indices", error);
   c->mlp_only = json_node_get_array(node);
   for (guint i = 0; i < json_array_get_length(c->mlp_only); i++) {
-    JsonNode *item = json_array_get_element(c->mlp_only, i);
     guint64 ignored;
 
-    if (!node_uint(c, "mlp_only_layers", item, 0, &ignored, error))
-      return FALSE;
+    if (!node_uint(c, "mlp_only_layers", json_array_get_element(c->mlp_only, i), 0, &ignored,
+                   NULL))
+      return not_a(c, "mlp_only_layers", node, "a list of layer indices", error);
   }
   return TRUE;
 }
@@ -221,7 +222,7 @@ read_head_dim(Qwen3Config *c, GError **error)
     return TRUE;
   if (c->hidden % c->heads != 0) {
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                "config.json: field \"%shead_dim\" is missing and %shidden_size %" G_GUINT64_FORMAT
+                "field \"%shead_dim\" is missing and %shidden_size %" G_GUINT64_FORMAT
                 " is not a multiple of num_attention_heads %" G_GUINT64_FORMAT,
                 c->where, c->where, c->hidden, c->heads);
     return FALSE;
@@ -448,7 +449,7 @@ check_sizes(const Qwen3Config *c, GError **error)
 {
   if (c->layers > COUNT_MAX || c->experts > COUNT_MAX) {
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                "config.json: field \"%s%s\" is %" G_GUINT64_FORMAT ", more than %d",
+                "field \"%s%s\" is %" G_GUINT64_FORMAT ", more than %d",
                 c->where, c->layers > COUNT_MAX ? "num_hidden_layers" : "num_experts",
                 c->layers > COUNT_MAX ? c->layers : c->experts, COUNT_MAX);
     return FALSE;
@@ -458,7 +459,7 @@ check_sizes(const Qwen3Config *c, GError **error)
       !product_ok(c->kv_heads, c->head_dim, c->hidden) || !product_ok(c->vocab, c->hidden, 1) ||
       !product_ok(c->inter, c->hidden, 1)) {
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                "config.json: the sizes in %s make a tensor of more than 2^57 elements",
+                "the sizes in %s make a tensor of more than 2^57 elements",
                 c->where[0] != '\0' ? "text_config" : "the config");
     return FALSE;
   }

@@ -30,21 +30,7 @@ struct _WsyncCheckpoint {
 
 /* ================================================================ messages */
 
-/* Sets a BAD_INPUT error "FILE: MESSAGE" and returns FALSE. */
-static gboolean bad_input(GError **error, const char *file, const char *fmt, ...)
-    G_GNUC_PRINTF(3, 4);
-
-static gboolean
-bad_input(GError **error, const char *file, const char *fmt, ...)
-{
-  va_list ap;
-  va_start(ap, fmt);
-  g_autofree char *msg = g_strdup_vprintf(fmt, ap);
-  va_end(ap);
-  g_autofree char *pfile = wsync_json_printable(file);
-  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: %s", pfile, msg);
-  return FALSE;
-}
+#define bad_input wsync_json_bad_input
 
 static const char *
 node_kind(JsonNode *node)

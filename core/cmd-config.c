@@ -5,24 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
-
-/* Runs every config patcher in dispatch order on @root. */
-static gboolean
-run_patchers(WsyncRegistry *registry, JsonNode *root, GError **error)
-{
-  g_autoptr(GPtrArray) patchers = wsync_registry_lookup(registry, WSYNC_ENTRY_CONFIG_PATCHER, NULL);
-
-  for (guint i = 0; i < patchers->len; i++) {
-    const WsyncEntry *e = patchers->pdata[i];
-    WsyncConfigPatchFunc patch = (WsyncConfigPatchFunc)wsync_entry_get_callback(e);
-    if (!patch(root, wsync_entry_get_user_data(e), error)) {
-      g_prefix_error(error, "config patcher \"%s\" (plugin \"%s\"): ", wsync_entry_get_name(e),
-                     wsync_entry_get_plugin(e));
-      return FALSE;
-    }
-  }
-  return TRUE;
-}
+#include "plan.h"
 
 static JsonNode *
 load_config(const char *path, GError **error)
@@ -87,7 +70,7 @@ cmd_config(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   if (ctx == NULL)
     return cli_fail(error);
   root = load_config(argv[1], &error);
-  if (root == NULL || !run_patchers(wsync_context_get_registry(ctx), root, &error))
+  if (root == NULL || !wsync_run_config_patchers(ctx, root, &error))
     return cli_fail(error);
 
   json_generator_set_pretty(gen, TRUE);

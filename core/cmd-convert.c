@@ -119,75 +119,65 @@ resolve_layout_args(WsyncContext *ctx, const LayoutArgs *a, WsyncPlanOptions *o,
       {"part-size", 0, 0, G_OPTION_ARG_STRING, &(a).part_size,                                \
        "Start a new file before a tensor that would pass SIZE (default 5G)", "SIZE"}
 
-int
-cmd_plan(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
+/* plan and convert: parse the layout options and @n_paths paths, build the plan of
+ * argv[1].  On failure returns NULL with *status set. */
+static WsyncPlan *
+plan_from_args(WsyncCli *cli, const WsyncCommand *cmd, int *argcp, char ***argvp, int n_paths,
+               int *status)
 {
   LayoutArgs a = {0};
   GOptionEntry entries[] = {LAYOUT_ENTRIES(a), {NULL}};
   g_autoptr(GError) error = NULL;
   WsyncPlanOptions o = {0};
   WsyncContext *ctx;
-  int status = WSYNC_EXIT_OK;
+  WsyncPlan *plan = NULL;
 
-  if (!cli_parse(cli, cmd, entries, &argc, &argv)) {
-    layout_args_clear(&a);
-    return WSYNC_EXIT_USAGE;
-  }
-  if (argc != 2) {
-    layout_args_clear(&a);
-    return cli_usage_error(cmd, argc < 2 ? "missing SRC" : "expected one SRC");
-  }
-  ctx = cli_context(cli, &error);
-  if (ctx == NULL || !resolve_layout_args(ctx, &a, &o, &error)) {
-    layout_args_clear(&a);
-    return cli_fail(error);
-  }
-  g_autoptr(WsyncPlan) plan = wsync_plan_new(ctx, argv[1], &o, &error);
+  *status = WSYNC_EXIT_OK;
+  if (!cli_parse(cli, cmd, entries, argcp, argvp))
+    *status = WSYNC_EXIT_USAGE;
+  else if (*argcp != n_paths + 1)
+    *status = cli_usage_error(cmd, n_paths == 1 ? "expected one SRC" : "expected SRC and DST");
+  else if ((ctx = cli_context(cli, &error)) == NULL || !resolve_layout_args(ctx, &a, &o, &error) ||
+           (plan = wsync_plan_new(ctx, (*argvp)[1], &o, &error)) == NULL)
+    *status = cli_fail(error);
+  layout_args_clear(&a);
+  return plan;
+}
+
+int
+cmd_plan(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
+{
+  int status;
+  g_autoptr(WsyncPlan) plan = plan_from_args(cli, cmd, &argc, &argv, 1, &status);
+
   if (plan == NULL)
-    status = cli_fail(error);
-  else if (cli->json) {
+    return status;
+  if (cli->json) {
     g_autoptr(JsonNode) root = wsync_plan_to_json(plan);
     cli_print_json(root);
   } else
     wsync_plan_print(plan, stdout);
-  layout_args_clear(&a);
-  return status;
+  return WSYNC_EXIT_OK;
 }
 
 int
 cmd_convert(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
 {
-  LayoutArgs a = {0};
-  GOptionEntry entries[] = {LAYOUT_ENTRIES(a), {NULL}};
+  int status;
   g_autoptr(GError) error = NULL;
-  WsyncPlanOptions o = {0};
-  WsyncContext *ctx;
-  int status = WSYNC_EXIT_OK;
+  g_autoptr(WsyncPlan) plan = plan_from_args(cli, cmd, &argc, &argv, 2, &status);
 
-  if (!cli_parse(cli, cmd, entries, &argc, &argv)) {
-    layout_args_clear(&a);
-    return WSYNC_EXIT_USAGE;
-  }
-  if (argc != 3) {
-    layout_args_clear(&a);
-    return cli_usage_error(cmd, argc < 3 ? "missing SRC or DST" : "expected SRC and DST");
-  }
-  ctx = cli_context(cli, &error);
-  if (ctx == NULL || !resolve_layout_args(ctx, &a, &o, &error)) {
-    layout_args_clear(&a);
+  if (plan == NULL)
+    return status;
+  const char *dst = argv[2]; /* option parsing left: program, SRC, DST */
+  if (!wsync_plan_execute(plan, dst, !cli->quiet && isatty(STDERR_FILENO), &error))
     return cli_fail(error);
-  }
-  g_autoptr(WsyncPlan) plan = wsync_plan_new(ctx, argv[1], &o, &error);
-  gboolean progress = !cli->quiet && isatty(STDERR_FILENO);
-  if (plan == NULL || !wsync_plan_execute(plan, argv[2], progress, &error))
-    status = cli_fail(error);
-  else if (cli->json) {
+  if (cli->json) {
     g_autoptr(JsonNode) root = wsync_plan_to_json(plan);
     cli_print_json(root);
   } else if (!cli->quiet)
-    printf("wrote %s: %" G_GUINT64_FORMAT " bytes\n", argv[2], wsync_plan_total_bytes(plan));
-  layout_args_clear(&a);
-  return status;
+    printf("wrote %s: %" G_GUINT64_FORMAT " bytes\n", dst, wsync_plan_total_bytes(plan));
+  return WSYNC_EXIT_OK;
 }
 
 /* --layers N: the first N layers only (layer_types and mlp_only_layers trimmed too). */

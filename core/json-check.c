@@ -19,12 +19,8 @@ wsync_json_printable(const char *s)
   return g_string_free(out, FALSE);
 }
 
-/* Sets a BAD_INPUT error "FILE: MESSAGE" and returns FALSE. */
-static gboolean bad_input(GError **error, const char *file, const char *fmt, ...)
-    G_GNUC_PRINTF(3, 4);
-
-static gboolean
-bad_input(GError **error, const char *file, const char *fmt, ...)
+gboolean
+wsync_json_bad_input(GError **error, const char *file, const char *fmt, ...)
 {
   va_list ap;
   va_start(ap, fmt);
@@ -47,8 +43,8 @@ not_json(GError **error, const char *file, const char *what, const char *fmt, ..
   g_autofree char *detail = g_strdup_vprintf(fmt, ap);
   va_end(ap);
   if (what)
-    return bad_input(error, file, "%s is not valid JSON%s", what, detail);
-  return bad_input(error, file, "not valid JSON%s", detail);
+    return wsync_json_bad_input(error, file, "%s is not valid JSON%s", what, detail);
+  return wsync_json_bad_input(error, file, "not valid JSON%s", detail);
 }
 
 gboolean
@@ -64,9 +60,9 @@ wsync_json_check_text(const char *text, gsize len, const char *file, const char 
   const char *bad_utf8;
   if (!g_utf8_validate_len(text, len, &bad_utf8)) {
     if (what)
-      return bad_input(error, file, "%s is not valid UTF-8 (bad byte 0x%02x at byte %td of the %s)",
+      return wsync_json_bad_input(error, file, "%s is not valid UTF-8 (bad byte 0x%02x at byte %td of the %s)",
                        what, (guint)(guchar)*bad_utf8, bad_utf8 - text, what);
-    return bad_input(error, file, "not valid UTF-8 (bad byte 0x%02x at byte %td)",
+    return wsync_json_bad_input(error, file, "not valid UTF-8 (bad byte 0x%02x at byte %td)",
                      (guint)(guchar)*bad_utf8, bad_utf8 - text);
   }
 
@@ -91,10 +87,10 @@ wsync_json_check_text(const char *text, gsize len, const char *file, const char 
         return not_json(error, file, what, ": a second value begins at byte %" G_GSIZE_FORMAT, i);
       if (++depth > WSYNC_JSON_MAX_DEPTH) {
         if (what)
-          return bad_input(error, file,
+          return wsync_json_bad_input(error, file,
                            "%s nests JSON deeper than %d levels (at byte %" G_GSIZE_FORMAT ")",
                            what, WSYNC_JSON_MAX_DEPTH, i);
-        return bad_input(error, file,
+        return wsync_json_bad_input(error, file,
                          "JSON nests deeper than %d levels (at byte %" G_GSIZE_FORMAT ")",
                          WSYNC_JSON_MAX_DEPTH, i);
       }
@@ -162,8 +158,8 @@ wsync_json_parse(JsonParser *parser, const char *text, gsize len, const char *fi
   if (duplicate) {
     g_autofree char *key = wsync_json_printable(duplicate);
     if (what)
-      return bad_input(error, file, "%s has the key \"%s\" twice", what, key);
-    return bad_input(error, file, "the key \"%s\" appears twice", key);
+      return wsync_json_bad_input(error, file, "%s has the key \"%s\" twice", what, key);
+    return wsync_json_bad_input(error, file, "the key \"%s\" appears twice", key);
   }
   return TRUE;
 }

@@ -42,6 +42,11 @@ G_BEGIN_DECLS
  */
 G_GNUC_INTERNAL char *wsync_json_printable(const char *s);
 
+/* Sets a WSYNC_ERROR_BAD_INPUT error "FILE: MESSAGE" (the file name made printable)
+ * and returns FALSE. */
+G_GNUC_INTERNAL gboolean wsync_json_bad_input(GError **error, const char *file, const char *fmt,
+                                              ...) G_GNUC_PRINTF(3, 4);
+
 /**
  * wsync_json_check_text:
  * @text: JSON text, not necessarily NUL-terminated

@@ -505,11 +505,45 @@ input_state_clear(gpointer data)
   g_ptr_array_unref(s->vtensors);
 }
 
+/* After binding: every tensor the input layout names must exist, and every input tensor
+ * no layout tensor names must be consumed by a drop rule (a name counted once, however
+ * many chunks or ranks hold it). */
+static gboolean
+check_bound(WsyncPlan *plan, GPtrArray *missing, GError **error)
+{
+  g_autoptr(GPtrArray) unmapped = g_ptr_array_new();
+  g_autoptr(GHashTable) seen = g_hash_table_new(g_str_hash, g_str_equal);
+
+  if (missing->len > 0) {
+    g_autofree char *list = format_list(missing);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "%s: %u tensor%s the %s layout needs %s missing: %s", plan->src, missing->len,
+                missing->len == 1 ? "" : "s", plan->input_target,
+                missing->len == 1 ? "is" : "are", list);
+    return FALSE;
+  }
+  for (guint i = 0; i < plan->inputs->len; i++) {
+    InputState *s = &g_array_index(plan->inputs, InputState, i);
+    if (s->bound)
+      continue;
+    s->drop_rule = drop_rule_for(plan, s->tensor->name);
+    if (s->drop_rule == NULL && g_hash_table_add(seen, (gpointer)s->tensor->name))
+      g_ptr_array_add(unmapped, (gpointer)s->tensor->name);
+  }
+  if (unmapped->len > 0) {
+    g_autofree char *list = format_list(unmapped);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "%s: %u input tensor%s no rule of %s maps: %s", plan->src, unmapped->len,
+                unmapped->len == 1 ? "" : "s", plan->mapping->remapper, list);
+    return FALSE;
+  }
+  return TRUE;
+}
+
 static gboolean
 bind_inputs(WsyncPlan *plan, GError **error)
 {
   g_autoptr(GPtrArray) missing = g_ptr_array_new_with_free_func(g_free);
-  g_autoptr(GPtrArray) unmapped = g_ptr_array_new();
 
   plan->inputs = g_array_new(FALSE, TRUE, sizeof(InputState));
   g_array_set_clear_func(plan->inputs, input_state_clear);
@@ -536,30 +570,7 @@ bind_inputs(WsyncPlan *plan, GError **error)
     if (!bind_layout(plan, layout, names, missing, error))
       return FALSE;
   }
-  if (missing->len > 0) {
-    g_autofree char *list = format_list(missing);
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                "%s: %u tensor%s the %s layout needs %s missing: %s", plan->src, missing->len,
-                missing->len == 1 ? "" : "s", plan->input_target,
-                missing->len == 1 ? "is" : "are", list);
-    return FALSE;
-  }
-  for (guint i = 0; i < plan->inputs->len; i++) {
-    InputState *s = &g_array_index(plan->inputs, InputState, i);
-    if (s->bound)
-      continue;
-    s->drop_rule = drop_rule_for(plan, s->tensor->name);
-    if (s->drop_rule == NULL)
-      g_ptr_array_add(unmapped, (gpointer)s->tensor->name);
-  }
-  if (unmapped->len > 0) {
-    g_autofree char *list = format_list(unmapped);
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                "%s: %u input tensor%s no rule of %s maps: %s", plan->src, unmapped->len,
-                unmapped->len == 1 ? "" : "s", plan->mapping->remapper, list);
-    return FALSE;
-  }
-  return TRUE;
+  return check_bound(plan, missing, error);
 }
 
 /* synth: every logical tensor has one generated source covering all of it. */
@@ -704,7 +715,6 @@ bind_dcp(WsyncPlan *plan, GError **error)
 {
   g_autoptr(GHashTable) names = g_hash_table_new(g_str_hash, g_str_equal);
   g_autoptr(GPtrArray) missing = g_ptr_array_new_with_free_func(g_free);
-  g_autoptr(GPtrArray) unmapped = g_ptr_array_new();
   g_autoptr(GHashTable) first_input = g_hash_table_new(g_str_hash, g_str_equal);
   guint at = 0;
 
@@ -733,31 +743,7 @@ bind_dcp(WsyncPlan *plan, GError **error)
                             GPOINTER_TO_UINT(g_hash_table_lookup(first_input, lt->name)), error))
       return FALSE;
   }
-  if (missing->len > 0) {
-    g_autofree char *list = format_list(missing);
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                "%s: %u tensor%s the hf layout needs %s missing: %s", plan->src, missing->len,
-                missing->len == 1 ? "" : "s", missing->len == 1 ? "is" : "are", list);
-    return FALSE;
-  }
-  for (guint i = 0; i < plan->inputs->len; i++) {
-    InputState *s = &g_array_index(plan->inputs, InputState, i);
-    if (s->bound)
-      continue;
-    s->drop_rule = drop_rule_for(plan, s->tensor->name);
-    if (s->drop_rule == NULL &&
-        (unmapped->len == 0 || strcmp(g_ptr_array_index(unmapped, unmapped->len - 1),
-                                      s->tensor->name) != 0))
-      g_ptr_array_add(unmapped, (gpointer)s->tensor->name);
-  }
-  if (unmapped->len > 0) {
-    g_autofree char *list = format_list(unmapped);
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                "%s: %u input tensor%s no rule of %s maps: %s", plan->src, unmapped->len,
-                unmapped->len == 1 ? "" : "s", plan->mapping->remapper, list);
-    return FALSE;
-  }
-  return TRUE;
+  return check_bound(plan, missing, error);
 }
 
 /* merge: the model is the checkpoint's own tensors, each written whole under its name,

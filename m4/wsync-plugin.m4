@@ -10,7 +10,7 @@
 AC_DEFUN([WSYNC_PLUGIN], [
   m4_pushdef([wsync_var], m4_translit([$1], [-a-z], [_A-Z]))
   AC_ARG_ENABLE([plugin-$1],
-    [AS_HELP_STRING([--enable-plugin-$1], [$3 (default: $2)])],
+    [AS_HELP_STRING([--enable-plugin-$1 / --disable-plugin-$1], [$3 (default: $2)])],
     [wsync_plugin_want=$enableval; wsync_plugin_explicit=yes],
     [wsync_plugin_want=$2; wsync_plugin_explicit=no])
   wsync_plugin_build=no

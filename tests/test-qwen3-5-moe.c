@@ -1,0 +1,2065 @@
+/* The qwen3_5_moe plugin, end to end through the CLI: `wsync synth --pattern index`
+ * writes tiny Qwen3.5 checkpoints whose every element encodes where it came from,
+ * `wsync convert` writes the Hugging Face layouts and vLLM's rank files, and oracles
+ * written here from ../shared/reference/hf-qwen.md, vllm-layouts.md and vllm-vision.md
+ * (not from the plugins or the engine) check the names, dtypes and shapes of every
+ * tensor and EVERY element against the input element the reference says goes there:
+ *
+ *   - the published Hugging Face form (hf-qwen.md §1.3, §1.4): main-layer experts fused
+ *     (gate_up_proj [E, 2I, H], gate rows first; down_proj [E, H, I]), MTP experts per
+ *     expert, A_log and linear_attn.norm.weight in F32, no lm_head when tied; the other
+ *     expert forms (hf-experts, hf-fused);
+ *   - vLLM (vllm-layouts.md §3.2-§3.5, §4; vllm-vision.md): qkv_proj with gated q heads
+ *     and KV replication, in_proj_qkvz = [q_t; k_t; v_t; z_t], in_proj_ba = [b_t; a_t],
+ *     the conv1d q/k/v channel blocks, A_log widened to F32, the RMSNormGated weight
+ *     rounded to BF16 (nearest even), the shared expert, routed experts under TP and EP,
+ *     the vision tower, MTP skipped, language-model-only;
+ *   - reading rank files back to "hf": bit-exact where no cast changed bytes; the
+ *     norm's F32 -> BF16 rounding cannot come back, so there the test checks that
+ *     reading back widens the rounded value exactly;
+ *   - the bundled real configs (Qwen3.5-35B-A3B, Qwen3.6-27B) against the published
+ *     tensor counts, through a sparse (header-only) checkpoint.
+ */
+#include <fcntl.h>
+#include <json-glib/json-glib.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <wsync/wsync.h>
+
+#include "testutil.h"
+
+/* ------------------------------------------------------------------ running wsync */
+
+typedef TestRun Run;
+
+static Run
+run_argv(GPtrArray *args)
+{
+  g_autoptr(GPtrArray) argv = g_ptr_array_new();
+
+  for (guint i = 0; i < args->len; i++)
+    g_ptr_array_add(argv, args->pdata[i]);
+  g_ptr_array_add(argv, NULL);
+  return test_run_wsync_argv((const char *const *)argv->pdata);
+}
+
+/* Runs wsync with @first... (NULL-terminated). */
+static Run
+run_wsync(const char *first, ...)
+{
+  g_autoptr(GPtrArray) args = g_ptr_array_new();
+  va_list ap;
+
+  va_start(ap, first);
+  for (const char *a = first; a != NULL; a = va_arg(ap, const char *))
+    g_ptr_array_add(args, (gpointer)a);
+  va_end(ap);
+  return run_argv(args);
+}
+
+static void
+assert_has(const char *text, const char *fragment)
+{
+  if (strstr(text, fragment) == NULL)
+    g_error("\"%s\" lacks \"%s\"", text, fragment);
+}
+
+/* Runs and insists on exit 0, showing the command and stderr otherwise. */
+static void
+run_ok(GPtrArray *args)
+{
+  Run r = run_argv(args);
+
+  if (r.status != 0) {
+    GString *cmd = g_string_new("wsync");
+    for (guint i = 0; i < args->len; i++)
+      g_string_append_printf(cmd, " %s", (const char *)args->pdata[i]);
+    g_error("%s: exit %d\n%s", cmd->str, r.status, r.err);
+  }
+  test_run_clear(&r);
+}
+
+/* ------------------------------------------------------------------ fixtures */
+
+static char *work_dir;
+static GHashTable *made; /* key -> directory or file, made once */
+static guint n_made;
+
+static char *
+new_path(const char *what)
+{
+  return g_strdup_printf("%s/%s-%u", work_dir, what, n_made++);
+}
+
+static const char *
+plugin_dir(void)
+{
+  return test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR");
+}
+
+/* A conf.d selecting qwen3_5_moe (with @language_model_only) and vllm (defaults:
+ * vllm-version 0.22.1, attn-scales true). */
+static const char *
+conf_dir(gboolean language_model_only)
+{
+  g_autofree char *key = g_strdup_printf("conf|%d", language_model_only);
+  char *dir = g_hash_table_lookup(made, key);
+
+  if (dir == NULL) {
+    g_autofree char *text = g_strdup_printf("plugin \"qwen3_5_moe\" {\n"
+                                            "  language-model-only = %s\n"
+                                            "}\n"
+                                            "plugin \"vllm\" {}\n",
+                                            language_model_only ? "true" : "false");
+    dir = new_path("conf");
+    g_assert_cmpint(g_mkdir(dir, 0755), ==, 0);
+    g_free(test_write(dir, "10-test.conf", text));
+    g_hash_table_insert(made, g_strdup(key), dir);
+  }
+  return dir;
+}
+
+#define CONF conf_dir(FALSE)
+
+/* configs/NAME, or @name itself when it is a path (a variant written by the test). */
+static char *
+config_path(const char *name)
+{
+  char *path = name[0] == '/' ? g_strdup(name)
+                              : g_test_build_filename(G_TEST_DIST, "..", "configs", name, NULL);
+
+  g_assert_true(g_file_test(path, G_FILE_TEST_IS_REGULAR));
+  return path;
+}
+
+static JsonNode *
+load_json(const char *path)
+{
+  g_autoptr(JsonParser) parser = json_parser_new();
+  GError *error = NULL;
+
+  json_parser_load_from_file(parser, path, &error);
+  g_assert_no_error(error);
+  return json_node_copy(json_parser_get_root(parser));
+}
+
+static void
+save_json(JsonNode *root, const char *path)
+{
+  g_autoptr(JsonGenerator) gen = json_generator_new();
+  GError *error = NULL;
+
+  json_generator_set_root(gen, root);
+  json_generator_set_pretty(gen, TRUE);
+  json_generator_to_file(gen, path, &error);
+  g_assert_no_error(error);
+}
+
+/* A variant of a bundled config: "nomtp" (mtp_num_hidden_layers 0), "interval" (no
+ * layer_types; full_attention_interval 2), "fullfirst" (layer 0 full attention),
+ * "legacy" (the layer types of tiny-qwen3.5-moe as "mamba" / "attention"),
+ * "vheads2" (a vision tower of 2 heads), "flat" (text fields at the root, as a
+ * text-only config would hold them; no vision tower, no MTP). */
+static const char *
+variant(const char *base, const char *what)
+{
+  g_autofree char *key = g_strdup_printf("variant|%s|%s", base, what);
+  char *path = g_hash_table_lookup(made, key);
+
+  if (path == NULL) {
+    g_autofree char *from = config_path(base);
+    g_autoptr(JsonNode) root = load_json(from);
+    JsonObject *o = json_node_get_object(root);
+    JsonObject *text = json_object_get_object_member(o, "text_config");
+
+    if (strcmp(what, "nomtp") == 0) {
+      json_object_set_int_member(text, "mtp_num_hidden_layers", 0);
+    } else if (strcmp(what, "fullfirst") == 0) {
+      JsonArray *types = json_array_new();
+      json_array_add_string_element(types, "full_attention");
+      json_array_add_string_element(types, "linear_attention");
+      json_array_add_string_element(types, "linear_attention");
+      json_array_add_string_element(types, "full_attention");
+      json_object_set_array_member(text, "layer_types", types);
+    } else if (strcmp(what, "legacy") == 0) {
+      JsonArray *types = json_array_new();
+      json_array_add_string_element(types, "mamba");
+      json_array_add_string_element(types, "mamba");
+      json_array_add_string_element(types, "mamba");
+      json_array_add_string_element(types, "attention");
+      json_object_set_array_member(text, "layer_types", types);
+    } else if (strcmp(what, "vheads2") == 0) {
+      json_object_set_int_member(json_object_get_object_member(o, "vision_config"), "num_heads", 2);
+    } else if (strcmp(what, "interval") == 0) {
+      json_object_remove_member(text, "layer_types");
+      json_object_set_int_member(text, "full_attention_interval", 2);
+    } else if (strcmp(what, "flat") == 0) {
+      g_autoptr(JsonNode) flat = json_node_copy(json_object_get_member(o, "text_config"));
+      JsonObject *f = json_node_get_object(flat);
+      json_object_set_string_member(f, "model_type",
+                                    json_object_get_string_member(o, "model_type"));
+      json_object_set_int_member(f, "mtp_num_hidden_layers", 0);
+      path = new_path("config");
+      save_json(flat, path);
+      g_hash_table_insert(made, g_strdup(key), path);
+      return path;
+    } else
+      g_assert_not_reached();
+    path = new_path("config");
+    save_json(root, path);
+    g_hash_table_insert(made, g_strdup(key), path);
+  }
+  return path;
+}
+
+/* The synth checkpoint of a config (index pattern), made once. */
+static const char *
+synth(const char *config, gboolean fused)
+{
+  g_autofree char *key = g_strdup_printf("synth|%s|%d", config, fused);
+  char *dir = g_hash_table_lookup(made, key);
+
+  if (dir == NULL) {
+    g_autofree char *path = config_path(config);
+    g_autoptr(GPtrArray) args = g_ptr_array_new();
+    dir = new_path("synth");
+    g_ptr_array_add(args, "synth");
+    g_ptr_array_add(args, "--conf-dir");
+    g_ptr_array_add(args, (gpointer)CONF);
+    g_ptr_array_add(args, "--plugin-dir");
+    g_ptr_array_add(args, (gpointer)plugin_dir());
+    g_ptr_array_add(args, "--config");
+    g_ptr_array_add(args, path);
+    g_ptr_array_add(args, dir);
+    g_ptr_array_add(args, "--pattern");
+    g_ptr_array_add(args, "index");
+    if (fused)
+      g_ptr_array_add(args, "--fused-experts");
+    run_ok(args);
+    g_hash_table_insert(made, g_strdup(key), dir);
+  }
+  return dir;
+}
+
+/* `wsync convert SRC DST --target TARGET [--tp TP] [--ep EP]`; returns DST. */
+static char *
+convert(const char *src, const char *conf, const char *target, guint tp, guint ep)
+{
+  g_autoptr(GPtrArray) args = g_ptr_array_new_with_free_func(g_free);
+  char *dst = new_path(target);
+
+  g_ptr_array_add(args, g_strdup("convert"));
+  g_ptr_array_add(args, g_strdup(src));
+  g_ptr_array_add(args, g_strdup(dst));
+  g_ptr_array_add(args, g_strdup("--conf-dir"));
+  g_ptr_array_add(args, g_strdup(conf));
+  g_ptr_array_add(args, g_strdup("--plugin-dir"));
+  g_ptr_array_add(args, g_strdup(plugin_dir()));
+  g_ptr_array_add(args, g_strdup("--target"));
+  g_ptr_array_add(args, g_strdup(target));
+  if (tp > 0) {
+    g_ptr_array_add(args, g_strdup("--tp"));
+    g_ptr_array_add(args, g_strdup_printf("%u", tp));
+  }
+  if (ep > 0) {
+    g_ptr_array_add(args, g_strdup("--ep"));
+    g_ptr_array_add(args, g_strdup_printf("%u", ep));
+  }
+  run_ok(args);
+  return dst;
+}
+
+static WsyncCheckpoint *
+open_checkpoint(const char *path)
+{
+  GError *error = NULL;
+  WsyncCheckpoint *ck = wsync_checkpoint_open(path, &error);
+
+  g_assert_no_error(error);
+  return ck;
+}
+
+/* ------------------------------------------------------------------ the model, from config.json */
+
+typedef struct {
+  gboolean moe, tied, gate, vision;
+  guint64 H, nh, nkv, hd, V, L, nk, nv, dk, dv, K, E, I, Is, Id, mtp;
+  gboolean linear[128];
+  /* vision */
+  guint64 depth, D, heads, Iv, patch, temporal, merge, in_ch, pos, out;
+} Model;
+
+static guint64
+member_uint(JsonObject *o, const char *name)
+{
+  if (!json_object_has_member(o, name))
+    g_error("config lacks %s", name);
+  return (guint64)json_object_get_int_member(o, name);
+}
+
+static Model
+read_model(const char *config)
+{
+  g_autofree char *path = config_path(config);
+  g_autoptr(JsonNode) root = load_json(path);
+  JsonObject *o = json_node_get_object(root);
+  JsonObject *t = json_object_has_member(o, "text_config")
+                      ? json_object_get_object_member(o, "text_config")
+                      : o;
+  Model m = {0};
+
+  m.moe = strcmp(json_object_get_string_member(o, "model_type"), "qwen3_5_moe") == 0;
+  m.tied = json_object_get_boolean_member_with_default(t, "tie_word_embeddings", FALSE);
+  m.gate = json_object_get_boolean_member_with_default(t, "attn_output_gate", TRUE);
+  m.H = member_uint(t, "hidden_size");
+  m.nh = member_uint(t, "num_attention_heads");
+  m.nkv = member_uint(t, "num_key_value_heads");
+  m.hd = member_uint(t, "head_dim");
+  m.V = member_uint(t, "vocab_size");
+  m.L = member_uint(t, "num_hidden_layers");
+  m.nk = member_uint(t, "linear_num_key_heads");
+  m.nv = member_uint(t, "linear_num_value_heads");
+  m.dk = member_uint(t, "linear_key_head_dim");
+  m.dv = member_uint(t, "linear_value_head_dim");
+  m.K = member_uint(t, "linear_conv_kernel_dim");
+  m.mtp = json_object_has_member(t, "mtp_num_hidden_layers")
+              ? member_uint(t, "mtp_num_hidden_layers")
+              : 1;
+  if (m.moe) {
+    m.E = member_uint(t, "num_experts");
+    m.I = member_uint(t, "moe_intermediate_size");
+    m.Is = member_uint(t, "shared_expert_intermediate_size");
+  } else
+    m.Id = member_uint(t, "intermediate_size");
+  g_assert_cmpuint(m.L, <=, G_N_ELEMENTS(m.linear));
+  /* hf-qwen.md §3: layer_types, else linear unless (i+1) % interval == 0 (default 4). */
+  if (json_object_has_member(t, "layer_types")) {
+    JsonArray *a = json_object_get_array_member(t, "layer_types");
+    g_assert_cmpuint(json_array_get_length(a), ==, m.L);
+    for (guint i = 0; i < m.L; i++)
+      m.linear[i] = strcmp(json_array_get_string_element(a, i), "linear_attention") == 0;
+  } else {
+    guint64 interval = json_object_get_int_member_with_default(t, "full_attention_interval", 4);
+    for (guint64 i = 0; i < m.L; i++)
+      m.linear[i] = (i + 1) % interval != 0;
+  }
+  m.vision = json_object_has_member(o, "vision_config");
+  if (m.vision) {
+    JsonObject *v = json_object_get_object_member(o, "vision_config");
+    m.depth = member_uint(v, "depth");
+    m.D = member_uint(v, "hidden_size");
+    m.heads = member_uint(v, "num_heads");
+    m.Iv = member_uint(v, "intermediate_size");
+    m.patch = member_uint(v, "patch_size");
+    m.temporal = member_uint(v, "temporal_patch_size");
+    m.merge = member_uint(v, "spatial_merge_size");
+    m.in_ch = json_object_get_int_member_with_default(v, "in_channels", 3);
+    m.pos = member_uint(v, "num_position_embeddings");
+    m.out = member_uint(v, "out_hidden_size");
+  }
+  return m;
+}
+
+/* ------------------------------------------------------------------ the published tensor list */
+
+/* One tensor of a Hugging Face layout, as hf-qwen.md §1.3/§1.4 list them. */
+typedef struct {
+  char *name;
+  WsyncDtype dtype;
+  guint ndim;
+  guint64 shape[5];
+} Spec;
+
+static void
+spec_free(gpointer data)
+{
+  Spec *s = data;
+  g_free(s->name);
+  g_free(s);
+}
+
+static void
+spec(GPtrArray *a, WsyncDtype dtype, guint ndim, guint64 d0, guint64 d1, guint64 d2,
+     const char *prefix, const char *suffix)
+{
+  Spec *s = g_new0(Spec, 1);
+
+  s->name = g_strconcat(prefix, suffix, NULL);
+  s->dtype = dtype;
+  s->ndim = ndim;
+  s->shape[0] = d0;
+  s->shape[1] = d1;
+  s->shape[2] = d2;
+  g_ptr_array_add(a, s);
+}
+
+#define BF WSYNC_DTYPE_BF16
+#define F32 WSYNC_DTYPE_F32
+
+static void
+spec_layer(GPtrArray *a, const Model *m, const char *p, gboolean linear, gboolean fused)
+{
+  guint64 g = m->gate ? 2 : 1, kd = m->nk * m->dk, vd = m->nv * m->dv;
+
+  spec(a, BF, 1, m->H, 0, 0, p, "input_layernorm.weight");
+  spec(a, BF, 1, m->H, 0, 0, p, "post_attention_layernorm.weight");
+  if (linear) {
+    spec(a, BF, 2, 2 * kd + vd, m->H, 0, p, "linear_attn.in_proj_qkv.weight");
+    spec(a, BF, 2, vd, m->H, 0, p, "linear_attn.in_proj_z.weight");
+    spec(a, BF, 2, m->nv, m->H, 0, p, "linear_attn.in_proj_b.weight");
+    spec(a, BF, 2, m->nv, m->H, 0, p, "linear_attn.in_proj_a.weight");
+    spec(a, BF, 3, 2 * kd + vd, 1, m->K, p, "linear_attn.conv1d.weight");
+    spec(a, F32, 1, m->nv, 0, 0, p, "linear_attn.A_log");
+    spec(a, BF, 1, m->nv, 0, 0, p, "linear_attn.dt_bias");
+    spec(a, F32, 1, m->dv, 0, 0, p, "linear_attn.norm.weight");
+    spec(a, BF, 2, m->H, vd, 0, p, "linear_attn.out_proj.weight");
+  } else {
+    spec(a, BF, 2, g * m->nh * m->hd, m->H, 0, p, "self_attn.q_proj.weight");
+    spec(a, BF, 2, m->nkv * m->hd, m->H, 0, p, "self_attn.k_proj.weight");
+    spec(a, BF, 2, m->nkv * m->hd, m->H, 0, p, "self_attn.v_proj.weight");
+    spec(a, BF, 2, m->H, m->nh * m->hd, 0, p, "self_attn.o_proj.weight");
+    spec(a, BF, 1, m->hd, 0, 0, p, "self_attn.q_norm.weight");
+    spec(a, BF, 1, m->hd, 0, 0, p, "self_attn.k_norm.weight");
+  }
+  if (!m->moe) {
+    spec(a, BF, 2, m->Id, m->H, 0, p, "mlp.gate_proj.weight");
+    spec(a, BF, 2, m->Id, m->H, 0, p, "mlp.up_proj.weight");
+    spec(a, BF, 2, m->H, m->Id, 0, p, "mlp.down_proj.weight");
+    return;
+  }
+  spec(a, BF, 2, m->E, m->H, 0, p, "mlp.gate.weight");
+  spec(a, BF, 2, m->Is, m->H, 0, p, "mlp.shared_expert.gate_proj.weight");
+  spec(a, BF, 2, m->Is, m->H, 0, p, "mlp.shared_expert.up_proj.weight");
+  spec(a, BF, 2, m->H, m->Is, 0, p, "mlp.shared_expert.down_proj.weight");
+  spec(a, BF, 2, 1, m->H, 0, p, "mlp.shared_expert_gate.weight");
+  if (fused) {
+    spec(a, BF, 3, m->E, 2 * m->I, m->H, p, "mlp.experts.gate_up_proj");
+    spec(a, BF, 3, m->E, m->H, m->I, p, "mlp.experts.down_proj");
+    return;
+  }
+  for (guint64 e = 0; e < m->E; e++) {
+    g_autofree char *ep = g_strdup_printf("%smlp.experts.%" G_GUINT64_FORMAT ".", p, e);
+    spec(a, BF, 2, m->I, m->H, 0, ep, "gate_proj.weight");
+    spec(a, BF, 2, m->I, m->H, 0, ep, "up_proj.weight");
+    spec(a, BF, 2, m->H, m->I, 0, ep, "down_proj.weight");
+  }
+}
+
+/* Every tensor of a Hugging Face layout of @m: main-layer experts fused or not, MTP
+ * experts fused or not (published: TRUE, FALSE). */
+static GPtrArray *
+published(const Model *m, gboolean main_fused, gboolean mtp_fused)
+{
+  GPtrArray *a = g_ptr_array_new_with_free_func(spec_free);
+  guint64 M = m->D * m->merge * m->merge;
+
+  spec(a, BF, 2, m->V, m->H, 0, "model.language_model.", "embed_tokens.weight");
+  spec(a, BF, 1, m->H, 0, 0, "model.language_model.", "norm.weight");
+  if (!m->tied)
+    spec(a, BF, 2, m->V, m->H, 0, "", "lm_head.weight");
+  for (guint64 l = 0; l < m->L; l++) {
+    g_autofree char *p = g_strdup_printf("model.language_model.layers.%" G_GUINT64_FORMAT ".", l);
+    spec_layer(a, m, p, m->linear[l], main_fused);
+  }
+  if (m->vision) {
+    Spec *s;
+    spec(a, BF, 5, m->D, m->in_ch, m->temporal, "model.visual.", "patch_embed.proj.weight");
+    s = a->pdata[a->len - 1];
+    s->shape[3] = s->shape[4] = m->patch;
+    spec(a, BF, 1, m->D, 0, 0, "model.visual.", "patch_embed.proj.bias");
+    spec(a, BF, 2, m->pos, m->D, 0, "model.visual.", "pos_embed.weight");
+    for (guint64 b = 0; b < m->depth; b++) {
+      g_autofree char *p = g_strdup_printf("model.visual.blocks.%" G_GUINT64_FORMAT ".", b);
+      spec(a, BF, 1, m->D, 0, 0, p, "norm1.weight");
+      spec(a, BF, 1, m->D, 0, 0, p, "norm1.bias");
+      spec(a, BF, 1, m->D, 0, 0, p, "norm2.weight");
+      spec(a, BF, 1, m->D, 0, 0, p, "norm2.bias");
+      spec(a, BF, 2, 3 * m->D, m->D, 0, p, "attn.qkv.weight");
+      spec(a, BF, 1, 3 * m->D, 0, 0, p, "attn.qkv.bias");
+      spec(a, BF, 2, m->D, m->D, 0, p, "attn.proj.weight");
+      spec(a, BF, 1, m->D, 0, 0, p, "attn.proj.bias");
+      spec(a, BF, 2, m->Iv, m->D, 0, p, "mlp.linear_fc1.weight");
+      spec(a, BF, 1, m->Iv, 0, 0, p, "mlp.linear_fc1.bias");
+      spec(a, BF, 2, m->D, m->Iv, 0, p, "mlp.linear_fc2.weight");
+      spec(a, BF, 1, m->D, 0, 0, p, "mlp.linear_fc2.bias");
+    }
+    spec(a, BF, 1, m->D, 0, 0, "model.visual.", "merger.norm.weight");
+    spec(a, BF, 1, m->D, 0, 0, "model.visual.", "merger.norm.bias");
+    spec(a, BF, 2, M, M, 0, "model.visual.", "merger.linear_fc1.weight");
+    spec(a, BF, 1, M, 0, 0, "model.visual.", "merger.linear_fc1.bias");
+    spec(a, BF, 2, m->out, M, 0, "model.visual.", "merger.linear_fc2.weight");
+    spec(a, BF, 1, m->out, 0, 0, "model.visual.", "merger.linear_fc2.bias");
+  }
+  if (m->mtp > 0) {
+    spec(a, BF, 2, m->H, 2 * m->H, 0, "mtp.", "fc.weight");
+    spec(a, BF, 1, m->H, 0, 0, "mtp.", "pre_fc_norm_embedding.weight");
+    spec(a, BF, 1, m->H, 0, 0, "mtp.", "pre_fc_norm_hidden.weight");
+    spec(a, BF, 1, m->H, 0, 0, "mtp.", "norm.weight");
+    for (guint64 l = 0; l < m->mtp; l++) {
+      g_autofree char *p = g_strdup_printf("mtp.layers.%" G_GUINT64_FORMAT ".", l);
+      spec_layer(a, m, p, FALSE, mtp_fused);
+    }
+  }
+  return a;
+}
+
+/* The checkpoint holds exactly the tensors of @specs: names, dtypes, shapes. */
+static void
+assert_tensors(WsyncCheckpoint *ck, GPtrArray *specs)
+{
+  for (guint i = 0; i < specs->len; i++) {
+    const Spec *s = specs->pdata[i];
+    const WsyncTensor *t = wsync_checkpoint_lookup(ck, s->name);
+    if (t == NULL)
+      g_error("%s lacks %s", wsync_checkpoint_path(ck), s->name);
+    if (t->dtype != s->dtype)
+      g_error("%s is %s, want %s", s->name, wsync_dtype_name(t->dtype), wsync_dtype_name(s->dtype));
+    g_assert_cmpuint(t->ndim, ==, s->ndim);
+    for (guint d = 0; d < s->ndim; d++)
+      if (t->shape[d] != s->shape[d])
+        g_error("%s axis %u is %" G_GUINT64_FORMAT ", want %" G_GUINT64_FORMAT, s->name, d,
+                t->shape[d], s->shape[d]);
+  }
+  g_assert_cmpuint(wsync_checkpoint_n_tensors(ck), ==, specs->len);
+}
+
+/* ------------------------------------------------------------------ elements */
+
+static gsize
+elem_size(WsyncDtype dtype)
+{
+  return wsync_dtype_bits(dtype) / 8;
+}
+
+static guint16
+get16(const guint8 *p)
+{
+  guint16 v;
+  memcpy(&v, p, 2);
+  return GUINT16_FROM_LE(v);
+}
+
+static guint32
+get32(const guint8 *p)
+{
+  guint32 v;
+  memcpy(&v, p, 4);
+  return GUINT32_FROM_LE(v);
+}
+
+/* F32 -> BF16, round to nearest, ties to even (what torch's copy_ does), written from
+ * the definition: keep the high half, add one when the dropped half is more than half
+ * an ulp, or exactly half and the kept half is odd.  (No NaN in these inputs.) */
+static guint16
+round_to_bf16(guint32 f32)
+{
+  guint16 hi = (guint16)(f32 >> 16);
+  guint32 dropped = f32 & 0xffffu;
+
+  if (dropped > 0x8000u || (dropped == 0x8000u && (hi & 1u)))
+    hi++;
+  return hi;
+}
+
+/* Output element @oi of @out must be input element @ii of @in, as vLLM's (or the
+ * reader's) copy_ would put it: the same bytes, a BF16 widened to F32 (exact: the
+ * BF16 bits are the high half), or an F32 rounded to BF16. */
+static gboolean
+elem_ok(const WsyncTensor *out, guint64 oi, const WsyncTensor *in, guint64 ii)
+{
+  gsize os = elem_size(out->dtype), is = elem_size(in->dtype);
+
+  g_assert_cmpuint(oi, <, out->numel);
+  g_assert_cmpuint(ii, <, in->numel);
+  if (out->dtype == in->dtype)
+    return memcmp(out->data + oi * os, in->data + ii * is, os) == 0;
+  if (in->dtype == WSYNC_DTYPE_BF16 && out->dtype == WSYNC_DTYPE_F32)
+    return get32(out->data + oi * os) == (guint32)get16(in->data + ii * is) << 16;
+  if (in->dtype == WSYNC_DTYPE_F32 && out->dtype == WSYNC_DTYPE_BF16)
+    return get16(out->data + oi * os) == round_to_bf16(get32(in->data + ii * is));
+  g_error("%s is %s but %s is %s: no such cast expected", out->name, wsync_dtype_name(out->dtype),
+          in->name, wsync_dtype_name(in->dtype));
+  return FALSE;
+}
+
+/* ------------------------------------------------------------------ rank files */
+
+typedef struct {
+  GPtrArray *files; /* WsyncCheckpoint*, one per part */
+} RankFiles;
+
+static void
+rank_files_clear(RankFiles *rf)
+{
+  g_ptr_array_unref(rf->files);
+}
+
+static guint
+open_ranks(const char *dir, RankFiles *ranks, guint max_ranks)
+{
+  GError *error = NULL;
+  GDir *d = g_dir_open(dir, 0, &error);
+  const char *name;
+  guint n = 0;
+
+  g_assert_no_error(error);
+  for (guint r = 0; r < max_ranks; r++)
+    ranks[r].files = g_ptr_array_new_with_free_func((GDestroyNotify)wsync_checkpoint_free);
+  while ((name = g_dir_read_name(d)) != NULL) {
+    unsigned rank, part;
+    char tail[32];
+    g_autofree char *path = g_build_filename(dir, name, NULL);
+    if (sscanf(name, "model-rank-%u-part-%u%31s", &rank, &part, tail) != 3 ||
+        strcmp(tail, ".safetensors") != 0)
+      continue;
+    g_assert_cmpuint(rank, <, max_ranks);
+    g_ptr_array_add(ranks[rank].files, open_checkpoint(path));
+  }
+  g_dir_close(d);
+  for (guint r = 0; r < max_ranks; r++)
+    if (ranks[r].files->len > 0)
+      n++;
+  return n;
+}
+
+static const WsyncTensor *
+rank_lookup(const RankFiles *rf, const char *name)
+{
+  for (guint i = 0; i < rf->files->len; i++) {
+    const WsyncTensor *t = wsync_checkpoint_lookup(rf->files->pdata[i], name);
+    if (t != NULL)
+      return t;
+  }
+  return NULL;
+}
+
+static void
+assert_metadata(const RankFiles *rf, const char *key, const char *want)
+{
+  for (guint i = 0; i < rf->files->len; i++) {
+    GHashTable *md = wsync_safetensors_metadata(wsync_checkpoint_file(rf->files->pdata[i], 0));
+    g_assert_cmpstr(g_hash_table_lookup(md, key), ==, want);
+  }
+}
+
+/* ------------------------------------------------------------------ the vLLM oracle */
+
+typedef struct {
+  const Model *m;
+  WsyncCheckpoint *in;
+  const RankFiles *rf;
+  guint tp, ep, rank, t; /* t = rank % tp */
+  gboolean lm_only;
+  guint checked;
+} Oracle;
+
+static const WsyncTensor *
+input(Oracle *o, const char *name)
+{
+  const WsyncTensor *t = wsync_checkpoint_lookup(o->in, name);
+  if (t == NULL)
+    g_error("the input has no tensor %s", name);
+  return t;
+}
+
+/* The output tensor @name of the rank, with its dtype and shape checked. */
+static const WsyncTensor *
+output(Oracle *o, const char *name, WsyncDtype dtype, guint ndim, const guint64 *shape)
+{
+  const WsyncTensor *t = rank_lookup(o->rf, name);
+
+  if (t == NULL)
+    g_error("rank %u lacks %s", o->rank, name);
+  if (t->dtype != dtype)
+    g_error("rank %u: %s is %s, want %s", o->rank, name, wsync_dtype_name(t->dtype),
+            wsync_dtype_name(dtype));
+  g_assert_cmpuint(t->ndim, ==, ndim);
+  for (guint d = 0; d < ndim; d++)
+    if (t->shape[d] != shape[d])
+      g_error("rank %u: %s axis %u is %" G_GUINT64_FORMAT ", want %" G_GUINT64_FORMAT, o->rank,
+              name, d, t->shape[d], shape[d]);
+  o->checked++;
+  return t;
+}
+
+static void
+same_elem(Oracle *o, const WsyncTensor *out, guint64 oi, const WsyncTensor *in, guint64 ii)
+{
+  if (!elem_ok(out, oi, in, ii))
+    g_error("rank %u (tp %u ep %u): %s element %" G_GUINT64_FORMAT
+            " is not %s element %" G_GUINT64_FORMAT,
+            o->rank, o->tp, o->ep, out->name, oi, in->name, ii);
+}
+
+/* "PREFIX" + @suffix for layer @l of the checkpoint ("model.language_model.layers.L.")
+ * and of the runtime ("language_model.model.layers.L."). */
+static char *
+ck_name(guint64 l, const char *suffix)
+{
+  return g_strdup_printf("model.language_model.layers.%" G_GUINT64_FORMAT ".%s", l, suffix);
+}
+
+static char *
+rt_name(guint64 l, const char *suffix)
+{
+  return g_strdup_printf("language_model.model.layers.%" G_GUINT64_FORMAT ".%s", l, suffix);
+}
+
+/* Whole on every rank, in @dtype (RMSNorm, LayerNorm, router, patch embedding). */
+static void
+check_replicated(Oracle *o, const char *out_name, const char *in_name, WsyncDtype dtype)
+{
+  const WsyncTensor *in = input(o, in_name);
+  const WsyncTensor *out = output(o, out_name, dtype, in->ndim, in->shape);
+
+  for (guint64 i = 0; i < in->numel; i++)
+    same_elem(o, out, i, in, i);
+}
+
+/* RowParallelLinear: columns [t*C/tp, (t+1)*C/tp) of a 2-D weight. */
+static void
+check_row(Oracle *o, const char *out_name, const char *in_name)
+{
+  const WsyncTensor *in = input(o, in_name);
+  guint64 rows = in->shape[0], cols = in->shape[1], c = cols / o->tp;
+  guint64 shape[2] = {rows, c};
+  const WsyncTensor *out = output(o, out_name, in->dtype, 2, shape);
+
+  g_assert_cmpuint(cols % o->tp, ==, 0);
+  for (guint64 r = 0; r < rows; r++)
+    for (guint64 j = 0; j < c; j++)
+      same_elem(o, out, r * c + j, in, r * cols + o->t * c + j);
+}
+
+/* A run of rows of an input tensor. */
+typedef struct {
+  const WsyncTensor *in;
+  guint64 first, rows;
+} Seg;
+
+/* A column-parallel output: the segments' rows one after the other, every trailing
+ * axis whole (1-D tensors: rows of one element). */
+static void
+check_segments(Oracle *o, const char *out_name, WsyncDtype dtype, const Seg *segs, guint n)
+{
+  const WsyncTensor *in0 = segs[0].in;
+  guint64 shape[WSYNC_MAX_DIMS], row = 1, r = 0;
+  const WsyncTensor *out;
+
+  memcpy(shape, in0->shape, sizeof(guint64) * in0->ndim);
+  shape[0] = 0;
+  for (guint s = 0; s < n; s++)
+    shape[0] += segs[s].rows;
+  for (guint d = 1; d < in0->ndim; d++)
+    row *= in0->shape[d];
+  out = output(o, out_name, dtype, in0->ndim, shape);
+  for (guint s = 0; s < n; s++)
+    for (guint64 i = 0; i < segs[s].rows; i++, r++)
+      for (guint64 e = 0; e < row; e++)
+        same_elem(o, out, r * row + e, segs[s].in, (segs[s].first + i) * row + e);
+}
+
+/* VocabParallelEmbedding / ParallelLMHead (vllm-layouts.md §1): Vp = ceil(V/64)*64,
+ * rows [t*Vp/tp, (t+1)*Vp/tp), rows >= V zero. */
+static void
+check_vocab(Oracle *o, const char *out_name, const char *in_name)
+{
+  const Model *m = o->m;
+  const WsyncTensor *in = input(o, in_name);
+  guint64 vp = (m->V + 63) / 64 * 64, rows = vp / o->tp, shape[2] = {rows, m->H};
+  const WsyncTensor *out = output(o, out_name, in->dtype, 2, shape);
+
+  for (guint64 r = 0; r < rows; r++) {
+    guint64 g = o->t * rows + r;
+    for (guint64 h = 0; h < m->H; h++) {
+      if (g < m->V)
+        same_elem(o, out, r * m->H + h, in, g * m->H + h);
+      else if (get16(out->data + 2 * (r * m->H + h)) != 0)
+        g_error("rank %u: %s row %" G_GUINT64_FORMAT " should be padding zero", o->rank,
+                out_name, r);
+    }
+  }
+}
+
+/* Full attention (vllm-layouts.md §3.2): qkv_proj [(2nh/tp + 2kvl)*hd, H].  q_proj is
+ * per head [q_h; gate_h] (hf-qwen.md §1.3): local head j of rank t is global head
+ * t*nh/tp + j, its query rows then its gate rows; k/v follow the KV rules (§1). */
+static void
+check_qkv(Oracle *o, guint64 l)
+{
+  const Model *m = o->m;
+  g_autofree char *qn = ck_name(l, "self_attn.q_proj.weight");
+  g_autofree char *kn = ck_name(l, "self_attn.k_proj.weight");
+  g_autofree char *vn = ck_name(l, "self_attn.v_proj.weight");
+  g_autofree char *name = rt_name(l, "self_attn.qkv_proj.weight");
+  const WsyncTensor *q = input(o, qn), *k = input(o, kn), *v = input(o, vn);
+  guint64 g = m->gate ? 2 : 1, heads = m->nh / o->tp, qrows = heads * g * m->hd;
+  guint64 kvl = o->tp >= m->nkv ? 1 : m->nkv / o->tp;
+  guint64 replicas = o->tp >= m->nkv ? o->tp / m->nkv : 1;
+  guint64 shard = o->t / replicas, kvrows = kvl * m->hd;
+  guint64 shape[2] = {qrows + 2 * kvrows, m->H};
+  const WsyncTensor *out = output(o, name, q->dtype, 2, shape);
+
+  g_assert_cmpuint(m->nh % o->tp, ==, 0);
+  for (guint64 r = 0; r < shape[0]; r++) {
+    const WsyncTensor *src;
+    guint64 row;
+    if (r < qrows) {
+      guint64 j = r / (g * m->hd), w = r % (g * m->hd), head = o->t * heads + j;
+      gboolean is_gate = w >= m->hd;
+      src = q;
+      row = head * g * m->hd + (is_gate ? m->hd : 0) + w % m->hd;
+    } else if (r < qrows + kvrows) {
+      src = k;
+      row = shard * kvrows + (r - qrows);
+    } else {
+      src = v;
+      row = shard * kvrows + (r - qrows - kvrows);
+    }
+    for (guint64 h = 0; h < m->H; h++)
+      same_elem(o, out, r * m->H + h, src, row * m->H + h);
+  }
+}
+
+/* The F32 scale buffers of an attention layer (vllm-layouts.md §5). */
+static void
+check_scales(Oracle *o, guint64 l)
+{
+  static const char *const scales[] = {"_k_scale", "_v_scale", "_q_scale", "_prob_scale"};
+  static const guint8 one[4] = {0x00, 0x00, 0x80, 0x3f};
+
+  for (guint i = 0; i < G_N_ELEMENTS(scales); i++) {
+    g_autofree char *suffix = g_strconcat("self_attn.attn.", scales[i], NULL);
+    g_autofree char *name = rt_name(l, suffix);
+    const WsyncTensor *out = output(o, name, WSYNC_DTYPE_F32, 0, NULL);
+    g_assert_cmpint(memcmp(out->data, one, 4), ==, 0);
+  }
+}
+
+static void
+check_full_attention(Oracle *o, guint64 l)
+{
+  static const char *const norms[] = {"self_attn.q_norm.weight", "self_attn.k_norm.weight"};
+  g_autofree char *oo = rt_name(l, "self_attn.o_proj.weight");
+  g_autofree char *oi = ck_name(l, "self_attn.o_proj.weight");
+
+  check_qkv(o, l);
+  check_row(o, oo, oi);
+  for (guint i = 0; i < G_N_ELEMENTS(norms); i++) {
+    g_autofree char *on = rt_name(l, norms[i]);
+    g_autofree char *in = ck_name(l, norms[i]);
+    /* copied verbatim: the 1 + w is the engine's business (vllm-layouts.md §3.2) */
+    check_replicated(o, on, in, WSYNC_DTYPE_BF16);
+  }
+  check_scales(o, l);
+}
+
+/* Gated DeltaNet (vllm-layouts.md §3.3), kd = nk*dk, vd = nv*dv, rank t:
+ *   in_proj_qkvz = [qkv[t*kd/tp ...] ; qkv[kd + t*kd/tp ...] ; qkv[2kd + t*vd/tp ...] ;
+ *                   z[t*vd/tp ...]]
+ *   in_proj_ba   = [b[t*nv/tp ...] ; a[t*nv/tp ...]]
+ *   conv1d       = the q, k, v channel blocks, each sliced the same way
+ *   A_log, dt_bias = [t*nv/tp ...], A_log in F32; norm whole, in BF16; out_proj row. */
+static void
+check_linear_attention(Oracle *o, guint64 l)
+{
+  const Model *m = o->m;
+  guint64 kd = m->nk * m->dk, vd = m->nv * m->dv, kt = kd / o->tp, vt = vd / o->tp;
+  guint64 nvt = m->nv / o->tp, t = o->t;
+  g_autofree char *qkv_n = ck_name(l, "linear_attn.in_proj_qkv.weight");
+  g_autofree char *z_n = ck_name(l, "linear_attn.in_proj_z.weight");
+  g_autofree char *b_n = ck_name(l, "linear_attn.in_proj_b.weight");
+  g_autofree char *a_n = ck_name(l, "linear_attn.in_proj_a.weight");
+  g_autofree char *conv_n = ck_name(l, "linear_attn.conv1d.weight");
+  g_autofree char *alog_n = ck_name(l, "linear_attn.A_log");
+  g_autofree char *dt_n = ck_name(l, "linear_attn.dt_bias");
+  g_autofree char *norm_n = ck_name(l, "linear_attn.norm.weight");
+  g_autofree char *out_n = ck_name(l, "linear_attn.out_proj.weight");
+  g_autofree char *qkvz_o = rt_name(l, "linear_attn.in_proj_qkvz.weight");
+  g_autofree char *ba_o = rt_name(l, "linear_attn.in_proj_ba.weight");
+  g_autofree char *conv_o = rt_name(l, "linear_attn.conv1d.weight");
+  g_autofree char *alog_o = rt_name(l, "linear_attn.A_log");
+  g_autofree char *dt_o = rt_name(l, "linear_attn.dt_bias");
+  g_autofree char *norm_o = rt_name(l, "linear_attn.norm.weight");
+  g_autofree char *out_o = rt_name(l, "linear_attn.out_proj.weight");
+  const WsyncTensor *qkv = input(o, qkv_n), *z = input(o, z_n), *conv = input(o, conv_n);
+
+  g_assert_cmpuint(m->nk % o->tp, ==, 0);
+  g_assert_cmpuint(m->nv % o->tp, ==, 0);
+  check_segments(o, qkvz_o, WSYNC_DTYPE_BF16,
+                 (Seg[]){{qkv, t * kt, kt}, {qkv, kd + t * kt, kt}, {qkv, 2 * kd + t * vt, vt},
+                         {z, t * vt, vt}},
+                 4);
+  check_segments(o, ba_o, WSYNC_DTYPE_BF16,
+                 (Seg[]){{input(o, b_n), t * nvt, nvt}, {input(o, a_n), t * nvt, nvt}}, 2);
+  check_segments(o, conv_o, WSYNC_DTYPE_BF16,
+                 (Seg[]){{conv, t * kt, kt}, {conv, kd + t * kt, kt}, {conv, 2 * kd + t * vt, vt}},
+                 3);
+  check_segments(o, alog_o, WSYNC_DTYPE_F32, (Seg[]){{input(o, alog_n), t * nvt, nvt}}, 1);
+  check_segments(o, dt_o, WSYNC_DTYPE_BF16, (Seg[]){{input(o, dt_n), t * nvt, nvt}}, 1);
+  check_replicated(o, norm_o, norm_n, WSYNC_DTYPE_BF16);
+  check_row(o, out_o, out_n);
+}
+
+/* Where expert @e's gate (0), up (1) or down (2) matrix lies in the input: the fused
+ * form (gate_up [E, 2I, H] gate rows first, down [E, H, I]) or per-expert tensors. */
+typedef struct {
+  const WsyncTensor *t;
+  guint64 base, row_stride;
+} ExpertSrc;
+
+static ExpertSrc
+expert_src(Oracle *o, guint64 l, guint which, guint64 e)
+{
+  static const char *const projs[3] = {"gate_proj", "up_proj", "down_proj"};
+  const Model *m = o->m;
+  g_autofree char *fused =
+      ck_name(l, which < 2 ? "mlp.experts.gate_up_proj" : "mlp.experts.down_proj");
+  g_autofree char *suffix =
+      g_strdup_printf("mlp.experts.%" G_GUINT64_FORMAT ".%s.weight", e, projs[which]);
+  g_autofree char *single = ck_name(l, suffix);
+  ExpertSrc s;
+
+  s.t = wsync_checkpoint_lookup(o->in, fused);
+  if (s.t != NULL) {
+    if (which < 2) {
+      s.base = (e * 2 * m->I + which * m->I) * m->H;
+      s.row_stride = m->H;
+    } else {
+      s.base = e * m->H * m->I;
+      s.row_stride = m->I;
+    }
+    return s;
+  }
+  s.t = input(o, single);
+  s.base = 0;
+  s.row_stride = which < 2 ? m->H : m->I;
+  return s;
+}
+
+/* determine_expert_map, linear (vllm-layouts.md §7): contiguous blocks, remainder to the
+ * lowest ranks, whole experts; without EP every expert TP-sliced (§2.2). */
+static void
+expert_share(Oracle *o, guint64 *first, guint64 *count, guint64 *ip, guint64 *off)
+{
+  const Model *m = o->m;
+
+  if (o->ep > 1) {
+    guint64 base = m->E / o->ep, rem = m->E % o->ep;
+    *count = base + (o->rank < rem);
+    *first = o->rank * base + MIN(o->rank, rem);
+    *ip = m->I;
+    *off = 0;
+  } else {
+    *first = 0;
+    *count = m->E;
+    *ip = m->I / o->tp;
+    *off = o->t * *ip;
+  }
+}
+
+/* w13_weight [E_loc, 2Ip, H] (gate rows then up rows) and w2_weight [E_loc, H, Ip]
+ * under language_model.model.layers.L.mlp.experts.routed_experts (vLLM >= 0.22.1). */
+static void
+check_experts(Oracle *o, guint64 l, guint64 expect_count)
+{
+  const Model *m = o->m;
+  g_autofree char *w13 = rt_name(l, "mlp.experts.routed_experts.w13_weight");
+  g_autofree char *w2 = rt_name(l, "mlp.experts.routed_experts.w2_weight");
+  guint64 first, count, ip, off;
+  const WsyncTensor *out;
+
+  expert_share(o, &first, &count, &ip, &off);
+  g_assert_cmpuint(count, ==, expect_count);
+  out = output(o, w13, WSYNC_DTYPE_BF16, 3, (guint64[]){count, 2 * ip, m->H});
+  for (guint64 j = 0; j < count; j++)
+    for (guint half = 0; half < 2; half++) {
+      ExpertSrc s = expert_src(o, l, half, first + j);
+      for (guint64 r = 0; r < ip; r++)
+        for (guint64 h = 0; h < m->H; h++)
+          same_elem(o, out, (j * 2 * ip + half * ip + r) * m->H + h, s.t,
+                    s.base + (off + r) * s.row_stride + h);
+    }
+  out = output(o, w2, WSYNC_DTYPE_BF16, 3, (guint64[]){count, m->H, ip});
+  for (guint64 j = 0; j < count; j++) {
+    ExpertSrc s = expert_src(o, l, 2, first + j);
+    for (guint64 h = 0; h < m->H; h++)
+      for (guint64 c = 0; c < ip; c++)
+        same_elem(o, out, (j * m->H + h) * ip + c, s.t, s.base + h * s.row_stride + off + c);
+  }
+}
+
+/* MergedColumnParallelLinear [gate_t ; up_t] (gate first) and its RowParallel down. */
+static void
+check_gate_up_down(Oracle *o, guint64 l, const char *mlp, guint64 inter)
+{
+  guint64 it = inter / o->tp;
+  g_autofree char *gs = g_strconcat(mlp, ".gate_proj.weight", NULL);
+  g_autofree char *us = g_strconcat(mlp, ".up_proj.weight", NULL);
+  g_autofree char *ds = g_strconcat(mlp, ".down_proj.weight", NULL);
+  g_autofree char *gus = g_strconcat(mlp, ".gate_up_proj.weight", NULL);
+  g_autofree char *gn = ck_name(l, gs);
+  g_autofree char *un = ck_name(l, us);
+  g_autofree char *dn = ck_name(l, ds);
+  g_autofree char *gu_o = rt_name(l, gus);
+  g_autofree char *d_o = rt_name(l, ds);
+
+  g_assert_cmpuint(inter % o->tp, ==, 0);
+  check_segments(o, gu_o, WSYNC_DTYPE_BF16,
+                 (Seg[]){{input(o, gn), o->t * it, it}, {input(o, un), o->t * it, it}}, 2);
+  check_row(o, d_o, dn);
+}
+
+/* The sparse block (vllm-layouts.md §3.4). */
+static void
+check_moe(Oracle *o, guint64 l, const guint64 *expert_counts)
+{
+  g_autofree char *router_o = rt_name(l, "mlp.gate.weight");
+  g_autofree char *router_i = ck_name(l, "mlp.gate.weight");
+  g_autofree char *sg_o = rt_name(l, "mlp.shared_expert_gate.weight");
+  g_autofree char *sg_i = ck_name(l, "mlp.shared_expert_gate.weight");
+
+  check_replicated(o, router_o, router_i, WSYNC_DTYPE_BF16);
+  check_replicated(o, sg_o, sg_i, WSYNC_DTYPE_BF16);
+  /* the shared expert stays TP-sliced by rank % tp, also with EP (§7) */
+  check_gate_up_down(o, l, "mlp.shared_expert", o->m->Is);
+  check_experts(o, l, expert_counts != NULL ? expert_counts[o->rank] : o->m->E);
+}
+
+static void
+check_layer(Oracle *o, guint64 l, const guint64 *expert_counts)
+{
+  static const char *const norms[] = {"input_layernorm.weight", "post_attention_layernorm.weight"};
+
+  for (guint i = 0; i < G_N_ELEMENTS(norms); i++) {
+    g_autofree char *on = rt_name(l, norms[i]);
+    g_autofree char *in = ck_name(l, norms[i]);
+    check_replicated(o, on, in, WSYNC_DTYPE_BF16);
+  }
+  if (o->m->linear[l])
+    check_linear_attention(o, l);
+  else
+    check_full_attention(o, l);
+  if (o->m->moe)
+    check_moe(o, l, expert_counts);
+  else
+    check_gate_up_down(o, l, "mlp", o->m->Id);
+}
+
+/* "model.visual." + @suffix and "visual." + @suffix */
+static void
+check_visual_replicated(Oracle *o, const char *suffix)
+{
+  g_autofree char *on = g_strconcat("visual.", suffix, NULL);
+  g_autofree char *in = g_strconcat("model.visual.", suffix, NULL);
+
+  check_replicated(o, on, in, WSYNC_DTYPE_BF16);
+}
+
+static void
+check_visual_row(Oracle *o, const char *suffix)
+{
+  g_autofree char *on = g_strconcat("visual.", suffix, NULL);
+  g_autofree char *in = g_strconcat("model.visual.", suffix, NULL);
+
+  check_row(o, on, in);
+}
+
+/* ColumnParallelLinear weight or bias: rows [t*R/tp, (t+1)*R/tp). */
+static void
+check_visual_column(Oracle *o, const char *suffix)
+{
+  g_autofree char *on = g_strconcat("visual.", suffix, NULL);
+  g_autofree char *in = g_strconcat("model.visual.", suffix, NULL);
+  const WsyncTensor *t = input(o, in);
+  guint64 r = t->shape[0] / o->tp;
+
+  g_assert_cmpuint(t->shape[0] % o->tp, ==, 0);
+  check_segments(o, on, WSYNC_DTYPE_BF16, (Seg[]){{t, o->t * r, r}}, 1);
+}
+
+/* The vision tower, mm_encoder_tp_mode "weights" (vllm-vision.md table): attn.qkv
+ * weight and bias are [q_t; k_t; v_t] with q, k, v the thirds of the fused tensor,
+ * each sliced by heads (vllm-vision.md §1), not a contiguous third of the rows. */
+static void
+check_vision(Oracle *o)
+{
+  const Model *m = o->m;
+  guint64 d = m->D, dt = d / o->tp;
+
+  g_assert_cmpuint(m->heads % o->tp, ==, 0);
+  check_visual_replicated(o, "patch_embed.proj.weight");
+  check_visual_replicated(o, "patch_embed.proj.bias");
+  check_visual_replicated(o, "pos_embed.weight");
+  for (guint64 b = 0; b < m->depth; b++) {
+    static const char *const whole[] = {"norm1.weight", "norm1.bias", "norm2.weight",
+                                        "norm2.bias", "attn.proj.bias", "mlp.linear_fc2.bias"};
+    g_autofree char *p = g_strdup_printf("blocks.%" G_GUINT64_FORMAT ".", b);
+    for (guint i = 0; i < G_N_ELEMENTS(whole); i++) {
+      g_autofree char *s = g_strconcat(p, whole[i], NULL);
+      check_visual_replicated(o, s);
+    }
+    for (guint wb = 0; wb < 2; wb++) {
+      g_autofree char *s = g_strconcat(p, wb ? "attn.qkv.bias" : "attn.qkv.weight", NULL);
+      g_autofree char *on = g_strconcat("visual.", s, NULL);
+      g_autofree char *in = g_strconcat("model.visual.", s, NULL);
+      const WsyncTensor *qkv = input(o, in);
+      check_segments(o, on, WSYNC_DTYPE_BF16,
+                     (Seg[]){{qkv, o->t * dt, dt}, {qkv, d + o->t * dt, dt},
+                             {qkv, 2 * d + o->t * dt, dt}},
+                     3);
+    }
+    g_autofree char *proj = g_strconcat(p, "attn.proj.weight", NULL);
+    g_autofree char *fc1w = g_strconcat(p, "mlp.linear_fc1.weight", NULL);
+    g_autofree char *fc1b = g_strconcat(p, "mlp.linear_fc1.bias", NULL);
+    g_autofree char *fc2w = g_strconcat(p, "mlp.linear_fc2.weight", NULL);
+    check_visual_row(o, proj);
+    check_visual_column(o, fc1w);
+    check_visual_column(o, fc1b);
+    check_visual_row(o, fc2w);
+  }
+  check_visual_replicated(o, "merger.norm.weight");
+  check_visual_replicated(o, "merger.norm.bias");
+  check_visual_column(o, "merger.linear_fc1.weight");
+  check_visual_column(o, "merger.linear_fc1.bias");
+  check_visual_row(o, "merger.linear_fc2.weight");
+  check_visual_replicated(o, "merger.linear_fc2.bias");
+}
+
+typedef struct {
+  const char *config;           /* a bundled config or a variant's path */
+  const char *src;              /* NULL: synth(config, fused) */
+  gboolean fused;               /* synth --fused-experts */
+  guint tp, ep;                 /* ep 0: not given */
+  gboolean lm_only;             /* language-model-only = true */
+  const guint64 *expert_counts; /* E_loc per rank, or NULL for all */
+} Case;
+
+/* Every tensor of one rank, and nothing else. */
+static void
+check_rank(const Case *c, const Model *m, WsyncCheckpoint *in, const RankFiles *rf, guint rank)
+{
+  Oracle o = {.m = m, .in = in, .rf = rf, .tp = c->tp, .ep = c->ep > 0 ? c->ep : 1,
+              .rank = rank, .t = rank % c->tp, .lm_only = c->lm_only};
+  g_autofree char *tp = g_strdup_printf("%u", o.tp);
+  g_autofree char *rk = g_strdup_printf("%u", rank);
+  guint n = 0;
+
+  g_assert_cmpuint(rf->files->len, >, 0);
+  assert_metadata(rf, "wsync.target", "vllm");
+  assert_metadata(rf, "wsync.tp", tp);
+  assert_metadata(rf, "wsync.rank", rk);
+  check_vocab(&o, "language_model.model.embed_tokens.weight",
+              "model.language_model.embed_tokens.weight");
+  if (m->tied)
+    g_assert_null(rank_lookup(rf, "language_model.lm_head.weight"));
+  else
+    check_vocab(&o, "language_model.lm_head.weight", "lm_head.weight");
+  check_replicated(&o, "language_model.model.norm.weight", "model.language_model.norm.weight",
+                   WSYNC_DTYPE_BF16);
+  for (guint64 l = 0; l < m->L; l++)
+    check_layer(&o, l, c->expert_counts);
+  if (m->vision && !c->lm_only)
+    check_vision(&o);
+  /* Nothing else: no mtp.* (vllm-skips-mtp), no visual.* with language-model-only. */
+  for (guint f = 0; f < rf->files->len; f++)
+    for (guint i = 0; i < wsync_checkpoint_n_tensors(rf->files->pdata[f]); i++) {
+      const WsyncTensor *t = wsync_checkpoint_tensor(rf->files->pdata[f], i);
+      g_assert_false(g_str_has_prefix(t->name, "mtp."));
+      if (c->lm_only)
+        g_assert_false(g_str_has_prefix(t->name, "visual."));
+      n++;
+    }
+  g_assert_cmpuint(n, ==, o.checked);
+}
+
+/* Convert, check every rank; returns the rank directory (caller frees). */
+static char *
+run_case(const Case *c)
+{
+  const char *src = c->src != NULL ? c->src : synth(c->config, c->fused);
+  g_autofree char *dst = convert(src, conf_dir(c->lm_only), "vllm", c->tp, c->ep);
+  guint world = c->ep > 1 ? c->ep : c->tp;
+  RankFiles ranks[16];
+  Model m = read_model(c->config);
+  g_autoptr(WsyncCheckpoint) in = open_checkpoint(src);
+
+  g_assert_cmpuint(open_ranks(dst, ranks, G_N_ELEMENTS(ranks)), ==, world);
+  for (guint r = 0; r < world; r++)
+    check_rank(c, &m, in, &ranks[r], r);
+  for (guint r = 0; r < G_N_ELEMENTS(ranks); r++)
+    rank_files_clear(&ranks[r]);
+  return g_steal_pointer(&dst);
+}
+
+static void
+check_case(const Case *c)
+{
+  g_free(run_case(c));
+}
+
+/* ------------------------------------------------------------------ tests: Hugging Face layouts */
+
+#define MOE "tiny-qwen3.5-moe.json"
+#define DENSE "tiny-qwen3.5.json"
+
+/* synth writes the published form: main experts fused, MTP experts per expert, A_log and
+ * the linear-attention norm in F32, no lm_head when tied (hf-qwen.md §1.3, §1.4). */
+static void
+test_hf_published(void)
+{
+  static const char *const configs[] = {MOE, DENSE};
+
+  for (guint i = 0; i < G_N_ELEMENTS(configs); i++) {
+    Model m = read_model(configs[i]);
+    g_autoptr(GPtrArray) specs = published(&m, TRUE, FALSE);
+    g_autoptr(WsyncCheckpoint) ck = open_checkpoint(synth(configs[i], FALSE));
+    assert_tensors(ck, specs);
+  }
+}
+
+/* --fused-experts (Transformers 5 in memory): the MTP experts fused too. */
+static void
+test_hf_fused_synth(void)
+{
+  Model m = read_model(MOE);
+  g_autoptr(GPtrArray) specs = published(&m, TRUE, TRUE);
+  g_autoptr(WsyncCheckpoint) ck = open_checkpoint(synth(MOE, TRUE));
+
+  assert_tensors(ck, specs);
+}
+
+/* Expert @e's rows of a per-expert tensor equal those of the fused source. */
+static void
+check_expert_split(WsyncCheckpoint *fused_ck, WsyncCheckpoint *split_ck, const Model *m,
+                   const char *prefix)
+{
+  g_autofree char *gu_n = g_strconcat(prefix, "mlp.experts.gate_up_proj", NULL);
+  g_autofree char *dn_n = g_strconcat(prefix, "mlp.experts.down_proj", NULL);
+  const WsyncTensor *gu = wsync_checkpoint_lookup(fused_ck, gu_n);
+  const WsyncTensor *dn = wsync_checkpoint_lookup(fused_ck, dn_n);
+
+  g_assert_nonnull(gu);
+  g_assert_nonnull(dn);
+  for (guint64 e = 0; e < m->E; e++) {
+    static const char *const projs[3] = {"gate_proj", "up_proj", "down_proj"};
+    for (guint p = 0; p < 3; p++) {
+      g_autofree char *n = g_strdup_printf("%smlp.experts.%" G_GUINT64_FORMAT ".%s.weight", prefix,
+                                           e, projs[p]);
+      const WsyncTensor *t = wsync_checkpoint_lookup(split_ck, n);
+      g_assert_nonnull(t);
+      for (guint64 i = 0; i < t->numel; i++) {
+        /* gate: gate_up[e, r, :] r < I; up: gate_up[e, I + r, :]; down: down[e] */
+        guint64 src = p < 2 ? (e * 2 * m->I + p * m->I) * m->H + i : e * m->H * m->I + i;
+        if (!elem_ok(t, i, p < 2 ? gu : dn, src))
+          g_error("%s element %" G_GUINT64_FORMAT " is not %s element %" G_GUINT64_FORMAT, n, i,
+                  (p < 2 ? gu : dn)->name, src);
+      }
+    }
+  }
+}
+
+/* hf-experts: every expert per expert, element by element from the fused source; and
+ * back to "hf" (the form read per layer from the input), bit-exact. */
+static void
+test_hf_experts(void)
+{
+  const char *src = synth(MOE, FALSE);
+  g_autofree char *split = convert(src, CONF, "hf-experts", 0, 0);
+  g_autofree char *back = NULL;
+  Model m = read_model(MOE);
+  g_autoptr(GPtrArray) specs = published(&m, FALSE, FALSE);
+  g_autoptr(WsyncCheckpoint) fused_ck = open_checkpoint(synth(MOE, TRUE));
+  g_autoptr(WsyncCheckpoint) split_ck = open_checkpoint(split);
+  Run r;
+
+  assert_tensors(split_ck, specs);
+  for (guint64 l = 0; l < m.L; l++) {
+    g_autofree char *p = g_strdup_printf("model.language_model.layers.%" G_GUINT64_FORMAT ".", l);
+    check_expert_split(fused_ck, split_ck, &m, p);
+  }
+  check_expert_split(fused_ck, split_ck, &m, "mtp.layers.0.");
+  back = convert(split, CONF, "hf", 0, 0);
+  r = run_wsync("verify", src, back, "--conf-dir", CONF, "--plugin-dir", plugin_dir(), NULL);
+  if (r.status != 0)
+    g_error("verify: exit %d\n%s%s", r.status, r.out, r.err);
+  test_run_clear(&r);
+}
+
+/* The fused synth (every expert fused) read as "hf" and written as published: the same
+ * bytes as the published synth (index patterns depend on the logical tensor only). */
+static void
+test_hf_fused_to_published(void)
+{
+  g_autofree char *back = convert(synth(MOE, TRUE), CONF, "hf", 0, 0);
+  Run r = run_wsync("verify", synth(MOE, FALSE), back, "--conf-dir", CONF, "--plugin-dir",
+                    plugin_dir(), NULL);
+
+  if (r.status != 0)
+    g_error("verify: exit %d\n%s%s", r.status, r.out, r.err);
+  test_run_clear(&r);
+}
+
+/* ------------------------------------------------------------------ tests: vLLM layouts */
+
+static void
+test_vllm_tp1(void)
+{
+  check_case(&(Case){MOE, NULL, FALSE, 1, 0, FALSE, NULL});
+}
+
+/* tp 2: the vision tower at tp 2 too (qkv thirds sliced by heads). */
+static void
+test_vllm_tp2(void)
+{
+  check_case(&(Case){MOE, NULL, FALSE, 2, 0, FALSE, NULL});
+}
+
+/* tp 4 > 2 KV heads: each KV head on two ranks; one gated q head per rank; nk 4 and
+ * nv 8 give each rank one key head and two value heads. */
+static void
+test_vllm_tp4_kv_replicated(void)
+{
+  check_case(&(Case){MOE, NULL, FALSE, 4, 0, FALSE, NULL});
+}
+
+/* Every expert fused in the input (MTP too), or every expert per expert: same files. */
+static void
+test_vllm_expert_forms(void)
+{
+  g_autofree char *split = convert(synth(MOE, FALSE), CONF, "hf-experts", 0, 0);
+
+  check_case(&(Case){MOE, NULL, TRUE, 2, 0, FALSE, NULL});
+  check_case(&(Case){MOE, split, FALSE, 2, 0, FALSE, NULL});
+}
+
+/* ep 3 over tp 1 (8 experts: 3, 3, 2) and ep 4 over tp 2 (2 each): whole routed
+ * experts; the shared expert, attention and GDN stay TP-sliced by rank % tp. */
+static void
+test_vllm_ep(void)
+{
+  static const guint64 counts3[] = {3, 3, 2};
+  static const guint64 counts4[] = {2, 2, 2, 2};
+
+  check_case(&(Case){MOE, NULL, FALSE, 1, 3, FALSE, counts3});
+  check_case(&(Case){MOE, NULL, FALSE, 2, 4, FALSE, counts4});
+}
+
+/* The dense model with tied embeddings: no lm_head anywhere; gate_up_proj/down_proj. */
+static void
+test_vllm_dense_tied(void)
+{
+  check_case(&(Case){DENSE, NULL, FALSE, 1, 0, FALSE, NULL});
+  check_case(&(Case){DENSE, NULL, FALSE, 2, 0, FALSE, NULL});
+  check_case(&(Case){DENSE, NULL, FALSE, 4, 0, FALSE, NULL});
+}
+
+/* Layer types from full_attention_interval (2) when layer_types is absent. */
+static void
+test_vllm_interval(void)
+{
+  const char *config = variant(MOE, "interval");
+  Model m = read_model(config);
+
+  g_assert_true(m.linear[0] && !m.linear[1] && m.linear[2] && !m.linear[3]);
+  check_case(&(Case){config, NULL, FALSE, 2, 0, FALSE, NULL});
+}
+
+/* The legacy layer type names read as their new ones (hf-qwen.md §3): the same files as
+ * the config with "linear_attention" / "full_attention". */
+static void
+test_vllm_legacy_layer_types(void)
+{
+  g_autofree char *legacy = convert(synth(variant(MOE, "legacy"), FALSE), CONF, "vllm", 2, 0);
+  g_autofree char *plain = convert(synth(MOE, FALSE), CONF, "vllm", 2, 0);
+  Run r = run_wsync("verify", plain, legacy, "--conf-dir", CONF, "--plugin-dir", plugin_dir(),
+                    NULL);
+
+  if (r.status != 0)
+    g_error("verify: exit %d\n%s%s", r.status, r.out, r.err);
+  test_run_clear(&r);
+}
+
+/* A flat (text-only) config: text fields at the root, no vision tower, no MTP. */
+static void
+test_vllm_flat(void)
+{
+  const char *config = variant(MOE, "flat");
+  Model m = read_model(config);
+
+  g_assert_false(m.vision);
+  check_case(&(Case){config, NULL, FALSE, 2, 0, FALSE, NULL});
+}
+
+/* language-model-only: no visual.* at all (check_rank insists), dropped by the rule. */
+static void
+test_vllm_language_model_only(void)
+{
+  check_case(&(Case){MOE, NULL, FALSE, 2, 0, TRUE, NULL});
+}
+
+/* ------------------------------------------------------------------ tests: casts */
+
+/* F32 values of linear_attn.norm.weight and the BF16 vLLM must hold (round to nearest,
+ * ties to even, as torch's copy_ does). */
+static const struct {
+  guint32 f32;
+  guint16 bf16;
+} norm_cases[] = {
+    {0x3F800000u, 0x3F80u}, /* 1.0, exact */
+    {0x3F808000u, 0x3F80u}, /* 1.00390625: exactly halfway, tie to even rounds DOWN */
+    {0x3F808001u, 0x3F81u}, /* just above halfway: rounds UP */
+    {0x3F818000u, 0x3F82u}, /* halfway above an odd value: tie to even rounds UP */
+    {0x3F807FFFu, 0x3F80u}, /* just below halfway: rounds down */
+    {0xBF818000u, 0xBF82u}, /* negative tie, up in magnitude to even */
+    {0x3F81FFFFu, 0x3F82u}, /* carries into the next value */
+    {0x3FFFFFFFu, 0x4000u}, /* carries into the exponent */
+    {0x00018000u, 0x0002u}, /* subnormal tie to even, up */
+    {0x00008000u, 0x0000u}, /* subnormal tie to even, down */
+    {0x80000000u, 0x8000u}, /* -0 */
+    {0x7F7FFFFFu, 0x7F80u}, /* the largest float rounds to infinity */
+};
+
+/* BF16 values of A_log that vLLM holds as F32: the BF16 bits become the high half. */
+static const guint16 alog_cases[] = {0x3F80u, 0xC0A0u, 0x0001u, 0x8000u, 0x7F7Fu, 0x3E4Du, 0xBF81u};
+
+typedef enum {
+  CAST_INPUT,  /* norm F32 from norm_cases, A_log BF16 from alog_cases */
+  EXACT_INPUT, /* norm F32 with values BF16 holds exactly, A_log F32 unchanged */
+} HandMade;
+
+/* A checkpoint by hand: the tensors of @src, with linear_attn.norm.weight and A_log
+ * replaced as @kind says, in one file model.safetensors, with src's config.json. */
+static char *
+hand_made(const char *src, HandMade kind)
+{
+  g_autoptr(WsyncCheckpoint) in = open_checkpoint(src);
+  g_autoptr(WsyncSafetensorsWriter) w = wsync_safetensors_writer_new();
+  char *dst = new_path("handmade");
+  g_autofree char *file = g_build_filename(dst, "model.safetensors", NULL);
+  g_autofree char *config_from = g_build_filename(src, "config.json", NULL);
+  g_autofree char *config_to = g_build_filename(dst, "config.json", NULL);
+  GError *error = NULL;
+  guint k = 0;
+
+  g_assert_cmpint(g_mkdir(dst, 0755), ==, 0);
+  test_copy(config_from, config_to);
+  for (guint i = 0; i < wsync_checkpoint_n_tensors(in); i++) {
+    const WsyncTensor *t = wsync_checkpoint_tensor(in, i);
+    WsyncDtype dtype = t->dtype;
+    if (kind == CAST_INPUT && g_str_has_suffix(t->name, ".linear_attn.A_log"))
+      dtype = WSYNC_DTYPE_BF16;
+    g_assert_true(wsync_safetensors_writer_add(w, t->name, dtype, t->ndim, t->shape, &error));
+  }
+  g_assert_true(wsync_safetensors_writer_begin(w, file, &error));
+  g_assert_no_error(error);
+  for (guint i = 0; i < wsync_checkpoint_n_tensors(in); i++) {
+    const WsyncTensor *t = wsync_checkpoint_tensor(in, i);
+    guint8 *data = wsync_safetensors_writer_data(w, t->name, &error);
+    g_assert_no_error(error);
+    if (g_str_has_suffix(t->name, ".linear_attn.norm.weight")) {
+      g_assert_cmpint(t->dtype, ==, WSYNC_DTYPE_F32);
+      for (guint64 e = 0; e < t->numel; e++) {
+        guint32 v = kind == CAST_INPUT ? norm_cases[k++ % G_N_ELEMENTS(norm_cases)].f32
+                                       : get32(t->data + 4 * e) & 0xffff0000u;
+        v = GUINT32_TO_LE(v);
+        memcpy(data + 4 * e, &v, 4);
+      }
+    } else if (kind == CAST_INPUT && g_str_has_suffix(t->name, ".linear_attn.A_log")) {
+      for (guint64 e = 0; e < t->numel; e++) {
+        guint16 v = GUINT16_TO_LE(alog_cases[(e + i) % G_N_ELEMENTS(alog_cases)]);
+        memcpy(data + 2 * e, &v, 2);
+      }
+    } else
+      memcpy(data, t->data, t->nbytes);
+  }
+  g_assert_true(wsync_safetensors_writer_finish(w, &error));
+  g_assert_no_error(error);
+  return dst;
+}
+
+/* Every linear_attn.norm.weight element vLLM holds is norm_cases[...].bf16 of the F32
+ * the input held, and every A_log element the input's BF16 in the high half (exact). */
+static void
+check_cast_values(const char *src, const char *rank_dir, guint tp, const Model *m)
+{
+  g_autoptr(WsyncCheckpoint) in = open_checkpoint(src);
+  RankFiles ranks[8];
+  guint hits = 0;
+
+  g_assert_cmpuint(open_ranks(rank_dir, ranks, G_N_ELEMENTS(ranks)), ==, tp);
+  for (guint r = 0; r < tp; r++)
+    for (guint64 l = 0; l < m->L; l++) {
+      g_autofree char *ni = ck_name(l, "linear_attn.norm.weight");
+      g_autofree char *no = rt_name(l, "linear_attn.norm.weight");
+      g_autofree char *ai = ck_name(l, "linear_attn.A_log");
+      g_autofree char *ao = rt_name(l, "linear_attn.A_log");
+      const WsyncTensor *nin, *nout, *ain, *aout;
+      if (!m->linear[l])
+        continue;
+      nin = wsync_checkpoint_lookup(in, ni);
+      nout = rank_lookup(&ranks[r], no);
+      ain = wsync_checkpoint_lookup(in, ai);
+      aout = rank_lookup(&ranks[r], ao);
+      g_assert_cmpint(nout->dtype, ==, WSYNC_DTYPE_BF16);
+      g_assert_cmpint(ain->dtype, ==, WSYNC_DTYPE_BF16);
+      g_assert_cmpint(aout->dtype, ==, WSYNC_DTYPE_F32);
+      for (guint64 e = 0; e < nin->numel; e++) {
+        guint32 f = get32(nin->data + 4 * e);
+        guint c = 0;
+        while (c < G_N_ELEMENTS(norm_cases) && norm_cases[c].f32 != f)
+          c++;
+        g_assert_cmpuint(c, <, G_N_ELEMENTS(norm_cases));
+        if (get16(nout->data + 2 * e) != norm_cases[c].bf16)
+          g_error("%s of rank %u: F32 0x%08x became BF16 0x%04x, want 0x%04x", no, r, f,
+                  get16(nout->data + 2 * e), norm_cases[c].bf16);
+        hits++;
+      }
+      for (guint64 e = 0; e < aout->numel; e++) {
+        guint64 global = (guint64)(r % tp) * aout->numel + e;
+        g_assert_cmphex(get32(aout->data + 4 * e), ==,
+                        (guint32)get16(ain->data + 2 * global) << 16);
+      }
+    }
+  g_assert_cmpuint(hits, >=, G_N_ELEMENTS(norm_cases));
+  for (guint r = 0; r < G_N_ELEMENTS(ranks); r++)
+    rank_files_clear(&ranks[r]);
+}
+
+/* Reading rank files back to "hf": the checkpoint is @orig again, except that the casts
+ * come back widened: the rounded norm as its BF16 value in F32 (the F32 value it was
+ * rounded from is lost), a BF16 A_log as F32 (the published dtype; exact). */
+static void
+assert_read_back(const char *orig_dir, const char *back_dir, guint *widened)
+{
+  g_autoptr(WsyncCheckpoint) orig = open_checkpoint(orig_dir);
+  g_autoptr(WsyncCheckpoint) back = open_checkpoint(back_dir);
+
+  *widened = 0;
+  g_assert_cmpuint(wsync_checkpoint_n_tensors(orig), ==, wsync_checkpoint_n_tensors(back));
+  for (guint i = 0; i < wsync_checkpoint_n_tensors(orig); i++) {
+    const WsyncTensor *a = wsync_checkpoint_tensor(orig, i);
+    const WsyncTensor *b = wsync_checkpoint_lookup(back, a->name);
+    gboolean norm = g_str_has_suffix(a->name, ".linear_attn.norm.weight");
+    if (b == NULL)
+      g_error("read back lacks %s", a->name);
+    g_assert_cmpuint(a->ndim, ==, b->ndim);
+    g_assert_cmpmem(a->shape, sizeof(guint64) * a->ndim, b->shape, sizeof(guint64) * b->ndim);
+    if (norm) {
+      g_assert_cmpint(a->dtype, ==, WSYNC_DTYPE_F32);
+      g_assert_cmpint(b->dtype, ==, WSYNC_DTYPE_F32);
+      for (guint64 e = 0; e < a->numel; e++) {
+        guint32 want = (guint32)round_to_bf16(get32(a->data + 4 * e)) << 16;
+        if (get32(b->data + 4 * e) != want)
+          g_error("%s element %" G_GUINT64_FORMAT ": read back 0x%08x, want 0x%08x", a->name, e,
+                  get32(b->data + 4 * e), want);
+      }
+      *widened += memcmp(a->data, b->data, a->nbytes) != 0;
+    } else if (a->dtype != b->dtype) {
+      g_assert_true(g_str_has_suffix(a->name, ".linear_attn.A_log"));
+      g_assert_cmpint(a->dtype, ==, WSYNC_DTYPE_BF16);
+      g_assert_cmpint(b->dtype, ==, WSYNC_DTYPE_F32);
+      for (guint64 e = 0; e < a->numel; e++)
+        g_assert_true(elem_ok(b, e, a, e));
+      (*widened)++;
+    } else if (memcmp(a->data, b->data, a->nbytes) != 0)
+      g_error("%s does not read back bit-exact", a->name);
+  }
+}
+
+/* The casts, on a hand-made input: F32 norm values that round down, up, ties both ways,
+ * and BF16 A_log values; every other tensor is still checked element by element by the
+ * oracle (which knows the same casts).  Then read back: the norm widens exactly. */
+static void
+test_casts(void)
+{
+  const char *config = variant(MOE, "nomtp");
+  Model m = read_model(config);
+  g_autofree char *src = hand_made(synth(config, FALSE), CAST_INPUT);
+  g_autofree char *dst = run_case(&(Case){config, src, FALSE, 2, 0, FALSE, NULL});
+  g_autofree char *back = NULL;
+  guint widened;
+
+  check_cast_values(src, dst, 2, &m);
+  back = convert(dst, CONF, "hf", 0, 0);
+  assert_read_back(src, back, &widened);
+  g_assert_cmpuint(widened, >, 0);
+}
+
+/* ------------------------------------------------------------------ tests: round trips */
+
+/* vllm -> hf: bit-exact for every tensor but the rounded norm, which widens exactly.
+ * (Inputs without MTP: vLLM skips mtp.*, so rank files cannot give it back.) */
+static void
+round_trip(const char *config, guint tp, guint ep, const guint64 *expert_counts)
+{
+  const char *src = synth(config, FALSE);
+  g_autofree char *dst = run_case(&(Case){config, NULL, FALSE, tp, ep, FALSE, expert_counts});
+  g_autofree char *back = convert(dst, CONF, "hf", 0, 0);
+  guint widened;
+
+  assert_read_back(src, back, &widened);
+}
+
+static void
+test_round_trip(void)
+{
+  static const guint64 counts[] = {2, 2, 2, 2};
+
+  round_trip(variant(MOE, "nomtp"), 2, 0, NULL);
+  round_trip(variant(MOE, "nomtp"), 4, 0, NULL);
+  round_trip(variant(MOE, "nomtp"), 2, 4, counts);
+  round_trip(variant(DENSE, "nomtp"), 4, 0, NULL);
+}
+
+/* With norm values BF16 holds exactly no cast changes a byte: `wsync verify` agrees
+ * the round trip is bit-exact. */
+static void
+test_round_trip_exact(void)
+{
+  const char *config = variant(MOE, "nomtp");
+  g_autofree char *src = hand_made(synth(config, FALSE), EXACT_INPUT);
+  g_autofree char *dst = run_case(&(Case){config, src, FALSE, 2, 0, FALSE, NULL});
+  g_autofree char *back = convert(dst, CONF, "hf", 0, 0);
+  Run r = run_wsync("verify", src, back, "--conf-dir", CONF, "--plugin-dir", plugin_dir(), NULL);
+
+  if (r.status != 0)
+    g_error("verify %s %s: exit %d\n%s%s", src, back, r.status, r.out, r.err);
+  test_run_clear(&r);
+}
+
+/* Rank files have no mtp.*: writing "hf" from them is refused, naming what is missing. */
+static void
+test_round_trip_mtp_refused(void)
+{
+  g_autofree char *dst = convert(synth(MOE, FALSE), CONF, "vllm", 2, 0);
+  g_autofree char *back = new_path("back");
+  Run r = run_wsync("convert", dst, back, "--conf-dir", CONF, "--plugin-dir", plugin_dir(),
+                    "--target", "hf", NULL);
+
+  g_assert_cmpint(r.status, !=, 0);
+  assert_has(r.err, "mtp.");
+  g_assert_false(g_file_test(back, G_FILE_TEST_EXISTS));
+  test_run_clear(&r);
+}
+
+/* ------------------------------------------------------------------ tests: the plan */
+
+static void
+test_plan_text(void)
+{
+  Run r = run_wsync("plan", synth(MOE, FALSE), "--conf-dir", CONF, "--plugin-dir", plugin_dir(),
+                    "--target", "vllm", "--tp", "2", NULL);
+
+  g_assert_cmpint(r.status, ==, 0);
+  assert_has(r.out, "note: model.language_model.layers.0.linear_attn.A_log: vLLM holds A_log in "
+                    "float32 (vLLM #37810); a BF16 checkpoint value is widened exactly");
+  assert_has(r.out, "note: model.language_model.layers.0.linear_attn.norm.weight: vLLM's "
+                    "RMSNormGated is created in the model dtype: an F32 checkpoint value is "
+                    "rounded to BF16 to nearest-even, as torch's copy_ does");
+  assert_has(r.out, "dropped mtp.fc.weight by rule vllm-skips-mtp");
+  assert_has(r.out, "dropped mtp.layers.0.mlp.experts.*.{gate,up}_proj.weight by rule "
+                    "vllm-skips-mtp");
+  assert_has(r.out, "<- model.language_model.layers.0.linear_attn.norm.weight[0:16] cast "
+                    "F32->BF16");
+  assert_has(r.out, "<- model.language_model.layers.3.self_attn.q_proj.weight[64:128, 0:64]");
+  g_assert_null(strstr(r.out, "language-model-only"));
+  test_run_clear(&r);
+
+  r = run_wsync("plan", synth(MOE, FALSE), "--conf-dir", conf_dir(TRUE), "--plugin-dir",
+                plugin_dir(), "--target", "vllm", "--tp", "2", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  assert_has(r.out, "dropped model.visual.blocks.0.attn.qkv.weight by rule language-model-only");
+  assert_has(r.out, "dropped model.visual.patch_embed.proj.weight by rule language-model-only");
+  g_assert_null(strstr(r.out, "  visual."));
+  test_run_clear(&r);
+}
+
+/* The JSON plan carries the same: notes, dropped params with their rules, casts. */
+static void
+test_plan_json(void)
+{
+  g_autofree char *src = hand_made(synth(variant(MOE, "nomtp"), FALSE), CAST_INPUT);
+  Run r = run_wsync("plan", synth(MOE, FALSE), "--conf-dir", conf_dir(TRUE), "--plugin-dir",
+                    plugin_dir(), "--target", "vllm", "--tp", "2", "--json", NULL);
+  g_autoptr(JsonParser) parser = json_parser_new();
+  GError *error = NULL;
+
+  g_assert_cmpint(r.status, ==, 0);
+  json_parser_load_from_data(parser, r.out, -1, &error);
+  g_assert_no_error(error);
+  assert_has(r.out, "\"rule\" : \"vllm-skips-mtp\"");
+  assert_has(r.out, "\"rule\" : \"language-model-only\"");
+  assert_has(r.out, "\"cast\" : \"F32->BF16\"");
+  assert_has(r.out, "vLLM holds A_log in float32 (vLLM #37810)");
+  test_run_clear(&r);
+  /* a BF16 A_log is widened */
+  r = run_wsync("plan", src, "--conf-dir", CONF, "--plugin-dir", plugin_dir(), "--target", "vllm",
+                "--tp", "2", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  assert_has(r.out, "<- model.language_model.layers.0.linear_attn.A_log[4:8] cast BF16->F32");
+  test_run_clear(&r);
+}
+
+/* ------------------------------------------------------------------ tests: refusals */
+
+/* nk 2 key heads cannot be split over tp 4: exit 2, one line naming the tensor and the
+ * numbers, no DST; plan refuses the same way. */
+static void
+test_refuse_key_heads(void)
+{
+  const char *src = synth("tiny-qwen3.5-moe-nk2.json", FALSE);
+  g_autofree char *dst = new_path("refused");
+  const char *want = "tp 4 does not divide the 2 units of 32 rows of "
+                     "model.language_model.layers.0.linear_attn.in_proj_qkv.weight";
+  Run r = run_wsync("convert", src, dst, "--conf-dir", CONF, "--plugin-dir", plugin_dir(),
+                    "--target", "vllm", "--tp", "4", NULL);
+
+  g_assert_cmpint(r.status, ==, 2);
+  assert_has(r.err, want);
+  g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+  test_run_clear(&r);
+  r = run_wsync("plan", src, "--conf-dir", CONF, "--plugin-dir", plugin_dir(), "--target", "vllm",
+                "--tp", "4", NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  assert_has(r.err, want);
+  test_run_clear(&r);
+  /* tp 2 divides it */
+  check_case(&(Case){"tiny-qwen3.5-moe-nk2.json", NULL, FALSE, 2, 0, FALSE, NULL});
+}
+
+/* A split that would cut a head is refused, naming the tensor: a gated q head is 2*hd
+ * rows (4 heads cannot go to 8 ranks, though 8 query halves could), and a vision head
+ * is D/heads rows of each third of attn.qkv (vllm-vision.md: T must divide the heads). */
+static void
+assert_refused(const char *src, const char *tp, const char *want)
+{
+  g_autofree char *dst = new_path("refused");
+  Run r = run_wsync("convert", src, dst, "--conf-dir", CONF, "--plugin-dir", plugin_dir(),
+                    "--target", "vllm", "--tp", tp, NULL);
+
+  g_assert_cmpint(r.status, ==, 2);
+  assert_has(r.err, want);
+  g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+  test_run_clear(&r);
+}
+
+static void
+test_refuse_heads(void)
+{
+  assert_refused(synth(variant(MOE, "fullfirst"), FALSE), "8",
+                 "tp 8 does not divide the 4 units of 128 rows of "
+                 "model.language_model.layers.0.self_attn.q_proj.weight");
+  assert_refused(synth(variant(MOE, "vheads2"), FALSE), "4",
+                 "tp 4 does not divide the 2 units of 32 rows of "
+                 "model.visual.blocks.0.attn.qkv.weight");
+  /* the text model alone divides by 4 */
+  check_case(&(Case){variant(MOE, "vheads2"), NULL, FALSE, 4, 0, TRUE, NULL});
+}
+
+/* A config that contradicts itself: exit 3, the config's path and the field. */
+static void
+assert_config_refused(const char *edit_key, const char *json_value, const char *message)
+{
+  g_autofree char *base = config_path(MOE);
+  g_autoptr(JsonNode) root = load_json(base);
+  JsonObject *o = json_node_get_object(root);
+  g_autofree char *path = new_path("badconfig");
+  g_autofree char *dst = new_path("refused");
+  g_auto(GStrv) keys = g_strsplit(edit_key, ".", 2);
+  JsonObject *target = keys[1] != NULL ? json_object_get_object_member(o, keys[0]) : o;
+  const char *key = keys[1] != NULL ? keys[1] : keys[0];
+  Run r;
+
+  if (json_value == NULL)
+    json_object_remove_member(target, key);
+  else {
+    g_autoptr(JsonParser) p = json_parser_new();
+    g_assert_true(json_parser_load_from_data(p, json_value, -1, NULL));
+    json_object_set_member(target, key, json_node_copy(json_parser_get_root(p)));
+  }
+  save_json(root, path);
+  r = run_wsync("synth", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), "--config", path, dst,
+                NULL);
+  g_assert_cmpint(r.status, ==, 3);
+  assert_has(r.err, path);
+  assert_has(r.err, message);
+  g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+  test_run_clear(&r);
+}
+
+static void
+test_refuse_configs(void)
+{
+  assert_config_refused("text_config.linear_num_key_heads", NULL,
+                        "field \"text_config.linear_num_key_heads\" is missing");
+  assert_config_refused("text_config.layer_types", "[\"linear_attention\"]",
+                        "field \"text_config.layer_types\" has 1 entries but "
+                        "text_config.num_hidden_layers is 4");
+  assert_config_refused("text_config.layer_types",
+                        "[\"linear_attention\", \"sliding_attention\", \"linear_attention\", "
+                        "\"full_attention\"]",
+                        "field \"text_config.layer_types[1]\" must be \"linear_attention\" or "
+                        "\"full_attention\", not \"sliding_attention\"");
+  assert_config_refused("text_config.linear_num_value_heads", "6",
+                        "field \"text_config.linear_num_value_heads\" (6) must be a multiple of "
+                        "text_config.linear_num_key_heads (4)");
+  assert_config_refused("text_config.model_type", "\"qwen3_5_text\"",
+                        "field \"text_config.model_type\" is \"qwen3_5_text\", but model_type "
+                        "\"qwen3_5_moe\" has the text model \"qwen3_5_moe_text\"");
+  assert_config_refused("text_config.shared_expert_intermediate_size", NULL,
+                        "field \"text_config.shared_expert_intermediate_size\" is missing");
+  assert_config_refused("vision_config.num_heads", "5",
+                        "field \"vision_config.hidden_size\" (32) must be a multiple of "
+                        "vision_config.num_heads (5)");
+  assert_config_refused("vision_config.depth", "\"2\"",
+                        "field \"vision_config.depth\" must be a positive integer, not \"2\"");
+  assert_config_refused("text_config.mtp_use_dedicated_embeddings", "true",
+                        "field \"text_config.mtp_use_dedicated_embeddings\" is true: an MTP "
+                        "block with its own embedding is not a layout qwen3_5_moe knows");
+  assert_config_refused("text_config.dtype", "\"int8\"",
+                        "field \"text_config.dtype\" must be \"bfloat16\", \"float16\" or "
+                        "\"float32\", not \"int8\"");
+}
+
+/* ------------------------------------------------------------------ tests: configuration */
+
+/* The shipped conf.d file parses, loads the plugin and serves both model types; the
+ * option is checked. */
+static void
+test_shipped_conf(void)
+{
+  g_autofree char *conf = new_path("shipped");
+  g_autofree char *shipped =
+      g_test_build_filename(G_TEST_DIST, "..", "conf.d", "31-qwen3_5_moe.conf", NULL);
+  g_autofree char *copy = NULL;
+  g_autofree char *bad = NULL;
+  Run r;
+
+  g_assert_cmpint(g_mkdir(conf, 0755), ==, 0);
+  copy = g_build_filename(conf, "31-qwen3_5_moe.conf", NULL);
+  test_copy(shipped, copy);
+  r = run_wsync("plugins", "--conf-dir", conf, "--plugin-dir", plugin_dir(), NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  assert_has(r.out, "qwen3_5_moe  active");
+  assert_has(r.out, "serves qwen3_5_moe,qwen3_5");
+  test_run_clear(&r);
+  /* a value that is not a boolean, in a later file */
+  bad = test_write(conf, "90-bad.conf",
+                   "plugin \"qwen3_5_moe\" {\n  language-model-only = maybe\n}\n");
+  r = run_wsync("plugins", "--conf-dir", conf, "--plugin-dir", plugin_dir(), NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  assert_has(r.err, bad);
+  test_run_clear(&r);
+}
+
+/* ------------------------------------------------------------------ tests: the bundled configs */
+
+/* One sparse shard: the tensors specs[first, last) in @file, every data byte a hole. */
+static void
+sparse_shard(GPtrArray *specs, guint first, guint last, const char *file, GHashTable *weight_map,
+             const char *file_name, guint64 *total)
+{
+  g_autoptr(WsyncSafetensorsWriter) w = wsync_safetensors_writer_new();
+  g_autofree guint8 *header = NULL;
+  GError *error = NULL;
+  gsize len;
+  int fd;
+
+  for (guint i = first; i < last; i++) {
+    const Spec *s = specs->pdata[i];
+    g_assert_true(wsync_safetensors_writer_add(w, s->name, s->dtype, s->ndim, s->shape, &error));
+    g_hash_table_insert(weight_map, g_strdup(s->name), g_strdup(file_name));
+  }
+  header = wsync_safetensors_writer_header(w, &len);
+  *total += wsync_safetensors_writer_data_size(w);
+  fd = open(file, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  g_assert_cmpint(fd, >=, 0);
+  g_assert_cmpint(write(fd, header, len), ==, (gssize)len);
+  g_assert_cmpint(ftruncate(fd, (off_t)(len + wsync_safetensors_writer_data_size(w))), ==, 0);
+  close(fd);
+}
+
+/* A header-only checkpoint: the tensors of @specs in sparse shards of at most 8 GiB
+ * (every data byte a hole: nothing is written, and valgrind, which cannot map 64 GiB at
+ * once, maps them one by one), named as the Qwen3.5 Hub repositories name them
+ * (`model.safetensors-000NN-of-000MM.safetensors`, hf-qwen.md §1.3, found only through
+ * the index), plus @config as config.json.  Planning reads headers only. */
+static char *
+sparse_checkpoint(GPtrArray *specs, const char *config)
+{
+  const guint64 shard_max = G_GUINT64_CONSTANT(8) << 30;
+  char *dir = new_path("sparse");
+  g_autofree char *config_to = g_build_filename(dir, "config.json", NULL);
+  g_autofree char *index = g_build_filename(dir, WSYNC_INDEX_NAME, NULL);
+  g_autoptr(GHashTable) weight_map = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+  g_autoptr(GArray) starts = g_array_new(FALSE, FALSE, sizeof(guint));
+  guint64 in_shard = 0, total = 0;
+  GError *error = NULL;
+
+  g_assert_cmpint(g_mkdir(dir, 0755), ==, 0);
+  test_copy(config, config_to);
+  for (guint i = 0; i < specs->len; i++) {
+    const Spec *s = specs->pdata[i];
+    guint64 bytes = wsync_dtype_bits(s->dtype) / 8;
+    for (guint d = 0; d < s->ndim; d++)
+      bytes *= s->shape[d];
+    if (i == 0 || in_shard + bytes > shard_max) {
+      g_array_append_val(starts, i);
+      in_shard = 0;
+    }
+    in_shard += bytes;
+  }
+  for (guint k = 0; k < starts->len; k++) {
+    guint first = g_array_index(starts, guint, k);
+    guint last = k + 1 < starts->len ? g_array_index(starts, guint, k + 1) : specs->len;
+    g_autofree char *name =
+        g_strdup_printf("model.safetensors-%05u-of-%05u.safetensors", k + 1, starts->len);
+    g_autofree char *file = g_build_filename(dir, name, NULL);
+    sparse_shard(specs, first, last, file, weight_map, name, &total);
+  }
+  g_assert_true(wsync_index_write(index, total, weight_map, &error));
+  g_assert_no_error(error);
+  return dir;
+}
+
+/* The plan's output tensors of rank @rank, by name. */
+static JsonObject *
+plan_rank_tensor(JsonNode *plan, guint rank, const char *name)
+{
+  JsonArray *ranks = json_object_get_array_member(json_node_get_object(plan), "ranks");
+  JsonArray *tensors = json_object_get_array_member(json_array_get_object_element(ranks, rank),
+                                                    "tensors");
+
+  for (guint i = 0; i < json_array_get_length(tensors); i++) {
+    JsonObject *t = json_array_get_object_element(tensors, i);
+    if (strcmp(json_object_get_string_member(t, "name"), name) == 0)
+      return t;
+  }
+  g_error("the plan of rank %u has no %s", rank, name);
+  return NULL;
+}
+
+static void
+assert_plan_shape(JsonNode *plan, guint rank, const char *name, const char *dtype, guint ndim,
+                  const guint64 *shape)
+{
+  JsonObject *t = plan_rank_tensor(plan, rank, name);
+  JsonArray *s = json_object_get_array_member(t, "shape");
+
+  g_assert_cmpstr(json_object_get_string_member(t, "dtype"), ==, dtype);
+  g_assert_cmpuint(json_array_get_length(s), ==, ndim);
+  for (guint d = 0; d < ndim; d++)
+    g_assert_cmpuint((guint64)json_array_get_int_element(s, d), ==, shape[d]);
+}
+
+static JsonNode *
+plan_json(const char *src, const char *target, const char *tp)
+{
+  Run r = tp != NULL ? run_wsync("plan", src, "--conf-dir", CONF, "--plugin-dir", plugin_dir(),
+                                 "--target", target, "--tp", tp, "--json", NULL)
+                     : run_wsync("plan", src, "--conf-dir", CONF, "--plugin-dir", plugin_dir(),
+                                 "--target", target, "--json", NULL);
+  g_autoptr(JsonParser) parser = json_parser_new();
+  GError *error = NULL;
+
+  if (r.status != 0)
+    g_error("plan %s --target %s: exit %d\n%s", src, target, r.status, r.err);
+  json_parser_load_from_data(parser, r.out, -1, &error);
+  g_assert_no_error(error);
+  test_run_clear(&r);
+  return json_node_copy(json_parser_get_root(parser));
+}
+
+/* The published tensor list of the real config (hf-qwen.md §1.3/§1.4: Qwen3.5-35B-A3B
+ * has 1 811 tensors, Qwen3.6-27B 1 199), as a sparse checkpoint: the plugin maps every
+ * tensor of it, "hf" writes it back tensor for tensor, and vllm at @tp has the shapes of
+ * vllm-layouts.md §3.3/§4. */
+static void
+check_real_config(const char *name, guint expect_tensors, const char *tp)
+{
+  g_autofree char *config = config_path(name);
+  Model m = read_model(name);
+  g_autoptr(GPtrArray) specs = published(&m, TRUE, FALSE);
+  g_autofree char *src = NULL;
+  g_autoptr(JsonNode) hf = NULL;
+  g_autoptr(JsonNode) vllm = NULL;
+  guint t = (guint)g_ascii_strtoull(tp, NULL, 10);
+  guint64 kd = m.nk * m.dk, vd = m.nv * m.dv;
+  JsonArray *ranks;
+
+  g_assert_cmpuint(specs->len, ==, expect_tensors);
+  src = sparse_checkpoint(specs, config);
+  hf = plan_json(src, "hf", NULL);
+  ranks = json_object_get_array_member(json_node_get_object(hf), "ranks");
+  g_assert_cmpuint(json_array_get_length(json_object_get_array_member(
+                       json_array_get_object_element(ranks, 0), "tensors")),
+                   ==, expect_tensors);
+  vllm = plan_json(src, "vllm", tp);
+  assert_plan_shape(vllm, 0, "language_model.model.layers.0.linear_attn.in_proj_qkvz.weight",
+                    "BF16", 2, (guint64[]){(2 * kd + 2 * vd) / t, m.H});
+  assert_plan_shape(vllm, 0, "language_model.model.layers.0.linear_attn.A_log", "F32", 1,
+                    (guint64[]){m.nv / t});
+  assert_plan_shape(vllm, 0, "language_model.model.layers.3.self_attn.qkv_proj.weight", "BF16", 2,
+                    (guint64[]){(2 * m.nh / t + 2 * MAX(m.nkv / t, 1)) * m.hd, m.H});
+  assert_plan_shape(vllm, 0, "visual.blocks.0.attn.qkv.weight", "BF16", 2,
+                    (guint64[]){3 * m.D / t, m.D});
+  assert_plan_shape(vllm, 0, "language_model.lm_head.weight", "BF16", 2,
+                    (guint64[]){(m.V + 63) / 64 * 64 / t, m.H});
+}
+
+static void
+test_real_qwen3_5_35b_a3b(void)
+{
+  check_real_config("qwen3.5-35b-a3b.json", 1811, "4");
+}
+
+static void
+test_real_qwen3_6_27b(void)
+{
+  check_real_config("qwen3.6-27b.json", 1199, "8");
+}
+
+int
+main(int argc, char **argv)
+{
+  int status;
+
+  g_test_init(&argc, &argv, NULL);
+  work_dir = test_tmpdir();
+  made = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+
+  g_test_add_func("/qwen3_5_moe/hf/published", test_hf_published);
+  g_test_add_func("/qwen3_5_moe/hf/fused-synth", test_hf_fused_synth);
+  g_test_add_func("/qwen3_5_moe/hf/experts", test_hf_experts);
+  g_test_add_func("/qwen3_5_moe/hf/fused-to-published", test_hf_fused_to_published);
+  g_test_add_func("/qwen3_5_moe/vllm/tp1", test_vllm_tp1);
+  g_test_add_func("/qwen3_5_moe/vllm/tp2", test_vllm_tp2);
+  g_test_add_func("/qwen3_5_moe/vllm/tp4-kv-replicated", test_vllm_tp4_kv_replicated);
+  g_test_add_func("/qwen3_5_moe/vllm/expert-forms", test_vllm_expert_forms);
+  g_test_add_func("/qwen3_5_moe/vllm/ep", test_vllm_ep);
+  g_test_add_func("/qwen3_5_moe/vllm/dense-tied", test_vllm_dense_tied);
+  g_test_add_func("/qwen3_5_moe/vllm/interval", test_vllm_interval);
+  g_test_add_func("/qwen3_5_moe/vllm/legacy-layer-types", test_vllm_legacy_layer_types);
+  g_test_add_func("/qwen3_5_moe/vllm/flat", test_vllm_flat);
+  g_test_add_func("/qwen3_5_moe/vllm/language-model-only", test_vllm_language_model_only);
+  g_test_add_func("/qwen3_5_moe/casts", test_casts);
+  g_test_add_func("/qwen3_5_moe/round-trip/widened", test_round_trip);
+  g_test_add_func("/qwen3_5_moe/round-trip/exact", test_round_trip_exact);
+  g_test_add_func("/qwen3_5_moe/round-trip/mtp-refused", test_round_trip_mtp_refused);
+  g_test_add_func("/qwen3_5_moe/plan/text", test_plan_text);
+  g_test_add_func("/qwen3_5_moe/plan/json", test_plan_json);
+  g_test_add_func("/qwen3_5_moe/refuse/key-heads", test_refuse_key_heads);
+  g_test_add_func("/qwen3_5_moe/refuse/heads", test_refuse_heads);
+  g_test_add_func("/qwen3_5_moe/refuse/configs", test_refuse_configs);
+  g_test_add_func("/qwen3_5_moe/config/shipped", test_shipped_conf);
+  g_test_add_func("/qwen3_5_moe/real/qwen3.5-35b-a3b", test_real_qwen3_5_35b_a3b);
+  g_test_add_func("/qwen3_5_moe/real/qwen3.6-27b", test_real_qwen3_6_27b);
+
+  status = g_test_run();
+  test_rmtree(work_dir);
+  g_free(work_dir);
+  g_hash_table_unref(made);
+  return status;
+}

@@ -93,6 +93,7 @@ struct _WsyncLayout {
   GPtrArray *tensors;         /* WsyncLayoutTensor*, owned */
   GHashTable *by_name;
   GArray *dropped; /* DroppedParam */
+  GArray *omitted; /* DroppedParam with param NULL: output tensors the source lacks */
   GHashTable *metadata;
   WsyncContext *ctx;
   const char *current_entry; /* "entry (plugin)" running now */

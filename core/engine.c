@@ -281,6 +281,7 @@ wsync_layout_new(WsyncMapping *m, WsyncContext *ctx, const char *target, guint t
   layout->tensors = g_ptr_array_new_with_free_func(layout_tensor_free);
   layout->by_name = g_hash_table_new(g_str_hash, g_str_equal);
   layout->dropped = g_array_new(FALSE, TRUE, sizeof(DroppedParam));
+  layout->omitted = g_array_new(FALSE, TRUE, sizeof(DroppedParam));
   layout->metadata = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
   return layout;
 }
@@ -296,6 +297,9 @@ wsync_layout_free(WsyncLayout *layout)
   for (guint i = 0; i < layout->dropped->len; i++)
     g_free(g_array_index(layout->dropped, DroppedParam, i).rule);
   g_array_unref(layout->dropped);
+  for (guint i = 0; i < layout->omitted->len; i++)
+    g_free(g_array_index(layout->omitted, DroppedParam, i).rule);
+  g_array_unref(layout->omitted);
   g_hash_table_unref(layout->metadata);
   if (layout->input_names)
     g_hash_table_unref(layout->input_names);

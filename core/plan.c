@@ -906,11 +906,51 @@ prove_coverage(WsyncLayout *layout, WsyncLayoutTensor *lt, GError **error)
   return TRUE;
 }
 
+/* The rule by which the source's own layout left @vt out (rank files of a backend that
+ * does not hold it, e.g. vLLM and the MTP block), or NULL. */
+static const char *
+dropped_by_source(WsyncPlan *plan, const WsyncVTensor *vt)
+{
+  for (guint l = 0; plan->input_layouts != NULL && l < plan->input_layouts->len; l++) {
+    WsyncLayout *in = plan->input_layouts->pdata[l];
+    for (guint d = 0; d < in->dropped->len; d++) {
+      DroppedParam *dp = &g_array_index(in->dropped, DroppedParam, d);
+      for (guint p = 0; p < dp->param->n_parts; p++)
+        if (dp->param->parts[p].vt == vt)
+          return dp->rule;
+    }
+  }
+  return NULL;
+}
+
+/* An output tensor whose logical tensor the source never held (it was dropped by a rule
+ * when the source was written) cannot be produced: it is left out, by that rule, and
+ * the plan says so.  Anything else without a source stays an error. */
+static const char *
+omitted_rule(WsyncPlan *plan, const WsyncLayoutTensor *lt)
+{
+  for (guint p = 0; p < lt->placements->len; p++) {
+    const WsyncVTensor *vt = g_array_index(lt->placements, Placement, p).vt;
+    if (vt->sources->len == 0)
+      return dropped_by_source(plan, vt);
+  }
+  return NULL;
+}
+
 static gboolean
 resolve_layout(WsyncPlan *plan, WsyncLayout *layout, GError **error)
 {
-  for (guint i = 0; i < layout->tensors->len; i++) {
+  for (guint i = 0; i < layout->tensors->len;) {
     WsyncLayoutTensor *lt = layout->tensors->pdata[i];
+    const char *rule = omitted_rule(plan, lt);
+    if (rule != NULL) {
+      DroppedParam omitted = {NULL, g_strdup_printf("%s (not in the source: %s)", lt->name, rule)};
+      g_array_append_val(layout->omitted, omitted);
+      g_hash_table_remove(layout->by_name, lt->name);
+      g_ptr_array_remove_index(layout->tensors, i);
+      continue;
+    }
+    i++;
     lt->ops = g_array_new(FALSE, TRUE, sizeof(Op));
     if (!wsync_dtype_nbytes(lt->dtype, tensor_numel(lt), &lt->nbytes)) {
       g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_PLUGIN, "tensor \"%s\": size overflows",
@@ -1252,6 +1292,8 @@ wsync_plan_print(WsyncPlan *plan, FILE *out)
       DroppedParam *dp = &g_array_index(layout->dropped, DroppedParam, d);
       fprintf(out, " dropped %s by rule %s\n", dp->param->name, dp->rule);
     }
+    for (guint d = 0; d < layout->omitted->len; d++)
+      fprintf(out, " omitted %s\n", g_array_index(layout->omitted, DroppedParam, d).rule);
   }
   for (guint i = 0; plan->inputs && i < plan->inputs->len; i++) {
     InputState *s = &g_array_index(plan->inputs, InputState, i);
@@ -1404,6 +1446,11 @@ wsync_plan_to_json(WsyncPlan *plan)
       json_builder_add_string_value(b, dp->rule);
       json_builder_end_object(b);
     }
+    json_builder_end_array(b);
+    json_builder_set_member_name(b, "omitted");
+    json_builder_begin_array(b);
+    for (guint d = 0; d < layout->omitted->len; d++)
+      json_builder_add_string_value(b, g_array_index(layout->omitted, DroppedParam, d).rule);
     json_builder_end_array(b);
     json_builder_end_object(b);
   }

@@ -291,10 +291,16 @@ column_share(Rank *r, const WsyncParam *param, const WsyncPart *part, guint64 *f
             ? g_strdup_printf(" (replicating needs tp to be a multiple of %" G_GUINT64_FORMAT ")",
                               n)
             : g_strdup("");
+    /* a part that is only some rows of its tensor (q, k, v of in_proj_qkv) says which */
+    g_autofree char *rows_of =
+        total != wsync_vtensor_get_shape(part->vt)[0]
+            ? g_strdup_printf(" (rows %" G_GUINT64_FORMAT ":%" G_GUINT64_FORMAT ")", part->start,
+                              part->start + total)
+            : g_strdup("");
     return usage_error(error,
                        "tp %u does not divide the %" G_GUINT64_FORMAT " units of %" G_GUINT64_FORMAT
-                       " rows of %s%s",
-                       r->tp, n, total, name, hint);
+                       " rows of %s%s%s",
+                       r->tp, n, total, name, rows_of, hint);
   }
   *first_row = part->start + r->t * (n / r->tp) * unit;
   *rows = n / r->tp * unit;

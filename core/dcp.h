@@ -1,9 +1,76 @@
-/* wsync: PyTorch Distributed Checkpoint readers (placeholder API; see helper-8). */
+/* wsync: reading PyTorch distributed checkpoints (DCP), sharded over ranks.
+ *
+ * Private to libwsync (not installed).  The functions are exported from the shared
+ * library so that the `wsync` command (merge, and convert from a sharded source), the
+ * tests and the fuzz harness can call them.
+ *
+ * Two on-disk formats (the facts are in `../shared/reference/dcp-format.md`):
+ *
+ * - Format A, DCP in Hugging Face safetensors mode: every
+ *   `shard-S-model-I-of-N.safetensors` of the directory, or of its `sharded/`
+ *   subdirectory.  Each is a plain safetensors file (read with wsync_safetensors_open(),
+ *   so all of that format's checks apply) whose `__metadata__` holds
+ *   `DCP_SHARDING_INFO`, a JSON string mapping each tensor key to
+ *   `{"saved_offsets": [...], "logical_fqn": "..."}`.  Chunks are grouped by
+ *   `logical_fqn` (else by the key); the global shape is the largest offset + size per
+ *   axis; a tensor's output part is the I-of-N of its files.  Gaps in the shard numbers
+ *   are normal (a rank with nothing left after deduplication writes no file), so a
+ *   missing file is seen only through the hole it leaves: a hole inside a tensor is
+ *   refused, but a file that held the last rows of a tensor (the "tail hole" of torch PR
+ *   #189945), or all of it, cannot be told from a smaller model.  Callers that know the
+ *   model's shapes (config.json) should compare.
+ * - Format B, the default layout: `.metadata` (a pickle of
+ *   `torch.distributed.checkpoint.metadata.Metadata`, read by core/pickle.c, which runs
+ *   nothing) and `__R_K.distcp` data files in which every chunk is a whole `torch.save`
+ *   zip archive at `_StorageInfo.offset/length`.  The archive is read with libzip; its
+ *   `data.pkl` gives the storage class, size, stride and storage offset, and its
+ *   `data/0` entry must be stored (not compressed), so a chunk's bytes are a plain range
+ *   of the mapped file.  The global shape is `TensorStorageMetadata.size`.
+ *   `BytesStorageMetadata` entries (non-tensor values) are skipped and listed.
+ *
+ * Nothing is copied: chunks point into read-only maps that live as long as the
+ * #WsyncDcp.  wsync_dcp_open() reads headers and metadata only; the proof that the chunks
+ * tile every tensor is wsync_dcp_check_coverage(), which reads data only where chunks
+ * overlap (replicas must be byte-identical there).
+ *
+ * Messages follow the safetensors reader: one #WSYNC_ERROR_BAD_INPUT line naming the
+ * file, the tensor, the chunk's box ("[0:3, 0:4]", half-open ranges per axis) and the
+ * numbers, e.g.
+ *   "ckpt/sharded: tensor "w": no chunk covers [3:6, 0:4] (shape [10, 4])".
+ */
 #ifndef WSYNC_DCP_H
 #define WSYNC_DCP_H
 
+#include <glib.h>
+#include <wsync/dtype.h>
 #include <wsync/engine.h>
+#include <wsync/safetensors.h>
 
+G_BEGIN_DECLS
+
+/** The name of format B's metadata file. */
+#define WSYNC_DCP_METADATA_NAME ".metadata"
+/** The subdirectory format A's shards may be in. */
+#define WSYNC_DCP_SHARDED_DIR "sharded"
+/** The most entries a torch.save archive of one chunk may have (torch writes 7). */
+#define WSYNC_DCP_MAX_ZIP_ENTRIES 64
+/** The largest `data.pkl` of one chunk accepted (torch's are a few hundred bytes). */
+#define WSYNC_DCP_MAX_DATA_PKL (1u << 20)
+
+/**
+ * WsyncDcpChunk:
+ * @box: the chunk's place in the global tensor: @box.offset and @box.extent per axis
+ *   (@box.ndim is the tensor's ndim; a 0-dim tensor's one chunk has ndim 0)
+ * @data: the chunk's first element inside a read-only map (for an empty chunk, some
+ *   valid address that must not be read)
+ * @region: element strides of the chunk's bytes, origin 0: element (i_0, ..., i_n-1) of
+ *   the box is at @data + dtype size * (@region.origin + sum(i_k * @region.stride[k])).
+ *   Row-major for format A; `_rebuild_tensor_v2`'s stride for format B (any order, e.g.
+ *   transposed)
+ * @file: the file that holds the bytes
+ *
+ * One saved piece of a tensor.
+ */
 typedef struct {
   WsyncBox box;
   const guint8 *data;
@@ -11,23 +78,238 @@ typedef struct {
   const char *file;
 } WsyncDcpChunk;
 
+/**
+ * WsyncDcpTensor:
+ * @name: the tensor's fully qualified name
+ * @dtype: element type (never a sub-byte type)
+ * @ndim: number of axes (0 for a scalar)
+ * @shape: the global shape
+ * @chunks: (element-type WsyncDcpChunk): its chunks, in file order (format A: files by
+ *   shard number, then data order) or in `.metadata` order (format B)
+ * @part: format A: the output file index I of `shard-S-model-I-of-N` (1-based), the same
+ *   for all the tensor's files; 0 when unknown (format B)
+ * @n_parts: format A: N; 0 when unknown
+ *
+ * One logical tensor of the checkpoint.
+ */
 typedef struct {
   char *name;
   WsyncDtype dtype;
   guint ndim;
   guint64 shape[WSYNC_MAX_DIMS];
-  GArray *chunks; /* WsyncDcpChunk */
+  GArray *chunks;
   guint part;
   guint n_parts;
 } WsyncDcpTensor;
 
+/**
+ * WsyncDcpFormat:
+ * @WSYNC_DCP_FORMAT_HF_SAFETENSORS: format A (shard-*-model-*-of-*.safetensors)
+ * @WSYNC_DCP_FORMAT_TORCH_SAVE: format B (.metadata and __R_K.distcp)
+ */
+typedef enum {
+  WSYNC_DCP_FORMAT_HF_SAFETENSORS,
+  WSYNC_DCP_FORMAT_TORCH_SAVE,
+} WsyncDcpFormat;
+
+/** An opened sharded checkpoint. */
 typedef struct _WsyncDcp WsyncDcp;
 
+/**
+ * wsync_dcp_detect:
+ * @dir: a directory
+ *
+ * Cheap test, for choosing a reader: does @dir hold a `.metadata` file, or a file named
+ * `shard-S-model-I-of-N.safetensors` (directly or in `@dir/sharded`)?  Opens no file.
+ *
+ * Returns: %TRUE when @dir looks like a sharded checkpoint.
+ */
 gboolean wsync_dcp_detect(const char *dir);
+
+/**
+ * wsync_dcp_open:
+ * @dir: the checkpoint directory (for format A, the directory whose `sharded/` holds the
+ *   shards may be given too)
+ * @error: return location for a #WSYNC_ERROR_BAD_INPUT or #WSYNC_ERROR_IO error
+ *
+ * Reads the headers (format A) or the `.metadata` and every chunk's archive directory and
+ * `data.pkl` (format B), maps the data files and validates everything that does not
+ * need the data: names, dtypes (one per tensor, and for format B the archive's storage
+ * class against `TensorProperties.dtype`), shapes, chunk sizes against the archive's
+ * size, strides and storage offsets inside the storage, byte ranges inside the files,
+ * one output part per tensor.  A directory with both a `.metadata` and shard files, or
+ * with shard files both in @dir and in `@dir/sharded`, is refused as ambiguous.
+ *
+ * Returns: (transfer full) (nullable): the checkpoint, or %NULL with @error set.
+ */
 WsyncDcp *wsync_dcp_open(const char *dir, GError **error);
+
+/** wsync_dcp_format: Returns: which of the two formats @dcp is. */
+WsyncDcpFormat wsync_dcp_format(const WsyncDcp *dcp);
+
+/** wsync_dcp_n_tensors: Returns: the number of tensors of @dcp. */
 guint wsync_dcp_n_tensors(const WsyncDcp *dcp);
+
+/**
+ * wsync_dcp_tensor:
+ * @dcp: a checkpoint
+ * @i: 0 <= @i < wsync_dcp_n_tensors()
+ *
+ * Tensors are sorted by name (strcmp order).
+ *
+ * Returns: (transfer none): tensor @i; it lives as long as @dcp.
+ */
 const WsyncDcpTensor *wsync_dcp_tensor(const WsyncDcp *dcp, guint i);
+
+/**
+ * wsync_dcp_lookup:
+ * @dcp: a checkpoint
+ * @name: a tensor name
+ *
+ * Returns: (transfer none) (nullable): the tensor called @name, or %NULL.
+ */
+const WsyncDcpTensor *wsync_dcp_lookup(const WsyncDcp *dcp, const char *name);
+
+/**
+ * wsync_dcp_n_skipped:
+ * @dcp: a checkpoint
+ *
+ * Returns: the number of non-tensor entries (format B `BytesStorageMetadata`) that were
+ *   skipped; 0 for format A.
+ */
+guint wsync_dcp_n_skipped(const WsyncDcp *dcp);
+
+/**
+ * wsync_dcp_skipped:
+ * @dcp: a checkpoint
+ * @i: 0 <= @i < wsync_dcp_n_skipped()
+ *
+ * Returns: (transfer none): the name of skipped entry @i, in `.metadata` order.
+ */
+const char *wsync_dcp_skipped(const WsyncDcp *dcp, guint i);
+
+/**
+ * wsync_dcp_check_tensor:
+ * @dcp: a checkpoint
+ * @tensor: one of its tensors
+ * @error: return location for a #WSYNC_ERROR_BAD_INPUT error
+ *
+ * Proves that the chunks of @tensor tile it: every box inside the shape, and every
+ * element covered.  Chunks may overlap only as byte-identical replicas: where boxes
+ * overlap, the first chunk (in @tensor's chunk order) wins and every later one must hold
+ * the same bytes on the overlap (compared, not assumed; this is the only data read).
+ * Zero-size chunks are allowed and ignored; a 0-dim tensor needs one chunk.  A gap is
+ * reported with the first missing box (lowest in row-major order):
+ * "WHERE: tensor "w": no chunk covers [3:6, 0:4] (shape [10, 4], 3 chunks)".
+ *
+ * Returns: %TRUE when @tensor is covered.
+ */
+gboolean wsync_dcp_check_tensor(const WsyncDcp *dcp, const WsyncDcpTensor *tensor, GError **error);
+
+/**
+ * wsync_dcp_check_coverage:
+ * @dcp: a checkpoint
+ * @error: return location for a #WSYNC_ERROR_BAD_INPUT error
+ *
+ * Runs wsync_dcp_check_tensor() on every tensor, in order, and stops at the first
+ * failure.
+ *
+ * Returns: %TRUE when every tensor is covered.
+ */
 gboolean wsync_dcp_check_coverage(const WsyncDcp *dcp, GError **error);
+
+/**
+ * wsync_dcp_free:
+ * @dcp: (nullable): a checkpoint
+ *
+ * Unmaps its files and frees it; its tensors and chunks become invalid.
+ */
 void wsync_dcp_free(WsyncDcp *dcp);
+
+/* ---------------------------------------------------------------- parts, for tests and fuzzing */
+
+/**
+ * WsyncDcpBlob:
+ * @dtype: element type, from the storage class (`torch.BFloat16Storage` -> BF16, ...) or,
+ *   for `_rebuild_tensor_v3` (float8 and unsigned 16/32/64-bit dtypes, which torch saves
+ *   as an `UntypedStorage`), from its dtype argument
+ * @ndim: number of axes of the saved tensor
+ * @size: its size per axis
+ * @stride: its stride per axis, in elements
+ * @storage_offset: the element index of its first element in the storage
+ * @storage_numel: the number of elements of the storage
+ * @data_offset: where the storage's bytes begin, relative to the start of the archive
+ *   (0 when the storage is empty)
+ * @data_len: the storage's size in bytes (@storage_numel times the element size)
+ *
+ * What one `torch.save` archive of a single tensor holds.
+ */
+typedef struct {
+  WsyncDtype dtype;
+  guint ndim;
+  guint64 size[WSYNC_MAX_DIMS];
+  guint64 stride[WSYNC_MAX_DIMS];
+  guint64 storage_offset;
+  guint64 storage_numel;
+  guint64 data_offset;
+  guint64 data_len;
+} WsyncDcpBlob;
+
+/**
+ * wsync_dcp_read_blob:
+ * @blob: a whole `torch.save` zip archive in memory
+ * @len: its length
+ * @what: names it in messages, e.g. "ckpt/__0_0.distcp at byte 512"
+ * @out: (out caller-allocates): what it holds
+ * @error: return location for a #WSYNC_ERROR_BAD_INPUT error
+ *
+ * Opens @blob with libzip (consistency checks on), finds the one `DIR/data.pkl`, reads it
+ * with the restricted pickle reader, checks `DIR/byteorder` (when present) is "little",
+ * and locates the storage entry `DIR/data/KEY`, which must be stored uncompressed and
+ * unencrypted and be exactly the storage's size.  libzip 1.7 has no call that returns an
+ * entry's data offset, so the archive is given to libzip through a source that notes
+ * where libzip reads; the entry's 30-byte local header is then parsed here (bounds
+ * checked) at the place libzip read it, and the data offset it gives must be where
+ * libzip read the data.  Also checks that the size and stride stay inside the storage.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean wsync_dcp_read_blob(const guint8 *blob, gsize len, const char *what, WsyncDcpBlob *out,
+                             GError **error);
+
+/**
+ * wsync_dcp_parse_metadata:
+ * @data: the bytes of a format B `.metadata` file
+ * @len: their number
+ * @file: its name, for messages
+ * @error: return location for a #WSYNC_ERROR_BAD_INPUT error
+ *
+ * Interprets the metadata alone: the tensors with their dtypes, global shapes and chunk
+ * boxes.  No data file is opened: the chunks' @data and @file are %NULL.  Used by
+ * wsync_dcp_open() and by the fuzz harness.
+ *
+ * Returns: (transfer full) (nullable): a checkpoint without data, or %NULL.
+ */
+WsyncDcp *wsync_dcp_parse_metadata(const guint8 *data, gsize len, const char *file,
+                                   GError **error);
+
+/**
+ * wsync_dcp_parse_shard:
+ * @data: the bytes of a format A shard file; must outlive the result
+ * @len: their number
+ * @file: its name, for messages (parsed like a real shard name when it is one, for the
+ *   output part)
+ * @error: return location for a #WSYNC_ERROR_BAD_INPUT error
+ *
+ * Validates one shard image (wsync_safetensors_parse() and its `DCP_SHARDING_INFO`) and
+ * returns it as a checkpoint of its own chunks.  Used by the fuzz harness.
+ *
+ * Returns: (transfer full) (nullable): a checkpoint, or %NULL.
+ */
+WsyncDcp *wsync_dcp_parse_shard(const guint8 *data, gsize len, const char *file, GError **error);
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(WsyncDcp, wsync_dcp_free)
+
+G_END_DECLS
 
 #endif /* WSYNC_DCP_H */

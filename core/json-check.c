@@ -149,8 +149,9 @@ wsync_json_parse(JsonParser *parser, const char *text, gsize len, const char *fi
   g_autofree char *duplicate = dc.duplicate;
 
   if (!ok) {
-    /* json-glib says "<data>:LINE:COL: Parse error: ..." */
-    const char *msg = json_error->message;
+    /* json-glib says "<data>:LINE:COL: Parse error: ..." and may quote the offending
+     * text, raw newlines included: keep the message on one line */
+    g_autofree char *msg = wsync_json_printable(json_error->message);
     if (g_str_has_prefix(msg, "<data>:"))
       return not_json(error, file, what, " at %s", msg + 7);
     return not_json(error, file, what, ": %s", msg);

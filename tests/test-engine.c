@@ -425,6 +425,71 @@ test_config_patchers_and_other_files(Fixture *f, gconstpointer data)
   g_assert_null(strstr(text, "\"rope_scaling\""));
 }
 
+/* A sharded training checkpoint (FSDP2 over 4 ranks, uneven and empty shards, in both
+ * DCP formats) of the tiny model: merge gives back the checkpoint, and convert and plan
+ * read it directly, consolidating on the fly, into the same rank files as from the
+ * plain checkpoint. */
+static void
+test_sharded_source(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *script = g_test_build_filename(G_TEST_DIST, "make-dcp-fixtures.py", NULL);
+  g_autofree char *file = g_build_filename(f->tiny, "model-00001-of-00001.safetensors", NULL);
+  g_autofree char *sharded = path_in(f, "sharded");
+  g_autofree char *reference = path_in(f, "reference");
+  const char *argv[] = {"python3", script, "--shard", file, sharded, NULL};
+  g_autofree char *err = NULL;
+  int wait_status = 0;
+  GError *error = NULL;
+
+  g_spawn_sync(NULL, (char **)argv, NULL, G_SPAWN_SEARCH_PATH, NULL, NULL, NULL, &err,
+               &wait_status, &error);
+  g_assert_no_error(error);
+  if (!g_spawn_check_wait_status(wait_status, NULL))
+    g_error("make-dcp-fixtures.py --shard failed: %s", err);
+  Run r = run_wsync(f, "convert", f->tiny, reference, "--target", "vllm", "--tp", "2", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+
+  for (const char *const *format = (const char *const[]){"a", "b", NULL}; *format; format++) {
+    g_autofree char *src = g_build_filename(sharded, *format, NULL);
+    g_autofree char *cfg_from = g_build_filename(f->tiny, "config.json", NULL);
+    g_autofree char *cfg_to = g_build_filename(src, "config.json", NULL);
+    g_autofree char *merged = g_strdup_printf("%s/merged-%s", f->dir, *format);
+    g_autofree char *ranks = g_strdup_printf("%s/ranks-%s", f->dir, *format);
+    test_copy(cfg_from, cfg_to);
+
+    r = run_wsync(f, "merge", src, merged, NULL);
+    g_assert_cmpint(r.status, ==, 0);
+    run_clear(&r);
+    r = run_wsync(f, "verify", f->tiny, merged, NULL);
+    g_assert_cmpstr(r.out, ==, "equal: 69 tensors, 325376 bytes\n");
+    run_clear(&r);
+
+    r = run_wsync(f, "plan", src, "--target", "vllm", "--tp", "2", "--json", NULL);
+    g_assert_cmpint(r.status, ==, 0);
+    assert_has(r.out, "\"source_layout\" : \"hf\"");
+    run_clear(&r);
+    r = run_wsync(f, "convert", src, ranks, "--target", "vllm", "--tp", "2", NULL);
+    g_assert_cmpint(r.status, ==, 0);
+    run_clear(&r);
+    for (int rank = 0; rank < 2; rank++) {
+      g_autofree char *name = g_strdup_printf("model-rank-%d-part-0.safetensors", rank);
+      g_autofree char *a = g_build_filename(reference, name, NULL);
+      g_autofree char *b = g_build_filename(ranks, name, NULL);
+      r = run_wsync(f, "verify", a, b, NULL);
+      g_assert_cmpint(r.status, ==, 0);
+      run_clear(&r);
+    }
+  }
+
+  /* merge refuses what is not sharded */
+  r = run_wsync(f, "merge", f->tiny, reference, NULL);
+  g_assert_cmpint(r.status, ==, 3);
+  assert_has(r.err, "not a sharded checkpoint");
+  run_clear(&r);
+}
+
 #define ADD(path, fn) g_test_add(path, Fixture, NULL, fixture_setup, fn, fixture_teardown)
 
 int
@@ -444,6 +509,7 @@ main(int argc, char **argv)
   ADD("/engine/output/threads", test_threads_give_identical_bytes);
   ADD("/engine/conf/sync-defaults", test_sync_section_defaults);
   ADD("/engine/plan/json", test_plan_json_names_sources);
+  ADD("/engine/input/sharded", test_sharded_source);
   ADD("/engine/output/config-and-other-files", test_config_patchers_and_other_files);
   return g_test_run();
 }

@@ -1,0 +1,814 @@
+/* Tests of the DCP readers (core/dcp.c, core/pickle.c).
+ *
+ * tests/make-dcp-fixtures.py writes both DCP formats into a temporary directory (see its
+ * docstring); every good fixture is opened, proven covered and reassembled from its
+ * chunks (boxes and strides, by a loop of this file's own) and compared bit for bit with
+ * the unsharded source; every bad one must be refused with the expected words. */
+#define _GNU_SOURCE
+#include <string.h>
+
+#include <glib.h>
+#include <glib/gstdio.h>
+
+#include <wsync/error.h>
+#include <wsync/safetensors.h>
+
+#include "../core/dcp.h"
+#include "../core/pickle.h"
+#include "testutil.h"
+
+static char *fixtures; /* the directory the script wrote */
+
+static char *
+fixture(const char *name)
+{
+  return g_build_filename(fixtures, name, NULL);
+}
+
+/* Checks the code, that the message is one line and that it holds every fragment. */
+static void
+check_error(const GError *err, const char *const *fragments)
+{
+  g_assert_nonnull(err);
+  for (guint i = 0; fragments[i]; i++) {
+    if (strstr(err->message, fragments[i]) == NULL)
+      g_printerr("message \"%s\" lacks \"%s\"\n", err->message, fragments[i]);
+    g_assert_nonnull(strstr(err->message, fragments[i]));
+  }
+  g_assert_null(strchr(err->message, '\n'));
+  g_assert_cmpuint(err->domain, ==, WSYNC_ERROR);
+  g_assert_cmpint(err->code, ==, WSYNC_ERROR_BAD_INPUT);
+}
+
+/* ================================================================ reassembly */
+
+/* Rebuilds every tensor of @dcp from its chunks, with a loop over each chunk's box and
+ * region, checks that every element was written, and compares with the tensor of the
+ * same name in @source (bit for bit).  Both must hold the same names. */
+static void
+compare_with_source(const WsyncDcp *dcp, const char *source)
+{
+  g_autofree char *path = fixture(source);
+  GError *error = NULL;
+  g_autoptr(WsyncSafetensors) src = wsync_safetensors_open(path, &error);
+  g_assert_no_error(error);
+  g_assert_cmpuint(wsync_dcp_n_tensors(dcp), ==, wsync_safetensors_n_tensors(src));
+
+  for (guint i = 0; i < wsync_dcp_n_tensors(dcp); i++) {
+    const WsyncDcpTensor *t = wsync_dcp_tensor(dcp, i);
+    if (i > 0)
+      g_assert_cmpint(strcmp(wsync_dcp_tensor(dcp, i - 1)->name, t->name), <, 0);
+    g_assert_true(wsync_dcp_lookup(dcp, t->name) == t);
+    const WsyncTensor *want = wsync_safetensors_lookup(src, t->name);
+    if (want == NULL)
+      g_error("tensor %s is not in %s", t->name, source);
+    g_assert_cmpint(t->dtype, ==, want->dtype);
+    g_assert_cmpuint(t->ndim, ==, want->ndim);
+    for (guint d = 0; d < t->ndim; d++)
+      g_assert_cmpuint(t->shape[d], ==, want->shape[d]);
+
+    gsize es = wsync_dtype_bits(t->dtype) / 8;
+    guint64 gstride[WSYNC_MAX_DIMS], acc = 1;
+    for (guint d = t->ndim; d > 0; d--) {
+      gstride[d - 1] = acc;
+      acc *= t->shape[d - 1];
+    }
+    g_autofree guint8 *buf = g_malloc0(want->nbytes + 1);
+    g_autofree guint8 *seen = g_malloc0(want->numel + 1);
+    for (guint c = 0; c < t->chunks->len; c++) {
+      const WsyncDcpChunk *ch = &g_array_index(t->chunks, WsyncDcpChunk, c);
+      g_assert_cmpuint(ch->box.ndim, ==, t->ndim);
+      g_assert_nonnull(ch->file);
+      guint64 n = wsync_box_volume(&ch->box);
+      guint64 idx[WSYNC_MAX_DIMS] = {0};
+      for (guint64 e = 0; e < n; e++) {
+        guint64 from = ch->region.origin, to = 0;
+        for (guint d = 0; d < t->ndim; d++) {
+          from += idx[d] * ch->region.stride[d];
+          to += (ch->box.offset[d] + idx[d]) * gstride[d];
+        }
+        memcpy(buf + to * es, ch->data + from * es, es);
+        seen[to] = 1;
+        for (guint d = t->ndim; d > 0; d--) {
+          if (++idx[d - 1] < ch->box.extent[d - 1])
+            break;
+          idx[d - 1] = 0;
+        }
+      }
+    }
+    for (guint64 e = 0; e < want->numel; e++)
+      if (!seen[e])
+        g_error("%s: element %" G_GUINT64_FORMAT " not written", t->name, e);
+    if (memcmp(buf, want->data, want->nbytes) != 0)
+      g_error("%s differs from the unsharded source", t->name);
+  }
+}
+
+static WsyncDcp *
+open_good(const char *name)
+{
+  g_autofree char *path = fixture(name);
+  GError *error = NULL;
+  g_assert_true(wsync_dcp_detect(path));
+  WsyncDcp *dcp = wsync_dcp_open(path, &error);
+  g_assert_no_error(error);
+  g_assert_nonnull(dcp);
+  g_assert_true(wsync_dcp_check_coverage(dcp, &error));
+  g_assert_no_error(error);
+  return dcp;
+}
+
+static const WsyncDcpChunk *
+chunk(const WsyncDcpTensor *t, guint i)
+{
+  g_assert_cmpuint(i, <, t->chunks->len);
+  return &g_array_index(t->chunks, WsyncDcpChunk, i);
+}
+
+/* ================================================================ good checkpoints */
+
+static void
+test_detect(void)
+{
+  g_autofree char *a = fixture("good-a"), *b = fixture("good-b"), *flat = fixture("flat-a");
+  g_autofree char *file = fixture("good.safetensors"), *none = fixture("nowhere");
+  g_assert_true(wsync_dcp_detect(a));
+  g_assert_true(wsync_dcp_detect(b));
+  g_assert_true(wsync_dcp_detect(flat));
+  g_assert_false(wsync_dcp_detect(fixtures));
+  g_assert_false(wsync_dcp_detect(file));
+  g_assert_false(wsync_dcp_detect(none));
+}
+
+static void
+test_a_good(void)
+{
+  g_autoptr(WsyncDcp) dcp = open_good("good-a");
+  g_assert_cmpint(wsync_dcp_format(dcp), ==, WSYNC_DCP_FORMAT_HF_SAFETENSORS);
+  g_assert_cmpuint(wsync_dcp_n_skipped(dcp), ==, 0);
+  compare_with_source(dcp, "good.safetensors");
+
+  /* Output parts from -model-I-of-N. */
+  const WsyncDcpTensor *embed = wsync_dcp_lookup(dcp, "model.embed_tokens.weight");
+  g_assert_cmpuint(embed->part, ==, 1);
+  g_assert_cmpuint(embed->n_parts, ==, 2);
+  g_assert_cmpuint(embed->chunks->len, ==, 4);
+  const WsyncDcpTensor *w1 = wsync_dcp_lookup(dcp, "model.layers.0.mlp.experts.w1");
+  g_assert_cmpuint(w1->part, ==, 2);
+  g_assert_cmpuint(w1->n_parts, ==, 2);
+  /* FSDP2 x EP: rank (i, j) = 2i + j holds rows [4j + 2i, 4j + 2i + 2). */
+  g_assert_cmpuint(chunk(w1, 0)->box.offset[0], ==, 0);
+  g_assert_cmpuint(chunk(w1, 1)->box.offset[0], ==, 4);
+  g_assert_cmpuint(chunk(w1, 2)->box.offset[0], ==, 2);
+  g_assert_cmpuint(chunk(w1, 3)->box.offset[0], ==, 6);
+  /* The empty last shard of an uneven split: offset = dim size, extent 0. */
+  const WsyncDcpTensor *q = wsync_dcp_lookup(dcp, "model.layers.0.self_attn.q_proj.weight");
+  g_assert_cmpuint(q->chunks->len, ==, 4);
+  g_assert_cmpuint(chunk(q, 3)->box.offset[0], ==, 9);
+  g_assert_cmpuint(chunk(q, 3)->box.extent[0], ==, 0);
+  g_assert_cmpuint(chunk(q, 3)->box.extent[1], ==, 8);
+  /* Two chunks of one tensor in one file (fqn.__dcp_shard_k, logical_fqn). */
+  const WsyncDcpTensor *down = wsync_dcp_lookup(dcp, "model.layers.0.mlp.down.weight");
+  g_assert_cmpuint(down->chunks->len, ==, 2);
+  g_assert_cmpstr(chunk(down, 0)->file, ==, chunk(down, 1)->file);
+  g_assert_null(wsync_dcp_lookup(dcp, "model.layers.0.mlp.down.weight.__dcp_shard_0"));
+  /* A scalar. */
+  const WsyncDcpTensor *scale = wsync_dcp_lookup(dcp, "model.scale");
+  g_assert_cmpuint(scale->ndim, ==, 0);
+  g_assert_cmpuint(scale->chunks->len, ==, 1);
+  /* Replicas that were not deduplicated: both kept, both compared. */
+  const WsyncDcpTensor *ln = wsync_dcp_lookup(dcp, "model.layers.0.input_layernorm.weight");
+  g_assert_cmpuint(ln->chunks->len, ==, 2);
+  g_assert_cmpuint(wsync_dcp_lookup(dcp, "model.layers.0.mlp.gate.weight")->chunks->len, ==, 4);
+}
+
+static void
+test_a_flat(void)
+{
+  /* Shards directly in the directory, shard numbers 1, 3, 4 (rank 1 wrote nothing). */
+  g_autoptr(WsyncDcp) dcp = open_good("flat-a");
+  compare_with_source(dcp, "flat.safetensors");
+  const WsyncDcpTensor *w = wsync_dcp_lookup(dcp, "w");
+  g_assert_cmpuint(w->part, ==, 1);
+  g_assert_cmpuint(w->n_parts, ==, 1);
+  g_assert_cmpuint(w->chunks->len, ==, 3);
+  g_assert_true(
+      g_str_has_suffix(chunk(w, 1)->file, "shard-00003-model-00001-of-00001.safetensors"));
+}
+
+static void
+check_good_b(const char *name)
+{
+  g_autoptr(WsyncDcp) dcp = open_good(name);
+  g_assert_cmpint(wsync_dcp_format(dcp), ==, WSYNC_DCP_FORMAT_TORCH_SAVE);
+  compare_with_source(dcp, "good.safetensors");
+  g_assert_cmpuint(wsync_dcp_n_skipped(dcp), ==, 1);
+  g_assert_cmpstr(wsync_dcp_skipped(dcp, 0), ==, "train_state");
+
+  /* The transposed chunk keeps its strides. */
+  const WsyncDcpTensor *lm = wsync_dcp_lookup(dcp, "lm_head.weight");
+  g_assert_cmpuint(lm->part, ==, 0);
+  g_assert_cmpuint(lm->n_parts, ==, 0);
+  g_assert_cmpuint(chunk(lm, 0)->region.stride[0], ==, 4);
+  g_assert_cmpuint(chunk(lm, 0)->region.stride[1], ==, 1);
+  g_assert_cmpuint(chunk(lm, 1)->region.stride[0], ==, 1);
+  g_assert_cmpuint(chunk(lm, 1)->region.stride[1], ==, 3);
+  /* The dim-0-smaller-than-world tensor: the one empty chunk DCP keeps. */
+  const WsyncDcpTensor *tiny = wsync_dcp_lookup(dcp, "model.tiny.weight");
+  g_assert_cmpuint(tiny->chunks->len, ==, 3);
+  g_assert_cmpuint(chunk(tiny, 2)->box.offset[0], ==, 2);
+  g_assert_cmpuint(chunk(tiny, 2)->box.extent[0], ==, 0);
+  /* float8 and uint16 come through _rebuild_tensor_v3. */
+  g_assert_cmpint(wsync_dcp_lookup(dcp, "model.fp8.weight")->dtype, ==, WSYNC_DTYPE_F8_E4M3);
+  g_assert_cmpint(wsync_dcp_lookup(dcp, "model.u16")->dtype, ==, WSYNC_DTYPE_U16);
+  g_assert_cmpint(wsync_dcp_lookup(dcp, "model.mask")->dtype, ==, WSYNC_DTYPE_BOOL);
+  g_assert_cmpint(wsync_dcp_lookup(dcp, "model.position_ids")->dtype, ==, WSYNC_DTYPE_I64);
+}
+
+static void
+test_b_good(void)
+{
+  check_good_b("good-b"); /* protocol 4, pathlib.PosixPath */
+}
+
+static void
+test_b_protocol2(void)
+{
+  check_good_b("good-b-p2");
+}
+
+static void
+test_b_protocol5(void)
+{
+  check_good_b("good-b-p5"); /* protocol 5, pathlib._local.PosixPath */
+}
+
+static void
+test_b_flat(void)
+{
+  g_autoptr(WsyncDcp) dcp = open_good("flat-b");
+  compare_with_source(dcp, "flat.safetensors");
+}
+
+/* ================================================================ refusals */
+
+typedef struct {
+  const char *fixture;
+  gboolean at_open; /* refused by wsync_dcp_open (else by the coverage check) */
+  const char *fragments[6];
+} Refusal;
+
+static const Refusal refusals[] = {
+    {"a-missing-shard", FALSE,
+     {"a-missing-shard/sharded: tensor \"model.bytes\": no chunk covers [2:4] (shape [8], 3 "
+      "chunks)",
+      "the checkpoint is incomplete", NULL}},
+    {"a-corrupt-replica", FALSE,
+     {"tensor \"model.layers.0.input_layernorm.weight\": chunk [0:6] (",
+      "shard-00001-model-00001-of-00002.safetensors) and chunk [0:6] (",
+      "shard-00003-model-00001-of-00002.safetensors) overlap on [0:6] but differ at element [0]",
+      "replicas must be byte-identical", NULL}},
+    {"a-no-info", TRUE,
+     {"shard-00003-model-00001-of-00002.safetensors: no DCP_SHARDING_INFO in __metadata__",
+      "torch's consolidator refuses it too", NULL}},
+    {"b-missing-file", TRUE,
+     {"b-missing-file/.metadata: tensor \"model.bytes\": chunk [4:6]: its data file "
+      "\"__2_0.distcp\" is missing",
+      NULL}},
+    {"b-missing-chunk", FALSE,
+     {"b-missing-chunk/.metadata: tensor \"model.embed_tokens.weight\": no chunk covers [3:6, "
+      "0:4] (shape [10, 4], 3 chunks)",
+      NULL}},
+    {"b-corrupt-replica", FALSE,
+     {"tensor \"model.layers.0.input_layernorm.weight\": chunk [0:4] (",
+      "__0_0.distcp) and chunk [2:6] (", "__2_0.distcp) overlap on [2:4] but differ at element [2]",
+      NULL}},
+    {"b-zstd", TRUE,
+     {"tensor \"model.norm.weight\": chunk [0:4] is stored with the transform \"stream.zstd/1\"",
+      "only plain torch.save archives are supported", NULL}},
+    {"b-deflate", TRUE,
+     {"__0_0.distcp: tensor \"model.norm.weight\": chunk [0:4]: archive at byte ",
+      ": entry \"archive/data/0\" is compressed (method 8); only stored entries are supported",
+      NULL}},
+    {"b-bigendian", TRUE,
+     {"tensor \"model.norm.weight\": chunk [0:4]",
+      "byteorder is \"big\"; only little-endian archives are supported", NULL}},
+    {"b-dtype", TRUE,
+     {"tensor \"model.norm.weight\": chunk [0:4]", "holds F16 data but the metadata says BF16",
+      NULL}},
+    {"b-oob", TRUE,
+     {"b-oob/.metadata: tensor \"model.embed_tokens.weight\": chunk [10:11, 1:5] lies outside "
+      "the shape [10, 4]",
+      NULL}},
+    {"b-evil", TRUE,
+     {"b-evil/.metadata: pickle byte ",
+      ": the global os.system is not one DCP writes (refused; nothing is imported)", NULL}},
+    {"b-view", TRUE,
+     {"tensor \"model.norm.weight\": chunk [0:4]",
+      "data.pkl: size [4], stride [2] and storage offset 0 reach element 6 of a storage of 4",
+      NULL}},
+    {"ambiguous", TRUE, {"holds both a .metadata", "ambiguous", NULL}},
+    {"good.safetensors", TRUE, {"not a directory", NULL}},
+};
+
+static void
+test_refusal(gconstpointer data)
+{
+  const Refusal *r = data;
+  g_autofree char *path = fixture(r->fixture);
+  GError *error = NULL;
+  g_autoptr(WsyncDcp) dcp = wsync_dcp_open(path, &error);
+  if (r->at_open) {
+    g_assert_null(dcp);
+    check_error(error, r->fragments);
+  } else {
+    g_assert_no_error(error);
+    g_assert_nonnull(dcp);
+    g_assert_false(wsync_dcp_check_coverage(dcp, &error));
+    check_error(error, r->fragments);
+  }
+  g_clear_error(&error);
+}
+
+static void
+test_not_a_checkpoint(void)
+{
+  GError *error = NULL;
+  g_autoptr(WsyncDcp) dcp = wsync_dcp_open(fixtures, &error);
+  g_assert_null(dcp);
+  const char *const frags[] = {"not a sharded checkpoint: no .metadata and no "
+                               "shard-S-model-I-of-N.safetensors files",
+                               NULL};
+  check_error(error, frags);
+  g_clear_error(&error);
+
+  g_autofree char *none = fixture("nowhere");
+  dcp = wsync_dcp_open(none, &error);
+  g_assert_null(dcp);
+  g_assert_error(error, WSYNC_ERROR, WSYNC_ERROR_IO);
+  g_clear_error(&error);
+}
+
+/* Both shard sets: SRC/shard-* and SRC/sharded/shard-*. */
+static void
+test_both_shard_dirs(void)
+{
+  g_autofree char *tmp = test_tmpdir();
+  g_autofree char *sub = g_build_filename(tmp, "sharded", NULL);
+  g_assert_cmpint(g_mkdir(sub, 0700), ==, 0);
+  g_autofree char *from = fixture("flat-a/shard-00001-model-00001-of-00001.safetensors");
+  const char *name = "shard-00001-model-00001-of-00001.safetensors";
+  g_autofree char *to1 = g_build_filename(tmp, name, NULL);
+  g_autofree char *to2 = g_build_filename(sub, name, NULL);
+  test_copy(from, to1);
+  test_copy(from, to2);
+  GError *error = NULL;
+  g_autoptr(WsyncDcp) dcp = wsync_dcp_open(tmp, &error);
+  const char *const frags[] = {"both directly and in sharded/", NULL};
+  check_error(error, frags);
+  g_clear_error(&error);
+  test_rmtree(tmp);
+}
+
+/* A shard whose name promises another number of parts than its siblings. */
+static void
+test_parts_disagree(void)
+{
+  g_autofree char *tmp = test_tmpdir();
+  g_autofree char *from = fixture("flat-a/shard-00001-model-00001-of-00001.safetensors");
+  g_autofree char *from3 = fixture("flat-a/shard-00003-model-00001-of-00001.safetensors");
+  g_autofree char *to1 =
+      g_build_filename(tmp, "shard-00001-model-00001-of-00001.safetensors", NULL);
+  g_autofree char *to2 =
+      g_build_filename(tmp, "shard-00003-model-00001-of-00002.safetensors", NULL);
+  test_copy(from, to1);
+  test_copy(from3, to2);
+  GError *error = NULL;
+  g_autoptr(WsyncDcp) dcp = wsync_dcp_open(tmp, &error);
+  const char *const frags[] = {"shard-00003-model-00001-of-00002.safetensors: the name says 2 "
+                               "output parts but shard-00001-model-00001-of-00001.safetensors "
+                               "says 1",
+                               NULL};
+  check_error(error, frags);
+  g_clear_error(&error);
+  test_rmtree(tmp);
+}
+
+/* ================================================================ coverage, on hand-made shards */
+
+typedef struct {
+  guint64 off[3], ext[3];
+  gint64 corrupt; /* a chunk element whose value is spoiled, or -1 */
+} Piece;
+
+/* One format A shard image holding pieces of the I32 tensor "t" of @shape (element value
+ * = its global row-major index), keys t.__dcp_shard_K with logical_fqn "t"; then
+ * wsync_dcp_check_coverage() of it.  Returns the error, or NULL when covered. */
+static GError *
+coverage_of(guint ndim, const guint64 *shape, const Piece *pieces, guint n)
+{
+  g_autoptr(WsyncSafetensorsWriter) w = wsync_safetensors_writer_new();
+  GString *info = g_string_new("{");
+  GError *error = NULL;
+  for (guint i = 0; i < n; i++) {
+    g_autofree char *key = g_strdup_printf("t.__dcp_shard_%u", i);
+    g_string_append_printf(info, "%s\"%s\": {\"logical_fqn\": \"t\", \"saved_offsets\": [",
+                           i ? ", " : "", key);
+    for (guint d = 0; d < ndim; d++)
+      g_string_append_printf(info, "%s%" G_GUINT64_FORMAT, d ? ", " : "", pieces[i].off[d]);
+    g_string_append(info, "]}");
+    g_assert_true(
+        wsync_safetensors_writer_add(w, key, WSYNC_DTYPE_I32, ndim, pieces[i].ext, &error));
+  }
+  g_string_append_c(info, '}');
+  wsync_safetensors_writer_set_metadata(w, "DCP_SHARDING_INFO", info->str);
+  g_string_free(info, TRUE);
+  gsize hlen;
+  g_autofree guint8 *header = wsync_safetensors_writer_header(w, &hlen);
+  gsize total = hlen + wsync_safetensors_writer_data_size(w);
+  g_autofree guint8 *image = g_malloc0(total + 1);
+  memcpy(image, header, hlen);
+  g_autoptr(WsyncSafetensors) st = wsync_safetensors_parse(image, total, "img", &error);
+  g_assert_no_error(error);
+  for (guint i = 0; i < n; i++) {
+    g_autofree char *key = g_strdup_printf("t.__dcp_shard_%u", i);
+    const WsyncTensor *t = wsync_safetensors_lookup(st, key);
+    guint8 *out = image + (t->data - image);
+    guint64 idx[3] = {0};
+    for (guint64 e = 0; e < t->numel; e++) {
+      guint64 g = 0;
+      for (guint d = 0; d < ndim; d++)
+        g = g * shape[d] + pieces[i].off[d] + idx[d];
+      gint32 v = (gint32)g ^ ((gint64)e == pieces[i].corrupt ? 0x100 : 0);
+      memcpy(out + 4 * e, &v, 4);
+      for (guint d = ndim; d > 0; d--) {
+        if (++idx[d - 1] < pieces[i].ext[d - 1])
+          break;
+        idx[d - 1] = 0;
+      }
+    }
+  }
+  g_autoptr(WsyncDcp) dcp = wsync_dcp_parse_shard(image, total, "img", &error);
+  g_assert_no_error(error);
+  const WsyncDcpTensor *t = wsync_dcp_lookup(dcp, "t");
+  g_assert_nonnull(t);
+  for (guint d = 0; d < ndim; d++)
+    g_assert_cmpuint(t->shape[d], ==, shape[d]);
+  if (wsync_dcp_check_coverage(dcp, &error))
+    return NULL;
+  g_assert_nonnull(error);
+  g_assert_null(strchr(error->message, '\n'));
+  return error;
+}
+
+static void
+expect_coverage(guint ndim, const guint64 *shape, const Piece *pieces, guint n,
+                const char *fragment)
+{
+  g_autoptr(GError) error = coverage_of(ndim, shape, pieces, n);
+  if (fragment == NULL) {
+    g_assert_no_error(error);
+    return;
+  }
+  check_error(error, (const char *const[]){"img: tensor \"t\": ", fragment, NULL});
+}
+
+static void
+test_coverage(void)
+{
+  const guint64 s46[] = {4, 6}, s33[] = {3, 3}, s42[] = {4, 2}, s4[] = {4}, s222[] = {2, 2, 2};
+  /* A missing block of a 2 x 2 grid. */
+  const Piece grid[] = {{{0, 0}, {2, 3}, -1}, {{0, 3}, {2, 3}, -1}, {{2, 0}, {2, 3}, -1}};
+  expect_coverage(2, s46, grid, 3, "no chunk covers [2:4, 3:6] (shape [4, 6], 3 chunks)");
+  /* A hole in the middle. */
+  const Piece ring[] = {{{0, 0}, {1, 3}, -1}, {{2, 0}, {1, 3}, -1}, {{1, 0}, {1, 1}, -1},
+                        {{1, 2}, {1, 1}, -1}};
+  expect_coverage(2, s33, ring, 4, "no chunk covers [1:2, 1:2] (shape [3, 3], 4 chunks)");
+  /* Partial overlaps that agree, and one that does not (element (2, 1)). */
+  const Piece agree[] = {{{0, 0}, {3, 2}, -1}, {{1, 0}, {3, 2}, -1}};
+  expect_coverage(2, s42, agree, 2, NULL);
+  const Piece differ[] = {{{0, 0}, {3, 2}, -1}, {{1, 0}, {3, 2}, 3}};
+  expect_coverage(2, s42, differ, 2,
+                  "chunk [0:3, 0:2] (img) and chunk [1:4, 0:2] (img) overlap on [1:3, 0:2] but "
+                  "differ at element [2, 1]");
+  /* Three replicas, the third spoiled; an empty chunk beside them. */
+  const Piece reps[] = {{{0}, {4}, -1}, {{4}, {0}, -1}, {{0}, {4}, -1}, {{0}, {4}, 2}};
+  expect_coverage(1, s4, reps, 4, "chunk [0:4] (img) and chunk [0:4] (img) overlap on [0:4] but "
+                                  "differ at element [2]");
+  expect_coverage(1, s4, reps, 3, NULL);
+  /* A scalar, replicated; then spoiled. */
+  const Piece scalar[] = {{{0}, {0}, -1}, {{0}, {0}, -1}, {{0}, {0}, 0}};
+  expect_coverage(0, NULL, scalar, 2, NULL);
+  expect_coverage(0, NULL, scalar, 3, "overlap on [] but differ at element []");
+  /* 3-D: an overlap across two axes, covered. */
+  const Piece cube[] = {{{0, 0, 0}, {2, 2, 1}, -1}, {{0, 0, 1}, {2, 1, 1}, -1},
+                        {{0, 1, 0}, {2, 1, 2}, -1}};
+  expect_coverage(3, s222, cube, 3, NULL);
+  expect_coverage(3, s222, cube, 2, "no chunk covers [0:2, 1:2, 1:2] (shape [2, 2, 2], 2 chunks)");
+}
+
+/* ================================================================ the pickle reader */
+
+static WsyncPickle *
+load(const char *bytes, gsize len, GError **error)
+{
+  return wsync_pickle_load((const guint8 *)bytes, len, "x.pkl", error);
+}
+
+#define LOAD(lit, err) load(lit, sizeof(lit) - 1, err)
+
+static void
+expect_pickle_error(const char *bytes, gsize len, const char *fragment)
+{
+  GError *error = NULL;
+  g_autoptr(WsyncPickle) pk = load(bytes, len, &error);
+  g_assert_null(pk);
+  const char *const frags[] = {"x.pkl: pickle byte ", fragment, NULL};
+  check_error(error, frags);
+  g_clear_error(&error);
+}
+
+#define REFUSE(lit, frag) expect_pickle_error(lit, sizeof(lit) - 1, frag)
+
+static void
+test_pickle_values(void)
+{
+  GError *error = NULL;
+  /* (70000, -2, 2^40, -2^63, True, "é", [None, 1], {"k": 2}, memo get) */
+  static const char p[] = "\x80\x04"
+                          "(J\x70\x11\x01\x00"          /* BININT 70000 */
+                          "J\xfe\xff\xff\xff"           /* BININT -2 */
+                          "\x8a\x06\x00\x00\x00\x00\x00\x01" /* LONG1 2^40 */
+                          "\x8a\x08\x00\x00\x00\x00\x00\x00\x00\x80" /* LONG1 -2^63 */
+                          "\x88"                        /* NEWTRUE */
+                          "\x8c\x02\xc3\xa9\x94"        /* SHORT_BINUNICODE "é", MEMOIZE */
+                          "](Nq\x01K\x01" "e"              /* [None, 1] with a BINPUT */
+                          "}X\x01\x00\x00\x00kK\x02s"   /* {"k": 2} */
+                          "h\x00"                       /* BINGET 0: "é" again */
+                          "t.";
+  g_autoptr(WsyncPickle) pk = LOAD(p, &error);
+  g_assert_no_error(error);
+  g_assert_cmpuint(wsync_pickle_protocol(pk), ==, 4);
+  const WsyncPickleValue *root = wsync_pickle_root(pk);
+  g_assert_cmpint(root->kind, ==, WSYNC_PICKLE_TUPLE);
+  g_assert_cmpuint(wsync_pickle_n_items(root), ==, 9);
+  g_assert_cmpint(wsync_pickle_item(root, 0)->integer, ==, 70000);
+  g_assert_cmpint(wsync_pickle_item(root, 1)->integer, ==, -2);
+  g_assert_cmpint(wsync_pickle_item(root, 2)->integer, ==, G_GINT64_CONSTANT(1) << 40);
+  g_assert_cmpint(wsync_pickle_item(root, 3)->integer, ==, G_MININT64);
+  g_assert_cmpint(wsync_pickle_item(root, 4)->kind, ==, WSYNC_PICKLE_BOOL);
+  g_assert_cmpstr(wsync_pickle_item(root, 5)->str, ==, "é");
+  const WsyncPickleValue *list = wsync_pickle_item(root, 6);
+  g_assert_cmpuint(wsync_pickle_n_items(list), ==, 2);
+  g_assert_cmpint(wsync_pickle_item(list, 0)->kind, ==, WSYNC_PICKLE_NONE);
+  const WsyncPickleValue *dict = wsync_pickle_item(root, 7);
+  g_assert_cmpint(wsync_pickle_dict_lookup(dict, "k")->integer, ==, 2);
+  g_assert_null(wsync_pickle_dict_lookup(dict, "other"));
+  g_assert_true(wsync_pickle_item(root, 8) == wsync_pickle_item(root, 5));
+
+  /* Allowed globals, both spellings; a dtype without a safetensors name is known. */
+  static const char g[] = "\x80\x02(ctorch\nbfloat16\nctorch\ncomplex128\n"
+                          "cpathlib._local\nPosixPath\nX\x02\x00\x00\x00/a\x85R"
+                          "t.";
+  g_autoptr(WsyncPickle) pg = LOAD(g, &error);
+  g_assert_no_error(error);
+  root = wsync_pickle_root(pg);
+  g_assert_cmpint(wsync_pickle_item(root, 0)->global, ==, WSYNC_PG_DTYPE);
+  g_assert_true(wsync_pickle_item(root, 0)->has_dtype);
+  g_assert_cmpint(wsync_pickle_item(root, 0)->dtype, ==, WSYNC_DTYPE_BF16);
+  g_assert_false(wsync_pickle_item(root, 1)->has_dtype);
+  g_assert_true(wsync_pickle_is_instance(wsync_pickle_item(root, 2), WSYNC_PG_POSIX_PATH));
+}
+
+static void
+test_pickle_refusals(void)
+{
+  REFUSE("", "empty file, not a pickle");
+  REFUSE("N.", "does not start with PROTO");
+  REFUSE("\x80\x01N.", "pickle protocol 1 is not supported (2 to 5 are)");
+  REFUSE("\x80\x06N.", "pickle protocol 6 is not supported");
+  REFUSE("\x80\x02N", "ends without STOP");
+  REFUSE("\x80\x02N.N", "1 bytes after STOP");
+  REFUSE("\x80\x02NN.", "STOP leaves 1 values on the stack");
+  REFUSE("\x80\x02(N.", "STOP inside a MARK");
+  REFUSE("\x80\x02.", "STOP needs a value but the stack is empty");
+  REFUSE("\x80\x02\x85.", "TUPLE1 needs 1 values but the stack holds fewer");
+  REFUSE("\x80\x02N(\x85N.", "TUPLE1 needs 1 values");
+  REFUSE("\x80\x02t.", "TUPLE without a MARK");
+  REFUSE("\x80\x02\x80\x02N.", "PROTO after the first byte");
+  REFUSE("\x80\x02" "cos\nsystem\n.",
+         "the global os.system is not one DCP writes (refused; nothing is imported)");
+  REFUSE("\x80\x04\x8c\x08" "builtins\x8c\x04" "eval\x93.",
+         "the global builtins.eval is not one DCP writes");
+  REFUSE("\x80\x02" "ctorch.distributed.checkpoint.metadata\nEvil\n.",
+         "the global torch.distributed.checkpoint.metadata.Evil");
+  REFUSE("\x80\x02" "ctorch\nload\n.", "the global torch.load is not one DCP writes");
+  REFUSE("\x80\x02" "ctorch\nbfloat16", "GLOBAL line is not terminated");
+  REFUSE("\x80\x02G\x00\x00\x00\x00\x00\x00\x00\x00.",
+         "opcode BINFLOAT (0x47) is not one DCP writes");
+  REFUSE("\x80\x02i__main__\nX\n.", "opcode INST (0x69) is not one DCP writes");
+  REFUSE("\x80\x02\xff.", "0xff is not a pickle opcode");
+  REFUSE("\x80\x02h\x05.", "memo entry 5 was never stored");
+  REFUSE("\x80\x02X\xff\xff\xff\x7f",
+         "string of 2147483647 bytes goes past the end (0 bytes left)");
+  REFUSE("\x80\x02X\x02\x00\x00\x00\xc3(.", "string is not valid UTF-8");
+  REFUSE("\x80\x02X\x01\x00\x00\x00\x00.", "string holds a NUL byte");
+  REFUSE("\x80\x02\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x00\x01.",
+         "LONG1 integer of 9 bytes does not fit 64 bits");
+  REFUSE("\x80\x02\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x80\x00.",
+         "LONG1 integer of 9 bytes does not fit 64 bits");
+  REFUSE("\x80\x02]NNs.", "SETITEM on a list of 0, not a dict");
+  REFUSE("\x80\x02}Na.", "APPEND on a dict of 0, not a list");
+  REFUSE("\x80\x02}]Ns.", "dict key is unhashable (a list)");
+  REFUSE("\x80\x02" "ctorch\nSize\n)\x81.",
+         "NEWOBJ of torch.Size with 0 arguments is not something DCP writes");
+  REFUSE("\x80\x02" "ctorch.distributed.checkpoint.metadata\nMetadata\n)R.",
+         "REDUCE of torch.distributed.checkpoint.metadata.Metadata with 0 arguments");
+  REFUSE("\x80\x02NN\x85R.", "REDUCE of None, not a class");
+  REFUSE("\x80\x02" "ctorch\nSize\nNR.", "REDUCE arguments are None, not a tuple");
+  REFUSE("\x80\x02" "ctorch.distributed.checkpoint.metadata\nMetadata\n)\x81}b}b.",
+         "BUILD twice on one torch.distributed.checkpoint.metadata.Metadata object");
+  REFUSE("\x80\x02N}b.", "BUILD on None, not an object");
+  REFUSE("\x80\x04\x95\xff\x00\x00\x00\x00\x00\x00\x00N.", "FRAME of 255 bytes goes past the end");
+
+  /* Values and memo entries are capped by the size: one per two bytes, plus 4096. */
+  GString *many = g_string_new("\x80\x02");
+  for (int i = 0; i < 20000; i++)
+    g_string_append_c(many, ']');
+  expect_pickle_error(many->str, many->len, "more than 14097 values in 20002 bytes");
+  g_string_truncate(many, 2);
+  g_string_append_c(many, 'N');
+  for (int i = 0; i < 20000; i++)
+    g_string_append_c(many, '\x94');
+  expect_pickle_error(many->str, many->len, "the memo holds more than 14097 values");
+  g_string_free(many, TRUE);
+
+  /* MARKs nested deeper than the limit. */
+  GString *deep = g_string_new("\x80\x02");
+  for (int i = 0; i <= WSYNC_PICKLE_MAX_MARKS; i++)
+    g_string_append_c(deep, '(');
+  expect_pickle_error(deep->str, deep->len, "MARKs nest deeper than 64");
+  g_string_free(deep, TRUE);
+}
+
+/* ================================================================ archives and seeds */
+
+static GBytes *
+seed(const char *name)
+{
+  g_autofree char *path = g_test_build_filename(G_TEST_DIST, "data", "dcp-fuzz-seeds", name, NULL);
+  GError *error = NULL;
+  char *data;
+  gsize len;
+  g_file_get_contents(path, &data, &len, &error);
+  g_assert_no_error(error);
+  return g_bytes_new_take(data, len);
+}
+
+static void
+read_blob_ok(const char *name, WsyncDcpBlob *b)
+{
+  g_autoptr(GBytes) bytes = seed(name);
+  GError *error = NULL;
+  gsize len;
+  const guint8 *data = g_bytes_get_data(bytes, &len);
+  g_assert_true(wsync_dcp_read_blob(data, len, name, b, &error));
+  g_assert_no_error(error);
+  g_assert_cmpuint(b->data_offset + b->data_len, <=, len);
+  if (b->data_len)
+    g_assert_cmpuint(b->data_offset % 64, ==, 0); /* the writer aligns data/0 */
+}
+
+static void
+test_blobs(void)
+{
+  WsyncDcpBlob b;
+  read_blob_ok("blob-transposed.bin", &b);
+  g_assert_cmpint(b.dtype, ==, WSYNC_DTYPE_BF16);
+  g_assert_cmpuint(b.ndim, ==, 2);
+  g_assert_cmpuint(b.size[0], ==, 3);
+  g_assert_cmpuint(b.size[1], ==, 4);
+  g_assert_cmpuint(b.stride[0], ==, 1);
+  g_assert_cmpuint(b.stride[1], ==, 3);
+  g_assert_cmpuint(b.storage_numel, ==, 12);
+  g_assert_cmpuint(b.data_len, ==, 24);
+
+  read_blob_ok("blob-offset.bin", &b);
+  g_assert_cmpuint(b.storage_offset, ==, 2);
+  g_assert_cmpuint(b.storage_numel, ==, 6);
+
+  read_blob_ok("blob-zip64.bin", &b);
+  g_assert_cmpuint(b.size[0], ==, 3);
+
+  read_blob_ok("blob-v3.bin", &b);
+  g_assert_cmpint(b.dtype, ==, WSYNC_DTYPE_F8_E4M3);
+  g_assert_cmpuint(b.storage_numel, ==, 4);
+
+  read_blob_ok("blob-empty.bin", &b);
+  g_assert_cmpuint(b.size[0], ==, 0);
+  g_assert_cmpuint(b.size[1], ==, 16);
+  g_assert_cmpuint(b.data_len, ==, 0);
+
+  read_blob_ok("blob-scalar.bin", &b);
+  g_assert_cmpuint(b.ndim, ==, 0);
+  g_assert_cmpint(b.dtype, ==, WSYNC_DTYPE_F32);
+  g_assert_cmpuint(b.data_len, ==, 4);
+
+  /* Not an archive, and a truncated one. */
+  g_autoptr(GBytes) bytes = seed("blob-transposed.bin");
+  gsize len;
+  const guint8 *data = g_bytes_get_data(bytes, &len);
+  GError *error = NULL;
+  g_assert_false(wsync_dcp_read_blob(data, len / 2, "half", &b, &error));
+  const char *const frags[] = {"half: not a torch.save zip archive (libzip: ", NULL};
+  check_error(error, frags);
+  g_clear_error(&error);
+  g_assert_false(wsync_dcp_read_blob((const guint8 *)"", 0, "empty", &b, &error));
+  const char *const short_frags[] = {"empty: 0 bytes, too short for a torch.save zip archive",
+                                     NULL};
+  check_error(error, short_frags);
+  g_clear_error(&error);
+}
+
+static void
+test_seeds_parse(void)
+{
+  const char *names[] = {"metadata-p2.bin", "metadata-p4.bin", "metadata-p5.bin"};
+  for (guint i = 0; i < G_N_ELEMENTS(names); i++) {
+    g_autoptr(GBytes) bytes = seed(names[i]);
+    gsize len;
+    const guint8 *data = g_bytes_get_data(bytes, &len);
+    GError *error = NULL;
+    g_autoptr(WsyncDcp) dcp = wsync_dcp_parse_metadata(data, len, names[i], &error);
+    g_assert_no_error(error);
+    g_assert_cmpuint(wsync_dcp_n_tensors(dcp), ==, 21);
+    const WsyncDcpTensor *t = wsync_dcp_tensor(dcp, 0);
+    g_assert_null(chunk(t, 0)->data);
+  }
+  g_autoptr(GBytes) shard = seed("shard-newest.bin");
+  gsize len;
+  const guint8 *data = g_bytes_get_data(shard, &len);
+  GError *error = NULL;
+  g_autoptr(WsyncDcp) dcp =
+      wsync_dcp_parse_shard(data, len, "shard-00002-model-00001-of-00002.safetensors", &error);
+  g_assert_no_error(error);
+  g_assert_cmpuint(wsync_dcp_lookup(dcp, "model.embed_tokens.weight")->part, ==, 1);
+}
+
+/* ================================================================ main */
+
+static gboolean
+make_fixtures(void)
+{
+  g_autofree char *script = g_test_build_filename(G_TEST_DIST, "make-dcp-fixtures.py", NULL);
+  fixtures = test_tmpdir();
+  const char *argv[] = {"python3", script, fixtures, NULL};
+  GError *error = NULL;
+  g_autofree char *out = NULL, *err = NULL;
+  int status = 0;
+  if (!g_spawn_sync(NULL, (char **)argv, NULL, G_SPAWN_SEARCH_PATH, NULL, NULL, &out, &err,
+                    &status, &error)) {
+    g_printerr("cannot run python3 (install it: apt-get install python3): %s\n", error->message);
+    g_error_free(error);
+    return FALSE;
+  }
+  if (!g_spawn_check_wait_status(status, &error)) {
+    g_printerr("%s failed: %s\n%s", script, error->message, err);
+    g_error_free(error);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+int
+main(int argc, char **argv)
+{
+  g_test_init(&argc, &argv, NULL);
+  if (!make_fixtures())
+    return 1;
+
+  g_test_add_func("/dcp/detect", test_detect);
+  g_test_add_func("/dcp/a/good", test_a_good);
+  g_test_add_func("/dcp/a/flat-with-gaps", test_a_flat);
+  g_test_add_func("/dcp/b/good-protocol-4", test_b_good);
+  g_test_add_func("/dcp/b/good-protocol-2", test_b_protocol2);
+  g_test_add_func("/dcp/b/good-protocol-5", test_b_protocol5);
+  g_test_add_func("/dcp/b/flat", test_b_flat);
+  for (guint i = 0; i < G_N_ELEMENTS(refusals); i++) {
+    g_autofree char *name = g_strdup_printf("/dcp/refuse/%s", refusals[i].fixture);
+    g_test_add_data_func(name, &refusals[i], test_refusal);
+  }
+  g_test_add_func("/dcp/refuse/not-a-checkpoint", test_not_a_checkpoint);
+  g_test_add_func("/dcp/refuse/both-shard-dirs", test_both_shard_dirs);
+  g_test_add_func("/dcp/refuse/parts-disagree", test_parts_disagree);
+  g_test_add_func("/dcp/coverage", test_coverage);
+  g_test_add_func("/dcp/pickle/values", test_pickle_values);
+  g_test_add_func("/dcp/pickle/refusals", test_pickle_refusals);
+  g_test_add_func("/dcp/blob", test_blobs);
+  g_test_add_func("/dcp/seeds", test_seeds_parse);
+
+  int rc = g_test_run();
+  test_rmtree(fixtures);
+  g_free(fixtures);
+  return rc;
+}

@@ -60,3 +60,16 @@ rm -rf "$base/tp1"
 run "convert --target vllm tp 4" $W convert "$base/src" "$base/tp4" --target vllm --tp 4
 run "convert tp 4 rank files -> hf" $W convert "$base/tp4" "$base/back" --target hf
 $W verify "$base/src" "$base/back" >/dev/null && echo "round trip: bit-exact"
+rm -rf "$base/tp4" "$base/back"
+
+# merge: the same checkpoint as FSDP2 x EP saves it in DCP's safetensors mode (4 ranks:
+# experts whole on their expert-parallel rank, everything else Shard(0)); the baseline
+# is cp -r of those shard files
+echo "sharding it as FSDP2 x EP (DCP format A, 4 ranks) ..."
+python3 "$top/tests/make-dcp-fixtures.py" --shard-ep "$base"/src/model-00001-of-*.safetensors "$base/dcp"
+read -r t_cp m_cp < <(measure cp -r "$base/dcp/a" "$base/cp")
+rm -rf "$base/cp"
+printf '%-28s %7.2f s %7.2f GB/s  ratio 1.00  peak private %6d KiB\n' "cp -r (shards)" "$t_cp" \
+  "$(calc "$gb / $t_cp")" "$m_cp"
+run "merge (FSDP2 x EP shards)" $W merge "$base/dcp/a" "$base/merged"
+$W verify "$base/src" "$base/merged" >/dev/null && echo "merge: bit-exact"

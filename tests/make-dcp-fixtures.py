@@ -3,6 +3,9 @@
 
 Usage: make-dcp-fixtures.py OUTDIR          (every fixture below, into OUTDIR)
        make-dcp-fixtures.py --seeds OUTDIR  (the fuzz seed corpus, tests/data/dcp-fuzz-seeds)
+       make-dcp-fixtures.py --shard-ep FILE OUTDIR
+                                            (as --shard, format A only, experts whole on
+                                             their expert-parallel rank: the benchmark)
        make-dcp-fixtures.py --shard FILE OUTDIR
                                             (FILE, a safetensors file, as FSDP2 over 4
                                              ranks would save it: OUTDIR/a in format A,
@@ -38,6 +41,7 @@ import io
 import json
 import os
 import pickle
+import re
 import shutil
 import struct
 import sys
@@ -103,6 +107,10 @@ def cut(data, shape, es, off, ext):
     n = numel(ext)
     if n == 0:
         return b""
+    if list(off[1:]) == [0] * (len(shape) - 1) and list(ext[1:]) == list(shape[1:]):
+        # whole rows: one slice (the benchmark's gigabytes go this way)
+        start = (off[0] * gst[0] if shape else 0) * es
+        return data[start:start + n * es]
     idx = [0] * len(ext)
     for _ in range(n):
         e = sum((off[d] + idx[d]) * gst[d] for d in range(len(ext)))
@@ -689,34 +697,48 @@ def make_seeds(out):
 
 
 def read_safetensors(path):
-    """[(name, dtype, shape, data)] of a plain safetensors file."""
+    """[(name, dtype, shape, data)] of a plain safetensors file (data: views of a map)."""
+    import mmap
     with open(path, "rb") as f:
-        blob = f.read()
+        blob = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
     n = struct.unpack("<Q", blob[:8])[0]
-    header = json.loads(blob[8:8 + n])
+    header = json.loads(bytes(blob[8:8 + n]))
     header.pop("__metadata__", None)
     base = 8 + n
     return [(name, e["dtype"], e["shape"], blob[base + e["data_offsets"][0]:base + e["data_offsets"][1]])
             for name, e in sorted(header.items())]
 
 
-def shard_file(path, out):
+EXPERT = re.compile(r"\.experts\.(\d+)\.")
+
+
+def shard_file(path, out, ep=False, formats="ab"):
     """Every tensor as FSDP2 shards it on 4 ranks: Shard(0), uneven splits and empty
-    last shards included (section C.5); scalars whole on rank 0."""
+    last shards included (section C.5); scalars whole on rank 0.  With ep, each
+    per-expert tensor lives whole on one rank (expert parallelism: torchtitan's HF
+    export, section C.5) and the rest is FSDP2-sharded."""
     model = []
     for name, dtype, shape, data in read_safetensors(path):
         t = T.__new__(T)
         t.name, t.dtype, t.shape, t.data, t.part = name, dtype, list(shape), data, 1
-        t.boxes_a = shard(shape, 4) if shape else [(0, [], [])]
+        m = EXPERT.search(name) if ep else None
+        if m:
+            t.boxes_a = [(int(m.group(1)) % 4, [0] * len(shape), list(shape))]
+        else:
+            t.boxes_a = shard(shape, 4) if shape else [(0, [], [])]
         t.boxes_b = t.boxes_a
         model.append(t)
-    write_format_a(os.path.join(out, "a"), model, 1)
-    write_format_b(os.path.join(out, "b"), model)
+    if "a" in formats:
+        write_format_a(os.path.join(out, "a"), model, 1)
+    if "b" in formats:
+        write_format_b(os.path.join(out, "b"), model)
 
 
 def main(argv):
     if len(argv) == 4 and argv[1] == "--shard":
         shard_file(argv[2], argv[3])
+    elif len(argv) == 4 and argv[1] == "--shard-ep":
+        shard_file(argv[2], argv[3], ep=True, formats="a")
     elif len(argv) == 3 and argv[1] == "--seeds":
         make_seeds(argv[2])
     elif len(argv) == 2:

@@ -21,6 +21,7 @@
 #include <glib/gstdio.h>
 
 #include "plan-private.h"
+#include "transpose.h"
 
 #define CHUNK_BYTES (8u << 20)
 
@@ -248,8 +249,22 @@ copy_inner(const Walk *w, guint from, const guint8 *src, guint8 *dst, gsize esiz
       memcpy(dst + i * w->dst_stride[from], src + i * w->src_stride[from], esize);
     return;
   }
-  if (from + 2 == w->ndim && w->src_stride[from + 1] != (gint64)esize) {
-    /* a transpose: walk in 32x32 tiles so both sides stay in cache */
+  if (from + 2 == w->ndim &&
+      (w->src_stride[from + 1] != (gint64)esize || w->dst_stride[from + 1] != (gint64)esize)) {
+    /* a transpose: 2- and 4-byte elements with one side row-major and the other its
+     * transpose go to the fast kernels (core/transpose.c); anything else walks in 32x32
+     * tiles so both sides stay in cache */
+    const gint64 e = (gint64)esize, *ss = &w->src_stride[from], *ds = &w->dst_stride[from];
+    if ((esize == 2 || esize == 4) && ss[1] == e && ds[0] == e && ss[0] > 0 && ds[1] > 0) {
+      wsync_transpose(src, (gsize)ss[0], dst, (gsize)ds[1], w->extent[from],
+                      w->extent[from + 1], esize);
+      return;
+    }
+    if ((esize == 2 || esize == 4) && ss[0] == e && ds[1] == e && ss[1] > 0 && ds[0] > 0) {
+      wsync_transpose(src, (gsize)ss[1], dst, (gsize)ds[0], w->extent[from + 1],
+                      w->extent[from], esize);
+      return;
+    }
     const guint64 B = 32, n0 = w->extent[from], n1 = w->extent[from + 1];
     for (guint64 i0 = 0; i0 < n0; i0 += B)
       for (guint64 j0 = 0; j0 < n1; j0 += B)

@@ -1,0 +1,311 @@
+/* wsync plugin "npu-ascend": vLLM-Ascend on Huawei NPUs (target "vllm-ascend"), built on
+ * the "vllm" plugin (../shared/reference/vllm-layouts.md, cited below as §N).
+ *
+ * What a vllm-ascend rank file holds
+ * ----------------------------------
+ * Everything a `vllm` rank file holds (the same names, TP/EP slicing, packing, vocabulary
+ * padding, attention scale buffers and expert maps, and both expert-path conventions of
+ * the vllm plugin's `vllm-version` option), except the routed experts, which are in the
+ * layout vLLM-Ascend's `AscendUnquantizedFusedMoEMethod.process_weights_after_loading`
+ * leaves them in and `torch_npu.npu_grouped_matmul` consumes (§6):
+ *
+ *   processed (default)     w13_weight [E_loc, H, 2*I/tp]  columns [gate | up]
+ *                           w2_weight  [E_loc, I/tp, H]
+ *                           both contiguous: `w.transpose(1, 2).contiguous()` of the
+ *                           loader layout
+ *   preprocessed            w13_weight [E_loc, 2*I/tp, H]  rows [gate ; up]
+ *                           w2_weight  [E_loc, H, I/tp]
+ *                           the loader layout, exactly as the `vllm` target writes it,
+ *                           for the full-reload path (the sharded_state loader, and
+ *                           /process_weights_after_loading on a rollout server) that
+ *                           runs the post-processing itself
+ *
+ * Option `moe-layout = "processed" | "preprocessed"` (conf.d/40-npu-ascend.conf) chooses
+ * between them.  E_loc, I/tp and the expert names (`mlp.experts.w13_weight` before vLLM
+ * 0.22.1, `mlp.experts.routed_experts.w13_weight` from it on) are the vllm plugin's.
+ *
+ * Dense linear weights (qkv_proj, o_proj, gate_up_proj, down_proj, the router, shared
+ * experts) stay [out, in]: AscendUnquantizedLinearMethod does not transpose them (§6).
+ *
+ * ND, not NZ: every weight is written in ND format (plain row-major).  vLLM-Ascend casts
+ * BF16/FP16 weights to the FRACTAL_NZ format only with `weight_nz_mode=2` (additional
+ * config or VLLM_ASCEND_ENABLE_NZ); the default mode 1 casts quantized weights only, and
+ * RL deployments force mode 0 (`rl_config.enabled`; wake_up and start_weight_update
+ * refuse NZ), so BF16 weights stay ND there (§6, vllm_ascend/utils.py::_should_trans_nz).
+ * wsync writes no NZ tensors; a deployment that sets weight_nz_mode=2 must not load
+ * these files into NZ parameters.
+ *
+ * Layout state is data
+ * --------------------
+ * Each rank file records in its `__metadata__` the layout of its experts:
+ * `wsync.moe-layout` = "processed" | "preprocessed" for the rank, and
+ * `wsync.layout.<tensor name>` = "processed" | "preprocessed" for every expert tensor.
+ * The hook "ascend-processed-experts" runs after the vllm converter built a rank's
+ * layout (the loader layout), both for layouts being written and for rank files being
+ * read, and swaps the last two axes of exactly the expert tensors that are to be (or
+ * are) in the processed state:
+ *
+ *   writing   the state the `moe-layout` option asks for;
+ *   reading   the state the file records (per tensor, else per rank file); a
+ *             vllm-ascend file that records none was written without this plugin and
+ *             holds the loader layout.  The option plays no part: processed files are
+ *             never transposed a second time, and preprocessed ones read as the loader
+ *             layout.
+ *
+ * Because the transpose is a permutation of the tensor's axes in the plan (every
+ * placement's strides permuted, wsync_layout_tensor_permute_last2()), not a step applied
+ * to bytes, converting between any of hf, vllm and vllm-ascend (either state) copies
+ * each element once from where the input holds it to where the output wants it:
+ * processed -> processed is a plain copy, processed -> preprocessed (or hf, or vllm) one
+ * transpose, and applying a conversion twice changes nothing.
+ *
+ * Environment (`wsync env --backend npu-ascend --mode colocate|server`): see the env
+ * patches at the end of this file.
+ */
+#include <string.h>
+
+#include <wsync/engine.h>
+#include <wsync/plugin.h>
+
+#define KEY_MOE_LAYOUT "wsync.moe-layout"
+#define KEY_TENSOR_LAYOUT "wsync.layout."
+
+typedef enum {
+  MOE_PROCESSED,
+  MOE_PREPROCESSED,
+} MoeLayout;
+
+static const char *const moe_layout_names[] = {"processed", "preprocessed"};
+
+/* The hook's user data. */
+typedef struct {
+  MoeLayout layout; /* moe-layout as configured */
+} AscendSettings;
+
+/* ------------------------------------------------------------------ options */
+
+static gboolean
+parse_moe_layout(const char *text, MoeLayout *layout)
+{
+  for (guint i = 0; text != NULL && i < G_N_ELEMENTS(moe_layout_names); i++)
+    if (strcmp(text, moe_layout_names[i]) == 0) {
+      *layout = (MoeLayout)i;
+      return TRUE;
+    }
+  return FALSE;
+}
+
+#define MOE_LAYOUT_RULE "moe-layout must be \"processed\" or \"preprocessed\""
+
+/* libconfuse calls this for each value a file sets; the message reads FILE:LINE: ... */
+static int
+validate_moe_layout(cfg_t *cfg, cfg_opt_t *opt)
+{
+  MoeLayout layout;
+  const char *value;
+
+  if (cfg_opt_size(opt) == 0)
+    return 0;
+  value = cfg_opt_getnstr(opt, cfg_opt_size(opt) - 1);
+  if (parse_moe_layout(value, &layout))
+    return 0;
+  cfg_error(cfg, MOE_LAYOUT_RULE ", not \"%s\"", value != NULL ? value : "");
+  return -1;
+}
+
+/* ------------------------------------------------------------------ the hook */
+
+/* A routed-experts tensor of the vllm converter: `<prefix>.mlp.experts.w13_weight` or
+ * `.w2_weight`, with or without `routed_experts.` in between (vllm plugin, §2.1).
+ * Shared experts (`mlp.shared_expert.*`) and dense MLPs are plain linears. */
+static gboolean
+is_expert_tensor(const char *name)
+{
+  return strstr(name, ".mlp.experts.") != NULL &&
+         (g_str_has_suffix(name, ".w13_weight") || g_str_has_suffix(name, ".w2_weight"));
+}
+
+/* A recorded state, or an error naming the key. */
+static gboolean
+recorded_state(WsyncLayout *layout, const char *key, MoeLayout fallback, MoeLayout *state,
+               GError **error)
+{
+  const char *value = wsync_layout_get_input_metadata(layout, key);
+
+  *state = fallback;
+  if (value == NULL)
+    return TRUE;
+  if (parse_moe_layout(value, state))
+    return TRUE;
+  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+              "rank %u of the vllm-ascend input: metadata %s is \"%s\", not \"processed\" or "
+              "\"preprocessed\"",
+              wsync_layout_get_rank(layout), key, value);
+  return FALSE;
+}
+
+/* After the vllm converter built a rank (in the loader layout): puts the expert tensors
+ * into the processed layout where they are to be (writing: the option) or are (reading:
+ * the files' metadata), and records every state. */
+static gboolean
+processed_experts(WsyncLayout *layout, gpointer user_data, GError **error)
+{
+  const AscendSettings *settings = user_data;
+  /* Only a layout built to read rank files has input metadata; the vllm converter
+   * always records wsync.target in the files it writes. */
+  gboolean reading = wsync_layout_get_input_metadata(layout, "wsync.target") != NULL;
+  guint n = wsync_layout_n_tensors(layout);
+  MoeLayout rank_state = settings->layout;
+
+  /* Rank files that record no state were written without this plugin: the vllm
+   * converter alone writes the loader layout. */
+  if (reading && !recorded_state(layout, KEY_MOE_LAYOUT, MOE_PREPROCESSED, &rank_state, error))
+    return FALSE;
+  wsync_layout_set_metadata(layout, KEY_MOE_LAYOUT, moe_layout_names[rank_state]);
+  for (guint i = 0; i < n; i++) {
+    WsyncLayoutTensor *tensor = wsync_layout_tensor(layout, i);
+    const char *name = wsync_layout_tensor_get_name(tensor);
+    g_autofree char *key = NULL;
+    MoeLayout state = rank_state;
+
+    if (!is_expert_tensor(name))
+      continue;
+    key = g_strconcat(KEY_TENSOR_LAYOUT, name, NULL);
+    if (reading && !recorded_state(layout, key, rank_state, &state, error))
+      return FALSE;
+    /* The converter built it preprocessed; only that state is transposed, once. */
+    if (state == MOE_PROCESSED)
+      wsync_layout_tensor_permute_last2(tensor);
+    wsync_layout_set_metadata(layout, key, moe_layout_names[state]);
+  }
+  return TRUE;
+}
+
+/* ------------------------------------------------------------------ environment */
+
+/* torch_npu picks devices by ASCEND_RT_VISIBLE_DEVICES; launchers written for GPUs
+ * (Ray, torchrun wrappers, RL frameworks) set CUDA_VISIBLE_DEVICES only. */
+static gboolean
+env_visible_devices(WsyncEnv *env, gpointer user_data, GError **error)
+{
+  const char *cuda = wsync_env_getenv(env, "CUDA_VISIBLE_DEVICES");
+
+  (void)user_data;
+  (void)error;
+  if (cuda == NULL || wsync_env_getenv(env, "ASCEND_RT_VISIBLE_DEVICES") != NULL)
+    return TRUE;
+  wsync_env_set(env, "ASCEND_RT_VISIBLE_DEVICES", cuda,
+                "torch_npu selects NPUs by ASCEND_RT_VISIBLE_DEVICES and does not translate "
+                "CUDA_VISIBLE_DEVICES, which is the only one set: copied");
+  return TRUE;
+}
+
+/* The CANN toolkit's Python packages first on PYTHONPATH (each other entry kept once,
+ * in order, empty ones included: an empty entry means the current directory). */
+static gboolean
+env_cann_pythonpath(WsyncEnv *env, gpointer user_data, GError **error)
+{
+  const char *home = wsync_env_getenv(env, "ASCEND_TOOLKIT_HOME");
+  const char *old;
+  g_autofree char *site = NULL;
+  GString *path;
+
+  (void)user_data;
+  (void)error;
+  if (home == NULL || home[0] == '\0')
+    return TRUE;
+  site = g_build_filename(home, "python", "site-packages", NULL);
+  path = g_string_new(site);
+  old = wsync_env_getenv(env, "PYTHONPATH");
+  if (old != NULL && old[0] != '\0') {
+    g_auto(GStrv) entries = g_strsplit(old, ":", -1);
+    for (guint i = 0; entries[i] != NULL; i++)
+      if (strcmp(entries[i], site) != 0)
+        g_string_append_printf(path, ":%s", entries[i]);
+  }
+  wsync_env_set(env, "PYTHONPATH", path->str,
+                "Ray workers do not inherit the toolkit's shell set-up (set_env.sh): the CANN "
+                "Python packages in $ASCEND_TOOLKIT_HOME/python/site-packages go first on "
+                "PYTHONPATH");
+  g_string_free(path, TRUE);
+  return TRUE;
+}
+
+/* Colocated training and rollout: PYTORCH_NPU_ALLOC_CONF with expandable_segments:False,
+ * other allocator settings kept in place. */
+static gboolean
+env_alloc_conf(WsyncEnv *env, gpointer user_data, GError **error)
+{
+  const char *old = wsync_env_getenv(env, "PYTORCH_NPU_ALLOC_CONF");
+  GString *conf;
+  gboolean replaced = FALSE;
+
+  (void)user_data;
+  (void)error;
+  if (strcmp(wsync_env_get_mode(env), "colocate") != 0)
+    return TRUE;
+  conf = g_string_new(NULL);
+  if (old != NULL && old[0] != '\0') {
+    g_auto(GStrv) options = g_strsplit(old, ",", -1);
+    for (guint i = 0; options[i] != NULL; i++) {
+      const char *item = g_strstrip(options[i]);
+      g_autofree char *key = g_strstrip(g_strndup(item, strcspn(item, ":")));
+      if (item[0] == '\0')
+        continue;
+      if (strcmp(key, "expandable_segments") == 0) {
+        if (replaced)
+          continue;
+        item = "expandable_segments:False";
+        replaced = TRUE;
+      }
+      g_string_append_printf(conf, "%s%s", conf->len > 0 ? "," : "", item);
+    }
+  }
+  if (!replaced)
+    g_string_append_printf(conf, "%sexpandable_segments:False", conf->len > 0 ? "," : "");
+  wsync_env_set(env, "PYTORCH_NPU_ALLOC_CONF", conf->str,
+                "colocated memory saving (sleep/wake-up) breaks with the expandable_segments:True "
+                "that NPU images set; an empty value is not enough, it must be set to False "
+                "explicitly");
+  g_string_free(conf, TRUE);
+  return TRUE;
+}
+
+/* ------------------------------------------------------------------ registration */
+
+/* Designated initialisers: CFG_STR() has no slot for a validating callback. */
+static cfg_opt_t options[] = {{.name = "moe-layout",
+                               .type = CFGT_STR,
+                               .flags = CFGF_NONE,
+                               .def.string = "processed",
+                               .validcb = validate_moe_layout},
+                              CFG_END()};
+
+static gboolean
+ascend_register(WsyncPlugin *plugin, GError **error)
+{
+  const char *value = cfg_getstr(wsync_plugin_get_options(plugin), "moe-layout");
+  AscendSettings *settings;
+  MoeLayout layout;
+
+  /* The validator has seen every value a file set; this catches anything else. */
+  if (!parse_moe_layout(value, &layout)) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG, MOE_LAYOUT_RULE ", not \"%s\"",
+                value != NULL ? value : "");
+    return FALSE;
+  }
+  settings = g_new0(AscendSettings, 1);
+  settings->layout = layout;
+  return wsync_plugin_add_hook(plugin, "ascend-processed-experts", WSYNC_PRIORITY_DEFAULT,
+                               "vllm-ascend", processed_experts, settings, g_free, error) &&
+         wsync_plugin_add_env_patch(plugin, "ascend-visible-devices", WSYNC_PRIORITY_DEFAULT,
+                                    "npu-ascend", env_visible_devices, NULL, NULL, error) &&
+         wsync_plugin_add_env_patch(plugin, "cann-pythonpath", WSYNC_PRIORITY_DEFAULT,
+                                    "npu-ascend", env_cann_pythonpath, NULL, NULL, error) &&
+         wsync_plugin_add_env_patch(plugin, "npu-alloc-conf", WSYNC_PRIORITY_DEFAULT,
+                                    "npu-ascend", env_alloc_conf, NULL, NULL, error);
+}
+
+WSYNC_PLUGIN_DEFINE("npu-ascend",
+                    "vLLM-Ascend: MoE experts in the npu_grouped_matmul layout, NPU environment",
+                    options, ascend_register)

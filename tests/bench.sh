@@ -6,6 +6,8 @@
 #   cp -r of the checkpoint (the baseline: the same bytes read and written),
 #   wsync convert --target vllm at tp 1 and at tp 4,
 #   wsync convert of the tp 4 rank files back to hf (read back),
+#   wsync convert --target vllm-ascend in both moe layouts, and back to hf,
+#   wsync merge of the checkpoint sharded as FSDP2 x EP would save it,
 # and prints throughput, the ratio to cp, and peak private memory (RssAnon, sampled) of
 # each run.  Only ratios measured in one run mean anything on a shared machine.
 set -euo pipefail
@@ -61,6 +63,22 @@ run "convert --target vllm tp 4" $W convert "$base/src" "$base/tp4" --target vll
 run "convert tp 4 rank files -> hf" $W convert "$base/tp4" "$base/back" --target hf
 $W verify "$base/src" "$base/back" >/dev/null && echo "round trip: bit-exact"
 rm -rf "$base/tp4" "$base/back"
+
+# vllm-ascend (plugin npu-ascend): the routed experts transposed into the processed
+# layout (moe-layout "processed", the default), or left in the loader layout
+# ("preprocessed", set by a later conf dir).  Each output is removed before the next
+# run, so that every run, like cp, has the source and one output in the tmpfs.
+mkdir -p "$base/pre.d"
+printf 'plugin "npu-ascend" {\n    moe-layout = "preprocessed"\n}\n' >"$base/pre.d/90-preprocessed.conf"
+run "vllm-ascend processed tp 1" $W convert "$base/src" "$base/asc" --target vllm-ascend --tp 1
+rm -rf "$base/asc"
+run "vllm-ascend preprocessed tp 1" $W --conf-dir "$base/pre.d" convert "$base/src" "$base/asc" \
+  --target vllm-ascend --tp 1
+rm -rf "$base/asc"
+run "vllm-ascend processed tp 4" $W convert "$base/src" "$base/asc" --target vllm-ascend --tp 4
+run "vllm-ascend tp 4 -> hf" $W convert "$base/asc" "$base/back" --target hf
+$W verify "$base/src" "$base/back" >/dev/null && echo "round trip (vllm-ascend): bit-exact"
+rm -rf "$base/asc" "$base/back"
 
 # merge: the same checkpoint as FSDP2 x EP saves it in DCP's safetensors mode (4 ranks:
 # experts whole on their expert-parallel rank, everything else Shard(0)); the baseline

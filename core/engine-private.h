@@ -97,6 +97,7 @@ struct _WsyncLayout {
   GHashTable *metadata;
   WsyncContext *ctx;
   const char *current_entry; /* "entry (plugin)" running now */
+  char *needs_hook;          /* why a post-load hook must finish this layout, or NULL */
 };
 
 /* One operation that produces part of an output tensor. */

@@ -292,6 +292,7 @@ wsync_layout_free(WsyncLayout *layout)
   if (layout == NULL)
     return;
   g_free(layout->target);
+  g_free(layout->needs_hook);
   g_hash_table_unref(layout->by_name);
   g_ptr_array_unref(layout->tensors);
   for (guint i = 0; i < layout->dropped->len; i++)
@@ -525,6 +526,13 @@ const char *
 wsync_layout_get_input_metadata(WsyncLayout *layout, const char *key)
 {
   return layout->input_metadata ? g_hash_table_lookup(layout->input_metadata, key) : NULL;
+}
+
+void
+wsync_layout_require_hook(WsyncLayout *layout, const char *reason)
+{
+  g_free(layout->needs_hook);
+  layout->needs_hook = g_strdup(reason);
 }
 
 cfg_t *

@@ -280,6 +280,13 @@ run_hooks(WsyncPlan *plan, WsyncLayout *layout, GError **error)
   g_autoptr(GPtrArray) hooks = wsync_registry_lookup(wsync_context_get_registry(plan->ctx),
                                                      WSYNC_ENTRY_HOOK, layout->target);
 
+  if (hooks->len == 0 && layout->needs_hook != NULL) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
+                "target %s: %s, and no loaded plugin has a hook for it (see wsync plugins)",
+                layout->target, layout->needs_hook);
+    return FALSE;
+  }
+
   for (guint i = 0; i < hooks->len; i++) {
     const WsyncEntry *e = hooks->pdata[i];
     g_autofree char *label = entry_label(e);

@@ -803,6 +803,11 @@ build_rank(WsyncLayout *layout, gpointer user_data, GError **error)
 
   if (!check_parallel(&r, error) || !choose_convention(&r, user_data, error))
     return FALSE;
+  /* vllm-ascend is this layout finished by another plugin's post-load hook; without it
+   * the files would carry the target's name and the loader layout (§6). */
+  if (strcmp(wsync_layout_get_target(layout), "vllm-ascend") == 0)
+    wsync_layout_require_hook(layout, "its routed experts must be put in vLLM-Ascend's "
+                                      "processed layout by a post-load hook (plugin npu-ascend)");
   set_metadata(&r);
   for (guint i = 0; i < n; i++)
     if (!handle_param(&r, wsync_layout_param(layout, i), error))

@@ -214,6 +214,23 @@ test_unknown_target(Fixture *f, gconstpointer data)
   run_clear(&r);
 }
 
+/* vllm leaves vllm-ascend's experts to a hook; with no plugin providing it, the target
+ * is refused rather than written in the loader layout under its name. */
+static void
+test_target_needing_a_hook(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *dst = path_in(f, "ascend");
+  Run r = run_wsync(f, "convert", f->tiny, dst, "--target", "vllm-ascend", NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==,
+                  "wsync: target vllm-ascend: its routed experts must be put in vLLM-Ascend's "
+                  "processed layout by a post-load hook (plugin npu-ascend), and no loaded "
+                  "plugin has a hook for it (see wsync plugins)\n");
+  g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+  run_clear(&r);
+}
+
 static void
 test_unclaimed_model_type(Fixture *f, gconstpointer data)
 {
@@ -504,6 +521,7 @@ main(int argc, char **argv)
   ADD("/engine/input/missing-tensor", test_missing_tensor_refused);
   ADD("/engine/input/unknown-target", test_unknown_target);
   ADD("/engine/input/unclaimed-model-type", test_unclaimed_model_type);
+  ADD("/engine/input/target-needs-a-hook", test_target_needing_a_hook);
   ADD("/engine/output/atomic", test_existing_dst_untouched_on_failure_replaced_on_success);
   ADD("/engine/output/part-size", test_part_size_splits_files);
   ADD("/engine/output/threads", test_threads_give_identical_bytes);

@@ -938,20 +938,30 @@ test_reading_ignores_option(void)
   check_ascend(&c, b, PROCESSED);
 }
 
-/* vllm-ascend files written without this plugin (the vllm converter alone serves the
- * target) record no state: they hold the loader layout and read as such. */
+/* Without this plugin the vllm converter refuses vllm-ascend (it cannot finish the
+ * layout); files that say vllm-ascend but record no state (rank files relabelled by
+ * hand, or from another writer) hold the loader layout and read as such. */
 static void
 test_unrecorded_state(void)
 {
   const Case c = {ODD, FALSE, NOW, 1, 0};
-  g_autofree char *plain = convert(synth(ODD, FALSE), conf_dir(NOW, NULL), "vllm-ascend", 1, 0);
+  g_autofree char *dst = new_path("refused-without-plugin");
+  Run r = run_wsync("convert", synth(ODD, FALSE), dst, "--conf-dir", conf_dir(NOW, NULL),
+                    "--plugin-dir", plugin_dir(), "--target", "vllm-ascend", NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  assert_has(r.err, "no loaded plugin has a hook for it");
+  g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+  test_run_clear(&r);
+
+  g_autofree char *vllm = convert(synth(ODD, FALSE), conf_dir(NOW, NULL), "vllm", 1, 0);
+  g_autofree char *plain = copy_dir(vllm);
   g_autofree char *asc = NULL;
   RankFiles ranks[MAX_RANKS];
 
+  set_file_metadata(plain, "wsync.target", "vllm-ascend");
   g_assert_cmpuint(open_ranks(plain, ranks), ==, 1);
   g_assert_null(g_hash_table_lookup(rank_metadata(&ranks[0]), "wsync.moe-layout"));
   close_ranks(ranks);
-  assert_same_tensors(reference(&c), plain);
   round_trip(synth(ODD, FALSE), plain, CONF(PROCESSED));
   asc = convert(plain, CONF(PROCESSED), "vllm-ascend", 1, 0);
   check_ascend(&c, asc, PROCESSED);

@@ -395,6 +395,19 @@ void wsync_layout_set_metadata(WsyncLayout *layout, const char *key, const char 
 const char *wsync_layout_get_input_metadata(WsyncLayout *layout, const char *key);
 
 /**
+ * wsync_layout_require_hook:
+ * @layout: a layout a converter is building
+ * @reason: why the layout is not complete without one, e.g. "its routed experts must be
+ *   transposed by a post-load hook (plugin npu-ascend)"
+ *
+ * Says that this target's layout is finished only by a post-load hook (a converter that
+ * serves a family of targets and leaves the last step of one of them to another
+ * plugin).  When no loaded hook serves the target, the plan is refused with @reason
+ * instead of writing (or reading) files under the target's name in the wrong layout.
+ */
+void wsync_layout_require_hook(WsyncLayout *layout, const char *reason);
+
+/**
  * wsync_layout_get_option:
  * @layout: the layout
  * @plugin_name: a plugin

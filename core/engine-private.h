@@ -70,6 +70,7 @@ struct _WsyncLayoutTensor {
   GArray *fills;      /* Fill */
   char *made_by;      /* "entry (plugin)" */
   gboolean permuted;  /* a hook swapped its last two axes */
+  char *state;        /* its layout state, for the plan, or NULL */
   guint part_hint; /* 1-based output file the source asks for (DCP -model-I-of-N), 0: none */
   guint n_parts_hint;
   /* filled by the planner */

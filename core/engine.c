@@ -259,6 +259,7 @@ layout_tensor_free(gpointer data)
     g_free(g_array_index(t->fills, Fill, i).reason);
   g_array_unref(t->fills);
   g_free(t->made_by);
+  g_free(t->state);
   if (t->ops)
     g_array_unref(t->ops);
   g_free(t);
@@ -473,6 +474,19 @@ const char *
 wsync_layout_tensor_get_name(const WsyncLayoutTensor *tensor)
 {
   return tensor->name;
+}
+
+void
+wsync_layout_tensor_set_state(WsyncLayout *layout, WsyncLayoutTensor *tensor, const char *state)
+{
+  g_free(tensor->state);
+  tensor->state = g_strdup(state);
+  if (layout->current_entry != NULL && tensor->made_by != NULL &&
+      strstr(tensor->made_by, layout->current_entry) == NULL) {
+    char *by = g_strdup_printf("%s, then %s", tensor->made_by, layout->current_entry);
+    g_free(tensor->made_by);
+    tensor->made_by = by;
+  }
 }
 
 void

@@ -1256,8 +1256,9 @@ print_tensor(WsyncPlan *plan, const WsyncLayoutTensor *lt, FILE *out)
 {
   g_autofree char *shape = format_dims(lt->ndim, lt->shape);
 
-  fprintf(out, "  %s  %s %s  %" G_GUINT64_FORMAT " bytes  by %s\n", lt->name,
-          wsync_dtype_name(lt->dtype), shape, lt->nbytes, lt->made_by ? lt->made_by : "?");
+  fprintf(out, "  %s  %s %s  %" G_GUINT64_FORMAT " bytes  by %s%s%s\n", lt->name,
+          wsync_dtype_name(lt->dtype), shape, lt->nbytes, lt->made_by ? lt->made_by : "?",
+          lt->state ? "  state " : "", lt->state ? lt->state : "");
   for (guint i = 0; i < lt->ops->len; i++) {
     const Op *op = &g_array_index(lt->ops, Op, i);
     WsyncBox ob;
@@ -1400,6 +1401,11 @@ add_tensor_json(WsyncPlan *plan, JsonBuilder *b, const WsyncLayout *layout,
   json_builder_add_int_value(b, (gint64)lt->nbytes);
   json_builder_set_member_name(b, "made_by");
   json_builder_add_string_value(b, lt->made_by ? lt->made_by : "");
+  json_builder_set_member_name(b, "layout_state");
+  if (lt->state)
+    json_builder_add_string_value(b, lt->state);
+  else
+    json_builder_add_null_value(b);
   json_builder_set_member_name(b, "ops");
   json_builder_begin_array(b);
   for (guint i = 0; i < lt->ops->len; i++)

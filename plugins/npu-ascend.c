@@ -177,6 +177,7 @@ processed_experts(WsyncLayout *layout, gpointer user_data, GError **error)
     if (state == MOE_PROCESSED)
       wsync_layout_tensor_permute_last2(tensor);
     wsync_layout_set_metadata(layout, key, moe_layout_names[state]);
+    wsync_layout_tensor_set_state(layout, tensor, moe_layout_names[state]);
   }
   return TRUE;
 }

@@ -1298,6 +1298,30 @@ test_env_json(void)
   g_assert_cmpuint(json_array_get_length(json_object_get_array_member(root, "variables")), ==, 0);
 }
 
+/* The plan records each expert tensor's layout state and credits the hook. */
+static void
+test_plan_records_state(void)
+{
+  for (int i = 0; i < 2; i++) {
+    const char *layout = i ? PREPROCESSED : PROCESSED;
+    g_autofree char *line = g_strdup_printf(
+        "  model.layers.0.mlp.experts.routed_experts.w2_weight  BF16 %s  16384 bytes  by "
+        "converter vllm (plugin vllm), then hook ascend-processed-experts (plugin npu-ascend)  "
+        "state %s\n",
+        i ? "[8, 64, 16]" : "[8, 16, 64]", layout);
+    Run r = run_wsync("plan", synth(TINY, FALSE), "--conf-dir", CONF(layout), "--plugin-dir",
+                      plugin_dir(), "--target", "vllm-ascend", "--tp", "2", NULL);
+    g_assert_cmpint(r.status, ==, 0);
+    assert_has(r.out, line);
+    test_run_clear(&r);
+    r = run_wsync("plan", synth(TINY, FALSE), "--conf-dir", CONF(layout), "--plugin-dir",
+                  plugin_dir(), "--target", "vllm-ascend", "--tp", "2", "--json", NULL);
+    g_autofree char *json = g_strdup_printf("\"layout_state\" : \"%s\"", layout);
+    assert_has(r.out, json);
+    test_run_clear(&r);
+  }
+}
+
 int
 main(int argc, char **argv)
 {
@@ -1310,6 +1334,7 @@ main(int argc, char **argv)
   ref_dirs = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
 
   g_test_add_func("/npu-ascend/layout/tiny-tp1-2-4", test_tiny_tp);
+  g_test_add_func("/npu-ascend/plan-records-state", test_plan_records_state);
   g_test_add_func("/npu-ascend/layout/odd-tp1-2-4", test_odd_tp);
   g_test_add_func("/npu-ascend/layout/ep", test_ep);
   g_test_add_func("/npu-ascend/layout/old-version", test_old_version);

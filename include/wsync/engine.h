@@ -366,6 +366,19 @@ WsyncLayoutTensor *wsync_layout_tensor(WsyncLayout *layout, guint index);
 const char *wsync_layout_tensor_get_name(const WsyncLayoutTensor *tensor);
 
 /**
+ * wsync_layout_tensor_set_state:
+ * @layout: the layout
+ * @tensor: a tensor of it
+ * @state: a word for the layout the tensor's bytes are in (e.g. "processed")
+ *
+ * Records the tensor's layout state in the plan (`state` in the text, `layout_state`
+ * in --json) and credits the running entry with the tensor.  The plugin also writes it
+ * into the files' metadata if it travels with the data.
+ */
+void wsync_layout_tensor_set_state(WsyncLayout *layout, WsyncLayoutTensor *tensor,
+                                   const char *state);
+
+/**
  * wsync_layout_tensor_permute_last2:
  * @tensor: a 3-D or more tensor
  *

@@ -915,94 +915,6 @@ describe(WsyncMapping *m, gpointer user_data, GError **error)
 
 /* ------------------------------------------------------------------ the Hugging Face layouts */
 
-/* A tensor of the same name and shape as @vt, holding all of it. */
-static gboolean
-place_whole(WsyncLayout *layout, WsyncVTensor *vt, WsyncDtype dtype, GError **error)
-{
-  guint ndim = wsync_vtensor_get_ndim(vt);
-  const guint64 *shape = wsync_vtensor_get_shape(vt);
-  WsyncLayoutTensor *t =
-      wsync_layout_add_tensor(layout, wsync_vtensor_get_name(vt), dtype, ndim, shape, error);
-  WsyncBox box;
-  WsyncRegion region;
-
-  if (t == NULL)
-    return FALSE;
-  wsync_box_whole(&box, ndim, shape);
-  wsync_region_row_major(&region, ndim, shape, NULL);
-  wsync_layout_place(layout, t, vt, &box, &region);
-  return TRUE;
-}
-
-/* Per-expert form: expert @e of a stacked [E, R, C] tensor as its own [R, C] tensor
- * `PREFIX{e}.PROJ.weight`: box [e:e+1, 0:R, 0:C] at origin 0 with the strides of a
- * [1, R, C] tensor. */
-static gboolean
-place_expert(WsyncLayout *layout, WsyncVTensor *vt, const char *prefix, guint64 e,
-             const char *proj, WsyncDtype dtype, GError **error)
-{
-  const guint64 *s = wsync_vtensor_get_shape(vt);
-  const guint64 one[3] = {1, s[1], s[2]};
-  g_autofree char *name = g_strdup_printf("%s%" G_GUINT64_FORMAT ".%s.weight", prefix, e, proj);
-  WsyncLayoutTensor *t = wsync_layout_add_tensor(layout, name, dtype, 2, &s[1], error);
-  WsyncBox box;
-  WsyncRegion region;
-
-  if (t == NULL)
-    return FALSE;
-  wsync_box_whole(&box, 3, one);
-  box.offset[0] = e;
-  wsync_region_row_major(&region, 3, one, NULL);
-  wsync_layout_place(layout, t, vt, &box, &region);
-  return TRUE;
-}
-
-static gboolean
-experts_per_expert(WsyncLayout *layout, WsyncVTensor *vts[3], const char *prefix,
-                   WsyncDtype dtype, GError **error)
-{
-  static const char *const projs[3] = {"gate_proj", "up_proj", "down_proj"};
-  guint64 n = wsync_vtensor_get_shape(vts[0])[0];
-
-  for (guint64 e = 0; e < n; e++)
-    for (guint p = 0; p < 3; p++)
-      if (!place_expert(layout, vts[p], prefix, e, projs[p], dtype, error))
-        return FALSE;
-  return TRUE;
-}
-
-/* Fused form (hf-qwen.md §1.4, §2.1): `PREFIXgate_up_proj` [E, 2I, H] with gate in rows
- * [0, I) and up in rows [I, 2I) of every expert, and `PREFIXdown_proj` [E, H, I] (no
- * .weight suffix on either). */
-static gboolean
-experts_fused(WsyncLayout *layout, WsyncVTensor *vts[3], const char *prefix, WsyncDtype dtype,
-              GError **error)
-{
-  const guint64 *s = wsync_vtensor_get_shape(vts[0]);
-  const guint64 shape[3] = {s[0], 2 * s[1], s[2]};
-  g_autofree char *gate_up = g_strconcat(prefix, "gate_up_proj", NULL);
-  g_autofree char *down = g_strconcat(prefix, "down_proj", NULL);
-  WsyncLayoutTensor *t = wsync_layout_add_tensor(layout, gate_up, dtype, 3, shape, error);
-  WsyncBox box;
-  WsyncRegion region;
-
-  if (t == NULL)
-    return FALSE;
-  wsync_box_whole(&box, 3, s);
-  for (guint half = 0; half < 2; half++) {
-    const guint64 at[3] = {0, half * s[1], 0};
-    wsync_region_row_major(&region, 3, shape, at);
-    wsync_layout_place(layout, t, vts[half], &box, &region);
-  }
-  t = wsync_layout_add_tensor(layout, down, dtype, 3, wsync_vtensor_get_shape(vts[2]), error);
-  if (t == NULL)
-    return FALSE;
-  wsync_box_whole(&box, 3, wsync_vtensor_get_shape(vts[2]));
-  wsync_region_row_major(&region, 3, wsync_vtensor_get_shape(vts[2]), NULL);
-  wsync_layout_place(layout, t, vts[2], &box, &region);
-  return TRUE;
-}
-
 /* One layer's experts, from its stacked gate tensor `PREFIXgate`.  "hf-fused" and
  * "hf-experts" say the form; "hf" reads each layer in the form the input has (fused
  * when it has PREFIXgate_up_proj, per expert when it has PREFIX0.gate_proj.weight) and
@@ -1036,8 +948,8 @@ place_experts(WsyncLayout *layout, WsyncVTensor *gate, const char *target, Wsync
     fused = FALSE;
   else
     fused = !g_str_has_prefix(name, "mtp.");
-  return fused ? experts_fused(layout, vts, prefix, dtype, error)
-               : experts_per_expert(layout, vts, prefix, dtype, error);
+  return wsync_layout_add_hf_experts(layout, vts[0], vts[1], vts[2], prefix, fused, dtype,
+                                     error);
 }
 
 /* The Hugging Face layout builder: every logical tensor under its own name, whole, in
@@ -1065,7 +977,7 @@ build_hf(WsyncLayout *layout, gpointer user_data, GError **error)
       continue; /* placed with their layer's gate */
     ok = g_str_has_suffix(name, ".mlp.experts.gate")
              ? place_experts(layout, vt, target, dtype, error)
-             : place_whole(layout, vt, published_dtype(name, dtype), error);
+             : wsync_layout_add_whole(layout, vt, published_dtype(name, dtype), error);
     if (!ok)
       return FALSE;
   }

@@ -365,6 +365,44 @@ WsyncLayoutTensor *wsync_layout_tensor(WsyncLayout *layout, guint index);
 /** wsync_layout_tensor_get_name: Returns: (transfer none): the tensor's name. */
 const char *wsync_layout_tensor_get_name(const WsyncLayoutTensor *tensor);
 
+/* ------------------------------------------------------------------ Hugging Face layout helpers */
+
+/**
+ * wsync_layout_add_whole:
+ * @layout: the layout
+ * @vt: a logical tensor
+ * @dtype: the tensor's dtype
+ * @error: return location for an error
+ *
+ * Adds a tensor of the same name and shape as @vt that holds all of it.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean wsync_layout_add_whole(WsyncLayout *layout, WsyncVTensor *vt, WsyncDtype dtype,
+                                GError **error);
+
+/**
+ * wsync_layout_add_hf_experts:
+ * @layout: the layout
+ * @gate: stacked gate projections [E, I, H]
+ * @up: stacked up projections [E, I, H]
+ * @down: stacked down projections [E, H, I]
+ * @prefix: the experts' module prefix with its dot, e.g. `model.layers.3.mlp.experts.`
+ * @fused: the Transformers 5 fused form instead of per-expert tensors
+ * @dtype: the tensors' dtype
+ * @error: return location for an error
+ *
+ * Adds one layer's routed experts in a Transformers form: per expert,
+ * `PREFIX{e}.{gate,up,down}_proj.weight` ([I, H], [I, H], [H, I]); fused,
+ * `PREFIXgate_up_proj` [E, 2I, H] (gate rows first, up rows second, as Transformers'
+ * Concatenate(dim=1) builds it) and `PREFIXdown_proj` [E, H, I], with no `.weight`.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean wsync_layout_add_hf_experts(WsyncLayout *layout, WsyncVTensor *gate, WsyncVTensor *up,
+                                     WsyncVTensor *down, const char *prefix, gboolean fused,
+                                     WsyncDtype dtype, GError **error);
+
 /**
  * wsync_layout_tensor_set_state:
  * @layout: the layout

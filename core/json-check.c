@@ -164,3 +164,21 @@ wsync_json_parse(JsonParser *parser, const char *text, gsize len, const char *fi
   }
   return TRUE;
 }
+
+gboolean
+wsync_json_bad_tensor(GError **error, const char *file, const char *tensor, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  g_autofree char *msg = g_strdup_vprintf(fmt, ap);
+  va_end(ap);
+  g_autofree char *pfile = wsync_json_printable(file);
+  if (tensor) {
+    g_autofree char *ptensor = wsync_json_printable(tensor);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: tensor \"%s\": %s", pfile, ptensor,
+                msg);
+  } else {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: %s", pfile, msg);
+  }
+  return FALSE;
+}

@@ -42,6 +42,12 @@ G_BEGIN_DECLS
  */
 G_GNUC_INTERNAL char *wsync_json_printable(const char *s);
 
+/* Sets a WSYNC_ERROR_BAD_INPUT error "FILE: tensor "NAME": MESSAGE" (without the tensor
+ * part when @tensor is NULL; names made printable) and returns FALSE. */
+G_GNUC_INTERNAL gboolean wsync_json_bad_tensor(GError **error, const char *file,
+                                               const char *tensor, const char *fmt, ...)
+    G_GNUC_PRINTF(4, 5);
+
 /* Sets a WSYNC_ERROR_BAD_INPUT error "FILE: MESSAGE" (the file name made printable)
  * and returns FALSE. */
 G_GNUC_INTERNAL gboolean wsync_json_bad_input(GError **error, const char *file, const char *fmt,

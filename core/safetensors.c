@@ -23,27 +23,7 @@
 
 /* ================================================================ messages */
 
-/* Sets a BAD_INPUT error "FILE: [tensor "NAME": ]MESSAGE" and returns FALSE. */
-static gboolean bad_input(GError **error, const char *file, const char *tensor, const char *fmt,
-                          ...) G_GNUC_PRINTF(4, 5);
-
-static gboolean
-bad_input(GError **error, const char *file, const char *tensor, const char *fmt, ...)
-{
-  va_list ap;
-  va_start(ap, fmt);
-  g_autofree char *msg = g_strdup_vprintf(fmt, ap);
-  va_end(ap);
-  g_autofree char *pfile = wsync_json_printable(file);
-  if (tensor) {
-    g_autofree char *ptensor = wsync_json_printable(tensor);
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: tensor \"%s\": %s", pfile, ptensor,
-                msg);
-  } else {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: %s", pfile, msg);
-  }
-  return FALSE;
-}
+#define bad_input wsync_json_bad_tensor
 
 /* "[2, 3]" */
 static char *

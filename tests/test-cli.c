@@ -7,29 +7,10 @@
 #include "testutil.h"
 
 typedef TestRun Run;
+/* the shared helpers of testutil.h under this file's short names */
+#define run_wsync test_run
+#define assert_has test_assert_has
 #define run_clear test_run_clear
-
-/* Runs wsync with @args (NULL-terminated), no configuration unless given. */
-static Run
-run_wsync(const char *first, ...)
-{
-  g_autoptr(GPtrArray) args = g_ptr_array_new();
-  va_list ap;
-
-  va_start(ap, first);
-  for (const char *a = first; a != NULL; a = va_arg(ap, const char *))
-    g_ptr_array_add(args, (gpointer)a);
-  va_end(ap);
-  g_ptr_array_add(args, NULL);
-  return test_run_wsync_argv((const char *const *)args->pdata);
-}
-
-static void
-assert_has(const char *text, const char *fragment)
-{
-  if (strstr(text, fragment) == NULL)
-    g_error("\"%s\" lacks \"%s\"", text, fragment);
-}
 
 static void
 test_version(void)

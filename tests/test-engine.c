@@ -9,6 +9,8 @@
 #include "testutil.h"
 
 typedef TestRun Run;
+/* the shared helpers of testutil.h under this file's short names */
+#define assert_has test_assert_has
 
 typedef struct {
   char *dir;  /* scratch */
@@ -37,13 +39,6 @@ run_wsync(Fixture *f, const char *first, ...)
   g_ptr_array_add(args, (gpointer)test_env_dir("WSYNC_TEST_PLUGIN_DIR"));
   g_ptr_array_add(args, NULL);
   return test_run_wsync_argv((const char *const *)args->pdata);
-}
-
-static void
-assert_has(const char *text, const char *fragment)
-{
-  if (strstr(text, fragment) == NULL)
-    g_error("\"%s\" lacks \"%s\"", text, fragment);
 }
 
 static char *

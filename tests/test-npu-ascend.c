@@ -25,6 +25,9 @@
 #include "testutil.h"
 
 typedef TestRun Run;
+/* the shared helpers of testutil.h under this file's short names */
+#define run_wsync test_run
+#define assert_has test_assert_has
 
 /* ------------------------------------------------------------------ running wsync */
 
@@ -71,27 +74,6 @@ run_wsync_env(const char *const *args, const char *const *set)
   if (r.status == 99)
     g_error("wsync failed under valgrind: %s", r.err);
   return r;
-}
-
-static Run
-run_wsync(const char *first, ...)
-{
-  g_autoptr(GPtrArray) args = g_ptr_array_new();
-  va_list ap;
-
-  va_start(ap, first);
-  for (const char *a = first; a != NULL; a = va_arg(ap, const char *))
-    g_ptr_array_add(args, (gpointer)a);
-  va_end(ap);
-  g_ptr_array_add(args, NULL);
-  return test_run_wsync_argv((const char *const *)args->pdata);
-}
-
-static void
-assert_has(const char *text, const char *fragment)
-{
-  if (strstr(text, fragment) == NULL)
-    g_error("\"%s\" lacks \"%s\"", text, fragment);
 }
 
 /* Runs and insists on exit 0. */

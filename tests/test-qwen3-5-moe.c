@@ -32,53 +32,11 @@
 /* ------------------------------------------------------------------ running wsync */
 
 typedef TestRun Run;
-
-static Run
-run_argv(GPtrArray *args)
-{
-  g_autoptr(GPtrArray) argv = g_ptr_array_new();
-
-  for (guint i = 0; i < args->len; i++)
-    g_ptr_array_add(argv, args->pdata[i]);
-  g_ptr_array_add(argv, NULL);
-  return test_run_wsync_argv((const char *const *)argv->pdata);
-}
-
-/* Runs wsync with @first... (NULL-terminated). */
-static Run
-run_wsync(const char *first, ...)
-{
-  g_autoptr(GPtrArray) args = g_ptr_array_new();
-  va_list ap;
-
-  va_start(ap, first);
-  for (const char *a = first; a != NULL; a = va_arg(ap, const char *))
-    g_ptr_array_add(args, (gpointer)a);
-  va_end(ap);
-  return run_argv(args);
-}
-
-static void
-assert_has(const char *text, const char *fragment)
-{
-  if (strstr(text, fragment) == NULL)
-    g_error("\"%s\" lacks \"%s\"", text, fragment);
-}
-
-/* Runs and insists on exit 0, showing the command and stderr otherwise. */
-static void
-run_ok(GPtrArray *args)
-{
-  Run r = run_argv(args);
-
-  if (r.status != 0) {
-    GString *cmd = g_string_new("wsync");
-    for (guint i = 0; i < args->len; i++)
-      g_string_append_printf(cmd, " %s", (const char *)args->pdata[i]);
-    g_error("%s: exit %d\n%s", cmd->str, r.status, r.err);
-  }
-  test_run_clear(&r);
-}
+/* the shared helpers of testutil.h under this file's short names */
+#define run_argv test_run_args
+#define run_wsync test_run
+#define assert_has test_assert_has
+#define run_ok test_run_ok
 
 /* ------------------------------------------------------------------ fixtures */
 

@@ -21,6 +21,8 @@ static gboolean have_vllm;
 /* ------------------------------------------------------------------ running wsync */
 
 typedef TestRun Run;
+/* the shared helpers of testutil.h under this file's short names */
+#define assert_has test_assert_has
 #define run_clear test_run_clear
 
 /* Runs wsync with @args (NULL-terminated) and this test's conf.d and plugins (through
@@ -50,13 +52,6 @@ expect_status(Run *r, int status, const char *what)
   if (r->status != status)
     g_error("%s: exit %d, expected %d\nstdout: %s\nstderr: %s", what, r->status, status,
             r->out, r->err);
-}
-
-static void
-assert_has(const char *text, const char *fragment)
-{
-  if (strstr(text, fragment) == NULL)
-    g_error("\"%s\" lacks \"%s\"", text, fragment);
 }
 
 static char *

@@ -2,6 +2,8 @@
 #ifndef WSYNC_TESTUTIL_H
 #define WSYNC_TESTUTIL_H
 
+#include <stdarg.h>
+
 #include <glib.h>
 #include <glib/gstdio.h>
 #include <string.h>
@@ -120,6 +122,60 @@ test_run_wsync_argv(const char *const *args)
     g_error("wsync failed under valgrind: %s", r.err);
   g_ptr_array_unref(argv);
   return r;
+}
+
+/* Runs wsync with the arguments in @args (not NULL-terminated). */
+static inline TestRun
+test_run_args(GPtrArray *args)
+{
+  GPtrArray *argv = g_ptr_array_new();
+  TestRun r;
+
+  for (guint i = 0; i < args->len; i++)
+    g_ptr_array_add(argv, args->pdata[i]);
+  g_ptr_array_add(argv, NULL);
+  r = test_run_wsync_argv((const char *const *)argv->pdata);
+  g_ptr_array_unref(argv);
+  return r;
+}
+
+/* Runs wsync with @first and the arguments after it, up to a NULL. */
+static inline TestRun
+test_run(const char *first, ...)
+{
+  GPtrArray *args = g_ptr_array_new();
+  va_list ap;
+  TestRun r;
+
+  va_start(ap, first);
+  for (const char *a = first; a != NULL; a = va_arg(ap, const char *))
+    g_ptr_array_add(args, (gpointer)a);
+  va_end(ap);
+  r = test_run_args(args);
+  g_ptr_array_unref(args);
+  return r;
+}
+
+/* Runs wsync with @args and insists on exit 0, showing the command and stderr if not. */
+static inline void
+test_run_ok(GPtrArray *args)
+{
+  TestRun r = test_run_args(args);
+
+  if (r.status != 0) {
+    GString *cmd = g_string_new("wsync");
+    for (guint i = 0; i < args->len; i++)
+      g_string_append_printf(cmd, " %s", (const char *)args->pdata[i]);
+    g_error("%s: exit %d\n%s", cmd->str, r.status, r.err);
+  }
+  test_run_clear(&r);
+}
+
+static inline void
+test_assert_has(const char *text, const char *fragment)
+{
+  if (strstr(text, fragment) == NULL)
+    g_error("\"%s\" lacks \"%s\"", text, fragment);
 }
 
 #define assert_message_has(error, fragment)                                                   \

@@ -26,6 +26,8 @@ struct _WsyncCheckpoint {
   GPtrArray *tensors;  /* const WsyncTensor*, sorted by name */
   GHashTable *by_name; /* name -> const WsyncTensor* */
   guint64 total_bytes;
+  WsyncFileGroupFunc group; /* nullable: which files may repeat names */
+  gpointer group_data;
 };
 
 /* ================================================================ messages */
@@ -358,22 +360,7 @@ compare_tensors(const void *a, const void *b)
   return strcmp((*(WsyncTensor *const *)a)->name, (*(WsyncTensor *const *)b)->name);
 }
 
-/* vLLM's sharded_state files, model-rank-{r}-part-{p}.safetensors, repeat the names of
- * replicated tensors in every rank: a name is unique only within one rank. */
-static gint64
-rank_of_file(const WsyncSafetensors *st)
-{
-  g_autofree char *base = g_path_get_basename(wsync_safetensors_path(st));
-  unsigned int rank, part;
-  int end = 0;
-
-  if (sscanf(base, "model-rank-%u-part-%u.safetensors%n", &rank, &part, &end) == 2 &&
-      base[end] == '\0')
-    return rank;
-  return -1;
-}
-
-/* Gathers the tensors of all files; a name in two files (of one rank) is an error. */
+/* Gathers the tensors of all files; a name in two files (of one group) is an error. */
 static gboolean
 collect_tensors(WsyncCheckpoint *ck, GError **error)
 {
@@ -382,7 +369,9 @@ collect_tensors(WsyncCheckpoint *ck, GError **error)
   g_ptr_array_sort(ck->files, compare_files);
   for (guint f = 0; f < ck->files->len; f++) {
     const WsyncSafetensors *st = g_ptr_array_index(ck->files, f);
-    gint64 rank = rank_of_file(st);
+    gint64 rank = -1;
+    if (ck->group != NULL && !ck->group(st, &rank, ck->group_data, error))
+      return FALSE;
     for (guint i = 0; i < wsync_safetensors_n_tensors(st); i++) {
       const WsyncTensor *t = wsync_safetensors_tensor(st, i);
       char *key = g_strdup_printf("%" G_GINT64_FORMAT ":%s", rank, t->name);
@@ -413,11 +402,20 @@ safetensors_free_cb(gpointer p)
 WsyncCheckpoint *
 wsync_checkpoint_open(const char *path, GError **error)
 {
+  return wsync_checkpoint_open_grouped(path, NULL, NULL, error);
+}
+
+WsyncCheckpoint *
+wsync_checkpoint_open_grouped(const char *path, WsyncFileGroupFunc group, gpointer user_data,
+                              GError **error)
+{
   g_return_val_if_fail(path != NULL, NULL);
   g_return_val_if_fail(error == NULL || *error == NULL, NULL);
 
   g_autoptr(WsyncCheckpoint) ck = g_new0(WsyncCheckpoint, 1);
   ck->path = g_strdup(path);
+  ck->group = group;
+  ck->group_data = user_data;
   ck->files = g_ptr_array_new_with_free_func(safetensors_free_cb);
   ck->tensors = g_ptr_array_new();
   ck->by_name = g_hash_table_new(g_str_hash, g_str_equal);

@@ -56,6 +56,13 @@ report_refused(const char *name, WsyncPluginState state, const char *path,
     fprintf(stderr, "wsync: plugin \"%s\" refused: %s\n", name, reason);
 }
 
+static void
+report_warning(const char *plugin_name, const char *message, gpointer user_data)
+{
+  (void)user_data;
+  fprintf(stderr, "wsync: plugin \"%s\": %s\n", plugin_name, message);
+}
+
 /* Search path for plugins: --plugin-dir, then WSYNC_PLUGIN_PATH, then the built-in dir. */
 static char **
 plugin_search_path(WsyncCli *cli)
@@ -88,8 +95,10 @@ cli_context(WsyncCli *cli, GError **error)
   plugin_dirs = plugin_search_path(cli);
   cli->ctx = wsync_context_new(conf_dirs, (const char *const *)plugin_dirs,
                                cli->overrides ? cli->overrides->str : NULL, error);
-  if (cli->ctx != NULL && !cli->quiet)
+  if (cli->ctx != NULL && !cli->quiet) {
     wsync_context_foreach_plugin(cli->ctx, report_refused, NULL);
+    wsync_context_foreach_warning(cli->ctx, report_warning, NULL);
+  }
   return cli->ctx;
 }
 

@@ -11,6 +11,7 @@
 /* Options shared by plan and convert; strings so that unset is visible. */
 typedef struct {
   char *target;
+  char *format;
   char *tp;
   char *ep;
   char *rank;
@@ -22,6 +23,7 @@ static void
 layout_args_clear(LayoutArgs *a)
 {
   g_free(a->target);
+  g_free(a->format);
   g_free(a->tp);
   g_free(a->ep);
   g_free(a->rank);
@@ -90,6 +92,8 @@ resolve_layout_args(WsyncContext *ctx, const LayoutArgs *a, WsyncPlanOptions *o,
                 "no --target given (and no sync { target = ... } in conf.d)");
     return FALSE;
   }
+  o->format = pick(ctx, a->format, "format", NULL);
+  o->format_explicit = a->format != NULL;
   if (!parse_count("--tp", pick(ctx, a->tp, "tp", "1"), 1, 4096, &tp, error) ||
       !parse_count("--ep", pick(ctx, a->ep, "ep", "1"), 1, 4096, &ep, error) ||
       !parse_count("--threads",
@@ -109,6 +113,9 @@ resolve_layout_args(WsyncContext *ctx, const LayoutArgs *a, WsyncPlanOptions *o,
 #define LAYOUT_ENTRIES(a)                                                                       \
   {"target", 't', 0, G_OPTION_ARG_STRING, &(a).target,                                          \
    "Target layout: hf, hf-experts, hf-fused, or a plugin's (vllm, vllm-ascend)", "T"},          \
+      {"format", 'f', 0, G_OPTION_ARG_STRING, &(a).format,                                    \
+       "The target's file format (vllm, vllm-ascend: sharded-state, the default, or kernel; "  \
+       "see below)", "F"},                                                                     \
       {"tp", 0, 0, G_OPTION_ARG_STRING, &(a).tp, "Tensor-parallel size (default 1)", "N"},    \
       {"ep", 0, 0, G_OPTION_ARG_STRING, &(a).ep,                                              \
        "Expert-parallel size: 1, or a multiple of --tp (default 1)", "N"},                     \

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "plan.h"
 
 static void
 print_text(WsyncCheckpoint *ck)
@@ -80,6 +81,7 @@ int
 cmd_inspect(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
 {
   g_autoptr(GError) error = NULL;
+  WsyncContext *ctx;
   g_autoptr(WsyncCheckpoint) ck = NULL;
 
   if (!cli_parse(cli, cmd, NULL, &argc, &argv))
@@ -87,9 +89,9 @@ cmd_inspect(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   if (argc != 2)
     return cli_usage_error(cmd, argc < 2 ? "missing PATH" : "expected one PATH");
   /* inspect needs no plugin, but a broken configuration is still an error. */
-  if (cli_context(cli, &error) == NULL)
+  if ((ctx = cli_context(cli, &error)) == NULL)
     return cli_fail(error);
-  ck = wsync_checkpoint_open(argv[1], &error);
+  ck = wsync_plan_open_checkpoint(ctx, argv[1], &error);
   if (ck == NULL)
     return cli_fail(error);
   if (cli->json)

@@ -53,9 +53,15 @@ print_plugin_text(const char *name, WsyncPluginState state, const char *path,
   for (guint i = 0; i < entries->len; i++) {
     const WsyncEntry *e = entries->pdata[i];
     const char *serves = wsync_entry_get_serves(e);
-    printf("    %-14s %-24s priority %d  serves %s\n",
+    const WsyncTargetInfo *target = wsync_entry_get_target(e);
+    g_autofree char *formats = NULL;
+
+    if (target != NULL && target->formats != NULL)
+      formats = g_strjoinv(", ", (char **)target->formats);
+    printf("    %-14s %-24s priority %d  serves %s%s%s\n",
            wsync_entry_kind_name(wsync_entry_get_kind(e)), wsync_entry_get_name(e),
-           wsync_entry_get_priority(e), serves ? serves : "*");
+           wsync_entry_get_priority(e), serves ? serves : "*", formats ? "  formats " : "",
+           formats ? formats : "");
   }
 }
 
@@ -67,6 +73,19 @@ add_string_or_null(JsonBuilder *b, const char *member, const char *value)
     json_builder_add_string_value(b, value);
   else
     json_builder_add_null_value(b);
+}
+
+/* A target's formats (converters only), default first. */
+static void
+add_formats_json(JsonBuilder *b, const WsyncTargetInfo *target)
+{
+  if (target == NULL)
+    return;
+  json_builder_set_member_name(b, "formats");
+  json_builder_begin_array(b);
+  for (guint f = 0; target->formats != NULL && target->formats[f] != NULL; f++)
+    json_builder_add_string_value(b, target->formats[f]);
+  json_builder_end_array(b);
 }
 
 static void
@@ -92,6 +111,7 @@ add_plugin_json(const char *name, WsyncPluginState state, const char *path,
     json_builder_set_member_name(b, "priority");
     json_builder_add_int_value(b, wsync_entry_get_priority(e));
     add_string_or_null(b, "serves", wsync_entry_get_serves(e));
+    add_formats_json(b, wsync_entry_get_target(e));
     json_builder_end_object(b);
   }
   json_builder_end_array(b);

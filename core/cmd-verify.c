@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "plan.h"
 
 /* Data is compared with memcmp in chunks this large; only the first chunk that differs
  * is searched byte by byte. */
@@ -274,6 +275,7 @@ int
 cmd_verify(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
 {
   g_autoptr(GError) error = NULL;
+  WsyncContext *ctx;
   g_autoptr(WsyncCheckpoint) a = NULL;
   g_autoptr(WsyncCheckpoint) b = NULL;
   Verdict v;
@@ -285,12 +287,12 @@ cmd_verify(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
                                 : argc == 2 ? "missing B"
                                             : "expected two paths, A and B");
   /* verify needs no plugin, but a broken configuration is still an error. */
-  if (cli_context(cli, &error) == NULL)
+  if ((ctx = cli_context(cli, &error)) == NULL)
     return cli_fail(error);
-  a = wsync_checkpoint_open(argv[1], &error);
+  a = wsync_plan_open_checkpoint(ctx, argv[1], &error);
   if (a == NULL)
     return cli_fail(error);
-  b = wsync_checkpoint_open(argv[2], &error);
+  b = wsync_plan_open_checkpoint(ctx, argv[2], &error);
   if (b == NULL)
     return cli_fail(error);
 

@@ -17,6 +17,7 @@ struct _WsyncPlugin {
   const WsyncPluginDescriptor *desc; /* NULL until the ABI check passed */
   WsyncPluginRegisterFunc register_func;
   cfg_t *options; /* merged effective options */
+  GPtrArray *warnings; /* char*: wsync_plugin_warn(), or NULL */
   WsyncContext *ctx;
 };
 

@@ -206,6 +206,8 @@ plugin_free(gpointer data)
   g_free(plugin->name);
   g_free(plugin->path);
   g_free(plugin->reason);
+  if (plugin->warnings != NULL)
+    g_ptr_array_unref(plugin->warnings);
   g_free(plugin);
 }
 
@@ -387,9 +389,10 @@ static cfg_opt_t sync_options[] = {
     CFG_STR("target", NULL, CFGF_NODEFAULT),   CFG_INT("tp", 0, CFGF_NODEFAULT),
     CFG_INT("ep", 0, CFGF_NODEFAULT),          CFG_INT("rank", 0, CFGF_NODEFAULT),
     CFG_INT("threads", 0, CFGF_NODEFAULT),     CFG_STR("part-size", NULL, CFGF_NODEFAULT),
-    CFG_END()};
+    CFG_STR("format", NULL, CFGF_NODEFAULT),   CFG_END()};
 
-static const char *const sync_keys[] = {"target", "tp", "ep", "rank", "threads", "part-size"};
+static const char *const sync_keys[] = {"target", "tp",        "ep",    "rank",
+                                        "threads", "part-size", "format"};
 
 /* The selection pass only needs `enabled`; everything else is skipped. */
 static cfg_t *
@@ -740,6 +743,28 @@ wsync_plugin_get_name(const WsyncPlugin *plugin)
   return plugin->name;
 }
 
+void
+wsync_plugin_warn(WsyncPlugin *plugin, const char *format, ...)
+{
+  va_list ap;
+
+  if (plugin->warnings == NULL)
+    plugin->warnings = g_ptr_array_new_with_free_func(g_free);
+  va_start(ap, format);
+  g_ptr_array_add(plugin->warnings, g_strdup_vprintf(format, ap));
+  va_end(ap);
+}
+
+void
+wsync_context_foreach_warning(WsyncContext *ctx, WsyncWarningFunc func, gpointer user_data)
+{
+  for (guint i = 0; i < ctx->plugins->len; i++) {
+    WsyncPlugin *plugin = ctx->plugins->pdata[i];
+    for (guint w = 0; plugin->warnings != NULL && w < plugin->warnings->len; w++)
+      func(plugin->name, plugin->warnings->pdata[w], user_data);
+  }
+}
+
 cfg_t *
 wsync_plugin_get_options(WsyncPlugin *plugin)
 {
@@ -775,12 +800,19 @@ wsync_plugin_add_remapper(WsyncPlugin *plugin, const char *name, int priority,
 }
 
 gboolean
-wsync_plugin_add_converter(WsyncPlugin *plugin, const char *name, int priority,
-                           const char *serves, WsyncConvertFunc func, gpointer user_data,
-                           GDestroyNotify destroy, GError **error)
+wsync_plugin_add_target(WsyncPlugin *plugin, const WsyncTargetInfo *info, int priority,
+                        gpointer user_data, GDestroyNotify destroy, GError **error)
 {
-  return wsync_plugin_add_entry(plugin, WSYNC_ENTRY_CONVERTER, name, priority, serves,
-                                (GCallback)func, user_data, destroy, error);
+  if (plugin == NULL || !plugin->registering) {
+    if (destroy != NULL && user_data != NULL)
+      destroy(user_data);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_PLUGIN,
+                "target \"%s\" added outside the plugin's register function",
+                info && info->name ? info->name : "");
+    return FALSE;
+  }
+  return wsync_registry_add_target(plugin->ctx->registry, plugin->name, info, priority,
+                                   user_data, destroy, error);
 }
 
 gboolean

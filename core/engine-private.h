@@ -69,6 +69,7 @@ struct _WsyncLayoutTensor {
   GArray *placements; /* Placement */
   GArray *fills;      /* Fill */
   char *made_by;      /* "entry (plugin)" */
+  const WsyncParam *param; /* the param a backend built it for, or NULL */
   gboolean permuted;  /* a hook swapped its last two axes */
   char *state;        /* its layout state, for the plan, or NULL */
   guint part_hint; /* 1-based output file the source asks for (DCP -model-I-of-N), 0: none */
@@ -87,6 +88,7 @@ typedef struct {
 struct _WsyncLayout {
   WsyncMapping *mapping;
   char *target;
+  char *format; /* NULL for a target without named formats */
   guint tp, ep, rank, world;
   gboolean reading;
   GHashTable *input_names;    /* reading: name -> WsyncTensor* of this rank */
@@ -98,6 +100,7 @@ struct _WsyncLayout {
   GHashTable *metadata;
   WsyncContext *ctx;
   const char *current_entry; /* "entry (plugin)" running now */
+  GPtrArray *notes;          /* char*: what the builders said for the plan, or NULL */
   char *needs_hook;          /* why a post-load hook must finish this layout, or NULL */
 };
 
@@ -127,9 +130,14 @@ typedef struct {
 WsyncMapping *wsync_mapping_new(JsonObject *config, const char *model_type);
 void wsync_mapping_free(WsyncMapping *m);
 
-WsyncLayout *wsync_layout_new(WsyncMapping *m, WsyncContext *ctx, const char *target, guint tp,
-                              guint ep, guint rank, gboolean reading);
+WsyncLayout *wsync_layout_new(WsyncMapping *m, WsyncContext *ctx, const char *target,
+                              const char *format, guint tp, guint ep, guint rank, guint world,
+                              gboolean reading);
 void wsync_layout_free(WsyncLayout *layout);
+
+/* The Hugging Face targets ("hf", "hf-experts", "hf-fused"), built by the model
+ * plugin's own description of its published layout; NULL for another name. */
+const WsyncTargetInfo *wsync_hf_target(const char *name);
 
 gsize wsync_dtype_size(WsyncDtype dtype); /* bytes per element; 0 for sub-byte types */
 gboolean wsync_dtype_from_torch(const char *name, WsyncDtype *dtype);

@@ -111,6 +111,8 @@ param_free(gpointer data)
   g_free(param->note);
   g_free(param->group);
   g_free(param->runtime_drop);
+  g_free(param->block);
+  g_strfreev(param->aliases);
   g_free(param);
 }
 
@@ -233,6 +235,24 @@ wsync_param_drop_at_runtime(WsyncParam *param, const char *rule)
 }
 
 void
+wsync_param_set_role(WsyncParam *param, WsyncParamRole role, const char *block)
+{
+  param->role = role;
+  g_free(param->block);
+  param->block = g_strdup(block);
+}
+
+void
+wsync_param_add_alias(WsyncParam *param, const char *runtime_name)
+{
+  guint n = param->aliases != NULL ? g_strv_length(param->aliases) : 0;
+
+  param->aliases = g_renew(char *, param->aliases, n + 2);
+  param->aliases[n] = g_strdup(runtime_name);
+  param->aliases[n + 1] = NULL;
+}
+
+void
 wsync_mapping_add_drop_rule(WsyncMapping *m, const char *rule, const char *glob)
 {
   DropRule r = {g_strdup(rule), g_strdup(glob)};
@@ -266,18 +286,19 @@ layout_tensor_free(gpointer data)
 }
 
 WsyncLayout *
-wsync_layout_new(WsyncMapping *m, WsyncContext *ctx, const char *target, guint tp, guint ep,
-                 guint rank, gboolean reading)
+wsync_layout_new(WsyncMapping *m, WsyncContext *ctx, const char *target, const char *format,
+                 guint tp, guint ep, guint rank, guint world, gboolean reading)
 {
   WsyncLayout *layout = g_new0(WsyncLayout, 1);
 
   layout->mapping = m;
   layout->ctx = ctx;
   layout->target = g_strdup(target);
+  layout->format = g_strdup(format);
   layout->tp = tp;
   layout->ep = ep;
   layout->rank = rank;
-  layout->world = ep > 1 ? ep : tp;
+  layout->world = world;
   layout->reading = reading;
   layout->tensors = g_ptr_array_new_with_free_func(layout_tensor_free);
   layout->by_name = g_hash_table_new(g_str_hash, g_str_equal);
@@ -293,6 +314,7 @@ wsync_layout_free(WsyncLayout *layout)
   if (layout == NULL)
     return;
   g_free(layout->target);
+  g_free(layout->format);
   g_free(layout->needs_hook);
   g_hash_table_unref(layout->by_name);
   g_ptr_array_unref(layout->tensors);
@@ -303,6 +325,8 @@ wsync_layout_free(WsyncLayout *layout)
     g_free(g_array_index(layout->omitted, DroppedParam, i).rule);
   g_array_unref(layout->omitted);
   g_hash_table_unref(layout->metadata);
+  if (layout->notes)
+    g_ptr_array_unref(layout->notes);
   if (layout->input_names)
     g_hash_table_unref(layout->input_names);
   if (layout->input_metadata)
@@ -332,6 +356,24 @@ guint
 wsync_layout_get_rank(WsyncLayout *layout)
 {
   return layout->rank;
+}
+
+guint
+wsync_layout_get_world(WsyncLayout *layout)
+{
+  return layout->world;
+}
+
+const char *
+wsync_layout_get_format(WsyncLayout *layout)
+{
+  return layout->format;
+}
+
+gboolean
+wsync_layout_is_reading(WsyncLayout *layout)
+{
+  return layout->reading;
 }
 
 JsonObject *
@@ -477,6 +519,18 @@ wsync_layout_tensor_get_name(const WsyncLayoutTensor *tensor)
 }
 
 void
+wsync_layout_tensor_set_param(WsyncLayoutTensor *tensor, const WsyncParam *param)
+{
+  tensor->param = param;
+}
+
+const WsyncParam *
+wsync_layout_tensor_get_param(const WsyncLayoutTensor *tensor)
+{
+  return tensor->param;
+}
+
+void
 wsync_layout_tensor_set_state(WsyncLayout *layout, WsyncLayoutTensor *tensor, const char *state)
 {
   g_free(tensor->state);
@@ -540,6 +594,14 @@ const char *
 wsync_layout_get_input_metadata(WsyncLayout *layout, const char *key)
 {
   return layout->input_metadata ? g_hash_table_lookup(layout->input_metadata, key) : NULL;
+}
+
+void
+wsync_layout_add_note(WsyncLayout *layout, const char *note)
+{
+  if (layout->notes == NULL)
+    layout->notes = g_ptr_array_new_with_free_func(g_free);
+  g_ptr_array_add(layout->notes, g_strdup(note));
 }
 
 void

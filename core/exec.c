@@ -411,12 +411,6 @@ outfile_free(gpointer data)
   g_free(f);
 }
 
-static gboolean
-is_hf(const WsyncPlan *plan)
-{
-  return g_str_has_prefix(plan->target, "hf");
-}
-
 /* Creates every output file of @layout with its header; returns one OutFile per part. */
 static GPtrArray *
 create_files(WsyncPlan *plan, WsyncLayout *layout, const char *dir, GHashTable *weight_map,
@@ -697,7 +691,7 @@ wsync_plan_execute(WsyncPlan *plan, const char *dst, gboolean progress, GError *
 
   if (tmp == NULL)
     return FALSE;
-  if (is_hf(plan))
+  if (plan->out.info->writes_index)
     weight_map = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
   ex.items = g_ptr_array_new_with_free_func(g_free);
   ex.progress = progress;

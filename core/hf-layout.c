@@ -91,3 +91,45 @@ wsync_layout_add_hf_experts(WsyncLayout *layout, WsyncVTensor *gate, WsyncVTenso
         return FALSE;
   return TRUE;
 }
+
+/* ------------------------------------------------------------------ the Hugging Face targets */
+
+/* The model plugin's own description of its published layout. */
+static gboolean
+hf_build(WsyncLayout *layout, gpointer user_data, GError **error)
+{
+  (void)user_data;
+  return layout->mapping->hf_build(layout, layout->mapping->hf_data, error);
+}
+
+/* Transformers' shard names: model-00001-of-00003.safetensors. */
+static char *
+hf_file_name(WsyncLayout *layout, guint part, guint n_parts, gpointer user_data)
+{
+  (void)layout;
+  (void)user_data;
+  return g_strdup_printf("model-%05u-of-%05u.safetensors", part + 1, n_parts);
+}
+
+#define HF_TARGET(target_name, text)                                                          \
+  {.name = target_name,                                                                       \
+   .description = text,                                                                       \
+   .build = hf_build,                                                                         \
+   .file_name = hf_file_name,                                                                 \
+   .writes_index = TRUE,                                                                      \
+   .reads_unclaimed = TRUE}
+
+static const WsyncTargetInfo hf_targets[] = {
+    HF_TARGET("hf", "the layout the model's checkpoints are published in"),
+    HF_TARGET("hf-experts", "every expert as per-expert tensors"),
+    HF_TARGET("hf-fused", "Transformers 5's fused experts"),
+};
+
+const WsyncTargetInfo *
+wsync_hf_target(const char *name)
+{
+  for (guint i = 0; i < G_N_ELEMENTS(hf_targets); i++)
+    if (g_strcmp0(name, hf_targets[i].name) == 0)
+      return &hf_targets[i];
+  return NULL;
+}

@@ -13,6 +13,19 @@ typedef struct {
   const char *drop_rule; /* consumed by this rule instead */
 } InputState;
 
+/* A target the plan builds (or reads) layouts of. */
+typedef struct {
+  const WsyncTargetInfo *info;
+  gpointer user_data;
+  char *label; /* who builds it, for made_by: "converter vllm (plugin vllm)" */
+} PlanTarget;
+
+/* What a target recognised in an input file. */
+typedef struct {
+  const PlanTarget *target; /* NULL: no target claimed it */
+  WsyncRankFile rank_file;
+} InputFile;
+
 struct _WsyncPlan {
   WsyncContext *ctx;
   char *src;
@@ -28,14 +41,20 @@ struct _WsyncPlan {
   gboolean merge;            /* no model: every DCP tensor as it is */
   gboolean no_config;        /* the source has no config.json (merge): write none */
   WsyncMapping *mapping;
-  char *input_target;
+  char *input_target;   /* the input's target name */
+  PlanTarget in;        /* the target that reads the input */
+  char *in_format;      /* its format, NULL for one without named formats */
   guint in_tp, in_ep, in_world;
+  GPtrArray *claimants; /* PlanTarget*: the targets that recognise files, owned */
+  GHashTable *input_files; /* const WsyncSafetensors* -> InputFile*, owned */
   GPtrArray *input_layouts; /* WsyncLayout*, reading */
   GArray *inputs;           /* InputState */
   GHashTable *input_index;  /* WsyncTensor* -> index + 1 */
+  PlanTarget out;     /* the target written */
+  char *out_format;   /* its format, NULL for one without named formats */
   guint out_tp, out_ep, out_world;
   GPtrArray *outputs; /* WsyncLayout*, one per rank written */
-  char *made_by_hf;
+  GPtrArray *notes;   /* char*: what targets and hooks said about the plan, once each */
 };
 
 /* The box of a tensor that a strided walk covers, or FALSE when it is not a box. */

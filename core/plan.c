@@ -175,10 +175,19 @@ wsync_plan_free(WsyncPlan *plan)
     g_hash_table_unref(plan->input_index);
   if (plan->config)
     json_node_unref(plan->config);
+  if (plan->input_files)
+    g_hash_table_unref(plan->input_files);
+  if (plan->claimants)
+    g_ptr_array_unref(plan->claimants);
+  if (plan->notes)
+    g_ptr_array_unref(plan->notes);
+  g_free(plan->in.label);
+  g_free(plan->out.label);
+  g_free(plan->in_format);
+  g_free(plan->out_format);
   g_free(plan->src);
   g_free(plan->target);
   g_free(plan->input_target);
-  g_free(plan->made_by_hf);
   g_free(plan);
 }
 
@@ -267,11 +276,61 @@ describe_model(WsyncPlan *plan, const char *config_name, GError **error)
 
 /* ------------------------------------------------------------------ building layouts */
 
+/* The target called @name: a plugin's, else one of the Hugging Face layouts every model
+ * plugin describes. */
 static gboolean
-is_hf_target(const char *target)
+find_target(WsyncPlan *plan, const char *name, PlanTarget *out, GError **error)
 {
-  return strcmp(target, "hf") == 0 || strcmp(target, "hf-experts") == 0 ||
-         strcmp(target, "hf-fused") == 0;
+  g_autoptr(GPtrArray) converters = wsync_registry_lookup(wsync_context_get_registry(plan->ctx),
+                                                          WSYNC_ENTRY_CONVERTER, name);
+
+  if (converters->len > 0) {
+    const WsyncEntry *e = converters->pdata[0];
+    out->info = wsync_entry_get_target(e);
+    out->user_data = wsync_entry_get_user_data(e);
+    out->label = entry_label(e);
+    return TRUE;
+  }
+  out->info = wsync_hf_target(name);
+  if (out->info != NULL) {
+    out->user_data = NULL;
+    out->label = g_strdup_printf("hf layout of %s", plan->mapping->remapper);
+    return TRUE;
+  }
+  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
+              "no loaded plugin provides the target \"%s\" (targets: hf, hf-experts, "
+              "hf-fused, and those of the converters wsync plugins lists)",
+              name);
+  return FALSE;
+}
+
+/* The format a target is written in: the one asked for, else its default.  A target
+ * without named formats takes none; a format set in conf.d's sync section only applies
+ * to targets that have it. */
+static gboolean
+choose_format(const PlanTarget *t, const char *asked, gboolean explicit, char **format,
+              GError **error)
+{
+  const char *const *formats = t->info->formats;
+  g_autofree char *list = NULL;
+
+  if (formats == NULL || formats[0] == NULL) {
+    if (asked != NULL && explicit) {
+      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
+                  "--format %s: target %s has no formats to choose from", asked, t->info->name);
+      return FALSE;
+    }
+    return TRUE;
+  }
+  if (asked == NULL || g_strv_contains(formats, asked)) {
+    *format = g_strdup(asked != NULL ? asked : formats[0]);
+    return TRUE;
+  }
+  list = g_strjoinv(", ", (char **)formats);
+  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
+              "%sformat \"%s\" is not one of target %s's formats (%s)",
+              explicit ? "--" : "conf.d sync { } ", asked, t->info->name, list);
+  return FALSE;
 }
 
 static gboolean
@@ -302,42 +361,31 @@ run_hooks(WsyncPlan *plan, WsyncLayout *layout, GError **error)
   return TRUE;
 }
 
-/* Builds one rank's layout of @target with the model's HF builder or the target's
- * converter, then the target's hooks. */
+/* The number of ranks of @t for @tp and @ep (one for a target without ranks). */
+static guint
+target_world(const PlanTarget *t, guint tp, guint ep)
+{
+  return t->info->world != NULL ? t->info->world(tp, ep, t->user_data) : 1;
+}
+
+/* Builds one rank's layout of target @t with its build function, then the target's
+ * hooks. */
 static WsyncLayout *
-build_layout(WsyncPlan *plan, const char *target, guint tp, guint ep, guint rank,
-             gboolean reading, GHashTable *input_names, GHashTable *input_metadata,
+build_layout(WsyncPlan *plan, const PlanTarget *t, const char *format, guint tp, guint ep,
+             guint rank, gboolean reading, GHashTable *input_names, GHashTable *input_metadata,
              GError **error)
 {
   g_autoptr(WsyncLayout) layout =
-      wsync_layout_new(plan->mapping, plan->ctx, target, tp, ep, rank, reading);
-  g_autofree char *label = NULL;
+      wsync_layout_new(plan->mapping, plan->ctx, t->info->name, format, tp, ep, rank,
+                       target_world(t, tp, ep), reading);
   gboolean ok;
 
   if (input_names)
     layout->input_names = g_hash_table_ref(input_names);
   if (input_metadata)
     layout->input_metadata = g_hash_table_ref(input_metadata);
-  if (is_hf_target(target)) {
-    label = g_strdup_printf("hf layout of %s", plan->mapping->remapper);
-    layout->current_entry = label;
-    ok = plan->mapping->hf_build(layout, plan->mapping->hf_data, error);
-  } else {
-    g_autoptr(GPtrArray) converters = wsync_registry_lookup(
-        wsync_context_get_registry(plan->ctx), WSYNC_ENTRY_CONVERTER, target);
-    if (converters->len == 0) {
-      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
-                  "no loaded plugin provides the target \"%s\" (targets: hf, hf-experts, "
-                  "hf-fused, and those of the converters wsync plugins lists)",
-                  target);
-      return NULL;
-    }
-    const WsyncEntry *e = converters->pdata[0];
-    label = entry_label(e);
-    layout->current_entry = label;
-    ok = ((WsyncConvertFunc)wsync_entry_get_callback(e))(layout, wsync_entry_get_user_data(e),
-                                                         error);
-  }
+  layout->current_entry = t->label;
+  ok = t->info->build(layout, t->user_data, error);
   layout->current_entry = NULL;
   if (!ok)
     return NULL;
@@ -354,67 +402,194 @@ input_index(WsyncPlan *plan, const WsyncTensor *t)
   return GPOINTER_TO_UINT(g_hash_table_lookup(plan->input_index, t)) - 1;
 }
 
-static gboolean
-parse_uint(const char *text, guint min, guint *value)
-{
-  guint64 v;
+/* ------------------------------------------------------------------ recognising input files */
 
-  if (text == NULL || !g_ascii_string_to_unsigned(text, 10, min, G_MAXUINT16, &v, NULL))
-    return FALSE;
-  *value = (guint)v;
+static void
+plan_target_free(gpointer data)
+{
+  PlanTarget *t = data;
+
+  g_free(t->label);
+  g_free(t);
+}
+
+/* Every target that recognises its own files, in dispatch order. */
+static GPtrArray *
+claimants_of(WsyncContext *ctx)
+{
+  g_autoptr(GPtrArray) converters =
+      wsync_registry_lookup(wsync_context_get_registry(ctx), WSYNC_ENTRY_CONVERTER, NULL);
+  GPtrArray *claimants = g_ptr_array_new_with_free_func(plan_target_free);
+
+  for (guint i = 0; i < converters->len; i++) {
+    const WsyncTargetInfo *info = wsync_entry_get_target(converters->pdata[i]);
+    if (info == NULL || info->recognise == NULL)
+      continue;
+    PlanTarget *t = g_new0(PlanTarget, 1);
+    t->info = info;
+    t->user_data = wsync_entry_get_user_data(converters->pdata[i]);
+    t->label = entry_label(converters->pdata[i]);
+    g_ptr_array_add(claimants, t);
+  }
+  return claimants;
+}
+
+typedef struct {
+  GPtrArray *claimants; /* PlanTarget* */
+  GHashTable *files;    /* const WsyncSafetensors* -> InputFile* */
+} Recognition;
+
+/* A #WsyncFileGroupFunc: asks each target whether @st is one of its files.  The rank a
+ * target gives the file is its group, since ranks repeat the names of replicas. */
+static gboolean
+recognise_file(const WsyncSafetensors *st, gint64 *group, gpointer user_data, GError **error)
+{
+  Recognition *r = user_data;
+  g_autofree char *base = g_path_get_basename(wsync_safetensors_path(st));
+  InputFile *f = g_new0(InputFile, 1);
+
+  *group = -1;
+  g_hash_table_insert(r->files, (gpointer)st, f);
+  for (guint i = 0; i < r->claimants->len; i++) {
+    const PlanTarget *t = r->claimants->pdata[i];
+    g_autoptr(GError) local = NULL;
+    if (t->info->recognise(base, wsync_safetensors_metadata(st), &f->rank_file, t->user_data,
+                           &local)) {
+      f->target = t;
+      *group = f->rank_file.rank;
+      return TRUE;
+    }
+    if (local != NULL) {
+      g_propagate_prefixed_error(error, g_steal_pointer(&local), "%s: ",
+                                 wsync_safetensors_path(st));
+      return FALSE;
+    }
+  }
   return TRUE;
 }
 
-/* Rank files written by wsync carry their layout in __metadata__ ("wsync.target" and
- * friends): then the input is read with that target's own layout, rank by rank. */
+/* Opens @path, recording what the targets of @ctx recognise in each file. */
+static WsyncCheckpoint *
+open_recognised(WsyncContext *ctx, const char *path, Recognition *r, GError **error)
+{
+  r->claimants = claimants_of(ctx);
+  r->files = g_hash_table_new_full(g_direct_hash, g_direct_equal, NULL, g_free);
+  return wsync_checkpoint_open_grouped(path, recognise_file, r, error);
+}
+
+WsyncCheckpoint *
+wsync_plan_open_checkpoint(WsyncContext *ctx, const char *path, GError **error)
+{
+  Recognition r;
+  WsyncCheckpoint *ck = open_recognised(ctx, path, &r, error);
+
+  g_hash_table_unref(r.files);
+  g_ptr_array_unref(r.claimants);
+  return ck;
+}
+
+static const InputFile *
+input_file(WsyncPlan *plan, const WsyncSafetensors *st)
+{
+  return g_hash_table_lookup(plan->input_files, st);
+}
+
+/* "model-rank-0-part-0.safetensors (vllm, format sharded-state, tp 2, ep 1)" */
+static char *
+describe_input_file(const WsyncSafetensors *st, const InputFile *f)
+{
+  g_autofree char *base = g_path_get_basename(wsync_safetensors_path(st));
+
+  if (f->target == NULL)
+    return g_strdup_printf("%s (claimed by no target)", base);
+  return g_strdup_printf("%s (%s%s%s, tp %u, ep %u)", base, f->target->info->name,
+                         f->rank_file.format ? ", format " : "",
+                         f->rank_file.format ? f->rank_file.format : "", f->rank_file.tp,
+                         f->rank_file.ep);
+}
+
+static gboolean
+same_layout(const InputFile *a, const InputFile *b)
+{
+  return a->target == b->target &&
+         (a->target == NULL ||
+          (g_strcmp0(a->rank_file.format, b->rank_file.format) == 0 &&
+           a->rank_file.tp == b->rank_file.tp && a->rank_file.ep == b->rank_file.ep));
+}
+
+/* The target that reads files no target claims (the Hugging Face layout). */
+static gboolean
+unclaimed_reader(WsyncPlan *plan, GError **error)
+{
+  g_autoptr(GPtrArray) converters = wsync_registry_lookup(
+      wsync_context_get_registry(plan->ctx), WSYNC_ENTRY_CONVERTER, NULL);
+
+  for (guint i = 0; i < converters->len; i++) {
+    const WsyncTargetInfo *info = wsync_entry_get_target(converters->pdata[i]);
+    if (info != NULL && info->reads_unclaimed)
+      return find_target(plan, info->name, &plan->in, error);
+  }
+  return find_target(plan, "hf", &plan->in, error);
+}
+
+/* The input's layout: the target that claims every file (all in one format and one
+ * parallel layout), or the Hugging Face layout when no target claims any. */
 static gboolean
 detect_input_layout(WsyncPlan *plan, GError **error)
 {
   const WsyncSafetensors *first = wsync_checkpoint_file(plan->input, 0);
-  GHashTable *md = wsync_safetensors_metadata(first);
-  const char *target = g_hash_table_lookup(md, "wsync.target");
+  const InputFile *f0 = input_file(plan, first);
 
-  if (target == NULL || is_hf_target(target)) {
-    plan->input_target = g_strdup("hf");
+  for (guint i = 1; i < wsync_checkpoint_n_files(plan->input); i++) {
+    const WsyncSafetensors *st = wsync_checkpoint_file(plan->input, i);
+    if (!same_layout(f0, input_file(plan, st))) {
+      g_autofree char *a = describe_input_file(first, f0);
+      g_autofree char *b = describe_input_file(st, input_file(plan, st));
+      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                  "%s: mixes files of different layouts: %s and %s", plan->src, a, b);
+      return FALSE;
+    }
+  }
+  if (f0->target == NULL) {
     plan->in_tp = plan->in_ep = plan->in_world = 1;
-    return TRUE;
+    if (!unclaimed_reader(plan, error))
+      return FALSE;
+  } else {
+    plan->in.info = f0->target->info;
+    plan->in.user_data = f0->target->user_data;
+    plan->in.label = g_strdup(f0->target->label);
+    plan->in_format = g_strdup(f0->rank_file.format);
+    plan->in_tp = f0->rank_file.tp;
+    plan->in_ep = f0->rank_file.ep;
+    plan->in_world = target_world(&plan->in, plan->in_tp, plan->in_ep);
   }
-  plan->input_target = g_strdup(target);
-  if (!parse_uint(g_hash_table_lookup(md, "wsync.tp"), 1, &plan->in_tp) ||
-      !parse_uint(g_hash_table_lookup(md, "wsync.ep"), 1, &plan->in_ep) ||
-      !parse_uint(g_hash_table_lookup(md, "wsync.world"), 1, &plan->in_world)) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                "%s: wsync.tp, wsync.ep and wsync.world metadata must be numbers",
-                wsync_safetensors_path(first));
-    return FALSE;
-  }
+  plan->input_target = g_strdup(plan->in.info->name);
   return TRUE;
 }
 
-/* The input tensors and first file's metadata of one rank (every file when there are
- * no ranks). */
+/* The input tensors and first file's metadata of one rank (every file when the input
+ * has no ranks). */
 static gboolean
 rank_inputs(WsyncPlan *plan, guint rank, GHashTable **names, GHashTable **metadata,
             GError **error)
 {
-  gboolean ranked = plan->in_world > 1 || strcmp(plan->input_target, "hf") != 0;
-
   *names = g_hash_table_new(g_str_hash, g_str_equal);
   *metadata = NULL;
   for (guint f = 0; f < wsync_checkpoint_n_files(plan->input); f++) {
     const WsyncSafetensors *st = wsync_checkpoint_file(plan->input, f);
-    GHashTable *md = wsync_safetensors_metadata(st);
-    guint file_rank = 0;
-    if (ranked && !parse_uint(g_hash_table_lookup(md, "wsync.rank"), 0, &file_rank)) {
+    const InputFile *in = input_file(plan, st);
+    guint file_rank = in->target != NULL ? in->rank_file.rank : 0;
+    if (file_rank >= plan->in_world) {
       g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                  "%s: a %s rank file without a wsync.rank number in its metadata",
-                  wsync_safetensors_path(st), plan->input_target);
+                  "%s: a file of rank %u, but a %s layout of tp %u ep %u has %u ranks",
+                  wsync_safetensors_path(st), file_rank, plan->input_target, plan->in_tp,
+                  plan->in_ep, plan->in_world);
       return FALSE;
     }
     if (file_rank != rank)
       continue;
     if (*metadata == NULL)
-      *metadata = g_hash_table_ref(md);
+      *metadata = g_hash_table_ref(wsync_safetensors_metadata(st));
     for (guint i = 0; i < wsync_safetensors_n_tensors(st); i++) {
       const WsyncTensor *t = wsync_safetensors_tensor(st, i);
       g_hash_table_insert(*names, (gpointer)t->name, (gpointer)t);
@@ -569,8 +744,8 @@ bind_inputs(WsyncPlan *plan, GError **error)
     g_autoptr(GHashTable) md = NULL;
     if (!rank_inputs(plan, r, &names, &md, error))
       return FALSE;
-    WsyncLayout *layout = build_layout(plan, plan->input_target, plan->in_tp, plan->in_ep, r,
-                                       TRUE, names, md, error);
+    WsyncLayout *layout = build_layout(plan, &plan->in, plan->in_format, plan->in_tp,
+                                       plan->in_ep, r, TRUE, names, md, error);
     if (layout == NULL)
       return FALSE;
     g_ptr_array_add(plan->input_layouts, layout);
@@ -732,10 +907,12 @@ bind_dcp(WsyncPlan *plan, GError **error)
     g_hash_table_insert(first_input, g->name, GUINT_TO_POINTER(at));
     at += g->chunks->len;
   }
-  plan->input_target = g_strdup("hf");
   plan->in_tp = plan->in_ep = plan->in_world = 1;
+  if (!find_target(plan, "hf", &plan->in, error))
+    return FALSE;
+  plan->input_target = g_strdup(plan->in.info->name);
   plan->input_layouts = g_ptr_array_new_with_free_func(layout_unref);
-  WsyncLayout *layout = build_layout(plan, "hf", 1, 1, 0, TRUE, names, NULL, error);
+  WsyncLayout *layout = build_layout(plan, &plan->in, NULL, 1, 1, 0, TRUE, names, NULL, error);
   if (layout == NULL)
     return FALSE;
   g_ptr_array_add(plan->input_layouts, layout);
@@ -1065,13 +1242,26 @@ check_inputs_used(WsyncPlan *plan, GError **error)
 
 /* ------------------------------------------------------------------ public */
 
+/* Keeps each note once, in the order first seen. */
+static void
+collect_notes(WsyncPlan *plan, WsyncLayout *layout)
+{
+  for (guint i = 0; layout->notes != NULL && i < layout->notes->len; i++)
+    if (!g_ptr_array_find_with_equal_func(plan->notes, layout->notes->pdata[i], g_str_equal,
+                                          NULL))
+      g_ptr_array_add(plan->notes, g_strdup(layout->notes->pdata[i]));
+}
+
 static gboolean
 build_outputs(WsyncPlan *plan, const WsyncPlanOptions *opts, GError **error)
 {
-  gboolean hf = is_hf_target(plan->target);
-  guint tp = hf ? 1 : MAX(opts->tp, 1), ep = hf ? 1 : MAX(opts->ep, 1);
-  guint world = ep > 1 ? ep : tp;
+  gboolean ranked = plan->out.info->world != NULL;
+  guint tp = ranked ? MAX(opts->tp, 1) : 1, ep = ranked ? MAX(opts->ep, 1) : 1;
+  guint world = target_world(&plan->out, tp, ep);
 
+  if (!choose_format(&plan->out, opts->format, opts->format_explicit, &plan->out_format,
+                     error))
+    return FALSE;
   if (opts->rank >= 0 && (guint)opts->rank >= world) {
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
                 "--rank %d is not a rank of a %u-rank layout (tp %u, ep %u)", opts->rank, world,
@@ -1082,13 +1272,16 @@ build_outputs(WsyncPlan *plan, const WsyncPlanOptions *opts, GError **error)
   plan->out_ep = ep;
   plan->out_world = world;
   plan->outputs = g_ptr_array_new_with_free_func(layout_unref);
+  plan->notes = g_ptr_array_new_with_free_func(g_free);
   for (guint r = 0; r < world; r++) {
     if (opts->rank >= 0 && (guint)opts->rank != r)
       continue;
-    WsyncLayout *layout = build_layout(plan, plan->target, tp, ep, r, FALSE, NULL, NULL, error);
+    WsyncLayout *layout = build_layout(plan, &plan->out, plan->out_format, tp, ep, r, FALSE,
+                                       NULL, NULL, error);
     if (layout == NULL)
       return FALSE;
     g_ptr_array_add(plan->outputs, layout);
+    collect_notes(plan, layout);
     if (!resolve_layout(plan, layout, error))
       return FALSE;
     assign_parts(layout, opts->part_size ? opts->part_size : G_MAXUINT64);
@@ -1119,7 +1312,8 @@ plan_sharded(WsyncPlan *plan_in, const WsyncPlanOptions *opts, GError **error)
     describe_identity(plan);
   else if (!describe_model(plan, config_path, error))
     return NULL;
-  if (!bind_dcp(plan, error) || !build_outputs(plan, opts, error) ||
+  if (!find_target(plan, plan->target, &plan->out, error) || !bind_dcp(plan, error) ||
+      !build_outputs(plan, opts, error) ||
       !check_inputs_used(plan, error))
     return NULL;
   return g_steal_pointer(&plan);
@@ -1151,7 +1345,10 @@ wsync_plan_new(WsyncContext *ctx, const char *src, const WsyncPlanOptions *opts,
                 src);
     return NULL;
   } else {
-    plan->input = wsync_checkpoint_open(src, error);
+    Recognition r;
+    plan->input = open_recognised(ctx, src, &r, error);
+    plan->claimants = r.claimants;
+    plan->input_files = r.files;
     if (plan->input == NULL)
       return NULL;
     if (wsync_checkpoint_is_dir(plan->input))
@@ -1164,7 +1361,8 @@ wsync_plan_new(WsyncContext *ctx, const char *src, const WsyncPlanOptions *opts,
     if (plan->config == NULL)
       return NULL;
   }
-  if (!describe_model(plan, config_path, error))
+  if (!describe_model(plan, config_path, error) ||
+      !find_target(plan, plan->target, &plan->out, error))
     return NULL;
   if (opts->synth)
     bind_generated(plan);
@@ -1179,18 +1377,25 @@ wsync_plan_new(WsyncContext *ctx, const char *src, const WsyncPlanOptions *opts,
 
 /* ------------------------------------------------------------------ printing */
 
+/* How many files a rank's layout has: its parts, or what the source asks for. */
+static guint
+layout_n_parts(const WsyncLayout *layout)
+{
+  guint n_parts = 1;
+
+  for (guint i = 0; i < layout->tensors->len; i++) {
+    const WsyncLayoutTensor *lt = layout->tensors->pdata[i];
+    n_parts = MAX(n_parts, MAX(lt->part + 1, lt->n_parts_hint));
+  }
+  return n_parts;
+}
+
+/* The target names its files. */
 static char *
 file_name_of(WsyncPlan *plan, const WsyncLayout *layout, guint part)
 {
-  if (is_hf_target(plan->target)) {
-    guint n_parts = 1;
-    for (guint i = 0; i < layout->tensors->len; i++) {
-      const WsyncLayoutTensor *lt = layout->tensors->pdata[i];
-      n_parts = MAX(n_parts, MAX(lt->part + 1, lt->n_parts_hint));
-    }
-    return g_strdup_printf("model-%05u-of-%05u.safetensors", part + 1, n_parts);
-  }
-  return g_strdup_printf("model-rank-%u-part-%u.safetensors", layout->rank, part);
+  return plan->out.info->file_name((WsyncLayout *)layout, part, layout_n_parts(layout),
+                                   plan->out.user_data);
 }
 
 char *
@@ -1275,18 +1480,42 @@ print_tensor(WsyncPlan *plan, const WsyncLayoutTensor *lt, FILE *out)
   }
 }
 
+/* The metadata a rank's files carry, sorted by key. */
+static GList *
+sorted_metadata_keys(const WsyncLayout *layout)
+{
+  return g_list_sort(g_hash_table_get_keys(layout->metadata), (GCompareFunc)strcmp);
+}
+
+static void
+print_metadata(const WsyncLayout *layout, FILE *out)
+{
+  g_autoptr(GList) keys = sorted_metadata_keys(layout);
+
+  if (keys == NULL)
+    return;
+  fputs(" metadata", out);
+  for (GList *k = keys; k != NULL; k = k->next)
+    fprintf(out, " %s=%s", (const char *)k->data,
+            (const char *)g_hash_table_lookup(layout->metadata, k->data));
+  fputc('\n', out);
+}
+
 void
 wsync_plan_print(WsyncPlan *plan, FILE *out)
 {
-  fprintf(out, "source %s (%s layout), model %s described by %s\n", plan->src,
-          plan->synth ? "generated" : plan->input_target, plan->mapping->model_type,
+  fprintf(out, "source %s (%s layout%s%s), model %s described by %s\n", plan->src,
+          plan->synth ? "generated" : plan->input_target, plan->in_format ? ", format " : "",
+          plan->in_format ? plan->in_format : "", plan->mapping->model_type,
           plan->mapping->remapper);
-  fprintf(out, "target %s, tp %u, ep %u, %u rank%s\n", plan->target, plan->out_tp, plan->out_ep,
-          plan->out_world, plan->out_world == 1 ? "" : "s");
+  fprintf(out, "target %s%s%s, tp %u, ep %u, %u rank%s\n", plan->target,
+          plan->out_format ? ", format " : "", plan->out_format ? plan->out_format : "",
+          plan->out_tp, plan->out_ep, plan->out_world, plan->out_world == 1 ? "" : "s");
   for (guint l = 0; l < plan->outputs->len; l++) {
     WsyncLayout *layout = plan->outputs->pdata[l];
     guint last_part = G_MAXUINT;
     fprintf(out, "rank %u\n", layout->rank);
+    print_metadata(layout, out);
     for (guint i = 0; i < layout->tensors->len; i++) {
       const WsyncLayoutTensor *lt = layout->tensors->pdata[i];
       if (lt->part != last_part) {
@@ -1308,6 +1537,8 @@ wsync_plan_print(WsyncPlan *plan, FILE *out)
     if (s->drop_rule != NULL)
       fprintf(out, "input %s dropped by rule %s\n", s->tensor->name, s->drop_rule);
   }
+  for (guint n = 0; n < plan->notes->len; n++)
+    fprintf(out, "note: %s\n", (const char *)plan->notes->pdata[n]);
   for (guint p = 0; p < plan->mapping->params->len; p++) {
     const WsyncParam *param = plan->mapping->params->pdata[p];
     if (param->note != NULL)
@@ -1414,6 +1645,29 @@ add_tensor_json(WsyncPlan *plan, JsonBuilder *b, const WsyncLayout *layout,
   json_builder_end_object(b);
 }
 
+static void
+add_string_or_null(JsonBuilder *b, const char *value)
+{
+  if (value != NULL)
+    json_builder_add_string_value(b, value);
+  else
+    json_builder_add_null_value(b);
+}
+
+static void
+add_metadata_json(JsonBuilder *b, const WsyncLayout *layout)
+{
+  g_autoptr(GList) keys = sorted_metadata_keys(layout);
+
+  json_builder_set_member_name(b, "metadata");
+  json_builder_begin_object(b);
+  for (GList *k = keys; k != NULL; k = k->next) {
+    json_builder_set_member_name(b, k->data);
+    json_builder_add_string_value(b, g_hash_table_lookup(layout->metadata, k->data));
+  }
+  json_builder_end_object(b);
+}
+
 JsonNode *
 wsync_plan_to_json(WsyncPlan *plan)
 {
@@ -1428,8 +1682,12 @@ wsync_plan_to_json(WsyncPlan *plan)
   json_builder_add_string_value(b, plan->mapping->model_type);
   json_builder_set_member_name(b, "remapper");
   json_builder_add_string_value(b, plan->mapping->remapper);
+  json_builder_set_member_name(b, "source_format");
+  add_string_or_null(b, plan->in_format);
   json_builder_set_member_name(b, "target");
   json_builder_add_string_value(b, plan->target);
+  json_builder_set_member_name(b, "format");
+  add_string_or_null(b, plan->out_format);
   json_builder_set_member_name(b, "tp");
   json_builder_add_int_value(b, plan->out_tp);
   json_builder_set_member_name(b, "ep");
@@ -1443,6 +1701,7 @@ wsync_plan_to_json(WsyncPlan *plan)
     json_builder_begin_object(b);
     json_builder_set_member_name(b, "rank");
     json_builder_add_int_value(b, layout->rank);
+    add_metadata_json(b, layout);
     json_builder_set_member_name(b, "tensors");
     json_builder_begin_array(b);
     for (guint i = 0; i < layout->tensors->len; i++)
@@ -1484,6 +1743,8 @@ wsync_plan_to_json(WsyncPlan *plan)
   json_builder_end_array(b);
   json_builder_set_member_name(b, "notes");
   json_builder_begin_array(b);
+  for (guint n = 0; n < plan->notes->len; n++)
+    json_builder_add_string_value(b, plan->notes->pdata[n]);
   for (guint p = 0; p < plan->mapping->params->len; p++) {
     const WsyncParam *param = plan->mapping->params->pdata[p];
     if (param->note == NULL)

@@ -8,6 +8,9 @@
 
 typedef struct {
   const char *target;
+  const char *format;       /* NULL: the target's default */
+  gboolean format_explicit; /* given on the command line (else from conf.d, ignored by a
+                             * target without named formats) */
   guint tp, ep;
   gint rank;          /* -1: every rank */
   guint64 part_size;  /* bytes; a new part starts before a tensor that would pass it */
@@ -38,6 +41,10 @@ JsonNode *wsync_plan_to_json(WsyncPlan *plan);
 /* Writes the planned files into DST, atomically (temporary sibling, then rename), with
  * the source's non-weight files (config.json through the config patchers). */
 gboolean wsync_plan_execute(WsyncPlan *plan, const char *dst, gboolean progress, GError **error);
+
+/* Opens a checkpoint directory or file whose files may be the rank files of a target
+ * (which then repeat names rank by rank): the targets of @ctx recognise them. */
+WsyncCheckpoint *wsync_plan_open_checkpoint(WsyncContext *ctx, const char *path, GError **error);
 
 /* Runs every config patcher on @root; TRUE when none failed. */
 gboolean wsync_run_config_patchers(WsyncContext *ctx, JsonNode *root, GError **error);

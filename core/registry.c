@@ -17,6 +17,7 @@ struct _WsyncEntry {
   GCallback callback;
   gpointer user_data;
   GDestroyNotify destroy;
+  WsyncTargetInfo *target; /* converters: the target's descriptor (a copy) */
 };
 
 struct _WsyncRegistry {
@@ -48,6 +49,7 @@ entry_free(gpointer data)
   g_free(entry->name);
   g_free(entry->plugin);
   g_free(entry->serves);
+  g_free(entry->target);
   g_free(entry);
 }
 
@@ -135,6 +137,30 @@ wsync_registry_add(WsyncRegistry *registry, const char *plugin_name, WsyncEntryK
   entry->user_data = user_data;
   entry->destroy = destroy;
   g_ptr_array_add(registry->entries[kind], entry);
+  return TRUE;
+}
+
+gboolean
+wsync_registry_add_target(WsyncRegistry *registry, const char *plugin_name,
+                          const WsyncTargetInfo *info, int priority, gpointer user_data,
+                          GDestroyNotify destroy, GError **error)
+{
+  gboolean complete = info != NULL && info->build != NULL && info->file_name != NULL;
+
+  if (!complete) {
+    if (destroy != NULL && user_data != NULL)
+      destroy(user_data);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_PLUGIN,
+                "plugin \"%s\": target \"%s\" lacks its build or file_name function",
+                plugin_name ? plugin_name : "?", info && info->name ? info->name : "");
+    return FALSE;
+  }
+  if (!wsync_registry_add(registry, plugin_name, WSYNC_ENTRY_CONVERTER, info->name, priority,
+                          info->name, (GCallback)info->build, user_data, destroy, error))
+    return FALSE;
+  GPtrArray *entries = registry->entries[WSYNC_ENTRY_CONVERTER];
+  WsyncEntry *entry = entries->pdata[entries->len - 1];
+  entry->target = g_memdup2(info, sizeof *info);
   return TRUE;
 }
 
@@ -247,4 +273,10 @@ gpointer
 wsync_entry_get_user_data(const WsyncEntry *entry)
 {
   return entry->user_data;
+}
+
+const WsyncTargetInfo *
+wsync_entry_get_target(const WsyncEntry *entry)
+{
+  return entry->target;
 }

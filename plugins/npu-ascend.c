@@ -1,71 +1,66 @@
-/* wsync plugin "npu-ascend": vLLM-Ascend on Huawei NPUs (target "vllm-ascend"), built on
- * the "vllm" plugin (../shared/reference/vllm-layouts.md, cited below as §N).
+/* wsync plugin "npu-ascend": vLLM-Ascend on Huawei NPUs (target "vllm-ascend", built
+ * by the "vllm" plugin; docs/vllm-ascend.md, cited below as §N).
  *
  * What a vllm-ascend rank file holds
  * ----------------------------------
- * Everything a `vllm` rank file holds (the same names, TP/EP slicing, packing, vocabulary
- * padding, attention scale buffers and expert maps, and both expert-path conventions of
- * the vllm plugin's `vllm-version` option), except the routed experts, which are in the
- * layout vLLM-Ascend's `AscendUnquantizedFusedMoEMethod.process_weights_after_loading`
- * leaves them in and `torch_npu.npu_grouped_matmul` consumes (§6):
+ * Everything a `vllm` rank file of the same format holds (names, TP/EP slicing, packing,
+ * vocabulary padding, and in the sharded-state format the scale buffers and expert
+ * maps), with vLLM-Ascend's router alias (§2), and:
  *
- *   processed (default)     w13_weight [E_loc, H, 2*I/tp]  columns [gate | up]
- *                           w2_weight  [E_loc, I/tp, H]
- *                           both contiguous: `w.transpose(1, 2).contiguous()` of the
+ *   --format sharded-state  the loader layout, as `vllm serve --load-format
+ *                           sharded_state` on vLLM-Ascend loads it before
+ *                           process_weights_after_loading runs (§5): w13_weight
+ *                           [E_loc, 2*I/tp, H] rows [gate ; up], w2_weight [E_loc, H, I/tp]
+ *   --format kernel         the routed experts in the layout vLLM-Ascend's
+ *                           AscendUnquantizedFusedMoEMethod.process_weights_after_loading
+ *                           leaves them in and torch_npu.npu_grouped_matmul consumes (§3),
+ *                           what a live update with is_checkpoint_format=false copies into:
+ *                           w13_weight [E_loc, H, 2*I/tp] columns [gate | up], w2_weight
+ *                           [E_loc, I/tp, H], both `w.transpose(1, 2).contiguous()` of the
  *                           loader layout
- *   preprocessed            w13_weight [E_loc, 2*I/tp, H]  rows [gate ; up]
- *                           w2_weight  [E_loc, H, I/tp]
- *                           the loader layout, exactly as the `vllm` target writes it,
- *                           for the full-reload path (the sharded_state loader, and
- *                           /process_weights_after_loading on a rollout server) that
- *                           runs the post-processing itself
  *
- * Option `moe-layout = "processed" | "preprocessed"` (conf.d/40-npu-ascend.conf) chooses
- * between them.  E_loc, I/tp and the expert names (`mlp.experts.w13_weight` before vLLM
- * 0.22.1, `mlp.experts.routed_experts.w13_weight` from it on) are the vllm plugin's.
+ * The processed layout is written only in the kernel format: given to sharded_state, a
+ * processed file fails in copy_, or loads transposed without an error when H == 2I/tp.
  *
  * Dense linear weights (qkv_proj, o_proj, gate_up_proj, down_proj, the router, shared
- * experts) stay [out, in]: AscendUnquantizedLinearMethod does not transpose them (§6).
+ * experts) stay [out, in]: AscendUnquantizedLinearMethod does not transpose them (§4).
  *
  * ND, not NZ: every weight is written in ND format (plain row-major).  vLLM-Ascend casts
- * BF16/FP16 weights to the FRACTAL_NZ format only with `weight_nz_mode=2` (additional
- * config or VLLM_ASCEND_ENABLE_NZ); the default mode 1 casts quantized weights only, and
- * RL deployments force mode 0 (`rl_config.enabled`; wake_up and start_weight_update
- * refuse NZ), so BF16 weights stay ND there (§6, vllm_ascend/utils.py::_should_trans_nz).
- * wsync writes no NZ tensors; a deployment that sets weight_nz_mode=2 must not load
- * these files into NZ parameters.
+ * BF16/FP16 weights to the FRACTAL_NZ format only with `weight_nz_mode=2`; the default
+ * mode 1 casts quantized weights only, and RL deployments force mode 0 (`rl_config`;
+ * wake_up and start_weight_update refuse NZ), so BF16 weights stay ND there (§4).
  *
  * Layout state is data
  * --------------------
  * Each rank file records in its `__metadata__` the layout of its experts:
  * `wsync.moe-layout` = "processed" | "preprocessed" for the rank, and
- * `wsync.layout.<tensor name>` = "processed" | "preprocessed" for every expert tensor.
- * The hook "ascend-processed-experts" runs after the vllm converter built a rank's
- * layout (the loader layout), both for layouts being written and for rank files being
- * read, and swaps the last two axes of exactly the expert tensors that are to be (or
- * are) in the processed state:
+ * `wsync.layout.<tensor name>` for every expert tensor.  The hook
+ * "ascend-processed-experts" runs after the vllm plugin built a rank's layout (the
+ * loader layout), both for layouts being written and for rank files being read, and
+ * swaps the last two axes of exactly the expert tensors that are to be (or are) in the
+ * processed state:
  *
- *   writing   the state the `moe-layout` option asks for;
- *   reading   the state the file records (per tensor, else per rank file); a
- *             vllm-ascend file that records none was written without this plugin and
- *             holds the loader layout.  The option plays no part: processed files are
- *             never transposed a second time, and preprocessed ones read as the loader
- *             layout.
+ *   writing   processed in the kernel format, preprocessed in the sharded-state format;
+ *   reading   the state the file records (per tensor, else per rank file); a file that
+ *             records none holds the loader layout.
  *
  * Because the transpose is a permutation of the tensor's axes in the plan (every
  * placement's strides permuted, wsync_layout_tensor_permute_last2()), not a step applied
- * to bytes, converting between any of hf, vllm and vllm-ascend (either state) copies
- * each element once from where the input holds it to where the output wants it:
- * processed -> processed is a plain copy, processed -> preprocessed (or hf, or vllm) one
- * transpose, and applying a conversion twice changes nothing.
+ * to bytes, converting between any of hf, vllm and vllm-ascend (either format) copies
+ * each element once from where the input holds it to where the output wants it, and
+ * processed files are never transposed a second time.
+ *
+ * Option `moe-layout` is deprecated and ignored (the format decides); setting it prints
+ * a warning.
  *
  * Environment (`wsync env --backend npu-ascend --mode colocate|server`): see the env
- * patches at the end of this file.
+ * patches at the end of this file (§6).
  */
 #include <string.h>
 
 #include <wsync/engine.h>
 #include <wsync/plugin.h>
+#include <wsync/target.h>
 
 #define KEY_MOE_LAYOUT "wsync.moe-layout"
 #define KEY_TENSOR_LAYOUT "wsync.layout."
@@ -76,13 +71,6 @@ typedef enum {
 } MoeLayout;
 
 static const char *const moe_layout_names[] = {"processed", "preprocessed"};
-
-/* The hook's user data. */
-typedef struct {
-  MoeLayout layout; /* moe-layout as configured */
-} AscendSettings;
-
-/* ------------------------------------------------------------------ options */
 
 static gboolean
 parse_moe_layout(const char *text, MoeLayout *layout)
@@ -95,9 +83,8 @@ parse_moe_layout(const char *text, MoeLayout *layout)
   return FALSE;
 }
 
-#define MOE_LAYOUT_RULE "moe-layout must be \"processed\" or \"preprocessed\""
-
-/* libconfuse calls this for each value a file sets; the message reads FILE:LINE: ... */
+/* The deprecated option still only takes its two old values; libconfuse calls this for
+ * each value a file sets, and the message reads FILE:LINE: ... */
 static int
 validate_moe_layout(cfg_t *cfg, cfg_opt_t *opt)
 {
@@ -109,20 +96,22 @@ validate_moe_layout(cfg_t *cfg, cfg_opt_t *opt)
   value = cfg_opt_getnstr(opt, cfg_opt_size(opt) - 1);
   if (parse_moe_layout(value, &layout))
     return 0;
-  cfg_error(cfg, MOE_LAYOUT_RULE ", not \"%s\"", value != NULL ? value : "");
+  cfg_error(cfg, "moe-layout must be \"processed\" or \"preprocessed\", not \"%s\"",
+            value != NULL ? value : "");
   return -1;
 }
 
 /* ------------------------------------------------------------------ the hook */
 
-/* A routed-experts tensor of the vllm converter: `<prefix>.mlp.experts.w13_weight` or
- * `.w2_weight`, with or without `routed_experts.` in between (vllm plugin, §2.1).
- * Shared experts (`mlp.shared_expert.*`) and dense MLPs are plain linears. */
+/* A routed-experts tensor: the vllm plugin records the param it built each tensor for;
+ * shared experts and dense MLPs are plain linears. */
 static gboolean
-is_expert_tensor(const char *name)
+is_expert_tensor(const WsyncLayoutTensor *tensor)
 {
-  return strstr(name, ".mlp.experts.") != NULL &&
-         (g_str_has_suffix(name, ".w13_weight") || g_str_has_suffix(name, ".w2_weight"));
+  const WsyncParam *param = wsync_layout_tensor_get_param(tensor);
+
+  return param != NULL &&
+         (param->kind == WSYNC_PARAM_EXPERTS_W13 || param->kind == WSYNC_PARAM_EXPERTS_W2);
 }
 
 /* A recorded state, or an error naming the key. */
@@ -144,21 +133,19 @@ recorded_state(WsyncLayout *layout, const char *key, MoeLayout fallback, MoeLayo
   return FALSE;
 }
 
-/* After the vllm converter built a rank (in the loader layout): puts the expert tensors
- * into the processed layout where they are to be (writing: the option) or are (reading:
- * the files' metadata), and records every state. */
+/* After the vllm plugin built a rank (in the loader layout): puts the expert tensors
+ * into the processed layout where they are to be (writing: the kernel format) or are
+ * (reading: the files' metadata), and records every state. */
 static gboolean
 processed_experts(WsyncLayout *layout, gpointer user_data, GError **error)
 {
-  const AscendSettings *settings = user_data;
-  /* Only a layout built to read rank files has input metadata; the vllm converter
-   * always records wsync.target in the files it writes. */
-  gboolean reading = wsync_layout_get_input_metadata(layout, "wsync.target") != NULL;
+  gboolean reading = wsync_layout_is_reading(layout);
+  gboolean kernel = g_strcmp0(wsync_layout_get_format(layout), "kernel") == 0;
   guint n = wsync_layout_n_tensors(layout);
-  MoeLayout rank_state = settings->layout;
+  MoeLayout rank_state = kernel ? MOE_PROCESSED : MOE_PREPROCESSED;
 
-  /* Rank files that record no state were written without this plugin: the vllm
-   * converter alone writes the loader layout. */
+  (void)user_data;
+  /* Rank files that record no state hold the loader layout. */
   if (reading && !recorded_state(layout, KEY_MOE_LAYOUT, MOE_PREPROCESSED, &rank_state, error))
     return FALSE;
   wsync_layout_set_metadata(layout, KEY_MOE_LAYOUT, moe_layout_names[rank_state]);
@@ -168,12 +155,12 @@ processed_experts(WsyncLayout *layout, gpointer user_data, GError **error)
     g_autofree char *key = NULL;
     MoeLayout state = rank_state;
 
-    if (!is_expert_tensor(name))
+    if (!is_expert_tensor(tensor))
       continue;
     key = g_strconcat(KEY_TENSOR_LAYOUT, name, NULL);
     if (reading && !recorded_state(layout, key, rank_state, &state, error))
       return FALSE;
-    /* The converter built it preprocessed; only that state is transposed, once. */
+    /* The vllm plugin built it preprocessed; only that state is transposed, once. */
     if (state == MOE_PROCESSED)
       wsync_layout_tensor_permute_last2(tensor);
     wsync_layout_set_metadata(layout, key, moe_layout_names[state]);
@@ -277,8 +264,7 @@ env_alloc_conf(WsyncEnv *env, gpointer user_data, GError **error)
 /* Designated initialisers: CFG_STR() has no slot for a validating callback. */
 static cfg_opt_t options[] = {{.name = "moe-layout",
                                .type = CFGT_STR,
-                               .flags = CFGF_NONE,
-                               .def.string = "processed",
+                               .flags = CFGF_NODEFAULT,
                                .validcb = validate_moe_layout},
                               CFG_END()};
 
@@ -286,19 +272,16 @@ static gboolean
 ascend_register(WsyncPlugin *plugin, GError **error)
 {
   const char *value = cfg_getstr(wsync_plugin_get_options(plugin), "moe-layout");
-  AscendSettings *settings;
-  MoeLayout layout;
 
-  /* The validator has seen every value a file set; this catches anything else. */
-  if (!parse_moe_layout(value, &layout)) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG, MOE_LAYOUT_RULE ", not \"%s\"",
-                value != NULL ? value : "");
-    return FALSE;
-  }
-  settings = g_new0(AscendSettings, 1);
-  settings->layout = layout;
+  /* Deprecated: the format decides (sharded-state: the loader layout, kernel: processed). */
+  if (value != NULL)
+    wsync_plugin_warn(plugin,
+                      "option moe-layout = \"%s\" is deprecated and ignored: vllm-ascend "
+                      "writes the processed expert layout with --format kernel and the "
+                      "loader layout with --format sharded-state",
+                      value);
   return wsync_plugin_add_hook(plugin, "ascend-processed-experts", WSYNC_PRIORITY_DEFAULT,
-                               "vllm-ascend", processed_experts, settings, g_free, error) &&
+                               "vllm-ascend", processed_experts, NULL, NULL, error) &&
          wsync_plugin_add_env_patch(plugin, "ascend-visible-devices", WSYNC_PRIORITY_DEFAULT,
                                     "npu-ascend", env_visible_devices, NULL, NULL, error) &&
          wsync_plugin_add_env_patch(plugin, "cann-pythonpath", WSYNC_PRIORITY_DEFAULT,

@@ -733,24 +733,33 @@ describe_moe(Describer *d, const Scope *s, gboolean published_fused)
   guint64 e = c->experts, i = c->moe_inter, h = c->hidden, is = c->shared_inter;
   WsyncPart parts[2];
 
-  whole(d, s, "mlp.gate.weight", tensor(d, s, "mlp.gate.weight", e, h, 0),
-        WSYNC_PARAM_REPLICATED);
+  g_autofree char *block = g_strconcat(s->rt, "mlp", NULL);
+  WsyncParam *p;
+
+  p = whole(d, s, "mlp.gate.weight", tensor(d, s, "mlp.gate.weight", e, h, 0),
+            WSYNC_PARAM_REPLICATED);
+  wsync_param_set_role(p, WSYNC_ROLE_MOE_ROUTER, block);
   parts[0] = rows(tensor(d, s, "mlp.experts.gate", e, i, h), 0, 0, 1, FALSE);
   parts[1] = rows(tensor(d, s, "mlp.experts.up", e, i, h), 0, 0, 1, FALSE);
-  param(d, s,
-        published_fused ? "mlp.experts.gate_up_proj" : "mlp.experts.*.{gate,up}_proj.weight",
-        "mlp.experts", WSYNC_PARAM_EXPERTS_W13, 2, parts);
+  p = param(d, s,
+            published_fused ? "mlp.experts.gate_up_proj" : "mlp.experts.*.{gate,up}_proj.weight",
+            "mlp.experts", WSYNC_PARAM_EXPERTS_W13, 2, parts);
+  wsync_param_set_role(p, WSYNC_ROLE_ROUTED_EXPERTS, block);
   parts[0] = rows(tensor(d, s, "mlp.experts.down", e, h, i), 0, 0, 1, FALSE);
-  param(d, s, published_fused ? "mlp.experts.down_proj" : "mlp.experts.*.down_proj.weight",
-        "mlp.experts", WSYNC_PARAM_EXPERTS_W2, 1, parts);
+  p = param(d, s, published_fused ? "mlp.experts.down_proj" : "mlp.experts.*.down_proj.weight",
+            "mlp.experts", WSYNC_PARAM_EXPERTS_W2, 1, parts);
+  wsync_param_set_role(p, WSYNC_ROLE_ROUTED_EXPERTS, block);
   parts[0] = rows(tensor(d, s, "mlp.shared_expert.gate_proj.weight", is, h, 0), 0, 0, 1, FALSE);
   parts[1] = rows(tensor(d, s, "mlp.shared_expert.up_proj.weight", is, h, 0), 0, 0, 1, FALSE);
-  param(d, s, "mlp.shared_expert.{gate,up}_proj.weight", "mlp.shared_expert.gate_up_proj.weight",
-        WSYNC_PARAM_COLUMN, 2, parts);
-  whole(d, s, "mlp.shared_expert.down_proj.weight",
-        tensor(d, s, "mlp.shared_expert.down_proj.weight", h, is, 0), WSYNC_PARAM_ROW);
-  whole(d, s, "mlp.shared_expert_gate.weight",
-        tensor(d, s, "mlp.shared_expert_gate.weight", 1, h, 0), WSYNC_PARAM_REPLICATED);
+  p = param(d, s, "mlp.shared_expert.{gate,up}_proj.weight",
+            "mlp.shared_expert.gate_up_proj.weight", WSYNC_PARAM_COLUMN, 2, parts);
+  wsync_param_set_role(p, WSYNC_ROLE_SHARED_EXPERT_GATE_UP, block);
+  p = whole(d, s, "mlp.shared_expert.down_proj.weight",
+            tensor(d, s, "mlp.shared_expert.down_proj.weight", h, is, 0), WSYNC_PARAM_ROW);
+  wsync_param_set_role(p, WSYNC_ROLE_SHARED_EXPERT_DOWN, block);
+  p = whole(d, s, "mlp.shared_expert_gate.weight",
+            tensor(d, s, "mlp.shared_expert_gate.weight", 1, h, 0), WSYNC_PARAM_REPLICATED);
+  wsync_param_set_role(p, WSYNC_ROLE_SHARED_EXPERT_GATE, block);
 }
 
 /* The dense model's MLP (Qwen2MoeMLP, vllm-layouts.md §3.4): gate_up_proj packs gate
@@ -880,6 +889,7 @@ describe(WsyncMapping *m, gpointer user_data, GError **error)
   Describer d = {m, &c, user_data != NULL && *(const gboolean *)user_data};
   Scope text = {"model.language_model.", "language_model.model.", NULL, NULL};
   Scope top = {"", "language_model.", NULL, NULL};
+  WsyncParam *embed;
   gboolean ok;
 
   memset(&c, 0, sizeof c);
@@ -890,8 +900,10 @@ describe(WsyncMapping *m, gpointer user_data, GError **error)
   /* Vocabulary-parallel embedding and LM head (vllm-layouts.md §1); a tied LM head is
    * the embedding itself (`self.lm_head = self.model.embed_tokens`, §3.5), so it has no
    * tensor of its own (hf-qwen.md §1.3: Qwen3.5-4B has no lm_head.weight). */
-  whole(&d, &text, "embed_tokens.weight",
-        tensor(&d, &text, "embed_tokens.weight", c.vocab, c.hidden, 0), WSYNC_PARAM_VOCAB);
+  embed = whole(&d, &text, "embed_tokens.weight",
+                tensor(&d, &text, "embed_tokens.weight", c.vocab, c.hidden, 0), WSYNC_PARAM_VOCAB);
+  if (c.tie) /* the engine's LM head is the embedding, under a second name */
+    wsync_param_add_alias(embed, "language_model.lm_head.weight");
   for (guint64 l = 0; l < c.layers; l++) {
     g_autofree char *ck = g_strdup_printf("model.language_model.layers.%" G_GUINT64_FORMAT ".", l);
     g_autofree char *rt = g_strdup_printf("language_model.model.layers.%" G_GUINT64_FORMAT ".", l);

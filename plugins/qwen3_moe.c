@@ -322,13 +322,13 @@ part(WsyncVTensor *vt, guint64 unit, gboolean replicate)
 }
 
 /* A param of one part, whose checkpoint name and runtime name are the tensor's name. */
-static void
+static WsyncParam *
 param_same_name(WsyncMapping *m, WsyncVTensor *vt, WsyncParamKind kind)
 {
   const char *name = wsync_vtensor_get_name(vt);
   WsyncPart p = part(vt, 1, FALSE);
 
-  wsync_mapping_add_param(m, name, name, kind, 1, &p);
+  return wsync_mapping_add_param(m, name, name, kind, 1, &p);
 }
 
 /* A replicated [H] norm (RMSNorm weights are replicated, vllm-layouts.md §2). */
@@ -383,14 +383,18 @@ describe_moe(WsyncMapping *m, const Qwen3Config *c, const char *pre)
   g_autofree char *w13 = g_strconcat(pre, "mlp.experts.*.{gate,up}_proj.weight", NULL);
   g_autofree char *w2 = g_strconcat(pre, "mlp.experts.*.down_proj.weight", NULL);
   g_autofree char *runtime = g_strconcat(pre, "mlp.experts", NULL);
+  g_autofree char *block = g_strconcat(pre, "mlp", NULL);
   WsyncPart parts[2];
 
-  param_same_name(m, vtensor(m, c, router, e, h, 0), WSYNC_PARAM_REPLICATED);
+  wsync_param_set_role(param_same_name(m, vtensor(m, c, router, e, h, 0), WSYNC_PARAM_REPLICATED),
+                       WSYNC_ROLE_MOE_ROUTER, block);
   parts[0] = part(vtensor(m, c, gate, e, i, h), 1, FALSE);
   parts[1] = part(vtensor(m, c, up, e, i, h), 1, FALSE);
-  wsync_mapping_add_param(m, w13, runtime, WSYNC_PARAM_EXPERTS_W13, 2, parts);
+  wsync_param_set_role(wsync_mapping_add_param(m, w13, runtime, WSYNC_PARAM_EXPERTS_W13, 2, parts),
+                       WSYNC_ROLE_ROUTED_EXPERTS, block);
   parts[0] = part(vtensor(m, c, down, e, h, i), 1, FALSE);
-  wsync_mapping_add_param(m, w2, runtime, WSYNC_PARAM_EXPERTS_W2, 1, parts);
+  wsync_param_set_role(wsync_mapping_add_param(m, w2, runtime, WSYNC_PARAM_EXPERTS_W2, 1, parts),
+                       WSYNC_ROLE_ROUTED_EXPERTS, block);
 }
 
 /* A dense MLP (Qwen3 dense, or a Qwen3-MoE layer in mlp_only_layers; vllm-layouts.md
@@ -474,6 +478,7 @@ describe(WsyncMapping *m, gpointer user_data, GError **error)
 {
   Qwen3Config c;
   WsyncVTensor *embed;
+  WsyncParam *embed_param;
 
   (void)user_data;
   if (!read_config(m, &c, error) || !check_sizes(&c, error))
@@ -481,7 +486,9 @@ describe(WsyncMapping *m, gpointer user_data, GError **error)
   /* Vocabulary-parallel embedding and LM head (vllm-layouts.md §1, §2); a tied LM head
    * is the embedding itself, so it has no tensor of its own (hf-qwen.md §1.1, §1.3). */
   embed = vtensor(m, &c, "model.embed_tokens.weight", c.vocab, c.hidden, 0);
-  param_same_name(m, embed, WSYNC_PARAM_VOCAB);
+  embed_param = param_same_name(m, embed, WSYNC_PARAM_VOCAB);
+  if (c.tie) /* the engine's LM head is the embedding, under a second name */
+    wsync_param_add_alias(embed_param, "lm_head.weight");
   for (guint64 l = 0; l < c.layers; l++)
     describe_layer(m, &c, l);
   norm(m, &c, "model.norm.weight");

@@ -1,78 +1,152 @@
 /* wsync plugin "vllm": the tensors one vLLM tensor-/expert-parallel rank holds, under
- * vLLM's runtime names, in the loader layout that `load_format="sharded_state"` reads
- * back (../shared/reference/vllm-layouts.md, cited below as §N).
+ * vLLM's names, in the two forms vLLM reads per-rank weights in (docs/vllm.md, cited
+ * below as §N):
  *
- * One converter, "vllm", serving the targets "vllm" and "vllm-ascend" (the npu-ascend
- * plugin's hook transposes the experts of the latter afterwards, §6).  The engine calls
- * it once per rank; it turns every param the model plugin declared into tensors with
- * placements (which box of which logical tensor lies where) and fills (bytes that come
- * from nowhere: vocabulary padding, attention scales, expert maps):
+ *   sharded-state  `vllm serve DIR --load-format sharded_state --tensor-parallel-size N`:
+ *                  ShardedStateLoader reads model-rank-{tp_rank}-part-{p}.safetensors and
+ *                  insists on exactly the keys of its filtered state_dict (§6): the alias
+ *                  winners, the persistent buffers, the loader layout
+ *   kernel         a live weight update with is_checkpoint_format=false: each worker runs
+ *                  `model.get_parameter(name).copy_(w)` for every tensor it receives (§7):
+ *                  parameters only, in the layout the kernels run on; files
+ *                  kernel-rank-{r}-part-{p}.safetensors, r the worker (EP rank with EP)
  *
- *   REPLICATED   whole, on every rank                       ReplicatedLinear, norms (§1)
+ * Two targets, "vllm" and "vllm-ascend" (the npu-ascend plugin's hook puts the experts
+ * of the latter's kernel format into vLLM-Ascend's processed layout, docs/vllm-ascend.md
+ * §3).  The build function runs once per rank; it turns every param the model plugin
+ * declared into tensors with placements (which box of which logical tensor lies where)
+ * and fills (bytes that come from nowhere: vocabulary padding, scale buffers, expert
+ * maps):
+ *
+ *   REPLICATED   whole, on every rank                       ReplicatedLinear, norms (§2)
  *   COLUMN       parts concatenated along axis 0, each part's units split over the tp
  *                ranks, KV heads replicated when tp > units  QKVParallelLinear,
- *                                                            MergedColumnParallelLinear (§1)
- *   ROW          last axis split over the tp ranks          RowParallelLinear (§1)
+ *                                                            MergedColumnParallelLinear (§2)
+ *   ROW          last axis split over the tp ranks          RowParallelLinear (§2)
  *   VOCAB        rows padded to a multiple of 64, then split VocabParallelEmbedding,
- *                                                            ParallelLMHead (§1)
- *   EXPERTS_W13  [E_loc, 2*Ip, H], gate rows first          FusedMoE w13_weight (§2.2)
- *   EXPERTS_W2   [E_loc, H, Ip]                             FusedMoE w2_weight (§2.2)
- *   ATTENTION    four F32 scalars of 1.0                    Attention scale buffers (§5)
+ *                                                            ParallelLMHead (§3)
+ *   EXPERTS_W13  [E_loc, 2*Ip, H], gate rows first          FusedMoE w13_weight (§4)
+ *   EXPERTS_W2   [E_loc, H, Ip]                             FusedMoE w2_weight (§4)
+ *   ATTENTION    four F32 scalars of 1.0 (sharded-state)    Attention scale buffers (§6)
  *
- * plus, before vLLM 0.22.1 with EP, each MoE layer's `_expert_map` buffer (§5).
+ * plus, with EP in the releases that keep it persistent, each MoE layer's expert map.
+ *
+ * Names.  vLLM registers some modules of a MoE block twice (under the block and under
+ * its FusedMoE/MoERunner object), and which attribute holds what changed four times
+ * (eras A to D, §5).  ShardedStateLoader keeps only the lexicographically smallest name
+ * of a tensor registered twice (§6), so a file must use that name and no other; a live
+ * update may use any name get_parameter resolves, and uses the same one.  The model
+ * plugin says what a param is (wsync_param_set_role(): router, shared expert, routed
+ * experts, and its block) and which other names it has (wsync_param_add_alias(): a tied
+ * LM head); the era table below turns roles into names, and param_name() applies the
+ * alias rule, in one place.
  *
  * With ep > 1 (a multiple of tp) the routed experts are spread over the ep ranks in
  * contiguous blocks and are not TP-sliced; everything else stays TP-sliced by the rank's
- * tp rank, rank % tp (§7).  Params of group "mtp" are dropped (§3.5).
+ * tp rank, rank % tp (§4).  sharded_state names files by TP rank only, so it can express
+ * ep <= tp only (§6); the kernel format names files by worker.  Params of group "mtp"
+ * are dropped (§9).
  *
  * Options (conf.d/20-vllm.conf):
- *   vllm-version  the vLLM release the files are for; from 0.22.1 on (PR #41184) the
- *                 experts live under `mlp.experts.routed_experts.` (§0, §4)
- *   attn-scales   emit the attention scale buffers that sharded_state expects (§5)
+ *   vllm-version  the vLLM release the files are for ("0.24.0", "v0.24.0", "0.18"), or
+ *                 "latest" (the default: the newest naming era of the table)
+ *   attn-scales   emit the attention scale buffers that sharded_state expects (§6)
  *
- * Both are recorded in the rank files' metadata ("wsync.vllm-version",
- * "wsync.attn-scales"), and when rank files written by wsync are read back the values
- * they carry win over the options, so that files keep reading as they were written.
+ * Rank files record their target, format, parallel layout, rank, the vLLM version and
+ * era, and attn-scales in `__metadata__`; files read back are named and laid out as they
+ * record, whatever the options say.
  */
 #include <stdarg.h>
 #include <string.h>
 
 #include <wsync/engine.h>
 #include <wsync/plugin.h>
+#include <wsync/target.h>
 
-/* vllm/model_executor/layers/vocab_parallel_embedding.py: DEFAULT_VOCAB_PADDING_SIZE. */
+/* vllm/model_executor/layers/vocab_parallel_embedding.py: DEFAULT_VOCAB_PADDING_SIZE (§3). */
 #define VOCAB_PADDING 64
 
-/* The first vLLM release with `mlp.experts.routed_experts.` (PR #41184, §0). */
-static const guint64 routed_experts_since[] = {0, 22, 1, 0};
+#define FORMAT_SHARDED_STATE "sharded-state"
+#define FORMAT_KERNEL "kernel"
+
+static const char *const formats[] = {FORMAT_SHARDED_STATE, FORMAT_KERNEL, NULL};
+
+/* ------------------------------------------------------------------ naming eras (§5) */
+
+/* How one era names the tensors of a MoE block, relative to the block's module path
+ * (`model.layers.3.mlp`).  Each name is the alias winner: the smallest of the names the
+ * era's module tree registers the tensor under. */
+typedef struct {
+  const char *name;
+  const char *router;        /* the router's weight */
+  const char *router_ascend; /* vLLM-Ascend's, where its MoE runner adds an alias */
+  const char *shared;        /* the shared expert MLP module, with its dot */
+  const char *routed;        /* the module holding w13_weight / w2_weight, with its dot */
+  const char *map_module;    /* the module that registers the EP expert map */
+  const char *summary;       /* for the plan */
+} NamingEra;
+
+static const NamingEra era_a = {
+    "A", "experts._gate.weight", NULL, "experts._shared_experts.", "experts.", "experts.",
+    "FusedMoE holds the router as _gate and the shared expert as _shared_experts"};
+static const NamingEra era_b = {
+    "B", "gate.weight", NULL, "shared_expert.", "experts.", "experts.",
+    "the MoE runner and shared experts are plain objects: no aliases but the shared "
+    "expert's gate"};
+static const NamingEra era_c = {
+    "C", "experts.runner.gate.weight", NULL, "shared_expert.", "experts.", "experts.",
+    "FusedMoE.runner is a module holding the router"};
+static const NamingEra era_d = {
+    "D", "experts.gate.weight", "experts._gate.weight", "experts._shared_experts._layer.",
+    "experts.routed_experts.", "experts.routed_experts.",
+    "the MoERunner is mlp.experts and holds the router, the shared experts and the routed "
+    "experts"};
+
+/* Whether a release registers the expert map (int32 [E], with EP) as a persistent
+ * buffer, which sharded_state then saves and insists on loading (§4, §6). */
+typedef enum {
+  MAP_PERSISTENT,
+  MAP_ABSENT,  /* not persistent (#47206), or no EP */
+  MAP_UNKNOWN, /* the table does not know: sharded-state with EP is refused */
+} ExpertMap;
+
+/* The release table: each row a range of releases, [first, last] (last NULL: open), the
+ * era they name by, their expert map, and whether the row was checked against the
+ * source (§5 gives the evidence and its confidence).  Versions the table marks as
+ * unverified use their era with a note in the plan. */
+typedef struct {
+  const char *label; /* the range, for people */
+  const char *first;
+  const char *last;
+  const NamingEra *era;
+  ExpertMap map;
+  gboolean verified;
+  const char *why; /* why unverified */
+} Release;
+
+static const Release releases[] = {
+    {"0.17 to 0.19.x", "0.17.0", "0.19.999", &era_a, MAP_PERSISTENT, FALSE,
+     "the era A release range is medium confidence (§5)"},
+    {"0.20.x", "0.20.0", "0.20.999", &era_b, MAP_PERSISTENT, FALSE,
+     "the era B release range is low confidence (§5)"},
+    {"0.21.0 to 0.23.x", "0.21.0", "0.23.999", &era_c, MAP_PERSISTENT, TRUE, NULL},
+    {"0.24.x", "0.24.0", "0.24.999", &era_d, MAP_PERSISTENT, TRUE, NULL},
+    {"0.25.0 to 0.27.0", "0.25.0", "0.27.0", &era_d, MAP_UNKNOWN, FALSE,
+     "0.25.0 to 0.27.0 were not checked; whether they keep the expert map persistent is "
+     "not known (§5)"},
+    {"0.27.1 to 0.27.x", "0.27.1", "0.27.999", &era_d, MAP_ABSENT, TRUE, NULL},
+    {"0.28.0 and later", "0.28.0", NULL, &era_d, MAP_ABSENT, FALSE,
+     "releases after 0.27.x are assumed to name like 0.27.1"},
+};
+
+/* The default, "latest": the newest verified row. */
+#define LATEST_RELEASE (&releases[5])
 
 #define VERSION_PARTS 4
 
-/* The converter's user data. */
-typedef struct {
-  char *version;           /* vllm-version as configured */
-  gboolean routed_experts; /* version >= 0.22.1 */
-  gboolean attn_scales;
-} VllmSettings;
-
-/* One rank being built. */
-typedef struct {
-  WsyncLayout *layout;
-  guint tp;    /* tensor-parallel size */
-  guint ep;    /* expert-parallel size, 1 when experts are TP-sliced */
-  guint rank;  /* 0 <= rank < world */
-  guint world; /* ep if ep > 1 else tp */
-  guint t;     /* the rank's tp rank: rank % tp */
-  const char *version;
-  gboolean routed_experts;
-  gboolean attn_scales;
-} Rank;
-
-/* ------------------------------------------------------------------ options */
-
-/* Parses a release number "X.Y.Z" or "X.Y.Z.W" (vLLM has shipped 0.10.1.1); missing
- * parts count as 0.  Pre-release and local suffixes (rc1, .post1, +cu128) are refused:
- * the name convention cannot be told from them for sure. */
+/* Parses a release number: an optional "v", then 2 to 4 dot-separated numbers ("0.18",
+ * "0.18.1", "v0.24.0", "0.10.1.1"); missing parts count as 0.  Pre-release and local
+ * suffixes (rc1, .post1, +cu128) are refused: which era they name by is not known. */
 static gboolean
 parse_version(const char *text, guint64 parts[VERSION_PARTS])
 {
@@ -81,9 +155,11 @@ parse_version(const char *text, guint64 parts[VERSION_PARTS])
 
   if (text == NULL)
     return FALSE;
+  if (text[0] == 'v')
+    text++;
   fields = g_strsplit(text, ".", -1);
   n = g_strv_length(fields);
-  if (n < 3 || n > VERSION_PARTS)
+  if (n < 2 || n > VERSION_PARTS)
     return FALSE;
   memset(parts, 0, sizeof(guint64) * VERSION_PARTS);
   for (guint i = 0; i < n; i++) {
@@ -95,34 +171,90 @@ parse_version(const char *text, guint64 parts[VERSION_PARTS])
   return TRUE;
 }
 
-/* TRUE when @parts is at least 0.22.1: the experts path has `routed_experts.` (§0). */
-static gboolean
-version_has_routed_experts(const guint64 parts[VERSION_PARTS])
+static int
+compare_versions(const guint64 a[VERSION_PARTS], const guint64 b[VERSION_PARTS])
 {
   for (guint i = 0; i < VERSION_PARTS; i++)
-    if (parts[i] != routed_experts_since[i])
-      return parts[i] > routed_experts_since[i];
-  return TRUE;
+    if (a[i] != b[i])
+      return a[i] < b[i] ? -1 : 1;
+  return 0;
 }
 
-#define VERSION_RULE "vllm-version must be a vLLM release number like \"0.22.1\""
+static gboolean
+in_release(const Release *row, const guint64 v[VERSION_PARTS])
+{
+  guint64 first[VERSION_PARTS], last[VERSION_PARTS];
+
+  parse_version(row->first, first);
+  if (compare_versions(v, first) < 0)
+    return FALSE;
+  return row->last == NULL || (parse_version(row->last, last) && compare_versions(v, last) <= 0);
+}
+
+#define VERSION_RULE                                                                           \
+  "vllm-version must be \"latest\" or a vLLM release number like \"0.24.0\" (no rc/post "  \
+  "suffix), from 0.17.0 on"
+
+/* The table row of a version (text as configured or recorded), or NULL with the reason
+ * in @why. */
+static const Release *
+find_release(const char *text, const char **why)
+{
+  guint64 v[VERSION_PARTS];
+
+  if (g_strcmp0(text, "latest") == 0)
+    return LATEST_RELEASE;
+  if (!parse_version(text, v)) {
+    *why = VERSION_RULE;
+    return NULL;
+  }
+  for (guint i = 0; i < G_N_ELEMENTS(releases); i++)
+    if (in_release(&releases[i], v))
+      return &releases[i];
+  *why = "vLLM before 0.17.0 is not in the naming table (docs/vllm.md §5)";
+  return NULL;
+}
 
 /* libconfuse calls this for each value a file sets; the core calls it with the file's
  * position, so the message reads FILE:LINE: ... */
 static int
 validate_version(cfg_t *cfg, cfg_opt_t *opt)
 {
-  guint64 parts[VERSION_PARTS];
-  const char *value;
+  const char *value, *why = NULL;
 
   if (cfg_opt_size(opt) == 0)
     return 0;
   value = cfg_opt_getnstr(opt, cfg_opt_size(opt) - 1);
-  if (parse_version(value, parts))
+  if (find_release(value, &why) != NULL)
     return 0;
-  cfg_error(cfg, VERSION_RULE ", not \"%s\"", value != NULL ? value : "");
+  cfg_error(cfg, "%s, not \"%s\"", why, value != NULL ? value : "");
   return -1;
 }
+
+/* ------------------------------------------------------------------ settings and ranks */
+
+/* A target's user data (one per target: "vllm", "vllm-ascend"). */
+typedef struct {
+  const char *target; /* static */
+  char *version;      /* vllm-version as configured */
+  gboolean attn_scales;
+  char *help;         /* the target's help text */
+} VllmSettings;
+
+/* One rank being built. */
+typedef struct {
+  WsyncLayout *layout;
+  gboolean kernel;   /* the kernel format (else sharded-state) */
+  gboolean ascend;   /* target vllm-ascend */
+  guint tp;          /* tensor-parallel size */
+  guint ep;          /* expert-parallel size, 1 when experts are TP-sliced */
+  guint rank;        /* 0 <= rank < world */
+  guint world;       /* ep if ep > 1 else tp */
+  guint t;           /* the rank's tp rank: rank % tp */
+  const char *version;
+  const Release *release;
+  gboolean attn_scales;
+} Rank;
 
 static void
 free_settings(gpointer data)
@@ -130,6 +262,7 @@ free_settings(gpointer data)
   VllmSettings *settings = data;
 
   g_free(settings->version);
+  g_free(settings->help);
   g_free(settings);
 }
 
@@ -187,12 +320,65 @@ part_rows(const WsyncParam *param, const WsyncPart *part, guint64 *rows, GError 
   return TRUE;
 }
 
-/* Adds a real tensor of the rank. */
-static WsyncLayoutTensor *
-add_tensor(Rank *r, const char *name, WsyncDtype dtype, guint ndim, const guint64 *shape,
-           GError **error)
+/* The name of a param's tensor: its role's name in the era, relative to its block, or
+ * its runtime name; then the alias rule: of the names the engine registers the tensor
+ * under, the lexicographically smallest (ShardedStateLoader keeps only that one, §6;
+ * get_parameter resolves it as well as any other, §7). */
+static char *
+param_name(const Rank *r, const WsyncParam *param)
 {
-  return wsync_layout_add_tensor(r->layout, name, dtype, ndim, shape, error);
+  const NamingEra *era = r->release->era;
+  const char *leaf = NULL, *module = "";
+  char *name;
+
+  switch (param->role) {
+  case WSYNC_ROLE_MOE_ROUTER:
+    leaf = r->ascend && era->router_ascend != NULL ? era->router_ascend : era->router;
+    break;
+  case WSYNC_ROLE_SHARED_EXPERT_GATE_UP:
+    module = era->shared, leaf = "gate_up_proj.weight";
+    break;
+  case WSYNC_ROLE_SHARED_EXPERT_DOWN:
+    module = era->shared, leaf = "down_proj.weight";
+    break;
+  case WSYNC_ROLE_SHARED_EXPERT_GATE:
+    module = era->shared, leaf = "expert_gate.weight";
+    break;
+  case WSYNC_ROLE_NONE:
+  case WSYNC_ROLE_ROUTED_EXPERTS: /* (named by experts_name()) */
+  default:
+    break;
+  }
+  name = leaf != NULL ? g_strconcat(param->block, ".", module, leaf, NULL)
+                      : g_strdup(param->runtime_name);
+  for (guint i = 0; param->aliases != NULL && param->aliases[i] != NULL; i++)
+    if (strcmp(param->aliases[i], name) < 0) {
+      g_free(name);
+      name = g_strdup(param->aliases[i]);
+    }
+  return name;
+}
+
+/* `<block>.experts.w13_weight` or, from era D on, `<block>.experts.routed_experts.w13_weight`
+ * (RoutedExperts.make_expert_params_mapping, §4, §5). */
+static char *
+experts_name(const Rank *r, const WsyncParam *param, const char *leaf)
+{
+  return g_strconcat(param->block, ".", r->release->era->routed, leaf, NULL);
+}
+
+/* Adds the tensor of @param (named by param_name(), or experts_name() with @leaf). */
+static WsyncLayoutTensor *
+add_tensor(Rank *r, const WsyncParam *param, const char *leaf, WsyncDtype dtype, guint ndim,
+           const guint64 *shape, GError **error)
+{
+  g_autofree char *name = leaf != NULL ? experts_name(r, param, leaf) : param_name(r, param);
+  WsyncLayoutTensor *tensor =
+      wsync_layout_add_tensor(r->layout, name, dtype, ndim, shape, error);
+
+  if (tensor != NULL)
+    wsync_layout_tensor_set_param(tensor, param);
+  return tensor;
 }
 
 /* Places box @box of @vt into @tensor (of @shape) with the box's first element at @at,
@@ -233,7 +419,7 @@ emit_replicated(Rank *r, const WsyncParam *param, GError **error)
   if (ndim == 0) { /* a scalar: one part, whole */
     if (param->n_parts != 1)
       return param_error(error, param, "several scalar parts cannot be concatenated");
-    tensor = add_tensor(r, param->runtime_name, param_dtype(param), 0, shape, error);
+    tensor = add_tensor(r, param, NULL, param_dtype(param), 0, shape, error);
     if (tensor == NULL)
       return FALSE;
     wsync_box_whole(&box, 0, shape);
@@ -246,7 +432,7 @@ emit_replicated(Rank *r, const WsyncParam *param, GError **error)
       return FALSE;
     shape[0] += rows[p];
   }
-  tensor = add_tensor(r, param->runtime_name, param_dtype(param), ndim, shape, error);
+  tensor = add_tensor(r, param, NULL, param_dtype(param), ndim, shape, error);
   if (tensor == NULL)
     return FALSE;
   for (guint p = 0; p < param->n_parts; p++) {
@@ -331,7 +517,7 @@ emit_column(Rank *r, const WsyncParam *param, GError **error)
       return FALSE;
     shape[0] += rows[p];
   }
-  tensor = add_tensor(r, param->runtime_name, param_dtype(param), ndim, shape, error);
+  tensor = add_tensor(r, param, NULL, param_dtype(param), ndim, shape, error);
   if (tensor == NULL)
     return FALSE;
   for (guint p = 0; p < param->n_parts; p++) {
@@ -369,7 +555,7 @@ emit_row(Rank *r, const WsyncParam *param, GError **error)
   box.offset[ndim - 1] += r->t * (cols / r->tp);
   box.extent[ndim - 1] = cols / r->tp;
   memcpy(shape, box.extent, sizeof(guint64) * ndim);
-  tensor = add_tensor(r, param->runtime_name, param_dtype(param), ndim, shape, error);
+  tensor = add_tensor(r, param, NULL, param_dtype(param), ndim, shape, error);
   if (tensor == NULL)
     return FALSE;
   place_at(r, tensor, ndim, shape, part->vt, &box, at);
@@ -419,7 +605,7 @@ emit_vocab(Rank *r, const WsyncParam *param, GError **error)
   real_end = MIN(hi, vocab);
   memcpy(shape, wsync_vtensor_get_shape(part->vt), sizeof(guint64) * ndim);
   shape[0] = hi - lo;
-  tensor = add_tensor(r, param->runtime_name, dtype, ndim, shape, error);
+  tensor = add_tensor(r, param, NULL, dtype, ndim, shape, error);
   if (tensor == NULL)
     return FALSE;
   if (real_end > lo) {
@@ -481,15 +667,6 @@ expert_share(Rank *r, const WsyncParam *param, guint64 experts, guint64 inter, E
   return TRUE;
 }
 
-/* `<prefix>.w13_weight`, or `<prefix>.routed_experts.w13_weight` from vLLM 0.22.1 on
- * (PR #41184; RoutedExperts.make_expert_params_mapping, routed_experts.py, §2.1). */
-static char *
-experts_name(Rank *r, const WsyncParam *param, const char *leaf)
-{
-  return g_strconcat(param->runtime_name, r->routed_experts ? ".routed_experts." : ".", leaf,
-                     NULL);
-}
-
 /* Checks that every part is a 3-D [E, a, b] stack of the same E; returns E. */
 static gboolean
 expert_parts(const WsyncParam *param, guint n_parts, guint64 *experts, GError **error)
@@ -514,12 +691,11 @@ expert_parts(const WsyncParam *param, guint n_parts, guint64 *experts, GError **
   return TRUE;
 }
 
-/* The expert map of vLLM before 0.22.1 with EP (§5, §7): FusedMoE registers
- * determine_expert_map()'s result as the persistent buffer `_expert_map`, int32 [E]
- * (no redundant experts), global expert e -> its local index on this rank, -1 where
- * another rank holds it, so sharded_state saves it and insists on loading it.  Without
- * EP it is None, and from 0.22.1 on RoutedExperts registers it persistent=False: absent
- * either way.  Every element is a fill (a constant per box). */
+/* The expert map (§4, §6): with EP, FusedMoE registers determine_expert_map()'s result,
+ * int32 [E] (no redundant experts), global expert e -> its local index on this rank, -1
+ * where another rank holds it; in the releases that make it a persistent buffer
+ * sharded_state saves it and insists on loading it.  A live update never sends it (a
+ * buffer, not a parameter, §7).  Every element is a fill (a constant per box). */
 static void
 fill_i32(Rank *r, WsyncLayoutTensor *tensor, guint64 offset, guint64 extent, gint32 value,
          const char *reason)
@@ -542,10 +718,10 @@ emit_expert_map(Rank *r, const WsyncParam *param, guint64 experts, const ExpertS
   guint64 shape[1] = {experts}, end = share->first + share->count;
   WsyncLayoutTensor *tensor;
 
-  if (r->ep == 1 || r->routed_experts)
+  if (r->ep == 1 || r->kernel || r->release->map != MAP_PERSISTENT)
     return TRUE;
-  name = g_strconcat(param->runtime_name, "._expert_map", NULL);
-  tensor = add_tensor(r, name, WSYNC_DTYPE_I32, 1, shape, error);
+  name = g_strconcat(param->block, ".", r->release->era->map_module, "_expert_map", NULL);
+  tensor = wsync_layout_add_tensor(r->layout, name, WSYNC_DTYPE_I32, 1, shape, error);
   if (tensor == NULL)
     return FALSE;
   fill_i32(r, tensor, 0, share->first, -1, "vLLM expert map: held by another rank");
@@ -564,7 +740,6 @@ static gboolean
 emit_experts_w13(Rank *r, const WsyncParam *param, GError **error)
 {
   const guint64 *gate = wsync_vtensor_get_shape(param->parts[0].vt);
-  g_autofree char *name = NULL;
   guint64 experts = 0, shape[3], at[3] = {0, 0, 0};
   WsyncLayoutTensor *tensor;
   ExpertShare share;
@@ -575,8 +750,7 @@ emit_experts_w13(Rank *r, const WsyncParam *param, GError **error)
   shape[0] = share.count;
   shape[1] = 2 * share.ip;
   shape[2] = gate[2];
-  name = experts_name(r, param, "w13_weight");
-  tensor = add_tensor(r, name, param_dtype(param), 3, shape, error);
+  tensor = add_tensor(r, param, "w13_weight", param_dtype(param), 3, shape, error);
   if (tensor == NULL)
     return FALSE;
   for (guint p = 0; p < 2; p++) { /* gate, then up */
@@ -600,7 +774,6 @@ emit_experts_w2(Rank *r, const WsyncParam *param, GError **error)
 {
   const WsyncPart *part = &param->parts[0];
   const guint64 *down = wsync_vtensor_get_shape(part->vt);
-  g_autofree char *name = NULL;
   guint64 experts = 0, shape[3], at[3] = {0, 0, 0};
   WsyncLayoutTensor *tensor;
   ExpertShare share;
@@ -612,8 +785,7 @@ emit_experts_w2(Rank *r, const WsyncParam *param, GError **error)
   shape[0] = share.count;
   shape[1] = down[1];
   shape[2] = share.ip;
-  name = experts_name(r, param, "w2_weight");
-  tensor = add_tensor(r, name, param_dtype(param), 3, shape, error);
+  tensor = add_tensor(r, param, "w2_weight", param_dtype(param), 3, shape, error);
   if (tensor == NULL)
     return FALSE;
   wsync_box_whole(&box, 3, down);
@@ -642,7 +814,7 @@ emit_attention(Rank *r, const WsyncParam *param, GError **error)
   guint64 shape[1] = {0};
   WsyncBox box;
 
-  if (!r->attn_scales)
+  if (r->kernel || !r->attn_scales) /* buffers: no live update sends them (§7) */
     return TRUE;
   /* safetensors data is little-endian */
   memcpy(&bits, &one, sizeof(bits));
@@ -651,7 +823,8 @@ emit_attention(Rank *r, const WsyncParam *param, GError **error)
   wsync_box_whole(&box, 0, shape);
   for (guint i = 0; i < G_N_ELEMENTS(scales); i++) {
     g_autofree char *name = g_strconcat(param->runtime_name, scales[i], NULL);
-    WsyncLayoutTensor *tensor = add_tensor(r, name, WSYNC_DTYPE_F32, 0, shape, error);
+    WsyncLayoutTensor *tensor =
+        wsync_layout_add_tensor(r->layout, name, WSYNC_DTYPE_F32, 0, shape, error);
     if (tensor == NULL)
       return FALSE;
     wsync_layout_fill(r->layout, tensor, &box, value, sizeof(value),
@@ -704,7 +877,7 @@ static gboolean
 handle_param(Rank *r, const WsyncParam *param, GError **error)
 {
   /* `AutoWeightsLoader(self, skip_prefixes=["mtp."])`: the main model never holds the
-   * multi-token-prediction layers (§3.5). */
+   * multi-token-prediction layers (§9). */
   if (g_strcmp0(param->group, "mtp") == 0) {
     wsync_layout_drop_param(r->layout, param, "vllm-skips-mtp");
     return TRUE;
@@ -715,45 +888,64 @@ handle_param(Rank *r, const WsyncParam *param, GError **error)
     wsync_layout_drop_param(r->layout, param, param->runtime_drop);
     return TRUE;
   }
+  if (param->role != WSYNC_ROLE_NONE && param->block == NULL)
+    return param_error(error, param, "it has a role but no block to name it from");
   if (g_strcmp0(param->group, "visual") == 0)
     return emit_visual_param(r, param, error);
   return emit_param(r, param, error);
 }
 
-/* ------------------------------------------------------------------ the converter */
+/* ------------------------------------------------------------------ the target */
 
-/* The convention of the files: when this layout reads rank files that wsync wrote for
- * vLLM, the version and attn-scales they record; otherwise the options. */
+/* The metadata wsync writes into every rank file (and reads back). */
+#define KEY_TARGET "wsync.target"
+#define KEY_FORMAT "wsync.format"
+#define KEY_TP "wsync.tp"
+#define KEY_EP "wsync.ep"
+#define KEY_RANK "wsync.rank"
+#define KEY_WORLD "wsync.world"
+#define KEY_VERSION "wsync.vllm-version"
+#define KEY_ERA "wsync.vllm-era"
+#define KEY_SCALES "wsync.attn-scales"
+
+static gboolean
+bad_metadata(GError **error, const char *key, const char *value, const char *want)
+{
+  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "metadata %s is \"%s\", not %s", key,
+              value != NULL ? value : "(missing)", want);
+  return FALSE;
+}
+
+/* The naming rules of the files: when reading rank files, the version and attn-scales
+ * they record (and the era they record must be the one the table gives that version);
+ * when writing, the options. */
 static gboolean
 choose_convention(Rank *r, const VllmSettings *settings, GError **error)
 {
-  const char *target = wsync_layout_get_input_metadata(r->layout, "wsync.target");
-  const char *version = wsync_layout_get_input_metadata(r->layout, "wsync.vllm-version");
-  const char *scales = wsync_layout_get_input_metadata(r->layout, "wsync.attn-scales");
-  guint64 parts[VERSION_PARTS];
+  const char *version = settings->version, *why = NULL;
 
-  r->version = settings->version;
-  r->routed_experts = settings->routed_experts;
   r->attn_scales = settings->attn_scales;
-  if (target == NULL || (strcmp(target, "vllm") != 0 && strcmp(target, "vllm-ascend") != 0))
-    return TRUE;
-  if (version != NULL) {
-    if (!parse_version(version, parts)) {
-      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                  "rank %u: metadata wsync.vllm-version is \"%s\", not a vLLM release number",
-                  r->rank, version);
-      return FALSE;
-    }
-    r->version = version;
-    r->routed_experts = version_has_routed_experts(parts);
+  if (wsync_layout_is_reading(r->layout)) {
+    const char *era = wsync_layout_get_input_metadata(r->layout, KEY_ERA);
+    const char *scales = wsync_layout_get_input_metadata(r->layout, KEY_SCALES);
+    version = wsync_layout_get_input_metadata(r->layout, KEY_VERSION);
+    r->release = find_release(version, &why);
+    if (r->release == NULL)
+      return bad_metadata(error, KEY_VERSION, version, "a vLLM release wsync knows");
+    if (g_strcmp0(era, r->release->era->name) != 0)
+      return bad_metadata(error, KEY_ERA, era, r->release->era->name);
+    if (scales != NULL)
+      r->attn_scales = strcmp(scales, "true") == 0;
+  } else if ((r->release = find_release(version, &why)) == NULL) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG, "%s, not \"%s\"", why, version);
+    return FALSE;
   }
-  if (scales != NULL)
-    r->attn_scales = strcmp(scales, "true") == 0;
+  r->version = version;
   return TRUE;
 }
 
 /* world = ep if ep > 1 else tp; with EP, ep must be a multiple of tp and the rank's tp
- * rank is rank % tp (ep_rank = dp_rank*pcp*tp + pcp_rank*tp + tp_rank, §7). */
+ * rank is rank % tp (ep_rank = dp_rank*pcp*tp + pcp_rank*tp + tp_rank, §4). */
 static gboolean
 check_parallel(Rank *r, GError **error)
 {
@@ -769,6 +961,29 @@ check_parallel(Rank *r, GError **error)
   return TRUE;
 }
 
+/* What sharded_state cannot express (§6): files are read by TP rank only, so with
+ * ep > tp the other EP ranks' files would never be read (and data-parallel replicas
+ * would load replica 0's experts without an error); and a release whose expert map is
+ * not known cannot be given the exact key set with EP. */
+static gboolean
+check_sharded_state(Rank *r, GError **error)
+{
+  if (r->kernel)
+    return TRUE;
+  if (r->ep > r->tp)
+    return usage_error(error,
+                       "--format sharded-state cannot hold ep %u > tp %u: vLLM's sharded_state "
+                       "loader reads files by TP rank only, so the experts of EP ranks %u to "
+                       "%u would never load (use --format kernel, for a live weight update)",
+                       r->ep, r->tp, r->tp, r->ep - 1);
+  if (r->ep > 1 && r->release->map == MAP_UNKNOWN)
+    return usage_error(error,
+                       "vllm-version %s: whether its sharded_state files hold the expert map "
+                       "is not known (%s); with --ep use a verified release or --format kernel",
+                       r->version, r->release->why);
+  return TRUE;
+}
+
 static void
 set_metadata_uint(Rank *r, const char *key, guint value)
 {
@@ -778,40 +993,138 @@ set_metadata_uint(Rank *r, const char *key, guint value)
   wsync_layout_set_metadata(r->layout, key, text);
 }
 
-/* Layout state that travels with the data: the engine reads rank files back with it. */
+/* Layout state that travels with the data: the files are read back with it. */
 static void
 set_metadata(Rank *r)
 {
-  wsync_layout_set_metadata(r->layout, "wsync.target", wsync_layout_get_target(r->layout));
-  set_metadata_uint(r, "wsync.tp", r->tp);
-  set_metadata_uint(r, "wsync.ep", r->ep);
-  set_metadata_uint(r, "wsync.rank", r->rank);
-  set_metadata_uint(r, "wsync.world", r->world);
-  wsync_layout_set_metadata(r->layout, "wsync.vllm-version", r->version);
-  wsync_layout_set_metadata(r->layout, "wsync.attn-scales", r->attn_scales ? "true" : "false");
+  wsync_layout_set_metadata(r->layout, KEY_TARGET, wsync_layout_get_target(r->layout));
+  wsync_layout_set_metadata(r->layout, KEY_FORMAT, wsync_layout_get_format(r->layout));
+  set_metadata_uint(r, KEY_TP, r->tp);
+  set_metadata_uint(r, KEY_EP, r->ep);
+  set_metadata_uint(r, KEY_RANK, r->rank);
+  set_metadata_uint(r, KEY_WORLD, r->world);
+  wsync_layout_set_metadata(r->layout, KEY_VERSION, r->version);
+  wsync_layout_set_metadata(r->layout, KEY_ERA, r->release->era->name);
+  wsync_layout_set_metadata(r->layout, KEY_SCALES, r->attn_scales ? "true" : "false");
 }
 
-/* The converter: every param of the model, for one rank. */
+/* What the plan says about the files: who reads them, and by which naming rules. */
+static void
+add_notes(Rank *r)
+{
+  g_autofree char *consumer =
+      r->kernel ? g_strdup("format kernel: each rank's files are a live weight update "
+                           "(start_weight_update with is_checkpoint_format=false): every "
+                           "tensor a parameter, in the layout the kernels run on")
+                : g_strdup_printf("format sharded-state: load with `vllm serve DIR "
+                                  "--load-format sharded_state --tensor-parallel-size %u`",
+                                  r->tp);
+  g_autofree char *era = g_strdup_printf(
+      "vllm-version %s: naming era %s of releases %s (%s)%s%s", r->version,
+      r->release->era->name, r->release->label, r->release->era->summary,
+      r->release->verified ? "" : "; not verified: ", r->release->verified ? "" : r->release->why);
+
+  wsync_layout_add_note(r->layout, consumer);
+  wsync_layout_add_note(r->layout, era);
+}
+
+/* The build function of both targets: every param of the model, for one rank. */
 static gboolean
 build_rank(WsyncLayout *layout, gpointer user_data, GError **error)
 {
+  const VllmSettings *settings = user_data;
   Rank r = {.layout = layout,
+            .kernel = g_strcmp0(wsync_layout_get_format(layout), FORMAT_KERNEL) == 0,
+            .ascend = strcmp(settings->target, "vllm-ascend") == 0,
             .tp = wsync_layout_get_tp(layout),
             .ep = wsync_layout_get_ep(layout),
             .rank = wsync_layout_get_rank(layout)};
   guint n = wsync_layout_n_params(layout);
 
-  if (!check_parallel(&r, error) || !choose_convention(&r, user_data, error))
+  if (!check_parallel(&r, error) || !choose_convention(&r, settings, error) ||
+      !check_sharded_state(&r, error))
     return FALSE;
-  /* vllm-ascend is this layout finished by another plugin's post-load hook; without it
-   * the files would carry the target's name and the loader layout (§6). */
-  if (strcmp(wsync_layout_get_target(layout), "vllm-ascend") == 0)
+  /* vllm-ascend's kernel format is this layout finished by another plugin's post-load
+   * hook; without it the files would carry the target's name and the loader layout
+   * (docs/vllm-ascend.md §3).  Its sharded-state format is the loader layout itself. */
+  if (r.ascend && r.kernel)
     wsync_layout_require_hook(layout, "its routed experts must be put in vLLM-Ascend's "
                                       "processed layout by a post-load hook (plugin npu-ascend)");
   set_metadata(&r);
+  add_notes(&r);
   for (guint i = 0; i < n; i++)
     if (!handle_param(&r, wsync_layout_param(layout, i), error))
       return FALSE;
+  return TRUE;
+}
+
+/* One rank per TP rank, or per EP rank with expert parallelism (§4). */
+static guint
+world_size(guint tp, guint ep, gpointer user_data)
+{
+  (void)user_data;
+  return ep > 1 ? ep : tp;
+}
+
+/* sharded_state's DEFAULT_PATTERN, by TP rank (§6); the kernel format by worker, under a
+ * name sharded_state never globs, so a kernel-layout file is never loaded as a
+ * checkpoint (§7). */
+static char *
+file_name(WsyncLayout *layout, guint part, guint n_parts, gpointer user_data)
+{
+  guint rank = wsync_layout_get_rank(layout);
+
+  (void)n_parts;
+  (void)user_data;
+  if (g_strcmp0(wsync_layout_get_format(layout), FORMAT_KERNEL) == 0)
+    return g_strdup_printf("kernel-rank-%u-part-%u.safetensors", rank, part);
+  return g_strdup_printf("model-rank-%u-part-%u.safetensors", rank % wsync_layout_get_tp(layout),
+                         part);
+}
+
+static gboolean
+metadata_uint(GHashTable *md, const char *key, guint min, guint *out, GError **error)
+{
+  const char *text = g_hash_table_lookup(md, key);
+  guint64 v;
+
+  if (text == NULL || !g_ascii_string_to_unsigned(text, 10, min, 65535, &v, NULL))
+    return bad_metadata(error, key, text, "a number");
+  *out = (guint)v;
+  return TRUE;
+}
+
+/* A file is this target's when its metadata says so (file names can be changed; the
+ * metadata travels with the data). */
+static gboolean
+recognise(const char *name, GHashTable *md, WsyncRankFile *out, gpointer user_data,
+          GError **error)
+{
+  const VllmSettings *settings = user_data;
+  const char *format = g_hash_table_lookup(md, KEY_FORMAT);
+
+  (void)name;
+  if (g_strcmp0(g_hash_table_lookup(md, KEY_TARGET), settings->target) != 0)
+    return FALSE;
+  if (format == NULL) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "a %s rank file of an older wsync, without %s: its names load in no vLLM "
+                "release; convert again from the Hugging Face checkpoint",
+                settings->target, KEY_FORMAT);
+    return FALSE;
+  }
+  out->format = NULL;
+  for (guint i = 0; formats[i] != NULL; i++)
+    if (strcmp(format, formats[i]) == 0)
+      out->format = formats[i];
+  if (out->format == NULL)
+    return bad_metadata(error, KEY_FORMAT, format, "\"sharded-state\" or \"kernel\"");
+  if (!metadata_uint(md, KEY_TP, 1, &out->tp, error) ||
+      !metadata_uint(md, KEY_EP, 1, &out->ep, error) ||
+      !metadata_uint(md, KEY_RANK, 0, &out->rank, error))
+    return FALSE;
+  if (out->ep > 1 && out->ep % out->tp != 0)
+    return bad_metadata(error, KEY_EP, g_hash_table_lookup(md, KEY_EP), "a multiple of wsync.tp");
   return TRUE;
 }
 
@@ -822,32 +1135,89 @@ static cfg_opt_t options[] = {
     {.name = "vllm-version",
      .type = CFGT_STR,
      .flags = CFGF_NONE,
-     .def.string = "0.22.1",
+     .def.string = "latest",
      .validcb = validate_version},
     CFG_BOOL("attn-scales", cfg_true, CFGF_NONE),
     CFG_END()};
+
+/* The help `wsync convert --help` shows for the target: formats, their consumers and
+ * the release table. */
+static char *
+help_text(const char *target)
+{
+  GString *h = g_string_new(NULL);
+
+  g_string_append_printf(
+      h,
+      "  --format sharded-state (default): for `vllm serve DIR --load-format sharded_state\n"
+      "      --tensor-parallel-size N`; files model-rank-{tp_rank}-part-{p}.safetensors;\n"
+      "      the loader layout%s; ep <= tp only\n"
+      "  --format kernel: for a live weight update (start_weight_update with\n"
+      "      is_checkpoint_format=false); files kernel-rank-{rank}-part-{p}.safetensors,\n"
+      "      one set per worker (the EP rank with --ep); parameters only%s\n"
+      "  vllm-version (conf.d plugin \"vllm\") chooses the naming era:\n",
+      strcmp(target, "vllm-ascend") == 0 ? " (experts not transposed)" : "",
+      strcmp(target, "vllm-ascend") == 0 ? ", experts transposed as vLLM-Ascend runs them"
+                                         : "");
+  for (guint i = 0; i < G_N_ELEMENTS(releases); i++) {
+    const Release *row = &releases[i];
+    g_string_append_printf(h, "      %-18s era %s  router mlp.%s%s\n", row->label, row->era->name,
+                           row->era->router, row->verified ? "" : "  (not verified)");
+  }
+  g_string_append(h, "      latest (default)   as 0.27.1\n");
+  return g_string_free(h, FALSE);
+}
+
+static VllmSettings *
+settings_new(const char *target, const char *version, gboolean attn_scales)
+{
+  VllmSettings *settings = g_new0(VllmSettings, 1);
+
+  settings->target = target;
+  settings->version = g_strdup(version);
+  settings->attn_scales = attn_scales;
+  settings->help = help_text(target);
+  return settings;
+}
+
+static gboolean
+add_target(WsyncPlugin *plugin, const char *name, const char *description, cfg_t *cfg,
+           GError **error)
+{
+  VllmSettings *settings =
+      settings_new(name, cfg_getstr(cfg, "vllm-version"), cfg_getbool(cfg, "attn-scales"));
+  WsyncTargetInfo info = {.name = name,
+                          .description = description,
+                          .help = settings->help,
+                          .formats = formats,
+                          .build = build_rank,
+                          .world = world_size,
+                          .file_name = file_name,
+                          .recognise = recognise};
+
+  return wsync_plugin_add_target(plugin, &info, WSYNC_PRIORITY_DEFAULT, settings, free_settings,
+                                 error);
+}
 
 static gboolean
 vllm_register(WsyncPlugin *plugin, GError **error)
 {
   cfg_t *cfg = wsync_plugin_get_options(plugin);
-  const char *version = cfg_getstr(cfg, "vllm-version");
-  guint64 parts[VERSION_PARTS];
-  VllmSettings *settings;
+  const char *version = cfg_getstr(cfg, "vllm-version"), *why = NULL;
 
   /* The validator has seen every value a file set; this catches anything else. */
-  if (!parse_version(version, parts)) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG, VERSION_RULE ", not \"%s\"",
+  if (find_release(version, &why) == NULL) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG, "%s, not \"%s\"", why,
                 version != NULL ? version : "");
     return FALSE;
   }
-  settings = g_new0(VllmSettings, 1);
-  settings->version = g_strdup(version);
-  settings->routed_experts = version_has_routed_experts(parts);
-  settings->attn_scales = cfg_getbool(cfg, "attn-scales");
-  return wsync_plugin_add_converter(plugin, "vllm", WSYNC_PRIORITY_DEFAULT, "vllm,vllm-ascend",
-                                    build_rank, settings, free_settings, error);
+  return add_target(plugin, "vllm", "each vLLM TP/EP rank's tensors under vLLM's names", cfg,
+                    error) &&
+         add_target(plugin, "vllm-ascend",
+                    "as vllm, for vLLM-Ascend (its router alias; kernel format: experts "
+                    "transposed by the npu-ascend plugin)",
+                    cfg, error);
 }
 
-WSYNC_PLUGIN_DEFINE("vllm", "vLLM runtime layout per TP/EP rank (sharded_state)", options,
-                    vllm_register)
+WSYNC_PLUGIN_DEFINE("vllm", "vLLM per-rank layouts: sharded_state checkpoints, live updates",
+                    options, vllm_register)

@@ -92,7 +92,7 @@ test_plugins_text(void)
       "good  active  %s/good.so\n"
       "    Test plugin with one entry of every kind\n"
       "    remapper       good-remap               priority 10  serves qwen3_moe, qwen3\n"
-      "    converter      good-convert             priority 0  serves vllm\n"
+      "    converter      good-target              priority 0  serves good-target\n"
       "    hook           good-hook                priority -5  serves vllm-ascend\n"
       "    config-patcher good-patch               priority 0  serves *\n"
       "    env-patch      good-env                 priority 0  serves test-backend\n",

@@ -20,11 +20,11 @@ G_BEGIN_DECLS
  *   `weight_map`, and only those.  Every shard name must stay inside the directory
  *   (no absolute path, no `..`, no symlink that leads out); every tensor the index
  *   names must be in the shard it names, and every tensor of a shard must be named.
- * - A directory without an index: every `*.safetensors` file in it, in sorted order
- *   (e.g. vLLM's `model-rank-{r}-part-{p}.safetensors`).  A name found in two files
- *   is an error, except in rank files of different ranks, which hold replicas under
- *   the same names (then the tensor list has the name once per rank, and lookups
- *   return rank 0's).
+ * - A directory without an index: every `*.safetensors` file in it, in sorted order.
+ *   A name found in two files is an error, except in files of different groups (see
+ *   wsync_checkpoint_open_grouped(): the rank files of an engine hold replicas under
+ *   the same names; then the tensor list has the name once per group, and lookups
+ *   return the first file's).
  */
 typedef struct _WsyncCheckpoint WsyncCheckpoint;
 
@@ -39,6 +39,34 @@ typedef struct _WsyncCheckpoint WsyncCheckpoint;
  * Returns: (transfer full) (nullable): the checkpoint, or %NULL with @error set.
  */
 WsyncCheckpoint *wsync_checkpoint_open(const char *path, GError **error);
+
+/**
+ * WsyncFileGroupFunc:
+ * @file: one file of the checkpoint
+ * @group: (out): the file's group (e.g. the rank whose files repeat the names of other
+ *   ranks), or -1 for none
+ * @user_data: the data given to wsync_checkpoint_open_grouped()
+ * @error: return location for an error
+ *
+ * Returns: %TRUE on success; %FALSE with @error set stops the opening.
+ */
+typedef gboolean (*WsyncFileGroupFunc)(const WsyncSafetensors *file, gint64 *group,
+                                       gpointer user_data, GError **error);
+
+/**
+ * wsync_checkpoint_open_grouped:
+ * @path: a safetensors file or a checkpoint directory
+ * @group: (nullable): puts each file in a group; a tensor name must be unique within
+ *   a group (files of group -1 form one group)
+ * @user_data: passed to @group
+ * @error: return location for an error
+ *
+ * wsync_checkpoint_open() for files that may repeat each other's names by group.
+ *
+ * Returns: (transfer full) (nullable): the checkpoint, or %NULL with @error set.
+ */
+WsyncCheckpoint *wsync_checkpoint_open_grouped(const char *path, WsyncFileGroupFunc group,
+                                               gpointer user_data, GError **error);
 
 /** wsync_checkpoint_free: @ck: (nullable): frees a checkpoint and unmaps its files. */
 void wsync_checkpoint_free(WsyncCheckpoint *ck);

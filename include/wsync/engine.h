@@ -29,6 +29,7 @@
 #include <wsync/dtype.h>
 #include <wsync/plugin.h>
 #include <wsync/safetensors.h>
+#include <wsync/target.h>
 
 G_BEGIN_DECLS
 
@@ -122,6 +123,31 @@ typedef enum {
 } WsyncParamKind;
 
 /**
+ * WsyncParamRole:
+ * @WSYNC_ROLE_NONE: a tensor whose runtime name is @runtime_name itself
+ * @WSYNC_ROLE_MOE_ROUTER: the router (gate) of a mixture-of-experts block
+ * @WSYNC_ROLE_SHARED_EXPERT_GATE_UP: the packed gate/up projection of a MoE block's
+ *   shared expert
+ * @WSYNC_ROLE_SHARED_EXPERT_DOWN: the down projection of a MoE block's shared expert
+ * @WSYNC_ROLE_SHARED_EXPERT_GATE: the sigmoid gate of a MoE block's shared expert
+ * @WSYNC_ROLE_ROUTED_EXPERTS: the routed experts of a MoE block (the params of kind
+ *   %WSYNC_PARAM_EXPERTS_W13 and %WSYNC_PARAM_EXPERTS_W2)
+ *
+ * What a param is inside its block, for the tensors whose names an engine chooses by
+ * its own module structure (and changes between releases): a backend names them from
+ * the param's block (see wsync_param_set_role()) and its own naming rules, instead of
+ * the model plugin spelling an engine's final name.
+ */
+typedef enum {
+  WSYNC_ROLE_NONE,
+  WSYNC_ROLE_MOE_ROUTER,
+  WSYNC_ROLE_SHARED_EXPERT_GATE_UP,
+  WSYNC_ROLE_SHARED_EXPERT_DOWN,
+  WSYNC_ROLE_SHARED_EXPERT_GATE,
+  WSYNC_ROLE_ROUTED_EXPERTS,
+} WsyncParamRole;
+
+/**
  * WsyncPart:
  * @vt: the logical tensor
  * @start: first index along axis 0 of @vt that belongs to the part
@@ -161,6 +187,12 @@ typedef struct {
  * @runtime_drop: (nullable): when set, the name of the rule by which every runtime
  *   target (all but the Hugging Face ones) drops this param; see
  *   wsync_param_drop_at_runtime()
+ * @role: what the param is inside its block (%WSYNC_ROLE_NONE for most)
+ * @block: (nullable): with a role, the runtime module path of the block it belongs to
+ *   (e.g. `model.layers.3.mlp`), from which a backend builds its name
+ * @aliases: (nullable) (array zero-terminated=1): other runtime names under which the
+ *   engine holds the same tensor (a tied LM head is the embedding: `lm_head.weight`);
+ *   see wsync_param_add_alias()
  *
  * A tensor of the running model, as a backend needs to know it.
  */
@@ -175,6 +207,9 @@ typedef struct {
   char *note;
   char *group;
   char *runtime_drop;
+  WsyncParamRole role;
+  char *block;
+  char **aliases;
 } WsyncParam;
 
 /* ------------------------------------------------------------------ the mapping (remappers) */
@@ -242,6 +277,30 @@ void wsync_param_set_group(WsyncParam *param, const char *group);
  * building it.  The Hugging Face layouts keep it.
  */
 void wsync_param_drop_at_runtime(WsyncParam *param, const char *rule);
+
+/**
+ * wsync_param_set_role:
+ * @param: a param
+ * @role: what it is inside its block
+ * @block: the runtime module path of the block (e.g. `model.layers.3.mlp`)
+ *
+ * Says what @param is inside a block whose tensors an engine names by its own module
+ * structure (a MoE block's router, shared expert and routed experts).  The backend
+ * builds the name from @block and its own rules; @runtime_name stays the name used
+ * where the backend has no such rule.
+ */
+void wsync_param_set_role(WsyncParam *param, WsyncParamRole role, const char *block);
+
+/**
+ * wsync_param_add_alias:
+ * @param: a param
+ * @runtime_name: another runtime name of the same tensor
+ *
+ * Records that the engine registers @param under a second name too (tied weights: the
+ * LM head that is the embedding).  A backend whose loader keeps one name of a tensor
+ * registered twice chooses among the names by its own rule.
+ */
+void wsync_param_add_alias(WsyncParam *param, const char *runtime_name);
 
 /**
  * wsync_mapping_add_drop_rule:
@@ -365,6 +424,19 @@ WsyncLayoutTensor *wsync_layout_tensor(WsyncLayout *layout, guint index);
 /** wsync_layout_tensor_get_name: Returns: (transfer none): the tensor's name. */
 const char *wsync_layout_tensor_get_name(const WsyncLayoutTensor *tensor);
 
+/**
+ * wsync_layout_tensor_set_param:
+ * @tensor: a tensor of a layout
+ * @param: (nullable): the param it holds (part of)
+ *
+ * Records which param a backend built @tensor for, so that hooks find tensors by what
+ * they are (wsync_layout_tensor_get_param()) rather than by their names.
+ */
+void wsync_layout_tensor_set_param(WsyncLayoutTensor *tensor, const WsyncParam *param);
+
+/** wsync_layout_tensor_get_param: Returns: (transfer none) (nullable): the param @tensor holds. */
+const WsyncParam *wsync_layout_tensor_get_param(const WsyncLayoutTensor *tensor);
+
 /* ------------------------------------------------------------------ Hugging Face layout helpers */
 
 /**
@@ -444,6 +516,15 @@ void wsync_layout_set_metadata(WsyncLayout *layout, const char *key, const char 
  *   carries, or %NULL.
  */
 const char *wsync_layout_get_input_metadata(WsyncLayout *layout, const char *key);
+
+/**
+ * wsync_layout_add_note:
+ * @layout: a layout being built
+ * @note: one sentence for the plan (e.g. which naming rules of the engine apply)
+ *
+ * Adds a note that `wsync plan` prints (text and --json) once, however many ranks say it.
+ */
+void wsync_layout_add_note(WsyncLayout *layout, const char *note);
 
 /**
  * wsync_layout_require_hook:

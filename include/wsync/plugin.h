@@ -110,8 +110,9 @@ typedef gboolean (*WsyncPluginRegisterFunc)(WsyncPlugin *plugin, GError **error)
  * WsyncEntryKind:
  * @WSYNC_ENTRY_REMAPPER: a weight-name remapper (model plugins): checkpoint names to
  *   logical tensors and back
- * @WSYNC_ENTRY_CONVERTER: a layout converter (backend plugins): logical tensors to the
- *   boxes each rank holds
+ * @WSYNC_ENTRY_CONVERTER: a layout converter (backend plugins): a target, whose build
+ *   function turns logical tensors into the boxes each rank holds (see
+ *   wsync_plugin_add_target(), <wsync/target.h>)
  * @WSYNC_ENTRY_HOOK: a post-load hook: a whole-model step after every tensor is placed
  * @WSYNC_ENTRY_CONFIG_PATCHER: a config.json rewrite
  * @WSYNC_ENTRY_ENV_PATCH: environment settings a backend's deployment needs
@@ -258,10 +259,7 @@ gboolean wsync_plugin_add_remapper(WsyncPlugin *plugin, const char *name, int pr
                                    const char *serves, WsyncRemapFunc func, gpointer user_data,
                                    GDestroyNotify destroy, GError **error);
 
-/** wsync_plugin_add_converter: wsync_plugin_add_entry() for a #WsyncConvertFunc. */
-gboolean wsync_plugin_add_converter(WsyncPlugin *plugin, const char *name, int priority,
-                                    const char *serves, WsyncConvertFunc func,
-                                    gpointer user_data, GDestroyNotify destroy, GError **error);
+/* Converters (targets) are added with wsync_plugin_add_target(), <wsync/target.h>. */
 
 /** wsync_plugin_add_hook: wsync_plugin_add_entry() for a #WsyncHookFunc. */
 gboolean wsync_plugin_add_hook(WsyncPlugin *plugin, const char *name, int priority,
@@ -280,6 +278,17 @@ gboolean wsync_plugin_add_env_patch(WsyncPlugin *plugin, const char *name, int p
                                     gpointer user_data, GDestroyNotify destroy, GError **error);
 
 /* ------------------------------------------------------------------ plugin queries */
+
+/**
+ * wsync_plugin_warn:
+ * @plugin: the plugin being registered
+ * @format: printf-style format of one line (no newline)
+ * @...: arguments
+ *
+ * Records a warning about the plugin's configuration (e.g. a deprecated option), which
+ * the command prints on stderr as `wsync: plugin "NAME": MESSAGE` (not with -q).
+ */
+void wsync_plugin_warn(WsyncPlugin *plugin, const char *format, ...) G_GNUC_PRINTF(2, 3);
 
 /** wsync_plugin_get_name: Returns: (transfer none): the plugin's name. */
 const char *wsync_plugin_get_name(const WsyncPlugin *plugin);

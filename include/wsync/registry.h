@@ -9,6 +9,7 @@
 
 #include <glib.h>
 #include <wsync/plugin.h>
+#include <wsync/target.h>
 
 G_BEGIN_DECLS
 
@@ -47,6 +48,26 @@ gboolean wsync_registry_add(WsyncRegistry *registry, const char *plugin_name, Ws
                             const char *name, int priority, const char *serves,
                             GCallback callback, gpointer user_data, GDestroyNotify destroy,
                             GError **error);
+
+/**
+ * wsync_registry_add_target:
+ * @registry: a table
+ * @plugin_name: the plugin the target is recorded as coming from
+ * @info: the target's descriptor (copied); its build and file_name are required
+ * @priority: orders the targets that read unclaimed files
+ * @user_data: (transfer full) (nullable): passed to the descriptor's callbacks
+ * @destroy: (nullable): frees @user_data; called at once when this call fails
+ * @error: return location for a #WSYNC_ERROR_PLUGIN error
+ *
+ * The core side of wsync_plugin_add_target(): an entry of kind %WSYNC_ENTRY_CONVERTER
+ * named and serving @info->name, whose callback is @info->build.  A target name can be
+ * registered once.
+ *
+ * Returns: %TRUE when added.
+ */
+gboolean wsync_registry_add_target(WsyncRegistry *registry, const char *plugin_name,
+                                   const WsyncTargetInfo *info, int priority,
+                                   gpointer user_data, GDestroyNotify destroy, GError **error);
 
 /**
  * wsync_registry_lookup:
@@ -91,6 +112,8 @@ const char *wsync_entry_get_serves(const WsyncEntry *entry);
 GCallback wsync_entry_get_callback(const WsyncEntry *entry);
 /** wsync_entry_get_user_data: Returns: (transfer none): its data. */
 gpointer wsync_entry_get_user_data(const WsyncEntry *entry);
+/** wsync_entry_get_target: Returns: (transfer none) (nullable): a converter's target descriptor. */
+const WsyncTargetInfo *wsync_entry_get_target(const WsyncEntry *entry);
 
 /* ------------------------------------------------------------------ the context */
 
@@ -167,10 +190,28 @@ typedef void (*WsyncPluginInfoFunc)(const char *name, WsyncPluginState state, co
 void wsync_context_foreach_plugin(WsyncContext *ctx, WsyncPluginInfoFunc func, gpointer user_data);
 
 /**
+ * WsyncWarningFunc:
+ * @plugin_name: the plugin that warned
+ * @message: one line
+ * @user_data: data given to wsync_context_foreach_warning()
+ */
+typedef void (*WsyncWarningFunc)(const char *plugin_name, const char *message,
+                                 gpointer user_data);
+
+/**
+ * wsync_context_foreach_warning:
+ * @ctx: a context
+ * @func: called once per warning a plugin recorded with wsync_plugin_warn(), plugins in
+ *   name order, warnings in the order given
+ * @user_data: passed to @func
+ */
+void wsync_context_foreach_warning(WsyncContext *ctx, WsyncWarningFunc func, gpointer user_data);
+
+/**
  * wsync_context_get_sync_option:
  * @ctx: a context
- * @key: an option of the `sync` section: "target", "tp", "ep", "rank", "threads",
- *   "part-size"
+ * @key: an option of the `sync` section: "target", "format", "tp", "ep", "rank",
+ *   "threads", "part-size"
  *
  * Returns: (transfer none) (nullable): the value a configuration file gave it, as
  *   text, or %NULL when no file set it (the command's own default then applies;

@@ -44,12 +44,29 @@ build(WsyncLayout *layout, gpointer user_data, GError **error)
   return TRUE;
 }
 
+static char *
+file_name(WsyncLayout *layout, guint part, guint n_parts, gpointer user_data)
+{
+  (void)n_parts;
+  (void)user_data;
+  return g_strdup_printf("broken-rank-%u-part-%u.safetensors", wsync_layout_get_rank(layout),
+                         part);
+}
+
 static gboolean
 broken_register(WsyncPlugin *plugin, GError **error)
 {
-  return wsync_plugin_add_converter(plugin, "broken", 0,
-                                    "broken-overlap,broken-gap,broken-lose", build, NULL, NULL,
-                                    error);
+  static const char *const names[] = {"broken-overlap", "broken-gap", "broken-lose"};
+
+  for (guint i = 0; i < G_N_ELEMENTS(names); i++) {
+    WsyncTargetInfo info = {.name = names[i],
+                            .description = "breaks the layout rules on purpose",
+                            .build = build,
+                            .file_name = file_name};
+    if (!wsync_plugin_add_target(plugin, &info, 0, NULL, NULL, error))
+      return FALSE;
+  }
+  return TRUE;
 }
 
 WSYNC_PLUGIN_DEFINE("broken", "Test converter that breaks the layout rules", NULL,

@@ -67,6 +67,19 @@ good_env(WsyncEnv *env, gpointer user_data, GError **error)
   return TRUE;
 }
 
+static char *
+good_file_name(WsyncLayout *layout, guint part, guint n_parts, gpointer user_data)
+{
+  (void)n_parts;
+  (void)user_data;
+  return g_strdup_printf("good-%u-%u.safetensors", wsync_layout_get_rank(layout), part);
+}
+
+static const WsyncTargetInfo good_target = {.name = "good-target",
+                                            .description = "a target that holds nothing",
+                                            .build = good_layout,
+                                            .file_name = good_file_name};
+
 static cfg_opt_t options[] = {
     CFG_INT("level", 3, CFGF_NONE),
     CFG_STR("mode", "fast", CFGF_NONE),
@@ -86,8 +99,8 @@ good_register(WsyncPlugin *plugin, GError **error)
   s->n_names = cfg_size(opts, "names");
   return wsync_plugin_add_remapper(plugin, "good-remap", 10, "qwen3_moe, qwen3", good_remap,
                                    NULL, NULL, error) &&
-         wsync_plugin_add_converter(plugin, "good-convert", WSYNC_PRIORITY_DEFAULT, "vllm",
-                                    good_layout, NULL, NULL, error) &&
+         wsync_plugin_add_target(plugin, &good_target, WSYNC_PRIORITY_DEFAULT, NULL, NULL,
+                                 error) &&
          wsync_plugin_add_hook(plugin, "good-hook", -5, "vllm-ascend", good_layout, NULL, NULL,
                                error) &&
          wsync_plugin_add_env_patch(plugin, "good-env", WSYNC_PRIORITY_DEFAULT, "test-backend",

@@ -88,7 +88,7 @@ test_overlap_refused(Fixture *f, gconstpointer data)
   (void)data;
   Run r = run_wsync(f, "plan", f->tiny, "--target", "broken-overlap", NULL);
   g_assert_cmpint(r.status, ==, 2);
-  assert_has(r.err, "converter broken (plugin broken): elements [0:64] of tensor "
+  assert_has(r.err, "converter broken-overlap (plugin broken): elements [0:64] of tensor "
                     "\"model.layers.0.input_layernorm.weight\" of rank 0 are written twice");
   g_assert_cmpstr(r.out, ==, "");
   run_clear(&r);
@@ -209,14 +209,20 @@ test_unknown_target(Fixture *f, gconstpointer data)
   run_clear(&r);
 }
 
-/* vllm leaves vllm-ascend's experts to a hook; with no plugin providing it, the target
- * is refused rather than written in the loader layout under its name. */
+/* vllm leaves the experts of vllm-ascend's kernel format to a hook; with no plugin
+ * providing it, that format is refused rather than written in the loader layout under
+ * its name.  The sharded-state format is the loader layout and needs no hook. */
 static void
 test_target_needing_a_hook(Fixture *f, gconstpointer data)
 {
   (void)data;
   g_autofree char *dst = path_in(f, "ascend");
   Run r = run_wsync(f, "convert", f->tiny, dst, "--target", "vllm-ascend", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+  test_rmtree(dst);
+  r = run_wsync(f, "convert", f->tiny, dst, "--target", "vllm-ascend", "--format", "kernel",
+                NULL);
   g_assert_cmpint(r.status, ==, 2);
   g_assert_cmpstr(r.err, ==,
                   "wsync: target vllm-ascend: its routed experts must be put in vLLM-Ascend's "

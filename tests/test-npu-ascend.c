@@ -2,19 +2,21 @@
  * checkpoints whose every element encodes where it came from (the project's tiny
  * config, and configs of our own with odd sizes, hidden 40 and moe_intermediate 20, in
  * BF16 and in F32, and a dense layer), `wsync convert --target vllm-ascend` writes the
- * rank files, and:
+ * rank files in either format, and:
  *
  *  - every routed-expert element of every rank is checked against the element of the
- *    source expert it must hold (row and column), from the layouts in
- *    ../shared/reference/vllm-layouts.md §2.2, §6 and §7 (not from the plugins): at tp 1,
- *    2, 4, with ep, with both vLLM expert paths, in both states (processed and
- *    preprocessed);
- *  - every other tensor is byte for byte what the `vllm` target writes for the same
- *    rank (test-vllm checks that one element by element), and nothing else is there;
+ *    source expert it must hold (row and column), from the layouts in docs/vllm.md §4,
+ *    docs/vllm-ascend.md §3 (not from the plugins): at tp 1, 2, 4, with ep, in two naming
+ *    eras, in both states: processed (the kernel format) and preprocessed, the loader
+ *    layout (the sharded-state format);
+ *  - every other tensor is byte for byte what the `vllm` target writes in the same
+ *    format for the same rank (test-vllm checks that one element by element), under the
+ *    same name but the router's (vLLM-Ascend's alias in era D), and nothing else is there;
  *  - the state recorded in `__metadata__` (wsync.moe-layout, wsync.layout.<tensor>);
  *  - round trips to hf are bit-exact; processed -> preprocessed -> processed; files
- *    already processed are not transposed again, whatever the option says; files
- *    recording no state read as the loader layout; bad recorded states are refused;
+ *    already processed are not transposed again; files recording no state read as the
+ *    loader layout; bad recorded states are refused; the deprecated moe-layout option
+ *    warns and changes nothing;
  *  - the vectorised and portable transposes write identical files;
  *  - `wsync env --backend npu-ascend` output, line by line, and its --json form. */
 #include <json-glib/json-glib.h>
@@ -109,18 +111,16 @@ plugin_dir(void)
   return test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR");
 }
 
-/* A conf.d selecting qwen3_moe, vllm (vllm-version @version) and, unless @layout is
- * NULL, npu-ascend with moe-layout @layout. */
+/* A conf.d selecting qwen3_moe, vllm (vllm-version @version) and, with @ascend,
+ * npu-ascend. */
 static const char *
-conf_dir(const char *version, const char *layout)
+conf_dir(const char *version, gboolean ascend_plugin)
 {
-  g_autofree char *key = g_strdup_printf("%s|%s", version, layout ? layout : "-");
+  g_autofree char *key = g_strdup_printf("%s|%d", version, ascend_plugin);
   char *dir = g_hash_table_lookup(conf_dirs, key);
 
   if (dir == NULL) {
-    g_autofree char *ascend =
-        layout ? g_strdup_printf("plugin \"npu-ascend\" {\n  moe-layout = \"%s\"\n}\n", layout)
-               : g_strdup("");
+    g_autofree char *ascend = g_strdup(ascend_plugin ? "plugin \"npu-ascend\" {}\n" : "");
     g_autofree char *text = g_strdup_printf("plugin \"qwen3_moe\" {}\n"
                                             "plugin \"vllm\" {\n"
                                             "  vllm-version = \"%s\"\n"
@@ -134,9 +134,23 @@ conf_dir(const char *version, const char *layout)
   return dir;
 }
 
+/* The expert states, and the formats that hold them (docs/vllm-ascend.md §3, §5). */
 #define PROCESSED "processed"
 #define PREPROCESSED "preprocessed"
-#define CONF(layout) conf_dir("0.22.1", (layout))
+#define CONF conf_dir("latest", TRUE)
+
+static const char *
+format_of(const char *state)
+{
+  return strcmp(state, PROCESSED) == 0 ? "kernel" : "sharded-state";
+}
+
+/* The vllm format that holds @ep EP ranks over @tp: sharded_state reads by TP rank. */
+static const char *
+format_for(guint tp, guint ep)
+{
+  return ep > tp ? "kernel" : "sharded-state";
+}
 
 /* configs/NAME (the project's), else tests/data/configs/NAME (ours). */
 static char *
@@ -161,7 +175,7 @@ synth(const char *config, gboolean fused)
 
   if (dir == NULL) {
     g_autofree char *path = config_path(config);
-    const char *args[] = {"synth",   "--conf-dir", CONF(PROCESSED), "--plugin-dir",
+    const char *args[] = {"synth",   "--conf-dir", CONF, "--plugin-dir",
                           plugin_dir(), "--config", path,         NULL,
                           "--pattern", "index",    fused ? "--fused-experts" : NULL, NULL};
     dir = new_path("synth");
@@ -172,17 +186,18 @@ synth(const char *config, gboolean fused)
   return dir;
 }
 
-/* `wsync convert SRC DST --target T --tp TP [--ep EP]`, with WSYNC_TRANSPOSE=@path when
- * @path is given; returns DST. */
+/* `wsync convert SRC DST --target T [--format F] --tp TP --ep EP`, with
+ * WSYNC_TRANSPOSE=@path when @path is given; returns DST. */
 static char *
-convert_path(const char *src, const char *conf, const char *target, guint tp, guint ep,
-             const char *path)
+convert_path(const char *src, const char *conf, const char *target, const char *format,
+             guint tp, guint ep, const char *path)
 {
   char *dst = new_path(target);
   g_autofree char *tps = g_strdup_printf("%u", tp);
   g_autofree char *eps = g_strdup_printf("%u", MAX(ep, 1));
-  const char *args[] = {"convert", src,    dst,    "--conf-dir", conf, "--plugin-dir",
-                        plugin_dir(), "--target", target, "--tp", tps, "--ep", eps, NULL};
+  const char *args[] = {"convert",  src, dst, "--conf-dir", conf,     "--plugin-dir",
+                        plugin_dir(), "--target", target, "--tp", tps, "--ep", eps,
+                        format ? "--format" : NULL, format, NULL};
   const char *set[] = {"WSYNC_TRANSPOSE", path, NULL};
 
   run_ok_env(args, path ? set : NULL);
@@ -190,9 +205,17 @@ convert_path(const char *src, const char *conf, const char *target, guint tp, gu
 }
 
 static char *
-convert(const char *src, const char *conf, const char *target, guint tp, guint ep)
+convert(const char *src, const char *conf, const char *target, const char *format, guint tp,
+        guint ep)
 {
-  return convert_path(src, conf, target, tp, ep, NULL);
+  return convert_path(src, conf, target, format, tp, ep, NULL);
+}
+
+/* The vllm-ascend files of expert state @state. */
+static char *
+convert_ascend(const char *src, const char *conf, const char *state, guint tp, guint ep)
+{
+  return convert(src, conf, "vllm-ascend", format_of(state), tp, ep);
 }
 
 /* ------------------------------------------------------------------ the model */
@@ -251,7 +274,8 @@ open_ranks(const char *dir, RankFiles *ranks)
     char tail[32];
     g_autofree char *path = g_build_filename(dir, name, NULL);
     WsyncCheckpoint *ck;
-    if (sscanf(name, "model-rank-%u-part-%u%31s", &rank, &part, tail) != 3 ||
+    if ((sscanf(name, "model-rank-%u-part-%u%31s", &rank, &part, tail) != 3 &&
+         sscanf(name, "kernel-rank-%u-part-%u%31s", &rank, &part, tail) != 3) ||
         strcmp(tail, ".safetensors") != 0)
       continue;
     g_assert_cmpuint(rank, <, MAX_RANKS);
@@ -458,13 +482,36 @@ check_w2(const Oracle *o, guint64 layer, const WsyncTensor *out)
   }
 }
 
+/* @a holds the same bytes as @b, whatever its name. */
 static void
-same_tensor(const WsyncTensor *a, const WsyncTensor *b, guint rank)
+same_tensor_as(const WsyncTensor *a, const WsyncTensor *b, guint rank)
 {
   if (a->dtype != b->dtype || a->ndim != b->ndim ||
       memcmp(a->shape, b->shape, a->ndim * sizeof(guint64)) != 0 || a->nbytes != b->nbytes ||
       memcmp(a->data, b->data, a->nbytes) != 0)
-    g_error("rank %u: %s differs from the vllm target's", rank, a->name);
+    g_error("rank %u: %s differs from the vllm target's %s", rank, a->name, b->name);
+}
+
+static void
+same_tensor(const WsyncTensor *a, const WsyncTensor *b, guint rank)
+{
+  g_assert_cmpstr(a->name, ==, b->name);
+  same_tensor_as(a, b, rank);
+}
+
+/* The name vLLM-Ascend keeps for the vllm target's tensor @name: in naming era D its MoE
+ * runner also holds the router as `_gate`, the smaller name (docs/vllm-ascend.md §2,
+ * docs/vllm.md §5); in the other eras the names are the same. */
+static char *
+ascend_name(const char *version, const char *name)
+{
+  static const char router[] = ".mlp.experts.gate.weight";
+  gboolean era_d = strcmp(version, "latest") == 0 || strcmp(version, "0.24.0") == 0;
+
+  if (era_d && g_str_has_suffix(name, router))
+    return g_strdup_printf("%.*s.mlp.experts._gate.weight",
+                           (int)(strlen(name) - strlen(router)), name);
+  return g_strdup(name);
 }
 
 typedef struct {
@@ -474,16 +521,17 @@ typedef struct {
   guint tp, ep; /* ep 0 or 1: none */
 } Case;
 
-/* The `vllm` rank files of a case, made once. */
+/* The `vllm` rank files of a case in @format, made once. */
 static const char *
-reference(const Case *c)
+reference(const Case *c, const char *format)
 {
-  g_autofree char *key =
-      g_strdup_printf("%s|%d|%s|%u|%u", c->config, c->fused, c->version, c->tp, c->ep);
+  g_autofree char *key = g_strdup_printf("%s|%d|%s|%u|%u|%s", c->config, c->fused, c->version,
+                                         c->tp, c->ep, format);
   char *dir = g_hash_table_lookup(ref_dirs, key);
 
   if (dir == NULL) {
-    dir = convert(synth(c->config, c->fused), conf_dir(c->version, NULL), "vllm", c->tp, c->ep);
+    dir = convert(synth(c->config, c->fused), conf_dir(c->version, FALSE), "vllm", format, c->tp,
+                  c->ep);
     g_hash_table_insert(ref_dirs, g_strdup(key), dir);
   }
   return dir;
@@ -500,13 +548,13 @@ check_ascend(const Case *c, const char *dir, const char *state)
   GError *error = NULL;
   g_autoptr(WsyncCheckpoint) in = wsync_checkpoint_open(synth(c->config, c->fused), &error);
   guint ep = MAX(c->ep, 1), world = ep > 1 ? ep : c->tp;
-  static const char *const same_keys[] = {"wsync.tp",           "wsync.ep",
-                                          "wsync.rank",         "wsync.world",
-                                          "wsync.vllm-version", "wsync.attn-scales"};
+  static const char *const same_keys[] = {"wsync.format", "wsync.tp",           "wsync.ep",
+                                          "wsync.rank",   "wsync.world",        "wsync.vllm-version",
+                                          "wsync.vllm-era", "wsync.attn-scales"};
 
   g_assert_no_error(error);
   g_assert_cmpuint(open_ranks(dir, asc), ==, world);
-  g_assert_cmpuint(open_ranks(reference(c), ref), ==, world);
+  g_assert_cmpuint(open_ranks(reference(c, format_of(state)), ref), ==, world);
   for (guint r = 0; r < world; r++) {
     Oracle o = {.m = &m, .in = in, .tp = c->tp, .ep = ep, .rank = r,
                 .processed = strcmp(state, PROCESSED) == 0};
@@ -524,14 +572,15 @@ check_ascend(const Case *c, const char *dir, const char *state)
       WsyncCheckpoint *ck = ref[r].files->pdata[f];
       for (guint i = 0; i < wsync_checkpoint_n_tensors(ck); i++) {
         const WsyncTensor *want = wsync_checkpoint_tensor(ck, i);
-        const WsyncTensor *got = rank_lookup(&asc[r], want->name);
+        g_autofree char *name = ascend_name(c->version, want->name);
+        const WsyncTensor *got = rank_lookup(&asc[r], name);
         guint64 layer;
         gboolean w13;
         n_ref++;
         if (got == NULL)
-          g_error("rank %u lacks %s", r, want->name);
+          g_error("rank %u lacks %s", r, name);
         if (!is_expert(want->name, &layer, &w13)) {
-          same_tensor(got, want, r);
+          same_tensor_as(got, want, r);
           continue;
         }
         g_autofree char *key = g_strconcat("wsync.layout.", want->name, NULL);
@@ -561,8 +610,8 @@ check_ascend(const Case *c, const char *dir, const char *state)
 static char *
 run_case(const Case *c, const char *state)
 {
-  char *dst = convert(synth(c->config, c->fused), conf_dir(c->version, state), "vllm-ascend",
-                      c->tp, c->ep);
+  char *dst = convert_ascend(synth(c->config, c->fused), conf_dir(c->version, TRUE), state,
+                             c->tp, c->ep);
 
   check_ascend(c, dst, state);
   return dst;
@@ -637,7 +686,7 @@ assert_same_files(const char *a, const char *b)
 static void
 round_trip(const char *original, const char *rank_dir, const char *conf)
 {
-  g_autofree char *hf = convert(rank_dir, conf, "hf", 1, 1);
+  g_autofree char *hf = convert(rank_dir, conf, "hf", NULL, 1, 1);
   Run r = run_wsync("verify", original, hf, "--conf-dir", conf, "--plugin-dir", plugin_dir(),
                     NULL);
 
@@ -676,7 +725,8 @@ set_file_metadata(const char *dir, const char *key, const char *value)
 
   g_assert_nonnull(d);
   while ((name = g_dir_read_name(d)) != NULL)
-    if (g_str_has_prefix(name, "model-rank-") && g_str_has_suffix(name, ".safetensors"))
+    if ((g_str_has_prefix(name, "model-rank-") || g_str_has_prefix(name, "kernel-rank-")) &&
+        g_str_has_suffix(name, ".safetensors"))
       g_ptr_array_add(names, g_build_filename(dir, name, NULL));
   g_dir_close(d);
   g_assert_cmpuint(names->len, >, 0);
@@ -720,15 +770,16 @@ set_file_metadata(const char *dir, const char *key, const char *value)
 #define TINY "tiny-qwen3-moe.json"
 #define ODD "tiny-qwen3-moe-odd.json"         /* H 40, I 20, a dense layer, BF16 */
 #define ODD_F32 "tiny-qwen3-moe-odd-f32.json" /* the same in F32: 4-byte transposes */
-#define NOW "0.22.1"                          /* mlp.experts.routed_experts.w13_weight */
-#define OLD "0.18.1"                          /* mlp.experts.w13_weight, _expert_map */
+#define NOW "latest" /* era D: mlp.experts.routed_experts.w13_weight, router _gate */
+#define OLD "0.18.1" /* era A: mlp.experts.w13_weight, _expert_map with EP */
 
 static void
 test_tiny_tp(void)
 {
-  check_case(&(Case){TINY, FALSE, NOW, 1, 0}, PROCESSED);
-  check_case(&(Case){TINY, FALSE, NOW, 2, 0}, PROCESSED);
-  check_case(&(Case){TINY, FALSE, NOW, 4, 0}, PROCESSED); /* KV heads replicated */
+  for (guint tp = 1; tp <= 4; tp *= 2) { /* tp 4: KV heads replicated */
+    check_case(&(Case){TINY, FALSE, NOW, tp, 0}, PROCESSED);
+    check_case(&(Case){TINY, FALSE, NOW, tp, 0}, PREPROCESSED);
+  }
 }
 
 /* Odd sizes: H 40, I 20, so Ip is 20, 10, 5 and no axis is a multiple of the 16-wide
@@ -739,27 +790,33 @@ test_odd_tp(void)
   for (guint tp = 1; tp <= 4; tp *= 2) {
     check_case(&(Case){ODD, FALSE, NOW, tp, 0}, PROCESSED);
     check_case(&(Case){ODD_F32, FALSE, NOW, tp, 0}, PROCESSED);
+    check_case(&(Case){ODD_F32, FALSE, NOW, tp, 0}, PREPROCESSED);
   }
 }
 
-/* Experts spread over EP ranks (3, 3, 2 of 8; 2 each over tp 2), whole. */
+/* Experts spread over EP ranks (3, 3, 2 of 8; 2 each over tp 2), whole: the kernel
+ * format for more EP ranks than TP ranks, either format for as many. */
 static void
 test_ep(void)
 {
   check_case(&(Case){TINY, FALSE, NOW, 1, 3}, PROCESSED);
   check_case(&(Case){TINY, FALSE, NOW, 2, 4}, PROCESSED);
+  check_case(&(Case){TINY, FALSE, NOW, 2, 2}, PROCESSED);
+  check_case(&(Case){TINY, FALSE, NOW, 2, 2}, PREPROCESSED);
   check_case(&(Case){ODD, FALSE, NOW, 1, 3}, PROCESSED);
   check_case(&(Case){ODD_F32, FALSE, NOW, 2, 6}, PROCESSED);
 }
 
-/* Before vLLM 0.22.1: mlp.experts.w13_weight, and with EP each layer's _expert_map
- * (not an expert weight: left as the vllm target has it). */
+/* Era A: mlp.experts.w13_weight, the router already mlp.experts._gate on both, and with
+ * EP in the sharded-state format each layer's _expert_map (not an expert weight: left as
+ * the vllm target has it). */
 static void
 test_old_version(void)
 {
   check_case(&(Case){TINY, FALSE, OLD, 2, 0}, PROCESSED);
   check_case(&(Case){TINY, FALSE, OLD, 2, 4}, PROCESSED);
-  check_case(&(Case){ODD, FALSE, OLD, 1, 3}, PREPROCESSED);
+  check_case(&(Case){TINY, FALSE, OLD, 2, 2}, PREPROCESSED);
+  check_case(&(Case){ODD, FALSE, OLD, 1, 0}, PREPROCESSED);
 }
 
 /* Transformers 5 fused experts in the input. */
@@ -768,16 +825,7 @@ test_fused_input(void)
 {
   check_case(&(Case){TINY, TRUE, NOW, 2, 0}, PROCESSED);
   check_case(&(Case){ODD, TRUE, NOW, 4, 0}, PROCESSED);
-}
-
-/* moe-layout = "preprocessed": the loader layout, the vllm target's bytes. */
-static void
-test_preprocessed(void)
-{
-  check_case(&(Case){TINY, FALSE, NOW, 2, 0}, PREPROCESSED);
-  check_case(&(Case){ODD, FALSE, NOW, 4, 0}, PREPROCESSED);
-  check_case(&(Case){ODD_F32, FALSE, NOW, 1, 0}, PREPROCESSED);
-  check_case(&(Case){TINY, FALSE, NOW, 2, 4}, PREPROCESSED);
+  check_case(&(Case){ODD, TRUE, NOW, 4, 0}, PREPROCESSED);
 }
 
 /* ------------------------------------------------------------------ tests: round trips */
@@ -788,61 +836,66 @@ test_round_trip(void)
   static const Case cases[] = {
       {TINY, FALSE, NOW, 2, 0}, {ODD, FALSE, NOW, 1, 0}, {ODD, FALSE, NOW, 4, 0},
       {ODD_F32, FALSE, NOW, 2, 0}, {TINY, FALSE, NOW, 1, 3}, {TINY, FALSE, OLD, 2, 4},
+      {TINY, FALSE, OLD, 2, 2},
   };
 
   for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
     const Case *c = &cases[i];
     g_autofree char *processed = run_case(c, PROCESSED);
-    g_autofree char *pre = run_case(c, PREPROCESSED);
-    round_trip(synth(c->config, FALSE), processed, conf_dir(c->version, PROCESSED));
-    round_trip(synth(c->config, FALSE), pre, conf_dir(c->version, PROCESSED));
+    round_trip(synth(c->config, FALSE), processed, CONF);
+    if (c->ep <= c->tp) { /* the sharded-state format holds ep <= tp only */
+      g_autofree char *pre = run_case(c, PREPROCESSED);
+      round_trip(synth(c->config, FALSE), pre, CONF);
+    }
   }
 }
 
-/* processed -> preprocessed -> processed, through vllm-ascend files each time: each
- * step checked against the original source. */
+/* processed -> preprocessed -> processed, through vllm-ascend files each time (kernel,
+ * sharded-state, kernel): each step checked against the original source. */
 static void
 test_processed_preprocessed_processed(void)
 {
   static const Case cases[] = {{TINY, FALSE, NOW, 2, 0}, {ODD, FALSE, NOW, 1, 0},
-                               {ODD_F32, FALSE, NOW, 1, 3}};
+                               {ODD_F32, FALSE, NOW, 2, 2}};
 
   for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
     const Case *c = &cases[i];
     g_autofree char *p1 = run_case(c, PROCESSED);
-    g_autofree char *pre = convert(p1, CONF(PREPROCESSED), "vllm-ascend", c->tp, c->ep);
+    g_autofree char *pre = convert_ascend(p1, CONF, PREPROCESSED, c->tp, c->ep);
     g_autofree char *p2 = NULL;
     check_ascend(c, pre, PREPROCESSED);
-    p2 = convert(pre, CONF(PROCESSED), "vllm-ascend", c->tp, c->ep);
+    p2 = convert_ascend(pre, CONF, PROCESSED, c->tp, c->ep);
     check_ascend(c, p2, PROCESSED);
     assert_same_files(p1, p2);
   }
 }
 
-/* vllm -> vllm-ascend and vllm-ascend -> vllm. */
+/* vllm (sharded-state) -> vllm-ascend (kernel) -> vllm (sharded-state). */
 static void
 test_vllm_and_back(void)
 {
   const Case c = {TINY, FALSE, NOW, 2, 0};
-  g_autofree char *asc = convert(reference(&c), CONF(PROCESSED), "vllm-ascend", 2, 0);
+  const char *ref = reference(&c, "sharded-state");
+  g_autofree char *asc = convert_ascend(ref, CONF, PROCESSED, 2, 0);
   g_autofree char *back = NULL;
 
   check_ascend(&c, asc, PROCESSED);
-  back = convert(asc, CONF(PROCESSED), "vllm", 2, 0);
-  assert_same_tensors(reference(&c), back);
+  back = convert(asc, CONF, "vllm", "sharded-state", 2, 0);
+  assert_same_tensors(ref, back);
 }
 
 /* ------------------------------------------------------------------ tests: state is data */
 
-/* No copy of the plan of @src -> @target is a transpose. */
+/* Every copy into an expert tensor of the plan of @src -> @target in @format is a
+ * transpose when @want_experts_transposed, and no other copy is. */
 static void
-assert_plan_transposes(const char *src, const char *conf, const char *target, guint tp,
-                       guint ep, gboolean want_experts_transposed)
+assert_plan_transposes(const char *src, const char *conf, const char *target,
+                       const char *format, guint tp, guint ep, gboolean want_experts_transposed)
 {
   g_autofree char *tps = g_strdup_printf("%u", tp);
   g_autofree char *eps = g_strdup_printf("%u", MAX(ep, 1));
   Run r = run_wsync("plan", src, "--conf-dir", conf, "--plugin-dir", plugin_dir(), "--target",
-                    target, "--tp", tps, "--ep", eps, "--json", NULL);
+                    target, "--format", format, "--tp", tps, "--ep", eps, "--json", NULL);
   g_autoptr(JsonParser) parser = json_parser_new();
   GError *error = NULL;
   JsonArray *ranks;
@@ -891,51 +944,56 @@ test_already_processed(void)
 
   for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
     const Case *c = &cases[i];
-    const char *conf = conf_dir(c->version, PROCESSED);
+    const char *conf = conf_dir(c->version, TRUE);
     g_autofree char *once = run_case(c, PROCESSED);
-    g_autofree char *twice = convert(once, conf, "vllm-ascend", c->tp, c->ep);
+    g_autofree char *twice = convert_ascend(once, conf, PROCESSED, c->tp, c->ep);
     check_ascend(c, twice, PROCESSED);
     assert_same_files(once, twice);
-    assert_plan_transposes(once, conf, "vllm-ascend", c->tp, c->ep, FALSE);
-    assert_plan_transposes(synth(c->config, FALSE), conf, "vllm-ascend", c->tp, c->ep, TRUE);
-    assert_plan_transposes(once, conf, "vllm", c->tp, c->ep, TRUE);
+    assert_plan_transposes(once, conf, "vllm-ascend", "kernel", c->tp, c->ep, FALSE);
+    assert_plan_transposes(synth(c->config, FALSE), conf, "vllm-ascend", "kernel", c->tp, c->ep,
+                           TRUE);
+    assert_plan_transposes(once, conf, "vllm", format_for(c->tp, c->ep), c->tp, c->ep, TRUE);
   }
 }
 
-/* Reading decides from the files, not from the option: processed files read back with
- * moe-layout = "preprocessed" configured are still processed, and the other way round. */
+/* Reading decides from the files, not from the format being written: processed files
+ * written to the sharded-state format come out preprocessed, and the other way round;
+ * both read back to hf exactly. */
 static void
-test_reading_ignores_option(void)
+test_reading_follows_files(void)
 {
   const Case c = {ODD, FALSE, NOW, 1, 0};
   g_autofree char *processed = run_case(&c, PROCESSED);
   g_autofree char *pre = run_case(&c, PREPROCESSED);
   g_autofree char *a = NULL, *b = NULL;
 
-  round_trip(synth(ODD, FALSE), processed, CONF(PREPROCESSED));
-  round_trip(synth(ODD, FALSE), pre, CONF(PROCESSED));
-  a = convert(processed, CONF(PREPROCESSED), "vllm-ascend", 1, 0);
+  round_trip(synth(ODD, FALSE), processed, CONF);
+  round_trip(synth(ODD, FALSE), pre, CONF);
+  a = convert_ascend(processed, CONF, PREPROCESSED, 1, 0);
   check_ascend(&c, a, PREPROCESSED);
-  b = convert(pre, CONF(PROCESSED), "vllm-ascend", 1, 0);
+  b = convert_ascend(pre, CONF, PROCESSED, 1, 0);
   check_ascend(&c, b, PROCESSED);
 }
 
-/* Without this plugin the vllm converter refuses vllm-ascend (it cannot finish the
- * layout); files that say vllm-ascend but record no state (rank files relabelled by
- * hand, or from another writer) hold the loader layout and read as such. */
+/* Without this plugin the vllm plugin refuses vllm-ascend's kernel format (it cannot
+ * finish the layout) and writes its sharded-state format (the loader layout); files that
+ * say vllm-ascend but record no state (rank files relabelled by hand, or from another
+ * writer) hold the loader layout and read as such. */
 static void
 test_unrecorded_state(void)
 {
-  const Case c = {ODD, FALSE, NOW, 1, 0};
+  const Case c = {ODD, FALSE, OLD, 1, 0};
   g_autofree char *dst = new_path("refused-without-plugin");
-  Run r = run_wsync("convert", synth(ODD, FALSE), dst, "--conf-dir", conf_dir(NOW, NULL),
-                    "--plugin-dir", plugin_dir(), "--target", "vllm-ascend", NULL);
+  Run r = run_wsync("convert", synth(ODD, FALSE), dst, "--conf-dir", conf_dir(OLD, FALSE),
+                    "--plugin-dir", plugin_dir(), "--target", "vllm-ascend", "--format", "kernel",
+                    NULL);
   g_assert_cmpint(r.status, ==, 2);
   assert_has(r.err, "no loaded plugin has a hook for it");
   g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
   test_run_clear(&r);
 
-  g_autofree char *vllm = convert(synth(ODD, FALSE), conf_dir(NOW, NULL), "vllm", 1, 0);
+  /* era A, where vllm and vllm-ascend name the router alike */
+  g_autofree char *vllm = convert(synth(ODD, FALSE), conf_dir(OLD, FALSE), "vllm", NULL, 1, 0);
   g_autofree char *plain = copy_dir(vllm);
   g_autofree char *asc = NULL;
   RankFiles ranks[MAX_RANKS];
@@ -944,8 +1002,8 @@ test_unrecorded_state(void)
   g_assert_cmpuint(open_ranks(plain, ranks), ==, 1);
   g_assert_null(g_hash_table_lookup(rank_metadata(&ranks[0]), "wsync.moe-layout"));
   close_ranks(ranks);
-  round_trip(synth(ODD, FALSE), plain, CONF(PROCESSED));
-  asc = convert(plain, CONF(PROCESSED), "vllm-ascend", 1, 0);
+  round_trip(synth(ODD, FALSE), plain, conf_dir(OLD, TRUE));
+  asc = convert_ascend(plain, conf_dir(OLD, TRUE), PROCESSED, 1, 0);
   check_ascend(&c, asc, PROCESSED);
 }
 
@@ -959,7 +1017,7 @@ test_tensor_state_wins(void)
   g_autofree char *relabelled = copy_dir(pre);
 
   set_file_metadata(relabelled, "wsync.moe-layout", PROCESSED);
-  round_trip(synth(TINY, FALSE), relabelled, CONF(PROCESSED));
+  round_trip(synth(TINY, FALSE), relabelled, CONF);
 }
 
 /* A recorded state that is neither: refused, exit 3, naming the key. */
@@ -971,7 +1029,7 @@ test_bad_recorded_state(void)
   g_autofree char *bad_rank = copy_dir(processed);
   g_autofree char *bad_tensor = copy_dir(processed);
   g_autofree char *dst = new_path("refused");
-  const char *conf = CONF(PROCESSED);
+  const char *conf = CONF;
   Run r;
 
   set_file_metadata(bad_rank, "wsync.moe-layout", "nz");
@@ -1006,13 +1064,12 @@ test_transpose_paths_identical(void)
   for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
     const Case *c = &cases[i];
     const char *src = synth(c->config, FALSE);
-    g_autofree char *portable = convert_path(src, CONF(PROCESSED), "vllm-ascend", c->tp, c->ep,
-                                             "portable");
-    g_autofree char *sse2 = convert_path(src, CONF(PROCESSED), "vllm-ascend", c->tp, c->ep,
-                                         "sse2");
-    g_autofree char *best = convert(src, CONF(PROCESSED), "vllm-ascend", c->tp, c->ep);
-    g_autofree char *back_portable = convert_path(best, CONF(PROCESSED), "hf", 1, 1, "portable");
-    g_autofree char *back_best = convert(best, CONF(PROCESSED), "hf", 1, 1);
+    g_autofree char *portable =
+        convert_path(src, CONF, "vllm-ascend", "kernel", c->tp, c->ep, "portable");
+    g_autofree char *sse2 = convert_path(src, CONF, "vllm-ascend", "kernel", c->tp, c->ep, "sse2");
+    g_autofree char *best = convert_ascend(src, CONF, PROCESSED, c->tp, c->ep);
+    g_autofree char *back_portable = convert_path(best, CONF, "hf", NULL, 1, 1, "portable");
+    g_autofree char *back_best = convert(best, CONF, "hf", NULL, 1, 1);
     check_ascend(c, portable, PROCESSED);
     assert_same_files(portable, best);
     assert_same_files(sse2, best);
@@ -1026,20 +1083,22 @@ static void
 test_plan(void)
 {
   const char *src = synth(TINY, FALSE);
-  Run r = run_wsync("plan", src, "--conf-dir", CONF(PROCESSED), "--plugin-dir", plugin_dir(),
-                    "--target", "vllm-ascend", "--tp", "2", NULL);
+  Run r = run_wsync("plan", src, "--conf-dir", CONF, "--plugin-dir", plugin_dir(), "--target",
+                    "vllm-ascend", "--format", "kernel", "--tp", "2", NULL);
 
   g_assert_cmpint(r.status, ==, 0);
-  assert_has(r.out, "target vllm-ascend, tp 2, ep 1, 2 ranks");
+  assert_has(r.out, "target vllm-ascend, format kernel, tp 2, ep 1, 2 ranks");
   assert_has(r.out, "model.layers.1.mlp.experts.routed_experts.w13_weight  BF16 [8, 64, 32]");
   assert_has(r.out, "model.layers.1.mlp.experts.routed_experts.w2_weight  BF16 [8, 16, 64]");
+  assert_has(r.out, "model.layers.1.mlp.experts._gate.weight  BF16 [8, 64]");
   assert_has(r.out, "[0:1, 0:64, 0:16] <- model.layers.1.mlp.experts.0.gate_proj.weight[16:32, "
                     "0:64] transposed");
   test_run_clear(&r);
-  assert_plan_transposes(src, CONF(PROCESSED), "vllm-ascend", 2, 0, TRUE);
-  assert_plan_transposes(src, CONF(PREPROCESSED), "vllm-ascend", 2, 0, FALSE);
+  assert_plan_transposes(src, CONF, "vllm-ascend", "kernel", 2, 0, TRUE);
+  assert_plan_transposes(src, CONF, "vllm-ascend", "sharded-state", 2, 0, FALSE);
 }
 
+/* The deprecated option still only takes its two old values. */
 static void
 test_bad_option(void)
 {
@@ -1065,13 +1124,42 @@ test_bad_option(void)
   }
 }
 
+/* moe-layout is deprecated: a warning, and the format alone decides the layout. */
+static void
+test_deprecated_option(void)
+{
+  const Case c = {TINY, FALSE, NOW, 2, 0};
+  g_autofree char *conf = new_path("deprecated");
+  g_autofree char *dst = new_path("deprecated-out");
+  Run r;
+
+  g_assert_cmpint(g_mkdir(conf, 0755), ==, 0);
+  g_free(test_write(conf, "10-test.conf",
+                    "plugin \"qwen3_moe\" {}\nplugin \"vllm\" {}\n"
+                    "plugin \"npu-ascend\" {\n  moe-layout = \"processed\"\n}\n"));
+  r = run_wsync("convert", synth(TINY, FALSE), dst, "--conf-dir", conf, "--plugin-dir",
+                plugin_dir(), "--target", "vllm-ascend", "--tp", "2", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_assert_cmpstr(r.err, ==,
+                  "wsync: plugin \"npu-ascend\": option moe-layout = \"processed\" is deprecated "
+                  "and ignored: vllm-ascend writes the processed expert layout with --format "
+                  "kernel and the loader layout with --format sharded-state\n");
+  test_run_clear(&r);
+  check_ascend(&c, dst, PREPROCESSED);
+  /* -q: no warning */
+  r = run_wsync("-q", "plugins", "--conf-dir", conf, "--plugin-dir", plugin_dir(), NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_assert_cmpstr(r.err, ==, "");
+  test_run_clear(&r);
+}
+
 /* The shipped conf.d files parse, select the plugin with its defaults, and convert. */
 static void
 test_shipped_conf(void)
 {
   static const char *const files[] = {"20-vllm.conf", "30-qwen3_moe.conf", "40-npu-ascend.conf"};
   g_autofree char *conf = new_path("shipped");
-  g_autofree char *dst = NULL;
+  g_autofree char *dst = NULL, *kernel = NULL;
   Run r;
 
   g_assert_cmpint(g_mkdir(conf, 0755), ==, 0);
@@ -1082,6 +1170,7 @@ test_shipped_conf(void)
   }
   r = run_wsync("plugins", "--conf-dir", conf, "--plugin-dir", plugin_dir(), NULL);
   g_assert_cmpint(r.status, ==, 0);
+  g_assert_cmpstr(r.err, ==, "");
   assert_has(r.out, "npu-ascend  active");
   assert_has(r.out, "vLLM-Ascend: MoE experts in the npu_grouped_matmul layout, NPU environment");
   assert_has(r.out, "ascend-processed-experts priority 0  serves vllm-ascend");
@@ -1089,8 +1178,10 @@ test_shipped_conf(void)
   assert_has(r.out, "cann-pythonpath          priority 0  serves npu-ascend");
   assert_has(r.out, "npu-alloc-conf           priority 0  serves npu-ascend");
   test_run_clear(&r);
-  dst = convert(synth(TINY, FALSE), conf, "vllm-ascend", 2, 0);
-  check_ascend(&(Case){TINY, FALSE, NOW, 2, 0}, dst, PROCESSED);
+  dst = convert(synth(TINY, FALSE), conf, "vllm-ascend", NULL, 2, 0);
+  check_ascend(&(Case){TINY, FALSE, NOW, 2, 0}, dst, PREPROCESSED);
+  kernel = convert(synth(TINY, FALSE), conf, "vllm-ascend", "kernel", 2, 0);
+  check_ascend(&(Case){TINY, FALSE, NOW, 2, 0}, kernel, PROCESSED);
 }
 
 /* ------------------------------------------------------------------ tests: wsync env */
@@ -1100,7 +1191,7 @@ test_shipped_conf(void)
 static char *
 env_output(const char *backend, const char *mode, gboolean json, const char *const *set)
 {
-  const char *args[] = {"env", "--conf-dir", CONF(PROCESSED), "--plugin-dir", plugin_dir(),
+  const char *args[] = {"env", "--conf-dir", CONF, "--plugin-dir", plugin_dir(),
                         "--backend", backend, "--mode", mode, json ? "--json" : NULL, NULL};
   static const char *const none[] = {NULL};
   Run r = run_wsync_env(args, set != NULL ? set : none);
@@ -1288,16 +1379,18 @@ test_plan_records_state(void)
     const char *layout = i ? PREPROCESSED : PROCESSED;
     g_autofree char *line = g_strdup_printf(
         "  model.layers.0.mlp.experts.routed_experts.w2_weight  BF16 %s  16384 bytes  by "
-        "converter vllm (plugin vllm), then hook ascend-processed-experts (plugin npu-ascend)  "
-        "state %s\n",
+        "converter vllm-ascend (plugin vllm), then hook ascend-processed-experts (plugin "
+        "npu-ascend)  state %s\n",
         i ? "[8, 64, 16]" : "[8, 16, 64]", layout);
-    Run r = run_wsync("plan", synth(TINY, FALSE), "--conf-dir", CONF(layout), "--plugin-dir",
-                      plugin_dir(), "--target", "vllm-ascend", "--tp", "2", NULL);
+    Run r = run_wsync("plan", synth(TINY, FALSE), "--conf-dir", CONF, "--plugin-dir",
+                      plugin_dir(), "--target", "vllm-ascend", "--format", format_of(layout),
+                      "--tp", "2", NULL);
     g_assert_cmpint(r.status, ==, 0);
     assert_has(r.out, line);
     test_run_clear(&r);
-    r = run_wsync("plan", synth(TINY, FALSE), "--conf-dir", CONF(layout), "--plugin-dir",
-                  plugin_dir(), "--target", "vllm-ascend", "--tp", "2", "--json", NULL);
+    r = run_wsync("plan", synth(TINY, FALSE), "--conf-dir", CONF, "--plugin-dir", plugin_dir(),
+                  "--target", "vllm-ascend", "--format", format_of(layout), "--tp", "2", "--json",
+                  NULL);
     g_autofree char *json = g_strdup_printf("\"layout_state\" : \"%s\"", layout);
     assert_has(r.out, json);
     test_run_clear(&r);
@@ -1321,19 +1414,19 @@ main(int argc, char **argv)
   g_test_add_func("/npu-ascend/layout/ep", test_ep);
   g_test_add_func("/npu-ascend/layout/old-version", test_old_version);
   g_test_add_func("/npu-ascend/layout/fused-input", test_fused_input);
-  g_test_add_func("/npu-ascend/layout/preprocessed", test_preprocessed);
   g_test_add_func("/npu-ascend/round-trip/hf", test_round_trip);
   g_test_add_func("/npu-ascend/round-trip/processed-preprocessed-processed",
                   test_processed_preprocessed_processed);
   g_test_add_func("/npu-ascend/round-trip/vllm", test_vllm_and_back);
   g_test_add_func("/npu-ascend/state/already-processed", test_already_processed);
-  g_test_add_func("/npu-ascend/state/reading-ignores-option", test_reading_ignores_option);
+  g_test_add_func("/npu-ascend/state/reading-follows-files", test_reading_follows_files);
   g_test_add_func("/npu-ascend/state/unrecorded", test_unrecorded_state);
   g_test_add_func("/npu-ascend/state/tensor-record-wins", test_tensor_state_wins);
   g_test_add_func("/npu-ascend/state/bad-record", test_bad_recorded_state);
   g_test_add_func("/npu-ascend/transpose/paths-identical", test_transpose_paths_identical);
   g_test_add_func("/npu-ascend/plan", test_plan);
   g_test_add_func("/npu-ascend/config/bad-option", test_bad_option);
+  g_test_add_func("/npu-ascend/config/deprecated-option", test_deprecated_option);
   g_test_add_func("/npu-ascend/config/shipped", test_shipped_conf);
   g_test_add_func("/npu-ascend/env/colocate", test_env_colocate);
   g_test_add_func("/npu-ascend/env/server", test_env_server);

@@ -57,7 +57,7 @@ plugin_dir(void)
 }
 
 /* A conf.d selecting qwen3_5_moe (with @language_model_only) and vllm (defaults:
- * vllm-version 0.22.1, attn-scales true). */
+ * vllm-version latest, attn-scales true). */
 static const char *
 conf_dir(gboolean language_model_only)
 {
@@ -223,6 +223,11 @@ convert(const char *src, const char *conf, const char *target, guint tp, guint e
   if (ep > 0) {
     g_ptr_array_add(args, g_strdup("--ep"));
     g_ptr_array_add(args, g_strdup_printf("%u", ep));
+  }
+  /* more EP ranks than TP ranks: only the kernel format holds them */
+  if (ep > tp) {
+    g_ptr_array_add(args, g_strdup("--format"));
+    g_ptr_array_add(args, g_strdup("kernel"));
   }
   run_ok(args);
   return dst;
@@ -568,7 +573,8 @@ open_ranks(const char *dir, RankFiles *ranks, guint max_ranks)
     unsigned rank, part;
     char tail[32];
     g_autofree char *path = g_build_filename(dir, name, NULL);
-    if (sscanf(name, "model-rank-%u-part-%u%31s", &rank, &part, tail) != 3 ||
+    if ((sscanf(name, "model-rank-%u-part-%u%31s", &rank, &part, tail) != 3 &&
+         sscanf(name, "kernel-rank-%u-part-%u%31s", &rank, &part, tail) != 3) ||
         strcmp(tail, ".safetensors") != 0)
       continue;
     g_assert_cmpuint(rank, <, max_ranks);
@@ -609,6 +615,7 @@ typedef struct {
   const RankFiles *rf;
   guint tp, ep, rank, t; /* t = rank % tp */
   gboolean lm_only;
+  gboolean kernel; /* the kernel format: parameters only */
   guint checked;
 } Oracle;
 
@@ -780,7 +787,8 @@ check_qkv(Oracle *o, guint64 l)
   }
 }
 
-/* The F32 scale buffers of an attention layer (vllm-layouts.md §5). */
+/* The F32 scale buffers of an attention layer (docs/vllm.md §6); a buffer is never in
+ * the kernel format (§7). */
 static void
 check_scales(Oracle *o, guint64 l)
 {
@@ -790,6 +798,10 @@ check_scales(Oracle *o, guint64 l)
   for (guint i = 0; i < G_N_ELEMENTS(scales); i++) {
     g_autofree char *suffix = g_strconcat("self_attn.attn.", scales[i], NULL);
     g_autofree char *name = rt_name(l, suffix);
+    if (o->kernel) {
+      g_assert_null(rank_lookup(o->rf, name));
+      continue;
+    }
     const WsyncTensor *out = output(o, name, WSYNC_DTYPE_F32, 0, NULL);
     g_assert_cmpint(memcmp(out->data, one, 4), ==, 0);
   }
@@ -918,7 +930,8 @@ expert_share(Oracle *o, guint64 *first, guint64 *count, guint64 *ip, guint64 *of
 }
 
 /* w13_weight [E_loc, 2Ip, H] (gate rows then up rows) and w2_weight [E_loc, H, Ip]
- * under language_model.model.layers.L.mlp.experts.routed_experts (vLLM >= 0.22.1). */
+ * under language_model.model.layers.L.mlp.experts.routed_experts (vLLM >= 0.24.0, naming
+ * era D, the default; docs/vllm.md §5). */
 static void
 check_experts(Oracle *o, guint64 l, guint64 expect_count)
 {
@@ -950,18 +963,19 @@ check_experts(Oracle *o, guint64 l, guint64 expect_count)
 
 /* MergedColumnParallelLinear [gate_t ; up_t] (gate first) and its RowParallel down. */
 static void
-check_gate_up_down(Oracle *o, guint64 l, const char *mlp, guint64 inter)
+check_gate_up_down(Oracle *o, guint64 l, const char *mlp, const char *rt_mlp, guint64 inter)
 {
   guint64 it = inter / o->tp;
   g_autofree char *gs = g_strconcat(mlp, ".gate_proj.weight", NULL);
   g_autofree char *us = g_strconcat(mlp, ".up_proj.weight", NULL);
   g_autofree char *ds = g_strconcat(mlp, ".down_proj.weight", NULL);
-  g_autofree char *gus = g_strconcat(mlp, ".gate_up_proj.weight", NULL);
+  g_autofree char *gus = g_strconcat(rt_mlp, ".gate_up_proj.weight", NULL);
+  g_autofree char *rds = g_strconcat(rt_mlp, ".down_proj.weight", NULL);
   g_autofree char *gn = ck_name(l, gs);
   g_autofree char *un = ck_name(l, us);
   g_autofree char *dn = ck_name(l, ds);
   g_autofree char *gu_o = rt_name(l, gus);
-  g_autofree char *d_o = rt_name(l, ds);
+  g_autofree char *d_o = rt_name(l, rds);
 
   g_assert_cmpuint(inter % o->tp, ==, 0);
   check_segments(o, gu_o, WSYNC_DTYPE_BF16,
@@ -969,19 +983,22 @@ check_gate_up_down(Oracle *o, guint64 l, const char *mlp, guint64 inter)
   check_row(o, d_o, dn);
 }
 
-/* The sparse block (vllm-layouts.md §3.4). */
+/* The sparse block (docs/vllm.md §9), under the alias winners of naming era D (§5):
+ * the MoERunner mlp.experts holds the router as `gate` and the shared expert MLP (with
+ * its gate) as `_shared_experts._layer`. */
 static void
 check_moe(Oracle *o, guint64 l, const guint64 *expert_counts)
 {
-  g_autofree char *router_o = rt_name(l, "mlp.gate.weight");
+  g_autofree char *router_o = rt_name(l, "mlp.experts.gate.weight");
   g_autofree char *router_i = ck_name(l, "mlp.gate.weight");
-  g_autofree char *sg_o = rt_name(l, "mlp.shared_expert_gate.weight");
+  g_autofree char *sg_o = rt_name(l, "mlp.experts._shared_experts._layer.expert_gate.weight");
   g_autofree char *sg_i = ck_name(l, "mlp.shared_expert_gate.weight");
 
   check_replicated(o, router_o, router_i, WSYNC_DTYPE_BF16);
   check_replicated(o, sg_o, sg_i, WSYNC_DTYPE_BF16);
-  /* the shared expert stays TP-sliced by rank % tp, also with EP (§7) */
-  check_gate_up_down(o, l, "mlp.shared_expert", o->m->Is);
+  /* the shared expert stays TP-sliced by rank % tp, also with EP (§4) */
+  check_gate_up_down(o, l, "mlp.shared_expert", "mlp.experts._shared_experts._layer",
+                     o->m->Is);
   check_experts(o, l, expert_counts != NULL ? expert_counts[o->rank] : o->m->E);
 }
 
@@ -1002,7 +1019,7 @@ check_layer(Oracle *o, guint64 l, const guint64 *expert_counts)
   if (o->m->moe)
     check_moe(o, l, expert_counts);
   else
-    check_gate_up_down(o, l, "mlp", o->m->Id);
+    check_gate_up_down(o, l, "mlp", "mlp", o->m->Id);
 }
 
 /* "model.visual." + @suffix and "visual." + @suffix */
@@ -1099,7 +1116,8 @@ static void
 check_rank(const Case *c, const Model *m, WsyncCheckpoint *in, const RankFiles *rf, guint rank)
 {
   Oracle o = {.m = m, .in = in, .rf = rf, .tp = c->tp, .ep = c->ep > 0 ? c->ep : 1,
-              .rank = rank, .t = rank % c->tp, .lm_only = c->lm_only};
+              .rank = rank, .t = rank % c->tp, .lm_only = c->lm_only,
+              .kernel = c->ep > c->tp};
   g_autofree char *tp = g_strdup_printf("%u", o.tp);
   g_autofree char *rk = g_strdup_printf("%u", rank);
   guint n = 0;
@@ -1108,12 +1126,16 @@ check_rank(const Case *c, const Model *m, WsyncCheckpoint *in, const RankFiles *
   assert_metadata(rf, "wsync.target", "vllm");
   assert_metadata(rf, "wsync.tp", tp);
   assert_metadata(rf, "wsync.rank", rk);
-  check_vocab(&o, "language_model.model.embed_tokens.weight",
-              "model.language_model.embed_tokens.weight");
-  if (m->tied)
-    g_assert_null(rank_lookup(rf, "language_model.lm_head.weight"));
-  else
+  /* A tied LM head is the embedding module registered twice; the kept name is the
+   * smaller, language_model.lm_head.weight (docs/vllm.md §3). */
+  if (m->tied) {
+    check_vocab(&o, "language_model.lm_head.weight", "model.language_model.embed_tokens.weight");
+    g_assert_null(rank_lookup(rf, "language_model.model.embed_tokens.weight"));
+  } else {
+    check_vocab(&o, "language_model.model.embed_tokens.weight",
+                "model.language_model.embed_tokens.weight");
     check_vocab(&o, "language_model.lm_head.weight", "lm_head.weight");
+  }
   check_replicated(&o, "language_model.model.norm.weight", "model.language_model.norm.weight",
                    WSYNC_DTYPE_BF16);
   for (guint64 l = 0; l < m->L; l++)

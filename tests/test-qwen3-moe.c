@@ -893,7 +893,8 @@ test_unclaimed_model_type(Fixture *f, gconstpointer data)
 typedef struct {
   const char *config;
   const char *tp;
-  const char *ep; /* nullable */
+  const char *ep;     /* nullable */
+  const char *format; /* sharded-state or kernel */
 } VllmCase;
 
 /* hf -> vllm (tp, ep) -> hf is the identity: the vocabulary padding rows are fills,
@@ -912,9 +913,10 @@ test_vllm_round_trip(Fixture *f, gconstpointer data)
     return;
   }
   synth(c->config, per, NULL, NULL);
-  r = c->ep != NULL ? run_wsync("convert", per, ranks, "--target", "vllm", "--tp", c->tp, "--ep",
-                                c->ep, NULL)
-                    : run_wsync("convert", per, ranks, "--target", "vllm", "--tp", c->tp, NULL);
+  r = c->ep != NULL ? run_wsync("convert", per, ranks, "--target", "vllm", "--format", c->format,
+                                "--tp", c->tp, "--ep", c->ep, NULL)
+                    : run_wsync("convert", per, ranks, "--target", "vllm", "--format", c->format,
+                                "--tp", c->tp, NULL);
   expect_status(&r, 0, "convert to vllm");
   run_clear(&r);
   convert(ranks, back, "hf");
@@ -926,10 +928,16 @@ int
 main(int argc, char **argv)
 {
   static const VllmCase vllm_cases[] = {
-      {"tiny-qwen3-moe.json", "1", NULL},       {"tiny-qwen3-moe.json", "2", NULL},
-      {"tiny-qwen3-moe.json", "4", NULL},       {"tiny-qwen3-moe-8heads.json", "8", NULL},
-      {"tiny-qwen3-moe.json", "2", "4"},        {"tiny-qwen3-moe-tied.json", "2", NULL},
-      {"tiny-qwen3.json", "4", NULL},
+      {"tiny-qwen3-moe.json", "1", NULL, "sharded-state"},
+      {"tiny-qwen3-moe.json", "2", NULL, "sharded-state"},
+      {"tiny-qwen3-moe.json", "4", NULL, "sharded-state"},
+      {"tiny-qwen3-moe-8heads.json", "8", NULL, "sharded-state"},
+      {"tiny-qwen3-moe.json", "2", "2", "sharded-state"},
+      {"tiny-qwen3-moe.json", "2", "4", "kernel"},
+      {"tiny-qwen3-moe.json", "4", NULL, "kernel"},
+      {"tiny-qwen3-moe-tied.json", "2", NULL, "sharded-state"},
+      {"tiny-qwen3-moe-tied.json", "2", NULL, "kernel"},
+      {"tiny-qwen3.json", "4", NULL, "sharded-state"},
   };
   g_autofree char *vllm_so = NULL;
   int status;
@@ -960,8 +968,8 @@ main(int argc, char **argv)
   ADD("bad-input/unclaimed-model-type", test_unclaimed_model_type, NULL);
   for (guint i = 0; i < G_N_ELEMENTS(vllm_cases); i++) {
     g_autofree char *path =
-        g_strdup_printf("vllm/%s/tp%s%s%s", vllm_cases[i].config, vllm_cases[i].tp,
-                        vllm_cases[i].ep != NULL ? "-ep" : "",
+        g_strdup_printf("vllm/%s/%s/tp%s%s%s", vllm_cases[i].config, vllm_cases[i].format,
+                        vllm_cases[i].tp, vllm_cases[i].ep != NULL ? "-ep" : "",
                         vllm_cases[i].ep != NULL ? vllm_cases[i].ep : "");
     g_autofree char *full = g_strconcat("/qwen3-moe/", path, NULL);
     g_test_add(full, Fixture, &vllm_cases[i], fixture_setup, test_vllm_round_trip,

@@ -1,11 +1,12 @@
 /* The vllm plugin, end to end: `wsync synth` writes a tiny Qwen3-MoE checkpoint whose
  * every element is distinct (--pattern index), `wsync convert --target vllm` writes the
- * rank files, and an oracle written here from ../shared/reference/vllm-layouts.md (not
- * from the plugin or the engine) checks EVERY element of EVERY tensor of every rank
- * against the input element vLLM's loader would have put there, plus the names, shapes,
- * dtypes, metadata, and the tensors that must not be there. */
+ * rank files in either format, and an oracle written here from docs/vllm.md (not from
+ * the plugin or the engine) checks EVERY element of EVERY tensor of every rank against
+ * the input element vLLM's loader would have put there, plus the names (by naming era,
+ * §5), shapes, dtypes, metadata, and the tensors that must not be there. */
 #include <json-glib/json-glib.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include <wsync/wsync.h>
 
@@ -64,7 +65,7 @@ conf_dir(const char *version, gboolean scales)
   return dir;
 }
 
-#define DEFAULT_CONF conf_dir("0.22.1", TRUE)
+#define DEFAULT_CONF conf_dir("latest", TRUE)
 
 /* configs/NAME (the project's), else tests/data/configs/NAME (this test's own). */
 static char *
@@ -111,9 +112,11 @@ synth(const char *config, gboolean fused)
   return dir;
 }
 
-/* `wsync convert SRC DST --target vllm --tp TP [--ep EP] [--rank RANK]`; returns DST. */
+/* `wsync convert SRC DST --target vllm --format FORMAT --tp TP [--ep EP] [--rank RANK]`;
+ * returns DST. */
 static char *
-convert(const char *src, const char *conf, guint tp, guint ep, int rank)
+convert_format(const char *src, const char *conf, const char *format, guint tp, guint ep,
+               int rank)
 {
   g_autoptr(GPtrArray) args = g_ptr_array_new_with_free_func(g_free);
   char *dst = g_strdup_printf("%s/vllm-%u", work_dir, n_made++);
@@ -127,6 +130,8 @@ convert(const char *src, const char *conf, guint tp, guint ep, int rank)
   g_ptr_array_add(args, g_strdup(test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR")));
   g_ptr_array_add(args, g_strdup("--target"));
   g_ptr_array_add(args, g_strdup("vllm"));
+  g_ptr_array_add(args, g_strdup("--format"));
+  g_ptr_array_add(args, g_strdup(format));
   g_ptr_array_add(args, g_strdup("--tp"));
   g_ptr_array_add(args, g_strdup_printf("%u", tp));
   if (ep > 0) {
@@ -139,6 +144,19 @@ convert(const char *src, const char *conf, guint tp, guint ep, int rank)
   }
   run_ok(args);
   return dst;
+}
+
+/* Experts beyond the TP ranks need the kernel format (sharded_state reads by TP rank). */
+static const char *
+format_for(guint tp, guint ep)
+{
+  return ep > tp ? "kernel" : "sharded-state";
+}
+
+static char *
+convert(const char *src, const char *conf, guint tp, guint ep, int rank)
+{
+  return convert_format(src, conf, format_for(tp, ep), tp, ep, rank);
 }
 
 /* ------------------------------------------------------------------ the model, from config.json */
@@ -195,7 +213,8 @@ read_model(const char *config)
 
 /* ------------------------------------------------------------------ rank files */
 
-/* The files of one rank: model-rank-{r}-part-{p}.safetensors. */
+/* The files of one rank: model-rank-{r}-part-{p}.safetensors (sharded-state) or
+ * kernel-rank-{r}-part-{p}.safetensors (kernel). */
 typedef struct {
   GPtrArray *files; /* WsyncCheckpoint*, one per part */
 } RankFiles;
@@ -208,8 +227,10 @@ rank_files_clear(RankFiles *rf)
 
 /* Opens every rank file of @dir; returns how many ranks have files. */
 static guint
-open_ranks(const char *dir, RankFiles *ranks, guint max_ranks)
+open_ranks_of(const char *dir, const char *format, RankFiles *ranks, guint max_ranks)
 {
+  g_autofree char *pattern = g_strdup_printf(
+      "%s-rank-%%u-part-%%u%%31s", strcmp(format, "kernel") == 0 ? "kernel" : "model");
   GError *error = NULL;
   GDir *d = g_dir_open(dir, 0, &error);
   const char *name;
@@ -223,8 +244,10 @@ open_ranks(const char *dir, RankFiles *ranks, guint max_ranks)
     char tail[32];
     g_autofree char *path = g_build_filename(dir, name, NULL);
     WsyncCheckpoint *ck;
-    if (sscanf(name, "model-rank-%u-part-%u%31s", &rank, &part, tail) != 3 ||
-        strcmp(tail, ".safetensors") != 0)
+    if (g_str_has_suffix(name, ".safetensors") && strcmp(name, "config.json") != 0 &&
+        !g_str_has_prefix(name, strcmp(format, "kernel") == 0 ? "kernel-rank-" : "model-rank-"))
+      g_error("%s: a file of another format in a %s directory", name, format);
+    if (sscanf(name, pattern, &rank, &part, tail) != 3 || strcmp(tail, ".safetensors") != 0)
       continue;
     g_assert_cmpuint(rank, <, max_ranks);
     ck = wsync_checkpoint_open(path, &error);
@@ -236,6 +259,12 @@ open_ranks(const char *dir, RankFiles *ranks, guint max_ranks)
     if (ranks[r].files->len > 0)
       n++;
   return n;
+}
+
+static guint
+open_ranks(const char *dir, RankFiles *ranks, guint max_ranks)
+{
+  return open_ranks_of(dir, "sharded-state", ranks, max_ranks);
 }
 
 static const WsyncTensor *
@@ -270,12 +299,43 @@ assert_metadata(const RankFiles *rf, const char *key, const char *want)
 
 /* ------------------------------------------------------------------ the oracle */
 
+/* How a vLLM release names a MoE block (docs/vllm.md §5): the alias winner of the
+ * router, the module of the routed experts, and whether the EP expert map is a
+ * persistent buffer. */
+typedef struct {
+  const char *version;
+  char era;
+  const char *router;     /* after "model.layers.L." */
+  const char *routed;     /* the routed experts' module, after "model.layers.L." */
+  gboolean map_persistent;
+} Naming;
+
+static const Naming namings[] = {
+    {"0.18.1", 'A', "mlp.experts._gate.weight", "mlp.experts.", TRUE},
+    {"0.20.0", 'B', "mlp.gate.weight", "mlp.experts.", TRUE},
+    {"0.22.0", 'C', "mlp.experts.runner.gate.weight", "mlp.experts.", TRUE},
+    {"0.24.0", 'D', "mlp.experts.gate.weight", "mlp.experts.routed_experts.", TRUE},
+    {"0.27.1", 'D', "mlp.experts.gate.weight", "mlp.experts.routed_experts.", FALSE},
+    {"latest", 'D', "mlp.experts.gate.weight", "mlp.experts.routed_experts.", FALSE},
+};
+
+static const Naming *
+naming_of(const char *version)
+{
+  for (guint i = 0; i < G_N_ELEMENTS(namings); i++)
+    if (strcmp(namings[i].version, version) == 0)
+      return &namings[i];
+  g_error("no naming for vllm-version %s in this test", version);
+  return NULL;
+}
+
 typedef struct {
   const Model *m;
   WsyncCheckpoint *in;
   const RankFiles *rf;
   guint tp, ep, rank, t; /* t = rank % tp */
-  gboolean routed;
+  const Naming *naming;
+  gboolean kernel; /* the kernel format: parameters only */
   gboolean scales;
   guint checked; /* tensors checked on this rank */
 } Oracle;
@@ -344,15 +404,22 @@ zero_elem(Oracle *o, const WsyncTensor *out, guint64 oi)
               out->name, oi);
 }
 
-/* Whole, on every rank (norms, router: ReplicatedLinear / RMSNorm). */
+/* Whole, on every rank (norms, router: ReplicatedLinear / RMSNorm); @name held as
+ * @out_name. */
 static void
-check_replicated(Oracle *o, const char *name)
+check_replicated_as(Oracle *o, const char *name, const char *out_name)
 {
   const WsyncTensor *in = input(o, name);
-  const WsyncTensor *out = output(o, name, in->dtype, in->ndim, in->shape);
+  const WsyncTensor *out = output(o, out_name, in->dtype, in->ndim, in->shape);
 
   for (guint64 i = 0; i < in->numel; i++)
     same_elem(o, out, i, in, i);
+}
+
+static void
+check_replicated(Oracle *o, const char *name)
+{
+  check_replicated_as(o, name, name);
 }
 
 /* RowParallelLinear: columns [t*C/tp, (t+1)*C/tp). */
@@ -427,14 +494,14 @@ check_gate_up(Oracle *o, guint64 layer)
 }
 
 /* VocabParallelEmbedding / ParallelLMHead: Vp = ceil(V/64)*64, rows
- * [t*Vp/tp, (t+1)*Vp/tp), rows >= V zero. */
+ * [t*Vp/tp, (t+1)*Vp/tp), rows >= V zero; the input @name held as @out_name. */
 static void
-check_vocab(Oracle *o, const char *name)
+check_vocab_as(Oracle *o, const char *name, const char *out_name)
 {
   const Model *m = o->m;
   const WsyncTensor *in = input(o, name);
   guint64 vp = (m->V + 63) / 64 * 64, rows = vp / o->tp, shape[2] = {rows, m->H};
-  const WsyncTensor *out = output(o, name, in->dtype, 2, shape);
+  const WsyncTensor *out = output(o, out_name, in->dtype, 2, shape);
 
   for (guint64 r = 0; r < rows; r++) {
     guint64 g = o->t * rows + r;
@@ -445,6 +512,12 @@ check_vocab(Oracle *o, const char *name)
         zero_elem(o, out, r * m->H + h);
     }
   }
+}
+
+static void
+check_vocab(Oracle *o, const char *name)
+{
+  check_vocab_as(o, name, name);
 }
 
 /* Where the (a, b) elements of expert @e's gate (0), up (1) or down (2) matrix are in
@@ -507,8 +580,8 @@ expert_share(Oracle *o, guint64 *first, guint64 *count, guint64 *ip, guint64 *of
 static char *
 experts_name(Oracle *o, guint64 layer, const char *leaf)
 {
-  return g_strdup_printf("model.layers.%" G_GUINT64_FORMAT ".mlp.experts.%s%s", layer,
-                         o->routed ? "routed_experts." : "", leaf);
+  return g_strdup_printf("model.layers.%" G_GUINT64_FORMAT ".%s%s", layer, o->naming->routed,
+                         leaf);
 }
 
 /* w13_weight [E_loc, 2Ip, H]: gate rows then up rows of each local expert (§2.2). */
@@ -554,7 +627,8 @@ check_w2(Oracle *o, guint64 layer)
   }
 }
 
-/* The attention scale buffers: F32 scalars of 1.0 (§4, §5). */
+/* The attention scale buffers: F32 scalars of 1.0 (§6), never in the kernel format
+ * (buffers, not parameters, §7). */
 static void
 check_scales(Oracle *o, guint64 layer)
 {
@@ -564,7 +638,7 @@ check_scales(Oracle *o, guint64 layer)
   for (guint i = 0; i < G_N_ELEMENTS(scales); i++) {
     g_autofree char *name = g_strdup_printf("model.layers.%" G_GUINT64_FORMAT ".self_attn.attn.%s",
                                             layer, scales[i]);
-    if (!o->scales) {
+    if (!o->scales || o->kernel) {
       g_assert_null(rank_lookup(o->rf, name));
       continue;
     }
@@ -574,17 +648,21 @@ check_scales(Oracle *o, guint64 layer)
   }
 }
 
-/* Before vLLM 0.22.1, with EP: `_expert_map` int32 [E], global expert -> local index or
- * -1 (determine_expert_map, §5 and §7); otherwise absent. */
+/* With EP in the releases that keep it persistent, in the sharded-state format:
+ * `_expert_map` int32 [E], global expert -> local index or -1 (determine_expert_map,
+ * §4, §6); otherwise absent. */
 static void
 check_expert_map(Oracle *o, guint64 layer)
 {
-  g_autofree char *name = g_strdup_printf("model.layers.%" G_GUINT64_FORMAT
-                                          ".mlp.experts._expert_map", layer);
+  g_autofree char *name = experts_name(o, layer, "_expert_map");
+  g_autofree char *other = g_strdup_printf("model.layers.%" G_GUINT64_FORMAT
+                                           ".mlp.experts._expert_map", layer);
   guint64 first, count, ip, off, shape[1] = {o->m->E};
   const WsyncTensor *out;
 
-  if (o->ep == 1 || o->routed) {
+  if (strcmp(name, other) != 0)
+    g_assert_null(rank_lookup(o->rf, other));
+  if (o->ep == 1 || o->kernel || !o->naming->map_persistent) {
     g_assert_null(rank_lookup(o->rf, name));
     return;
   }
@@ -608,6 +686,7 @@ check_layer(Oracle *o, guint64 layer, const guint64 *expert_counts)
   g_autofree char *k_norm = g_strconcat(pre, "self_attn.k_norm.weight", NULL);
   g_autofree char *o_proj = g_strconcat(pre, "self_attn.o_proj.weight", NULL);
   g_autofree char *router = g_strconcat(pre, "mlp.gate.weight", NULL);
+  g_autofree char *router_out = g_strconcat(pre, o->naming->router, NULL);
   g_autofree char *down = g_strconcat(pre, "mlp.down_proj.weight", NULL);
 
   check_replicated(o, in_norm);
@@ -622,7 +701,7 @@ check_layer(Oracle *o, guint64 layer, const guint64 *expert_counts)
     check_row(o, down);
     return;
   }
-  check_replicated(o, router);
+  check_replicated_as(o, router, router_out);
   check_w13(o, layer, expert_counts != NULL ? expert_counts[o->rank] : o->m->E);
   check_w2(o, layer);
   check_expert_map(o, layer);
@@ -635,40 +714,49 @@ typedef struct {
   gboolean scales;
   guint tp, ep; /* ep 0: not given */
   const guint64 *expert_counts; /* expected E_loc per rank, or NULL for all */
+  const char *format;           /* NULL: sharded-state, or kernel when ep > tp */
 } Case;
+
+static const char *
+case_format(const Case *c)
+{
+  return c->format != NULL ? c->format : format_for(c->tp, c->ep);
+}
 
 /* Every tensor of one rank, and nothing else. */
 static void
 check_rank(const Case *c, const Model *m, WsyncCheckpoint *in, const RankFiles *rf, guint rank,
            const char *file_version, gboolean file_scales)
 {
-  guint64 parts[3] = {0};
   Oracle o = {.m = m, .in = in, .rf = rf, .tp = c->tp, .ep = c->ep > 0 ? c->ep : 1,
-              .rank = rank, .t = rank % c->tp, .scales = file_scales};
+              .rank = rank, .t = rank % c->tp, .scales = file_scales,
+              .naming = naming_of(file_version),
+              .kernel = strcmp(case_format(c), "kernel") == 0};
   g_autofree char *world = g_strdup_printf("%u", o.ep > 1 ? o.ep : o.tp);
   g_autofree char *tp = g_strdup_printf("%u", o.tp);
   g_autofree char *ep = g_strdup_printf("%u", o.ep);
   g_autofree char *rk = g_strdup_printf("%u", rank);
+  char era[2] = {o.naming->era, 0};
 
-  g_assert_cmpint(sscanf(file_version,
-                         "%" G_GUINT64_FORMAT ".%" G_GUINT64_FORMAT ".%" G_GUINT64_FORMAT,
-                         &parts[0], &parts[1], &parts[2]),
-                  ==, 3);
-  /* vLLM PR #41184, from 0.22.1 on (vllm-layouts.md §0). */
-  o.routed = parts[0] > 0 || parts[1] > 22 || (parts[1] == 22 && parts[2] >= 1);
   g_assert_cmpuint(rf->files->len, >, 0);
   assert_metadata(rf, "wsync.target", "vllm");
+  assert_metadata(rf, "wsync.format", case_format(c));
   assert_metadata(rf, "wsync.tp", tp);
   assert_metadata(rf, "wsync.ep", ep);
   assert_metadata(rf, "wsync.rank", rk);
   assert_metadata(rf, "wsync.world", world);
   assert_metadata(rf, "wsync.vllm-version", file_version);
+  assert_metadata(rf, "wsync.vllm-era", era);
 
-  check_vocab(&o, "model.embed_tokens.weight");
-  if (m->tied)
-    g_assert_null(rank_lookup(rf, "lm_head.weight"));
-  else
+  /* A tied LM head is the embedding registered twice; the kept name is the smaller,
+   * lm_head.weight (§3), and the other is not there. */
+  if (m->tied) {
+    check_vocab_as(&o, "model.embed_tokens.weight", "lm_head.weight");
+    g_assert_null(rank_lookup(rf, "model.embed_tokens.weight"));
+  } else {
+    check_vocab(&o, "model.embed_tokens.weight");
     check_vocab(&o, "lm_head.weight");
+  }
   check_replicated(&o, "model.norm.weight");
   for (guint64 l = 0; l < m->L; l++)
     check_layer(&o, l, c->expert_counts);
@@ -682,7 +770,7 @@ run_case(const Case *c)
 {
   const char *src = synth(c->config, c->fused);
   const char *conf = conf_dir(c->version, c->scales);
-  g_autofree char *dst = convert(src, conf, c->tp, c->ep, -1);
+  g_autofree char *dst = convert_format(src, conf, case_format(c), c->tp, c->ep, -1);
   guint world = c->ep > 1 ? c->ep : c->tp;
   RankFiles ranks[64];
   Model m = read_model(c->config);
@@ -690,7 +778,7 @@ run_case(const Case *c)
   g_autoptr(WsyncCheckpoint) in = wsync_checkpoint_open(src, &error);
 
   g_assert_no_error(error);
-  g_assert_cmpuint(open_ranks(dst, ranks, G_N_ELEMENTS(ranks)), ==, world);
+  g_assert_cmpuint(open_ranks_of(dst, case_format(c), ranks, G_N_ELEMENTS(ranks)), ==, world);
   for (guint r = 0; r < world; r++)
     check_rank(c, &m, in, &ranks[r], r, c->version, c->scales);
   for (guint r = 0; r < G_N_ELEMENTS(ranks); r++)
@@ -709,20 +797,20 @@ check_case(const Case *c)
 static void
 test_tp1(void)
 {
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.22.1", TRUE, 1, 0, NULL});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 1, 0, NULL});
 }
 
 static void
 test_tp2(void)
 {
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.22.1", TRUE, 2, 0, NULL});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 0, NULL});
 }
 
 /* tp 4 > 2 KV heads: each KV head on two ranks; vocab 320 rows -> 80 per rank. */
 static void
 test_tp4_kv_replicated(void)
 {
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.22.1", TRUE, 4, 0, NULL});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 4, 0, NULL});
 }
 
 /* 8 q heads, 2 KV heads, tp 8: one q head per rank, each KV head on four ranks;
@@ -730,29 +818,29 @@ test_tp4_kv_replicated(void)
 static void
 test_tp8_kv_replicated(void)
 {
-  check_case(&(Case){"tiny-qwen3-moe-8heads.json", FALSE, "0.22.1", TRUE, 8, 0, NULL});
+  check_case(&(Case){"tiny-qwen3-moe-8heads.json", FALSE, "latest", TRUE, 8, 0, NULL});
 }
 
 /* 6 q heads, 2 KV heads, tp 6: replicas of 3 (not a power of two). */
 static void
 test_tp6_kv_replicated(void)
 {
-  check_case(&(Case){"tiny-qwen3-moe-6heads.json", FALSE, "0.22.1", TRUE, 6, 0, NULL});
+  check_case(&(Case){"tiny-qwen3-moe-6heads.json", FALSE, "latest", TRUE, 6, 0, NULL});
 }
 
 /* Tied embeddings (no lm_head anywhere) and a dense layer (gate_up_proj, down_proj). */
 static void
 test_tied_and_dense(void)
 {
-  check_case(&(Case){"tiny-qwen3-moe-tied.json", FALSE, "0.22.1", TRUE, 2, 0, NULL});
-  check_case(&(Case){"tiny-qwen3-moe-tied.json", FALSE, "0.22.1", TRUE, 4, 0, NULL});
+  check_case(&(Case){"tiny-qwen3-moe-tied.json", FALSE, "latest", TRUE, 2, 0, NULL});
+  check_case(&(Case){"tiny-qwen3-moe-tied.json", FALSE, "latest", TRUE, 4, 0, NULL});
 }
 
 /* Transformers 5 fused experts in the input: same rank files. */
 static void
 test_fused_input(void)
 {
-  check_case(&(Case){"tiny-qwen3-moe.json", TRUE, "0.22.1", TRUE, 2, 0, NULL});
+  check_case(&(Case){"tiny-qwen3-moe.json", TRUE, "latest", TRUE, 2, 0, NULL});
 }
 
 /* ep 3, 8 experts: 3, 3, 2 (remainder to the lowest ranks), whole experts. */
@@ -760,7 +848,7 @@ static void
 test_ep3_tp1(void)
 {
   static const guint64 counts[] = {3, 3, 2};
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.22.1", TRUE, 1, 3, counts});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 1, 3, counts});
 }
 
 /* ep 4 over tp 2: two whole experts per rank; attention sliced by rank % 2. */
@@ -768,7 +856,7 @@ static void
 test_ep4_tp2(void)
 {
   static const guint64 counts[] = {2, 2, 2, 2};
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.22.1", TRUE, 2, 4, counts});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 4, counts});
 }
 
 /* ep 6 over tp 2, 8 experts: 2, 2, 1, 1, 1, 1. */
@@ -776,33 +864,45 @@ static void
 test_ep6_tp2(void)
 {
   static const guint64 counts[] = {2, 2, 1, 1, 1, 1};
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.22.1", TRUE, 2, 6, counts});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 6, counts});
 }
 
-/* Before vLLM 0.22.1: mlp.experts.w13_weight; from it on: mlp.experts.routed_experts. */
+/* Every naming era (§5): the router's alias winner and the experts' module. */
 static void
 test_versions(void)
 {
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.18.1", TRUE, 2, 0, NULL});
+  for (guint i = 0; i < G_N_ELEMENTS(namings); i++)
+    check_case(&(Case){"tiny-qwen3-moe.json", FALSE, namings[i].version, TRUE, 2, 0, NULL});
   check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.22.0", TRUE, 1, 0, NULL});
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.27.1", TRUE, 2, 0, NULL});
 }
 
-/* Before 0.22.1, EP ranks also hold each MoE layer's _expert_map. */
+/* With ep == tp in the sharded-state format, the releases that keep the expert map
+ * persistent hold it (under the era's experts module); 0.27.1 does not. */
 static void
-test_ep_old_version(void)
+test_ep_expert_map(void)
 {
-  static const guint64 counts3[] = {3, 3, 2};
-  static const guint64 counts4[] = {2, 2, 2, 2};
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.18.1", TRUE, 1, 3, counts3});
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.18.1", TRUE, 2, 4, counts4});
+  static const guint64 counts[] = {4, 4};
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.18.1", TRUE, 2, 2, counts});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.24.0", TRUE, 2, 2, counts});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 2, counts});
+}
+
+/* The kernel format: parameters only (no scale buffers, no expert map), one file set per
+ * worker named kernel-rank-{r}, the same layout as sharded-state on CUDA. */
+static void
+test_kernel_format(void)
+{
+  static const guint64 counts[] = {4, 4};
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 0, NULL, "kernel"});
+  check_case(&(Case){"tiny-qwen3-moe-tied.json", FALSE, "0.18.1", TRUE, 4, 0, NULL, "kernel"});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.24.0", TRUE, 2, 2, counts, "kernel"});
 }
 
 /* attn-scales = false: no scale buffers (check_scales insists they are absent). */
 static void
 test_attn_scales_off(void)
 {
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.22.1", FALSE, 2, 0, NULL});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", FALSE, 2, 0, NULL});
 }
 
 /* --rank 1 writes rank 1 only, and rank 1 is what a full run writes. */
@@ -811,7 +911,7 @@ test_single_rank(void)
 {
   const char *src = synth("tiny-qwen3-moe.json", FALSE);
   g_autofree char *dst = convert(src, DEFAULT_CONF, 2, 0, 1);
-  Case c = {"tiny-qwen3-moe.json", FALSE, "0.22.1", TRUE, 2, 0, NULL};
+  Case c = {"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 0, NULL};
   Model m = read_model(c.config);
   GError *error = NULL;
   g_autoptr(WsyncCheckpoint) in = wsync_checkpoint_open(src, &error);
@@ -820,7 +920,7 @@ test_single_rank(void)
   g_assert_no_error(error);
   g_assert_cmpuint(open_ranks(dst, ranks, G_N_ELEMENTS(ranks)), ==, 1);
   g_assert_cmpuint(ranks[0].files->len, ==, 0);
-  check_rank(&c, &m, in, &ranks[1], 1, "0.22.1", TRUE);
+  check_rank(&c, &m, in, &ranks[1], 1, "latest", TRUE);
   for (guint r = 0; r < G_N_ELEMENTS(ranks); r++)
     rank_files_clear(&ranks[r]);
 }
@@ -848,7 +948,7 @@ round_trip(const char *src, const char *rank_dir, const char *conf)
 static void
 test_round_trip_tp2(void)
 {
-  Case c = {"tiny-qwen3-moe.json", FALSE, "0.22.1", TRUE, 2, 0, NULL};
+  Case c = {"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 0, NULL};
   g_autofree char *dst = run_case(&c);
 
   round_trip(synth(c.config, FALSE), dst, DEFAULT_CONF);
@@ -858,9 +958,9 @@ static void
 test_round_trip_ep(void)
 {
   static const guint64 counts[] = {3, 3, 2};
-  Case c = {"tiny-qwen3-moe.json", FALSE, "0.22.1", TRUE, 1, 3, counts};
+  Case c = {"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 1, 3, counts};
   g_autofree char *dst = run_case(&c);
-  Case c2 = {"tiny-qwen3-moe.json", FALSE, "0.22.1", TRUE, 2, 4, NULL};
+  Case c2 = {"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 4, NULL};
   g_autofree char *dst2 = NULL;
 
   round_trip(synth(c.config, FALSE), dst, DEFAULT_CONF);
@@ -897,7 +997,11 @@ test_round_trip_other_convention(void)
   round_trip(src, dst, DEFAULT_CONF);
   /* with EP, whose _expert_map buffers are fills and read back as nothing */
   g_free(dst);
-  dst = convert(src, conf_dir("0.18.1", TRUE), 1, 3, -1);
+  dst = convert(src, conf_dir("0.18.1", TRUE), 2, 2, -1);
+  round_trip(src, dst, DEFAULT_CONF);
+  /* the kernel format with more EP ranks than TP ranks */
+  g_free(dst);
+  dst = convert(src, conf_dir("0.24.0", TRUE), 1, 3, -1);
   round_trip(src, dst, DEFAULT_CONF);
 }
 
@@ -932,10 +1036,13 @@ assert_refused(const char *config, const char *tp, const char *ep, const char *m
   const char *src = synth(config, FALSE);
   const char *pdir = test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR");
   g_autofree char *dst = g_strdup_printf("%s/refused-%u", work_dir, n_made++);
+  /* more EP ranks than TP ranks: the kernel format, the only one that holds them */
+  const char *format = ep != NULL && atoi(ep) > atoi(tp) ? "kernel" : "sharded-state";
   Run r = ep == NULL ? run_wsync("convert", src, dst, "--conf-dir", DEFAULT_CONF, "--plugin-dir",
                                  pdir, "--target", "vllm", "--tp", tp, NULL)
                      : run_wsync("convert", src, dst, "--conf-dir", DEFAULT_CONF, "--plugin-dir",
-                                 pdir, "--target", "vllm", "--tp", tp, "--ep", ep, NULL);
+                                 pdir, "--target", "vllm", "--format", format, "--tp", tp,
+                                 "--ep", ep, NULL);
 
   g_assert_cmpint(r.status, ==, 2);
   assert_has(r.err, message);
@@ -945,7 +1052,8 @@ assert_refused(const char *config, const char *tp, const char *ep, const char *m
   r = ep == NULL ? run_wsync("plan", src, "--conf-dir", DEFAULT_CONF, "--plugin-dir", pdir,
                              "--target", "vllm", "--tp", tp, NULL)
                  : run_wsync("plan", src, "--conf-dir", DEFAULT_CONF, "--plugin-dir", pdir,
-                             "--target", "vllm", "--tp", tp, "--ep", ep, NULL);
+                             "--target", "vllm", "--format", format, "--tp", tp, "--ep", ep,
+                             NULL);
   g_assert_cmpint(r.status, ==, 2);
   assert_has(r.err, message);
   run_clear(&r);
@@ -991,23 +1099,174 @@ test_refuse_ep_beyond_experts(void)
 static void
 test_bad_version(void)
 {
-  static const char *const bad[] = {"v0.22.1", "0.22", "0.22.1rc1", "0.22.1.post1", "latest",
-                                    ""};
+  static const struct {
+    const char *value, *why;
+  } bad[] = {
+      {"0.22.1rc1", "vllm-version must be \"latest\" or a vLLM release number like \"0.24.0\" "
+                    "(no rc/post suffix), from 0.17.0 on"},
+      {"0.22.1.post1", "vllm-version must be \"latest\" or a vLLM release number"},
+      {"", "vllm-version must be \"latest\" or a vLLM release number"},
+      {"0", "vllm-version must be \"latest\" or a vLLM release number"},
+      {"newest", "vllm-version must be \"latest\" or a vLLM release number"},
+      {"0.16.9", "vLLM before 0.17.0 is not in the naming table (docs/vllm.md §5)"},
+  };
   const char *pdir = test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR");
 
   for (guint i = 0; i < G_N_ELEMENTS(bad); i++) {
     g_autofree char *conf = new_dir("badconf");
     g_autofree char *text = g_strdup_printf("plugin \"vllm\" {\n  vllm-version = \"%s\"\n}\n",
-                                            bad[i]);
+                                            bad[i].value);
     g_autofree char *path = test_write(conf, "20-vllm.conf", text);
-    g_autofree char *want = g_strdup_printf(
-        "%s:2: vllm-version must be a vLLM release number like \"0.22.1\", not \"%s\"", path,
-        bad[i]);
+    g_autofree char *want = g_strdup_printf("%s:2: %s", path, bad[i].why);
+    g_autofree char *tail = g_strdup_printf(", not \"%s\"\n", bad[i].value);
     Run r = run_wsync("plugins", "--conf-dir", conf, "--plugin-dir", pdir, NULL);
     g_assert_cmpint(r.status, ==, 2);
     assert_has(r.err, want);
+    g_assert_true(g_str_has_suffix(r.err, tail));
     run_clear(&r);
   }
+}
+
+/* Accepted spellings of a release: with a "v", two to four parts. */
+static void
+test_version_spellings(void)
+{
+  static const char *const good[] = {"v0.24.0", "0.18", "0.18.1", "0.10.1.1", "0.27.1", "latest",
+                                     "1.0.0"};
+  const char *src = synth("tiny-qwen3-moe.json", FALSE);
+  const char *pdir = test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR");
+
+  for (guint i = 0; i < G_N_ELEMENTS(good); i++) {
+    Run r = run_wsync("plan", src, "--conf-dir", conf_dir(good[i], TRUE), "--plugin-dir", pdir,
+                      "--target", "vllm", NULL);
+    /* 0.10.1.1 is before the table */
+    if (strcmp(good[i], "0.10.1.1") == 0) {
+      g_assert_cmpint(r.status, ==, 2);
+      assert_has(r.err, "vLLM before 0.17.0 is not in the naming table");
+    } else {
+      if (r.status != 0)
+        g_error("vllm-version %s: exit %d: %s", good[i], r.status, r.err);
+    }
+    run_clear(&r);
+  }
+}
+
+/* The plan says which format and naming era it uses, in text and --json; a release the
+ * table marks as unverified is used with a note saying so. */
+static void
+test_plan_format_and_era(void)
+{
+  const char *src = synth("tiny-qwen3-moe.json", FALSE);
+  const char *pdir = test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR");
+  Run r = run_wsync("plan", src, "--conf-dir", DEFAULT_CONF, "--plugin-dir", pdir, "--target",
+                    "vllm", "--tp", "2", NULL);
+
+  g_assert_cmpint(r.status, ==, 0);
+  assert_has(r.out, "target vllm, format sharded-state, tp 2, ep 1, 2 ranks\n");
+  assert_has(r.out, " metadata wsync.attn-scales=true wsync.ep=1 wsync.format=sharded-state "
+                    "wsync.rank=0 wsync.target=vllm wsync.tp=2 wsync.vllm-era=D "
+                    "wsync.vllm-version=latest wsync.world=2\n");
+  assert_has(r.out, "note: format sharded-state: load with `vllm serve DIR --load-format "
+                    "sharded_state --tensor-parallel-size 2`\n");
+  assert_has(r.out, "note: vllm-version latest: naming era D of releases 0.27.1 to 0.27.x");
+  run_clear(&r);
+  r = run_wsync("plan", src, "--conf-dir", conf_dir("0.20.0", TRUE), "--plugin-dir", pdir,
+                "--target", "vllm", "--format", "kernel", "--json", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  assert_has(r.out, "\"format\" : \"kernel\"");
+  assert_has(r.out, "\"wsync.vllm-era\" : \"B\"");
+  assert_has(r.out, "format kernel: each rank's files are a live weight update "
+                    "(start_weight_update with is_checkpoint_format=false)");
+  assert_has(r.out, "vllm-version 0.20.0: naming era B of releases 0.20.x (");
+  assert_has(r.out, "; not verified: the era B release range is low confidence");
+  run_clear(&r);
+}
+
+/* sharded_state reads files by TP rank only: ep > tp cannot be expressed; a release
+ * whose expert map is unknown cannot be given the exact key set with EP. */
+static void
+test_refuse_sharded_state(void)
+{
+  const char *src = synth("tiny-qwen3-moe.json", FALSE);
+  const char *pdir = test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR");
+  g_autofree char *dst = g_strdup_printf("%s/refused-%u", work_dir, n_made++);
+  Run r = run_wsync("convert", src, dst, "--conf-dir", DEFAULT_CONF, "--plugin-dir", pdir,
+                    "--target", "vllm", "--tp", "2", "--ep", "4", NULL);
+
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==,
+                  "wsync: --format sharded-state cannot hold ep 4 > tp 2: vLLM's sharded_state "
+                  "loader reads files by TP rank only, so the experts of EP ranks 2 to 3 would "
+                  "never load (use --format kernel, for a live weight update)\n");
+  g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+  run_clear(&r);
+  r = run_wsync("convert", src, dst, "--conf-dir", conf_dir("0.25.0", TRUE), "--plugin-dir",
+                pdir, "--target", "vllm", "--tp", "2", "--ep", "2", NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  assert_has(r.err, "vllm-version 0.25.0: whether its sharded_state files hold the expert map "
+                    "is not known");
+  g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+  run_clear(&r);
+  /* without EP the same release is fine, and so is its kernel format with EP */
+  g_free(convert_format(src, conf_dir("0.25.0", TRUE), "sharded-state", 2, 0, -1));
+  g_free(convert_format(src, conf_dir("0.25.0", TRUE), "kernel", 2, 2, -1));
+}
+
+/* --format names one of the target's formats; the Hugging Face targets have none. */
+static void
+test_refuse_format(void)
+{
+  const char *src = synth("tiny-qwen3-moe.json", FALSE);
+  const char *pdir = test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR");
+  Run r = run_wsync("plan", src, "--conf-dir", DEFAULT_CONF, "--plugin-dir", pdir, "--target",
+                    "vllm", "--format", "gguf", NULL);
+
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==,
+                  "wsync: --format \"gguf\" is not one of target vllm's formats "
+                  "(sharded-state, kernel)\n");
+  run_clear(&r);
+  r = run_wsync("plan", src, "--conf-dir", DEFAULT_CONF, "--plugin-dir", pdir, "--target", "hf",
+                "--format", "kernel", NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==, "wsync: --format kernel: target hf has no formats to choose from\n");
+  run_clear(&r);
+}
+
+/* Rank files of an older wsync (no wsync.format) carry names no vLLM loads: refused,
+ * naming the file. */
+static void
+test_refuse_legacy_rank_files(void)
+{
+  const char *src = synth("tiny-qwen3-moe.json", FALSE);
+  const char *pdir = test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR");
+  g_autofree char *dir = new_dir("legacy");
+  g_autofree char *file = g_build_filename(dir, "model-rank-0-part-0.safetensors", NULL);
+  g_autofree char *config = g_build_filename(src, "config.json", NULL);
+  g_autofree char *config_copy = g_build_filename(dir, "config.json", NULL);
+  /* a header-only rank file: {"__metadata__": {...}} padded to 8 bytes */
+  const char *header = "{\"__metadata__\":{\"wsync.target\":\"vllm\",\"wsync.tp\":\"1\","
+                       "\"wsync.ep\":\"1\",\"wsync.rank\":\"0\",\"wsync.vllm-version\":"
+                       "\"0.22.1\"}}";
+  gsize len = strlen(header), padded = (len + 7) / 8 * 8;
+  g_autofree guint8 *bytes = g_malloc(8 + padded);
+  guint64 n = GUINT64_TO_LE(padded);
+  Run r;
+
+  memcpy(bytes, &n, 8);
+  memset(bytes + 8, ' ', padded);
+  memcpy(bytes + 8, header, len);
+  g_assert_true(g_file_set_contents(file, (char *)bytes, (gssize)(8 + padded), NULL));
+  test_copy(config, config_copy);
+  r = run_wsync("plan", dir, "--conf-dir", DEFAULT_CONF, "--plugin-dir", pdir, "--target", "hf",
+                NULL);
+  g_assert_cmpint(r.status, ==, 3);
+  g_autofree char *want = g_strdup_printf(
+      "wsync: %s: a vllm rank file of an older wsync, without wsync.format: its names load in "
+      "no vLLM release; convert again from the Hugging Face checkpoint\n",
+      file);
+  g_assert_cmpstr(r.err, ==, want);
+  run_clear(&r);
 }
 
 /* The shipped conf.d file parses and gives the defaults. */
@@ -1025,8 +1284,11 @@ test_shipped_conf(void)
   r = run_wsync("plugins", "--conf-dir", conf, "--plugin-dir", pdir, NULL);
   g_assert_cmpint(r.status, ==, 0);
   assert_has(r.out, "vllm  active");
-  assert_has(r.out, "vLLM runtime layout per TP/EP rank (sharded_state)");
-  assert_has(r.out, "serves vllm,vllm-ascend");
+  assert_has(r.out, "vLLM per-rank layouts: sharded_state checkpoints, live updates");
+  assert_has(r.out, "    converter      vllm                     priority 0  serves vllm  "
+                    "formats sharded-state, kernel\n");
+  assert_has(r.out, "    converter      vllm-ascend              priority 0  serves "
+                    "vllm-ascend  formats sharded-state, kernel\n");
   run_clear(&r);
 }
 
@@ -1051,7 +1313,8 @@ main(int argc, char **argv)
   g_test_add_func("/vllm/layout/ep4-tp2", test_ep4_tp2);
   g_test_add_func("/vllm/layout/ep6-tp2", test_ep6_tp2);
   g_test_add_func("/vllm/layout/versions", test_versions);
-  g_test_add_func("/vllm/layout/ep-old-version", test_ep_old_version);
+  g_test_add_func("/vllm/layout/ep-expert-map", test_ep_expert_map);
+  g_test_add_func("/vllm/layout/kernel-format", test_kernel_format);
   g_test_add_func("/vllm/layout/attn-scales-off", test_attn_scales_off);
   g_test_add_func("/vllm/layout/single-rank", test_single_rank);
   g_test_add_func("/vllm/round-trip/tp2", test_round_trip_tp2);
@@ -1064,6 +1327,11 @@ main(int argc, char **argv)
   g_test_add_func("/vllm/refuse/ep", test_refuse_ep);
   g_test_add_func("/vllm/refuse/ep-beyond-experts", test_refuse_ep_beyond_experts);
   g_test_add_func("/vllm/config/bad-version", test_bad_version);
+  g_test_add_func("/vllm/config/version-spellings", test_version_spellings);
+  g_test_add_func("/vllm/plan/format-and-era", test_plan_format_and_era);
+  g_test_add_func("/vllm/refuse/sharded-state", test_refuse_sharded_state);
+  g_test_add_func("/vllm/refuse/format", test_refuse_format);
+  g_test_add_func("/vllm/refuse/legacy-rank-files", test_refuse_legacy_rank_files);
   g_test_add_func("/vllm/config/shipped", test_shipped_conf);
 
   status = g_test_run();

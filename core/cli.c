@@ -2,10 +2,12 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
+#include "engine-private.h"
 
 static GOptionEntry *
 global_entries(WsyncCli *cli)
@@ -23,13 +25,31 @@ global_entries(WsyncCli *cli)
   return g_memdup2(entries, sizeof entries);
 }
 
+/* --help: the options, then what the command adds (the targets of the configuration
+ * that the same command line names). */
+static void
+print_help(WsyncCli *cli, const WsyncCommand *cmd, GOptionContext *octx)
+{
+  g_autofree char *options = g_option_context_get_help(octx, TRUE, NULL);
+  GString *more = g_string_new(NULL);
+
+  if (cmd->help_more != NULL)
+    cmd->help_more(cli, more);
+  printf("%s%s", options, more->str);
+  g_string_free(more, TRUE);
+}
+
 gboolean
 cli_parse(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries, int *argc, char ***argv)
 {
   g_autoptr(GOptionContext) octx = g_option_context_new(cmd->args);
   g_autofree GOptionEntry *globals = global_entries(cli);
   g_autoptr(GError) error = NULL;
+  gboolean help = FALSE;
+  GOptionEntry help_entry[] = {
+      {"help", 'h', 0, G_OPTION_ARG_NONE, &help, "Show this help", NULL}, {NULL}};
 
+  g_option_context_set_help_enabled(octx, FALSE);
   g_option_context_set_summary(octx, cmd->summary);
   g_option_context_set_description(octx, "Exit status: 0 success, 1 a check found a difference, "
                                          "2 usage or configuration error,\n3 bad input data, "
@@ -38,11 +58,55 @@ cli_parse(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries, int *ar
   if (entries != NULL)
     g_option_context_add_main_entries(octx, entries, NULL);
   g_option_context_add_main_entries(octx, globals, NULL);
+  g_option_context_add_main_entries(octx, help_entry, NULL);
   if (!g_option_context_parse(octx, argc, argv, &error)) {
     fprintf(stderr, "wsync %s: %s (see wsync %s --help)\n", cmd->name, error->message, cmd->name);
     return FALSE;
   }
+  if (help) {
+    print_help(cli, cmd, octx);
+    exit(WSYNC_EXIT_OK);
+  }
   return TRUE;
+}
+
+/* One target: its name and formats, its description, its own help. */
+static void
+help_target(GString *out, const WsyncTargetInfo *info)
+{
+  g_autofree char *formats =
+      info->formats != NULL ? g_strjoinv(", ", (char **)info->formats) : NULL;
+
+  g_string_append_printf(out, "  %s%s%s%s: %s\n", info->name, formats ? " (formats " : "",
+                         formats ? formats : "", formats ? ")" : "", info->description);
+  if (info->help != NULL)
+    g_string_append(out, info->help);
+}
+
+void
+cli_help_targets(WsyncCli *cli, GString *out)
+{
+  g_autoptr(GError) error = NULL;
+  gboolean quiet = cli->quiet;
+  WsyncContext *ctx;
+
+  g_string_append(out, "\nTargets:\n");
+  for (guint i = 0; wsync_hf_target_at(i) != NULL; i++)
+    help_target(out, wsync_hf_target_at(i));
+  cli->quiet = TRUE; /* help is not the place for plugin warnings */
+  ctx = cli_context(cli, &error);
+  cli->quiet = quiet;
+  if (ctx == NULL) {
+    g_string_append_printf(out, "  (and those of the plugins; the configuration could not be "
+                                "read: %s)\n",
+                           error->message);
+    return;
+  }
+  g_autoptr(GPtrArray) targets =
+      wsync_registry_lookup(wsync_context_get_registry(ctx), WSYNC_ENTRY_CONVERTER, NULL);
+  for (guint i = 0; i < targets->len; i++)
+    if (wsync_entry_get_target(targets->pdata[i]) != NULL)
+      help_target(out, wsync_entry_get_target(targets->pdata[i]));
 }
 
 static void

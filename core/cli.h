@@ -25,6 +25,8 @@ struct _WsyncCommand {
   const char *args;    /* e.g. "PATH" */
   const char *summary; /* one line */
   WsyncCommandFunc run;
+  /* nullable: more --help text, made with the configuration the options name */
+  void (*help_more)(WsyncCli *cli, GString *out);
 };
 
 /* Parses a command's options (plus the global ones); on --help prints and exits 0, on a
@@ -50,6 +52,9 @@ gboolean cli_write_file_atomically(const char *path, const char *contents, gsize
 
 /* Formats a shape as "[a, b, c]". */
 char *cli_format_shape(guint ndim, const guint64 *shape);
+
+/* --help of plan and convert: the targets the configuration's plugins provide. */
+void cli_help_targets(WsyncCli *cli, GString *out);
 
 int cmd_plugins(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);
 int cmd_inspect(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);

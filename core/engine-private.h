@@ -138,6 +138,8 @@ void wsync_layout_free(WsyncLayout *layout);
 /* The Hugging Face targets ("hf", "hf-experts", "hf-fused"), built by the model
  * plugin's own description of its published layout; NULL for another name. */
 const WsyncTargetInfo *wsync_hf_target(const char *name);
+/* The Hugging Face targets in order, NULL past the last. */
+const WsyncTargetInfo *wsync_hf_target_at(guint index);
 
 gsize wsync_dtype_size(WsyncDtype dtype); /* bytes per element; 0 for sub-byte types */
 gboolean wsync_dtype_from_torch(const char *name, WsyncDtype *dtype);

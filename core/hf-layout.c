@@ -126,6 +126,12 @@ static const WsyncTargetInfo hf_targets[] = {
 };
 
 const WsyncTargetInfo *
+wsync_hf_target_at(guint index)
+{
+  return index < G_N_ELEMENTS(hf_targets) ? &hf_targets[index] : NULL;
+}
+
+const WsyncTargetInfo *
 wsync_hf_target(const char *name)
 {
   for (guint i = 0; i < G_N_ELEMENTS(hf_targets); i++)

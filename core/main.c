@@ -8,34 +8,35 @@
 #include "cli.h"
 
 const WsyncCommand wsync_commands[] = {
-    {"plugins", "", "List the loaded plugins and everything each registered.", cmd_plugins},
+    {"plugins", "", "List the loaded plugins and everything each registered.", cmd_plugins, NULL},
     {"inspect", "PATH",
      "List the tensors (name, dtype, shape, bytes) of a safetensors file or a checkpoint "
      "directory.",
-     cmd_inspect},
+     cmd_inspect, NULL},
     {"verify", "A B",
      "Compare two checkpoints tensor by tensor, bit-exact; exit 0 when equal, 1 when not.",
-     cmd_verify},
+     cmd_verify, NULL},
     {"plan", "SRC",
      "Show, without writing, every output tensor, where its bytes come from and what makes "
      "it.",
-     cmd_plan},
-    {"convert", "SRC DST", "Write the target layout of SRC into DST.", cmd_convert},
+     cmd_plan, cli_help_targets},
+    {"convert", "SRC DST", "Write the target layout of SRC into DST.", cmd_convert,
+     cli_help_targets},
     {"merge", "SRC DST",
      "Consolidate a sharded training checkpoint (PyTorch DCP, FSDP2/EP) into a plain one.",
-     cmd_merge},
+     cmd_merge, NULL},
     {"synth", "DST",
      "Write a checkpoint of generated weights with the real names, shapes and dtypes of "
      "--config.",
-     cmd_synth},
+     cmd_synth, NULL},
     {"env", "",
      "Print the environment settings a backend's deployment needs (--backend B --mode "
      "colocate|server).",
-     cmd_env},
+     cmd_env, NULL},
     {"config", "CONFIG.json",
      "Run the config patchers (e.g. rope-compat) on a config.json and print or write the "
      "result.",
-     cmd_config},
+     cmd_config, NULL},
     {NULL}};
 
 static void

@@ -1145,20 +1145,25 @@ static cfg_opt_t options[] = {
 static char *
 help_text(const char *target)
 {
+  gboolean ascend = strcmp(target, "vllm-ascend") == 0;
   GString *h = g_string_new(NULL);
 
   g_string_append_printf(
       h,
-      "  --format sharded-state (default): for `vllm serve DIR --load-format sharded_state\n"
-      "      --tensor-parallel-size N`; files model-rank-{tp_rank}-part-{p}.safetensors;\n"
+      "    --format sharded-state (the default): for `vllm serve DIR --load-format\n"
+      "      sharded_state --tensor-parallel-size N`; model-rank-{tp_rank}-part-{p}.safetensors;\n"
       "      the loader layout%s; ep <= tp only\n"
-      "  --format kernel: for a live weight update (start_weight_update with\n"
-      "      is_checkpoint_format=false); files kernel-rank-{rank}-part-{p}.safetensors,\n"
-      "      one set per worker (the EP rank with --ep); parameters only%s\n"
-      "  vllm-version (conf.d plugin \"vllm\") chooses the naming era:\n",
-      strcmp(target, "vllm-ascend") == 0 ? " (experts not transposed)" : "",
-      strcmp(target, "vllm-ascend") == 0 ? ", experts transposed as vLLM-Ascend runs them"
-                                         : "");
+      "    --format kernel: for a live weight update (start_weight_update with\n"
+      "      is_checkpoint_format=false); kernel-rank-{rank}-part-{p}.safetensors, one set\n"
+      "      per worker (the EP rank with --ep); parameters only%s\n",
+      ascend ? " (experts not transposed)" : "",
+      ascend ? ";\n      experts transposed as vLLM-Ascend runs them" : "");
+  if (ascend) {
+    g_string_append(h, "    names as vllm's (vllm-version), but in era D the router is\n"
+                       "      mlp.experts._gate.weight\n");
+    return g_string_free(h, FALSE);
+  }
+  g_string_append(h, "    vllm-version (conf.d, plugin \"vllm\") chooses the naming era:\n");
   for (guint i = 0; i < G_N_ELEMENTS(releases); i++) {
     const Release *row = &releases[i];
     g_string_append_printf(h, "      %-18s era %s  router mlp.%s%s\n", row->label, row->era->name,
@@ -1214,8 +1219,7 @@ vllm_register(WsyncPlugin *plugin, GError **error)
   return add_target(plugin, "vllm", "each vLLM TP/EP rank's tensors under vLLM's names", cfg,
                     error) &&
          add_target(plugin, "vllm-ascend",
-                    "as vllm, for vLLM-Ascend (its router alias; kernel format: experts "
-                    "transposed by the npu-ascend plugin)",
+                    "as vllm, for vLLM-Ascend on Huawei NPUs",
                     cfg, error);
 }
 

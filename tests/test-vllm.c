@@ -797,20 +797,20 @@ check_case(const Case *c)
 static void
 test_tp1(void)
 {
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 1, 0, NULL});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 1, 0, NULL, NULL});
 }
 
 static void
 test_tp2(void)
 {
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 0, NULL});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 0, NULL, NULL});
 }
 
 /* tp 4 > 2 KV heads: each KV head on two ranks; vocab 320 rows -> 80 per rank. */
 static void
 test_tp4_kv_replicated(void)
 {
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 4, 0, NULL});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 4, 0, NULL, NULL});
 }
 
 /* 8 q heads, 2 KV heads, tp 8: one q head per rank, each KV head on four ranks;
@@ -818,29 +818,29 @@ test_tp4_kv_replicated(void)
 static void
 test_tp8_kv_replicated(void)
 {
-  check_case(&(Case){"tiny-qwen3-moe-8heads.json", FALSE, "latest", TRUE, 8, 0, NULL});
+  check_case(&(Case){"tiny-qwen3-moe-8heads.json", FALSE, "latest", TRUE, 8, 0, NULL, NULL});
 }
 
 /* 6 q heads, 2 KV heads, tp 6: replicas of 3 (not a power of two). */
 static void
 test_tp6_kv_replicated(void)
 {
-  check_case(&(Case){"tiny-qwen3-moe-6heads.json", FALSE, "latest", TRUE, 6, 0, NULL});
+  check_case(&(Case){"tiny-qwen3-moe-6heads.json", FALSE, "latest", TRUE, 6, 0, NULL, NULL});
 }
 
 /* Tied embeddings (no lm_head anywhere) and a dense layer (gate_up_proj, down_proj). */
 static void
 test_tied_and_dense(void)
 {
-  check_case(&(Case){"tiny-qwen3-moe-tied.json", FALSE, "latest", TRUE, 2, 0, NULL});
-  check_case(&(Case){"tiny-qwen3-moe-tied.json", FALSE, "latest", TRUE, 4, 0, NULL});
+  check_case(&(Case){"tiny-qwen3-moe-tied.json", FALSE, "latest", TRUE, 2, 0, NULL, NULL});
+  check_case(&(Case){"tiny-qwen3-moe-tied.json", FALSE, "latest", TRUE, 4, 0, NULL, NULL});
 }
 
 /* Transformers 5 fused experts in the input: same rank files. */
 static void
 test_fused_input(void)
 {
-  check_case(&(Case){"tiny-qwen3-moe.json", TRUE, "latest", TRUE, 2, 0, NULL});
+  check_case(&(Case){"tiny-qwen3-moe.json", TRUE, "latest", TRUE, 2, 0, NULL, NULL});
 }
 
 /* ep 3, 8 experts: 3, 3, 2 (remainder to the lowest ranks), whole experts. */
@@ -848,7 +848,7 @@ static void
 test_ep3_tp1(void)
 {
   static const guint64 counts[] = {3, 3, 2};
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 1, 3, counts});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 1, 3, counts, NULL});
 }
 
 /* ep 4 over tp 2: two whole experts per rank; attention sliced by rank % 2. */
@@ -856,7 +856,7 @@ static void
 test_ep4_tp2(void)
 {
   static const guint64 counts[] = {2, 2, 2, 2};
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 4, counts});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 4, counts, NULL});
 }
 
 /* ep 6 over tp 2, 8 experts: 2, 2, 1, 1, 1, 1. */
@@ -864,7 +864,7 @@ static void
 test_ep6_tp2(void)
 {
   static const guint64 counts[] = {2, 2, 1, 1, 1, 1};
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 6, counts});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 6, counts, NULL});
 }
 
 /* Every naming era (§5): the router's alias winner and the experts' module. */
@@ -872,8 +872,8 @@ static void
 test_versions(void)
 {
   for (guint i = 0; i < G_N_ELEMENTS(namings); i++)
-    check_case(&(Case){"tiny-qwen3-moe.json", FALSE, namings[i].version, TRUE, 2, 0, NULL});
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.22.0", TRUE, 1, 0, NULL});
+    check_case(&(Case){"tiny-qwen3-moe.json", FALSE, namings[i].version, TRUE, 2, 0, NULL, NULL});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.22.0", TRUE, 1, 0, NULL, NULL});
 }
 
 /* With ep == tp in the sharded-state format, the releases that keep the expert map
@@ -882,9 +882,9 @@ static void
 test_ep_expert_map(void)
 {
   static const guint64 counts[] = {4, 4};
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.18.1", TRUE, 2, 2, counts});
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.24.0", TRUE, 2, 2, counts});
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 2, counts});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.18.1", TRUE, 2, 2, counts, NULL});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.24.0", TRUE, 2, 2, counts, NULL});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 2, counts, NULL});
 }
 
 /* The kernel format: parameters only (no scale buffers, no expert map), one file set per
@@ -902,7 +902,7 @@ test_kernel_format(void)
 static void
 test_attn_scales_off(void)
 {
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", FALSE, 2, 0, NULL});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", FALSE, 2, 0, NULL, NULL});
 }
 
 /* --rank 1 writes rank 1 only, and rank 1 is what a full run writes. */
@@ -911,7 +911,7 @@ test_single_rank(void)
 {
   const char *src = synth("tiny-qwen3-moe.json", FALSE);
   g_autofree char *dst = convert(src, DEFAULT_CONF, 2, 0, 1);
-  Case c = {"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 0, NULL};
+  Case c = {"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 0, NULL, NULL};
   Model m = read_model(c.config);
   GError *error = NULL;
   g_autoptr(WsyncCheckpoint) in = wsync_checkpoint_open(src, &error);
@@ -948,7 +948,7 @@ round_trip(const char *src, const char *rank_dir, const char *conf)
 static void
 test_round_trip_tp2(void)
 {
-  Case c = {"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 0, NULL};
+  Case c = {"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 0, NULL, NULL};
   g_autofree char *dst = run_case(&c);
 
   round_trip(synth(c.config, FALSE), dst, DEFAULT_CONF);
@@ -958,9 +958,9 @@ static void
 test_round_trip_ep(void)
 {
   static const guint64 counts[] = {3, 3, 2};
-  Case c = {"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 1, 3, counts};
+  Case c = {"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 1, 3, counts, NULL};
   g_autofree char *dst = run_case(&c);
-  Case c2 = {"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 4, NULL};
+  Case c2 = {"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 4, NULL, NULL};
   g_autofree char *dst2 = NULL;
 
   round_trip(synth(c.config, FALSE), dst, DEFAULT_CONF);
@@ -1182,6 +1182,29 @@ test_plan_format_and_era(void)
   run_clear(&r);
 }
 
+/* convert --help names each format's consumer and shows the release table of the
+ * loaded vllm plugin. */
+static void
+test_help(void)
+{
+  const char *pdir = test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR");
+  Run r = run_wsync("convert", "--help", "--conf-dir", DEFAULT_CONF, "--plugin-dir", pdir, NULL);
+
+  g_assert_cmpint(r.status, ==, 0);
+  g_assert_cmpstr(r.err, ==, "");
+  assert_has(r.out, "  -f, --format=F ");
+  assert_has(r.out, "\nTargets:\n  hf: the layout the model's checkpoints are published in\n");
+  assert_has(r.out, "  vllm (formats sharded-state, kernel): each vLLM TP/EP rank's tensors "
+                    "under vLLM's names\n"
+                    "    --format sharded-state (the default): for `vllm serve DIR "
+                    "--load-format\n      sharded_state --tensor-parallel-size N`;");
+  assert_has(r.out, "    --format kernel: for a live weight update (start_weight_update with\n"
+                    "      is_checkpoint_format=false);");
+  assert_has(r.out, "      0.21.0 to 0.23.x   era C  router mlp.experts.runner.gate.weight\n");
+  assert_has(r.out, "      latest (default)   as 0.27.1\n");
+  run_clear(&r);
+}
+
 /* sharded_state reads files by TP rank only: ep > tp cannot be expressed; a release
  * whose expert map is unknown cannot be given the exact key set with EP. */
 static void
@@ -1329,6 +1352,7 @@ main(int argc, char **argv)
   g_test_add_func("/vllm/config/bad-version", test_bad_version);
   g_test_add_func("/vllm/config/version-spellings", test_version_spellings);
   g_test_add_func("/vllm/plan/format-and-era", test_plan_format_and_era);
+  g_test_add_func("/vllm/help", test_help);
   g_test_add_func("/vllm/refuse/sharded-state", test_refuse_sharded_state);
   g_test_add_func("/vllm/refuse/format", test_refuse_format);
   g_test_add_func("/vllm/refuse/legacy-rank-files", test_refuse_legacy_rank_files);

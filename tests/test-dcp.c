@@ -580,6 +580,118 @@ test_pickle_values(void)
   g_assert_true(wsync_pickle_is_instance(wsync_pickle_item(root, 2), WSYNC_PG_POSIX_PATH));
 }
 
+/* Layouts and enum members are read as data, in every form torch and Python write. */
+static void
+test_pickle_layout_and_enum(void)
+{
+  GError *error = NULL;
+  /* (_get_layout('torch.strided'), _MEM_FORMAT_ENCODING(1), getattr(_MEM_FORMAT_ENCODING,
+   *  'TORCH_PRESERVE_FORMAT'), the bare global torch.strided, _get_layout('torch.sparse_csr')) */
+  static const char p4[] =
+      "\x80\x04("
+      "\x8c\x13" "torch.serialization\x8c\x0b" "_get_layout\x93\x8c\x0d" "torch.strided\x85R"
+      "\x8c\x25" "torch.distributed.checkpoint.metadata\x8c\x14" "_MEM_FORMAT_ENCODING\x93\x94"
+      "K\x01\x85R"
+      "\x8c\x08" "builtins\x8c\x07" "getattr\x93h\x00\x8c\x15" "TORCH_PRESERVE_FORMAT\x86R"
+      "ctorch\nstrided\n"
+      "ctorch.serialization\n_get_layout\n\x8c\x10" "torch.sparse_csr\x85R"
+      "t.";
+  g_autoptr(WsyncPickle) pk = LOAD(p4, &error);
+  g_assert_no_error(error);
+  const WsyncPickleValue *root = wsync_pickle_root(pk);
+  g_assert_cmpuint(wsync_pickle_n_items(root), ==, 5);
+  const WsyncPickleValue *v = wsync_pickle_item(root, 0);
+  g_assert_cmpint(v->kind, ==, WSYNC_PICKLE_LAYOUT);
+  g_assert_cmpstr(v->name, ==, "torch.strided");
+  v = wsync_pickle_item(root, 1);
+  g_assert_cmpint(v->kind, ==, WSYNC_PICKLE_ENUM);
+  g_assert_cmpint(v->cls->global, ==, WSYNC_PG_MEM_FORMAT_ENCODING);
+  g_assert_cmpstr(v->name, ==, "TORCH_CHANNELS_LAST");
+  g_assert_cmpint(v->integer, ==, 1);
+  g_autofree char *d = wsync_pickle_describe(v);
+  g_assert_cmpstr(d, ==, "the member _MEM_FORMAT_ENCODING.TORCH_CHANNELS_LAST");
+  v = wsync_pickle_item(root, 2);
+  g_assert_cmpint(v->kind, ==, WSYNC_PICKLE_ENUM);
+  g_assert_cmpstr(v->name, ==, "TORCH_PRESERVE_FORMAT");
+  g_assert_cmpint(v->integer, ==, 2);
+  g_assert_true(v->cls == wsync_pickle_item(root, 1)->cls);
+  v = wsync_pickle_item(root, 3);
+  g_assert_cmpint(v->kind, ==, WSYNC_PICKLE_LAYOUT);
+  g_assert_cmpstr(v->name, ==, "torch.strided");
+  v = wsync_pickle_item(root, 4);
+  g_assert_cmpint(v->kind, ==, WSYNC_PICKLE_LAYOUT);
+  g_autofree char *dl = wsync_pickle_describe(v);
+  g_assert_cmpstr(dl, ==, "the layout torch.sparse_csr");
+
+  /* Protocol 2: getattr as Python 2's __builtin__, and the enum under its older name in
+   * torch.distributed._shard, by value. */
+  static const char p2[] =
+      "\x80\x02("
+      "c__builtin__\ngetattr\nctorch.distributed.checkpoint.metadata\n_MEM_FORMAT_ENCODING\n"
+      "X\x17\x00\x00\x00" "TORCH_CONTIGUOUS_FORMAT\x86R"
+      "ctorch.distributed._shard.sharded_tensor.metadata\nMEM_FORMAT_ENCODING\nK\x02\x85R"
+      "t.";
+  g_autoptr(WsyncPickle) pk2 = LOAD(p2, &error);
+  g_assert_no_error(error);
+  root = wsync_pickle_root(pk2);
+  v = wsync_pickle_item(root, 0);
+  g_assert_cmpint(v->kind, ==, WSYNC_PICKLE_ENUM);
+  g_assert_cmpstr(v->name, ==, "TORCH_CONTIGUOUS_FORMAT");
+  g_assert_cmpint(v->integer, ==, 0);
+  v = wsync_pickle_item(root, 1);
+  g_assert_cmpint(v->kind, ==, WSYNC_PICKLE_ENUM);
+  g_assert_cmpstr(v->name, ==, "TORCH_PRESERVE_FORMAT");
+  g_assert_cmpstr(v->cls->name, ==, "MEM_FORMAT_ENCODING");
+}
+
+/* getattr and _get_layout are never calls: anything but a member of a DCP enum class or
+ * a torch layout's name is refused, by name. */
+static void
+test_pickle_layout_and_enum_refusals(void)
+{
+#define ENUM_CLASS "ctorch.distributed.checkpoint.metadata\n_MEM_FORMAT_ENCODING\n"
+#define GETATTR "c__builtin__\ngetattr\n"
+#define GET_LAYOUT "ctorch.serialization\n_get_layout\n"
+  REFUSE("\x80\x02" GETATTR "ctorch\nSize\nX\x01\x00\x00\x00x\x86R.",
+         "__builtin__.getattr on the global torch.Size: getattr is read only as a member of a "
+         "DCP enum class (refused; nothing is called)");
+  REFUSE("\x80\x02" GETATTR "X\x02\x00\x00\x00osX\x06\x00\x00\x00system\x86R.",
+         "__builtin__.getattr on the str \"os\": getattr is read only as a member");
+  REFUSE("\x80\x04\x8c\x08" "builtins\x8c\x07" "getattr\x93" ENUM_CLASS
+         "X\x09\x00\x00\x00__class__\x86R.",
+         "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING has no member \"__class__\" "
+         "(refused; nothing is called)");
+  REFUSE("\x80\x02" GETATTR ENUM_CLASS "K\x00\x86R.",
+         "__builtin__.getattr on torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING with "
+         "the int 0, not a member name");
+  REFUSE("\x80\x02" GETATTR ENUM_CLASS "X\x01\x00\x00\x00xN\x87R.",
+         "REDUCE of __builtin__.getattr with 3 arguments is not something DCP writes");
+  REFUSE("\x80\x02" GETATTR ENUM_CLASS "X\x01\x00\x00\x00x\x86\x81.",
+         "NEWOBJ of __builtin__.getattr with 2 arguments is not something DCP writes");
+  REFUSE("\x80\x02" ENUM_CLASS "K\x07\x85R.",
+         "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING has no member of value 7");
+  REFUSE("\x80\x02" ENUM_CLASS "X\x01\x00\x00\x00x\x85R.",
+         "REDUCE of torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING with 1 arguments "
+         "is not something DCP writes (one int is: the member's value)");
+  REFUSE("\x80\x02" GET_LAYOUT "X\x0b\x00\x00\x00torch.bogus\x85R.",
+         "torch.serialization._get_layout of \"torch.bogus\", which is not a torch layout");
+  REFUSE("\x80\x02" GET_LAYOUT "K\x00\x85R.",
+         "REDUCE of torch.serialization._get_layout with 1 arguments is not something DCP "
+         "writes (one str is: the layout's name)");
+  REFUSE("\x80\x02" GET_LAYOUT ")R.",
+         "REDUCE of torch.serialization._get_layout with 0 arguments");
+  REFUSE("\x80\x02" "ctorch\nstrided\n)R.", "REDUCE of the layout torch.strided, not a class");
+  REFUSE("\x80\x02" "c__builtin__\nsetattr\n.",
+         "the global __builtin__.setattr is not one DCP writes (refused; nothing is imported)");
+  REFUSE("\x80\x02" "cbuiltins\neval\n.", "the global builtins.eval is not one DCP writes");
+  REFUSE("\x80\x02" "ctorch.serialization\nload\n.",
+         "the global torch.serialization.load is not one DCP writes");
+  REFUSE("\x80\x02" "cos\ngetattr\n.", "the global os.getattr is not one DCP writes");
+#undef ENUM_CLASS
+#undef GETATTR
+#undef GET_LAYOUT
+}
+
 static void
 test_pickle_refusals(void)
 {
@@ -804,6 +916,8 @@ main(int argc, char **argv)
   g_test_add_func("/dcp/coverage", test_coverage);
   g_test_add_func("/dcp/pickle/values", test_pickle_values);
   g_test_add_func("/dcp/pickle/refusals", test_pickle_refusals);
+  g_test_add_func("/dcp/pickle/layout-and-enum", test_pickle_layout_and_enum);
+  g_test_add_func("/dcp/pickle/layout-and-enum-refusals", test_pickle_layout_and_enum_refusals);
   g_test_add_func("/dcp/blob", test_blobs);
   g_test_add_func("/dcp/seeds", test_seeds_parse);
 

@@ -639,17 +639,24 @@ read_storage_data(const WsyncPickleValue *sd, GHashTable *out, const char *file,
 }
 
 /* TensorProperties: BUILD state is the 5-tuple (dtype, layout, requires_grad,
- * memory_format, pin_memory), or a dict with "dtype" in versions without __getstate__. */
+ * memory_format, pin_memory), or a dict with "dtype" and "layout" in versions without
+ * __getstate__.  Only dense tensors (layout torch.strided) can be read.  requires_grad,
+ * pin_memory and the memory format do not change the bytes: each chunk's archive
+ * carries its own size and stride (the pickle reader has already checked that the
+ * memory format is a member of its enum). */
 static gboolean
 read_properties(const WsyncPickleValue *p, WsyncDtype *dtype, const char *file, const char *fqn,
                 GError **error)
 {
-  const WsyncPickleValue *dt = NULL;
+  const WsyncPickleValue *dt = NULL, *layout = NULL;
   if (wsync_pickle_is_instance(p, WSYNC_PG_TENSOR_PROPERTIES) && p->newobj && p->state) {
-    if (p->state->kind == WSYNC_PICKLE_TUPLE && wsync_pickle_n_items(p->state) == 5)
+    if (p->state->kind == WSYNC_PICKLE_TUPLE && wsync_pickle_n_items(p->state) == 5) {
       dt = wsync_pickle_item(p->state, 0);
-    else if (p->state->kind == WSYNC_PICKLE_DICT)
+      layout = wsync_pickle_item(p->state, 1);
+    } else if (p->state->kind == WSYNC_PICKLE_DICT) {
       dt = wsync_pickle_dict_lookup(p->state, "dtype");
+      layout = wsync_pickle_dict_lookup(p->state, "layout");
+    }
   }
   if (dt == NULL || dt->kind != WSYNC_PICKLE_GLOBAL || dt->global != WSYNC_PG_DTYPE) {
     g_autofree char *d = wsync_pickle_describe(dt ? dt : p);
@@ -659,6 +666,14 @@ read_properties(const WsyncPickleValue *p, WsyncDtype *dtype, const char *file, 
   if (!dt->has_dtype)
     return bad_input(error, file, fqn, "dtype %s.%s has no safetensors equivalent", dt->module,
                      dt->name);
+  if (layout == NULL || layout->kind != WSYNC_PICKLE_LAYOUT) {
+    g_autofree char *d = wsync_pickle_describe(layout);
+    return bad_input(error, file, fqn, "properties hold %s as the layout, not a torch.layout", d);
+  }
+  if (strcmp(layout->name, "torch.strided") != 0)
+    return bad_input(error, file, fqn,
+                     "layout %s is not supported; only dense tensors (torch.strided) are",
+                     layout->name);
   *dtype = dt->dtype;
   return TRUE;
 }

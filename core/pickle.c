@@ -142,6 +142,10 @@ wsync_pickle_describe(const WsyncPickleValue *v)
     return g_strdup_printf("a %s.%s object", v->cls->module, v->cls->name);
   case WSYNC_PICKLE_PERSID:
     return g_strdup("a persistent id");
+  case WSYNC_PICKLE_LAYOUT:
+    return g_strdup_printf("the layout %s", v->name);
+  case WSYNC_PICKLE_ENUM:
+    return g_strdup_printf("the member %s.%s", v->cls->name, v->name);
   }
   return g_strdup("a value");
 }
@@ -233,9 +237,37 @@ static const struct {
     {"ChunkStorageMetadata", WSYNC_PG_CHUNK_STORAGE_METADATA},
     {"TensorProperties", WSYNC_PG_TENSOR_PROPERTIES},
     {"_MEM_FORMAT_ENCODING", WSYNC_PG_MEM_FORMAT_ENCODING},
+    {"MEM_FORMAT_ENCODING", WSYNC_PG_MEM_FORMAT_ENCODING}, /* torch.distributed._shard */
     {"MetadataIndex", WSYNC_PG_METADATA_INDEX},
     {"StorageMeta", WSYNC_PG_STORAGE_META},
     {"_StorageInfo", WSYNC_PG_STORAGE_INFO},
+};
+
+/* The members of DCP's enum classes (torch/distributed/checkpoint/metadata.py). */
+typedef struct {
+  const char *name;
+  gint64 value;
+} EnumMember;
+
+static const EnumMember mem_format_members[] = {
+    {"TORCH_CONTIGUOUS_FORMAT", 0},
+    {"TORCH_CHANNELS_LAST", 1},
+    {"TORCH_PRESERVE_FORMAT", 2},
+};
+
+static const struct {
+  WsyncPickleGlobal cls;
+  const EnumMember *members;
+  guint n_members;
+} dcp_enums[] = {
+    {WSYNC_PG_MEM_FORMAT_ENCODING, mem_format_members, G_N_ELEMENTS(mem_format_members)},
+};
+
+/* torch's layouts, as str() prints them: what _get_layout's argument may be
+ * (c10/core/Layout.h, torch/csrc/utils/tensor_layouts.cpp). */
+static const char *const torch_layouts[] = {
+    "torch.strided",    "torch.sparse_coo", "torch.sparse_csr", "torch.sparse_csc",
+    "torch.sparse_bsr", "torch.sparse_bsc", "torch._mkldnn",    "torch.jagged",
 };
 
 static gboolean
@@ -262,6 +294,9 @@ classify_global(WsyncPickleValue *v)
     return strcmp(name, "OrderedDict") == 0 ? (v->global = WSYNC_PG_ORDERED_DICT, TRUE) : FALSE;
   if (strcmp(module, "pathlib") == 0 || strcmp(module, "pathlib._local") == 0)
     return strcmp(name, "PosixPath") == 0 ? (v->global = WSYNC_PG_POSIX_PATH, TRUE) : FALSE;
+  /* Protocol 2 writes builtins as Python 2's __builtin__ (CPython's fix_imports). */
+  if (strcmp(module, "builtins") == 0 || strcmp(module, "__builtin__") == 0)
+    return strcmp(name, "getattr") == 0 ? (v->global = WSYNC_PG_GETATTR, TRUE) : FALSE;
   if (!is_torch_module(module))
     return FALSE;
 
@@ -273,12 +308,12 @@ classify_global(WsyncPickleValue *v)
     v->global = WSYNC_PG_REBUILD_TENSOR_V3;
     return TRUE;
   }
-  if (strcmp(name, "Size") == 0) {
-    v->global = WSYNC_PG_SIZE;
+  if (strcmp(name, "_get_layout") == 0 && strcmp(module, "torch.serialization") == 0) {
+    v->global = WSYNC_PG_GET_LAYOUT;
     return TRUE;
   }
-  if (strcmp(name, "strided") == 0) {
-    v->global = WSYNC_PG_LAYOUT;
+  if (strcmp(name, "Size") == 0) {
+    v->global = WSYNC_PG_SIZE;
     return TRUE;
   }
   if (strcmp(name, "UntypedStorage") == 0) {
@@ -572,12 +607,25 @@ load_string(Reader *r, guint len_bytes)
   return push(r, v);
 }
 
+static gboolean
+push_layout(Reader *r, const char *name)
+{
+  WsyncPickleValue *v = new_value(r, WSYNC_PICKLE_LAYOUT);
+  if (v == NULL)
+    return FALSE;
+  v->name = g_strdup(name);
+  return push(r, v);
+}
+
 /* A GLOBAL value, refused unless it is on the list. */
 static gboolean
 push_global(Reader *r, const char *module, gsize module_len, const char *name, gsize name_len)
 {
   g_autofree char *m = g_strndup(module, module_len);
   g_autofree char *n = g_strndup(name, name_len);
+  /* torch.strided as a bare global: not what torch writes, but it can only be that layout. */
+  if (is_torch_module(m) && strcmp(n, "strided") == 0)
+    return push_layout(r, "torch.strided");
   WsyncPickleValue probe = {.module = m, .name = n};
   if (!classify_global(&probe)) {
     g_autofree char *pm = wsync_json_printable(m);
@@ -714,6 +762,108 @@ load_appends(Reader *r, gboolean one)
   return TRUE;
 }
 
+/* "\"NAME\"" for a short str, "a str of N bytes" for a long one. */
+static char *
+quote_str(const WsyncPickleValue *s)
+{
+  if (s->len > 64)
+    return g_strdup_printf("a str of %" G_GSIZE_FORMAT " bytes", s->len);
+  g_autofree char *p = wsync_json_printable(s->str);
+  return g_strdup_printf("\"%s\"", p);
+}
+
+static gboolean
+push_enum(Reader *r, WsyncPickleValue *cls, const EnumMember *member)
+{
+  WsyncPickleValue *v = new_value(r, WSYNC_PICKLE_ENUM);
+  if (v == NULL)
+    return FALSE;
+  v->cls = cls;
+  v->name = g_strdup(member->name);
+  v->integer = member->value;
+  return push(r, v);
+}
+
+static gboolean
+find_enum(const WsyncPickleValue *cls, guint *which)
+{
+  if (cls->kind != WSYNC_PICKLE_GLOBAL)
+    return FALSE;
+  for (guint i = 0; i < G_N_ELEMENTS(dcp_enums); i++)
+    if (dcp_enums[i].cls == cls->global) {
+      *which = i;
+      return TRUE;
+    }
+  return FALSE;
+}
+
+/* REDUCE(enum class, (value,)): an Enum member pickled by value. */
+static gboolean
+load_enum_by_value(Reader *r, WsyncPickleValue *cls, WsyncPickleValue *args)
+{
+  guint e = 0;
+  find_enum(cls, &e);
+  const WsyncPickleValue *value = args->items->len == 1 ? g_ptr_array_index(args->items, 0) : NULL;
+  if (value == NULL || value->kind != WSYNC_PICKLE_INT)
+    return fail(r, "REDUCE of %s.%s with %u arguments is not something DCP writes (one int is: "
+                   "the member's value)",
+                cls->module, cls->name, args->items->len);
+  for (guint i = 0; i < dcp_enums[e].n_members; i++)
+    if (dcp_enums[e].members[i].value == value->integer)
+      return push_enum(r, cls, &dcp_enums[e].members[i]);
+  return fail(r, "%s.%s has no member of value %" G_GINT64_FORMAT, cls->module, cls->name,
+              value->integer);
+}
+
+/* REDUCE(builtins.getattr, (enum class, "NAME")): an Enum member pickled by name.  Read
+ * as that member and nothing else: getattr on anything but a known DCP enum class, or of
+ * a name that is not one of its members, is refused. */
+static gboolean
+load_enum_by_name(Reader *r, WsyncPickleValue *getattr_, WsyncPickleValue *args)
+{
+  if (args->items->len != 2)
+    return fail(r, "REDUCE of %s.%s with %u arguments is not something DCP writes (a DCP enum "
+                   "class and a member name are)",
+                getattr_->module, getattr_->name, args->items->len);
+  WsyncPickleValue *cls = g_ptr_array_index(args->items, 0);
+  const WsyncPickleValue *name = g_ptr_array_index(args->items, 1);
+  guint e = 0;
+  if (!find_enum(cls, &e)) {
+    g_autofree char *d = wsync_pickle_describe(cls);
+    return fail(r, "%s.%s on %s: getattr is read only as a member of a DCP enum class "
+                   "(refused; nothing is called)",
+                getattr_->module, getattr_->name, d);
+  }
+  if (name->kind != WSYNC_PICKLE_STR) {
+    g_autofree char *d = wsync_pickle_describe(name);
+    return fail(r, "%s.%s on %s.%s with %s, not a member name", getattr_->module,
+                getattr_->name, cls->module, cls->name, d);
+  }
+  for (guint i = 0; i < dcp_enums[e].n_members; i++)
+    if (strcmp(dcp_enums[e].members[i].name, name->str) == 0)
+      return push_enum(r, cls, &dcp_enums[e].members[i]);
+  g_autofree char *q = quote_str(name);
+  return fail(r, "%s.%s has no member %s (refused; nothing is called)", cls->module, cls->name,
+              q);
+}
+
+/* REDUCE(torch.serialization._get_layout, ("torch.NAME",)): a torch.layout. */
+static gboolean
+load_layout(Reader *r, WsyncPickleValue *get_layout, WsyncPickleValue *args)
+{
+  const WsyncPickleValue *name = args->items->len == 1 ? g_ptr_array_index(args->items, 0) : NULL;
+  if (name == NULL || name->kind != WSYNC_PICKLE_STR)
+    return fail(r, "REDUCE of %s.%s with %u arguments is not something DCP writes (one str is: "
+                   "the layout's name)",
+                get_layout->module, get_layout->name, args->items->len);
+  for (guint i = 0; i < G_N_ELEMENTS(torch_layouts); i++)
+    if (strcmp(torch_layouts[i], name->str) == 0)
+      return push_layout(r, torch_layouts[i]);
+  g_autofree char *q = quote_str(name);
+  return fail(r, "%s.%s of %s, which is not a torch layout", get_layout->module,
+              get_layout->name, q);
+}
+
 /* REDUCE (call) and NEWOBJ (cls.__new__): only the calls DCP's objects reduce to. */
 static gboolean
 load_call(Reader *r, gboolean newobj)
@@ -746,8 +896,19 @@ load_call(Reader *r, gboolean newobj)
     /* Dataclasses: copyreg.__newobj__ with no arguments, then BUILD. */
     ok = newobj && args->items->len == 0;
     break;
-  case WSYNC_PG_SIZE:
   case WSYNC_PG_MEM_FORMAT_ENCODING:
+    if (!newobj)
+      return load_enum_by_value(r, callable, args);
+    break;
+  case WSYNC_PG_GETATTR:
+    if (!newobj)
+      return load_enum_by_name(r, callable, args);
+    break;
+  case WSYNC_PG_GET_LAYOUT:
+    if (!newobj)
+      return load_layout(r, callable, args);
+    break;
+  case WSYNC_PG_SIZE:
   case WSYNC_PG_POSIX_PATH:
   case WSYNC_PG_REBUILD_TENSOR_V2:
   case WSYNC_PG_REBUILD_TENSOR_V3:

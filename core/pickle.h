@@ -11,7 +11,16 @@
  * What it does NOT do: execute, import or call anything.  Every opcode and every global
  * outside the short lists below is refused, with the byte offset and the name.  An
  * instance (NEWOBJ or REDUCE of an allowed global) is kept as an inert record: its class,
- * its argument tuple and its BUILD state; interpreting those is dcp.c's job.
+ * its argument tuple and its BUILD state; interpreting those is dcp.c's job.  Three
+ * REDUCEs are read as data here instead, because what they stand for depends only on
+ * their arguments (none is ever called):
+ *   torch.serialization._get_layout("torch.strided") -- how torch pickles every
+ *     torch.layout (a copyreg entry); the name must be one of torch's layouts;
+ *   _MEM_FORMAT_ENCODING(0) -- an Enum member pickled by value (e.g. Python 3.11.7);
+ *   builtins.getattr(_MEM_FORMAT_ENCODING, "TORCH_CONTIGUOUS_FORMAT") -- the same member
+ *     pickled by name (Debian 12's Python 3.11.2); `__builtin__.getattr` at protocol 2.
+ *     getattr is accepted only on a known DCP enum class and one of its member names.
+ * They become #WSYNC_PICKLE_LAYOUT and #WSYNC_PICKLE_ENUM values.
  *
  * Opcodes understood (what CPython's pickler emits for these objects, no more):
  *   PROTO FRAME STOP MARK NONE NEWTRUE NEWFALSE BININT BININT1 BININT2 LONG1
@@ -23,10 +32,14 @@
  * torch uses, or for the checkpoint classes any module under `torch.distributed.`):
  *   the DCP classes Metadata, TensorStorageMetadata, TensorProperties,
  *   _MEM_FORMAT_ENCODING, ChunkStorageMetadata, BytesStorageMetadata, MetadataIndex,
- *   StorageMeta, _StorageInfo; torch.Size, torch.strided, the torch dtypes
- *   (torch.bfloat16, ...), the storage classes (torch.BFloat16Storage, ...,
- *   torch.UntypedStorage), torch._utils._rebuild_tensor_v2 and _rebuild_tensor_v3,
- *   collections.OrderedDict, and PosixPath from `pathlib` or `pathlib._local`.
+ *   StorageMeta, _StorageInfo (and MEM_FORMAT_ENCODING, the enum's name in the older
+ *   torch.distributed._shard modules); torch.Size, the torch dtypes (torch.bfloat16,
+ *   ...), the storage classes (torch.BFloat16Storage, ..., torch.UntypedStorage),
+ *   torch._utils._rebuild_tensor_v2 and _rebuild_tensor_v3,
+ *   torch.serialization._get_layout, builtins.getattr (as above), collections.OrderedDict,
+ *   and PosixPath from `pathlib` or `pathlib._local`.  The bare global torch.strided,
+ *   which real torch does not write (its copyreg entry wins) but which names the same
+ *   layout, is read as that layout.
  *
  * Bounds (a hostile file cannot make it allocate without bound): string lengths are
  * checked against the bytes left before anything is allocated; the value stack and the
@@ -71,6 +84,10 @@ G_BEGIN_DECLS
  * @WSYNC_PICKLE_OBJECT: an instance: @cls called with @args (REDUCE) or created from
  *   @cls with @args (NEWOBJ, @newobj set), plus the BUILD @state if any
  * @WSYNC_PICKLE_PERSID: a persistent id (BINPERSID); @args is the id
+ * @WSYNC_PICKLE_LAYOUT: a torch.layout; @name is its name as torch prints it
+ *   ("torch.strided", "torch.sparse_coo", ...)
+ * @WSYNC_PICKLE_ENUM: a member of a known DCP enum class, pickled by value or by name:
+ *   @cls is the class (a GLOBAL), @name the member's name, @integer its value
  */
 typedef enum {
   WSYNC_PICKLE_NONE,
@@ -83,6 +100,8 @@ typedef enum {
   WSYNC_PICKLE_GLOBAL,
   WSYNC_PICKLE_OBJECT,
   WSYNC_PICKLE_PERSID,
+  WSYNC_PICKLE_LAYOUT,
+  WSYNC_PICKLE_ENUM,
 } WsyncPickleKind;
 
 /**
@@ -96,12 +115,11 @@ typedef enum {
   WSYNC_PG_BYTES_STORAGE_METADATA,
   WSYNC_PG_CHUNK_STORAGE_METADATA,
   WSYNC_PG_TENSOR_PROPERTIES,
-  WSYNC_PG_MEM_FORMAT_ENCODING,    /* _MEM_FORMAT_ENCODING (an Enum) */
+  WSYNC_PG_MEM_FORMAT_ENCODING,    /* _MEM_FORMAT_ENCODING (an Enum), or MEM_FORMAT_ENCODING */
   WSYNC_PG_METADATA_INDEX,
   WSYNC_PG_STORAGE_META,
   WSYNC_PG_STORAGE_INFO,           /* torch.distributed.checkpoint.filesystem._StorageInfo */
   WSYNC_PG_SIZE,                   /* torch.Size */
-  WSYNC_PG_LAYOUT,                 /* torch.strided */
   WSYNC_PG_DTYPE,                  /* torch.bfloat16, ...: see @dtype, @has_dtype */
   WSYNC_PG_TYPED_STORAGE,          /* torch.BFloat16Storage, ...: see @dtype, @has_dtype */
   WSYNC_PG_UNTYPED_STORAGE,        /* torch.UntypedStorage */
@@ -109,6 +127,8 @@ typedef enum {
   WSYNC_PG_REBUILD_TENSOR_V3,      /* torch._utils._rebuild_tensor_v3 */
   WSYNC_PG_ORDERED_DICT,           /* collections.OrderedDict */
   WSYNC_PG_POSIX_PATH,             /* pathlib.PosixPath, pathlib._local.PosixPath */
+  WSYNC_PG_GET_LAYOUT,             /* torch.serialization._get_layout */
+  WSYNC_PG_GETATTR,                /* builtins.getattr (__builtin__.getattr at protocol 2) */
 } WsyncPickleGlobal;
 
 typedef struct _WsyncPickleValue WsyncPickleValue;
@@ -121,7 +141,7 @@ typedef struct _WsyncPickleValue WsyncPickleValue;
  */
 struct _WsyncPickleValue {
   WsyncPickleKind kind;
-  gint64 integer;            /* BOOL, INT */
+  gint64 integer;            /* BOOL, INT, ENUM (the member's value) */
   const char *str;           /* STR (NUL-terminated copy) */
   gsize len;                 /* STR: length in bytes */
   GPtrArray *items;          /* TUPLE, LIST, DICT: WsyncPickleValue* */
@@ -129,8 +149,8 @@ struct _WsyncPickleValue {
   gboolean has_dtype;        /* GLOBAL DTYPE/TYPED_STORAGE: the dtype has a safetensors name */
   WsyncDtype dtype;          /* GLOBAL DTYPE/TYPED_STORAGE when @has_dtype */
   const char *module;        /* GLOBAL: as written */
-  const char *name;          /* GLOBAL: as written */
-  WsyncPickleValue *cls;     /* OBJECT */
+  const char *name;          /* GLOBAL: as written; LAYOUT, ENUM: see #WsyncPickleKind */
+  WsyncPickleValue *cls;     /* OBJECT, ENUM */
   WsyncPickleValue *args;    /* OBJECT (a TUPLE), PERSID (the id) */
   WsyncPickleValue *state;   /* OBJECT: BUILD state, or NULL */
   gboolean newobj;           /* OBJECT: made by NEWOBJ rather than REDUCE */
@@ -238,7 +258,8 @@ gboolean wsync_pickle_is_instance(const WsyncPickleValue *v, WsyncPickleGlobal g
  * @v: (nullable): a value
  *
  * A short, non-recursive description for messages: "None", "the int 3", "a str",
- * "a tuple of 2", "a torch.Size", "the global torch.bfloat16", ...
+ * "a tuple of 2", "a torch.Size", "the global torch.bfloat16", "the layout
+ * torch.strided", "the member _MEM_FORMAT_ENCODING.TORCH_CONTIGUOUS_FORMAT", ...
  *
  * Returns: (transfer full): the description; free it with g_free().
  */

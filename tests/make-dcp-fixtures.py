@@ -20,14 +20,19 @@ Python 3 standard library only; no torch.  The files follow
   them out, as the NeMo backport does), keyed by fqn, or fqn.__dcp_shard_k with a
   logical_fqn when one file holds two chunks of a tensor (section A.3);
 * format B (the default): .metadata, a pickle (protocol 2, 4 or 5) of
-  torch.distributed.checkpoint.metadata.Metadata built from stub classes whose
-  __module__ and __qualname__ are torch's and whose reduce/state match section B.3, and
-  __R_K.distcp files holding one torch.save zip archive per chunk (section B.2):
-  archive/data.pkl (protocol 2, _rebuild_tensor_v2 with a persistent id, or
-  _rebuild_tensor_v3 with an UntypedStorage for float8 and uint16), archive/data/0
-  stored and 64-byte aligned by padding the local header's extra field, as torch's
-  writer does;
+  torch.distributed.checkpoint.metadata.Metadata as section B.3 describes it (the
+  layout as torch.serialization._get_layout('torch.strided'), the memory format
+  pickled by value or by name, as Pythons 3.11.7 and 3.11.2 do), and __R_K.distcp files
+  holding one torch.save zip archive per chunk (section B.2): archive/data.pkl
+  (protocol 2, _rebuild_tensor_v2 with a persistent id, or _rebuild_tensor_v3 with an
+  UntypedStorage for float8 and uint16), archive/data/0 stored and 64-byte aligned by
+  padding the local header's extra field, as torch's writer does;
 * the unsharded source of each model as a plain safetensors file, to compare bit for bit.
+
+Every byte written depends only on the arguments, never on the Python that runs this
+(any Python 3 from 3.6; 3.6 to 3.13 checked): the pickles and the zip archives are written opcode by opcode and field
+by field below, not with the pickle and zipfile modules, whose output differs between
+Python releases.  tests/test-dcp.c checks that --seeds reproduces the committed seeds.
 
 The weights are synthetic and encoded: every element's bytes depend on the tensor and
 the element's index, so a misplaced chunk shows.  Shard boxes follow section C
@@ -35,18 +40,13 @@ the element's index, so a misplaced chunk shows.  Shard boxes follow section C
 _StridedShard + Shard on a 2 x 2 mesh, Shard(1), Replicate, dim 0 smaller than the world).
 """
 import collections
-import dataclasses
-import enum
-import io
 import json
 import os
-import pickle
 import re
 import shutil
 import struct
 import sys
-import types
-import zipfile
+import zlib
 
 # ---------------------------------------------------------------- dtypes
 
@@ -308,248 +308,360 @@ def write_format_a(root, model, n_parts, subdir="sharded", corrupt=None, no_info
             write(os.path.join(out, name), safetensors_bytes(tensors, meta))
 
 
-# ---------------------------------------------------------------- pickling stubs (section B.3)
+# ---------------------------------------------------------------- pickles, opcode by opcode (section B.3)
+#
+# The pickles are written here opcode by opcode rather than with the pickle module, so
+# that they do not depend on the Python that runs this script: what the pickle module
+# writes for an object depends on the Python (an enum member is written by name by
+# Debian 12's Python 3.11.2, by value by Python 3.11.7; the pure-Python pickler is
+# private).  The writer follows CPython's pickler (Lib/pickle.py) for the opcodes, the
+# memo and the framing.  Two choices keep it free of object identity, which differs
+# between Pythons: strs and globals are memoized by value, tuples are memoized but never
+# fetched back.  Both are valid pickles of the same objects.
 
-class StubPickler(pickle._Pickler):
-    """Names every global by its __module__ and __qualname__ (or the name its reduce
-    returns), without importing it: the stubs stand in for torch's objects."""
+class Global:
+    """A module-level name (a class or a function), written as GLOBAL or STACK_GLOBAL."""
 
-    dispatch = dict(pickle._Pickler.dispatch)
-    dispatch[types.FunctionType] = lambda self, obj: self.save_global(obj)
+    def __init__(self, module, name):
+        self.module, self.name = module, name
 
-    def __init__(self, f, protocol, storages=None):
-        super().__init__(f, protocol=protocol)
-        self.storages = storages
 
-    def persistent_id(self, obj):
-        if self.storages is not None and isinstance(obj, StorageStub):
-            return ("storage", obj.cls, "0", "cpu", obj.numel)
-        return None
+class Reduce:
+    """What an object whose __reduce__ returns (func, args) pickles as: func(*args)."""
 
-    def save_global(self, obj, name=None):
-        if name is None:
-            name = obj.__qualname__
-        module = obj.__module__
-        if self.proto >= 4:
-            self.save(module)
-            self.save(name)
-            self.write(pickle.STACK_GLOBAL)
+    def __init__(self, func, args):
+        self.func, self.args = func, tuple(args)
+
+
+class NewObj:
+    """cls.__new__(cls), then BUILD with state (when not None): how a dataclass
+    instance pickles (copyreg.__newobj__ with the instance's __dict__ or __getstate__)."""
+
+    def __init__(self, cls, state):
+        self.cls, self.state = cls, state
+
+
+class PersistentId:
+    """A reference to something outside the pickle (torch.save's storages)."""
+
+    def __init__(self, pid):
+        self.pid = pid
+
+
+# Protocol 2 spells a few modules as Python 2 did (CPython's fix_imports).
+PY2_MODULES = {"builtins": "__builtin__"}
+FRAME_SIZE_TARGET = 64 * 1024
+
+
+class PickleWriter:
+    def __init__(self, protocol):
+        assert 2 <= protocol <= 5
+        self.proto = protocol
+        self.out = bytearray()
+        self.frame = bytearray() if protocol >= 4 else None
+        self.memo = {}   # key -> memo index
+        self.keep = []   # keeps memoized objects alive, so that their ids stay theirs
+
+    def dumps(self, obj):
+        self.out += b"\x80" + bytes([self.proto])
+        self.save(obj)
+        self.write(b".")
+        self.commit_frame(force=True)
+        return bytes(self.out)
+
+    def write(self, data):
+        if self.frame is not None:
+            self.frame += data
         else:
-            self.write(pickle.GLOBAL + module.encode() + b"\n" + name.encode() + b"\n")
-        self.memoize(obj)
+            self.out += data
+
+    def commit_frame(self, force=False):
+        if self.frame is None or not self.frame or (len(self.frame) < FRAME_SIZE_TARGET and not force):
+            return
+        if len(self.frame) >= 4:
+            self.out += b"\x95" + struct.pack("<Q", len(self.frame))
+        self.out += self.frame
+        self.frame = bytearray()
+
+    @staticmethod
+    def memo_key(obj):
+        if isinstance(obj, str):
+            return ("str", obj)
+        if isinstance(obj, Global):
+            return ("global", obj.module, obj.name)
+        return ("id", id(obj))
+
+    def memoize(self, obj):
+        key = self.memo_key(obj)
+        index = len(self.memo)
+        self.memo[key] = index
+        self.keep.append(obj)
+        if self.proto >= 4:
+            self.write(b"\x94")                              # MEMOIZE
+        elif index < 256:
+            self.write(b"q" + bytes([index]))                # BINPUT
+        else:
+            self.write(b"r" + struct.pack("<I", index))      # LONG_BINPUT
+
+    def save(self, obj):
+        self.commit_frame()
+        if isinstance(obj, PersistentId):
+            self.save(obj.pid)
+            self.write(b"Q")                                 # BINPERSID
+            return
+        if obj is None:
+            self.write(b"N")
+            return
+        if obj is True or obj is False:
+            self.write(b"\x88" if obj else b"\x89")
+            return
+        if isinstance(obj, int):
+            self.save_int(obj)
+            return
+        if isinstance(obj, tuple):
+            self.save_tuple(obj)
+            return
+        index = self.memo.get(self.memo_key(obj))
+        if index is not None:
+            self.write(b"h" + bytes([index]) if index < 256 else b"j" + struct.pack("<I", index))
+            return
+        if isinstance(obj, str):
+            self.save_str(obj)
+        elif isinstance(obj, list):
+            self.write(b"]")
+            self.memoize(obj)
+            self.save_items(obj, b"a", b"e")
+        elif isinstance(obj, dict):
+            self.write(b"}")
+            self.memoize(obj)
+            self.save_items(list(obj.items()), b"s", b"u")
+        elif isinstance(obj, Global):
+            self.save_global(obj)
+        elif isinstance(obj, Reduce):
+            self.save(obj.func)
+            self.save(obj.args)
+            self.write(b"R")
+            self.memoize(obj)
+        elif isinstance(obj, NewObj):
+            self.save(obj.cls)
+            self.save(())
+            self.write(b"\x81")                              # NEWOBJ
+            self.memoize(obj)
+            if obj.state is not None:
+                self.save(obj.state)
+                self.write(b"b")                             # BUILD
+        else:
+            raise TypeError("cannot pickle %r" % (obj,))
+
+    def save_int(self, n):
+        if 0 <= n <= 0xff:
+            self.write(b"K" + bytes([n]))
+        elif 0 <= n <= 0xffff:
+            self.write(b"M" + struct.pack("<H", n))
+        elif -0x80000000 <= n <= 0x7fffffff:
+            self.write(b"J" + struct.pack("<i", n))
+        else:
+            # LONG1: two's complement, little-endian, as short as the sign allows
+            data = n.to_bytes((n.bit_length() + 8) // 8, "little", signed=True)
+            if n < 0 and len(data) > 1 and data[-1] == 0xff and data[-2] & 0x80:
+                data = data[:-1]
+            self.write(b"\x8a" + bytes([len(data)]) + data)
+
+    def save_str(self, s):
+        data = s.encode("utf-8", "surrogatepass")
+        if self.proto >= 4 and len(data) < 256:
+            self.write(b"\x8c" + bytes([len(data)]) + data)  # SHORT_BINUNICODE
+        elif len(data) > 0xffffffff and self.proto >= 4:
+            self.write(b"\x8d" + struct.pack("<Q", len(data)) + data)
+        else:
+            self.write(b"X" + struct.pack("<I", len(data)) + data)
+        self.memoize(s)
+
+    def save_tuple(self, t):
+        if not t:
+            self.write(b")")                                 # EMPTY_TUPLE
+            return
+        if len(t) <= 3:
+            for item in t:
+                self.save(item)
+            self.write(b"\x85\x86\x87"[len(t) - 1:len(t)])    # TUPLE1, TUPLE2, TUPLE3
+        else:
+            self.write(b"(")
+            for item in t:
+                self.save(item)
+            self.write(b"t")
+        self.memoize(t)
+
+    def save_items(self, items, one, many):
+        """APPEND/SETITEM for a batch of one, MARK ... APPENDS/SETITEMS for more, in
+        batches of 1000 as CPython does."""
+        for start in range(0, len(items), 1000):
+            batch = items[start:start + 1000]
+            if len(batch) > 1:
+                self.write(b"(")
+            for item in batch:
+                for value in (item if one == b"s" else (item,)):
+                    self.save(value)
+            self.write(many if len(batch) > 1 else one)
+
+    def save_global(self, g):
+        if self.proto >= 4:
+            self.save(g.module)
+            self.save(g.name)
+            self.write(b"\x93")                              # STACK_GLOBAL
+        else:
+            module = PY2_MODULES.get(g.module, g.module)
+            self.write(b"c" + module.encode() + b"\n" + g.name.encode() + b"\n")
+        self.memoize(g)
 
 
-def dumps(obj, protocol, storages=None):
-    f = io.BytesIO()
-    StubPickler(f, protocol, storages).dump(obj)
-    return f.getvalue()
+def dumps(obj, protocol):
+    return PickleWriter(protocol).dumps(obj)
 
 
-def stub_class(module, name, base=object, body=None):
-    cls = type(name, (base,), dict(body or {}))
-    cls.__module__ = module
-    cls.__qualname__ = name
-    return cls
-
-
-class _Named:
-    """torch.dtype and torch.layout: pickled as the global torch.<name> (their reduce
-    returns the name)."""
-
-    def __init__(self, name):
-        self.name = name
-
-    def __reduce__(self):
-        return self.name
-
-
-dtype = stub_class("torch", "dtype", _Named)
-layout = stub_class("torch", "layout", _Named)
-TORCH_DTYPE = {v[1]: dtype(v[1]) for v in DTYPES.values()}
-strided = layout("strided")
-
-
-class Size(tuple):
-    def __reduce__(self):
-        return (Size, (tuple(self),))
-
-
-Size.__module__ = "torch"
-Size.__qualname__ = "Size"
+# ---------------------------------------------------------------- what torch pickles (section B.3)
 
 META = "torch.distributed.checkpoint.metadata"
 FS = "torch.distributed.checkpoint.filesystem"
+TORCH_SIZE = Global("torch", "Size")
 
 
-@dataclasses.dataclass
-class ChunkStorageMetadata:
-    offsets: object
-    sizes: object
+def torch_size(dims):
+    return Reduce(TORCH_SIZE, (tuple(dims),))
 
 
-_MEM_FORMAT_ENCODING = enum.Enum(
-    "_MEM_FORMAT_ENCODING",
-    [("TORCH_CONTIGUOUS_FORMAT", 0), ("TORCH_CHANNELS_LAST", 1), ("TORCH_PRESERVE_FORMAT", 2)],
-    module=META, qualname="_MEM_FORMAT_ENCODING")
+def dataclass(module, name, state):
+    return NewObj(Global(module, name), state)
 
 
-@dataclasses.dataclass
-class TensorProperties:
-    dtype: object = None
-    layout: object = None
-    requires_grad: bool = False
-    memory_format: object = None
-    pin_memory: bool = False
-
-    def __getstate__(self):
-        return (self.dtype, self.layout, self.requires_grad,
-                _MEM_FORMAT_ENCODING.TORCH_CONTIGUOUS_FORMAT, self.pin_memory)
+# A torch.layout: torch registers copyreg.pickle(torch.layout, lambda obj: (_get_layout,
+# (str(obj),))), so every layout is this REDUCE; dense tensors are 'torch.strided'.
+def torch_layout(name):
+    return Reduce(Global("torch.serialization", "_get_layout"), (name,))
 
 
-@dataclasses.dataclass
-class TensorStorageMetadata:
-    properties: object
-    size: object
-    chunks: list
+STRIDED = torch_layout("torch.strided")
+
+# TensorProperties.__getstate__ writes the memory format as a member of this Enum.
+MEM_FORMAT = Global(META, "_MEM_FORMAT_ENCODING")
+MEM_FORMAT_MEMBERS = {"TORCH_CONTIGUOUS_FORMAT": 0, "TORCH_CHANNELS_LAST": 1,
+                      "TORCH_PRESERVE_FORMAT": 2}
 
 
-@dataclasses.dataclass
-class BytesStorageMetadata:
-    pass
+def enum_member(cls, name, style):
+    """An Enum member as the writing Python pickles it: by value, REDUCE(cls, (value,))
+    (Python 3.11.7), or by name, REDUCE(builtins.getattr, (cls, name)) (Debian 12's
+    Python 3.11.2).  Both were observed with pickletools."""
+    if style == "value":
+        return Reduce(cls, (MEM_FORMAT_MEMBERS[name],))
+    return Reduce(Global("builtins", "getattr"), (cls, name))
 
 
-@dataclasses.dataclass
-class StorageMeta:
-    checkpoint_id: object = None
-    save_id: object = None
-    load_id: object = None
-    modules: list = dataclasses.field(default_factory=list)
+CONTIGUOUS = {style: enum_member(MEM_FORMAT, "TORCH_CONTIGUOUS_FORMAT", style)
+              for style in ("value", "name")}
+TORCH_DTYPE = {v[1]: Global("torch", v[1]) for v in DTYPES.values()}
 
 
-@dataclasses.dataclass
-class Metadata:
-    state_dict_metadata: dict
-    planner_data: object = None
-    storage_data: object = None
-    storage_meta: object = None
-    version: object = None
+def tensor_properties(dtype_name, layout, mem_format):
+    """TensorProperties.__getstate__: (dtype, layout, requires_grad, memory_format,
+    pin_memory)."""
+    return dataclass(META, "TensorProperties",
+                     (TORCH_DTYPE[dtype_name], layout, False, mem_format, False))
 
 
-@dataclasses.dataclass(frozen=True)
-class MetadataIndex:
-    fqn: str
-    offset: object = None
-    index: object = dataclasses.field(hash=False, compare=False, default=None)
-
-    def __init__(self, fqn, offset=None, index=None):
-        object.__setattr__(self, "fqn", fqn)
-        object.__setattr__(self, "index", index)
-        if offset is not None:
-            object.__setattr__(self, "offset", Size(offset))
+def metadata_index(fqn, offset=None):
+    state = {"fqn": fqn, "index": None}
+    if offset is not None:
+        state["offset"] = torch_size(offset)
+    return dataclass(META, "MetadataIndex", state)
 
 
-@dataclasses.dataclass
-class _StorageInfo:
-    relative_path: str
-    offset: int
-    length: int
-    transform_descriptors: object = None
-
-    def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if v is not None}
+def storage_info(relative_path, offset, length, transform_descriptors=None):
+    state = {"relative_path": relative_path, "offset": offset, "length": length}
+    if transform_descriptors is not None:
+        state["transform_descriptors"] = transform_descriptors
+    return dataclass(FS, "_StorageInfo", state)
 
 
-for _cls in (ChunkStorageMetadata, TensorProperties, TensorStorageMetadata, BytesStorageMetadata,
-             StorageMeta, Metadata, MetadataIndex):
-    _cls.__module__ = META
-_StorageInfo.__module__ = FS
+def posix_path(style):
+    """pathlib.PosixPath of Python <= 3.12 (args: the parts) or pathlib._local.PosixPath
+    of Python 3.13 (args: one string)."""
+    if style == "parts":
+        return Reduce(Global("pathlib", "PosixPath"), ("/", "ckpt", "step-10"))
+    return Reduce(Global("pathlib._local", "PosixPath"), ("/ckpt/step-10",))
 
 
-def posix_path_class(module):
-    def reduce(self):
-        return (type(self), self.args)
-    return stub_class(module, "PosixPath", body={
-        "__init__": lambda self, *args: setattr(self, "args", args), "__reduce__": reduce})
+def rebuild_tensor(scls, n_storage, storage_offset, size, stride, dtype_name=None):
+    """torch.save's record of one tensor: _rebuild_tensor_v2 on a typed storage, or
+    _rebuild_tensor_v3 on an UntypedStorage with the dtype (float8, uint16)."""
+    pid = PersistentId(("storage", Global("torch", scls or "UntypedStorage"), "0", "cpu",
+                        n_storage))
+    args = [pid, storage_offset, tuple(size), tuple(stride), False,
+            Reduce(Global("collections", "OrderedDict"), ())]
+    if scls is None:
+        return Reduce(Global("torch._utils", "_rebuild_tensor_v3"), args + [TORCH_DTYPE[dtype_name]])
+    return Reduce(Global("torch._utils", "_rebuild_tensor_v2"), args)
 
 
-PosixPath = posix_path_class("pathlib")             # Python <= 3.12: args are the parts
-PosixPathLocal = posix_path_class("pathlib._local")  # Python 3.13: one string
-
-
-def _rebuild_tensor_v2(*args):
-    raise RuntimeError("stub")
-
-
-def _rebuild_tensor_v3(*args):
-    raise RuntimeError("stub")
-
-
-_rebuild_tensor_v2.__module__ = _rebuild_tensor_v3.__module__ = "torch._utils"
-STORAGE_CLASS = {v[2]: stub_class("torch", v[2]) for v in DTYPES.values() if v[2]}
-UntypedStorage = stub_class("torch", "UntypedStorage")
-
-
-class StorageStub:
-    def __init__(self, cls, n):
-        self.cls, self.numel = cls, n
-
-
-class TensorStub:
-    def __init__(self, rv):
-        self.rv = rv
-
-    def __reduce_ex__(self, proto):
-        return self.rv
-
-
-def os_system(*args):
-    raise RuntimeError("stub")
-
-
-os_system.__module__, os_system.__qualname__ = "os", "system"
-
-
-class Evil:
-    def __reduce__(self):
-        return (os_system, ("true",))
+EVIL = Reduce(Global("os", "system"), ("true",))
 
 
 # ---------------------------------------------------------------- torch.save archives (section B.2)
 
-def zip_add(zf, buf, name, data, align=0, deflate=False, zip64=False):
-    zi = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
-    zi.compress_type = zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED
-    if align:
-        start = buf.tell() + 30 + len(name.encode()) + (20 if zip64 else 0) + 4
-        pad = (-start) % align
-        zi.extra = struct.pack("<HH", 0x4246, pad) + b"Z" * pad
-    with zf.open(zi, "w", force_zip64=zip64) as f:
-        f.write(data)
+def zip_archive(entries):
+    """A zip archive, laid out as Python's zipfile writes one into a seekable file (no
+    data descriptors, version 2.0, date 1980-01-01, mode 0600).  entries: (name, data,
+    align, deflate, zip64).  align pads the local header's extra field (id 0x4246, as
+    torch's writer does) so that the data starts at a multiple of it; deflate stores the
+    data as one uncompressed deflate block (method 8, whatever the zlib); zip64 adds a
+    zip64 extra field to the local header."""
+    out, central = bytearray(), bytearray()
+    for name, data, align, deflate, zip64 in entries:
+        fname = name.encode()
+        payload = data
+        if deflate:
+            payload = b"\x01" + struct.pack("<HH", len(data), len(data) ^ 0xffff) + data
+        crc = zlib.crc32(data) & 0xffffffff
+        version = 45 if zip64 else 20
+        extra = b""
+        if align:
+            start = len(out) + 30 + len(fname) + (20 if zip64 else 0) + 4
+            pad = (-start) % align
+            extra = struct.pack("<HH", 0x4246, pad) + b"Z" * pad
+        local_extra = extra
+        csize, usize = len(payload), len(data)
+        if zip64:
+            local_extra += struct.pack("<HHQQ", 1, 16, usize, csize)
+            csize = usize = 0xffffffff
+        method = 8 if deflate else 0
+        offset = len(out)
+        out += struct.pack("<4s2B4HL2L2H", b"PK\x03\x04", version, 0, 0, method, 0, 33, crc,
+                           csize, usize, len(fname), len(local_extra)) + fname + local_extra
+        out += payload
+        central += struct.pack("<4s4B4HL2L5H2L", b"PK\x01\x02", version, 3, version, 0, 0,
+                               method, 0, 33, crc, len(payload), len(data), len(fname),
+                               len(extra), 0, 0, 0, 0o600 << 16, offset) + fname + extra
+    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, len(entries), len(entries), len(central),
+                      len(out), 0)
+    return bytes(out + central + end)
 
 
 def torch_save(dt, size, stride, storage_offset, storage, deflate=False, byteorder="little",
                zip64=False, storage_dtype=None):
     """A torch.save archive of one tensor (DCP's "archive/" prefix)."""
     es, tname, scls = DTYPES[storage_dtype or dt]
-    if scls is None:
-        pid = StorageStub(UntypedStorage, len(storage))
-        rv = (_rebuild_tensor_v3, (pid, storage_offset, tuple(size), tuple(stride), False,
-                                   collections.OrderedDict(), TORCH_DTYPE[tname]))
-    else:
-        pid = StorageStub(STORAGE_CLASS[scls], len(storage) // es)
-        rv = (_rebuild_tensor_v2, (pid, storage_offset, tuple(size), tuple(stride), False,
-                                   collections.OrderedDict()))
-    pkl = dumps(TensorStub(rv), 2, storages=True)
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as zf:
-        zip_add(zf, buf, "archive/data.pkl", pkl)
-        zip_add(zf, buf, "archive/.format_version", b"1")
-        zip_add(zf, buf, "archive/.storage_alignment", b"64")
-        zip_add(zf, buf, "archive/byteorder", byteorder.encode())
-        zip_add(zf, buf, "archive/data/0", storage, align=64, deflate=deflate, zip64=zip64)
-        zip_add(zf, buf, "archive/version", b"3\n")
-        zip_add(zf, buf, "archive/.data/serialization_id", b"1234567890" * 4)
-    return buf.getvalue(), pkl
+    n_storage = len(storage) if scls is None else len(storage) // es
+    pkl = dumps(rebuild_tensor(scls, n_storage, storage_offset, size, stride, tname), 2)
+    blob = zip_archive([
+        ("archive/data.pkl", pkl, 0, False, False),
+        ("archive/.format_version", b"1", 0, False, False),
+        ("archive/.storage_alignment", b"64", 0, False, False),
+        ("archive/byteorder", byteorder.encode(), 0, False, False),
+        ("archive/data/0", storage, 64, deflate, zip64),
+        ("archive/version", b"3\n", 0, False, False),
+        ("archive/.data/serialization_id", b"1234567890" * 4, 0, False, False),
+    ])
+    return blob, pkl
 
 
 # ---------------------------------------------------------------- format B
@@ -560,22 +672,26 @@ OFFSET = ("model.embed_tokens.weight", 3)  # two junk elements before the data
 ZIP64 = ("lm_head.weight", 0)            # zip64 local header
 
 
-def write_format_b(root, model, protocol=4, path_module=PosixPath, corrupt=None, drop=None,
-                   zstd=None, deflate=None, big=None, wrong_dtype=None, oob=None, evil=False,
-                   missing=None, bad_stride=None, blobs=None):
-    """Writes .metadata and __R_K.distcp.  Options name (tensor, rank) chunks to spoil;
-    blobs, when a list, receives (name, archive bytes, data.pkl bytes)."""
+def write_format_b(root, model, protocol=4, enum_style="value", path_style="parts",
+                   corrupt=None, drop=None, zstd=None, deflate=None, big=None, wrong_dtype=None,
+                   oob=None, evil=False, missing=None, bad_stride=None, layout_of=None,
+                   mem_format_of=None, blobs=None):
+    """Writes .metadata and __R_K.distcp.  enum_style: how the memory format is pickled
+    ("value" or "name", see enum_member).  Options name (tensor, rank) chunks to spoil;
+    layout_of and mem_format_of map tensor names to what their TensorProperties hold
+    instead; blobs, when a list, receives (name, archive bytes, data.pkl bytes)."""
     os.makedirs(root, exist_ok=True)
     ranks = sorted({r for t in model for r, _, _ in t.boxes_b})
     sdm, storage, planner = {}, {}, {}
+    stored = set()  # (fqn, offsets): storage_data is keyed by MetadataIndex(fqn, offsets)
     files = collections.defaultdict(bytearray)
     n_items = collections.Counter()
     if 0 in ranks and not evil:
         # A non-tensor value first, as DCP writes BYTE_IO items before tensors.
-        raw = pickle.dumps({"step": 10})
+        raw = dumps({"step": 10}, 4)
         files["__0_0.distcp"] += raw
-        sdm["train_state"] = BytesStorageMetadata()
-        storage[MetadataIndex("train_state")] = _StorageInfo("__0_0.distcp", 0, len(raw))
+        sdm["train_state"] = dataclass(META, "BytesStorageMetadata", None)
+        storage[metadata_index("train_state")] = storage_info("__0_0.distcp", 0, len(raw))
         planner["train_state"] = ("train_state",)
     for t in model:
         es = DTYPES[t.dtype][0]
@@ -586,10 +702,11 @@ def write_format_b(root, model, protocol=4, path_module=PosixPath, corrupt=None,
             real = off
             if oob == (t.name, rank):
                 off = [o + 1 for o in off]  # recorded one step off; the bytes are right
-            chunks.append(ChunkStorageMetadata(Size(off), Size(ext)))
-            key = MetadataIndex(t.name, off)
-            if key in storage:
+            chunks.append(dataclass(META, "ChunkStorageMetadata",
+                                    {"offsets": torch_size(off), "sizes": torch_size(ext)}))
+            if (t.name, tuple(off)) in stored:
                 continue  # the same chunk listed twice: one archive (storage is keyed by offsets)
+            stored.add((t.name, tuple(off)))
             data = cut(t.data, t.shape, es, real, ext)
             if corrupt == (t.name, rank):
                 data = bytes([data[0] ^ 0x01]) + data[1:]
@@ -614,20 +731,24 @@ def write_format_b(root, model, protocol=4, path_module=PosixPath, corrupt=None,
             k = (n_items[rank] % 2) if rank == 1 else 0
             n_items[rank] += 1
             fname = "__%d_%d.distcp" % (rank, k)
-            info = _StorageInfo(fname, len(files[fname]), len(blob))
-            if zstd == (t.name, rank):
-                info.transform_descriptors = ["stream.zstd/1"]
+            transform = ["stream.zstd/1"] if zstd == (t.name, rank) else None
+            storage[metadata_index(t.name, off)] = storage_info(fname, len(files[fname]),
+                                                                len(blob), transform)
             files[fname] += blob
-            storage[key] = info
-        props = TensorProperties(TORCH_DTYPE[DTYPES[t.dtype][1]], strided)
-        sdm[t.name] = TensorStorageMetadata(props, Size(t.shape), chunks)
+        props = tensor_properties(DTYPES[t.dtype][1], (layout_of or {}).get(t.name, STRIDED),
+                                  (mem_format_of or {}).get(t.name, CONTIGUOUS[enum_style]))
+        sdm[t.name] = dataclass(META, "TensorStorageMetadata",
+                                {"properties": props, "size": torch_size(t.shape),
+                                 "chunks": chunks})
         planner[t.name] = tuple(t.name.split("."))
     if evil:
-        sdm["evil"] = Evil()
-    ckpt = path_module("/", "ckpt", "step-10") if path_module is PosixPath else \
-        path_module("/ckpt/step-10")
-    md = Metadata(sdm, planner, storage,
-                  StorageMeta(ckpt, "0f2c5b6e-1111-2222-3333-444455556666", None, []), "1.0.0")
+        sdm["evil"] = EVIL
+    storage_meta = dataclass(META, "StorageMeta", {
+        "checkpoint_id": posix_path(path_style),
+        "save_id": "0f2c5b6e-1111-2222-3333-444455556666", "load_id": None, "modules": []})
+    md = dataclass(META, "Metadata", {
+        "state_dict_metadata": sdm, "planner_data": planner, "storage_data": storage,
+        "storage_meta": storage_meta, "version": "1.0.0"})
     write(os.path.join(root, ".metadata"), dumps(md, protocol))
     for fname, data in files.items():
         if fname != missing:
@@ -643,10 +764,12 @@ def make_all(out):
 
     write_format_a(os.path.join(out, "good-a"), good, 2)
     write_format_a(os.path.join(out, "flat-a"), flat, 1, subdir=None)
+    # The memory format pickled by value (Python 3.11.7) and by name (Python 3.11.2).
     write_format_b(os.path.join(out, "good-b"), good)
-    write_format_b(os.path.join(out, "good-b-p2"), good, protocol=2)
-    write_format_b(os.path.join(out, "good-b-p5"), good, protocol=5, path_module=PosixPathLocal)
-    write_format_b(os.path.join(out, "flat-b"), flat)
+    write_format_b(os.path.join(out, "good-b-by-name"), good, enum_style="name")
+    write_format_b(os.path.join(out, "good-b-p2"), good, protocol=2, enum_style="name")
+    write_format_b(os.path.join(out, "good-b-p5"), good, protocol=5, path_style="local")
+    write_format_b(os.path.join(out, "flat-b"), flat, enum_style="name")
 
     # Refusals.
     write_format_a(os.path.join(out, "a-missing-shard"), good, 2, skip=(1, 1))
@@ -665,6 +788,18 @@ def make_all(out):
     write_format_b(os.path.join(out, "b-oob"), good, oob=("model.embed_tokens.weight", 3))
     write_format_b(os.path.join(out, "b-evil"), good, evil=True)
     write_format_b(os.path.join(out, "b-view"), good, bad_stride=("model.norm.weight", 0))
+    norm = "model.norm.weight"
+    write_format_b(os.path.join(out, "b-sparse"), good,
+                   layout_of={norm: torch_layout("torch.sparse_coo")})
+    write_format_b(os.path.join(out, "b-layout-unknown"), good,
+                   layout_of={norm: torch_layout("torch.bogus")})
+    getattr_ = Global("builtins", "getattr")
+    write_format_b(os.path.join(out, "b-getattr-member"), good, enum_style="name",
+                   mem_format_of={norm: Reduce(getattr_, (MEM_FORMAT, "TORCH_EVIL_FORMAT"))})
+    write_format_b(os.path.join(out, "b-getattr-class"), good, enum_style="name",
+                   mem_format_of={norm: Reduce(getattr_, (TORCH_SIZE, "TORCH_CONTIGUOUS_FORMAT"))})
+    write_format_b(os.path.join(out, "b-enum-value"), good,
+                   mem_format_of={norm: Reduce(MEM_FORMAT, (7,))})
     # Both formats in one directory.
     write_format_b(os.path.join(out, "ambiguous"), flat)
     write_format_a(os.path.join(out, "ambiguous"), flat, 1, subdir=None)
@@ -677,11 +812,15 @@ def make_seeds(out):
     good = good_model()
     with tempfile.TemporaryDirectory() as tmp:
         blobs = []
-        for proto in (2, 4, 5):
-            d = os.path.join(tmp, "b%d" % proto)
-            write_format_b(d, good, protocol=proto, blobs=blobs if proto == 4 else None,
-                           path_module=PosixPathLocal if proto == 5 else PosixPath)
-            shutil.copy(os.path.join(d, ".metadata"), os.path.join(out, "metadata-p%d.bin" % proto))
+        # (seed name, protocol, enum style, path style)
+        for name, proto, enum_style, path_style in (("p2", 2, "name", "parts"),
+                                                    ("p4", 4, "value", "parts"),
+                                                    ("p4-by-name", 4, "name", "parts"),
+                                                    ("p5", 5, "value", "local")):
+            d = os.path.join(tmp, name)
+            write_format_b(d, good, protocol=proto, enum_style=enum_style, path_style=path_style,
+                           blobs=blobs if name == "p4" else None)
+            shutil.copy(os.path.join(d, ".metadata"), os.path.join(out, "metadata-%s.bin" % name))
         wanted = {"lm_head.weight-1": "transposed", "lm_head.weight-0": "zip64",
                   "model.embed_tokens.weight-3": "offset", "model.fp8.weight-0": "v3",
                   "model.tiny.weight-2": "empty", "model.scale-1": "scalar"}
@@ -689,6 +828,10 @@ def make_seeds(out):
             if name in wanted:
                 write(os.path.join(out, "blob-%s.bin" % wanted[name]), blob)
                 write(os.path.join(out, "pickle-%s.bin" % wanted[name]), pkl)
+        # Every form of a layout and a memory-format member, alone, for the pickle target.
+        write(os.path.join(out, "pickle-forms.bin"), dumps(
+            (STRIDED, CONTIGUOUS["value"], CONTIGUOUS["name"], torch_layout("torch.sparse_coo")),
+            2))
         write_format_a(os.path.join(tmp, "a"), good, 2)
         for rank, style in ((1, "newest"), (2, "nemo")):
             src = os.path.join(tmp, "a", "sharded",
@@ -731,7 +874,7 @@ def shard_file(path, out, ep=False, formats="ab"):
     if "a" in formats:
         write_format_a(os.path.join(out, "a"), model, 1)
     if "b" in formats:
-        write_format_b(os.path.join(out, "b"), model)
+        write_format_b(os.path.join(out, "b"), model, enum_style="name")
 
 
 def main(argv):

@@ -225,27 +225,84 @@ check_good_b(const char *name)
   g_assert_cmpint(wsync_dcp_lookup(dcp, "model.position_ids")->dtype, ==, WSYNC_DTYPE_I64);
 }
 
+/* The .metadata of fixture @name pickles the layout as real torch does
+ * (torch.serialization._get_layout('torch.strided')) and the memory format by name
+ * (builtins.getattr, as Python 3.11.2 does; __builtin__ at protocol 2) or by value (as
+ * Python 3.11.7 does), and the reader takes both as the same member. */
+static void
+check_metadata_forms(const char *name, const char *getattr_global)
+{
+  g_autofree char *path = g_build_filename(fixtures, name, ".metadata", NULL);
+  g_autofree char *data = NULL;
+  gsize len = 0;
+  GError *error = NULL;
+  g_assert_true(g_file_get_contents(path, &data, &len, &error));
+  g_assert_no_error(error);
+  g_assert_nonnull(memmem(data, len, "_get_layout", 11));
+  g_assert_nonnull(memmem(data, len, "torch.strided", 13));
+  if (getattr_global)
+    g_assert_nonnull(memmem(data, len, getattr_global, strlen(getattr_global)));
+  else
+    g_assert_null(memmem(data, len, "getattr", 7));
+
+  g_autoptr(WsyncPickle) pk = wsync_pickle_load((const guint8 *)data, len, path, &error);
+  g_assert_no_error(error);
+  const WsyncPickleValue *md = wsync_pickle_root(pk);
+  g_assert_true(wsync_pickle_is_instance(md, WSYNC_PG_METADATA));
+  const WsyncPickleValue *sdm = wsync_pickle_dict_lookup(md->state, "state_dict_metadata");
+  guint n_tensors = 0;
+  for (guint i = 0; i < wsync_pickle_n_items(sdm); i++) {
+    const WsyncPickleValue *tsm = wsync_pickle_dict_value(sdm, i);
+    if (!wsync_pickle_is_instance(tsm, WSYNC_PG_TENSOR_STORAGE_METADATA))
+      continue; /* train_state */
+    n_tensors++;
+    const WsyncPickleValue *props = wsync_pickle_dict_lookup(tsm->state, "properties");
+    g_assert_true(wsync_pickle_is_instance(props, WSYNC_PG_TENSOR_PROPERTIES));
+    g_assert_cmpuint(wsync_pickle_n_items(props->state), ==, 5);
+    const WsyncPickleValue *layout = wsync_pickle_item(props->state, 1);
+    g_assert_cmpint(layout->kind, ==, WSYNC_PICKLE_LAYOUT);
+    g_assert_cmpstr(layout->name, ==, "torch.strided");
+    const WsyncPickleValue *mem = wsync_pickle_item(props->state, 3);
+    g_assert_cmpint(mem->kind, ==, WSYNC_PICKLE_ENUM);
+    g_assert_cmpint(mem->cls->global, ==, WSYNC_PG_MEM_FORMAT_ENCODING);
+    g_assert_cmpstr(mem->name, ==, "TORCH_CONTIGUOUS_FORMAT");
+    g_assert_cmpint(mem->integer, ==, 0);
+  }
+  g_assert_cmpuint(n_tensors, >, 0);
+}
+
 static void
 test_b_good(void)
 {
-  check_good_b("good-b"); /* protocol 4, pathlib.PosixPath */
+  check_metadata_forms("good-b", NULL);
+  check_good_b("good-b"); /* protocol 4, by value, pathlib.PosixPath */
+}
+
+static void
+test_b_by_name(void)
+{
+  check_metadata_forms("good-b-by-name", "\x8c\x08" "builtins\x94\x8c\x07" "getattr");
+  check_good_b("good-b-by-name"); /* protocol 4, by name */
 }
 
 static void
 test_b_protocol2(void)
 {
-  check_good_b("good-b-p2");
+  check_metadata_forms("good-b-p2", "c__builtin__\ngetattr\n");
+  check_good_b("good-b-p2"); /* protocol 2, by name */
 }
 
 static void
 test_b_protocol5(void)
 {
-  check_good_b("good-b-p5"); /* protocol 5, pathlib._local.PosixPath */
+  check_metadata_forms("good-b-p5", NULL);
+  check_good_b("good-b-p5"); /* protocol 5, by value, pathlib._local.PosixPath */
 }
 
 static void
 test_b_flat(void)
 {
+  check_metadata_forms("flat-b", "getattr");
   g_autoptr(WsyncDcp) dcp = open_good("flat-b");
   compare_with_source(dcp, "flat.safetensors");
 }
@@ -256,6 +313,7 @@ typedef struct {
   const char *fixture;
   gboolean at_open; /* refused by wsync_dcp_open (else by the coverage check) */
   const char *fragments[6];
+  gboolean cli; /* also run `wsync merge` on it (exit 3, the same message) */
 } Refusal;
 
 static const Refusal refusals[] = {
@@ -302,7 +360,34 @@ static const Refusal refusals[] = {
       NULL}},
     {"b-evil", TRUE,
      {"b-evil/.metadata: pickle byte ",
-      ": the global os.system is not one DCP writes (refused; nothing is imported)", NULL}},
+      ": the global os.system is not one DCP writes (refused; nothing is imported)", NULL},
+     TRUE},
+    {"b-sparse", TRUE,
+     {"b-sparse/.metadata: tensor \"model.norm.weight\": layout torch.sparse_coo is not "
+      "supported; only dense tensors (torch.strided) are",
+      NULL},
+     TRUE},
+    {"b-layout-unknown", TRUE,
+     {"b-layout-unknown/.metadata: pickle byte ",
+      ": torch.serialization._get_layout of \"torch.bogus\", which is not a torch layout", NULL},
+     TRUE},
+    {"b-getattr-member", TRUE,
+     {"b-getattr-member/.metadata: pickle byte ",
+      ": torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING has no member "
+      "\"TORCH_EVIL_FORMAT\" (refused; nothing is called)",
+      NULL},
+     TRUE},
+    {"b-getattr-class", TRUE,
+     {"b-getattr-class/.metadata: pickle byte ",
+      ": builtins.getattr on the global torch.Size: getattr is read only as a member of a DCP "
+      "enum class (refused; nothing is called)",
+      NULL},
+     TRUE},
+    {"b-enum-value", TRUE,
+     {"b-enum-value/.metadata: pickle byte ",
+      ": torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING has no member of value 7",
+      NULL},
+     TRUE},
     {"b-view", TRUE,
      {"tensor \"model.norm.weight\": chunk [0:4]",
       "data.pkl: size [4], stride [2] and storage offset 0 reach element 6 of a storage of 4",
@@ -328,6 +413,50 @@ test_refusal(gconstpointer data)
     check_error(error, r->fragments);
   }
   g_clear_error(&error);
+}
+
+/* What the user sees: `wsync merge` exits 3 with the same one-line message, and writes
+ * nothing. */
+static void
+test_refusal_cli(gconstpointer data)
+{
+  const Refusal *r = data;
+  g_autofree char *path = fixture(r->fixture);
+  g_autofree char *conf = test_tmpdir();
+  g_autofree char *dst = g_build_filename(conf, "merged", NULL);
+  TestRun run = test_run("merge", path, dst, "--conf-dir", conf, NULL);
+  g_assert_cmpint(run.status, ==, 3);
+  g_assert_cmpstr(run.out, ==, "");
+  g_assert_true(g_str_has_prefix(run.err, "wsync: "));
+  g_assert_true(strchr(run.err, '\n') == run.err + strlen(run.err) - 1); /* one line */
+  for (guint i = 0; r->fragments[i]; i++)
+    test_assert_has(run.err, r->fragments[i]);
+  g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+  test_run_clear(&run);
+  test_rmtree(conf);
+}
+
+/* Both pickling styles of the memory format, through the command: merge exits 0 and
+ * gives back the unsharded source, bit for bit. */
+static void
+test_merge_cli(void)
+{
+  const char *names[] = {"good-b", "good-b-by-name", "good-b-p2"};
+  g_autofree char *source = fixture("good.safetensors");
+  for (guint i = 0; i < G_N_ELEMENTS(names); i++) {
+    g_autofree char *path = fixture(names[i]);
+    g_autofree char *conf = test_tmpdir();
+    g_autofree char *dst = g_build_filename(conf, "merged", NULL);
+    TestRun run = test_run("merge", path, dst, "--conf-dir", conf, NULL);
+    if (run.status != 0)
+      g_error("merge %s: exit %d: %s", names[i], run.status, run.err);
+    test_run_clear(&run);
+    run = test_run("verify", source, dst, "--conf-dir", conf, NULL);
+    g_assert_cmpint(run.status, ==, 0);
+    g_assert_cmpstr(run.out, ==, "equal: 21 tensors, 1552 bytes\n");
+    test_run_clear(&run);
+    test_rmtree(conf);
+  }
 }
 
 static void
@@ -580,6 +709,118 @@ test_pickle_values(void)
   g_assert_true(wsync_pickle_is_instance(wsync_pickle_item(root, 2), WSYNC_PG_POSIX_PATH));
 }
 
+/* Layouts and enum members are read as data, in every form torch and Python write. */
+static void
+test_pickle_layout_and_enum(void)
+{
+  GError *error = NULL;
+  /* (_get_layout('torch.strided'), _MEM_FORMAT_ENCODING(1), getattr(_MEM_FORMAT_ENCODING,
+   *  'TORCH_PRESERVE_FORMAT'), the bare global torch.strided, _get_layout('torch.sparse_csr')) */
+  static const char p4[] =
+      "\x80\x04("
+      "\x8c\x13" "torch.serialization\x8c\x0b" "_get_layout\x93\x8c\x0d" "torch.strided\x85R"
+      "\x8c\x25" "torch.distributed.checkpoint.metadata\x8c\x14" "_MEM_FORMAT_ENCODING\x93\x94"
+      "K\x01\x85R"
+      "\x8c\x08" "builtins\x8c\x07" "getattr\x93h\x00\x8c\x15" "TORCH_PRESERVE_FORMAT\x86R"
+      "ctorch\nstrided\n"
+      "ctorch.serialization\n_get_layout\n\x8c\x10" "torch.sparse_csr\x85R"
+      "t.";
+  g_autoptr(WsyncPickle) pk = LOAD(p4, &error);
+  g_assert_no_error(error);
+  const WsyncPickleValue *root = wsync_pickle_root(pk);
+  g_assert_cmpuint(wsync_pickle_n_items(root), ==, 5);
+  const WsyncPickleValue *v = wsync_pickle_item(root, 0);
+  g_assert_cmpint(v->kind, ==, WSYNC_PICKLE_LAYOUT);
+  g_assert_cmpstr(v->name, ==, "torch.strided");
+  v = wsync_pickle_item(root, 1);
+  g_assert_cmpint(v->kind, ==, WSYNC_PICKLE_ENUM);
+  g_assert_cmpint(v->cls->global, ==, WSYNC_PG_MEM_FORMAT_ENCODING);
+  g_assert_cmpstr(v->name, ==, "TORCH_CHANNELS_LAST");
+  g_assert_cmpint(v->integer, ==, 1);
+  g_autofree char *d = wsync_pickle_describe(v);
+  g_assert_cmpstr(d, ==, "the member _MEM_FORMAT_ENCODING.TORCH_CHANNELS_LAST");
+  v = wsync_pickle_item(root, 2);
+  g_assert_cmpint(v->kind, ==, WSYNC_PICKLE_ENUM);
+  g_assert_cmpstr(v->name, ==, "TORCH_PRESERVE_FORMAT");
+  g_assert_cmpint(v->integer, ==, 2);
+  g_assert_true(v->cls == wsync_pickle_item(root, 1)->cls);
+  v = wsync_pickle_item(root, 3);
+  g_assert_cmpint(v->kind, ==, WSYNC_PICKLE_LAYOUT);
+  g_assert_cmpstr(v->name, ==, "torch.strided");
+  v = wsync_pickle_item(root, 4);
+  g_assert_cmpint(v->kind, ==, WSYNC_PICKLE_LAYOUT);
+  g_autofree char *dl = wsync_pickle_describe(v);
+  g_assert_cmpstr(dl, ==, "the layout torch.sparse_csr");
+
+  /* Protocol 2: getattr as Python 2's __builtin__, and the enum under its older name in
+   * torch.distributed._shard, by value. */
+  static const char p2[] =
+      "\x80\x02("
+      "c__builtin__\ngetattr\nctorch.distributed.checkpoint.metadata\n_MEM_FORMAT_ENCODING\n"
+      "X\x17\x00\x00\x00" "TORCH_CONTIGUOUS_FORMAT\x86R"
+      "ctorch.distributed._shard.sharded_tensor.metadata\nMEM_FORMAT_ENCODING\nK\x02\x85R"
+      "t.";
+  g_autoptr(WsyncPickle) pk2 = LOAD(p2, &error);
+  g_assert_no_error(error);
+  root = wsync_pickle_root(pk2);
+  v = wsync_pickle_item(root, 0);
+  g_assert_cmpint(v->kind, ==, WSYNC_PICKLE_ENUM);
+  g_assert_cmpstr(v->name, ==, "TORCH_CONTIGUOUS_FORMAT");
+  g_assert_cmpint(v->integer, ==, 0);
+  v = wsync_pickle_item(root, 1);
+  g_assert_cmpint(v->kind, ==, WSYNC_PICKLE_ENUM);
+  g_assert_cmpstr(v->name, ==, "TORCH_PRESERVE_FORMAT");
+  g_assert_cmpstr(v->cls->name, ==, "MEM_FORMAT_ENCODING");
+}
+
+/* getattr and _get_layout are never calls: anything but a member of a DCP enum class or
+ * a torch layout's name is refused, by name. */
+static void
+test_pickle_layout_and_enum_refusals(void)
+{
+#define ENUM_CLASS "ctorch.distributed.checkpoint.metadata\n_MEM_FORMAT_ENCODING\n"
+#define GETATTR "c__builtin__\ngetattr\n"
+#define GET_LAYOUT "ctorch.serialization\n_get_layout\n"
+  REFUSE("\x80\x02" GETATTR "ctorch\nSize\nX\x01\x00\x00\x00x\x86R.",
+         "__builtin__.getattr on the global torch.Size: getattr is read only as a member of a "
+         "DCP enum class (refused; nothing is called)");
+  REFUSE("\x80\x02" GETATTR "X\x02\x00\x00\x00osX\x06\x00\x00\x00system\x86R.",
+         "__builtin__.getattr on the str \"os\": getattr is read only as a member");
+  REFUSE("\x80\x04\x8c\x08" "builtins\x8c\x07" "getattr\x93" ENUM_CLASS
+         "X\x09\x00\x00\x00__class__\x86R.",
+         "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING has no member \"__class__\" "
+         "(refused; nothing is called)");
+  REFUSE("\x80\x02" GETATTR ENUM_CLASS "K\x00\x86R.",
+         "__builtin__.getattr on torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING with "
+         "the int 0, not a member name");
+  REFUSE("\x80\x02" GETATTR ENUM_CLASS "X\x01\x00\x00\x00xN\x87R.",
+         "REDUCE of __builtin__.getattr with 3 arguments is not something DCP writes");
+  REFUSE("\x80\x02" GETATTR ENUM_CLASS "X\x01\x00\x00\x00x\x86\x81.",
+         "NEWOBJ of __builtin__.getattr with 2 arguments is not something DCP writes");
+  REFUSE("\x80\x02" ENUM_CLASS "K\x07\x85R.",
+         "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING has no member of value 7");
+  REFUSE("\x80\x02" ENUM_CLASS "X\x01\x00\x00\x00x\x85R.",
+         "REDUCE of torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING with 1 arguments "
+         "is not something DCP writes (one int is: the member's value)");
+  REFUSE("\x80\x02" GET_LAYOUT "X\x0b\x00\x00\x00torch.bogus\x85R.",
+         "torch.serialization._get_layout of \"torch.bogus\", which is not a torch layout");
+  REFUSE("\x80\x02" GET_LAYOUT "K\x00\x85R.",
+         "REDUCE of torch.serialization._get_layout with 1 arguments is not something DCP "
+         "writes (one str is: the layout's name)");
+  REFUSE("\x80\x02" GET_LAYOUT ")R.",
+         "REDUCE of torch.serialization._get_layout with 0 arguments");
+  REFUSE("\x80\x02" "ctorch\nstrided\n)R.", "REDUCE of the layout torch.strided, not a class");
+  REFUSE("\x80\x02" "c__builtin__\nsetattr\n.",
+         "the global __builtin__.setattr is not one DCP writes (refused; nothing is imported)");
+  REFUSE("\x80\x02" "cbuiltins\neval\n.", "the global builtins.eval is not one DCP writes");
+  REFUSE("\x80\x02" "ctorch.serialization\nload\n.",
+         "the global torch.serialization.load is not one DCP writes");
+  REFUSE("\x80\x02" "cos\ngetattr\n.", "the global os.getattr is not one DCP writes");
+#undef ENUM_CLASS
+#undef GETATTR
+#undef GET_LAYOUT
+}
+
 static void
 test_pickle_refusals(void)
 {
@@ -733,7 +974,8 @@ test_blobs(void)
 static void
 test_seeds_parse(void)
 {
-  const char *names[] = {"metadata-p2.bin", "metadata-p4.bin", "metadata-p5.bin"};
+  const char *names[] = {"metadata-p2.bin", "metadata-p4.bin", "metadata-p4-by-name.bin",
+                         "metadata-p5.bin"};
   for (guint i = 0; i < G_N_ELEMENTS(names); i++) {
     g_autoptr(GBytes) bytes = seed(names[i]);
     gsize len;
@@ -753,6 +995,50 @@ test_seeds_parse(void)
       wsync_dcp_parse_shard(data, len, "shard-00002-model-00001-of-00002.safetensors", &error);
   g_assert_no_error(error);
   g_assert_cmpuint(wsync_dcp_lookup(dcp, "model.embed_tokens.weight")->part, ==, 1);
+}
+
+/* The committed seeds are what the script writes, byte for byte, with the python3 that
+ * runs the tests: the script's output does not depend on the Python. */
+static void
+test_seeds_reproducible(void)
+{
+  g_autofree char *script = g_test_build_filename(G_TEST_DIST, "make-dcp-fixtures.py", NULL);
+  g_autofree char *committed = g_test_build_filename(G_TEST_DIST, "data", "dcp-fuzz-seeds", NULL);
+  g_autofree char *tmp = test_tmpdir();
+  const char *argv[] = {"python3", script, "--seeds", tmp, NULL};
+  g_autofree char *err = NULL;
+  int status = 0;
+  GError *error = NULL;
+  g_spawn_sync(NULL, (char **)argv, NULL, G_SPAWN_SEARCH_PATH | G_SPAWN_STDOUT_TO_DEV_NULL, NULL,
+               NULL, NULL, &err, &status, &error);
+  g_assert_no_error(error);
+  if (!g_spawn_check_wait_status(status, NULL))
+    g_error("%s --seeds failed: %s", script, err);
+
+  guint n = 0;
+  GDir *dir = g_dir_open(committed, 0, &error);
+  g_assert_no_error(error);
+  for (const char *name; (name = g_dir_read_name(dir)) != NULL; n++) {
+    g_autofree char *want_path = g_build_filename(committed, name, NULL);
+    g_autofree char *got_path = g_build_filename(tmp, name, NULL);
+    g_autofree char *want = NULL, *got = NULL;
+    gsize want_len = 0, got_len = 0;
+    g_assert_true(g_file_get_contents(want_path, &want, &want_len, NULL));
+    if (!g_file_get_contents(got_path, &got, &got_len, NULL))
+      g_error("the script no longer writes the seed %s", name);
+    if (want_len != got_len || memcmp(want, got, want_len) != 0)
+      g_error("seed %s differs from what the script writes now (%" G_GSIZE_FORMAT " bytes, "
+              "committed %" G_GSIZE_FORMAT ")",
+              name, got_len, want_len);
+  }
+  g_dir_close(dir);
+  g_autoptr(GDir) written = g_dir_open(tmp, 0, &error);
+  g_assert_no_error(error);
+  guint m = 0;
+  while (g_dir_read_name(written) != NULL)
+    m++;
+  g_assert_cmpuint(m, ==, n); /* and no seed it writes is missing from the tree */
+  test_rmtree(tmp);
 }
 
 /* ================================================================ main */
@@ -791,21 +1077,30 @@ main(int argc, char **argv)
   g_test_add_func("/dcp/a/good", test_a_good);
   g_test_add_func("/dcp/a/flat-with-gaps", test_a_flat);
   g_test_add_func("/dcp/b/good-protocol-4", test_b_good);
+  g_test_add_func("/dcp/b/good-protocol-4-by-name", test_b_by_name);
   g_test_add_func("/dcp/b/good-protocol-2", test_b_protocol2);
   g_test_add_func("/dcp/b/good-protocol-5", test_b_protocol5);
   g_test_add_func("/dcp/b/flat", test_b_flat);
   for (guint i = 0; i < G_N_ELEMENTS(refusals); i++) {
     g_autofree char *name = g_strdup_printf("/dcp/refuse/%s", refusals[i].fixture);
     g_test_add_data_func(name, &refusals[i], test_refusal);
+    if (refusals[i].cli) {
+      g_autofree char *cli = g_strdup_printf("/dcp/cli/refuse/%s", refusals[i].fixture);
+      g_test_add_data_func(cli, &refusals[i], test_refusal_cli);
+    }
   }
+  g_test_add_func("/dcp/cli/merge", test_merge_cli);
   g_test_add_func("/dcp/refuse/not-a-checkpoint", test_not_a_checkpoint);
   g_test_add_func("/dcp/refuse/both-shard-dirs", test_both_shard_dirs);
   g_test_add_func("/dcp/refuse/parts-disagree", test_parts_disagree);
   g_test_add_func("/dcp/coverage", test_coverage);
   g_test_add_func("/dcp/pickle/values", test_pickle_values);
   g_test_add_func("/dcp/pickle/refusals", test_pickle_refusals);
+  g_test_add_func("/dcp/pickle/layout-and-enum", test_pickle_layout_and_enum);
+  g_test_add_func("/dcp/pickle/layout-and-enum-refusals", test_pickle_layout_and_enum_refusals);
   g_test_add_func("/dcp/blob", test_blobs);
   g_test_add_func("/dcp/seeds", test_seeds_parse);
+  g_test_add_func("/dcp/seeds/reproducible", test_seeds_reproducible);
 
   int rc = g_test_run();
   test_rmtree(fixtures);

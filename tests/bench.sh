@@ -6,7 +6,7 @@
 #   cp -r of the checkpoint (the baseline: the same bytes read and written),
 #   wsync convert --target vllm at tp 1 and at tp 4,
 #   wsync convert of the tp 4 rank files back to hf (read back),
-#   wsync convert --target vllm-ascend in both moe layouts, and back to hf,
+#   wsync convert --target vllm-ascend in both formats, and back to hf,
 #   wsync merge of the checkpoint sharded as FSDP2 x EP would save it,
 # and prints throughput, the ratio to cp, and peak private memory (RssAnon, sampled) of
 # each run.  Only ratios measured in one run mean anything on a shared machine.
@@ -64,18 +64,18 @@ run "convert tp 4 rank files -> hf" $W convert "$base/tp4" "$base/back" --target
 $W verify "$base/src" "$base/back" >/dev/null && echo "round trip: bit-exact"
 rm -rf "$base/tp4" "$base/back"
 
-# vllm-ascend (plugin npu-ascend): the routed experts transposed into the processed
-# layout (moe-layout "processed", the default), or left in the loader layout
-# ("preprocessed", set by a later conf dir).  Each output is removed before the next
-# run, so that every run, like cp, has the source and one output in the tmpfs.
-mkdir -p "$base/pre.d"
-printf 'plugin "npu-ascend" {\n    moe-layout = "preprocessed"\n}\n' >"$base/pre.d/90-preprocessed.conf"
-run "vllm-ascend processed tp 1" $W convert "$base/src" "$base/asc" --target vllm-ascend --tp 1
+# vllm-ascend (plugin npu-ascend): the kernel format, routed experts transposed into the
+# processed layout, or the sharded-state format, the loader layout.  Each output is
+# removed before the next run, so that every run, like cp, has the source and one output
+# in the tmpfs.
+run "vllm-ascend kernel tp 1" $W convert "$base/src" "$base/asc" --target vllm-ascend \
+  --format kernel --tp 1
 rm -rf "$base/asc"
-run "vllm-ascend preprocessed tp 1" $W --conf-dir "$base/pre.d" convert "$base/src" "$base/asc" \
-  --target vllm-ascend --tp 1
+run "vllm-ascend sharded-state tp 1" $W convert "$base/src" "$base/asc" --target vllm-ascend \
+  --format sharded-state --tp 1
 rm -rf "$base/asc"
-run "vllm-ascend processed tp 4" $W convert "$base/src" "$base/asc" --target vllm-ascend --tp 4
+run "vllm-ascend kernel tp 4" $W convert "$base/src" "$base/asc" --target vllm-ascend \
+  --format kernel --tp 4
 run "vllm-ascend tp 4 -> hf" $W convert "$base/asc" "$base/back" --target hf
 $W verify "$base/src" "$base/back" >/dev/null && echo "round trip (vllm-ascend): bit-exact"
 rm -rf "$base/asc" "$base/back"

@@ -126,13 +126,15 @@ typedef struct {
 
 static const Release releases[] = {
     {"0.17 to 0.19.x", "0.17.0", "0.19.999", &era_a, MAP_PERSISTENT, FALSE,
-     "the era A release range is medium confidence (§5)"},
+     "the era A release range is medium confidence, and Qwen3-MoE's router alias only came "
+     "with vLLM #32082 (2026-01-23) (§5)"},
     {"0.20.x", "0.20.0", "0.20.999", &era_b, MAP_PERSISTENT, FALSE,
      "the era B release range is low confidence (§5)"},
     {"0.21.0 to 0.23.x", "0.21.0", "0.23.999", &era_c, MAP_PERSISTENT, TRUE, NULL},
     {"0.24.x", "0.24.0", "0.24.999", &era_d, MAP_PERSISTENT, TRUE, NULL},
-    {"0.25.0 to 0.27.0", "0.25.0", "0.27.0", &era_d, MAP_UNKNOWN, FALSE,
-     "0.25.0 to 0.27.0 were not checked; whether they keep the expert map persistent is "
+    {"0.25.x", "0.25.0", "0.25.999", &era_d, MAP_PERSISTENT, TRUE, NULL},
+    {"0.26.0 to 0.27.0", "0.26.0", "0.27.0", &era_d, MAP_UNKNOWN, FALSE,
+     "0.26.0 to 0.27.0 were not checked; whether they keep the expert map persistent is "
      "not known (§5)"},
     {"0.27.1 to 0.27.x", "0.27.1", "0.27.999", &era_d, MAP_ABSENT, TRUE, NULL},
     {"0.28.0 and later", "0.28.0", NULL, &era_d, MAP_ABSENT, FALSE,
@@ -140,7 +142,7 @@ static const Release releases[] = {
 };
 
 /* The default, "latest": the newest verified row. */
-#define LATEST_RELEASE (&releases[5])
+#define LATEST_RELEASE (&releases[6])
 
 #define VERSION_PARTS 4
 
@@ -1014,8 +1016,9 @@ add_notes(Rank *r)
 {
   g_autofree char *consumer =
       r->kernel ? g_strdup("format kernel: each rank's files are a live weight update "
-                           "(start_weight_update with is_checkpoint_format=false): every "
-                           "tensor a parameter, in the layout the kernels run on")
+                           "(start_weight_update with is_checkpoint_format=false, or "
+                           "reload_weights with is_checkpoint_format=False in later vLLM): "
+                           "every tensor a parameter, in the layout the kernels run on")
                 : g_strdup_printf("format sharded-state: load with `vllm serve DIR "
                                   "--load-format sharded_state --tensor-parallel-size %u`",
                                   r->tp);
@@ -1153,9 +1156,10 @@ help_text(const char *target)
       "    --format sharded-state (the default): for `vllm serve DIR --load-format\n"
       "      sharded_state --tensor-parallel-size N`; model-rank-{tp_rank}-part-{p}.safetensors;\n"
       "      the loader layout%s; ep <= tp only\n"
-      "    --format kernel: for a live weight update (start_weight_update with\n"
-      "      is_checkpoint_format=false); kernel-rank-{rank}-part-{p}.safetensors, one set\n"
-      "      per worker (the EP rank with --ep); parameters only%s\n",
+      "    --format kernel: for a live weight update in kernel format (start_weight_update\n"
+      "      or reload_weights with is_checkpoint_format=false, by release);\n"
+      "      kernel-rank-{rank}-part-{p}.safetensors, one set per worker (the EP rank with\n"
+      "      --ep); parameters only%s\n",
       ascend ? " (experts not transposed)" : "",
       ascend ? ";\n      experts transposed as vLLM-Ascend runs them" : "");
   if (ascend) {

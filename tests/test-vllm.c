@@ -1198,8 +1198,9 @@ test_help(void)
                     "under vLLM's names\n"
                     "    --format sharded-state (the default): for `vllm serve DIR "
                     "--load-format\n      sharded_state --tensor-parallel-size N`;");
-  assert_has(r.out, "    --format kernel: for a live weight update (start_weight_update with\n"
-                    "      is_checkpoint_format=false);");
+  assert_has(r.out, "    --format kernel: for a live weight update in kernel format "
+                    "(start_weight_update\n      or reload_weights with "
+                    "is_checkpoint_format=false, by release);");
   assert_has(r.out, "      0.21.0 to 0.23.x   era C  router mlp.experts.runner.gate.weight\n");
   assert_has(r.out, "      latest (default)   as 0.27.1\n");
   run_clear(&r);
@@ -1223,16 +1224,16 @@ test_refuse_sharded_state(void)
                   "never load (use --format kernel, for a live weight update)\n");
   g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
   run_clear(&r);
-  r = run_wsync("convert", src, dst, "--conf-dir", conf_dir("0.25.0", TRUE), "--plugin-dir",
+  r = run_wsync("convert", src, dst, "--conf-dir", conf_dir("0.26.0", TRUE), "--plugin-dir",
                 pdir, "--target", "vllm", "--tp", "2", "--ep", "2", NULL);
   g_assert_cmpint(r.status, ==, 2);
-  assert_has(r.err, "vllm-version 0.25.0: whether its sharded_state files hold the expert map "
+  assert_has(r.err, "vllm-version 0.26.0: whether its sharded_state files hold the expert map "
                     "is not known");
   g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
   run_clear(&r);
   /* without EP the same release is fine, and so is its kernel format with EP */
-  g_free(convert_format(src, conf_dir("0.25.0", TRUE), "sharded-state", 2, 0, -1));
-  g_free(convert_format(src, conf_dir("0.25.0", TRUE), "kernel", 2, 2, -1));
+  g_free(convert_format(src, conf_dir("0.26.0", TRUE), "sharded-state", 2, 0, -1));
+  g_free(convert_format(src, conf_dir("0.26.0", TRUE), "kernel", 2, 2, -1));
 }
 
 /* --format names one of the target's formats; the Hugging Face targets have none. */

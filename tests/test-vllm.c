@@ -1176,7 +1176,8 @@ test_plan_format_and_era(void)
   assert_has(r.out, "\"format\" : \"kernel\"");
   assert_has(r.out, "\"wsync.vllm-era\" : \"B\"");
   assert_has(r.out, "format kernel: each rank's files are a live weight update "
-                    "(start_weight_update with is_checkpoint_format=false)");
+                    "(start_weight_update with is_checkpoint_format=false, or reload_weights "
+                    "with is_checkpoint_format=False in later vLLM)");
   assert_has(r.out, "vllm-version 0.20.0: naming era B of releases 0.20.x (");
   assert_has(r.out, "; not verified: the era B release range is low confidence");
   run_clear(&r);

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "engine-private.h"
 
 static GOptionEntry *
 global_entries(WsyncCli *cli)
@@ -90,9 +89,7 @@ cli_help_targets(WsyncCli *cli, GString *out)
   gboolean quiet = cli->quiet;
   WsyncContext *ctx;
 
-  g_string_append(out, "\nTargets:\n");
-  for (guint i = 0; wsync_hf_target_at(i) != NULL; i++)
-    help_target(out, wsync_hf_target_at(i));
+  g_string_append(out, "\nTargets (of the plugins the configuration selects):\n");
   cli->quiet = TRUE; /* help is not the place for plugin warnings */
   ctx = cli_context(cli, &error);
   cli->quiet = quiet;

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "plan.h"
 
 static JsonNode *
 load_config(const char *path, GError **error)
@@ -70,7 +69,7 @@ cmd_config(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   if (ctx == NULL)
     return cli_fail(error);
   root = load_config(argv[1], &error);
-  if (root == NULL || !wsync_run_config_patchers(ctx, root, &error))
+  if (root == NULL || !wsync_context_patch_config(ctx, root, &error))
     return cli_fail(error);
 
   json_generator_set_pretty(gen, TRUE);

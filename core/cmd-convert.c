@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "plan.h"
 
 /* Options shared by plan and convert; strings so that unset is visible. */
 typedef struct {
@@ -29,6 +28,13 @@ layout_args_clear(LayoutArgs *a)
   g_free(a->rank);
   g_free(a->threads);
   g_free(a->part_size);
+}
+
+/* Progress on stderr when it is a terminal (and not -q). */
+static WsyncExecuteFlags
+cli_execute_flags(WsyncCli *cli)
+{
+  return !cli->quiet && isatty(STDERR_FILENO) ? WSYNC_EXECUTE_PROGRESS : WSYNC_EXECUTE_NONE;
 }
 
 /* The command line wins over the conf.d `sync` section, which wins over the default. */
@@ -177,7 +183,7 @@ cmd_convert(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   if (plan == NULL)
     return status;
   const char *dst = argv[2]; /* option parsing left: program, SRC, DST */
-  if (!wsync_plan_execute(plan, dst, !cli->quiet && isatty(STDERR_FILENO), &error))
+  if (!wsync_plan_execute(plan, dst, cli_execute_flags(cli), &error))
     return cli_fail(error);
   if (cli->json) {
     g_autoptr(JsonNode) root = wsync_plan_to_json(plan);
@@ -257,18 +263,15 @@ cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   if (layers > 0)
     trim_layers(json_node_get_object(root), layers);
 
+  /* the published layout, or Transformers 5's fused experts (targets of plugin "hf") */
   o.target = fused ? "hf-fused" : "hf";
-  o.tp = o.ep = 1;
   o.rank = -1;
-  o.threads = g_get_num_processors();
-  o.synth = TRUE;
-  o.seed = (guint64)seed;
-  o.pattern_index = pattern != NULL && strcmp(pattern, "index") == 0;
-  o.synth_config = root;
   if (!parse_size(part_size ? part_size : "5G", &o.part_size, &error))
     return cli_fail(error);
-  g_autoptr(WsyncPlan) plan = wsync_plan_new(ctx, config, &o, &error);
-  if (plan == NULL || !wsync_plan_execute(plan, argv[1], !cli->quiet && isatty(2), &error))
+  g_autoptr(WsyncPlan) plan =
+      wsync_plan_new_synth(ctx, root, config, &o, (guint64)seed,
+                           pattern != NULL && strcmp(pattern, "index") == 0, &error);
+  if (plan == NULL || !wsync_plan_execute(plan, argv[1], cli_execute_flags(cli), &error))
     return cli_fail(error);
   if (!cli->quiet)
     printf("wrote %s: %" G_GUINT64_FORMAT " bytes\n", argv[1], wsync_plan_total_bytes(plan));
@@ -289,7 +292,7 @@ cmd_merge(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
        "Worker threads (default: the number of cores)", "N"},
       {NULL}};
   g_autoptr(GError) error = NULL;
-  WsyncPlanOptions o = {.target = "hf", .tp = 1, .ep = 1, .rank = -1, .merge = TRUE};
+  WsyncPlanOptions o = {.rank = -1};
   WsyncContext *ctx;
   guint64 n = 0;
 
@@ -305,8 +308,8 @@ cmd_merge(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
       !parse_count("--threads", pick(ctx, threads, "threads", cores), 1, 1024, &n, &error))
     return cli_fail(error);
   o.threads = (guint)n;
-  g_autoptr(WsyncPlan) plan = wsync_plan_new(ctx, argv[1], &o, &error);
-  if (plan == NULL || !wsync_plan_execute(plan, argv[2], !cli->quiet && isatty(2), &error))
+  g_autoptr(WsyncPlan) plan = wsync_plan_new_merge(ctx, argv[1], &o, &error);
+  if (plan == NULL || !wsync_plan_execute(plan, argv[2], cli_execute_flags(cli), &error))
     return cli_fail(error);
   if (cli->json) {
     g_autoptr(JsonNode) root = wsync_plan_to_json(plan);

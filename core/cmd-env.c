@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "env-private.h"
+#include <wsync/env.h>
 
 /* 'value' with every ' written as '\'' : safe for any shell. */
 static char *

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "plan.h"
 
 static void
 print_text(WsyncCheckpoint *ck)
@@ -91,7 +90,7 @@ cmd_inspect(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   /* inspect needs no plugin, but a broken configuration is still an error. */
   if ((ctx = cli_context(cli, &error)) == NULL)
     return cli_fail(error);
-  ck = wsync_plan_open_checkpoint(ctx, argv[1], &error);
+  ck = wsync_context_open_checkpoint(ctx, argv[1], &error);
   if (ck == NULL)
     return cli_fail(error);
   if (cli->json)

@@ -17,7 +17,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "plan.h"
 
 /* Data is compared with memcmp in chunks this large; only the first chunk that differs
  * is searched byte by byte. */
@@ -289,10 +288,10 @@ cmd_verify(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   /* verify needs no plugin, but a broken configuration is still an error. */
   if ((ctx = cli_context(cli, &error)) == NULL)
     return cli_fail(error);
-  a = wsync_plan_open_checkpoint(ctx, argv[1], &error);
+  a = wsync_context_open_checkpoint(ctx, argv[1], &error);
   if (a == NULL)
     return cli_fail(error);
-  b = wsync_plan_open_checkpoint(ctx, argv[2], &error);
+  b = wsync_context_open_checkpoint(ctx, argv[2], &error);
   if (b == NULL)
     return cli_fail(error);
 

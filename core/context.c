@@ -29,6 +29,9 @@
 
 #include "context-private.h"
 
+#include <wsync/layout.h>
+#include <wsync/model.h>
+
 /* libconfuse's lexer keeps its state in globals and its callbacks take no user data:
  * parsing is serialised, and the strict pass finds its context here. */
 G_LOCK_DEFINE_STATIC(parse_lock);

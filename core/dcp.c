@@ -22,35 +22,6 @@
 
 #define bad_input wsync_json_bad_tensor
 
-/* "[2, 3]" */
-static char *
-format_dims(guint ndim, const guint64 *dims)
-{
-  GString *out = g_string_new("[");
-  for (guint i = 0; i < ndim; i++)
-    g_string_append_printf(out, "%s%" G_GUINT64_FORMAT, i ? ", " : "", dims[i]);
-  g_string_append_c(out, ']');
-  return g_string_free(out, FALSE);
-}
-
-/* "[0:3, 0:4]": half-open ranges, as Python slices. */
-static char *
-format_box(const WsyncBox *box)
-{
-  GString *out = g_string_new("[");
-  for (guint i = 0; i < box->ndim; i++)
-    g_string_append_printf(out, "%s%" G_GUINT64_FORMAT ":%" G_GUINT64_FORMAT, i ? ", " : "",
-                           box->offset[i], box->offset[i] + box->extent[i]);
-  g_string_append_c(out, ']');
-  return g_string_free(out, FALSE);
-}
-
-static guint
-dtype_size(WsyncDtype dtype)
-{
-  return wsync_dtype_bits(dtype) / 8;
-}
-
 static gboolean
 dtype_is_whole_bytes(WsyncDtype dtype)
 {
@@ -235,8 +206,8 @@ finish_tensors(WsyncDcp *dcp, GError **error)
     gboolean ok = TRUE;
     for (guint d = 0; d < t->t.ndim && ok; d++)
       ok = g_uint64_checked_mul(&numel, numel, t->t.shape[d]);
-    if (!ok || !g_uint64_checked_mul(&nbytes, numel, dtype_size(t->t.dtype))) {
-      g_autofree char *shape = format_dims(t->t.ndim, t->t.shape);
+    if (!ok || !g_uint64_checked_mul(&nbytes, numel, wsync_dtype_size(t->t.dtype))) {
+      g_autofree char *shape = wsync_shape_format(t->t.ndim, t->t.shape);
       return bad_input(error, dcp->where, t->t.name, "shape %s of %s is too large for 64 bits",
                        shape, wsync_dtype_name(t->t.dtype));
     }
@@ -427,7 +398,7 @@ add_shard(WsyncDcp *dcp, const WsyncSafetensors *st, guint part, guint n_parts, 
     JsonArray *array = json_node_get_array(offs);
     guint n = json_array_get_length(array);
     if (n != t->ndim) {
-      g_autofree char *shape = format_dims(t->ndim, t->shape);
+      g_autofree char *shape = wsync_shape_format(t->ndim, t->shape);
       return bad_input(error, file, t->name,
                        "saved_offsets has %u elements but the shape %s has %u dimensions", n,
                        shape, t->ndim);
@@ -623,7 +594,7 @@ read_storage_data(const WsyncPickleValue *sd, GHashTable *out, const char *file,
     }
     char *key = chunk_key(fqn->str, ndim, offsets);
     if (g_hash_table_contains(out, key)) {
-      g_autofree char *dims = format_dims(ndim, offsets);
+      g_autofree char *dims = wsync_shape_format(ndim, offsets);
       g_free(key);
       return bad_input(error, file, fqn->str, "storage_data has the chunk at offsets %s twice",
                        dims);
@@ -723,16 +694,16 @@ read_tensor_metadata(WsyncDcp *dcp, const char *fqn, const WsyncPickleValue *tsm
                        "chunk %u is not a ChunkStorageMetadata with torch.Size offsets and sizes",
                        c);
     if (n_off != ndim || n_size != ndim) {
-      g_autofree char *dims = format_dims(ndim, shape);
+      g_autofree char *dims = wsync_shape_format(ndim, shape);
       return bad_input(error, file, fqn,
                        "chunk %u has %u offsets and %u sizes but the shape %s has %u dimensions",
                        c, n_off, n_size, dims, ndim);
     }
     chunk.box.ndim = ndim;
-    g_autofree char *box = format_box(&chunk.box);
+    g_autofree char *box = wsync_box_format(&chunk.box);
     for (guint d = 0; d < ndim; d++)
       if (chunk.box.offset[d] > shape[d] || chunk.box.extent[d] > shape[d] - chunk.box.offset[d]) {
-        g_autofree char *dims = format_dims(ndim, shape);
+        g_autofree char *dims = wsync_shape_format(ndim, shape);
         return bad_input(error, file, fqn, "chunk %s lies outside the shape %s", box, dims);
       }
     g_autofree char *key = chunk_key(fqn, ndim, chunk.box.offset);
@@ -978,7 +949,7 @@ read_persistent_id(const WsyncPickleValue *pid, gboolean v3, const WsyncPickleVa
       return bad_input(error, what, NULL, "data.pkl: dtype %s.%s has no safetensors equivalent",
                        v3_dtype->module, v3_dtype->name);
     out->dtype = v3_dtype->dtype;
-    guint es = dtype_size(out->dtype);
+    guint es = wsync_dtype_size(out->dtype);
     if (count % es)
       return bad_input(error, what, NULL,
                        "data.pkl: an UntypedStorage of %" G_GUINT64_FORMAT
@@ -986,7 +957,7 @@ read_persistent_id(const WsyncPickleValue *pid, gboolean v3, const WsyncPickleVa
                        count, wsync_dtype_name(out->dtype));
     out->storage_numel = count / es;
   }
-  if (!g_uint64_checked_mul(&out->data_len, out->storage_numel, dtype_size(out->dtype)))
+  if (!g_uint64_checked_mul(&out->data_len, out->storage_numel, wsync_dtype_size(out->dtype)))
     return bad_input(error, what, NULL, "data.pkl: storage size overflows 64 bits");
   return TRUE;
 }
@@ -1056,8 +1027,8 @@ check_view(const WsyncDcpBlob *b, const char *what, GError **error)
       return bad_input(error, what, NULL, "data.pkl: the view overflows 64 bits");
   }
   if (last >= b->storage_numel) {
-    g_autofree char *size = format_dims(b->ndim, b->size);
-    g_autofree char *stride = format_dims(b->ndim, b->stride);
+    g_autofree char *size = wsync_shape_format(b->ndim, b->size);
+    g_autofree char *stride = wsync_shape_format(b->ndim, b->stride);
     return bad_input(error, what, NULL,
                      "data.pkl: size %s, stride %s and storage offset %" G_GUINT64_FORMAT
                      " reach element %" G_GUINT64_FORMAT " of a storage of %" G_GUINT64_FORMAT,
@@ -1341,11 +1312,11 @@ resolve_chunks(WsyncDcp *dcp, GError **error)
 {
   for (guint i = 0; i < dcp->tensors->len; i++) {
     Tensor *t = &g_array_index(dcp->tensors, Tensor, i);
-    guint es = dtype_size(t->t.dtype);
+    guint es = wsync_dtype_size(t->t.dtype);
     for (guint c = 0; c < t->t.chunks->len; c++) {
       WsyncDcpChunk *chunk = &g_array_index(t->t.chunks, WsyncDcpChunk, c);
       const StorageRef *ref = &g_array_index(t->refs, StorageRef, c);
-      g_autofree char *box = format_box(&chunk->box);
+      g_autofree char *box = wsync_box_format(&chunk->box);
       MappedFile *mf = get_map(dcp, ref->relative_path, t->t.name, box, error);
       if (mf == NULL)
         return FALSE;
@@ -1370,8 +1341,8 @@ resolve_chunks(WsyncDcp *dcp, GError **error)
       for (guint d = 0; same && d < b.ndim; d++)
         same = b.size[d] == chunk->box.extent[d];
       if (!same) {
-        g_autofree char *size = format_dims(b.ndim, b.size);
-        g_autofree char *want = format_dims(chunk->box.ndim, chunk->box.extent);
+        g_autofree char *size = wsync_shape_format(b.ndim, b.size);
+        g_autofree char *want = wsync_shape_format(chunk->box.ndim, chunk->box.extent);
         return bad_input(error, what, NULL, "holds a tensor of size %s but the chunk's size is %s",
                          size, want);
       }
@@ -1490,21 +1461,6 @@ wsync_dcp_open(const char *dir, GError **error)
 /* ================================================================ coverage */
 
 static gboolean
-box_intersect(const WsyncBox *a, const WsyncBox *b, WsyncBox *out)
-{
-  out->ndim = a->ndim;
-  for (guint d = 0; d < a->ndim; d++) {
-    guint64 lo = MAX(a->offset[d], b->offset[d]);
-    guint64 hi = MIN(a->offset[d] + a->extent[d], b->offset[d] + b->extent[d]);
-    if (hi <= lo)
-      return FALSE;
-    out->offset[d] = lo;
-    out->extent[d] = hi - lo;
-  }
-  return TRUE;
-}
-
-static gboolean
 box_equal(const WsyncBox *a, const WsyncBox *b)
 {
   for (guint d = 0; d < a->ndim; d++)
@@ -1587,8 +1543,8 @@ check_replica(Coverage *cv, guint i, guint j, const WsyncBox *on)
   guint64 at[WSYNC_MAX_DIMS] = {0};
   if (same_on_box(a, b, on, cv->es, at))
     return TRUE;
-  g_autofree char *ba = format_box(&a->box), *bb = format_box(&b->box), *bo = format_box(on);
-  g_autofree char *el = format_dims(on->ndim, at);
+  g_autofree char *ba = wsync_box_format(&a->box), *bb = wsync_box_format(&b->box), *bo = wsync_box_format(on);
+  g_autofree char *el = wsync_shape_format(on->ndim, at);
   g_autofree char *fa = wsync_json_printable(a->file ? a->file : "?");
   g_autofree char *fb = wsync_json_printable(b->file ? b->file : "?");
   return bad_input(cv->error, cv->dcp->where, cv->t->name,
@@ -1657,7 +1613,7 @@ uncovered_boxes(Coverage *cv, const WsyncBox *whole, const guint *reps, guint n_
     g_array_set_size(next, 0);
     for (guint u = 0; u < out->len; u++) {
       WsyncBox rest = g_array_index(out, WsyncBox, u), inter;
-      if (!box_intersect(&rest, c, &inter)) {
+      if (!wsync_box_intersect(&rest, c, &inter)) {
         g_array_append_val(next, rest);
         continue;
       }
@@ -1694,9 +1650,9 @@ gboolean
 wsync_dcp_check_tensor(const WsyncDcp *dcp, const WsyncDcpTensor *t, GError **error)
 {
   g_return_val_if_fail(dcp != NULL && t != NULL, FALSE);
-  Coverage cv = {dcp, t, dtype_size(t->dtype), error};
+  Coverage cv = {dcp, t, wsync_dtype_size(t->dtype), error};
   guint n = t->chunks->len, nd = t->ndim;
-  g_autofree char *shape = format_dims(nd, t->shape);
+  g_autofree char *shape = wsync_shape_format(nd, t->shape);
 
   /* 1. Every box inside the shape. */
   g_autoptr(GArray) live = g_array_new(FALSE, FALSE, sizeof(guint));
@@ -1707,7 +1663,7 @@ wsync_dcp_check_tensor(const WsyncDcp *dcp, const WsyncDcpTensor *t, GError **er
       inside = c->box.offset[d] <= t->shape[d] &&
                c->box.extent[d] <= t->shape[d] - c->box.offset[d];
     if (!inside) {
-      g_autofree char *box = format_box(&c->box);
+      g_autofree char *box = wsync_box_format(&c->box);
       g_autofree char *file = wsync_json_printable(c->file ? c->file : "?");
       return bad_input(error, dcp->where, t->name, "chunk %s (%s) lies outside the shape %s", box,
                        file, shape);
@@ -1776,7 +1732,7 @@ wsync_dcp_check_tensor(const WsyncDcp *dcp, const WsyncDcpTensor *t, GError **er
           continue;
         }
         WsyncBox on;
-        if (box_intersect(bi, bj, &on)) {
+        if (wsync_box_intersect(bi, bj, &on)) {
           overlap = TRUE;
           if (!check_replica(&cv, MIN(i, j), MAX(i, j), &on))
             return FALSE;
@@ -1808,7 +1764,7 @@ wsync_dcp_check_tensor(const WsyncDcp *dcp, const WsyncDcpTensor *t, GError **er
         break;
       }
   }
-  g_autofree char *gap = format_box(first);
+  g_autofree char *gap = wsync_box_format(first);
   return bad_input(error, dcp->where, t->name,
                    "no chunk covers %s (shape %s, %u chunk%s): the checkpoint is incomplete", gap,
                    shape, n, n == 1 ? "" : "s");

@@ -43,7 +43,7 @@
 
 #include <glib.h>
 #include <wsync/dtype.h>
-#include <wsync/engine.h>
+#include <wsync/layout.h>
 #include <wsync/safetensors.h>
 
 G_BEGIN_DECLS

@@ -78,3 +78,11 @@ wsync_dtype_nbytes(WsyncDtype dtype, guint64 numel, guint64 *nbytes)
     *nbytes = bits / 8;
   return TRUE;
 }
+
+gsize
+wsync_dtype_size(WsyncDtype dtype)
+{
+  guint bits = wsync_dtype_bits(dtype);
+
+  return bits % 8 == 0 ? bits / 8 : 0;
+}

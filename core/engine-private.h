@@ -1,10 +1,13 @@
-/* wsync: internals of the engine, shared by the core's own files only. */
+/* wsync: internals of the engine (the model, layouts, the plan's copies), shared by the
+ * core's own files only. */
 #ifndef WSYNC_ENGINE_PRIVATE_H
 #define WSYNC_ENGINE_PRIVATE_H
 
 #include <wsync/checkpoint.h>
-#include <wsync/engine.h>
+#include <wsync/layout.h>
+#include <wsync/model.h>
 #include <wsync/registry.h>
+#include <wsync/target.h>
 
 /* Where the bytes of a box of a logical tensor come from. */
 typedef enum {
@@ -20,15 +23,29 @@ typedef struct {
   guint input_index;     /* index into the plan's input list */
 } Source;
 
-struct _WsyncVTensor {
+struct _WsyncLogicalTensor {
   char *name;
-  WsyncDtype dtype;
-  gboolean dtype_from_input; /* set once a source fixed it */
+  WsyncDtype dtype;           /* the input's once bound, else as published */
+  WsyncDtype published_dtype; /* as the model publishes it */
+  gboolean dtype_from_input;  /* set once a source fixed it */
   guint ndim;
   guint64 shape[WSYNC_MAX_DIMS];
   guint ordinal;
+  const WsyncParam *param; /* the param that holds it, or NULL */
+  guint part_hint;   /* 1-based output file the source asks for (DCP -model-I-of-N), 0: none */
+  guint n_parts_hint;
   GArray *sources; /* Source */
   gboolean used;   /* read by some output */
+};
+
+struct _WsyncBlock {
+  WsyncBlockKind kind;
+  char *module;
+  WsyncGroup group;
+  char *runtime_drop;
+  WsyncExpertsForm experts_form;
+  const WsyncParam *by_role[WSYNC_ROLE_COUNT]; /* the first param of each role */
+  GPtrArray *params;                           /* const WsyncParam*, in order */
 };
 
 typedef struct {
@@ -36,20 +53,24 @@ typedef struct {
   char *glob;
 } DropRule;
 
-struct _WsyncMapping {
+struct _WsyncModel {
   JsonObject *config;
   char *model_type;
-  GPtrArray *vtensors; /* WsyncVTensor*, owned */
-  GHashTable *vt_by_name;
+  char *architecture;
+  WsyncDtype dtype;
+  GPtrArray *logical; /* WsyncLogicalTensor*, owned */
+  GHashTable *logical_by_name;
   GPtrArray *params; /* WsyncParam*, owned */
+  GPtrArray *blocks; /* WsyncBlock*, owned */
   GArray *drop_rules; /* DropRule */
-  WsyncConvertFunc hf_build;
-  gpointer hf_data;
+  WsyncGroup group;   /* of the blocks declared now */
+  char *runtime_drop;
+  GError *error;  /* the first config error a builder recorded */
   char *remapper; /* "entry (plugin)" that described the model */
 };
 
 typedef struct {
-  WsyncVTensor *vt;
+  WsyncLogicalTensor *lt;
   WsyncBox box;
   WsyncRegion region;
 } Placement;
@@ -69,10 +90,10 @@ struct _WsyncLayoutTensor {
   GArray *placements; /* Placement */
   GArray *fills;      /* Fill */
   char *made_by;      /* "entry (plugin)" */
-  const WsyncParam *param; /* the param a backend built it for, or NULL */
+  const WsyncParam *param; /* the param a target built it for, or NULL */
   gboolean permuted;  /* a hook swapped its last two axes */
   char *state;        /* its layout state, for the plan, or NULL */
-  guint part_hint; /* 1-based output file the source asks for (DCP -model-I-of-N), 0: none */
+  guint part_hint;    /* 1-based output file the source asks for, 0: none */
   guint n_parts_hint;
   /* filled by the planner */
   guint part;
@@ -86,7 +107,7 @@ typedef struct {
 } DroppedParam;
 
 struct _WsyncLayout {
-  WsyncMapping *mapping;
+  WsyncModel *model;
   char *target;
   char *format; /* NULL for a target without named formats */
   guint tp, ep, rank, world;
@@ -121,30 +142,29 @@ typedef struct {
   guint64 src_origin;               /* element index in the input tensor */
   guint64 src_stride[WSYNC_MAX_DIMS];
   WsyncDtype src_dtype;
-  const WsyncVTensor *vt;
-  WsyncBox vbox;                    /* the logical box being copied, for the plan */
+  const WsyncLogicalTensor *lt;
+  WsyncBox lbox;                    /* the logical box being copied, for the plan */
   /* OP_FILL */
   const Fill *fill;
 } Op;
 
-WsyncMapping *wsync_mapping_new(JsonObject *config, const char *model_type);
-void wsync_mapping_free(WsyncMapping *m);
+/* model.c */
+WsyncModel *wsync_model_new(JsonObject *config, const char *model_type);
+void wsync_model_free(WsyncModel *m);
 
-WsyncLayout *wsync_layout_new(WsyncMapping *m, WsyncContext *ctx, const char *target,
+/* layout.c */
+WsyncLayout *wsync_layout_new(WsyncModel *m, WsyncContext *ctx, const char *target,
                               const char *format, guint tp, guint ep, guint rank, guint world,
                               gboolean reading);
 void wsync_layout_free(WsyncLayout *layout);
 
-/* The Hugging Face targets ("hf", "hf-experts", "hf-fused"), built by the model
- * plugin's own description of its published layout; NULL for another name. */
-const WsyncTargetInfo *wsync_hf_target(const char *name);
-/* The Hugging Face targets in order, NULL past the last. */
-const WsyncTargetInfo *wsync_hf_target_at(guint index);
+/* The box of a tensor of @shape that a strided walk from @origin covers, or FALSE when
+ * the walk is not a box of it. */
+gboolean wsync_tensor_box_of(guint ndim, const guint64 *shape, guint op_ndim,
+                             const guint64 *extent, guint64 origin, const guint64 *stride,
+                             WsyncBox *out);
 
-gsize wsync_dtype_size(WsyncDtype dtype); /* bytes per element; 0 for sub-byte types */
-gboolean wsync_dtype_from_torch(const char *name, WsyncDtype *dtype);
-
-G_DEFINE_AUTOPTR_CLEANUP_FUNC(WsyncMapping, wsync_mapping_free)
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(WsyncModel, wsync_model_free)
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(WsyncLayout, wsync_layout_free)
 
 #endif /* WSYNC_ENGINE_PRIVATE_H */

@@ -1,7 +1,7 @@
 /* wsync: the environment a deployment needs, built by env patches (see plugin.h). */
 #include <string.h>
 
-#include "env-private.h"
+#include <wsync/env.h>
 
 typedef struct {
   char *name;

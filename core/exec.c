@@ -355,7 +355,7 @@ run_generated(const WorkItem *item, gsize esize)
         src += idx[k] * op->src_stride[k];
         dst += idx[k] * op->dst_stride[k];
       }
-      generate_element(item->plan, op->vt->ordinal, src, item->dst_dtype,
+      generate_element(item->plan, op->lt->ordinal, src, item->dst_dtype,
                        item->dst_base + dst * esize);
     }
     if (op->ndim == 0)
@@ -422,7 +422,7 @@ create_files(WsyncPlan *plan, WsyncLayout *layout, const char *dir, GHashTable *
     WsyncLayoutTensor *lt = layout->tensors->pdata[i];
     while (files->len <= lt->part) {
       OutFile *f = g_new0(OutFile, 1);
-      g_autofree char *name = wsync_plan_file_name(plan, layout, files->len);
+      g_autofree char *name = plan_file_name(plan, layout, files->len);
       GHashTableIter it;
       gpointer k, v;
       f->path = g_build_filename(dir, name, NULL);
@@ -582,7 +582,7 @@ write_config(WsyncPlan *plan, const char *src_config, const char *dir, GError **
   g_autoptr(JsonNode) patched = json_node_copy(plan->config);
   g_autofree char *before = config_text(plan->config);
 
-  if (!wsync_run_config_patchers(plan->ctx, patched, error))
+  if (!wsync_context_patch_config(plan->ctx, patched, error))
     return FALSE;
   g_autofree char *after = config_text(patched);
   if (src_config != NULL && strcmp(before, after) == 0)
@@ -601,7 +601,7 @@ copy_other_files(WsyncPlan *plan, const char *dir, GError **error)
   g_autoptr(GDir) d = NULL;
   const char *name;
 
-  if (plan->synth || (plan->input != NULL && !wsync_checkpoint_is_dir(plan->input)))
+  if (plan->kind == PLAN_SYNTH || (plan->input != NULL && !wsync_checkpoint_is_dir(plan->input)))
     return write_config(plan, NULL, dir, error);
   d = g_dir_open(plan->src, 0, NULL);
   while (d != NULL && (name = g_dir_read_name(d)) != NULL) {
@@ -682,8 +682,9 @@ make_temp_sibling(const char *dst, GError **error)
 }
 
 gboolean
-wsync_plan_execute(WsyncPlan *plan, const char *dst, gboolean progress, GError **error)
+wsync_plan_execute(WsyncPlan *plan, const char *dst, WsyncExecuteFlags flags, GError **error)
 {
+  gboolean progress = (flags & WSYNC_EXECUTE_PROGRESS) != 0;
   g_autofree char *tmp = make_temp_sibling(dst, error);
   g_autoptr(GHashTable) weight_map = NULL;
   Executor ex = {0};
@@ -722,7 +723,7 @@ wsync_plan_execute(WsyncPlan *plan, const char *dst, gboolean progress, GError *
 }
 
 gboolean
-wsync_run_config_patchers(WsyncContext *ctx, JsonNode *root, GError **error)
+wsync_context_patch_config(WsyncContext *ctx, JsonNode *root, GError **error)
 {
   g_autoptr(GPtrArray) patchers = wsync_registry_lookup(wsync_context_get_registry(ctx),
                                                         WSYNC_ENTRY_CONFIG_PATCHER, NULL);

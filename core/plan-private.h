@@ -1,17 +1,18 @@
-/* wsync: the plan's internals, shared by plan.c and exec.c. */
+/* wsync: the plan's internals, shared by the files that make, print and execute it. */
 #ifndef WSYNC_PLAN_PRIVATE_H
 #define WSYNC_PLAN_PRIVATE_H
 
-#include "dcp.h"
-#include "plan.h"
+#include <wsync/plan.h>
 
-typedef struct {
-  const WsyncTensor *tensor;
-  gboolean bound;        /* a layout tensor of the input names it */
-  gboolean runtime_only; /* it holds no model data (e.g. scale buffers) */
-  GPtrArray *vtensors;   /* logical tensors it holds part of */
-  const char *drop_rule; /* consumed by this rule instead */
-} InputState;
+#include "dcp.h"
+#include "engine-private.h"
+
+/* What a plan is made from, beyond its public options. */
+typedef enum {
+  PLAN_CONVERT, /* a checkpoint, rank files or a sharded checkpoint, through the model */
+  PLAN_MERGE,   /* a sharded checkpoint, every tensor as it is */
+  PLAN_SYNTH,   /* generated values */
+} PlanKind;
 
 /* A target the plan builds (or reads) layouts of. */
 typedef struct {
@@ -26,42 +27,70 @@ typedef struct {
   WsyncRankFile rank_file;
 } InputFile;
 
+typedef struct {
+  const WsyncTensor *tensor;
+  gboolean bound;        /* a layout tensor of the input names it */
+  gboolean runtime_only; /* it holds no model data (e.g. scale buffers) */
+  GPtrArray *logical;    /* logical tensors it holds part of */
+  const char *drop_rule; /* consumed by this rule instead */
+} InputState;
+
 struct _WsyncPlan {
   WsyncContext *ctx;
+  PlanKind kind;
   char *src;
   char *target;
-  gboolean synth;
-  guint64 seed;
-  gboolean pattern_index;
+  guint64 seed;           /* synth */
+  gboolean pattern_index; /* synth: element bytes encode (tensor ordinal, element index) */
   guint threads;
   JsonNode *config;
   WsyncCheckpoint *input;
-  WsyncDcp *dcp;             /* a sharded training checkpoint as the source */
-  GPtrArray *chunk_tensors;  /* WsyncTensor*, one per DCP chunk, owned */
-  gboolean merge;            /* no model: every DCP tensor as it is */
-  gboolean no_config;        /* the source has no config.json (merge): write none */
-  WsyncMapping *mapping;
-  char *input_target;   /* the input's target name */
-  PlanTarget in;        /* the target that reads the input */
-  char *in_format;      /* its format, NULL for one without named formats */
+  WsyncDcp *dcp;            /* a sharded training checkpoint as the source */
+  GPtrArray *chunk_tensors; /* WsyncTensor*, one per DCP chunk, owned */
+  gboolean no_config;       /* the source has no config.json (merge): write none */
+  WsyncModel *model;
+  char *input_target;      /* the input's target name */
+  PlanTarget in;           /* the target that reads the input */
+  char *in_format;         /* its format, NULL for one without named formats */
   guint in_tp, in_ep, in_world;
-  GPtrArray *claimants; /* PlanTarget*: the targets that recognise files, owned */
+  GPtrArray *claimants;    /* PlanTarget*: the targets that recognise files, owned */
   GHashTable *input_files; /* const WsyncSafetensors* -> InputFile*, owned */
   GPtrArray *input_layouts; /* WsyncLayout*, reading */
   GArray *inputs;           /* InputState */
   GHashTable *input_index;  /* WsyncTensor* -> index + 1 */
-  PlanTarget out;     /* the target written */
-  char *out_format;   /* its format, NULL for one without named formats */
+  PlanTarget out;           /* the target written */
+  char *out_format;         /* its format, NULL for one without named formats */
   guint out_tp, out_ep, out_world;
   GPtrArray *outputs; /* WsyncLayout*, one per rank written */
   GPtrArray *notes;   /* char*: what targets and hooks said about the plan, once each */
 };
 
-/* The box of a tensor that a strided walk covers, or FALSE when it is not a box. */
-gboolean wsync_tensor_box_of(guint ndim, const guint64 *shape, guint op_ndim,
-                             const guint64 *extent, guint64 origin, const guint64 *stride,
-                             WsyncBox *out);
+/* plan.c */
+char *plan_entry_label(const WsyncEntry *e);
+char *plan_format_list(GPtrArray *names);
+char *plan_file_name(WsyncPlan *plan, const WsyncLayout *layout, guint part);
+void plan_layout_unref(gpointer data);
 
-char *wsync_plan_file_name(WsyncPlan *plan, const WsyncLayout *layout, guint part);
+/* describe.c */
+JsonNode *plan_load_config(const char *path, GError **error);
+gboolean plan_describe(WsyncPlan *plan, const char *config_name, GError **error);
+void plan_describe_identity(WsyncPlan *plan);
+
+/* inputs.c */
+gboolean plan_open_input(WsyncPlan *plan, GError **error);
+gboolean plan_bind_inputs(WsyncPlan *plan, GError **error);
+gboolean plan_bind_dcp(WsyncPlan *plan, GError **error);
+void plan_bind_generated(WsyncPlan *plan);
+
+/* resolve.c */
+gboolean plan_find_target(WsyncPlan *plan, const char *name, PlanTarget *out, GError **error);
+gboolean plan_unclaimed_reader(WsyncPlan *plan, PlanTarget *out, GError **error);
+guint plan_target_world(const PlanTarget *t, guint tp, guint ep);
+WsyncLayout *plan_build_layout(WsyncPlan *plan, const PlanTarget *t, const char *format,
+                               guint tp, guint ep, guint rank, gboolean reading,
+                               GHashTable *input_names, GHashTable *input_metadata,
+                               GError **error);
+gboolean plan_build_outputs(WsyncPlan *plan, const WsyncPlanOptions *opts, GError **error);
+gboolean plan_check_inputs_used(WsyncPlan *plan, GError **error);
 
 #endif /* WSYNC_PLAN_PRIVATE_H */

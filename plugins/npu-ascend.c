@@ -58,7 +58,7 @@
  */
 #include <string.h>
 
-#include <wsync/engine.h>
+#include <wsync/layout.h>
 #include <wsync/plugin.h>
 #include <wsync/target.h>
 
@@ -110,8 +110,9 @@ is_expert_tensor(const WsyncLayoutTensor *tensor)
 {
   const WsyncParam *param = wsync_layout_tensor_get_param(tensor);
 
+  /* w13_weight is led by the experts' gate stack, w2_weight holds their down stack */
   return param != NULL &&
-         (param->kind == WSYNC_PARAM_EXPERTS_W13 || param->kind == WSYNC_PARAM_EXPERTS_W2);
+         (param->role == WSYNC_ROLE_EXPERTS_GATE || param->role == WSYNC_ROLE_EXPERTS_DOWN);
 }
 
 /* A recorded state, or an error naming the key. */

@@ -59,7 +59,8 @@
 #include <stdarg.h>
 #include <string.h>
 
-#include <wsync/engine.h>
+#include <wsync/layout.h>
+#include <wsync/model.h>
 #include <wsync/plugin.h>
 #include <wsync/target.h>
 
@@ -235,6 +236,13 @@ validate_version(cfg_t *cfg, cfg_opt_t *opt)
 
 /* ------------------------------------------------------------------ settings and ranks */
 
+/* vLLM's WeightsMapper of a model class: prefixes of the published names it renames
+ * (hf_to_vllm_mapper.orig_to_new_prefix), applied in order (§9). */
+typedef struct {
+  const char *from;
+  const char *to;
+} Prefix;
+
 /* A target's user data (one per target: "vllm", "vllm-ascend"). */
 typedef struct {
   const char *target; /* static */
@@ -256,6 +264,7 @@ typedef struct {
   const char *version;
   const Release *release;
   gboolean attn_scales;
+  const Prefix *prefixes; /* how vLLM renames the model's modules, or NULL */
 } Rank;
 
 static void
@@ -268,7 +277,121 @@ free_settings(gpointer data)
   g_free(settings);
 }
 
-/* ------------------------------------------------------------------ small helpers */
+/* ------------------------------------------------------------------ module names */
+
+/* Qwen3VLForConditionalGeneration.hf_to_vllm_mapper, inherited by the Qwen3.5 classes. */
+static const Prefix qwen3_vl_prefixes[] = {{"model.visual.", "visual."},
+                                           {"lm_head.", "language_model.lm_head."},
+                                           {"model.language_model.", "language_model.model."},
+                                           {NULL, NULL}};
+
+static const struct {
+  const char *architecture;
+  const Prefix *prefixes;
+} mappers[] = {
+    {"Qwen3_5MoeForConditionalGeneration", qwen3_vl_prefixes},
+    {"Qwen3_5ForConditionalGeneration", qwen3_vl_prefixes},
+};
+
+static const Prefix *
+prefixes_of(WsyncModel *model)
+{
+  const char *architecture = wsync_model_get_architecture(model);
+
+  for (guint i = 0; i < G_N_ELEMENTS(mappers); i++)
+    if (g_strcmp0(architecture, mappers[i].architecture) == 0)
+      return mappers[i].prefixes;
+  return NULL;
+}
+
+/* A published name (or module path) as vLLM names it. */
+static char *
+runtime_of(const Prefix *prefixes, const char *name)
+{
+  char *key = g_strdup(name);
+
+  for (guint i = 0; prefixes != NULL && prefixes[i].from != NULL; i++)
+    if (g_str_has_prefix(key, prefixes[i].from)) {
+      char *mapped = g_strconcat(prefixes[i].to, key + strlen(prefixes[i].from), NULL);
+      g_free(key);
+      key = mapped;
+    }
+  return key;
+}
+
+/* ------------------------------------------------------------------ packing */
+
+/* Where a packed tensor lives under its block's module. */
+typedef enum {
+  UNDER_BLOCK,  /* MODULE.LEAF.<weight|bias> */
+  UNDER_SHARED, /* MODULE.<era's shared expert module>LEAF.<weight|bias> */
+  UNDER_ROUTED, /* MODULE.<era's routed experts module>LEAF */
+} Under;
+
+/* vLLM's packed_modules (stacked_params_mapping, fused expert mapping): the params of a
+ * block that one runtime tensor holds, in order (§2, §4, §9). */
+typedef struct {
+  WsyncRole lead;
+  WsyncRole rest[2]; /* NONE-terminated */
+  Under under;
+  const char *leaf;
+} Pack;
+
+static const Pack packs[] = {
+    {WSYNC_ROLE_Q, {WSYNC_ROLE_K, WSYNC_ROLE_V}, UNDER_BLOCK, "qkv_proj"},
+    {WSYNC_ROLE_GATE, {WSYNC_ROLE_UP, WSYNC_ROLE_NONE}, UNDER_BLOCK, "gate_up_proj"},
+    {WSYNC_ROLE_SHARED_GATE, {WSYNC_ROLE_SHARED_UP, WSYNC_ROLE_NONE}, UNDER_SHARED,
+     "gate_up_proj"},
+    {WSYNC_ROLE_LINEAR_QKV, {WSYNC_ROLE_LINEAR_Z, WSYNC_ROLE_NONE}, UNDER_BLOCK, "in_proj_qkvz"},
+    {WSYNC_ROLE_LINEAR_B, {WSYNC_ROLE_LINEAR_A, WSYNC_ROLE_NONE}, UNDER_BLOCK, "in_proj_ba"},
+    {WSYNC_ROLE_EXPERTS_GATE, {WSYNC_ROLE_EXPERTS_UP, WSYNC_ROLE_NONE}, UNDER_ROUTED,
+     "w13_weight"},
+};
+
+/* Tensors of their own that vLLM names by its module structure. */
+typedef struct {
+  WsyncRole role;
+  Under under;
+  const char *leaf;
+} Named;
+
+static const Named named[] = {
+    {WSYNC_ROLE_SHARED_DOWN, UNDER_SHARED, "down_proj.weight"},
+    {WSYNC_ROLE_SHARED_EXPERT_GATE, UNDER_SHARED, "expert_gate.weight"},
+    {WSYNC_ROLE_EXPERTS_DOWN, UNDER_ROUTED, "w2_weight"},
+};
+
+static const Pack *
+pack_led_by(WsyncRole role)
+{
+  for (guint i = 0; i < G_N_ELEMENTS(packs); i++)
+    if (packs[i].lead == role)
+      return &packs[i];
+  return NULL;
+}
+
+/* TRUE when @role is packed into a tensor another role leads. */
+static gboolean
+packed_into_another(WsyncRole role)
+{
+  for (guint i = 0; i < G_N_ELEMENTS(packs); i++)
+    for (guint k = 0; k < G_N_ELEMENTS(packs[i].rest); k++)
+      if (packs[i].rest[k] == role && role != WSYNC_ROLE_NONE)
+        return TRUE;
+  return FALSE;
+}
+
+/* ------------------------------------------------------------------ one runtime tensor */
+
+/* What one runtime tensor is made of: the parts of the params packed into it. */
+typedef struct {
+  const WsyncParam *param; /* the (leading) param it is recorded for */
+  WsyncParamKind kind;
+  guint n_parts;
+  WsyncPart parts[WSYNC_PARAM_MAX_PARTS];
+  char *name;
+  WsyncDtype dtype;
+} Runtime;
 
 static gboolean
 usage_error(GError **error, const char *format, ...) G_GNUC_PRINTF(2, 3);
@@ -289,157 +412,82 @@ usage_error(GError **error, const char *format, ...)
 
 /* A param the model plugin declared wrongly for its kind (a bug, not the user's). */
 static gboolean
-param_error(GError **error, const WsyncParam *param, const char *problem)
+param_error(GError **error, const Runtime *rt, const char *problem)
 {
-  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_FAILED, "vllm: param %s: %s", param->name,
+  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_FAILED, "vllm: param %s: %s", rt->param->name,
               problem);
   return FALSE;
 }
 
-/* The dtype vLLM holds @param in: the model plugin's runtime dtype (e.g. F32 A_log, §3.3)
- * or else the source's.  Parameters are created in the model dtype and loading casts to
- * it (§1 "Dtypes"). */
-static WsyncDtype
-param_dtype(const WsyncParam *param)
-{
-  if (param->has_runtime_dtype)
-    return param->runtime_dtype;
-  return wsync_vtensor_get_dtype(param->parts[0].vt);
-}
-
-/* Number of axis-0 indices of a part (its length, or to the end), checked against its
- * logical tensor. */
+/* Number of axis-0 indices of a part, checked against its logical tensor. */
 static gboolean
-part_rows(const WsyncParam *param, const WsyncPart *part, guint64 *rows, GError **error)
+part_rows(const Runtime *rt, const WsyncPart *part, guint64 *rows, GError **error)
 {
-  const guint64 *shape = wsync_vtensor_get_shape(part->vt);
+  const guint64 *shape = wsync_logical_get_shape(part->lt);
 
-  if (wsync_vtensor_get_ndim(part->vt) == 0)
-    return param_error(error, param, "a part is a scalar where rows were expected");
+  if (wsync_logical_get_ndim(part->lt) == 0)
+    return param_error(error, rt, "a part is a scalar where rows were expected");
   if (part->start > shape[0] || part->length > shape[0] - part->start)
-    return param_error(error, param, "a part's rows lie outside its logical tensor");
+    return param_error(error, rt, "a part's rows lie outside its logical tensor");
   *rows = part->length != 0 ? part->length : shape[0] - part->start;
   return TRUE;
 }
 
-/* The name of a param's tensor: its role's name in the era, relative to its block, or
- * its runtime name; then the alias rule: of the names the engine registers the tensor
- * under, the lexicographically smallest (ShardedStateLoader keeps only that one, §6;
- * get_parameter resolves it as well as any other, §7). */
-static char *
-param_name(const Rank *r, const WsyncParam *param)
-{
-  const NamingEra *era = r->release->era;
-  const char *leaf = NULL, *module = "";
-  char *name;
-
-  switch (param->role) {
-  case WSYNC_ROLE_MOE_ROUTER:
-    leaf = r->ascend && era->router_ascend != NULL ? era->router_ascend : era->router;
-    break;
-  case WSYNC_ROLE_SHARED_EXPERT_GATE_UP:
-    module = era->shared, leaf = "gate_up_proj.weight";
-    break;
-  case WSYNC_ROLE_SHARED_EXPERT_DOWN:
-    module = era->shared, leaf = "down_proj.weight";
-    break;
-  case WSYNC_ROLE_SHARED_EXPERT_GATE:
-    module = era->shared, leaf = "expert_gate.weight";
-    break;
-  case WSYNC_ROLE_NONE:
-  case WSYNC_ROLE_ROUTED_EXPERTS: /* (named by experts_name()) */
-  default:
-    break;
-  }
-  name = leaf != NULL ? g_strconcat(param->block, ".", module, leaf, NULL)
-                      : g_strdup(param->runtime_name);
-  for (guint i = 0; param->aliases != NULL && param->aliases[i] != NULL; i++)
-    if (strcmp(param->aliases[i], name) < 0) {
-      g_free(name);
-      name = g_strdup(param->aliases[i]);
-    }
-  return name;
-}
-
-/* `<block>.experts.w13_weight` or, from era D on, `<block>.experts.routed_experts.w13_weight`
- * (RoutedExperts.make_expert_params_mapping, §4, §5). */
-static char *
-experts_name(const Rank *r, const WsyncParam *param, const char *leaf)
-{
-  return g_strconcat(param->block, ".", r->release->era->routed, leaf, NULL);
-}
-
-/* Adds the tensor of @param (named by param_name(), or experts_name() with @leaf). */
+/* Adds the runtime tensor, recorded as its leading param's. */
 static WsyncLayoutTensor *
-add_tensor(Rank *r, const WsyncParam *param, const char *leaf, WsyncDtype dtype, guint ndim,
-           const guint64 *shape, GError **error)
+add_tensor(Rank *r, const Runtime *rt, guint ndim, const guint64 *shape, GError **error)
 {
-  g_autofree char *name = leaf != NULL ? experts_name(r, param, leaf) : param_name(r, param);
   WsyncLayoutTensor *tensor =
-      wsync_layout_add_tensor(r->layout, name, dtype, ndim, shape, error);
+      wsync_layout_add_tensor(r->layout, rt->name, rt->dtype, ndim, shape, error);
 
   if (tensor != NULL)
-    wsync_layout_tensor_set_param(tensor, param);
+    wsync_layout_tensor_set_param(tensor, rt->param);
   return tensor;
 }
 
-/* Places box @box of @vt into @tensor (of @shape) with the box's first element at @at,
- * axes in order (a slice, a concatenation or a stacking: all row-major). */
+/* The box of rows [row, row + rows) of @lt, every other axis whole. */
 static void
-place_at(Rank *r, WsyncLayoutTensor *tensor, guint ndim, const guint64 *shape, WsyncVTensor *vt,
-         const WsyncBox *box, const guint64 *at)
+rows_box(WsyncBox *box, WsyncLogicalTensor *lt, guint64 row, guint64 rows)
 {
-  WsyncRegion region;
-
-  wsync_region_row_major(&region, ndim, shape, at);
-  wsync_layout_place(r->layout, tensor, vt, box, &region);
-}
-
-/* The box of rows [row, row + rows) of @vt, every other axis whole. */
-static void
-rows_box(WsyncBox *box, WsyncVTensor *vt, guint64 row, guint64 rows)
-{
-  wsync_box_whole(box, wsync_vtensor_get_ndim(vt), wsync_vtensor_get_shape(vt));
+  wsync_box_whole(box, wsync_logical_get_ndim(lt), wsync_logical_get_shape(lt));
   box->offset[0] = row;
   box->extent[0] = rows;
 }
 
 /* ------------------------------------------------------------------ REPLICATED */
 
-/* ReplicatedLinear, RMSNorm, the router (§1, §2): every rank holds the whole param.
- * Several parts are concatenated along axis 0, like a merged layer without TP. */
+/* ReplicatedLinear, RMSNorm, the router (§2): every rank holds the whole tensor; several
+ * parts are concatenated along axis 0. */
 static gboolean
-emit_replicated(Rank *r, const WsyncParam *param, GError **error)
+emit_replicated(Rank *r, const Runtime *rt, GError **error)
 {
-  const WsyncVTensor *first = param->parts[0].vt;
-  guint ndim = wsync_vtensor_get_ndim(first);
+  WsyncLogicalTensor *first = rt->parts[0].lt;
+  guint ndim = wsync_logical_get_ndim(first);
   guint64 shape[WSYNC_MAX_DIMS], at[WSYNC_MAX_DIMS] = {0}, rows[WSYNC_PARAM_MAX_PARTS];
   WsyncLayoutTensor *tensor;
   WsyncBox box;
 
-  memcpy(shape, wsync_vtensor_get_shape(first), sizeof(guint64) * ndim);
+  memcpy(shape, wsync_logical_get_shape(first), sizeof(guint64) * ndim);
   if (ndim == 0) { /* a scalar: one part, whole */
-    if (param->n_parts != 1)
-      return param_error(error, param, "several scalar parts cannot be concatenated");
-    tensor = add_tensor(r, param, NULL, param_dtype(param), 0, shape, error);
-    if (tensor == NULL)
+    if (rt->n_parts != 1)
+      return param_error(error, rt, "several scalar parts cannot be concatenated");
+    if ((tensor = add_tensor(r, rt, 0, shape, error)) == NULL)
       return FALSE;
     wsync_box_whole(&box, 0, shape);
-    place_at(r, tensor, 0, shape, param->parts[0].vt, &box, at);
+    wsync_layout_place_at(r->layout, tensor, first, &box, at);
     return TRUE;
   }
   shape[0] = 0;
-  for (guint p = 0; p < param->n_parts; p++) {
-    if (!part_rows(param, &param->parts[p], &rows[p], error))
+  for (guint p = 0; p < rt->n_parts; p++) {
+    if (!part_rows(rt, &rt->parts[p], &rows[p], error))
       return FALSE;
     shape[0] += rows[p];
   }
-  tensor = add_tensor(r, param, NULL, param_dtype(param), ndim, shape, error);
-  if (tensor == NULL)
+  if ((tensor = add_tensor(r, rt, ndim, shape, error)) == NULL)
     return FALSE;
-  for (guint p = 0; p < param->n_parts; p++) {
-    rows_box(&box, param->parts[p].vt, param->parts[p].start, rows[p]);
-    place_at(r, tensor, ndim, shape, param->parts[p].vt, &box, at);
+  for (guint p = 0; p < rt->n_parts; p++) {
+    rows_box(&box, rt->parts[p].lt, rt->parts[p].start, rows[p]);
+    wsync_layout_place_at(r->layout, tensor, rt->parts[p].lt, &box, at);
     at[0] += rows[p];
   }
   return TRUE;
@@ -447,7 +495,7 @@ emit_replicated(Rank *r, const WsyncParam *param, GError **error)
 
 /* ------------------------------------------------------------------ COLUMN */
 
-/* The rows of one part that tp rank r->t holds (§1).
+/* The rows of one part that tp rank r->t holds (§2).
  *
  * Plain split (ColumnParallelLinear, MergedColumnParallelLinear, the q shard of
  * QKVParallelLinear): the part's n units are divided evenly, rank t holds units
@@ -457,16 +505,16 @@ emit_replicated(Rank *r, const WsyncParam *param, GError **error)
  * num_kv_head_replicas = tp/n and `shard_rank = tp_rank // num_kv_head_replicas`: rank t
  * holds the one unit t / (tp/n). */
 static gboolean
-column_share(Rank *r, const WsyncParam *param, const WsyncPart *part, guint64 *first_row,
+column_share(Rank *r, const Runtime *rt, const WsyncPart *part, guint64 *first_row,
              guint64 *rows, GError **error)
 {
   guint64 total, unit = part->unit != 0 ? part->unit : 1, n;
-  const char *name = wsync_vtensor_get_name(part->vt);
+  const char *name = wsync_logical_get_name(part->lt);
 
-  if (!part_rows(param, part, &total, error))
+  if (!part_rows(rt, part, &total, error))
     return FALSE;
   if (total == 0 || total % unit != 0)
-    return param_error(error, param, "a part's rows are not a whole number of units");
+    return param_error(error, rt, "a part's rows are not a whole number of units");
   n = total / unit;
   if (part->replicate && r->tp > n && r->tp % n == 0) {
     *first_row = part->start + (r->t / (r->tp / n)) * unit;
@@ -481,7 +529,7 @@ column_share(Rank *r, const WsyncParam *param, const WsyncPart *part, guint64 *f
             : g_strdup("");
     /* a part that is only some rows of its tensor (q, k, v of in_proj_qkv) says which */
     g_autofree char *rows_of =
-        total != wsync_vtensor_get_shape(part->vt)[0]
+        total != wsync_logical_get_shape(part->lt)[0]
             ? g_strdup_printf(" (rows %" G_GUINT64_FORMAT ":%" G_GUINT64_FORMAT ")", part->start,
                               part->start + total)
             : g_strdup("");
@@ -495,37 +543,35 @@ column_share(Rank *r, const WsyncParam *param, const WsyncPart *part, guint64 *f
   return TRUE;
 }
 
-/* Per-rank packing: the parts' shares concatenated in the param's part order, e.g.
- * qkv_proj = [q_t | k_t | v_t], gate_up_proj = [gate_t | up_t] (§1, "Gate comes
- * first").  Trailing axes are whole. */
+/* Per-rank packing: the parts' shares concatenated in order, e.g. qkv_proj = [q_t | k_t
+ * | v_t], gate_up_proj = [gate_t | up_t] (§2, "Gate comes first").  Trailing axes whole. */
 static gboolean
-emit_column(Rank *r, const WsyncParam *param, GError **error)
+emit_column(Rank *r, const Runtime *rt, GError **error)
 {
-  guint ndim = wsync_vtensor_get_ndim(param->parts[0].vt);
+  guint ndim = wsync_logical_get_ndim(rt->parts[0].lt);
   guint64 shape[WSYNC_MAX_DIMS], at[WSYNC_MAX_DIMS] = {0};
   guint64 first[WSYNC_PARAM_MAX_PARTS], rows[WSYNC_PARAM_MAX_PARTS];
   WsyncLayoutTensor *tensor;
 
   if (ndim == 0)
-    return param_error(error, param, "a column-parallel param cannot be a scalar");
-  memcpy(shape, wsync_vtensor_get_shape(param->parts[0].vt), sizeof(guint64) * ndim);
+    return param_error(error, rt, "a column-parallel param cannot be a scalar");
+  memcpy(shape, wsync_logical_get_shape(rt->parts[0].lt), sizeof(guint64) * ndim);
   shape[0] = 0;
-  for (guint p = 0; p < param->n_parts; p++) {
-    const WsyncVTensor *vt = param->parts[p].vt;
-    if (wsync_vtensor_get_ndim(vt) != ndim ||
-        memcmp(wsync_vtensor_get_shape(vt) + 1, shape + 1, sizeof(guint64) * (ndim - 1)) != 0)
-      return param_error(error, param, "its parts differ beyond axis 0");
-    if (!column_share(r, param, &param->parts[p], &first[p], &rows[p], error))
+  for (guint p = 0; p < rt->n_parts; p++) {
+    const WsyncLogicalTensor *lt = rt->parts[p].lt;
+    if (wsync_logical_get_ndim(lt) != ndim ||
+        memcmp(wsync_logical_get_shape(lt) + 1, shape + 1, sizeof(guint64) * (ndim - 1)) != 0)
+      return param_error(error, rt, "its parts differ beyond axis 0");
+    if (!column_share(r, rt, &rt->parts[p], &first[p], &rows[p], error))
       return FALSE;
     shape[0] += rows[p];
   }
-  tensor = add_tensor(r, param, NULL, param_dtype(param), ndim, shape, error);
-  if (tensor == NULL)
+  if ((tensor = add_tensor(r, rt, ndim, shape, error)) == NULL)
     return FALSE;
-  for (guint p = 0; p < param->n_parts; p++) {
+  for (guint p = 0; p < rt->n_parts; p++) {
     WsyncBox box;
-    rows_box(&box, param->parts[p].vt, first[p], rows[p]);
-    place_at(r, tensor, ndim, shape, param->parts[p].vt, &box, at);
+    rows_box(&box, rt->parts[p].lt, first[p], rows[p]);
+    wsync_layout_place_at(r->layout, tensor, rt->parts[p].lt, &box, at);
     at[0] += rows[p];
   }
   return TRUE;
@@ -533,92 +579,81 @@ emit_column(Rank *r, const WsyncParam *param, GError **error)
 
 /* ------------------------------------------------------------------ ROW */
 
-/* RowParallelLinear (§1): rank t holds columns [t*C/tp, (t+1)*C/tp) of the last axis
+/* RowParallelLinear (§2): rank t holds columns [t*C/tp, (t+1)*C/tp) of the last axis
  * (`input_size_per_partition = divide(input_size, tp_size)`, linear.py). */
 static gboolean
-emit_row(Rank *r, const WsyncParam *param, GError **error)
+emit_row(Rank *r, const Runtime *rt, GError **error)
 {
-  const WsyncPart *part = &param->parts[0];
-  guint ndim = wsync_vtensor_get_ndim(part->vt);
+  const WsyncPart *part = &rt->parts[0];
+  guint ndim = wsync_logical_get_ndim(part->lt);
   guint64 shape[WSYNC_MAX_DIMS], at[WSYNC_MAX_DIMS] = {0}, rows, cols;
   WsyncLayoutTensor *tensor;
   WsyncBox box;
 
-  if (param->n_parts != 1)
-    return param_error(error, param, "a row-parallel param has exactly one part");
-  if (!part_rows(param, part, &rows, error))
+  if (rt->n_parts != 1)
+    return param_error(error, rt, "a row-parallel param has exactly one part");
+  if (!part_rows(rt, part, &rows, error))
     return FALSE;
-  rows_box(&box, part->vt, part->start, rows);
+  rows_box(&box, part->lt, part->start, rows);
   /* (Of a 1-D part, the part's rows are the columns.) */
   cols = box.extent[ndim - 1];
   if (cols % r->tp != 0)
     return usage_error(error, "tp %u does not divide the %" G_GUINT64_FORMAT " columns of %s",
-                       r->tp, cols, wsync_vtensor_get_name(part->vt));
+                       r->tp, cols, wsync_logical_get_name(part->lt));
   box.offset[ndim - 1] += r->t * (cols / r->tp);
   box.extent[ndim - 1] = cols / r->tp;
   memcpy(shape, box.extent, sizeof(guint64) * ndim);
-  tensor = add_tensor(r, param, NULL, param_dtype(param), ndim, shape, error);
-  if (tensor == NULL)
+  if ((tensor = add_tensor(r, rt, ndim, shape, error)) == NULL)
     return FALSE;
-  place_at(r, tensor, ndim, shape, part->vt, &box, at);
+  wsync_layout_place_at(r->layout, tensor, part->lt, &box, at);
   return TRUE;
 }
 
 /* ------------------------------------------------------------------ VOCAB */
 
-/* Bytes of one element of @dtype, or 0 for the sub-byte types. */
-static gsize
-element_size(WsyncDtype dtype)
-{
-  guint bits = wsync_dtype_bits(dtype);
-
-  return bits % 8 == 0 ? bits / 8 : 0;
-}
-
-/* VocabParallelEmbedding / ParallelLMHead (§1, vocab_parallel_embedding.py): the V
+/* VocabParallelEmbedding / ParallelLMHead (§3, vocab_parallel_embedding.py): the V
  * rows are padded to Vp = ceil(V/64)*64 (pad_vocab_size), rank t holds rows
  * [t*Vp/tp, (t+1)*Vp/tp) of the padded table, and rows >= V are zero
  * (`param[loaded_weight.shape[0]:].data.fill_(0)`). */
 static gboolean
-emit_vocab(Rank *r, const WsyncParam *param, GError **error)
+emit_vocab(Rank *r, const Runtime *rt, GError **error)
 {
   static const guint8 zero[16] = {0};
-  const WsyncPart *part = &param->parts[0];
-  guint ndim = wsync_vtensor_get_ndim(part->vt);
+  const WsyncPart *part = &rt->parts[0];
+  guint ndim = wsync_logical_get_ndim(part->lt);
   guint64 shape[WSYNC_MAX_DIMS], at[WSYNC_MAX_DIMS] = {0}, vocab, padded, lo, hi, real_end;
-  WsyncDtype dtype = param_dtype(param);
+  gsize esize = wsync_dtype_size(rt->dtype);
   WsyncLayoutTensor *tensor;
   WsyncBox box;
 
-  if (param->n_parts != 1)
-    return param_error(error, param, "a vocabulary param has exactly one part");
-  if (!part_rows(param, part, &vocab, error))
+  if (rt->n_parts != 1)
+    return param_error(error, rt, "a vocabulary param has exactly one part");
+  if (!part_rows(rt, part, &vocab, error))
     return FALSE;
-  if (element_size(dtype) == 0 || element_size(dtype) > sizeof(zero))
-    return param_error(error, param, "its dtype cannot be padded element by element");
+  if (esize == 0 || esize > sizeof(zero))
+    return param_error(error, rt, "its dtype cannot be padded element by element");
   padded = (vocab + VOCAB_PADDING - 1) / VOCAB_PADDING * VOCAB_PADDING;
   if (padded % r->tp != 0)
     return usage_error(error,
                        "tp %u does not divide the padded vocabulary of %" G_GUINT64_FORMAT
                        " rows of %s",
-                       r->tp, padded, wsync_vtensor_get_name(part->vt));
+                       r->tp, padded, wsync_logical_get_name(part->lt));
   lo = r->t * (padded / r->tp);
   hi = lo + padded / r->tp;
   real_end = MIN(hi, vocab);
-  memcpy(shape, wsync_vtensor_get_shape(part->vt), sizeof(guint64) * ndim);
+  memcpy(shape, wsync_logical_get_shape(part->lt), sizeof(guint64) * ndim);
   shape[0] = hi - lo;
-  tensor = add_tensor(r, param, NULL, dtype, ndim, shape, error);
-  if (tensor == NULL)
+  if ((tensor = add_tensor(r, rt, ndim, shape, error)) == NULL)
     return FALSE;
   if (real_end > lo) {
-    rows_box(&box, part->vt, part->start + lo, real_end - lo);
-    place_at(r, tensor, ndim, shape, part->vt, &box, at);
+    rows_box(&box, part->lt, part->start + lo, real_end - lo);
+    wsync_layout_place_at(r->layout, tensor, part->lt, &box, at);
   }
   if (hi > vocab) {
     wsync_box_whole(&box, ndim, shape);
     box.offset[0] = MAX(lo, vocab) - lo;
     box.extent[0] = hi - MAX(lo, vocab);
-    wsync_layout_fill(r->layout, tensor, &box, zero, element_size(dtype),
+    wsync_layout_fill(r->layout, tensor, &box, zero, esize,
                       "vocabulary padding to a multiple of 64");
   }
   return TRUE;
@@ -626,7 +661,7 @@ emit_vocab(Rank *r, const WsyncParam *param, GError **error)
 
 /* ------------------------------------------------------------------ experts */
 
-/* The global experts a rank holds (§7, fused_moe/expert_map_manager.py
+/* The global experts a rank holds (§4, fused_moe/expert_map_manager.py
  * determine_expert_map, strategy "linear", no redundant experts): contiguous blocks,
  * the remainder one each to the LOWEST ranks.  Without EP every rank holds all. */
 typedef struct {
@@ -637,9 +672,11 @@ typedef struct {
 } ExpertShare;
 
 static gboolean
-expert_share(Rank *r, const WsyncParam *param, guint64 experts, guint64 inter, ExpertShare *share,
+expert_share(Rank *r, const Runtime *rt, guint64 experts, guint64 inter, ExpertShare *share,
              GError **error)
 {
+  const char *module = wsync_block_get_module(rt->param->block);
+
   if (r->ep > 1) {
     /* FusedMoEParallelConfig.make (fused_moe/config.py): with EP the MoE tp size is 1,
      * so experts are whole (Ip = I). */
@@ -651,17 +688,17 @@ expert_share(Rank *r, const WsyncParam *param, guint64 experts, guint64 inter, E
     if (share->count == 0)
       return usage_error(error,
                          "ep %u is more than the %" G_GUINT64_FORMAT
-                         " experts of %s: rank %u would hold none",
-                         r->ep, experts, param->runtime_name, r->rank);
+                         " experts of %s.experts: rank %u would hold none",
+                         r->ep, experts, module, r->rank);
     return TRUE;
   }
   /* UnquantizedFusedMoEMethod.create_weights: intermediate_size_per_partition = I // tp
-   * (`assert intermediate_size % self.tp_size == 0`, §2.2). */
+   * (`assert intermediate_size % self.tp_size == 0`, §4). */
   if (inter % r->tp != 0)
     return usage_error(error,
                        "tp %u does not divide the intermediate size %" G_GUINT64_FORMAT
-                       " of the experts of %s",
-                       r->tp, inter, param->runtime_name);
+                       " of the experts of %s.experts",
+                       r->tp, inter, module);
   share->first = 0;
   share->count = experts;
   share->ip = inter / r->tp;
@@ -669,27 +706,27 @@ expert_share(Rank *r, const WsyncParam *param, guint64 experts, guint64 inter, E
   return TRUE;
 }
 
-/* Checks that every part is a 3-D [E, a, b] stack of the same E; returns E. */
+/* Checks that every part is a whole 3-D [E, a, b] stack of the same shape; returns E. */
 static gboolean
-expert_parts(const WsyncParam *param, guint n_parts, guint64 *experts, GError **error)
+expert_parts(const Runtime *rt, guint n_parts, guint64 *experts, GError **error)
 {
-  if (param->n_parts != n_parts)
-    return param_error(error, param, n_parts == 2 ? "w13 experts need parts gate and up"
-                                                  : "w2 experts need one part, down");
+  if (rt->n_parts != n_parts)
+    return param_error(error, rt, n_parts == 2 ? "w13 experts need parts gate and up"
+                                                 : "w2 experts need one part, down");
   for (guint p = 0; p < n_parts; p++) {
     guint64 rows;
-    if (wsync_vtensor_get_ndim(param->parts[p].vt) != 3)
-      return param_error(error, param, "expert parts must be 3-D [E, out, in]");
-    if (!part_rows(param, &param->parts[p], &rows, error))
+    if (wsync_logical_get_ndim(rt->parts[p].lt) != 3)
+      return param_error(error, rt, "expert parts must be 3-D [E, out, in]");
+    if (!part_rows(rt, &rt->parts[p], &rows, error))
       return FALSE;
     if (p > 0 && rows != *experts)
-      return param_error(error, param, "its expert parts hold different numbers of experts");
+      return param_error(error, rt, "its expert parts hold different numbers of experts");
     *experts = rows;
   }
-  if (n_parts == 2 && memcmp(wsync_vtensor_get_shape(param->parts[0].vt) + 1,
-                             wsync_vtensor_get_shape(param->parts[1].vt) + 1,
+  if (n_parts == 2 && memcmp(wsync_logical_get_shape(rt->parts[0].lt) + 1,
+                             wsync_logical_get_shape(rt->parts[1].lt) + 1,
                              2 * sizeof(guint64)) != 0)
-    return param_error(error, param, "its gate and up parts differ in shape");
+    return param_error(error, rt, "its gate and up parts differ in shape");
   return TRUE;
 }
 
@@ -713,16 +750,17 @@ fill_i32(Rank *r, WsyncLayoutTensor *tensor, guint64 offset, guint64 extent, gin
 }
 
 static gboolean
-emit_expert_map(Rank *r, const WsyncParam *param, guint64 experts, const ExpertShare *share,
+emit_expert_map(Rank *r, const Runtime *rt, guint64 experts, const ExpertShare *share,
                 GError **error)
 {
+  g_autofree char *module = runtime_of(r->prefixes, wsync_block_get_module(rt->param->block));
   g_autofree char *name = NULL;
   guint64 shape[1] = {experts}, end = share->first + share->count;
   WsyncLayoutTensor *tensor;
 
   if (r->ep == 1 || r->kernel || r->release->map != MAP_PERSISTENT)
     return TRUE;
-  name = g_strconcat(param->block, ".", r->release->era->map_module, "_expert_map", NULL);
+  name = g_strconcat(module, ".", r->release->era->map_module, "_expert_map", NULL);
   tensor = wsync_layout_add_tensor(r->layout, name, WSYNC_DTYPE_I32, 1, shape, error);
   if (tensor == NULL)
     return FALSE;
@@ -733,90 +771,88 @@ emit_expert_map(Rank *r, const WsyncParam *param, guint64 experts, const ExpertS
   return TRUE;
 }
 
-/* w13_weight [E_loc, 2*Ip, H] (§2.2 create_weights, `_load_w13`): for local expert j
+/* w13_weight [E_loc, 2*Ip, H] (§4 create_weights, `_load_w13`): for local expert j
  * (global e), rows [0, Ip) are gate_e[ip_off : ip_off+Ip] ("w1" -> first half) and rows
  * [Ip, 2Ip) are up_e[...] ("w3" -> second half).  One placement per part covers every
  * local expert: the box [first:first+E_loc, ip_off:ip_off+Ip, 0:H] lands with strides
  * {2Ip*H, H, 1} at origin 0 (gate) or Ip*H (up). */
 static gboolean
-emit_experts_w13(Rank *r, const WsyncParam *param, GError **error)
+emit_experts_w13(Rank *r, const Runtime *rt, GError **error)
 {
-  const guint64 *gate = wsync_vtensor_get_shape(param->parts[0].vt);
+  const guint64 *gate = wsync_logical_get_shape(rt->parts[0].lt);
   guint64 experts = 0, shape[3], at[3] = {0, 0, 0};
   WsyncLayoutTensor *tensor;
   ExpertShare share;
 
-  if (!expert_parts(param, 2, &experts, error) ||
-      !expert_share(r, param, experts, gate[1], &share, error))
+  if (!expert_parts(rt, 2, &experts, error) ||
+      !expert_share(r, rt, experts, gate[1], &share, error))
     return FALSE;
   shape[0] = share.count;
   shape[1] = 2 * share.ip;
   shape[2] = gate[2];
-  tensor = add_tensor(r, param, "w13_weight", param_dtype(param), 3, shape, error);
-  if (tensor == NULL)
+  if ((tensor = add_tensor(r, rt, 3, shape, error)) == NULL)
     return FALSE;
   for (guint p = 0; p < 2; p++) { /* gate, then up */
-    const WsyncPart *part = &param->parts[p];
+    const WsyncPart *part = &rt->parts[p];
     WsyncBox box;
-    wsync_box_whole(&box, 3, wsync_vtensor_get_shape(part->vt));
+    wsync_box_whole(&box, 3, wsync_logical_get_shape(part->lt));
     box.offset[0] = part->start + share.first;
     box.extent[0] = share.count;
     box.offset[1] = share.ip_off;
     box.extent[1] = share.ip;
     at[1] = p * share.ip;
-    place_at(r, tensor, 3, shape, part->vt, &box, at);
+    wsync_layout_place_at(r->layout, tensor, part->lt, &box, at);
   }
-  return emit_expert_map(r, param, experts, &share, error);
+  return emit_expert_map(r, rt, experts, &share, error);
 }
 
-/* w2_weight [E_loc, H, Ip] (§2.2): w2 is narrowed along its input axis, so local expert
- * j (global e) holds down_e[:, ip_off : ip_off+Ip]. */
+/* w2_weight [E_loc, H, Ip] (§4): w2 is narrowed along its input axis, so local expert j
+ * (global e) holds down_e[:, ip_off : ip_off+Ip]. */
 static gboolean
-emit_experts_w2(Rank *r, const WsyncParam *param, GError **error)
+emit_experts_w2(Rank *r, const Runtime *rt, GError **error)
 {
-  const WsyncPart *part = &param->parts[0];
-  const guint64 *down = wsync_vtensor_get_shape(part->vt);
+  const WsyncPart *part = &rt->parts[0];
+  const guint64 *down = wsync_logical_get_shape(part->lt);
   guint64 experts = 0, shape[3], at[3] = {0, 0, 0};
   WsyncLayoutTensor *tensor;
   ExpertShare share;
   WsyncBox box;
 
-  if (!expert_parts(param, 1, &experts, error) ||
-      !expert_share(r, param, experts, down[2], &share, error))
+  if (!expert_parts(rt, 1, &experts, error) ||
+      !expert_share(r, rt, experts, down[2], &share, error))
     return FALSE;
   shape[0] = share.count;
   shape[1] = down[1];
   shape[2] = share.ip;
-  tensor = add_tensor(r, param, "w2_weight", param_dtype(param), 3, shape, error);
-  if (tensor == NULL)
+  if ((tensor = add_tensor(r, rt, 3, shape, error)) == NULL)
     return FALSE;
   wsync_box_whole(&box, 3, down);
   box.offset[0] = part->start + share.first;
   box.extent[0] = share.count;
   box.offset[2] = share.ip_off;
   box.extent[2] = share.ip;
-  place_at(r, tensor, 3, shape, part->vt, &box, at);
+  wsync_layout_place_at(r->layout, tensor, part->lt, &box, at);
   return TRUE;
 }
 
-/* ------------------------------------------------------------------ ATTENTION */
+/* ------------------------------------------------------------------ attention scales */
 
 /* The scale buffers every full-attention layer registers as persistent buffers
  * (`set_default_quant_scales(layer, register_buffer=True)`,
  * vllm/model_executor/layers/attention/attention.py), float32 0-dim tensors of 1.0, which
- * ShardedStateLoader saves and insists on loading (§4, §5 "Keys that do not come from
- * the HF checkpoint"). */
+ * ShardedStateLoader saves and insists on loading (§6).  Never in a live update. */
 static gboolean
-emit_attention(Rank *r, const WsyncParam *param, GError **error)
+emit_attention_scales(Rank *r, const WsyncBlock *block, GError **error)
 {
   static const char *const scales[] = {"._k_scale", "._v_scale", "._q_scale", "._prob_scale"};
+  g_autofree char *module = runtime_of(r->prefixes, wsync_block_get_module(block));
   const float one = 1.0f;
   guint32 bits;
   guint8 value[sizeof(bits)];
   guint64 shape[1] = {0};
   WsyncBox box;
 
-  if (r->kernel || !r->attn_scales) /* buffers: no live update sends them (§7) */
+  if (r->kernel || !r->attn_scales)
     return TRUE;
   /* safetensors data is little-endian */
   memcpy(&bits, &one, sizeof(bits));
@@ -824,7 +860,7 @@ emit_attention(Rank *r, const WsyncParam *param, GError **error)
   memcpy(value, &bits, sizeof(value));
   wsync_box_whole(&box, 0, shape);
   for (guint i = 0; i < G_N_ELEMENTS(scales); i++) {
-    g_autofree char *name = g_strconcat(param->runtime_name, scales[i], NULL);
+    g_autofree char *name = g_strconcat(module, ".attn", scales[i], NULL);
     WsyncLayoutTensor *tensor =
         wsync_layout_add_tensor(r->layout, name, WSYNC_DTYPE_F32, 0, shape, error);
     if (tensor == NULL)
@@ -835,66 +871,208 @@ emit_attention(Rank *r, const WsyncParam *param, GError **error)
   return TRUE;
 }
 
-/* ------------------------------------------------------------------ params */
+/* ------------------------------------------------------------------ naming */
 
-/* The language model's params: one rule per kind. */
-static gboolean
-emit_param(Rank *r, const WsyncParam *param, GError **error)
+/* MODULE.<under>LEAF in vLLM's names. */
+static char *
+name_under(const Rank *r, const WsyncBlock *block, Under under, const char *leaf)
 {
-  if (param->kind != WSYNC_PARAM_ATTENTION && param->n_parts == 0)
-    return param_error(error, param, "it has no parts");
-  switch (param->kind) {
-  case WSYNC_PARAM_REPLICATED:
-    return emit_replicated(r, param, error);
-  case WSYNC_PARAM_COLUMN:
-    return emit_column(r, param, error);
-  case WSYNC_PARAM_ROW:
-    return emit_row(r, param, error);
-  case WSYNC_PARAM_VOCAB:
-    return emit_vocab(r, param, error);
-  case WSYNC_PARAM_EXPERTS_W13:
-    return emit_experts_w13(r, param, error);
-  case WSYNC_PARAM_EXPERTS_W2:
-    return emit_experts_w2(r, param, error);
-  case WSYNC_PARAM_ATTENTION:
-    return emit_attention(r, param, error);
+  g_autofree char *module = runtime_of(r->prefixes, wsync_block_get_module(block));
+  const NamingEra *era = r->release->era;
+  const char *middle = under == UNDER_SHARED ? era->shared
+                       : under == UNDER_ROUTED ? era->routed
+                                               : "";
+
+  return g_strconcat(module, module[0] != '\0' ? "." : "", middle, leaf, NULL);
+}
+
+/* The router in the era's module structure (vLLM-Ascend's runner adds an alias). */
+static char *
+router_name(const Rank *r, const WsyncBlock *block)
+{
+  const NamingEra *era = r->release->era;
+
+  return name_under(r, block, UNDER_BLOCK,
+                    r->ascend && era->router_ascend != NULL ? era->router_ascend : era->router);
+}
+
+/* The alias rule, in one place: of the names vLLM registers a tensor under, the
+ * lexicographically smallest (ShardedStateLoader keeps only that one, §6;
+ * get_parameter resolves it as well as any other, §7).  @name is the one the module
+ * structure gives; a param's aliases (a tied LM head) are the others. */
+static char *
+alias_winner(const Rank *r, const WsyncParam *param, char *name)
+{
+  for (guint i = 0; param->aliases != NULL && param->aliases[i] != NULL; i++) {
+    g_autofree char *alias = runtime_of(r->prefixes, param->aliases[i]);
+    if (strcmp(alias, name) < 0) {
+      g_free(name);
+      name = g_steal_pointer(&alias);
+    }
   }
-  return param_error(error, param, "unknown param kind");
+  return name;
 }
 
-/* The vision tower (group "visual", ../shared/reference/vllm-vision.md): with the
- * default `mm_encoder_tp_mode="weights"` it is sharded by the same linear-layer rules as
- * the language model (QKVParallelLinear with as many KV heads as heads, Column/Row
- * parallel MLPs, whole norms and patch embedding), which the model plugin expresses with
- * the same kinds.  Its own rules go here: `mm_encoder_tp_mode="data"` (every weight
- * whole), and a language-model-only load, where `_mark_tower_model` registers no
- * `visual.*` params at all (§3.5) and the group is dropped. */
-static gboolean
-emit_visual_param(Rank *r, const WsyncParam *param, GError **error)
+/* The name of a tensor that holds @param alone. */
+static char *
+own_name(const Rank *r, const WsyncParam *param)
 {
-  return emit_param(r, param, error);
+  char *name = NULL;
+
+  if (param->role == WSYNC_ROLE_ROUTER)
+    name = router_name(r, param->block);
+  for (guint i = 0; name == NULL && i < G_N_ELEMENTS(named); i++)
+    if (named[i].role == param->role)
+      name = name_under(r, param->block, named[i].under, named[i].leaf);
+  if (name == NULL)
+    name = runtime_of(r->prefixes, param->name);
+  return alias_winner(r, param, name);
 }
 
+/* ------------------------------------------------------------------ runtime tensors */
+
+/* The dtype vLLM holds a tensor in: the source's, except where vLLM creates the
+ * parameter in its own dtype (§9): A_log in float32 (vLLM #37810), RMSNormGated in the
+ * model dtype; loading casts to it (§2 "Dtypes").  The plan says so. */
+static WsyncDtype
+runtime_dtype(Rank *r, const WsyncParam *param)
+{
+  WsyncDtype model = wsync_model_get_dtype(wsync_layout_get_model(r->layout));
+  g_autofree char *note = NULL;
+
+  if (param->role == WSYNC_ROLE_LINEAR_A_LOG) {
+    note = g_strdup_printf("%s: vLLM holds A_log in float32 (vLLM #37810); a BF16 checkpoint "
+                           "value is widened exactly",
+                           param->name);
+    wsync_layout_add_note(r->layout, note);
+    return WSYNC_DTYPE_F32;
+  }
+  if (param->role == WSYNC_ROLE_LINEAR_NORM) {
+    note = model != WSYNC_DTYPE_F32
+               ? g_strdup_printf("%s: vLLM's RMSNormGated is created in the model dtype: an F32 "
+                                 "checkpoint value is rounded to %s to nearest-even, as "
+                                 "torch's copy_ does",
+                                 param->name, wsync_dtype_name(model))
+               : g_strdup_printf("%s: vLLM's RMSNormGated is created in the model dtype, F32",
+                                 param->name);
+    wsync_layout_add_note(r->layout, note);
+    return model;
+  }
+  return wsync_logical_get_dtype(param->parts[0].lt);
+}
+
+static void
+add_parts(Runtime *rt, const WsyncParam *param)
+{
+  for (guint p = 0; p < param->n_parts && rt->n_parts < WSYNC_PARAM_MAX_PARTS; p++)
+    rt->parts[rt->n_parts++] = param->parts[p];
+}
+
+/* The runtime tensor @param leads: alone, or packed with the params of its block that
+ * the pack table lists (the same leaf: a bias packs with biases). */
+static gboolean
+runtime_of_param(Rank *r, const WsyncParam *param, Runtime *rt, GError **error)
+{
+  const Pack *pack = pack_led_by(param->role);
+  const char *leaf = wsync_param_get_leaf(param);
+
+  memset(rt, 0, sizeof *rt);
+  rt->param = param;
+  rt->kind = param->kind;
+  rt->dtype = runtime_dtype(r, param);
+  add_parts(rt, param);
+  if (pack == NULL) {
+    rt->name = own_name(r, param);
+    return TRUE;
+  }
+  for (guint k = 0; k < G_N_ELEMENTS(pack->rest) && pack->rest[k] != WSYNC_ROLE_NONE; k++) {
+    /* (the experts' stacks carry no weight/bias leaf: one of each role per block) */
+    const WsyncParam *member = pack->under == UNDER_ROUTED
+                                   ? wsync_block_get_param(param->block, pack->rest[k])
+                                   : wsync_block_find_param(param->block, pack->rest[k], leaf);
+    if (member == NULL || member->kind != param->kind) {
+      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_FAILED,
+                  "vllm: param %s has no %s partner of its kind to pack with", param->name,
+                  member == NULL ? "matching" : "");
+      return FALSE;
+    }
+    add_parts(rt, member);
+  }
+  rt->name = name_under(r, param->block, pack->under, pack->leaf);
+  if (pack->under != UNDER_ROUTED) { /* the experts' names carry no leaf */
+    char *with_leaf = g_strconcat(rt->name, ".", leaf, NULL);
+    g_free(rt->name);
+    rt->name = with_leaf;
+  }
+  return TRUE;
+}
+
+/* Sequence-parallel MoE (§9: EP with tp > 1 and dp > 1, i.e. ep > tp > 1): the shared
+ * expert is built with disable_tp and every rank holds it whole. */
+static gboolean
+shared_expert_is_whole(const Rank *r, const WsyncParam *param)
+{
+  return r->ep > r->tp && r->tp > 1 &&
+         (param->role == WSYNC_ROLE_SHARED_GATE || param->role == WSYNC_ROLE_SHARED_DOWN);
+}
+
+/* One runtime tensor, by its kind. */
+static gboolean
+emit_runtime(Rank *r, Runtime *rt, GError **error)
+{
+  if (shared_expert_is_whole(r, rt->param)) {
+    wsync_layout_add_note(r->layout, "sequence-parallel MoE (ep > tp > 1): vLLM builds the "
+                                     "shared expert with disable_tp, whole on every rank");
+    return emit_replicated(r, rt, error);
+  }
+  switch (rt->kind) {
+  case WSYNC_PARAM_REPLICATED:
+    return emit_replicated(r, rt, error);
+  case WSYNC_PARAM_COLUMN:
+    return emit_column(r, rt, error);
+  case WSYNC_PARAM_ROW:
+    return emit_row(r, rt, error);
+  case WSYNC_PARAM_VOCAB:
+    return emit_vocab(r, rt, error);
+  case WSYNC_PARAM_EXPERTS_COLUMN:
+    return emit_experts_w13(r, rt, error);
+  case WSYNC_PARAM_EXPERTS_ROW:
+    return emit_experts_w2(r, rt, error);
+  }
+  return param_error(error, rt, "unknown param kind");
+}
+
+/* A model's param: dropped by a rule, part of a tensor another param leads, or the
+ * runtime tensor it leads. */
 static gboolean
 handle_param(Rank *r, const WsyncParam *param, GError **error)
 {
-  /* `AutoWeightsLoader(self, skip_prefixes=["mtp."])`: the main model never holds the
-   * multi-token-prediction layers (§9). */
-  if (g_strcmp0(param->group, "mtp") == 0) {
+  const char *drop = wsync_block_get_runtime_drop(param->block);
+  Runtime rt;
+  gboolean ok;
+
+  /* `AutoWeightsLoader(self, skip_prefixes=["mtp."])`: the main model never holds a
+   * draft (multi-token-prediction) block (§9). */
+  if (wsync_block_get_group(param->block) == WSYNC_GROUP_DRAFT) {
     wsync_layout_drop_param(r->layout, param, "vllm-skips-mtp");
     return TRUE;
   }
   /* The model says the running engine does not hold it (e.g. a vision tower switched
    * off by a language-model-only deployment): drop it by the model's rule. */
-  if (param->runtime_drop != NULL) {
-    wsync_layout_drop_param(r->layout, param, param->runtime_drop);
+  if (drop != NULL) {
+    wsync_layout_drop_param(r->layout, param, drop);
     return TRUE;
   }
-  if (param->role != WSYNC_ROLE_NONE && param->block == NULL)
-    return param_error(error, param, "it has a role but no block to name it from");
-  if (g_strcmp0(param->group, "visual") == 0)
-    return emit_visual_param(r, param, error);
-  return emit_param(r, param, error);
+  if (packed_into_another(param->role))
+    return TRUE;
+  if (!runtime_of_param(r, param, &rt, error))
+    return FALSE;
+  ok = emit_runtime(r, &rt, error);
+  g_free(rt.name);
+  /* the scale buffers follow the attention's qkv_proj weight, once per layer */
+  if (ok && param->role == WSYNC_ROLE_Q && strcmp(wsync_param_get_leaf(param), "weight") == 0)
+    ok = emit_attention_scales(r, param->block, error);
+  return ok;
 }
 
 /* ------------------------------------------------------------------ the target */
@@ -1047,6 +1225,7 @@ build_rank(WsyncLayout *layout, gpointer user_data, GError **error)
   if (!check_parallel(&r, error) || !choose_convention(&r, settings, error) ||
       !check_sharded_state(&r, error))
     return FALSE;
+  r.prefixes = prefixes_of(wsync_layout_get_model(layout));
   /* vllm-ascend's kernel format is this layout finished by another plugin's post-load
    * hook; without it the files would carry the target's name and the loader layout
    * (docs/vllm-ascend.md §3).  Its sharded-state format is the loader layout itself. */

@@ -422,9 +422,10 @@ test_refusal_cli(gconstpointer data)
 {
   const Refusal *r = data;
   g_autofree char *path = fixture(r->fixture);
-  g_autofree char *conf = test_tmpdir();
+  g_autofree char *conf = hf_conf_dir();
   g_autofree char *dst = g_build_filename(conf, "merged", NULL);
-  TestRun run = test_run("merge", path, dst, "--conf-dir", conf, NULL);
+  TestRun run = test_run("merge", path, dst, "--conf-dir", conf, "--plugin-dir",
+                         test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR"), NULL);
   g_assert_cmpint(run.status, ==, 3);
   g_assert_cmpstr(run.out, ==, "");
   g_assert_true(g_str_has_prefix(run.err, "wsync: "));
@@ -445,9 +446,10 @@ test_merge_cli(void)
   g_autofree char *source = fixture("good.safetensors");
   for (guint i = 0; i < G_N_ELEMENTS(names); i++) {
     g_autofree char *path = fixture(names[i]);
-    g_autofree char *conf = test_tmpdir();
+    g_autofree char *conf = hf_conf_dir();
     g_autofree char *dst = g_build_filename(conf, "merged", NULL);
-    TestRun run = test_run("merge", path, dst, "--conf-dir", conf, NULL);
+    TestRun run = test_run("merge", path, dst, "--conf-dir", conf, "--plugin-dir",
+                           test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR"), NULL);
     if (run.status != 0)
       g_error("merge %s: exit %d: %s", names[i], run.status, run.err);
     test_run_clear(&run);

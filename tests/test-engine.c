@@ -55,7 +55,7 @@ fixture_setup(Fixture *f, gconstpointer data)
   f->conf = g_build_filename(f->dir, "conf.d", NULL);
   g_mkdir(f->conf, 0700);
   g_free(test_write(f->conf, "10.conf",
-                    "plugin \"qwen3_moe\" {}\nplugin \"vllm\" {}\nplugin \"broken\" {}\n"));
+                    "plugin \"hf\" {}\nplugin \"qwen3_moe\" {}\nplugin \"vllm\" {}\nplugin \"broken\" {}\n"));
   f->tiny = g_build_filename(f->dir, "tiny", NULL);
   g_autofree char *config = tiny_config();
   Run r = run_wsync(f, "synth", "--config", config, f->tiny, "--pattern", "index", "-q", NULL);

@@ -121,7 +121,7 @@ conf_dir(const char *version, gboolean ascend_plugin)
 
   if (dir == NULL) {
     g_autofree char *ascend = g_strdup(ascend_plugin ? "plugin \"npu-ascend\" {}\n" : "");
-    g_autofree char *text = g_strdup_printf("plugin \"qwen3_moe\" {}\n"
+    g_autofree char *text = g_strdup_printf("plugin \"hf\" {}\nplugin \"qwen3_moe\" {}\n"
                                             "plugin \"vllm\" {\n"
                                             "  vllm-version = \"%s\"\n"
                                             "}\n%s",
@@ -1135,7 +1135,7 @@ test_deprecated_option(void)
 
   g_assert_cmpint(g_mkdir(conf, 0755), ==, 0);
   g_free(test_write(conf, "10-test.conf",
-                    "plugin \"qwen3_moe\" {}\nplugin \"vllm\" {}\n"
+                    "plugin \"hf\" {}\nplugin \"qwen3_moe\" {}\nplugin \"vllm\" {}\n"
                     "plugin \"npu-ascend\" {\n  moe-layout = \"processed\"\n}\n"));
   r = run_wsync("convert", synth(TINY, FALSE), dst, "--conf-dir", conf, "--plugin-dir",
                 plugin_dir(), "--target", "vllm-ascend", "--tp", "2", NULL);
@@ -1157,7 +1157,8 @@ test_deprecated_option(void)
 static void
 test_shipped_conf(void)
 {
-  static const char *const files[] = {"20-vllm.conf", "30-qwen3_moe.conf", "40-npu-ascend.conf"};
+  static const char *const files[] = {"10-hf.conf", "20-vllm.conf", "30-qwen3_moe.conf",
+                                      "40-npu-ascend.conf"};
   g_autofree char *conf = new_path("shipped");
   g_autofree char *dst = NULL, *kernel = NULL;
   Run r;

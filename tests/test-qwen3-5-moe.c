@@ -65,7 +65,7 @@ conf_dir(gboolean language_model_only)
   char *dir = g_hash_table_lookup(made, key);
 
   if (dir == NULL) {
-    g_autofree char *text = g_strdup_printf("plugin \"qwen3_5_moe\" {\n"
+    g_autofree char *text = g_strdup_printf("plugin \"hf\" {}\nplugin \"qwen3_5_moe\" {\n"
                                             "  language-model-only = %s\n"
                                             "}\n"
                                             "plugin \"vllm\" {}\n",
@@ -996,9 +996,19 @@ check_moe(Oracle *o, guint64 l, const guint64 *expert_counts)
 
   check_replicated(o, router_o, router_i, WSYNC_DTYPE_BF16);
   check_replicated(o, sg_o, sg_i, WSYNC_DTYPE_BF16);
-  /* the shared expert stays TP-sliced by rank % tp, also with EP (§4) */
-  check_gate_up_down(o, l, "mlp.shared_expert", "mlp.experts._shared_experts._layer",
-                     o->m->Is);
+  /* the shared expert stays TP-sliced by rank % tp, also with EP (§4); with
+   * sequence-parallel MoE (ep > tp > 1, so dp > 1) it is built with disable_tp and every
+   * rank holds it whole (§9.4) */
+  if (o->ep > o->tp && o->tp > 1) {
+    Oracle whole = *o;
+    whole.tp = 1;
+    whole.t = 0;
+    check_gate_up_down(&whole, l, "mlp.shared_expert", "mlp.experts._shared_experts._layer",
+                       o->m->Is);
+    o->checked = whole.checked;
+  } else
+    check_gate_up_down(o, l, "mlp.shared_expert", "mlp.experts._shared_experts._layer",
+                       o->m->Is);
   check_experts(o, l, expert_counts != NULL ? expert_counts[o->rank] : o->m->E);
 }
 
@@ -1659,8 +1669,8 @@ test_plan_text(void)
                     "RMSNormGated is created in the model dtype: an F32 checkpoint value is "
                     "rounded to BF16 to nearest-even, as torch's copy_ does");
   assert_has(r.out, "dropped mtp.fc.weight by rule vllm-skips-mtp");
-  assert_has(r.out, "dropped mtp.layers.0.mlp.experts.*.{gate,up}_proj.weight by rule "
-                    "vllm-skips-mtp");
+  assert_has(r.out, "dropped mtp.layers.0.mlp.experts.gate by rule vllm-skips-mtp");
+  assert_has(r.out, "dropped mtp.layers.0.mlp.experts.down by rule vllm-skips-mtp");
   assert_has(r.out, "<- model.language_model.layers.0.linear_attn.norm.weight[0:16] cast "
                     "F32->BF16");
   assert_has(r.out, "<- model.language_model.layers.3.self_attn.q_proj.weight[64:128, 0:64]");

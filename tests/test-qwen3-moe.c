@@ -948,8 +948,8 @@ main(int argc, char **argv)
   have_vllm = g_file_test(vllm_so, G_FILE_TEST_IS_REGULAR);
   conf_dir = test_tmpdir();
   g_free(test_write(conf_dir, "10-test.conf",
-                    have_vllm ? "plugin \"qwen3_moe\" {}\nplugin \"vllm\" {}\n"
-                              : "plugin \"qwen3_moe\" {}\n"));
+                    have_vllm ? "plugin \"hf\" {}\nplugin \"qwen3_moe\" {}\nplugin \"vllm\" {}\n"
+                              : "plugin \"hf\" {}\nplugin \"qwen3_moe\" {}\n"));
 
 #define ADD(path, func, data)                                                                 \
   g_test_add("/qwen3-moe/" path, Fixture, data, fixture_setup, func, fixture_teardown)

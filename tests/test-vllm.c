@@ -52,7 +52,7 @@ conf_dir(const char *version, gboolean scales)
   char *dir = g_hash_table_lookup(conf_dirs, key);
 
   if (dir == NULL) {
-    g_autofree char *text = g_strdup_printf("plugin \"qwen3_moe\" {}\n"
+    g_autofree char *text = g_strdup_printf("plugin \"hf\" {}\nplugin \"qwen3_moe\" {}\n"
                                             "plugin \"vllm\" {\n"
                                             "  vllm-version = \"%s\"\n"
                                             "  attn-scales = %s\n"
@@ -1194,7 +1194,8 @@ test_help(void)
   g_assert_cmpint(r.status, ==, 0);
   g_assert_cmpstr(r.err, ==, "");
   assert_has(r.out, "  -f, --format=F ");
-  assert_has(r.out, "\nTargets:\n  hf: the layout the model's checkpoints are published in\n");
+  assert_has(r.out, "\nTargets (of the plugins the configuration selects):\n"
+                    "  hf: the layout the model's checkpoints are published in\n");
   assert_has(r.out, "  vllm (formats sharded-state, kernel): each vLLM TP/EP rank's tensors "
                     "under vLLM's names\n"
                     "    --format sharded-state (the default): for `vllm serve DIR "

@@ -39,6 +39,17 @@ test_write(const char *dir, const char *name, const char *text)
   return path;
 }
 
+/* A fresh conf.d selecting the "hf" plugin (what merge, synth and reading published
+ * checkpoints need); run wsync with --plugin-dir $WSYNC_TEST_BUILT_PLUGIN_DIR. */
+static inline char *
+hf_conf_dir(void)
+{
+  char *dir = test_tmpdir();
+
+  g_free(test_write(dir, "10-hf.conf", "plugin \"hf\" {}\n"));
+  return dir;
+}
+
 /* Removes a directory tree made by a test. */
 static inline void
 test_rmtree(const char *path)

@@ -3,6 +3,7 @@
 #define WSYNC_CHECKPOINT_H
 
 #include <glib.h>
+#include <wsync/api.h>
 #include <wsync/safetensors.h>
 
 G_BEGIN_DECLS
@@ -38,7 +39,7 @@ typedef struct _WsyncCheckpoint WsyncCheckpoint;
  *
  * Returns: (transfer full) (nullable): the checkpoint, or %NULL with @error set.
  */
-WsyncCheckpoint *wsync_checkpoint_open(const char *path, GError **error);
+WSYNC_API WsyncCheckpoint *wsync_checkpoint_open(const char *path, GError **error);
 
 /**
  * WsyncFileGroupFunc:
@@ -65,20 +66,20 @@ typedef gboolean (*WsyncFileGroupFunc)(const WsyncSafetensors *file, gint64 *gro
  *
  * Returns: (transfer full) (nullable): the checkpoint, or %NULL with @error set.
  */
-WsyncCheckpoint *wsync_checkpoint_open_grouped(const char *path, WsyncFileGroupFunc group,
+WSYNC_API WsyncCheckpoint *wsync_checkpoint_open_grouped(const char *path, WsyncFileGroupFunc group,
                                                gpointer user_data, GError **error);
 
 /** wsync_checkpoint_free: @ck: (nullable): frees a checkpoint and unmaps its files. */
-void wsync_checkpoint_free(WsyncCheckpoint *ck);
+WSYNC_API void wsync_checkpoint_free(WsyncCheckpoint *ck);
 
 /** wsync_checkpoint_path: Returns: the path the checkpoint was opened with. */
-const char *wsync_checkpoint_path(const WsyncCheckpoint *ck);
+WSYNC_API const char *wsync_checkpoint_path(const WsyncCheckpoint *ck);
 
 /** wsync_checkpoint_is_dir: Returns: %TRUE when the checkpoint was opened from a directory. */
-gboolean wsync_checkpoint_is_dir(const WsyncCheckpoint *ck);
+WSYNC_API gboolean wsync_checkpoint_is_dir(const WsyncCheckpoint *ck);
 
 /** wsync_checkpoint_n_tensors: Returns: the number of tensors in all files. */
-guint wsync_checkpoint_n_tensors(const WsyncCheckpoint *ck);
+WSYNC_API guint wsync_checkpoint_n_tensors(const WsyncCheckpoint *ck);
 
 /**
  * wsync_checkpoint_tensor:
@@ -90,7 +91,7 @@ guint wsync_checkpoint_n_tensors(const WsyncCheckpoint *ck);
  *
  * Returns: (transfer none): the tensor.
  */
-const WsyncTensor *wsync_checkpoint_tensor(const WsyncCheckpoint *ck, guint index);
+WSYNC_API const WsyncTensor *wsync_checkpoint_tensor(const WsyncCheckpoint *ck, guint index);
 
 /**
  * wsync_checkpoint_lookup:
@@ -99,10 +100,10 @@ const WsyncTensor *wsync_checkpoint_tensor(const WsyncCheckpoint *ck, guint inde
  *
  * Returns: (transfer none) (nullable): the tensor, or %NULL when there is none.
  */
-const WsyncTensor *wsync_checkpoint_lookup(const WsyncCheckpoint *ck, const char *name);
+WSYNC_API const WsyncTensor *wsync_checkpoint_lookup(const WsyncCheckpoint *ck, const char *name);
 
 /** wsync_checkpoint_n_files: Returns: how many safetensors files the checkpoint has. */
-guint wsync_checkpoint_n_files(const WsyncCheckpoint *ck);
+WSYNC_API guint wsync_checkpoint_n_files(const WsyncCheckpoint *ck);
 
 /**
  * wsync_checkpoint_file:
@@ -111,7 +112,7 @@ guint wsync_checkpoint_n_files(const WsyncCheckpoint *ck);
  *
  * Returns: (transfer none): one of its files.
  */
-const WsyncSafetensors *wsync_checkpoint_file(const WsyncCheckpoint *ck, guint index);
+WSYNC_API const WsyncSafetensors *wsync_checkpoint_file(const WsyncCheckpoint *ck, guint index);
 
 /**
  * wsync_checkpoint_total_bytes:
@@ -119,7 +120,7 @@ const WsyncSafetensors *wsync_checkpoint_file(const WsyncCheckpoint *ck, guint i
  *
  * Returns: the sum of the tensors' byte sizes (what an index calls `total_size`).
  */
-guint64 wsync_checkpoint_total_bytes(const WsyncCheckpoint *ck);
+WSYNC_API guint64 wsync_checkpoint_total_bytes(const WsyncCheckpoint *ck);
 
 /**
  * wsync_index_write:
@@ -133,7 +134,7 @@ guint64 wsync_checkpoint_total_bytes(const WsyncCheckpoint *ck);
  *
  * Returns: %TRUE on success.
  */
-gboolean wsync_index_write(const char *path, guint64 total_size, GHashTable *weight_map,
+WSYNC_API gboolean wsync_index_write(const char *path, guint64 total_size, GHashTable *weight_map,
                            GError **error);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(WsyncCheckpoint, wsync_checkpoint_free)

@@ -3,6 +3,7 @@
 #define WSYNC_DTYPE_H
 
 #include <glib.h>
+#include <wsync/api.h>
 
 G_BEGIN_DECLS
 
@@ -45,7 +46,7 @@ typedef enum {
  *
  * Returns: the safetensors spelling, e.g. "BF16".
  */
-const char *wsync_dtype_name(WsyncDtype dtype);
+WSYNC_API const char *wsync_dtype_name(WsyncDtype dtype);
 
 /**
  * wsync_dtype_from_name:
@@ -54,7 +55,7 @@ const char *wsync_dtype_name(WsyncDtype dtype);
  *
  * Returns: %TRUE when @name is one of the format's dtypes.
  */
-gboolean wsync_dtype_from_name(const char *name, WsyncDtype *dtype);
+WSYNC_API gboolean wsync_dtype_from_name(const char *name, WsyncDtype *dtype);
 
 /**
  * wsync_dtype_bits:
@@ -62,7 +63,15 @@ gboolean wsync_dtype_from_name(const char *name, WsyncDtype *dtype);
  *
  * Returns: the size of one element in bits: 4 for F4, 6 for the F6 types, 64 for C64.
  */
-guint wsync_dtype_bits(WsyncDtype dtype);
+WSYNC_API guint wsync_dtype_bits(WsyncDtype dtype);
+
+/**
+ * wsync_dtype_size:
+ * @dtype: a valid dtype
+ *
+ * Returns: the size of one element in bytes, or 0 for the sub-byte types (F4, F6).
+ */
+WSYNC_API gsize wsync_dtype_size(WsyncDtype dtype);
 
 /**
  * wsync_dtype_nbytes:
@@ -75,7 +84,7 @@ guint wsync_dtype_bits(WsyncDtype dtype);
  * Returns: %FALSE on overflow or when the elements do not fill whole bytes (the
  *   safetensors "misaligned slice" rule for sub-byte types).
  */
-gboolean wsync_dtype_nbytes(WsyncDtype dtype, guint64 numel, guint64 *nbytes);
+WSYNC_API gboolean wsync_dtype_nbytes(WsyncDtype dtype, guint64 numel, guint64 *nbytes);
 
 G_END_DECLS
 

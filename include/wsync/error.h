@@ -9,6 +9,7 @@
 #define WSYNC_ERROR_H
 
 #include <glib.h>
+#include <wsync/api.h>
 
 G_BEGIN_DECLS
 
@@ -57,7 +58,7 @@ enum {
  *
  * Returns: the #GQuark of #WSYNC_ERROR.
  */
-GQuark wsync_error_quark(void);
+WSYNC_API GQuark wsync_error_quark(void);
 
 /**
  * wsync_error_exit_code:
@@ -68,7 +69,7 @@ GQuark wsync_error_quark(void);
  *
  * Returns: one of the WSYNC_EXIT_* values.
  */
-int wsync_error_exit_code(const GError *error);
+WSYNC_API int wsync_error_exit_code(const GError *error);
 
 /**
  * wsync_set_io_error:
@@ -79,7 +80,7 @@ int wsync_error_exit_code(const GError *error);
  *
  * Sets a #WSYNC_ERROR_IO error "cannot WHAT PATH: strerror(errsv)".
  */
-void wsync_set_io_error(GError **error, int errsv, const char *path, const char *what);
+WSYNC_API void wsync_set_io_error(GError **error, int errsv, const char *path, const char *what);
 
 G_END_DECLS
 

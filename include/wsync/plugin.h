@@ -5,7 +5,9 @@
  *
  *   - `wsync_plugin_descriptor`, a #WsyncPluginDescriptor: ABI version, name, one-line
  *     description and the plugin's libconfuse option table;
- *   - `wsync_plugin_register`, which adds the plugin's entries to the dispatch table.
+ *   - `wsync_plugin_register`, which adds the plugin's entries to the dispatch table
+ *     (remappers: <wsync/model.h>; targets: <wsync/target.h>; hooks: <wsync/layout.h>;
+ *     config patchers and environment patches: below).
  *
  * The loader reads the descriptor first and refuses a plugin built for another ABI
  * before any of its code runs.  Plugins are linked `-module -avoid-version` with their
@@ -34,6 +36,7 @@
 #include <confuse.h>
 #include <glib.h>
 #include <json-glib/json-glib.h>
+#include <wsync/api.h>
 #include <wsync/error.h>
 
 G_BEGIN_DECLS
@@ -66,12 +69,14 @@ typedef struct _WsyncPlugin WsyncPlugin;
  * @options: (nullable): its option table (libconfuse; scalar and list options of
  *   type int, float, bool and string), terminated by CFG_END(); every option in a
  *   `plugin "NAME"` section must be declared here
+ * @reserved: room for growth while the ABI stays 1; zero (WSYNC_PLUGIN_DEFINE() leaves it so)
  */
 typedef struct {
   guint32 abi_version;
   const char *name;
   const char *description;
   cfg_opt_t *options;
+  gpointer reserved[8];
 } WsyncPluginDescriptor;
 
 /**
@@ -97,7 +102,10 @@ typedef gboolean (*WsyncPluginRegisterFunc)(WsyncPlugin *plugin, GError **error)
  */
 #define WSYNC_PLUGIN_DEFINE(plugin_name, plugin_description, plugin_options, register_func) \
   WSYNC_PLUGIN_EXPORT const WsyncPluginDescriptor wsync_plugin_descriptor = {                  \
-      WSYNC_PLUGIN_ABI_VERSION, plugin_name, plugin_description, plugin_options};          \
+      .abi_version = WSYNC_PLUGIN_ABI_VERSION,                                             \
+      .name = plugin_name,                                                                 \
+      .description = plugin_description,                                                   \
+      .options = plugin_options};                                                          \
   WSYNC_PLUGIN_EXPORT gboolean wsync_plugin_register(WsyncPlugin *plugin, GError **error);     \
   WSYNC_PLUGIN_EXPORT gboolean wsync_plugin_register(WsyncPlugin *plugin, GError **error)      \
   {                                                                                        \
@@ -136,40 +144,8 @@ enum {
   WSYNC_PRIORITY_HIGH = 100,
 };
 
-/* The engine's views that the callbacks work on.  They are opaque here; the engine
- * headers that define them come with the sync engine. */
-typedef struct _WsyncMapping WsyncMapping;
+/* The layout of one rank that targets build and hooks change (<wsync/layout.h>). */
 typedef struct _WsyncLayout WsyncLayout;
-
-/**
- * WsyncRemapFunc:
- * @mapping: the checkpoint being described (its config, its tensors, the target)
- * @user_data: the data given at registration
- * @error: return location for an error
- *
- * A weight-name remapper.  Returns: %TRUE on success.
- */
-typedef gboolean (*WsyncRemapFunc)(WsyncMapping *mapping, gpointer user_data, GError **error);
-
-/**
- * WsyncConvertFunc:
- * @layout: the logical model and the target layout (target, tp, ep, rank) to fill
- * @user_data: the data given at registration
- * @error: return location for an error
- *
- * A layout converter.  Returns: %TRUE on success.
- */
-typedef gboolean (*WsyncConvertFunc)(WsyncLayout *layout, gpointer user_data, GError **error);
-
-/**
- * WsyncHookFunc:
- * @layout: the planned output, after every converter ran
- * @user_data: the data given at registration
- * @error: return location for an error
- *
- * A post-load hook.  Returns: %TRUE on success.
- */
-typedef gboolean (*WsyncHookFunc)(WsyncLayout *layout, gpointer user_data, GError **error);
 
 /**
  * WsyncConfigPatchFunc:
@@ -189,10 +165,10 @@ typedef gboolean (*WsyncConfigPatchFunc)(JsonNode *config, gpointer user_data, G
 typedef struct _WsyncEnv WsyncEnv;
 
 /** wsync_env_get_backend: Returns: (transfer none): the backend, e.g. "npu-ascend". */
-const char *wsync_env_get_backend(WsyncEnv *env);
+WSYNC_API const char *wsync_env_get_backend(WsyncEnv *env);
 
 /** wsync_env_get_mode: Returns: (transfer none): "colocate" or "server". */
-const char *wsync_env_get_mode(WsyncEnv *env);
+WSYNC_API const char *wsync_env_get_mode(WsyncEnv *env);
 
 /**
  * wsync_env_getenv:
@@ -202,7 +178,7 @@ const char *wsync_env_get_mode(WsyncEnv *env);
  * Returns: (transfer none) (nullable): its value as the deployment will see it: what an
  *   earlier patch set, else the value in wsync's own environment, else %NULL.
  */
-const char *wsync_env_getenv(WsyncEnv *env, const char *name);
+WSYNC_API const char *wsync_env_getenv(WsyncEnv *env, const char *name);
 
 /**
  * wsync_env_set:
@@ -213,7 +189,7 @@ const char *wsync_env_getenv(WsyncEnv *env, const char *name);
  *
  * Sets a variable.  A later setting of the same variable replaces the earlier one.
  */
-void wsync_env_set(WsyncEnv *env, const char *name, const char *value, const char *reason);
+WSYNC_API void wsync_env_set(WsyncEnv *env, const char *name, const char *value, const char *reason);
 
 /**
  * WsyncEnvPatchFunc:
@@ -250,30 +226,22 @@ typedef gboolean (*WsyncEnvPatchFunc)(WsyncEnv *env, gpointer user_data, GError 
  *
  * Returns: %TRUE when the entry was added.
  */
-gboolean wsync_plugin_add_entry(WsyncPlugin *plugin, WsyncEntryKind kind, const char *name,
+WSYNC_API gboolean wsync_plugin_add_entry(WsyncPlugin *plugin, WsyncEntryKind kind, const char *name,
                                 int priority, const char *serves, GCallback callback,
                                 gpointer user_data, GDestroyNotify destroy, GError **error);
 
-/** wsync_plugin_add_remapper: wsync_plugin_add_entry() for a #WsyncRemapFunc. */
-gboolean wsync_plugin_add_remapper(WsyncPlugin *plugin, const char *name, int priority,
-                                   const char *serves, WsyncRemapFunc func, gpointer user_data,
-                                   GDestroyNotify destroy, GError **error);
 
 /* Converters (targets) are added with wsync_plugin_add_target(), <wsync/target.h>. */
 
-/** wsync_plugin_add_hook: wsync_plugin_add_entry() for a #WsyncHookFunc. */
-gboolean wsync_plugin_add_hook(WsyncPlugin *plugin, const char *name, int priority,
-                               const char *serves, WsyncHookFunc func, gpointer user_data,
-                               GDestroyNotify destroy, GError **error);
 
 /** wsync_plugin_add_config_patcher: wsync_plugin_add_entry() for a #WsyncConfigPatchFunc. */
-gboolean wsync_plugin_add_config_patcher(WsyncPlugin *plugin, const char *name, int priority,
+WSYNC_API gboolean wsync_plugin_add_config_patcher(WsyncPlugin *plugin, const char *name, int priority,
                                          const char *serves, WsyncConfigPatchFunc func,
                                          gpointer user_data, GDestroyNotify destroy,
                                          GError **error);
 
 /** wsync_plugin_add_env_patch: wsync_plugin_add_entry() for a #WsyncEnvPatchFunc; @serves names backends. */
-gboolean wsync_plugin_add_env_patch(WsyncPlugin *plugin, const char *name, int priority,
+WSYNC_API gboolean wsync_plugin_add_env_patch(WsyncPlugin *plugin, const char *name, int priority,
                                     const char *serves, WsyncEnvPatchFunc func,
                                     gpointer user_data, GDestroyNotify destroy, GError **error);
 
@@ -288,10 +256,10 @@ gboolean wsync_plugin_add_env_patch(WsyncPlugin *plugin, const char *name, int p
  * Records a warning about the plugin's configuration (e.g. a deprecated option), which
  * the command prints on stderr as `wsync: plugin "NAME": MESSAGE` (not with -q).
  */
-void wsync_plugin_warn(WsyncPlugin *plugin, const char *format, ...) G_GNUC_PRINTF(2, 3);
+WSYNC_API void wsync_plugin_warn(WsyncPlugin *plugin, const char *format, ...) G_GNUC_PRINTF(2, 3);
 
 /** wsync_plugin_get_name: Returns: (transfer none): the plugin's name. */
-const char *wsync_plugin_get_name(const WsyncPlugin *plugin);
+WSYNC_API const char *wsync_plugin_get_name(const WsyncPlugin *plugin);
 
 /**
  * wsync_plugin_get_options:
@@ -303,7 +271,7 @@ const char *wsync_plugin_get_name(const WsyncPlugin *plugin);
  * Returns: (transfer none): a libconfuse section to read with cfg_getstr(),
  *   cfg_getint(), cfg_getbool(), cfg_getfloat(), cfg_size() and cfg_getn*().
  */
-cfg_t *wsync_plugin_get_options(WsyncPlugin *plugin);
+WSYNC_API cfg_t *wsync_plugin_get_options(WsyncPlugin *plugin);
 
 G_END_DECLS
 

@@ -8,6 +8,7 @@
 #define WSYNC_REGISTRY_H
 
 #include <glib.h>
+#include <wsync/api.h>
 #include <wsync/plugin.h>
 #include <wsync/target.h>
 
@@ -22,10 +23,10 @@ typedef struct _WsyncEntry WsyncEntry;
 typedef struct _WsyncRegistry WsyncRegistry;
 
 /** wsync_registry_new: Returns: (transfer full): an empty table. */
-WsyncRegistry *wsync_registry_new(void);
+WSYNC_API WsyncRegistry *wsync_registry_new(void);
 
 /** wsync_registry_free: @registry: (nullable): frees the table, destroying every entry's user data. */
-void wsync_registry_free(WsyncRegistry *registry);
+WSYNC_API void wsync_registry_free(WsyncRegistry *registry);
 
 /**
  * wsync_registry_add:
@@ -44,7 +45,7 @@ void wsync_registry_free(WsyncRegistry *registry);
  *
  * Returns: %TRUE when added.
  */
-gboolean wsync_registry_add(WsyncRegistry *registry, const char *plugin_name, WsyncEntryKind kind,
+WSYNC_API gboolean wsync_registry_add(WsyncRegistry *registry, const char *plugin_name, WsyncEntryKind kind,
                             const char *name, int priority, const char *serves,
                             GCallback callback, gpointer user_data, GDestroyNotify destroy,
                             GError **error);
@@ -65,7 +66,7 @@ gboolean wsync_registry_add(WsyncRegistry *registry, const char *plugin_name, Ws
  *
  * Returns: %TRUE when added.
  */
-gboolean wsync_registry_add_target(WsyncRegistry *registry, const char *plugin_name,
+WSYNC_API gboolean wsync_registry_add_target(WsyncRegistry *registry, const char *plugin_name,
                                    const WsyncTargetInfo *info, int priority,
                                    gpointer user_data, GDestroyNotify destroy, GError **error);
 
@@ -79,7 +80,7 @@ gboolean wsync_registry_add_target(WsyncRegistry *registry, const char *plugin_n
  * Returns: (transfer container) (element-type WsyncEntry): the entries of @kind that
  *   serve @key (or serve everything), highest priority first, then by name.
  */
-GPtrArray *wsync_registry_lookup(WsyncRegistry *registry, WsyncEntryKind kind, const char *key);
+WSYNC_API GPtrArray *wsync_registry_lookup(WsyncRegistry *registry, WsyncEntryKind kind, const char *key);
 
 /**
  * wsync_registry_remove_plugin:
@@ -90,30 +91,30 @@ GPtrArray *wsync_registry_lookup(WsyncRegistry *registry, WsyncEntryKind kind, c
  *
  * Returns: how many entries were removed.
  */
-guint wsync_registry_remove_plugin(WsyncRegistry *registry, const char *plugin_name);
+WSYNC_API guint wsync_registry_remove_plugin(WsyncRegistry *registry, const char *plugin_name);
 
 /** wsync_registry_size: Returns: the number of entries of every kind. */
-guint wsync_registry_size(WsyncRegistry *registry);
+WSYNC_API guint wsync_registry_size(WsyncRegistry *registry);
 
 /** wsync_entry_kind_name: Returns: "remapper", "converter", "hook", "config-patcher" or "env-patch". */
-const char *wsync_entry_kind_name(WsyncEntryKind kind);
+WSYNC_API const char *wsync_entry_kind_name(WsyncEntryKind kind);
 
 /** wsync_entry_get_kind: Returns: the entry's kind. */
-WsyncEntryKind wsync_entry_get_kind(const WsyncEntry *entry);
+WSYNC_API WsyncEntryKind wsync_entry_get_kind(const WsyncEntry *entry);
 /** wsync_entry_get_name: Returns: (transfer none): the entry's name. */
-const char *wsync_entry_get_name(const WsyncEntry *entry);
+WSYNC_API const char *wsync_entry_get_name(const WsyncEntry *entry);
 /** wsync_entry_get_plugin: Returns: (transfer none): the name of the plugin that made it. */
-const char *wsync_entry_get_plugin(const WsyncEntry *entry);
+WSYNC_API const char *wsync_entry_get_plugin(const WsyncEntry *entry);
 /** wsync_entry_get_priority: Returns: its priority. */
-int wsync_entry_get_priority(const WsyncEntry *entry);
+WSYNC_API int wsync_entry_get_priority(const WsyncEntry *entry);
 /** wsync_entry_get_serves: Returns: (transfer none) (nullable): what it serves, %NULL for all. */
-const char *wsync_entry_get_serves(const WsyncEntry *entry);
+WSYNC_API const char *wsync_entry_get_serves(const WsyncEntry *entry);
 /** wsync_entry_get_callback: Returns: its function; cast it to the type of its kind. */
-GCallback wsync_entry_get_callback(const WsyncEntry *entry);
+WSYNC_API GCallback wsync_entry_get_callback(const WsyncEntry *entry);
 /** wsync_entry_get_user_data: Returns: (transfer none): its data. */
-gpointer wsync_entry_get_user_data(const WsyncEntry *entry);
+WSYNC_API gpointer wsync_entry_get_user_data(const WsyncEntry *entry);
 /** wsync_entry_get_target: Returns: (transfer none) (nullable): a converter's target descriptor. */
-const WsyncTargetInfo *wsync_entry_get_target(const WsyncEntry *entry);
+WSYNC_API const WsyncTargetInfo *wsync_entry_get_target(const WsyncEntry *entry);
 
 /* ------------------------------------------------------------------ the context */
 
@@ -159,14 +160,14 @@ typedef struct _WsyncContext WsyncContext;
  *
  * Returns: (transfer full) (nullable): the context, or %NULL with @error set.
  */
-WsyncContext *wsync_context_new(const char *const *conf_dirs, const char *const *plugin_dirs,
+WSYNC_API WsyncContext *wsync_context_new(const char *const *conf_dirs, const char *const *plugin_dirs,
                                 const char *overrides, GError **error);
 
 /** wsync_context_free: @ctx: (nullable): unregisters and unloads everything. */
-void wsync_context_free(WsyncContext *ctx);
+WSYNC_API void wsync_context_free(WsyncContext *ctx);
 
 /** wsync_context_get_registry: Returns: (transfer none): the dispatch table. */
-WsyncRegistry *wsync_context_get_registry(WsyncContext *ctx);
+WSYNC_API WsyncRegistry *wsync_context_get_registry(WsyncContext *ctx);
 
 /**
  * WsyncPluginInfoFunc:
@@ -187,7 +188,7 @@ typedef void (*WsyncPluginInfoFunc)(const char *name, WsyncPluginState state, co
  * @func: called once per plugin the configuration named, in name order
  * @user_data: passed to @func
  */
-void wsync_context_foreach_plugin(WsyncContext *ctx, WsyncPluginInfoFunc func, gpointer user_data);
+WSYNC_API void wsync_context_foreach_plugin(WsyncContext *ctx, WsyncPluginInfoFunc func, gpointer user_data);
 
 /**
  * WsyncWarningFunc:
@@ -205,7 +206,7 @@ typedef void (*WsyncWarningFunc)(const char *plugin_name, const char *message,
  *   name order, warnings in the order given
  * @user_data: passed to @func
  */
-void wsync_context_foreach_warning(WsyncContext *ctx, WsyncWarningFunc func, gpointer user_data);
+WSYNC_API void wsync_context_foreach_warning(WsyncContext *ctx, WsyncWarningFunc func, gpointer user_data);
 
 /**
  * wsync_context_get_sync_option:
@@ -217,7 +218,7 @@ void wsync_context_foreach_warning(WsyncContext *ctx, WsyncWarningFunc func, gpo
  *   text, or %NULL when no file set it (the command's own default then applies;
  *   command-line flags win over both).
  */
-const char *wsync_context_get_sync_option(WsyncContext *ctx, const char *key);
+WSYNC_API const char *wsync_context_get_sync_option(WsyncContext *ctx, const char *key);
 
 /**
  * wsync_context_get_plugin_options:
@@ -227,7 +228,7 @@ const char *wsync_context_get_sync_option(WsyncContext *ctx, const char *key);
  * Returns: (transfer none) (nullable): the merged options of an active plugin, as
  *   wsync_plugin_get_options() gives them, or %NULL.
  */
-cfg_t *wsync_context_get_plugin_options(WsyncContext *ctx, const char *plugin_name);
+WSYNC_API cfg_t *wsync_context_get_plugin_options(WsyncContext *ctx, const char *plugin_name);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(WsyncRegistry, wsync_registry_free)
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(WsyncContext, wsync_context_free)

@@ -10,6 +10,7 @@
 #define WSYNC_SAFETENSORS_H
 
 #include <glib.h>
+#include <wsync/api.h>
 #include <wsync/dtype.h>
 
 G_BEGIN_DECLS
@@ -61,7 +62,7 @@ typedef struct _WsyncSafetensors WsyncSafetensors;
  *
  * Returns: (transfer full) (nullable): the file, or %NULL with @error set.
  */
-WsyncSafetensors *wsync_safetensors_open(const char *path, GError **error);
+WSYNC_API WsyncSafetensors *wsync_safetensors_open(const char *path, GError **error);
 
 /**
  * wsync_safetensors_parse:
@@ -75,7 +76,7 @@ WsyncSafetensors *wsync_safetensors_open(const char *path, GError **error);
  *
  * Returns: (transfer full) (nullable): the file, or %NULL with @error set.
  */
-WsyncSafetensors *wsync_safetensors_parse(const guint8 *data, gsize len, const char *display_name,
+WSYNC_API WsyncSafetensors *wsync_safetensors_parse(const guint8 *data, gsize len, const char *display_name,
                                           GError **error);
 
 /**
@@ -84,13 +85,13 @@ WsyncSafetensors *wsync_safetensors_parse(const guint8 *data, gsize len, const c
  *
  * Unmaps and frees it.  Tensors obtained from it become invalid.
  */
-void wsync_safetensors_free(WsyncSafetensors *st);
+WSYNC_API void wsync_safetensors_free(WsyncSafetensors *st);
 
 /** wsync_safetensors_path: Returns: the path (or display name) the file was opened with. */
-const char *wsync_safetensors_path(const WsyncSafetensors *st);
+WSYNC_API const char *wsync_safetensors_path(const WsyncSafetensors *st);
 
 /** wsync_safetensors_n_tensors: Returns: the number of tensors in the file. */
-guint wsync_safetensors_n_tensors(const WsyncSafetensors *st);
+WSYNC_API guint wsync_safetensors_n_tensors(const WsyncSafetensors *st);
 
 /**
  * wsync_safetensors_tensor:
@@ -101,7 +102,7 @@ guint wsync_safetensors_n_tensors(const WsyncSafetensors *st);
  *
  * Returns: (transfer none): the tensor.
  */
-const WsyncTensor *wsync_safetensors_tensor(const WsyncSafetensors *st, guint index);
+WSYNC_API const WsyncTensor *wsync_safetensors_tensor(const WsyncSafetensors *st, guint index);
 
 /**
  * wsync_safetensors_lookup:
@@ -110,7 +111,7 @@ const WsyncTensor *wsync_safetensors_tensor(const WsyncSafetensors *st, guint in
  *
  * Returns: (transfer none) (nullable): the tensor called @name, or %NULL.
  */
-const WsyncTensor *wsync_safetensors_lookup(const WsyncSafetensors *st, const char *name);
+WSYNC_API const WsyncTensor *wsync_safetensors_lookup(const WsyncSafetensors *st, const char *name);
 
 /**
  * wsync_safetensors_metadata:
@@ -119,10 +120,10 @@ const WsyncTensor *wsync_safetensors_lookup(const WsyncSafetensors *st, const ch
  * Returns: (transfer none): the `__metadata__` map (string to string); empty when
  *   the file has none.  Do not modify it.
  */
-GHashTable *wsync_safetensors_metadata(const WsyncSafetensors *st);
+WSYNC_API GHashTable *wsync_safetensors_metadata(const WsyncSafetensors *st);
 
 /** wsync_safetensors_header_size: Returns: 8 + the header length N: where the data begins. */
-guint64 wsync_safetensors_header_size(const WsyncSafetensors *st);
+WSYNC_API guint64 wsync_safetensors_header_size(const WsyncSafetensors *st);
 
 /* ---------------------------------------------------------------- writing one file */
 
@@ -137,7 +138,7 @@ typedef struct _WsyncSafetensorsWriter WsyncSafetensorsWriter;
  *
  * Returns: (transfer full): a new writer.
  */
-WsyncSafetensorsWriter *wsync_safetensors_writer_new(void);
+WSYNC_API WsyncSafetensorsWriter *wsync_safetensors_writer_new(void);
 
 /**
  * wsync_safetensors_writer_set_metadata:
@@ -147,7 +148,7 @@ WsyncSafetensorsWriter *wsync_safetensors_writer_new(void);
  *
  * Adds or replaces one `__metadata__` entry.  Entries are written sorted by key.
  */
-void wsync_safetensors_writer_set_metadata(WsyncSafetensorsWriter *w, const char *key,
+WSYNC_API void wsync_safetensors_writer_set_metadata(WsyncSafetensorsWriter *w, const char *key,
                                            const char *value);
 
 /**
@@ -165,7 +166,7 @@ void wsync_safetensors_writer_set_metadata(WsyncSafetensorsWriter *w, const char
  * Returns: %TRUE, or %FALSE for a duplicate or reserved name, too many dimensions or
  *   a size that overflows.
  */
-gboolean wsync_safetensors_writer_add(WsyncSafetensorsWriter *w, const char *name,
+WSYNC_API gboolean wsync_safetensors_writer_add(WsyncSafetensorsWriter *w, const char *name,
                                       WsyncDtype dtype, guint ndim, const guint64 *shape,
                                       GError **error);
 
@@ -180,7 +181,7 @@ gboolean wsync_safetensors_writer_add(WsyncSafetensorsWriter *w, const char *nam
  *
  * Returns: (transfer full): the header bytes.
  */
-guint8 *wsync_safetensors_writer_header(WsyncSafetensorsWriter *w, gsize *len);
+WSYNC_API guint8 *wsync_safetensors_writer_header(WsyncSafetensorsWriter *w, gsize *len);
 
 /**
  * wsync_safetensors_writer_begin:
@@ -194,7 +195,7 @@ guint8 *wsync_safetensors_writer_header(WsyncSafetensorsWriter *w, gsize *len);
  *
  * Returns: %TRUE on success.
  */
-gboolean wsync_safetensors_writer_begin(WsyncSafetensorsWriter *w, const char *path,
+WSYNC_API gboolean wsync_safetensors_writer_begin(WsyncSafetensorsWriter *w, const char *path,
                                         GError **error);
 
 /**
@@ -207,7 +208,7 @@ gboolean wsync_safetensors_writer_begin(WsyncSafetensorsWriter *w, const char *p
  *
  * Returns: (transfer none) (nullable): a pointer to nbytes writable bytes.
  */
-guint8 *wsync_safetensors_writer_data(WsyncSafetensorsWriter *w, const char *name,
+WSYNC_API guint8 *wsync_safetensors_writer_data(WsyncSafetensorsWriter *w, const char *name,
                                       GError **error);
 
 /**
@@ -223,7 +224,7 @@ guint8 *wsync_safetensors_writer_data(WsyncSafetensorsWriter *w, const char *nam
  *
  * Returns: %TRUE on success.
  */
-gboolean wsync_safetensors_writer_pwrite(WsyncSafetensorsWriter *w, const char *name,
+WSYNC_API gboolean wsync_safetensors_writer_pwrite(WsyncSafetensorsWriter *w, const char *name,
                                          guint64 offset, const void *buf, gsize len,
                                          GError **error);
 
@@ -234,7 +235,7 @@ gboolean wsync_safetensors_writer_pwrite(WsyncSafetensorsWriter *w, const char *
  *
  * Returns: the byte size of @name, or 0 when it was not declared.
  */
-guint64 wsync_safetensors_writer_tensor_nbytes(WsyncSafetensorsWriter *w, const char *name);
+WSYNC_API guint64 wsync_safetensors_writer_tensor_nbytes(WsyncSafetensorsWriter *w, const char *name);
 
 /**
  * wsync_safetensors_writer_data_size:
@@ -242,7 +243,7 @@ guint64 wsync_safetensors_writer_tensor_nbytes(WsyncSafetensorsWriter *w, const 
  *
  * Returns: the total size of the data region (the sum of the tensors' sizes).
  */
-guint64 wsync_safetensors_writer_data_size(WsyncSafetensorsWriter *w);
+WSYNC_API guint64 wsync_safetensors_writer_data_size(WsyncSafetensorsWriter *w);
 
 /**
  * wsync_safetensors_writer_finish:
@@ -253,7 +254,7 @@ guint64 wsync_safetensors_writer_data_size(WsyncSafetensorsWriter *w);
  *
  * Returns: %TRUE on success.
  */
-gboolean wsync_safetensors_writer_finish(WsyncSafetensorsWriter *w, GError **error);
+WSYNC_API gboolean wsync_safetensors_writer_finish(WsyncSafetensorsWriter *w, GError **error);
 
 /**
  * wsync_safetensors_writer_free:
@@ -262,7 +263,7 @@ gboolean wsync_safetensors_writer_finish(WsyncSafetensorsWriter *w, GError **err
  * Frees the writer; a file begun but not finished is closed as it is (the caller
  * writes into a temporary directory and discards it on failure).
  */
-void wsync_safetensors_writer_free(WsyncSafetensorsWriter *w);
+WSYNC_API void wsync_safetensors_writer_free(WsyncSafetensorsWriter *w);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(WsyncSafetensors, wsync_safetensors_free)
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(WsyncSafetensorsWriter, wsync_safetensors_writer_free)

@@ -14,9 +14,23 @@
 #define WSYNC_TARGET_H
 
 #include <glib.h>
+#include <wsync/api.h>
 #include <wsync/plugin.h>
 
 G_BEGIN_DECLS
+
+/**
+ * WsyncBuildFunc:
+ * @layout: the layout of one rank to fill (its target, format, tp, ep, rank; the model)
+ * @user_data: the data given at registration
+ * @error: return location for an error
+ *
+ * A target's build function (a layout converter): lays out one rank from the model's
+ * params, for writing or for reading (wsync_layout_is_reading()).
+ *
+ * Returns: %TRUE on success.
+ */
+typedef gboolean (*WsyncBuildFunc)(WsyncLayout *layout, gpointer user_data, GError **error);
 
 /**
  * WsyncRankFile:
@@ -86,7 +100,7 @@ typedef guint (*WsyncWorldFunc)(guint tp, guint ep, gpointer user_data);
  * @formats: (nullable) (array zero-terminated=1): the formats the target writes, the
  *   default first; %NULL when it has a single, unnamed format (then `--format` is
  *   refused)
- * @build: builds the layout of one rank (see #WsyncConvertFunc)
+ * @build: builds the layout of one rank
  * @world: (nullable): the number of ranks for a tp and ep; %NULL: one rank, and
  *   `--tp` / `--ep` do not apply
  * @file_name: names the files of a rank
@@ -106,7 +120,7 @@ typedef struct {
   const char *description;
   const char *help;
   const char *const *formats;
-  WsyncConvertFunc build;
+  WsyncBuildFunc build;
   WsyncWorldFunc world;
   WsyncFileNameFunc file_name;
   WsyncRecogniseFunc recognise;
@@ -130,7 +144,7 @@ typedef struct {
  *
  * Returns: %TRUE when the target was added.
  */
-gboolean wsync_plugin_add_target(WsyncPlugin *plugin, const WsyncTargetInfo *info, int priority,
+WSYNC_API gboolean wsync_plugin_add_target(WsyncPlugin *plugin, const WsyncTargetInfo *info, int priority,
                                  gpointer user_data, GDestroyNotify destroy, GError **error);
 
 /**
@@ -141,7 +155,7 @@ gboolean wsync_plugin_add_target(WsyncPlugin *plugin, const WsyncTargetInfo *inf
  *   for, or the target's default; reading: the one the input files are in), %NULL for
  *   a target without named formats.
  */
-const char *wsync_layout_get_format(WsyncLayout *layout);
+WSYNC_API const char *wsync_layout_get_format(WsyncLayout *layout);
 
 /**
  * wsync_layout_is_reading:
@@ -150,7 +164,7 @@ const char *wsync_layout_get_format(WsyncLayout *layout);
  * Returns: %TRUE when the layout describes input files being read, %FALSE when it
  *   describes files to be written.
  */
-gboolean wsync_layout_is_reading(WsyncLayout *layout);
+WSYNC_API gboolean wsync_layout_is_reading(WsyncLayout *layout);
 
 /**
  * wsync_layout_get_world:
@@ -158,7 +172,7 @@ gboolean wsync_layout_is_reading(WsyncLayout *layout);
  *
  * Returns: the number of ranks of the layout (the target's #WsyncWorldFunc).
  */
-guint wsync_layout_get_world(WsyncLayout *layout);
+WSYNC_API guint wsync_layout_get_world(WsyncLayout *layout);
 
 G_END_DECLS
 

@@ -2,12 +2,17 @@
 #ifndef WSYNC_H
 #define WSYNC_H
 
+#include <wsync/api.h>
 #include <wsync/checkpoint.h>
 #include <wsync/dtype.h>
-#include <wsync/engine.h>
+#include <wsync/env.h>
 #include <wsync/error.h>
+#include <wsync/layout.h>
+#include <wsync/model.h>
+#include <wsync/plan.h>
 #include <wsync/plugin.h>
 #include <wsync/registry.h>
 #include <wsync/safetensors.h>
+#include <wsync/target.h>
 
 #endif /* WSYNC_H */

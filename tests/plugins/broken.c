@@ -22,24 +22,24 @@ build(WsyncLayout *layout, gpointer user_data, GError **error)
       wsync_layout_drop_param(layout, param, "test-drops-it");
       continue;
     }
-    WsyncVTensor *vt = param->parts[0].vt;
+    WsyncLogicalTensor *lt = param->parts[0].lt;
     guint64 shape[WSYNC_MAX_DIMS];
-    guint ndim = wsync_vtensor_get_ndim(vt);
-    memcpy(shape, wsync_vtensor_get_shape(vt), ndim * sizeof(guint64));
+    guint ndim = wsync_logical_get_ndim(lt);
+    memcpy(shape, wsync_logical_get_shape(lt), ndim * sizeof(guint64));
     if (strcmp(target, "broken-gap") == 0)
       shape[0] += 1;
-    WsyncLayoutTensor *t = wsync_layout_add_tensor(layout, param->runtime_name,
-                                                   wsync_vtensor_get_dtype(vt), ndim, shape,
+    WsyncLayoutTensor *t = wsync_layout_add_tensor(layout, param->name,
+                                                   wsync_logical_get_dtype(lt), ndim, shape,
                                                    error);
     if (t == NULL)
       return FALSE;
     WsyncBox box;
     WsyncRegion region;
-    wsync_box_whole(&box, ndim, wsync_vtensor_get_shape(vt));
+    wsync_box_whole(&box, ndim, wsync_logical_get_shape(lt));
     wsync_region_row_major(&region, ndim, shape, NULL);
-    wsync_layout_place(layout, t, vt, &box, &region);
+    wsync_layout_place(layout, t, lt, &box, &region);
     if (strcmp(target, "broken-overlap") == 0)
-      wsync_layout_place(layout, t, vt, &box, &region);
+      wsync_layout_place(layout, t, lt, &box, &region);
   }
   return TRUE;
 }

@@ -20,9 +20,9 @@ settings_free(gpointer data)
 }
 
 static gboolean
-good_remap(WsyncMapping *mapping, gpointer user_data, GError **error)
+good_remap(WsyncModel *model, gpointer user_data, GError **error)
 {
-  (void)mapping;
+  (void)model;
   (void)user_data;
   (void)error;
   return TRUE;

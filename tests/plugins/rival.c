@@ -16,9 +16,9 @@ rival_patch(JsonNode *config, gpointer user_data, GError **error)
 }
 
 static gboolean
-rival_remap(WsyncMapping *mapping, gpointer user_data, GError **error)
+rival_remap(WsyncModel *model, gpointer user_data, GError **error)
 {
-  (void)mapping;
+  (void)model;
   (void)user_data;
   (void)error;
   return TRUE;

@@ -1,4 +1,5 @@
-/* wsync: the objects plugins describe a model and its layouts with (see engine.h). */
+/* wsync: layouts (see <wsync/layout.h>): the real tensors of one rank, their
+ * placements and fills, and the geometry of boxes. */
 #include <string.h>
 
 #include "engine-private.h"
@@ -24,6 +25,44 @@ wsync_box_volume(const WsyncBox *box)
   return v;
 }
 
+gboolean
+wsync_box_intersect(const WsyncBox *a, const WsyncBox *b, WsyncBox *out)
+{
+  out->ndim = a->ndim;
+  for (guint d = 0; d < a->ndim; d++) {
+    guint64 lo = MAX(a->offset[d], b->offset[d]);
+    guint64 hi = MIN(a->offset[d] + a->extent[d], b->offset[d] + b->extent[d]);
+    if (hi <= lo)
+      return FALSE;
+    out->offset[d] = lo;
+    out->extent[d] = hi - lo;
+  }
+  return TRUE;
+}
+
+char *
+wsync_box_format(const WsyncBox *box)
+{
+  GString *s = g_string_new("[");
+
+  for (guint d = 0; d < box->ndim; d++)
+    g_string_append_printf(s, "%s%" G_GUINT64_FORMAT ":%" G_GUINT64_FORMAT, d ? ", " : "",
+                           box->offset[d], box->offset[d] + box->extent[d]);
+  g_string_append_c(s, ']');
+  return g_string_free(s, FALSE);
+}
+
+char *
+wsync_shape_format(guint ndim, const guint64 *shape)
+{
+  GString *s = g_string_new("[");
+
+  for (guint d = 0; d < ndim; d++)
+    g_string_append_printf(s, d ? ", %" G_GUINT64_FORMAT : "%" G_GUINT64_FORMAT, shape[d]);
+  g_string_append_c(s, ']');
+  return g_string_free(s, FALSE);
+}
+
 void
 wsync_region_row_major(WsyncRegion *region, guint ndim, const guint64 *shape, const guint64 *at)
 {
@@ -38,232 +77,41 @@ wsync_region_row_major(WsyncRegion *region, guint ndim, const guint64 *shape, co
   }
 }
 
-gsize
-wsync_dtype_size(WsyncDtype dtype)
-{
-  guint bits = wsync_dtype_bits(dtype);
-  return bits % 8 == 0 ? bits / 8 : 0;
-}
-
 gboolean
-wsync_dtype_from_torch(const char *name, WsyncDtype *dtype)
+wsync_tensor_box_of(guint ndim, const guint64 *shape, guint op_ndim, const guint64 *extent,
+                    guint64 origin, const guint64 *stride, WsyncBox *out)
 {
-  static const struct {
-    const char *torch;
-    WsyncDtype dtype;
-  } names[] = {{"bfloat16", WSYNC_DTYPE_BF16}, {"float16", WSYNC_DTYPE_F16},
-               {"half", WSYNC_DTYPE_F16},      {"float32", WSYNC_DTYPE_F32},
-               {"float", WSYNC_DTYPE_F32},     {"float64", WSYNC_DTYPE_F64}};
+  guint64 rm[WSYNC_MAX_DIMS];
+  gboolean used[WSYNC_MAX_DIMS] = {FALSE};
+  guint64 s = 1;
 
-  for (guint i = 0; name != NULL && i < G_N_ELEMENTS(names); i++)
-    if (strcmp(name, names[i].torch) == 0) {
-      *dtype = names[i].dtype;
-      return TRUE;
-    }
-  return FALSE;
-}
-
-/* ------------------------------------------------------------------ logical tensors */
-
-static void
-vtensor_free(gpointer data)
-{
-  WsyncVTensor *vt = data;
-
-  g_free(vt->name);
-  g_array_unref(vt->sources);
-  g_free(vt);
-}
-
-const char *
-wsync_vtensor_get_name(const WsyncVTensor *vt)
-{
-  return vt->name;
-}
-
-WsyncDtype
-wsync_vtensor_get_dtype(const WsyncVTensor *vt)
-{
-  return vt->dtype;
-}
-
-guint
-wsync_vtensor_get_ndim(const WsyncVTensor *vt)
-{
-  return vt->ndim;
-}
-
-const guint64 *
-wsync_vtensor_get_shape(const WsyncVTensor *vt)
-{
-  return vt->shape;
-}
-
-/* ------------------------------------------------------------------ the mapping */
-
-static void
-param_free(gpointer data)
-{
-  WsyncParam *param = data;
-
-  g_free(param->name);
-  g_free(param->runtime_name);
-  g_free(param->note);
-  g_free(param->group);
-  g_free(param->runtime_drop);
-  g_free(param->block);
-  g_strfreev(param->aliases);
-  g_free(param);
-}
-
-static void
-drop_rule_clear(gpointer data)
-{
-  DropRule *rule = data;
-
-  g_free(rule->rule);
-  g_free(rule->glob);
-}
-
-WsyncMapping *
-wsync_mapping_new(JsonObject *config, const char *model_type)
-{
-  WsyncMapping *m = g_new0(WsyncMapping, 1);
-
-  m->config = json_object_ref(config);
-  m->model_type = g_strdup(model_type);
-  m->vtensors = g_ptr_array_new_with_free_func(vtensor_free);
-  m->vt_by_name = g_hash_table_new(g_str_hash, g_str_equal);
-  m->params = g_ptr_array_new_with_free_func(param_free);
-  m->drop_rules = g_array_new(FALSE, TRUE, sizeof(DropRule));
-  g_array_set_clear_func(m->drop_rules, drop_rule_clear);
-  return m;
-}
-
-void
-wsync_mapping_free(WsyncMapping *m)
-{
-  if (m == NULL)
-    return;
-  json_object_unref(m->config);
-  g_free(m->model_type);
-  g_hash_table_unref(m->vt_by_name);
-  g_ptr_array_unref(m->vtensors);
-  g_ptr_array_unref(m->params);
-  g_array_unref(m->drop_rules);
-  g_free(m->remapper);
-  g_free(m);
-}
-
-JsonObject *
-wsync_mapping_get_config(WsyncMapping *m)
-{
-  return m->config;
-}
-
-const char *
-wsync_mapping_get_model_type(WsyncMapping *m)
-{
-  return m->model_type;
-}
-
-WsyncVTensor *
-wsync_mapping_add_vtensor(WsyncMapping *m, const char *name, WsyncDtype dtype, guint ndim,
-                          const guint64 *shape)
-{
-  WsyncVTensor *vt;
-
-  g_return_val_if_fail(ndim <= WSYNC_MAX_DIMS, NULL);
-  g_return_val_if_fail(g_hash_table_lookup(m->vt_by_name, name) == NULL, NULL);
-  vt = g_new0(WsyncVTensor, 1);
-  vt->name = g_strdup(name);
-  vt->dtype = dtype;
-  vt->ndim = ndim;
-  memcpy(vt->shape, shape, ndim * sizeof(guint64));
-  vt->ordinal = m->vtensors->len;
-  vt->sources = g_array_new(FALSE, TRUE, sizeof(Source));
-  g_ptr_array_add(m->vtensors, vt);
-  g_hash_table_insert(m->vt_by_name, vt->name, vt);
-  return vt;
-}
-
-WsyncParam *
-wsync_mapping_add_param(WsyncMapping *m, const char *name, const char *runtime_name,
-                        WsyncParamKind kind, guint n_parts, const WsyncPart *parts)
-{
-  WsyncParam *param;
-
-  g_return_val_if_fail(n_parts <= WSYNC_PARAM_MAX_PARTS, NULL);
-  param = g_new0(WsyncParam, 1);
-  param->name = g_strdup(name);
-  param->runtime_name = g_strdup(runtime_name);
-  param->kind = kind;
-  param->n_parts = n_parts;
-  for (guint i = 0; i < n_parts; i++) {
-    param->parts[i] = parts[i];
-    if (param->parts[i].unit == 0)
-      param->parts[i].unit = 1;
-    /* length 0 means: to the end of axis 0 */
-    if (param->parts[i].length == 0 && parts[i].vt != NULL)
-      param->parts[i].length = parts[i].vt->shape[0] - parts[i].start;
+  for (guint d = ndim; d > 0; d--) {
+    rm[d - 1] = s;
+    s *= shape[d - 1];
   }
-  g_ptr_array_add(m->params, param);
-  return param;
-}
-
-void
-wsync_param_set_runtime_dtype(WsyncParam *param, WsyncDtype dtype, const char *note)
-{
-  param->runtime_dtype = dtype;
-  param->has_runtime_dtype = TRUE;
-  g_free(param->note);
-  param->note = g_strdup(note);
-}
-
-void
-wsync_param_set_group(WsyncParam *param, const char *group)
-{
-  g_free(param->group);
-  param->group = g_strdup(group);
-}
-
-void
-wsync_param_drop_at_runtime(WsyncParam *param, const char *rule)
-{
-  g_free(param->runtime_drop);
-  param->runtime_drop = g_strdup(rule);
-}
-
-void
-wsync_param_set_role(WsyncParam *param, WsyncParamRole role, const char *block)
-{
-  param->role = role;
-  g_free(param->block);
-  param->block = g_strdup(block);
-}
-
-void
-wsync_param_add_alias(WsyncParam *param, const char *runtime_name)
-{
-  guint n = param->aliases != NULL ? g_strv_length(param->aliases) : 0;
-
-  param->aliases = g_renew(char *, param->aliases, n + 2);
-  param->aliases[n] = g_strdup(runtime_name);
-  param->aliases[n + 1] = NULL;
-}
-
-void
-wsync_mapping_add_drop_rule(WsyncMapping *m, const char *rule, const char *glob)
-{
-  DropRule r = {g_strdup(rule), g_strdup(glob)};
-  g_array_append_val(m->drop_rules, r);
-}
-
-void
-wsync_mapping_set_hf_layout(WsyncMapping *m, WsyncConvertFunc build, gpointer user_data)
-{
-  m->hf_build = build;
-  m->hf_data = user_data;
+  out->ndim = ndim;
+  for (guint d = 0; d < ndim; d++) {
+    out->offset[d] = shape[d] ? (origin / rm[d]) % shape[d] : 0;
+    out->extent[d] = 1;
+  }
+  if (ndim > 0 && shape[0] && origin / rm[0] >= shape[0])
+    return FALSE;
+  for (guint k = 0; k < op_ndim; k++) {
+    gboolean found = FALSE;
+    if (extent[k] == 1)
+      continue;
+    for (guint d = 0; d < ndim && !found; d++)
+      if (!used[d] && rm[d] == stride[k] && shape[d] > 1) {
+        used[d] = found = TRUE;
+        out->extent[d] = extent[k];
+      }
+    if (!found)
+      return FALSE;
+  }
+  for (guint d = 0; d < ndim; d++)
+    if (out->offset[d] + out->extent[d] > shape[d])
+      return FALSE;
+  return TRUE;
 }
 
 /* ------------------------------------------------------------------ layouts */
@@ -286,12 +134,12 @@ layout_tensor_free(gpointer data)
 }
 
 WsyncLayout *
-wsync_layout_new(WsyncMapping *m, WsyncContext *ctx, const char *target, const char *format,
+wsync_layout_new(WsyncModel *m, WsyncContext *ctx, const char *target, const char *format,
                  guint tp, guint ep, guint rank, guint world, gboolean reading)
 {
   WsyncLayout *layout = g_new0(WsyncLayout, 1);
 
-  layout->mapping = m;
+  layout->model = m;
   layout->ctx = ctx;
   layout->target = g_strdup(target);
   layout->format = g_strdup(format);
@@ -358,10 +206,29 @@ wsync_layout_get_rank(WsyncLayout *layout)
   return layout->rank;
 }
 
+
 guint
 wsync_layout_get_world(WsyncLayout *layout)
 {
   return layout->world;
+}
+
+WsyncModel *
+wsync_layout_get_model(WsyncLayout *layout)
+{
+  return layout->model;
+}
+
+guint
+wsync_layout_n_logical(WsyncLayout *layout)
+{
+  return layout->model->logical->len;
+}
+
+WsyncLogicalTensor *
+wsync_layout_logical(WsyncLayout *layout, guint index)
+{
+  return layout->model->logical->pdata[index];
 }
 
 const char *
@@ -376,62 +243,21 @@ wsync_layout_is_reading(WsyncLayout *layout)
   return layout->reading;
 }
 
-JsonObject *
-wsync_layout_get_config(WsyncLayout *layout)
-{
-  return layout->mapping->config;
-}
 
-/* `dtype` (Transformers 5) or `torch_dtype`, at the top or in text_config. */
-WsyncDtype
-wsync_layout_get_model_dtype(WsyncLayout *layout)
-{
-  JsonObject *objs[2] = {layout->mapping->config, NULL};
-  static const char *const keys[] = {"dtype", "torch_dtype"};
-  WsyncDtype dtype = WSYNC_DTYPE_BF16;
 
-  if (json_object_has_member(objs[0], "text_config") &&
-      JSON_NODE_HOLDS_OBJECT(json_object_get_member(objs[0], "text_config")))
-    objs[1] = json_object_get_object_member(objs[0], "text_config");
-  for (int o = 1; o >= 0; o--)
-    for (guint k = 0; objs[o] != NULL && k < G_N_ELEMENTS(keys); k++) {
-      JsonNode *node = json_object_get_member(objs[o], keys[k]);
-      if (node != NULL && JSON_NODE_HOLDS_VALUE(node) &&
-          json_node_get_value_type(node) == G_TYPE_STRING &&
-          wsync_dtype_from_torch(json_node_get_string(node), &dtype))
-        return dtype;
-    }
-  return dtype;
-}
 
-guint
-wsync_layout_n_vtensors(WsyncLayout *layout)
-{
-  return layout->mapping->vtensors->len;
-}
 
-WsyncVTensor *
-wsync_layout_vtensor(WsyncLayout *layout, guint index)
-{
-  return layout->mapping->vtensors->pdata[index];
-}
-
-WsyncVTensor *
-wsync_layout_lookup_vtensor(WsyncLayout *layout, const char *name)
-{
-  return g_hash_table_lookup(layout->mapping->vt_by_name, name);
-}
 
 guint
 wsync_layout_n_params(WsyncLayout *layout)
 {
-  return layout->mapping->params->len;
+  return layout->model->params->len;
 }
 
 const WsyncParam *
 wsync_layout_param(WsyncLayout *layout, guint index)
 {
-  return layout->mapping->params->pdata[index];
+  return layout->model->params->pdata[index];
 }
 
 gboolean
@@ -472,13 +298,41 @@ wsync_layout_add_tensor(WsyncLayout *layout, const char *name, WsyncDtype dtype,
 }
 
 void
-wsync_layout_place(WsyncLayout *layout, WsyncLayoutTensor *tensor, WsyncVTensor *vt,
+wsync_layout_place(WsyncLayout *layout, WsyncLayoutTensor *tensor, WsyncLogicalTensor *lt,
                    const WsyncBox *box, const WsyncRegion *region)
 {
-  Placement p = {vt, *box, *region};
+  Placement p = {lt, *box, *region};
 
   (void)layout;
   g_array_append_val(tensor->placements, p);
+}
+
+void
+wsync_layout_place_at(WsyncLayout *layout, WsyncLayoutTensor *tensor, WsyncLogicalTensor *lt,
+                      const WsyncBox *box, const guint64 *at)
+{
+  WsyncRegion region;
+
+  wsync_region_row_major(&region, tensor->ndim, tensor->shape, at);
+  wsync_layout_place(layout, tensor, lt, box, &region);
+}
+
+WsyncLayoutTensor *
+wsync_layout_add_whole(WsyncLayout *layout, WsyncLogicalTensor *lt, GError **error)
+{
+  WsyncLayoutTensor *t =
+      wsync_layout_add_tensor(layout, lt->name, lt->published_dtype, lt->ndim, lt->shape, error);
+  WsyncBox box;
+
+  if (t == NULL)
+    return NULL;
+  wsync_box_whole(&box, lt->ndim, lt->shape);
+  wsync_layout_place_at(layout, t, lt, &box, NULL);
+  t->param = lt->param;
+  /* the output file a sharded source asks for (DCP -model-I-of-N) */
+  t->part_hint = lt->part_hint;
+  t->n_parts_hint = lt->n_parts_hint;
+  return t;
 }
 
 void

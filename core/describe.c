@@ -1,0 +1,91 @@
+/* wsync: describing the model of a plan.
+ *
+ * config.json is read, and the remapper that claims its model_type describes the model
+ * (<wsync/model.h>); merge describes a sharded checkpoint's own tensors instead.
+ */
+#include "config.h"
+
+#include <string.h>
+
+#include "plan-private.h"
+
+/* config.json of a checkpoint. */
+JsonNode *
+plan_load_config(const char *path, GError **error)
+{
+  g_autoptr(JsonParser) parser = json_parser_new();
+  g_autoptr(GError) local = NULL;
+
+  if (!g_file_test(path, G_FILE_TEST_IS_REGULAR)) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "%s: missing (a checkpoint directory needs its config.json)", path);
+    return NULL;
+  }
+  if (!json_parser_load_from_file(parser, path, &local)) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: not valid JSON: %s", path,
+                local->message);
+    return NULL;
+  }
+  if (!JSON_NODE_HOLDS_OBJECT(json_parser_get_root(parser))) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: the top level is not an object",
+                path);
+    return NULL;
+  }
+  return json_node_copy(json_parser_get_root(parser));
+}
+
+/* The remapper that claims model_type describes the model; a config error it or its
+ * building blocks recorded is reported with the config's name. */
+gboolean
+plan_describe(WsyncPlan *plan, const char *config_name, GError **error)
+{
+  JsonObject *root = json_node_get_object(plan->config);
+  const char *model_type = json_object_get_string_member_with_default(root, "model_type", NULL);
+  g_autoptr(GPtrArray) remappers = NULL;
+
+  if (model_type == NULL) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: no \"model_type\" string",
+                config_name);
+    return FALSE;
+  }
+  remappers = wsync_registry_lookup(wsync_context_get_registry(plan->ctx), WSYNC_ENTRY_REMAPPER,
+                                    model_type);
+  if (remappers->len == 0) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
+                "%s: model_type \"%s\" is claimed by no loaded plugin (select a model plugin "
+                "in conf.d; see wsync plugins)",
+                config_name, model_type);
+    return FALSE;
+  }
+  const WsyncEntry *entry = remappers->pdata[0];
+  WsyncRemapFunc remap = (WsyncRemapFunc)wsync_entry_get_callback(entry);
+  plan->model = wsync_model_new(root, model_type);
+  plan->model->remapper = plan_entry_label(entry);
+  if (!remap(plan->model, wsync_entry_get_user_data(entry), error)) {
+    g_prefix_error(error, "%s: ", config_name);
+    return FALSE;
+  }
+  if (plan->model->error != NULL) {
+    g_propagate_prefixed_error(error, g_steal_pointer(&plan->model->error), "%s: ", config_name);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* merge: the model is the checkpoint's own tensors, each written whole under its name
+ * into the output file its shards name (-model-I-of-N). */
+void
+plan_describe_identity(WsyncPlan *plan)
+{
+  JsonObject *root = json_node_get_object(plan->config);
+
+  plan->model = wsync_model_new(root, "(sharded checkpoint)");
+  plan->model->remapper = g_strdup("merge (core)");
+  for (guint i = 0; i < wsync_dcp_n_tensors(plan->dcp); i++) {
+    const WsyncDcpTensor *g = wsync_dcp_tensor(plan->dcp, i);
+    WsyncLogicalTensor *lt =
+        wsync_model_add_tensor(plan->model, g->name, g->dtype, g->ndim, g->shape);
+    lt->part_hint = g->part;
+    lt->n_parts_hint = g->n_parts;
+  }
+}

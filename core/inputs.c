@@ -1,0 +1,547 @@
+/* wsync: binding a plan's inputs.
+ *
+ * The input's files are opened and each target that recognises its own files is asked
+ * which are its (rank files repeat the names of replicas rank by rank); the input's
+ * layout (the target that claims every file, else the Hugging Face layout) is built for
+ * reading, rank by rank, and each of its placements becomes a source of a logical tensor,
+ * bound to the input tensor of the same name.  A sharded training checkpoint is bound
+ * chunk by chunk; synth binds generated values.
+ */
+#include "config.h"
+
+#include <string.h>
+
+#include "plan-private.h"
+
+/* ------------------------------------------------------------------ step 2: bind inputs */
+
+static guint
+input_index(WsyncPlan *plan, const WsyncTensor *t)
+{
+  return GPOINTER_TO_UINT(g_hash_table_lookup(plan->input_index, t)) - 1;
+}
+
+/* ------------------------------------------------------------------ recognising input files */
+
+static void
+plan_target_free(gpointer data)
+{
+  PlanTarget *t = data;
+
+  g_free(t->label);
+  g_free(t);
+}
+
+/* Every target that recognises its own files, in dispatch order. */
+static GPtrArray *
+claimants_of(WsyncContext *ctx)
+{
+  g_autoptr(GPtrArray) converters =
+      wsync_registry_lookup(wsync_context_get_registry(ctx), WSYNC_ENTRY_CONVERTER, NULL);
+  GPtrArray *claimants = g_ptr_array_new_with_free_func(plan_target_free);
+
+  for (guint i = 0; i < converters->len; i++) {
+    const WsyncTargetInfo *info = wsync_entry_get_target(converters->pdata[i]);
+    if (info == NULL || info->recognise == NULL)
+      continue;
+    PlanTarget *t = g_new0(PlanTarget, 1);
+    t->info = info;
+    t->user_data = wsync_entry_get_user_data(converters->pdata[i]);
+    t->label = plan_entry_label(converters->pdata[i]);
+    g_ptr_array_add(claimants, t);
+  }
+  return claimants;
+}
+
+typedef struct {
+  GPtrArray *claimants; /* PlanTarget* */
+  GHashTable *files;    /* const WsyncSafetensors* -> InputFile* */
+} Recognition;
+
+/* A #WsyncFileGroupFunc: asks each target whether @st is one of its files.  The rank a
+ * target gives the file is its group, since ranks repeat the names of replicas. */
+static gboolean
+recognise_file(const WsyncSafetensors *st, gint64 *group, gpointer user_data, GError **error)
+{
+  Recognition *r = user_data;
+  g_autofree char *base = g_path_get_basename(wsync_safetensors_path(st));
+  InputFile *f = g_new0(InputFile, 1);
+
+  *group = -1;
+  g_hash_table_insert(r->files, (gpointer)st, f);
+  for (guint i = 0; i < r->claimants->len; i++) {
+    const PlanTarget *t = r->claimants->pdata[i];
+    g_autoptr(GError) local = NULL;
+    if (t->info->recognise(base, wsync_safetensors_metadata(st), &f->rank_file, t->user_data,
+                           &local)) {
+      f->target = t;
+      *group = f->rank_file.rank;
+      return TRUE;
+    }
+    if (local != NULL) {
+      g_propagate_prefixed_error(error, g_steal_pointer(&local), "%s: ",
+                                 wsync_safetensors_path(st));
+      return FALSE;
+    }
+  }
+  return TRUE;
+}
+
+/* Opens @path, recording what the targets of @ctx recognise in each file. */
+static WsyncCheckpoint *
+open_recognised(WsyncContext *ctx, const char *path, Recognition *r, GError **error)
+{
+  r->claimants = claimants_of(ctx);
+  r->files = g_hash_table_new_full(g_direct_hash, g_direct_equal, NULL, g_free);
+  return wsync_checkpoint_open_grouped(path, recognise_file, r, error);
+}
+
+/* The plan's checkpoint, with what the targets recognise in its files. */
+gboolean
+plan_open_input(WsyncPlan *plan, GError **error)
+{
+  Recognition r;
+
+  plan->input = open_recognised(plan->ctx, plan->src, &r, error);
+  plan->claimants = r.claimants;
+  plan->input_files = r.files;
+  return plan->input != NULL;
+}
+
+WsyncCheckpoint *
+wsync_context_open_checkpoint(WsyncContext *ctx, const char *path, GError **error)
+{
+  Recognition r;
+  WsyncCheckpoint *ck = open_recognised(ctx, path, &r, error);
+
+  g_hash_table_unref(r.files);
+  g_ptr_array_unref(r.claimants);
+  return ck;
+}
+
+static const InputFile *
+input_file(WsyncPlan *plan, const WsyncSafetensors *st)
+{
+  return g_hash_table_lookup(plan->input_files, st);
+}
+
+/* "model-rank-0-part-0.safetensors (vllm, format sharded-state, tp 2, ep 1)" */
+static char *
+describe_input_file(const WsyncSafetensors *st, const InputFile *f)
+{
+  g_autofree char *base = g_path_get_basename(wsync_safetensors_path(st));
+
+  if (f->target == NULL)
+    return g_strdup_printf("%s (claimed by no target)", base);
+  return g_strdup_printf("%s (%s%s%s, tp %u, ep %u)", base, f->target->info->name,
+                         f->rank_file.format ? ", format " : "",
+                         f->rank_file.format ? f->rank_file.format : "", f->rank_file.tp,
+                         f->rank_file.ep);
+}
+
+static gboolean
+same_layout(const InputFile *a, const InputFile *b)
+{
+  return a->target == b->target &&
+         (a->target == NULL ||
+          (g_strcmp0(a->rank_file.format, b->rank_file.format) == 0 &&
+           a->rank_file.tp == b->rank_file.tp && a->rank_file.ep == b->rank_file.ep));
+}
+
+/* The input's layout: the target that claims every file (all in one format and one
+ * parallel layout), or the Hugging Face layout when no target claims any. */
+static gboolean
+detect_input_layout(WsyncPlan *plan, GError **error)
+{
+  const WsyncSafetensors *first = wsync_checkpoint_file(plan->input, 0);
+  const InputFile *f0 = input_file(plan, first);
+
+  for (guint i = 1; i < wsync_checkpoint_n_files(plan->input); i++) {
+    const WsyncSafetensors *st = wsync_checkpoint_file(plan->input, i);
+    if (!same_layout(f0, input_file(plan, st))) {
+      g_autofree char *a = describe_input_file(first, f0);
+      g_autofree char *b = describe_input_file(st, input_file(plan, st));
+      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                  "%s: mixes files of different layouts: %s and %s", plan->src, a, b);
+      return FALSE;
+    }
+  }
+  if (f0->target == NULL) {
+    plan->in_tp = plan->in_ep = plan->in_world = 1;
+    if (!plan_unclaimed_reader(plan, &plan->in, error))
+      return FALSE;
+  } else {
+    plan->in.info = f0->target->info;
+    plan->in.user_data = f0->target->user_data;
+    plan->in.label = g_strdup(f0->target->label);
+    plan->in_format = g_strdup(f0->rank_file.format);
+    plan->in_tp = f0->rank_file.tp;
+    plan->in_ep = f0->rank_file.ep;
+    plan->in_world = plan_target_world(&plan->in, plan->in_tp, plan->in_ep);
+  }
+  plan->input_target = g_strdup(plan->in.info->name);
+  return TRUE;
+}
+
+/* The input tensors and first file's metadata of one rank (every file when the input
+ * has no ranks). */
+static gboolean
+rank_inputs(WsyncPlan *plan, guint rank, GHashTable **names, GHashTable **metadata,
+            GError **error)
+{
+  *names = g_hash_table_new(g_str_hash, g_str_equal);
+  *metadata = NULL;
+  for (guint f = 0; f < wsync_checkpoint_n_files(plan->input); f++) {
+    const WsyncSafetensors *st = wsync_checkpoint_file(plan->input, f);
+    const InputFile *in = input_file(plan, st);
+    guint file_rank = in->target != NULL ? in->rank_file.rank : 0;
+    if (file_rank >= plan->in_world) {
+      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                  "%s: a file of rank %u, but a %s layout of tp %u ep %u has %u ranks",
+                  wsync_safetensors_path(st), file_rank, plan->input_target, plan->in_tp,
+                  plan->in_ep, plan->in_world);
+      return FALSE;
+    }
+    if (file_rank != rank)
+      continue;
+    if (*metadata == NULL)
+      *metadata = g_hash_table_ref(wsync_safetensors_metadata(st));
+    for (guint i = 0; i < wsync_safetensors_n_tensors(st); i++) {
+      const WsyncTensor *t = wsync_safetensors_tensor(st, i);
+      g_hash_table_insert(*names, (gpointer)t->name, (gpointer)t);
+    }
+  }
+  if (*metadata == NULL) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "%s: rank %u of the %u %s ranks has no file", plan->src, rank, plan->in_world,
+                plan->input_target);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* The dtype of a logical tensor is the dtype its input holds it in. */
+static gboolean
+adopt_dtype(WsyncLogicalTensor *vt, const WsyncTensor *t, GError **error)
+{
+  if (!vt->dtype_from_input) {
+    vt->dtype = t->dtype;
+    vt->dtype_from_input = TRUE;
+    return TRUE;
+  }
+  if (vt->dtype != t->dtype) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "%s: tensor \"%s\" is %s but other parts of %s are %s", t->file, t->name,
+                wsync_dtype_name(t->dtype), vt->name, wsync_dtype_name(vt->dtype));
+    return FALSE;
+  }
+  return TRUE;
+}
+
+static gboolean
+bind_tensor(WsyncPlan *plan, WsyncLayoutTensor *lt, const WsyncTensor *t, GError **error)
+{
+  InputState *state = &g_array_index(plan->inputs, InputState, input_index(plan, t));
+  gboolean same = lt->ndim == t->ndim;
+
+  for (guint d = 0; same && d < t->ndim; d++)
+    same = lt->shape[d] == t->shape[d];
+  if (!same) {
+    g_autofree char *have = wsync_shape_format(t->ndim, t->shape);
+    g_autofree char *want = wsync_shape_format(lt->ndim, lt->shape);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "%s: tensor \"%s\" has shape %s but the config says %s (%s)", t->file, t->name,
+                have, want, lt->made_by ? lt->made_by : "layout");
+    return FALSE;
+  }
+  state->bound = TRUE;
+  state->runtime_only = lt->placements->len == 0;
+  for (guint p = 0; p < lt->placements->len; p++) {
+    Placement *pl = &g_array_index(lt->placements, Placement, p);
+    Source s = {.kind = SOURCE_INPUT, .box = pl->box, .region = pl->region, .input = t,
+                .input_index = input_index(plan, t)};
+    if (!adopt_dtype(pl->lt, t, error))
+      return FALSE;
+    g_array_append_val(pl->lt->sources, s);
+    g_ptr_array_add(state->logical, pl->lt);
+  }
+  return TRUE;
+}
+
+static gboolean
+bind_layout(WsyncPlan *plan, WsyncLayout *layout, GHashTable *names, GPtrArray *missing,
+            GError **error)
+{
+  for (guint i = 0; i < layout->tensors->len; i++) {
+    WsyncLayoutTensor *lt = layout->tensors->pdata[i];
+    const WsyncTensor *t = g_hash_table_lookup(names, lt->name);
+    if (t == NULL) {
+      g_ptr_array_add(missing, g_strdup(lt->name));
+      continue;
+    }
+    if (!bind_tensor(plan, lt, t, error))
+      return FALSE;
+  }
+  return TRUE;
+}
+
+static const char *
+drop_rule_for(WsyncPlan *plan, const char *name)
+{
+  for (guint r = 0; r < plan->model->drop_rules->len; r++) {
+    DropRule *rule = &g_array_index(plan->model->drop_rules, DropRule, r);
+    if (g_pattern_match_simple(rule->glob, name))
+      return rule->rule;
+  }
+  return NULL;
+}
+
+static void
+input_state_clear(gpointer data)
+{
+  InputState *s = data;
+  g_ptr_array_unref(s->logical);
+}
+
+/* After binding: every tensor the input layout names must exist, and every input tensor
+ * no layout tensor names must be consumed by a drop rule (a name counted once, however
+ * many chunks or ranks hold it). */
+static gboolean
+check_bound(WsyncPlan *plan, GPtrArray *missing, GError **error)
+{
+  g_autoptr(GPtrArray) unmapped = g_ptr_array_new();
+  g_autoptr(GHashTable) seen = g_hash_table_new(g_str_hash, g_str_equal);
+
+  if (missing->len > 0) {
+    g_autofree char *list = plan_format_list(missing);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "%s: %u tensor%s the %s layout needs %s missing: %s", plan->src, missing->len,
+                missing->len == 1 ? "" : "s", plan->input_target,
+                missing->len == 1 ? "is" : "are", list);
+    return FALSE;
+  }
+  for (guint i = 0; i < plan->inputs->len; i++) {
+    InputState *s = &g_array_index(plan->inputs, InputState, i);
+    if (s->bound)
+      continue;
+    s->drop_rule = drop_rule_for(plan, s->tensor->name);
+    if (s->drop_rule == NULL && g_hash_table_add(seen, (gpointer)s->tensor->name))
+      g_ptr_array_add(unmapped, (gpointer)s->tensor->name);
+  }
+  if (unmapped->len > 0) {
+    g_autofree char *list = plan_format_list(unmapped);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "%s: %u input tensor%s no rule of %s maps: %s", plan->src, unmapped->len,
+                unmapped->len == 1 ? "" : "s", plan->model->remapper, list);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+gboolean
+plan_bind_inputs(WsyncPlan *plan, GError **error)
+{
+  g_autoptr(GPtrArray) missing = g_ptr_array_new_with_free_func(g_free);
+
+  plan->inputs = g_array_new(FALSE, TRUE, sizeof(InputState));
+  g_array_set_clear_func(plan->inputs, input_state_clear);
+  plan->input_index = g_hash_table_new(g_direct_hash, g_direct_equal);
+  for (guint i = 0; i < wsync_checkpoint_n_tensors(plan->input); i++) {
+    InputState s = {.tensor = wsync_checkpoint_tensor(plan->input, i),
+                    .logical = g_ptr_array_new()};
+    g_array_append_val(plan->inputs, s);
+    g_hash_table_insert(plan->input_index, (gpointer)s.tensor, GUINT_TO_POINTER(i + 1));
+  }
+  if (!detect_input_layout(plan, error))
+    return FALSE;
+  plan->input_layouts = g_ptr_array_new_with_free_func(plan_layout_unref);
+  for (guint r = 0; r < plan->in_world; r++) {
+    g_autoptr(GHashTable) names = NULL;
+    g_autoptr(GHashTable) md = NULL;
+    if (!rank_inputs(plan, r, &names, &md, error))
+      return FALSE;
+    WsyncLayout *layout = plan_build_layout(plan, &plan->in, plan->in_format, plan->in_tp,
+                                       plan->in_ep, r, TRUE, names, md, error);
+    if (layout == NULL)
+      return FALSE;
+    g_ptr_array_add(plan->input_layouts, layout);
+    if (!bind_layout(plan, layout, names, missing, error))
+      return FALSE;
+  }
+  return check_bound(plan, missing, error);
+}
+
+/* synth: every logical tensor has one generated source covering all of it. */
+void
+plan_bind_generated(WsyncPlan *plan)
+{
+  plan->inputs = g_array_new(FALSE, TRUE, sizeof(InputState));
+  for (guint i = 0; i < plan->model->logical->len; i++) {
+    WsyncLogicalTensor *vt = plan->model->logical->pdata[i];
+    Source s = {.kind = SOURCE_GENERATED};
+    wsync_box_whole(&s.box, vt->ndim, vt->shape);
+    wsync_region_row_major(&s.region, vt->ndim, vt->shape, NULL);
+    g_array_append_val(vt->sources, s);
+  }
+}
+
+
+/* The box of @lt a placement fills, and which of the tensor's axes each box axis walks
+ * (-1 for box axes of extent 1). */
+static gboolean
+placement_axes(const WsyncLayoutTensor *lt, const Placement *pl, WsyncBox *tb, gint *axis_of)
+{
+  guint64 rm[WSYNC_MAX_DIMS], s = 1;
+  gboolean used[WSYNC_MAX_DIMS] = {FALSE};
+
+  for (guint d = lt->ndim; d > 0; d--) {
+    rm[d - 1] = s;
+    s *= lt->shape[d - 1];
+  }
+  tb->ndim = lt->ndim;
+  for (guint d = 0; d < lt->ndim; d++) {
+    tb->offset[d] = lt->shape[d] ? (pl->region.origin / rm[d]) % lt->shape[d] : 0;
+    tb->extent[d] = 1;
+  }
+  for (guint k = 0; k < pl->box.ndim; k++) {
+    axis_of[k] = -1;
+    if (pl->box.extent[k] == 1)
+      continue;
+    for (guint d = 0; d < lt->ndim && axis_of[k] < 0; d++)
+      if (!used[d] && rm[d] == pl->region.stride[k] && lt->shape[d] > 1) {
+        used[d] = TRUE;
+        axis_of[k] = (gint)d;
+        tb->extent[d] = pl->box.extent[k];
+      }
+    if (axis_of[k] < 0)
+      return FALSE;
+  }
+  return TRUE;
+}
+
+/* One WsyncTensor per chunk, so that the planner reads chunks like any input tensor. */
+static void
+collect_chunks(WsyncPlan *plan)
+{
+  plan->chunk_tensors = g_ptr_array_new_with_free_func(g_free);
+  plan->inputs = g_array_new(FALSE, TRUE, sizeof(InputState));
+  g_array_set_clear_func(plan->inputs, input_state_clear);
+  plan->input_index = g_hash_table_new(g_direct_hash, g_direct_equal);
+  for (guint i = 0; i < wsync_dcp_n_tensors(plan->dcp); i++) {
+    const WsyncDcpTensor *g = wsync_dcp_tensor(plan->dcp, i);
+    for (guint c = 0; c < g->chunks->len; c++) {
+      const WsyncDcpChunk *chunk = &g_array_index(g->chunks, WsyncDcpChunk, c);
+      WsyncTensor *t = g_new0(WsyncTensor, 1);
+      t->name = g->name;
+      t->dtype = g->dtype;
+      t->ndim = g->ndim;
+      memcpy(t->shape, chunk->box.extent, sizeof t->shape);
+      t->numel = wsync_box_volume(&chunk->box);
+      wsync_dtype_nbytes(t->dtype, t->numel, &t->nbytes);
+      t->data = chunk->data;
+      t->file = chunk->file;
+      g_ptr_array_add(plan->chunk_tensors, t);
+      InputState st = {.tensor = t, .logical = g_ptr_array_new()};
+      g_array_append_val(plan->inputs, st);
+      g_hash_table_insert(plan->input_index, t, GUINT_TO_POINTER(plan->inputs->len));
+    }
+  }
+}
+
+/* Binds a layout tensor to the chunks of the global tensor of the same name: each
+ * placement is cut by each chunk's box. */
+static gboolean
+bind_tensor_chunks(WsyncPlan *plan, WsyncLayoutTensor *lt, const WsyncDcpTensor *g,
+                   guint first_input, GError **error)
+{
+  gboolean same = lt->ndim == g->ndim;
+
+  for (guint d = 0; same && d < g->ndim; d++)
+    same = lt->shape[d] == g->shape[d];
+  if (!same) {
+    g_autofree char *have = wsync_shape_format(g->ndim, g->shape);
+    g_autofree char *want = wsync_shape_format(lt->ndim, lt->shape);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "%s: tensor \"%s\" has shape %s but the config says %s (%s)", plan->src, g->name,
+                have, want, lt->made_by ? lt->made_by : "layout");
+    return FALSE;
+  }
+  for (guint c = 0; c < g->chunks->len; c++) {
+    const WsyncDcpChunk *chunk = &g_array_index(g->chunks, WsyncDcpChunk, c);
+    InputState *state = &g_array_index(plan->inputs, InputState, first_input + c);
+    state->bound = TRUE;
+    state->runtime_only = lt->placements->len == 0;
+    for (guint p = 0; p < lt->placements->len; p++) {
+      const Placement *pl = &g_array_index(lt->placements, Placement, p);
+      WsyncBox tb, ib;
+      gint axis_of[WSYNC_MAX_DIMS];
+      if (!placement_axes(lt, pl, &tb, axis_of)) {
+        g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_PLUGIN,
+                    "%s: a placement into tensor \"%s\" is not a box inside it", lt->made_by,
+                    lt->name);
+        return FALSE;
+      }
+      if (!wsync_box_intersect(&tb, &chunk->box, &ib) || wsync_box_volume(&ib) == 0)
+        continue;
+      Source src = {.kind = SOURCE_INPUT, .box = pl->box, .input = state->tensor,
+                    .input_index = first_input + c};
+      for (guint d = 0; d < g->ndim; d++)
+        src.region.origin += (ib.offset[d] - chunk->box.offset[d]) * chunk->region.stride[d];
+      for (guint k = 0; k < pl->box.ndim; k++) {
+        gint d = axis_of[k];
+        src.region.stride[k] = d >= 0 ? chunk->region.stride[d] : 0;
+        if (d >= 0) {
+          src.box.offset[k] = pl->box.offset[k] + ib.offset[d] - tb.offset[d];
+          src.box.extent[k] = ib.extent[d];
+        }
+      }
+      if (!adopt_dtype(pl->lt, state->tensor, error))
+        return FALSE;
+      g_array_append_val(pl->lt->sources, src);
+      g_ptr_array_add(state->logical, pl->lt);
+    }
+  }
+  return TRUE;
+}
+
+/* A sharded checkpoint holds the published names of the model: its global tensors are
+ * read through the layout of the target that reads unclaimed files (the Hugging Face
+ * layout), chunk by chunk. */
+gboolean
+plan_bind_dcp(WsyncPlan *plan, GError **error)
+{
+  g_autoptr(GHashTable) names = g_hash_table_new(g_str_hash, g_str_equal);
+  g_autoptr(GPtrArray) missing = g_ptr_array_new_with_free_func(g_free);
+  g_autoptr(GHashTable) first_input = g_hash_table_new(g_str_hash, g_str_equal);
+  guint at = 0;
+
+  collect_chunks(plan);
+  for (guint i = 0; i < wsync_dcp_n_tensors(plan->dcp); i++) {
+    const WsyncDcpTensor *g = wsync_dcp_tensor(plan->dcp, i);
+    g_hash_table_insert(names, g->name, (gpointer)g);
+    g_hash_table_insert(first_input, g->name, GUINT_TO_POINTER(at));
+    at += g->chunks->len;
+  }
+  plan->in_tp = plan->in_ep = plan->in_world = 1;
+  if (!plan_unclaimed_reader(plan, &plan->in, error))
+    return FALSE;
+  plan->input_target = g_strdup(plan->in.info->name);
+  plan->input_layouts = g_ptr_array_new_with_free_func(plan_layout_unref);
+  WsyncLayout *layout =
+      plan_build_layout(plan, &plan->in, NULL, 1, 1, 0, TRUE, names, NULL, error);
+  if (layout == NULL)
+    return FALSE;
+  g_ptr_array_add(plan->input_layouts, layout);
+  for (guint i = 0; i < layout->tensors->len; i++) {
+    WsyncLayoutTensor *lt = layout->tensors->pdata[i];
+    const WsyncDcpTensor *g = g_hash_table_lookup(names, lt->name);
+    if (g == NULL) {
+      g_ptr_array_add(missing, g_strdup(lt->name));
+      continue;
+    }
+    if (!bind_tensor_chunks(plan, lt, g,
+                            GPOINTER_TO_UINT(g_hash_table_lookup(first_input, lt->name)), error))
+      return FALSE;
+  }
+  return check_bound(plan, missing, error);
+}

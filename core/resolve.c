@@ -1,0 +1,507 @@
+/* wsync: building and resolving a plan's layouts.
+ *
+ * The target's build function lays out each rank (then the hooks that serve the target
+ * change it); each placement of an output tensor is cut into copies from the sources of
+ * its logical tensor (first source wins where replicas overlap); the copies and fills of
+ * every output tensor must tile it exactly, and every input tensor must be used, or
+ * dropped by a named rule.
+ */
+#include "config.h"
+
+#include <string.h>
+
+#include "plan-private.h"
+
+/* Appends the pieces of @u outside @cut (which intersects it) to @out. */
+static void
+box_subtract(const WsyncBox *u, const WsyncBox *cut, GArray *out)
+{
+  WsyncBox rest = *u;
+
+  for (guint d = 0; d < u->ndim; d++) {
+    guint64 lo = MAX(rest.offset[d], cut->offset[d]);
+    guint64 hi = MIN(rest.offset[d] + rest.extent[d], cut->offset[d] + cut->extent[d]);
+    if (rest.offset[d] < lo) {
+      WsyncBox below = rest;
+      below.extent[d] = lo - rest.offset[d];
+      g_array_append_val(out, below);
+    }
+    if (hi < rest.offset[d] + rest.extent[d]) {
+      WsyncBox above = rest;
+      above.offset[d] = hi;
+      above.extent[d] = rest.offset[d] + rest.extent[d] - hi;
+      g_array_append_val(out, above);
+    }
+    rest.offset[d] = lo;
+    rest.extent[d] = hi - lo;
+  }
+}
+
+static guint64
+region_element(const WsyncRegion *r, const WsyncBox *box, const WsyncBox *at)
+{
+  guint64 e = r->origin;
+
+  for (guint d = 0; d < box->ndim; d++)
+    e += (at->offset[d] - box->offset[d]) * r->stride[d];
+  return e;
+}
+
+/* ------------------------------------------------------------------ building layouts */
+
+static void
+set_target(PlanTarget *out, const WsyncEntry *e)
+{
+  out->info = wsync_entry_get_target(e);
+  out->user_data = wsync_entry_get_user_data(e);
+  g_free(out->label);
+  out->label = plan_entry_label(e);
+}
+
+/* The target called @name, from the dispatch table. */
+gboolean
+plan_find_target(WsyncPlan *plan, const char *name, PlanTarget *out, GError **error)
+{
+  g_autoptr(GPtrArray) converters = wsync_registry_lookup(wsync_context_get_registry(plan->ctx),
+                                                          WSYNC_ENTRY_CONVERTER, name);
+
+  if (converters->len > 0 && wsync_entry_get_target(converters->pdata[0]) != NULL) {
+    set_target(out, converters->pdata[0]);
+    return TRUE;
+  }
+  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
+              "no loaded plugin provides the target \"%s\" (wsync plugins lists the targets; "
+              "wsync convert --help describes them)",
+              name);
+  return FALSE;
+}
+
+/* The target that reads files no target claims (the Hugging Face layout, plugin "hf"):
+ * the highest-priority one. */
+gboolean
+plan_unclaimed_reader(WsyncPlan *plan, PlanTarget *out, GError **error)
+{
+  g_autoptr(GPtrArray) converters = wsync_registry_lookup(
+      wsync_context_get_registry(plan->ctx), WSYNC_ENTRY_CONVERTER, NULL);
+
+  for (guint i = 0; i < converters->len; i++) {
+    const WsyncTargetInfo *info = wsync_entry_get_target(converters->pdata[i]);
+    if (info != NULL && info->reads_unclaimed) {
+      set_target(out, converters->pdata[i]);
+      return TRUE;
+    }
+  }
+  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
+              "%s: no loaded plugin reads checkpoints in their published layout (select the "
+              "plugin \"hf\" in conf.d)",
+              plan->src);
+  return FALSE;
+}
+
+/* The format a target is written in: the one asked for, else its default.  A target
+ * without named formats takes none; a format set in conf.d's sync section only applies
+ * to targets that have it. */
+static gboolean
+choose_format(const PlanTarget *t, const char *asked, gboolean explicit, char **format,
+              GError **error)
+{
+  const char *const *formats = t->info->formats;
+  g_autofree char *list = NULL;
+
+  if (formats == NULL || formats[0] == NULL) {
+    if (asked != NULL && explicit) {
+      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
+                  "--format %s: target %s has no formats to choose from", asked, t->info->name);
+      return FALSE;
+    }
+    return TRUE;
+  }
+  if (asked == NULL || g_strv_contains(formats, asked)) {
+    *format = g_strdup(asked != NULL ? asked : formats[0]);
+    return TRUE;
+  }
+  list = g_strjoinv(", ", (char **)formats);
+  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
+              "%sformat \"%s\" is not one of target %s's formats (%s)",
+              explicit ? "--" : "conf.d sync { } ", asked, t->info->name, list);
+  return FALSE;
+}
+
+static gboolean
+run_hooks(WsyncPlan *plan, WsyncLayout *layout, GError **error)
+{
+  g_autoptr(GPtrArray) hooks = wsync_registry_lookup(wsync_context_get_registry(plan->ctx),
+                                                     WSYNC_ENTRY_HOOK, layout->target);
+
+  if (hooks->len == 0 && layout->needs_hook != NULL) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
+                "target %s: %s, and no loaded plugin has a hook for it (see wsync plugins)",
+                layout->target, layout->needs_hook);
+    return FALSE;
+  }
+
+  for (guint i = 0; i < hooks->len; i++) {
+    const WsyncEntry *e = hooks->pdata[i];
+    g_autofree char *label = plan_entry_label(e);
+    layout->current_entry = label;
+    gboolean ok = ((WsyncHookFunc)wsync_entry_get_callback(e))(layout, wsync_entry_get_user_data(e),
+                                                               error);
+    layout->current_entry = NULL;
+    if (!ok) {
+      g_prefix_error(error, "%s: ", label);
+      return FALSE;
+    }
+  }
+  return TRUE;
+}
+
+/* The number of ranks of @t for @tp and @ep (one for a target without ranks). */
+guint
+plan_target_world(const PlanTarget *t, guint tp, guint ep)
+{
+  return t->info->world != NULL ? t->info->world(tp, ep, t->user_data) : 1;
+}
+
+/* Builds one rank's layout of target @t with its build function, then the target's
+ * hooks. */
+WsyncLayout *
+plan_build_layout(WsyncPlan *plan, const PlanTarget *t, const char *format, guint tp,
+                  guint ep, guint rank, gboolean reading, GHashTable *input_names,
+                  GHashTable *input_metadata, GError **error)
+{
+  g_autoptr(WsyncLayout) layout =
+      wsync_layout_new(plan->model, plan->ctx, t->info->name, format, tp, ep, rank,
+                       plan_target_world(t, tp, ep), reading);
+  gboolean ok;
+
+  if (input_names)
+    layout->input_names = g_hash_table_ref(input_names);
+  if (input_metadata)
+    layout->input_metadata = g_hash_table_ref(input_metadata);
+  layout->current_entry = t->label;
+  ok = t->info->build(layout, t->user_data, error);
+  layout->current_entry = NULL;
+  if (!ok)
+    return NULL;
+  if (!run_hooks(plan, layout, error))
+    return NULL;
+  return g_steal_pointer(&layout);
+}
+
+/* ------------------------------------------------------------------ step 4: resolve */
+
+static gboolean
+cast_is_supported(WsyncDtype from, WsyncDtype to)
+{
+  if (from == to)
+    return TRUE;
+  return (from == WSYNC_DTYPE_BF16 || from == WSYNC_DTYPE_F16 || from == WSYNC_DTYPE_F32) &&
+         (to == WSYNC_DTYPE_BF16 || to == WSYNC_DTYPE_F16 || to == WSYNC_DTYPE_F32);
+}
+
+static gboolean
+resolve_placement(WsyncPlan *plan, WsyncLayout *layout, WsyncLayoutTensor *lt,
+                  const Placement *pl, GError **error)
+{
+  g_autoptr(GArray) uncovered = g_array_new(FALSE, FALSE, sizeof(WsyncBox));
+  WsyncLogicalTensor *vt = pl->lt;
+
+  (void)plan;
+  if (!cast_is_supported(vt->dtype, lt->dtype)) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "tensor \"%s\" of rank %u: %s holds %s, which cannot be converted to %s",
+                lt->name, layout->rank, vt->name, wsync_dtype_name(vt->dtype),
+                wsync_dtype_name(lt->dtype));
+    return FALSE;
+  }
+  g_array_append_val(uncovered, pl->box);
+  for (guint s = 0; s < vt->sources->len && uncovered->len > 0; s++) {
+    const Source *src = &g_array_index(vt->sources, Source, s);
+    g_autoptr(GArray) left = g_array_new(FALSE, FALSE, sizeof(WsyncBox));
+    for (guint u = 0; u < uncovered->len; u++) {
+      const WsyncBox *ub = &g_array_index(uncovered, WsyncBox, u);
+      WsyncBox inter;
+      if (!wsync_box_intersect(ub, &src->box, &inter)) {
+        g_array_append_val(left, *ub);
+        continue;
+      }
+      Op op = {.kind = OP_COPY, .ndim = inter.ndim, .source = src, .src_dtype = vt->dtype,
+               .lt = vt, .lbox = inter};
+      memcpy(op.extent, inter.extent, sizeof op.extent);
+      op.dst_origin = region_element(&pl->region, &pl->box, &inter);
+      memcpy(op.dst_stride, pl->region.stride, sizeof op.dst_stride);
+      op.src_origin = region_element(&src->region, &src->box, &inter);
+      memcpy(op.src_stride, src->region.stride, sizeof op.src_stride);
+      g_array_append_val(lt->ops, op);
+      box_subtract(ub, &inter, left);
+    }
+    g_array_set_size(uncovered, 0);
+    g_array_append_vals(uncovered, left->data, left->len);
+  }
+  if (uncovered->len > 0) {
+    g_autofree char *box = wsync_box_format(&g_array_index(uncovered, WsyncBox, 0));
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "%s: no input holds %s%s of %s, needed for tensor \"%s\" of rank %u", plan->src,
+                box, uncovered->len > 1 ? " (and more)" : "", vt->name, lt->name, layout->rank);
+    return FALSE;
+  }
+  vt->used = TRUE;
+  return TRUE;
+}
+
+static guint64
+tensor_numel(const WsyncLayoutTensor *lt)
+{
+  guint64 n = 1;
+
+  for (guint d = 0; d < lt->ndim; d++)
+    n *= lt->shape[d];
+  return n;
+}
+
+/* Every element of @lt is produced by exactly one op. */
+static gboolean
+prove_coverage(WsyncLayout *layout, WsyncLayoutTensor *lt, GError **error)
+{
+  g_autoptr(GArray) boxes = g_array_sized_new(FALSE, FALSE, sizeof(WsyncBox), lt->ops->len);
+  guint64 total = 0;
+
+  for (guint i = 0; i < lt->ops->len; i++) {
+    Op *op = &g_array_index(lt->ops, Op, i);
+    WsyncBox b;
+    if (op->kind == OP_FILL)
+      b = op->fill->box;
+    else if (!wsync_tensor_box_of(lt->ndim, lt->shape, op->ndim, op->extent, op->dst_origin,
+                                  op->dst_stride, &b)) {
+      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_PLUGIN,
+                  "%s: a placement into tensor \"%s\" of rank %u is not a box inside it",
+                  lt->made_by, lt->name, layout->rank);
+      return FALSE;
+    }
+    for (guint d = 0; d < b.ndim; d++)
+      if (b.offset[d] + b.extent[d] > lt->shape[d]) {
+        g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_PLUGIN,
+                    "%s: a fill of tensor \"%s\" of rank %u lies outside it", lt->made_by,
+                    lt->name, layout->rank);
+        return FALSE;
+      }
+    for (guint j = 0; j < boxes->len; j++) {
+      WsyncBox inter;
+      if (wsync_box_intersect(&b, &g_array_index(boxes, WsyncBox, j), &inter) &&
+          wsync_box_volume(&inter) > 0) {
+        g_autofree char *where = wsync_box_format(&inter);
+        g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_PLUGIN,
+                    "%s: elements %s of tensor \"%s\" of rank %u are written twice",
+                    lt->made_by, where, lt->name, layout->rank);
+        return FALSE;
+      }
+    }
+    total += wsync_box_volume(&b);
+    g_array_append_val(boxes, b);
+  }
+  if (total != tensor_numel(lt)) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_PLUGIN,
+                "%s: %" G_GUINT64_FORMAT " of the %" G_GUINT64_FORMAT
+                " elements of tensor \"%s\" of rank %u are written by no placement or fill",
+                lt->made_by, tensor_numel(lt) - total, tensor_numel(lt), lt->name, layout->rank);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* The rule by which the source's own layout left @vt out (rank files of a backend that
+ * does not hold it, e.g. vLLM and the MTP block), or NULL. */
+static const char *
+dropped_by_source(WsyncPlan *plan, const WsyncLogicalTensor *vt)
+{
+  for (guint l = 0; plan->input_layouts != NULL && l < plan->input_layouts->len; l++) {
+    WsyncLayout *in = plan->input_layouts->pdata[l];
+    for (guint d = 0; d < in->dropped->len; d++) {
+      DroppedParam *dp = &g_array_index(in->dropped, DroppedParam, d);
+      for (guint p = 0; p < dp->param->n_parts; p++)
+        if (dp->param->parts[p].lt == vt)
+          return dp->rule;
+    }
+  }
+  return NULL;
+}
+
+/* An output tensor whose logical tensor the source never held (it was dropped by a rule
+ * when the source was written) cannot be produced: it is left out, by that rule, and
+ * the plan says so.  Anything else without a source stays an error. */
+static const char *
+omitted_rule(WsyncPlan *plan, const WsyncLayoutTensor *lt)
+{
+  for (guint p = 0; p < lt->placements->len; p++) {
+    const WsyncLogicalTensor *vt = g_array_index(lt->placements, Placement, p).lt;
+    if (vt->sources->len == 0)
+      return dropped_by_source(plan, vt);
+  }
+  return NULL;
+}
+
+static gboolean
+resolve_layout(WsyncPlan *plan, WsyncLayout *layout, GError **error)
+{
+  for (guint i = 0; i < layout->tensors->len;) {
+    WsyncLayoutTensor *lt = layout->tensors->pdata[i];
+    const char *rule = omitted_rule(plan, lt);
+    if (rule != NULL) {
+      DroppedParam omitted = {NULL, g_strdup_printf("%s (not in the source: %s)", lt->name, rule)};
+      g_array_append_val(layout->omitted, omitted);
+      g_hash_table_remove(layout->by_name, lt->name);
+      g_ptr_array_remove_index(layout->tensors, i);
+      continue;
+    }
+    i++;
+    lt->ops = g_array_new(FALSE, TRUE, sizeof(Op));
+    if (!wsync_dtype_nbytes(lt->dtype, tensor_numel(lt), &lt->nbytes)) {
+      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_PLUGIN, "tensor \"%s\": size overflows",
+                  lt->name);
+      return FALSE;
+    }
+    for (guint p = 0; p < lt->placements->len; p++)
+      if (!resolve_placement(plan, layout, lt,
+                             &g_array_index(lt->placements, Placement, p), error))
+        return FALSE;
+    for (guint f = 0; f < lt->fills->len; f++) {
+      Op op = {.kind = OP_FILL, .fill = &g_array_index(lt->fills, Fill, f)};
+      g_array_append_val(lt->ops, op);
+    }
+    if (!prove_coverage(layout, lt, error))
+      return FALSE;
+  }
+  return TRUE;
+}
+
+/* Parts: the files the source asks for (a sharded checkpoint's -model-I-of-N), else a
+ * new part before a tensor that would pass the size limit. */
+static void
+assign_parts(WsyncLayout *layout, guint64 part_size)
+{
+  guint part = 0;
+  guint64 in_part = 0;
+  gboolean hinted = layout->tensors->len > 0;
+
+  for (guint i = 0; i < layout->tensors->len; i++)
+    hinted = hinted && ((WsyncLayoutTensor *)layout->tensors->pdata[i])->part_hint > 0;
+  if (hinted) {
+    for (guint i = 0; i < layout->tensors->len; i++) {
+      WsyncLayoutTensor *lt = layout->tensors->pdata[i];
+      lt->part = lt->part_hint - 1;
+    }
+    return;
+  }
+
+  for (guint i = 0; i < layout->tensors->len; i++) {
+    WsyncLayoutTensor *lt = layout->tensors->pdata[i];
+    if (in_part > 0 && in_part + lt->nbytes > part_size) {
+      part++;
+      in_part = 0;
+    }
+    lt->part = part;
+    in_part += lt->nbytes;
+  }
+}
+
+/* ------------------------------------------------------------------ step 5: inputs used */
+
+static gboolean
+logical_dropped(WsyncPlan *plan, const WsyncLogicalTensor *vt, const char **rule)
+{
+  for (guint l = 0; l < plan->outputs->len; l++) {
+    WsyncLayout *layout = plan->outputs->pdata[l];
+    for (guint d = 0; d < layout->dropped->len; d++) {
+      DroppedParam *dp = &g_array_index(layout->dropped, DroppedParam, d);
+      for (guint p = 0; p < dp->param->n_parts; p++)
+        if (dp->param->parts[p].lt == vt) {
+          *rule = dp->rule;
+          return TRUE;
+        }
+    }
+  }
+  return FALSE;
+}
+
+/* An input tensor is used when every logical tensor it holds part of is read by some
+ * output (replicas of the same bytes in several rank files count as used), or dropped
+ * by a named rule of the target. */
+gboolean
+plan_check_inputs_used(WsyncPlan *plan, GError **error)
+{
+  g_autoptr(GPtrArray) unused = g_ptr_array_new();
+
+  for (guint i = 0; i < plan->inputs->len; i++) {
+    InputState *s = &g_array_index(plan->inputs, InputState, i);
+    if (!s->bound || s->runtime_only)
+      continue;
+    for (guint v = 0; v < s->logical->len; v++) {
+      const WsyncLogicalTensor *vt = s->logical->pdata[v];
+      const char *rule = NULL;
+      if (vt->used)
+        continue;
+      if (logical_dropped(plan, vt, &rule)) {
+        s->drop_rule = rule;
+        continue;
+      }
+      g_ptr_array_add(unused, (gpointer)s->tensor->name);
+      break;
+    }
+  }
+  if (unused->len > 0) {
+    g_autofree char *list = plan_format_list(unused);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_PLUGIN,
+                "%u input tensor%s would be lost: the %s layout neither holds nor drops %s: %s",
+                unused->len, unused->len == 1 ? "" : "s", plan->target,
+                unused->len == 1 ? "it" : "them", list);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* Keeps each note once, in the order first seen. */
+static void
+collect_notes(WsyncPlan *plan, WsyncLayout *layout)
+{
+  for (guint i = 0; layout->notes != NULL && i < layout->notes->len; i++)
+    if (!g_ptr_array_find_with_equal_func(plan->notes, layout->notes->pdata[i], g_str_equal,
+                                          NULL))
+      g_ptr_array_add(plan->notes, g_strdup(layout->notes->pdata[i]));
+}
+
+gboolean
+plan_build_outputs(WsyncPlan *plan, const WsyncPlanOptions *opts, GError **error)
+{
+  gboolean ranked = plan->out.info->world != NULL;
+  guint tp = ranked ? MAX(opts->tp, 1) : 1, ep = ranked ? MAX(opts->ep, 1) : 1;
+  guint world = plan_target_world(&plan->out, tp, ep);
+
+  if (!choose_format(&plan->out, opts->format, opts->format_explicit, &plan->out_format,
+                     error))
+    return FALSE;
+  if (opts->rank >= 0 && (guint)opts->rank >= world) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
+                "--rank %d is not a rank of a %u-rank layout (tp %u, ep %u)", opts->rank, world,
+                tp, ep);
+    return FALSE;
+  }
+  plan->out_tp = tp;
+  plan->out_ep = ep;
+  plan->out_world = world;
+  plan->outputs = g_ptr_array_new_with_free_func(plan_layout_unref);
+  plan->notes = g_ptr_array_new_with_free_func(g_free);
+  for (guint r = 0; r < world; r++) {
+    if (opts->rank >= 0 && (guint)opts->rank != r)
+      continue;
+    WsyncLayout *layout = plan_build_layout(plan, &plan->out, plan->out_format, tp, ep, r, FALSE,
+                                       NULL, NULL, error);
+    if (layout == NULL)
+      return FALSE;
+    g_ptr_array_add(plan->outputs, layout);
+    collect_notes(plan, layout);
+    if (!resolve_layout(plan, layout, error))
+      return FALSE;
+    assign_parts(layout, opts->part_size ? opts->part_size : G_MAXUINT64);
+  }
+  return TRUE;
+}

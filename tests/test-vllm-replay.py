@@ -142,6 +142,12 @@ def plan_cases(configs):
     for target, platform in TARGETS:
         cases.append(Case("tiny-qwen3.5-moe", 1, 2, target, platform, "kernel", "latest", "D",
                           False))
+    # ep = 2*tp with tp > 1 on a model with a shared expert: sequence-parallel MoE, the
+    # shared expert full on every worker (L s3.4).
+    for version, era, persistent in (ERAS[0], ERAS[-1]):
+        for target, platform in TARGETS:
+            cases.append(Case("tiny-qwen3.5-moe", 2, 4, target, platform, "kernel", version,
+                              era, persistent))
     return cases
 
 

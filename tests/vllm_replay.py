@@ -525,12 +525,15 @@ def filter_subtensors(tensors):
 
 class Parallel:
     """Where one worker sits: TP size and rank, EP size and rank (L s7: with EP the
-    experts are not TP-sliced, moe tp_size = 1)."""
+    experts are not TP-sliced, moe tp_size = 1, and ep = dp * tp)."""
 
     def __init__(self, tp, tp_rank, ep=1, ep_rank=0):
         self.tp, self.tp_rank, self.ep, self.ep_rank = tp, tp_rank, ep, ep_rank
         self.moe_tp = 1 if ep > 1 else tp
         self.moe_tp_rank = 0 if ep > 1 else tp_rank
+        dp = ep // tp if ep > 1 else 1
+        # ParallelConfig.use_sequence_parallel_moe: EP + TP > 1 + DP > 1 (L s3.4).
+        self.sequence_parallel_moe = ep > 1 and tp > 1 and dp > 1
 
 
 def divide(numerator, denominator, what):
@@ -827,7 +830,11 @@ def moe_block(cfg, par, era, platform, map_persistent):
     shared = None
     if cfg.shared_inter > 0:  # L s2 "Shared expert", s3.4
         seg = block.add_module("shared_expert_gate", replicated_linear(h, 1, dtype))
-        shared = block.add_module("shared_expert", dense_mlp(h, cfg.shared_inter, par, dtype))
+        # With sequence-parallel MoE the shared expert MLP is built with
+        # disable_tp=is_sequence_parallel: gate_up_proj and down_proj full (L s3.4).
+        shared_par = Parallel(1, 0) if par.sequence_parallel_moe else par
+        shared = block.add_module("shared_expert",
+                                  dense_mlp(h, cfg.shared_inter, shared_par, dtype))
         shared.add_module("expert_gate", seg)
     routed = routed_experts(cfg.num_experts, cfg.moe_inter, h, par, dtype, map_persistent)
     if era == "A":
@@ -1267,14 +1274,16 @@ def kernel_update(model, directory, rank, sources=None):
             sent[id(param)] = name
             if sources is not None:
                 sources[id(param)] = fname
-            if weight.shape != param.shape or weight.dtype != param.dtype:
-                problems.append((fname, name, "%s %s, the parameter is %s %s"
-                                 % (weight.dtype, list(weight.shape), param.dtype,
-                                    list(param.shape))))
+            mismatch = weight.shape != param.shape or weight.dtype != param.dtype
+            what = "%s %s, the parameter is %s %s" % (weight.dtype, list(weight.shape),
+                                                      param.dtype, list(param.shape))
             try:
                 param.copy_(weight)
             except RuntimeError as e:
-                problems.append((fname, name, "copy_ raises RuntimeError: %s" % e))
+                problems.append((fname, name, "%s: copy_ raises RuntimeError: %s" % (what, e)))
+                continue
+            if mismatch:
+                problems.append((fname, name, what + " (copy_ would broadcast or cast silently)"))
     for name, param in model.named_parameters():
         if id(param) not in sent:
             problems.append(("kernel-rank-%d-*" % rank, name, "parameter never sent"))

@@ -12,6 +12,7 @@ plugins, so that it can catch a wrong assumption in them.  Comments cite the not
 Parts:
   Tensor, Parameter        strided views over byte storages, torch's copy_ semantics
   read_safetensors         a reader that refuses what the safetensors library refuses
+  write_safetensors        a writer, for the test's negative controls
   Module                   state_dict(), named_parameters(), get_parameter() as torch
   filter_subtensors        vLLM ShardedStateLoader._filter_subtensors
   build_model              the per-rank module tree of Qwen3-MoE, Qwen3, Qwen3.5-MoE and
@@ -223,12 +224,6 @@ class Tensor:
         shape, strides = list(self.shape), list(self.strides)
         shape[d0], shape[d1] = shape[d1], shape[d0]
         strides[d0], strides[d1] = strides[d1], strides[d0]
-        return Tensor(self.storage, self.dtype, shape, strides, self.offset)
-
-    def unsqueeze(self, dim):
-        shape, strides = list(self.shape), list(self.strides)
-        shape.insert(dim, 1)
-        strides.insert(dim, 1)
         return Tensor(self.storage, self.dtype, shape, strides, self.offset)
 
     def chunk(self, n, dim):
@@ -470,8 +465,6 @@ class Module:
         if target == "":
             return mod
         for item in target.split("."):
-            if not isinstance(mod, Module):
-                raise AttributeError("`%s` is not an nn.Module" % item)
             mod = mod._lookup(item)
             if not isinstance(mod, Module):
                 raise AttributeError("`%s` is not an nn.Module" % item)
@@ -481,11 +474,7 @@ class Module:
         """torch's get_parameter: any dotted path through registered modules to a
         parameter; a buffer or an unknown name raises AttributeError (L s5a)."""
         module_path, _, param_name = target.rpartition(".")
-        mod = self.get_submodule(module_path)
-        try:
-            param = mod._lookup(param_name)
-        except AttributeError:
-            raise AttributeError("%s has no attribute `%s`" % (mod._kind, param_name))
+        param = self.get_submodule(module_path)._lookup(param_name)
         if not isinstance(param, Parameter):
             raise AttributeError("`%s` is not an nn.Parameter" % param_name)
         return param

@@ -1,0 +1,504 @@
+#!/usr/bin/env python3
+"""Replays vLLM's two consumers of per-rank weight files over what `wsync convert`
+writes (issue 9, part 3), with tests/vllm_replay.py, a derivation of vLLM's behaviour
+from the reference notes that is independent of wsync's plugins.
+
+For each tiny config of configs/, one `wsync synth --pattern index` checkpoint, then
+`wsync convert` over the matrix: tp 1, 2, 4, 8; ep 1 and ep == tp for MoE models;
+vLLM releases of each era (L s0); targets vllm (CUDA) and vllm-ascend; formats
+sharded-state (vLLM's ShardedStateLoader at engine start, L s5) and kernel (a live
+weight update, L s5a).  Where vLLM itself would refuse the sizes, wsync must refuse
+too (exit status 2, one line on stderr).  Each rank's files must then load through the
+replayed consumer without an error, a warning or a silent cast, and every tensor's
+bytes must be what vLLM's weight loaders put into that parameter from the same
+checkpoint.
+
+Prints TAP.  Accepts and ignores --tap and -k (tests/tap-test passes them).
+Environment (set by Makefile.am's AM_TESTS_ENVIRONMENT): WSYNC_TEST_BINARY,
+WSYNC_TEST_BUILT_PLUGIN_DIR, WSYNC_TEST_CONF_DIR, G_TEST_SRCDIR."""
+
+import concurrent.futures
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.dont_write_bytecode = True  # never write into the source tree (make distcheck)
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import vllm_replay as vr  # noqa: E402
+
+# vllm-version values and what each release registers (L s0 table): the era of the MoE
+# block's names, and whether _expert_map is a persistent buffer with EP (#47206
+# made it non-persistent after v0.24.0; "latest" is v0.27.1).
+ERAS = [("0.18.1", "A", True), ("0.20.0", "B", True), ("0.22.0", "C", True),
+        ("0.24.0", "D", True), ("latest", "D", False)]
+TARGETS = [("vllm", "cuda"), ("vllm-ascend", "ascend")]
+FORMATS = ["sharded-state", "kernel"]
+CONFIGS = ["tiny-qwen3-moe", "tiny-qwen3-moe-tied", "tiny-qwen3-moe-8heads", "tiny-qwen3",
+           "tiny-qwen3.5-moe", "tiny-qwen3.5-moe-nk2", "tiny-qwen3.5"]
+TP_SIZES = [1, 2, 4, 8]
+PLUGIN_CONFS = ["20-vllm.conf", "30-qwen3_moe.conf", "31-qwen3_5_moe.conf", "40-npu-ascend.conf"]
+MAX_DIAGNOSTICS = 6
+
+
+def env_path(name, fallback):
+    value = os.environ.get(name)
+    return value if value else fallback
+
+
+SRCDIR = os.path.dirname(HERE)
+BINARY = env_path("WSYNC_TEST_BINARY", os.path.join(SRCDIR, "wsync"))
+PLUGIN_DIR = env_path("WSYNC_TEST_BUILT_PLUGIN_DIR", os.path.join(SRCDIR, "plugins", ".libs"))
+CONF_DIR = env_path("WSYNC_TEST_CONF_DIR", os.path.join(SRCDIR, "conf.d"))
+CONFIG_DIR = os.path.join(os.path.dirname(env_path("G_TEST_SRCDIR", HERE)), "configs")
+
+
+class Case:
+    def __init__(self, config, tp, ep, target, platform, fmt, version, era, persistent,
+                 refusal=None):
+        self.config, self.tp, self.ep = config, tp, ep
+        self.target, self.platform, self.fmt = target, platform, fmt
+        self.version, self.era, self.persistent = version, era, persistent
+        self.refusal = refusal  # None, or (why vLLM refuses, a fragment the message must hold)
+
+    def name(self):
+        what = "refused: " if self.refusal else ""
+        return "%s%s --target %s --format %s vllm-version %s --tp %d --ep %d" % (
+            what, self.config, self.target, self.fmt, self.version, self.tp, self.ep)
+
+
+def write_conf_dirs(root):
+    """One conf dir per vllm-version: the four plugin sections of conf.d, with
+    vllm-version set."""
+    dirs = {}
+    for version, _, _ in ERAS:
+        d = os.path.join(root, "conf-" + version)
+        os.mkdir(d)
+        for name in PLUGIN_CONFS:
+            with open(os.path.join(CONF_DIR, name)) as f:
+                text = f.read()
+            if name == "20-vllm.conf":
+                text, n = re.subn(r'(?m)^(\s*)vllm-version\s*=\s*"[^"]*"',
+                                  r'\1vllm-version = "%s"' % version, text)
+                if n != 1:
+                    raise SystemExit("Bail out! %s: expected one vllm-version setting, found %d"
+                                     % (name, n))
+            with open(os.path.join(d, name), "w") as f:
+                f.write(text)
+        dirs[version] = d
+    return dirs
+
+
+def wsync(conf_dir, *args):
+    cmd = [BINARY, "--conf-dir", conf_dir, "--plugin-dir", PLUGIN_DIR] + list(args)
+    env = dict(os.environ, WSYNC_PLUGIN_PATH="")
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                          universal_newlines=True)
+
+
+def vllm_refusal(cfg, tp, ep):
+    """Why vLLM would refuse to start at these sizes (its divide() asserts while
+    building the model), or None."""
+    try:
+        vr.build_model(cfg, vr.Parallel(tp, 0, ep, 0), "D")
+    except vr.VllmRefuses as e:
+        return str(e)
+    return None
+
+
+def plan_cases(configs):
+    cases = []
+    for config in CONFIGS:
+        cfg = configs[config]
+        for tp in TP_SIZES:
+            eps = [1, tp] if cfg.moe and tp > 1 else [1]
+            why = vllm_refusal(cfg, tp, 1)
+            if why:
+                for target, platform in TARGETS:
+                    cases.append(Case(config, tp, 1, target, platform, "sharded-state",
+                                      "latest", "D", False, (why, "tp %d" % tp)))
+                continue
+            for ep in eps:
+                for version, era, persistent in ERAS:
+                    for target, platform in TARGETS:
+                        for fmt in FORMATS:
+                            cases.append(Case(config, tp, ep, target, platform, fmt, version,
+                                              era, persistent))
+        if cfg.moe:
+            # sharded_state files are named by TP rank only: ep > tp cannot be expressed
+            # (L s5, last bullet); wsync must say to use --format kernel.
+            for target, platform in TARGETS:
+                cases.append(Case(config, 1, 2, target, platform, "sharded-state", "latest",
+                                  "D", False, ("ep > tp in sharded_state", "--format kernel")))
+    # One worker per EP rank with ep = 2*tp, i.e. data parallelism (L s5a, s7).
+    for version, era, persistent in ERAS:
+        for target, platform in TARGETS:
+            cases.append(Case("tiny-qwen3-moe", 2, 4, target, platform, "kernel", version, era,
+                              persistent))
+    for target, platform in TARGETS:
+        cases.append(Case("tiny-qwen3.5-moe", 1, 2, target, platform, "kernel", "latest", "D",
+                          False))
+    # ep = 2*tp with tp > 1 on a model with a shared expert: sequence-parallel MoE, the
+    # shared expert full on every worker (L s3.4).
+    for version, era, persistent in (ERAS[0], ERAS[-1]):
+        for target, platform in TARGETS:
+            cases.append(Case("tiny-qwen3.5-moe", 2, 4, target, platform, "kernel", version,
+                              era, persistent))
+    return cases
+
+
+def run_case(case, work, synth_dirs, conf_dirs, serial):
+    dst = os.path.join(work, "out-%s" % serial)
+    r = wsync(conf_dirs[case.version], "convert", synth_dirs[case.config], dst,
+              "--target", case.target, "--format", case.fmt, "--tp", str(case.tp),
+              "--ep", str(case.ep), "--threads", "1", "-q")
+    return r, dst
+
+
+def check_refusal(case, result, dst):
+    why, fragment = case.refusal
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    problems = []
+    if result.returncode != 2:
+        problems.append("exit status %d, want 2: vLLM refuses (%s)" % (result.returncode, why))
+    if len(lines) != 1:
+        problems.append("%d lines on stderr, want one: %r" % (len(lines), result.stderr[:300]))
+    elif fragment not in lines[0]:
+        problems.append("the message does not name %r: %s" % (fragment, lines[0]))
+    if os.path.exists(dst):
+        problems.append("%s exists after a refusal" % os.path.basename(dst))
+    return problems
+
+
+def rank_files(dst, fmt, ranks):
+    """Safetensors files in @dst that the consumer of @fmt never reads."""
+    prefix = "model-rank-" if fmt == "sharded-state" else "kernel-rank-"
+    stray = []
+    for name in sorted(os.listdir(dst)):
+        if not name.endswith(".safetensors"):
+            continue
+        m = re.match(r"^%s(\d+)-part-\d+\.safetensors$" % prefix, name)
+        if not m or int(m.group(1)) >= ranks:
+            stray.append("%s: a file the %s consumer never reads (L s5, s5a: one file set per "
+                         "%s)" % (name, fmt, "TP rank" if fmt == "sharded-state" else "worker"))
+    return stray
+
+
+def value_problems(fname, key, tensor, want):
+    diff = vr.first_difference(tensor.tobytes(), want, tensor.shape, tensor.dtype)
+    if diff is None:
+        return []
+    index, got, exp = diff
+    return ["%s: %s: element %s is 0x%x, vLLM's loaders put 0x%x there (%s)"
+            % (fname, key, index, got, exp, getattr(tensor, "rule", None) or "L s1-s4")]
+
+
+def check_sharded_state(case, cfg, checkpoint, dst):
+    problems = rank_files(dst, case.fmt, case.tp)
+    for r in range(case.tp):
+        # The file set of TP rank r; with ep == tp the EP rank equals it (L s5, s7).
+        par = vr.Parallel(case.tp, r, case.ep, r if case.ep > 1 else 0)
+        model = vr.build_model(cfg, par, case.era, case.platform, case.persistent)
+        vr.load_checkpoint(model, checkpoint)
+        state = vr.filter_subtensors(model.state_dict())
+        want = {k: t.tobytes() for k, t in state.items()}
+        for t in state.values():
+            t.scramble_()
+        load = vr.ShardedStateLoad(model)
+        failed = True
+        try:
+            load.run(dst, r, dict(state))
+            failed = False
+        except KeyError as e:
+            problems.append("%s: %s: KeyError %s: not a key of the filtered state_dict (an "
+                            "extra tensor or an alias that lost, L s0, s5)"
+                            % (load.current[0], load.current[1], e))
+        except (RuntimeError, IndexError) as e:
+            problems.append("%s: %s: copy_ raises %s: %s (larger than the parameter, L s5)"
+                            % (load.current[0], load.current[1], type(e).__name__, e))
+        except ValueError as e:
+            where = load.current[0] or "model-rank-%d" % r
+            problems.append("%s: %s (L s5)" % (where + (": " + load.current[1]
+                                                        if load.current[1] else ""), e))
+        problems += ["%s: %s: %s" % item for item in load.silent]
+        if failed:
+            continue
+        for key, t in state.items():
+            problems += value_problems(load.source.get(key, "?"), key, t, want[key])
+    return problems
+
+
+def check_kernel(case, cfg, checkpoint, dst):
+    world = case.ep if case.ep > 1 else case.tp  # L s5a "which ranks"
+    problems = rank_files(dst, case.fmt, world)
+    for r in range(world):
+        # Worker r: TP rank r % tp; with EP its EP rank is dp_rank * tp + tp_rank = r (L s7).
+        par = vr.Parallel(case.tp, r % case.tp, case.ep, r if case.ep > 1 else 0)
+        model = vr.build_model(cfg, par, case.era, case.platform, case.persistent)
+        vr.load_checkpoint(model, checkpoint)
+        vr.process_for_kernel(model, case.platform)
+        params = list(model.named_parameters())
+        want = {id(p): p.tobytes() for _, p in params}
+        for _, p in params:
+            p.scramble_()
+        sources = {}
+        found = vr.kernel_update(model, dst, r, sources)
+        problems += ["%s: %s: %s" % item for item in found]
+        if found:
+            continue
+        for name, p in params:
+            problems += value_problems(sources.get(id(p), "?"), name, p, want[id(p)])
+    return problems
+
+
+def check_case(case, result, dst, configs, checkpoints):
+    if case.refusal:
+        return check_refusal(case, result, dst)
+    if result.returncode != 0:
+        return ["exit status %d: %s" % (result.returncode, result.stderr.strip()[:500])]
+    cfg, checkpoint = configs[case.config], checkpoints[case.config]
+    try:
+        if case.fmt == "sharded-state":
+            return check_sharded_state(case, cfg, checkpoint, dst)
+        return check_kernel(case, cfg, checkpoint, dst)
+    except vr.ReplayError as e:
+        return ["replay of vLLM's weight loaders on the checkpoint: %s" % e]
+    except ValueError as e:  # a file the safetensors reader refuses
+        return ["unreadable rank file: %s" % e]
+
+
+# ------------------------------------------------------------------ negative controls
+# A replay that cannot fail proves nothing: each control breaks one good output the way
+# a converter could, and the replay must name it (and it must be new, not a problem the
+# unbroken output already had).  Base: Qwen3.5-MoE on vLLM-Ascend 0.24.0, tp 2, ep 2.
+
+CONTROL_BASE = ("tiny-qwen3.5-moe", 2, 2, "vllm-ascend", "ascend", "0.24.0", "D", True)
+L0 = "language_model.model.layers.0."
+
+
+def edit(files, suffix, change):
+    """Applies change(items, index) to the rank file holding a tensor named *suffix."""
+    for path in files:
+        items = vr.read_safetensors(path)
+        hits = [i for i, (name, _) in enumerate(items) if name.endswith(suffix)]
+        if hits:
+            vr.write_safetensors(path, change(items, hits[0]))
+            return
+    raise SystemExit("Bail out! control: no tensor *%s in %s" % (suffix, files))
+
+
+def rename(suffix, new_suffix):
+    def change(items, i):
+        name, t = items[i]
+        items[i] = (name[:len(name) - len(suffix)] + new_suffix, t)
+        return items
+    return lambda dst, files: edit(files, suffix, change)
+
+
+def add_copy(suffix, new_name):
+    return lambda dst, files: edit(files, suffix, lambda items, i: items + [(new_name, items[i][1])])
+
+
+def drop(suffix):
+    return lambda dst, files: edit(files, suffix, lambda items, i: items[:i] + items[i + 1:])
+
+
+def replace(suffix, make):
+    def change(items, i):
+        items[i] = (items[i][0], make(items[i][1]))
+        return items
+    return lambda dst, files: edit(files, suffix, change)
+
+
+def transposed(d0, d1):
+    return lambda t: t.transpose(d0, d1).contiguous()
+
+
+def cast(dtype):
+    return lambda t: vr.Tensor.empty(t.shape, dtype).copy_(t)
+
+
+def rows(delta):
+    def make(t):
+        out = vr.Tensor.empty((t.shape[0] + delta,) + t.shape[1:], t.dtype)
+        n = min(t.shape[0], out.shape[0])
+        out.narrow(0, 0, n).copy_(t.narrow(0, 0, n))
+        return out
+    return make
+
+
+def swap_first_two(t):
+    out = t.contiguous()
+    out.select(0, 0).copy_(t.select(0, 1))
+    out.select(0, 1).copy_(t.select(0, 0))
+    return out
+
+
+def counting(t):
+    return vr.Tensor.from_bytes(b"".join(i.to_bytes(4, "little") for i in range(t.numel())),
+                                "I32", t.shape)
+
+
+def stray_file(dst, files):
+    shutil.copy(files[0], os.path.join(dst, "model-rank-2-part-0.safetensors"))
+
+
+def add_scalar(name):
+    scalar = vr.Tensor.empty((), "F32").fill_(1.0)
+    return lambda dst, files: edit(files, "", lambda items, i: items + [(name, scalar)])
+
+
+CONTROLS = [
+    ("sharded-state", "an alias that loses (mlp.gate for mlp.experts._gate)",
+     rename("mlp.experts._gate.weight", "mlp.gate.weight"), "KeyError"),
+    ("sharded-state", "an extra tensor",
+     add_copy("model.norm.weight", "language_model.model.extra.weight"), "KeyError"),
+    ("sharded-state", "a missing attention scale",
+     drop("layers.3.self_attn.attn._k_scale"), "Missing keys"),
+    ("sharded-state", "a square tensor transposed",
+     replace(L0 + "linear_attn.out_proj.weight", transposed(0, 1)), "out_proj.weight: element"),
+    ("sharded-state", "a dtype copy_ would cast",
+     replace(L0 + "linear_attn.A_log", cast("BF16")), "dtype BF16, the parameter is F32"),
+    ("sharded-state", "a tensor one row short",
+     replace("embed_tokens.weight", rows(-1)), "loads into a prefix"),
+    ("sharded-state", "a tensor one row long",
+     replace("embed_tokens.weight", rows(1)), "copy_ raises RuntimeError"),
+    ("sharded-state", "two experts swapped",
+     replace(L0 + "mlp.experts.routed_experts.w13_weight", swap_first_two), "w13_weight: element"),
+    ("sharded-state", "an expert map without -1",
+     replace(L0 + "mlp.experts.routed_experts._expert_map", counting), "_expert_map: element"),
+    ("sharded-state", "a file for a TP rank vLLM does not have", stray_file, "never reads"),
+    ("kernel", "a buffer in a live update",
+     add_scalar("language_model.model.layers.3.self_attn.attn._k_scale"),
+     "is not an nn.Parameter"),
+    ("kernel", "a second name of one parameter",
+     add_copy("mlp.experts._gate.weight", L0 + "mlp.gate.weight"), "sent twice"),
+    ("kernel", "an unknown name",
+     rename(L0 + "linear_attn.dt_bias", L0 + "linear_attn.dt_biass"), "has no attribute"),
+    ("kernel", "a parameter left out", drop(L0 + "linear_attn.dt_bias"), "parameter never sent"),
+    ("kernel", "Ascend w2 in the loader layout",
+     replace(L0 + "mlp.experts.routed_experts.w2_weight", transposed(1, 2)),
+     "w2_weight: BF16 [4, 64, 32], the parameter is BF16 [4, 32, 64]"),
+    ("kernel", "Ascend w13 in the loader layout (square: only the bytes show)",
+     replace(L0 + "mlp.experts.routed_experts.w13_weight", transposed(1, 2)),
+     "w13_weight: element"),
+]
+
+
+def run_controls(work, synth_dirs, conf_dirs, configs, checkpoints):
+    """Runs CONTROLS; yields (ok, name, diagnostics)."""
+    config, tp, ep, target, platform, version, era, persistent = CONTROL_BASE
+    bases = {}
+    for fmt in FORMATS:
+        case = Case(config, tp, ep, target, platform, fmt, version, era, persistent)
+        result, dst = run_case(case, work, synth_dirs, conf_dirs, "control-" + fmt)
+        bases[fmt] = (case, dst, set(check_case(case, result, dst, configs, checkpoints)))
+    for serial, (fmt, what, mutate, fragment) in enumerate(CONTROLS):
+        case, base_dst, base_problems = bases[fmt]
+        dst = os.path.join(work, "mutant-%d" % serial)
+        shutil.copytree(base_dst, dst)
+        prefix = "model-rank-1-" if fmt == "sharded-state" else "kernel-rank-1-"
+        files = sorted(os.path.join(dst, n) for n in os.listdir(dst) if n.startswith(prefix))
+        mutate(dst, files)
+        ok = subprocess.CompletedProcess([], 0, "", "")
+        problems = check_case(case, ok, dst, configs, checkpoints)
+        shutil.rmtree(dst, ignore_errors=True)
+        new = [p for p in problems if p not in base_problems]
+        caught = any(fragment in p for p in new)
+        diag = [] if caught else ["the replay did not report %r; it reported: %s"
+                                  % (fragment, new[:3] or "nothing new")]
+        yield caught, "control: %s %s is caught (%s)" % (case.name(), what, fragment), diag
+    for _, dst, _ in bases.values():
+        shutil.rmtree(dst, ignore_errors=True)
+
+
+def read_checkpoint(directory):
+    index = os.path.join(directory, "model.safetensors.index.json")
+    if os.path.exists(index):  # shards only through weight_map (Q s5.2)
+        with open(index) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    else:
+        files = sorted(n for n in os.listdir(directory) if n.endswith(".safetensors"))
+    tensors = {}
+    for name in files:
+        tensors.update(vr.read_safetensors(os.path.join(directory, name)))
+    return tensors
+
+
+def scratch_root():
+    # A tmpfs when there is one: hundreds of small conversions.
+    shm = "/dev/shm"
+    if os.path.isdir(shm) and os.access(shm, os.W_OK):
+        return tempfile.mkdtemp(prefix="wsync-replay-", dir=shm)
+    return tempfile.mkdtemp(prefix="wsync-replay-")
+
+
+def main(argv):
+    for arg in argv[1:]:
+        if arg not in ("--tap", "-k"):
+            print("usage: %s [--tap] [-k]" % argv[0], file=sys.stderr)
+            return 2
+    work = scratch_root()
+    try:
+        conf_dirs = write_conf_dirs(work)
+        configs, checkpoints, synth_dirs = {}, {}, {}
+        for config in CONFIGS:
+            path = os.path.join(CONFIG_DIR, config + ".json")
+            with open(path) as f:
+                configs[config] = vr.ModelConfig(json.load(f))
+            synth_dirs[config] = os.path.join(work, "hf-" + config)
+            r = wsync(conf_dirs["latest"], "synth", "--config", path, "--pattern", "index",
+                      synth_dirs[config], "-q")
+            if r.returncode != 0:
+                print("Bail out! wsync synth --config %s: exit %d: %s"
+                      % (path, r.returncode, r.stderr.strip()))
+                return 1
+            checkpoints[config] = read_checkpoint(synth_dirs[config])
+        cases = plan_cases(configs)
+        print("1..%d" % (len(cases) + len(CONTROLS)))
+        sys.stdout.flush()
+        failures = 0
+        # One conversion runs ahead in a thread while this one checks the previous
+        # output: two processes busy at most.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            window = []
+            submitted = 0
+            for number in range(1, len(cases) + 1):
+                while submitted < len(cases) and len(window) < 2:
+                    window.append(pool.submit(run_case, cases[submitted], work, synth_dirs,
+                                              conf_dirs, submitted))
+                    submitted += 1
+                result, dst = window.pop(0).result()
+                case = cases[number - 1]
+                problems = check_case(case, result, dst, configs, checkpoints)
+                shutil.rmtree(dst, ignore_errors=True)
+                if problems:
+                    failures += 1
+                    print("not ok %d - %s" % (number, case.name()))
+                    for p in problems[:MAX_DIAGNOSTICS]:
+                        print("# " + p)
+                    if len(problems) > MAX_DIAGNOSTICS:
+                        print("# ... and %d more" % (len(problems) - MAX_DIAGNOSTICS))
+                else:
+                    print("ok %d - %s" % (number, case.name()))
+                sys.stdout.flush()
+        number = len(cases)
+        for caught, name, diag in run_controls(work, synth_dirs, conf_dirs, configs,
+                                               checkpoints):
+            number += 1
+            print("%s %d - %s" % ("ok" if caught else "not ok", number, name))
+            for line in diag:
+                print("# " + line)
+            failures += 0 if caught else 1
+        return 1 if failures else 0
+    finally:
+        if not os.environ.get("WSYNC_TEST_KEEP"):
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -41,7 +41,7 @@ FORMATS = ["sharded-state", "kernel"]
 CONFIGS = ["tiny-qwen3-moe", "tiny-qwen3-moe-tied", "tiny-qwen3-moe-8heads", "tiny-qwen3",
            "tiny-qwen3.5-moe", "tiny-qwen3.5-moe-nk2", "tiny-qwen3.5"]
 TP_SIZES = [1, 2, 4, 8]
-PLUGIN_CONFS = ["20-vllm.conf", "30-qwen3_moe.conf", "31-qwen3_5_moe.conf", "40-npu-ascend.conf"]
+PLUGIN_CONFS = ["10-hf.conf", "20-vllm.conf", "30-qwen3_moe.conf", "31-qwen3_5_moe.conf", "40-npu-ascend.conf"]
 MAX_DIAGNOSTICS = 6
 
 

@@ -118,10 +118,9 @@ resolve_layout_args(WsyncContext *ctx, const LayoutArgs *a, WsyncPlanOptions *o,
 
 #define LAYOUT_ENTRIES(a)                                                                       \
   {"target", 't', 0, G_OPTION_ARG_STRING, &(a).target,                                          \
-   "Target layout: hf, hf-experts, hf-fused, or a plugin's (vllm, vllm-ascend)", "T"},          \
+   "Target layout (the targets of the selected plugins: see below)", "T"},          \
       {"format", 'f', 0, G_OPTION_ARG_STRING, &(a).format,                                    \
-       "The target's file format (vllm, vllm-ascend: sharded-state, the default, or kernel; "  \
-       "see below)", "F"},                                                                     \
+       "One of the target's file formats (default: its first; see below)", "F"},                                                                     \
       {"tp", 0, 0, G_OPTION_ARG_STRING, &(a).tp, "Tensor-parallel size (default 1)", "N"},    \
       {"ep", 0, 0, G_OPTION_ARG_STRING, &(a).ep,                                              \
        "Expert-parallel size: 1, or a multiple of --tp (default 1)", "N"},                     \

@@ -60,7 +60,7 @@ cmd_env(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   g_autofree char *backend = NULL;
   g_autofree char *mode = NULL;
   GOptionEntry entries[] = {
-      {"backend", 'b', 0, G_OPTION_ARG_STRING, &backend, "The backend, e.g. npu-ascend", "B"},
+      {"backend", 'b', 0, G_OPTION_ARG_STRING, &backend, "The backend (a plugin's env patches serve it)", "B"},
       {"mode", 'm', 0, G_OPTION_ARG_STRING, &mode,
        "colocate (training and rollout share the devices) or server", "MODE"},
       {NULL}};

@@ -669,7 +669,7 @@ make_temp_sibling(const char *dst, GError **error)
   g_autofree char *base = g_path_get_basename(dst);
   g_autofree char *templ = g_strdup_printf("%s/.%s.wsync-XXXXXX", parent, base);
 
-  /* like mkdir -p for the parent: `wsync convert SRC out/vllm-tp2` should just work */
+  /* like mkdir -p for the parent: `wsync convert SRC out/rank-files` should just work */
   if (g_mkdir_with_parents(parent, 0755) != 0) {
     wsync_set_io_error(error, errno, parent, "create");
     return NULL;

@@ -125,7 +125,7 @@ input_file(WsyncPlan *plan, const WsyncSafetensors *st)
   return g_hash_table_lookup(plan->input_files, st);
 }
 
-/* "model-rank-0-part-0.safetensors (vllm, format sharded-state, tp 2, ep 1)" */
+/* "FILE (TARGET, format FORMAT, tp 2, ep 1)" */
 static char *
 describe_input_file(const WsyncSafetensors *st, const InputFile *f)
 {

@@ -18,7 +18,7 @@ typedef enum {
 typedef struct {
   const WsyncTargetInfo *info;
   gpointer user_data;
-  char *label; /* who builds it, for made_by: "converter vllm (plugin vllm)" */
+  char *label; /* who builds it, for made_by: "converter NAME (plugin PLUGIN)" */
 } PlanTarget;
 
 /* What a target recognised in an input file. */

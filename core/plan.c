@@ -77,7 +77,7 @@ wsync_plan_total_bytes(WsyncPlan *plan)
   return total;
 }
 
-/* "converter vllm (plugin vllm)" */
+/* "converter NAME (plugin PLUGIN)" */
 char *
 plan_entry_label(const WsyncEntry *e)
 {

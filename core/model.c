@@ -702,10 +702,11 @@ wsync_model_add_attention(WsyncModel *m, const char *module, const WsyncAttentio
 }
 
 /* gate_proj, up_proj, down_proj of @kind's roles (a MLP, or a MoE block's shared expert
- * under MODULE.shared_expert). */
+ * under MODULE.shared_expert), with their biases when @bias: gate and up biases are
+ * split like their weights' rows, the row-parallel down_proj's bias is held whole. */
 static void
 gated_mlp(WsyncModel *m, WsyncBlock *block, const char *prefix, guint64 hidden, guint64 inter,
-          WsyncRole gate_role)
+          WsyncRole gate_role, gboolean bias)
 {
   g_autofree char *gate = g_strconcat(prefix, "gate_proj.weight", NULL);
   g_autofree char *up = g_strconcat(prefix, "up_proj.weight", NULL);
@@ -715,14 +716,23 @@ gated_mlp(WsyncModel *m, WsyncBlock *block, const char *prefix, guint64 hidden, 
   matrix(m, block, gate, WSYNC_PARAM_COLUMN, gate_role, inter, hidden, 1, FALSE);
   matrix(m, block, up, WSYNC_PARAM_COLUMN, gate_role + 1, inter, hidden, 1, FALSE);
   matrix(m, block, down, WSYNC_PARAM_ROW, gate_role + 2, hidden, inter, 1, FALSE);
+  if (bias) {
+    g_autofree char *gate_bias = g_strconcat(prefix, "gate_proj.bias", NULL);
+    g_autofree char *up_bias = g_strconcat(prefix, "up_proj.bias", NULL);
+    g_autofree char *down_bias = g_strconcat(prefix, "down_proj.bias", NULL);
+
+    vector(m, block, gate_bias, WSYNC_PARAM_COLUMN, gate_role, inter, 1);
+    vector(m, block, up_bias, WSYNC_PARAM_COLUMN, gate_role + 1, inter, 1);
+    vector(m, block, down_bias, WSYNC_PARAM_REPLICATED, gate_role + 2, hidden, 1);
+  }
 }
 
 WsyncBlock *
-wsync_model_add_mlp(WsyncModel *m, const char *module, guint64 hidden, guint64 intermediate)
+wsync_model_add_mlp(WsyncModel *m, const char *module, const WsyncMlp *spec)
 {
   WsyncBlock *block = wsync_model_add_block(m, WSYNC_BLOCK_MLP, module);
 
-  gated_mlp(m, block, "", hidden, intermediate, WSYNC_ROLE_GATE);
+  gated_mlp(m, block, "", spec->hidden, spec->intermediate, WSYNC_ROLE_GATE, spec->bias);
   return block;
 }
 
@@ -744,7 +754,7 @@ wsync_model_add_moe(WsyncModel *m, const char *module, const WsyncMoe *spec)
            1, FALSE, 3, down);
   if (spec->shared_intermediate > 0) {
     gated_mlp(m, block, "shared_expert.", spec->hidden, spec->shared_intermediate,
-              WSYNC_ROLE_SHARED_GATE);
+              WSYNC_ROLE_SHARED_GATE, FALSE);
     matrix(m, block, "shared_expert_gate.weight", WSYNC_PARAM_REPLICATED,
            WSYNC_ROLE_SHARED_EXPERT_GATE, 1, spec->hidden, 1, FALSE);
   }

@@ -286,6 +286,7 @@ describe_layer(WsyncModel *m, const Qwen35 *c, const char *pre, gboolean linear,
                             .qk_norm = TRUE};
   const WsyncMoe moe = {.hidden = c->hidden, .experts = c->experts, .intermediate = c->moe_inter,
                         .shared_intermediate = c->shared_inter, .published = published};
+  const WsyncMlp dense = {.hidden = c->hidden, .intermediate = c->inter};
 
   /* the RMSNorms compute x * (1 + w): the weight is copied verbatim */
   wsync_model_add_norm(m, in_norm, c->hidden);
@@ -297,7 +298,7 @@ describe_layer(WsyncModel *m, const Qwen35 *c, const char *pre, gboolean linear,
   if (c->moe)
     wsync_model_add_moe(m, mlp, &moe);
   else
-    wsync_model_add_mlp(m, mlp, c->hidden, c->inter);
+    wsync_model_add_mlp(m, mlp, &dense);
 }
 
 /* A param of all of a new logical tensor MODULE.LEAF. */

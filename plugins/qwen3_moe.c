@@ -125,6 +125,7 @@ describe_layer(WsyncModel *m, const Qwen3 *c, guint64 l)
                             .head_dim = c->head_dim, .qk_norm = TRUE};
   const WsyncMoe moe = {.hidden = c->hidden, .experts = c->experts,
                         .intermediate = c->moe_inter, .published = WSYNC_EXPERTS_PER_EXPERT};
+  const WsyncMlp dense = {.hidden = c->hidden, .intermediate = c->inter};
 
   wsync_model_add_norm(m, in_norm, c->hidden);
   wsync_model_add_attention(m, attn, &a);
@@ -132,7 +133,7 @@ describe_layer(WsyncModel *m, const Qwen3 *c, guint64 l)
   if (layer_is_moe(c, l))
     wsync_model_add_moe(m, mlp, &moe);
   else
-    wsync_model_add_mlp(m, mlp, c->hidden, c->inter);
+    wsync_model_add_mlp(m, mlp, &dense);
 }
 
 /* The remapper. */

@@ -652,18 +652,35 @@ WSYNC_API WsyncBlock *wsync_model_add_attention(WsyncModel *m, const char *modul
                                                 const WsyncAttention *spec);
 
 /**
+ * WsyncMlp:
+ * @hidden: hidden size H
+ * @intermediate: intermediate size I
+ * @bias: the three projections have biases (Llama's `mlp_bias`)
+ * @reserved: room for growth; zero
+ *
+ * The shape of a gated MLP.
+ */
+typedef struct {
+  guint64 hidden, intermediate;
+  gboolean bias;
+  gpointer reserved[2];
+} WsyncMlp;
+
+/**
  * wsync_model_add_mlp:
  * @m: the model
  * @module: e.g. `model.layers.3.mlp`
- * @hidden: hidden size
- * @intermediate: intermediate size
+ * @spec: its shape
  *
- * A gated MLP: `gate_proj`, `up_proj` (column-parallel) and `down_proj` (row-parallel).
+ * A gated MLP: `gate_proj`, `up_proj` [I, H] (column-parallel) and `down_proj` [H, I]
+ * (row-parallel).  With @spec->bias, `gate_proj.bias` and `up_proj.bias` [I] are
+ * column-parallel like their weights, and `down_proj.bias` [H] is replicated: every rank
+ * holds it whole (a row-parallel layer adds its bias once, after the reduction).
  *
  * Returns: (transfer none): the block.
  */
-WSYNC_API WsyncBlock *wsync_model_add_mlp(WsyncModel *m, const char *module, guint64 hidden,
-                                          guint64 intermediate);
+WSYNC_API WsyncBlock *wsync_model_add_mlp(WsyncModel *m, const char *module,
+                                          const WsyncMlp *spec);
 
 /**
  * WsyncMoe:

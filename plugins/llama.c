@@ -1,0 +1,131 @@
+/* wsync plugin "llama": Llama 3.x dense models (Llama-3.1-8B/70B, Llama-3.2-1B/3B and
+ * their Instruct variants), `model_type` "llama", described from config.json alone
+ * (docs/hf-checkpoints.md §5).
+ *
+ * A decoder of num_hidden_layers layers: input norm, attention (grouped-query: fewer KV
+ * heads than query heads, no q/k norms), post-attention norm, gated MLP; embeddings,
+ * tied or not; the final norm.  attention_bias gives q/k/v AND o_proj biases, mlp_bias
+ * gives gate/up/down biases (Transformers' LlamaAttention and LlamaMLP; vLLM's
+ * LlamaDecoderLayer, vllm/model_executor/models/llama.py:266-272, 303 @ df1376907b16,
+ * docs/vllm.md §10 "Biases").  How an engine packs, names and slices these is the
+ * target's business, not this file's.
+ *
+ * RoPE (rope_theta, rope_scaling of type "llama3", or Transformers 5's rope_parameters)
+ * changes no tensor name or shape (docs/hf-checkpoints.md §5), so it is not read here;
+ * the rope-compat plugin rewrites it for the config.json a conversion writes (§6).
+ *
+ * Config fields, all at the root.  Every field that decides a shape is required;
+ * defaults only where LlamaConfig has one (docs/hf-checkpoints.md §5,
+ * configuration_llama.py:69-90 @ 008e57439125): num_key_value_heads (num_attention_heads),
+ * head_dim (hidden_size / num_attention_heads), tie_word_embeddings, attention_bias and
+ * mlp_bias (false), the dtype (bfloat16).
+ */
+#include <wsync/model.h>
+#include <wsync/plugin.h>
+
+typedef struct {
+  WsyncConfigSection root;
+  guint64 hidden, heads, kv_heads, head_dim, vocab, layers, inter;
+  gboolean tie, attention_bias, mlp_bias;
+} Llama;
+
+#define SIZE WSYNC_CONFIG_SIZE_MAX
+#define COUNT WSYNC_CONFIG_COUNT_MAX
+
+/* head_dim: the field (null counts as absent), else hidden_size / num_attention_heads,
+ * as LlamaConfig.__post_init__ and vLLM's LlamaAttention (llama.py:156-157 @ df1376907b16)
+ * both compute it (docs/hf-checkpoints.md §5, docs/vllm.md §10). */
+static gboolean
+read_head_dim(Llama *c, GError **error)
+{
+  c->head_dim = 0;
+  if (!wsync_config_get_uint_or(&c->root, "head_dim", 1, SIZE, &c->head_dim, error))
+    return FALSE;
+  if (c->head_dim != 0)
+    return TRUE;
+  if (c->hidden % c->heads != 0) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "field \"head_dim\" is missing and hidden_size %" G_GUINT64_FORMAT
+                " is not a multiple of num_attention_heads %" G_GUINT64_FORMAT,
+                c->hidden, c->heads);
+    return FALSE;
+  }
+  c->head_dim = c->hidden / c->heads;
+  return TRUE;
+}
+
+static gboolean
+read_config(WsyncModel *m, Llama *c, GError **error)
+{
+  WsyncDtype dtype;
+
+  wsync_model_config_section(m, NULL, FALSE, &c->root);
+  if (!wsync_config_get_uint(&c->root, "hidden_size", 1, SIZE, &c->hidden, error) ||
+      !wsync_config_get_uint(&c->root, "num_attention_heads", 1, SIZE, &c->heads, error))
+    return FALSE;
+  c->kv_heads = c->heads; /* LlamaConfig: no GQA unless the config says so */
+  if (!wsync_config_get_uint_or(&c->root, "num_key_value_heads", 1, SIZE, &c->kv_heads, error) ||
+      !read_head_dim(c, error) ||
+      !wsync_config_get_uint(&c->root, "vocab_size", 1, SIZE, &c->vocab, error) ||
+      !wsync_config_get_uint(&c->root, "num_hidden_layers", 1, COUNT, &c->layers, error) ||
+      !wsync_config_get_uint(&c->root, "intermediate_size", 1, SIZE, &c->inter, error) ||
+      !wsync_config_get_bool_or(&c->root, "tie_word_embeddings", &c->tie, error) ||
+      !wsync_config_get_bool_or(&c->root, "attention_bias", &c->attention_bias, error) ||
+      !wsync_config_get_bool_or(&c->root, "mlp_bias", &c->mlp_bias, error) ||
+      !wsync_config_get_dtype(&c->root, 1, &dtype, error))
+    return FALSE;
+  wsync_model_set_dtype(m, dtype);
+  return TRUE;
+}
+
+/* One decoder layer, LlamaDecoderLayer (docs/hf-checkpoints.md §5). */
+static void
+describe_layer(WsyncModel *m, const Llama *c, guint64 l)
+{
+  g_autofree char *pre = g_strdup_printf("model.layers.%" G_GUINT64_FORMAT, l);
+  g_autofree char *attn = g_strconcat(pre, ".self_attn", NULL);
+  g_autofree char *mlp = g_strconcat(pre, ".mlp", NULL);
+  g_autofree char *in_norm = g_strconcat(pre, ".input_layernorm.weight", NULL);
+  g_autofree char *post_norm = g_strconcat(pre, ".post_attention_layernorm.weight", NULL);
+  const WsyncAttention a = {.hidden = c->hidden, .heads = c->heads, .kv_heads = c->kv_heads,
+                            .head_dim = c->head_dim, .qkv_bias = c->attention_bias,
+                            .o_bias = c->attention_bias};
+  const WsyncMlp dense = {.hidden = c->hidden, .intermediate = c->inter, .bias = c->mlp_bias};
+
+  wsync_model_add_norm(m, in_norm, c->hidden);
+  wsync_model_add_attention(m, attn, &a);
+  wsync_model_add_norm(m, post_norm, c->hidden);
+  wsync_model_add_mlp(m, mlp, &dense);
+}
+
+/* The remapper. */
+static gboolean
+describe(WsyncModel *m, gpointer user_data, GError **error)
+{
+  Llama c = {0};
+
+  (void)user_data;
+  if (!read_config(m, &c, error))
+    return FALSE;
+  wsync_model_set_architecture(m, "LlamaForCausalLM");
+  /* tied: lm_head.weight is the embedding under a second name (`lm_head.tie_weights`,
+   * llama.py:486-493 @ df1376907b16; docs/vllm.md §3, §10) */
+  wsync_model_add_vocab(m, "model.embed_tokens.weight", "lm_head.weight", c.vocab, c.hidden,
+                        c.tie);
+  for (guint64 l = 0; l < c.layers; l++)
+    describe_layer(m, &c, l);
+  wsync_model_add_norm(m, "model.norm.weight", c.hidden);
+  /* Older converted checkpoints saved the RoPE buffer; nothing holds it (§5). */
+  wsync_model_add_drop_rule(m, "rotary-inv-freq", "*.rotary_emb.inv_freq");
+  return TRUE;
+}
+
+static gboolean
+llama_register(WsyncPlugin *plugin, GError **error)
+{
+  return wsync_plugin_add_remapper(plugin, "llama", WSYNC_PRIORITY_DEFAULT, "llama", describe,
+                                   NULL, NULL, error);
+}
+
+WSYNC_PLUGIN_DEFINE("llama", "Llama 3.x dense: names, shapes, GQA, tied embeddings, biases",
+                    NULL, llama_register)

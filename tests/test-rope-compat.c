@@ -246,6 +246,37 @@ test_sorted_dict(void)
                   "\"rope_theta\":500000.0,\"rope_type\":\"llama3\"}}");
 }
 
+/* Llama 3.x's llama3 scaling back to Transformers 4: rope_theta leaves the dict for the
+ * top level, the four llama3 fields stay in rope_scaling with their rope_type
+ * (docs/hf-checkpoints.md §5, §6); without original_max_position_embeddings it is
+ * filled from max_position_embeddings, as standardize_rope_params() does for llama3. */
+static void
+test_llama3(void)
+{
+  assert_converts(ROPE_TRANSFORMERS4,
+                  "{\"rope_parameters\":{\"factor\":32.0,\"high_freq_factor\":4.0,"
+                  "\"low_freq_factor\":1.0,\"original_max_position_embeddings\":8192,"
+                  "\"rope_theta\":500000.0,\"rope_type\":\"llama3\"},\"tie_word_embeddings\":true}",
+                  "{\"rope_scaling\":{\"factor\":32.0,\"high_freq_factor\":4.0,"
+                  "\"low_freq_factor\":1.0,\"original_max_position_embeddings\":8192,"
+                  "\"rope_type\":\"llama3\"},\"rope_theta\":500000.0,\"tie_word_embeddings\":true}");
+  assert_converts(ROPE_TRANSFORMERS5,
+                  "{\"max_position_embeddings\":131072,\"rope_scaling\":{\"factor\":8.0,"
+                  "\"high_freq_factor\":4.0,\"low_freq_factor\":1.0,\"type\":\"llama3\"},"
+                  "\"rope_theta\":500000.0}",
+                  "{\"max_position_embeddings\":131072,\"rope_parameters\":{\"factor\":8.0,"
+                  "\"high_freq_factor\":4.0,\"low_freq_factor\":1.0,"
+                  "\"original_max_position_embeddings\":131072,\"rope_theta\":500000.0,"
+                  "\"rope_type\":\"llama3\"}}");
+  assert_converts(ROPE_KEEP,
+                  "{\"rope_scaling\":{\"factor\":8.0,\"high_freq_factor\":4.0,"
+                  "\"low_freq_factor\":1.0,\"original_max_position_embeddings\":8192,"
+                  "\"rope_type\":\"llama3\"},\"rope_theta\":500000.0}",
+                  "{\"rope_scaling\":{\"factor\":8.0,\"high_freq_factor\":4.0,"
+                  "\"low_freq_factor\":1.0,\"original_max_position_embeddings\":8192,"
+                  "\"rope_type\":\"llama3\"},\"rope_theta\":500000.0}");
+}
+
 /* Qwen3.5: already Transformers 5 style, nested in text_config, with M-RoPE keys. */
 static void
 test_qwen35(void)
@@ -611,6 +642,7 @@ main(int argc, char **argv)
   g_test_add_func("/rope-compat/yarn/both-ways", test_yarn);
   g_test_add_func("/rope-compat/yarn/fills-original-max", test_yarn_fills_original_max);
   g_test_add_func("/rope-compat/sorted-dict", test_sorted_dict);
+  g_test_add_func("/rope-compat/llama3", test_llama3);
   g_test_add_func("/rope-compat/qwen3.5/nested", test_qwen35);
   g_test_add_func("/rope-compat/ignore-keys-removed", test_ignore_keys_removed);
   g_test_add_func("/rope-compat/key-order", test_key_order);

@@ -11,6 +11,7 @@
 
 #include <wsync/wsync.h>
 
+#include "oracle.h"
 #include "testutil.h"
 
 /* The conf.d and plugin directory every run uses. */
@@ -191,21 +192,6 @@ model_layer_is_moe(const Model *m, guint64 layer)
   return TRUE;
 }
 
-static void
-expect_tensor(GHashTable *want, char *name, guint ndim, guint64 d0, guint64 d1, guint64 d2)
-{
-  const guint64 shape[3] = {d0, d1, d2};
-  char *text = g_strdup_printf("[%" G_GUINT64_FORMAT, d0);
-
-  for (guint d = 1; d < ndim; d++) {
-    char *longer = g_strdup_printf("%s, %" G_GUINT64_FORMAT, text, shape[d]);
-    g_free(text);
-    text = longer;
-  }
-  g_hash_table_insert(want, name, g_strconcat(text, "]", NULL));
-  g_free(text);
-}
-
 /* Name -> "[shape]" of every tensor of the Hugging Face layout (hf-qwen.md §1.1, §2.1);
  * @fused_layers: a bit per layer whose experts are fused. */
 static GHashTable *
@@ -251,85 +237,10 @@ expected_tensors(const Model *m, guint64 layers, guint fused_layers)
   return want;
 }
 
-static char *
-shape_text(const WsyncTensor *t)
-{
-  GString *s = g_string_new("[");
-
-  for (guint d = 0; d < t->ndim; d++)
-    g_string_append_printf(s, "%s%" G_GUINT64_FORMAT, d > 0 ? ", " : "", t->shape[d]);
-  g_string_append_c(s, ']');
-  return g_string_free(s, FALSE);
-}
-
-static WsyncCheckpoint *
-open_ck(const char *path)
-{
-  GError *error = NULL;
-  WsyncCheckpoint *ck = wsync_checkpoint_open(path, &error);
-
-  g_assert_no_error(error);
-  return ck;
-}
-
-/* The checkpoint at @dir has exactly the tensors @want says, all BF16, and an index. */
-static void
-assert_layout(const char *dir, GHashTable *want)
-{
-  g_autoptr(WsyncCheckpoint) ck = open_ck(dir);
-  g_autofree char *index = g_build_filename(dir, WSYNC_INDEX_NAME, NULL);
-  g_autofree char *config = g_build_filename(dir, "config.json", NULL);
-
-  g_assert_true(g_file_test(index, G_FILE_TEST_IS_REGULAR));
-  g_assert_true(g_file_test(config, G_FILE_TEST_IS_REGULAR));
-  for (guint i = 0; i < wsync_checkpoint_n_tensors(ck); i++) {
-    const WsyncTensor *t = wsync_checkpoint_tensor(ck, i);
-    const char *shape = g_hash_table_lookup(want, t->name);
-    g_autofree char *have = shape_text(t);
-
-    if (shape == NULL)
-      g_error("%s: unexpected tensor %s %s", dir, t->name, have);
-    g_assert_cmpstr(have, ==, shape);
-    g_assert_cmpint(t->dtype, ==, WSYNC_DTYPE_BF16);
-  }
-  g_assert_cmpuint(wsync_checkpoint_n_tensors(ck), ==, g_hash_table_size(want));
-}
-
-static const WsyncTensor *
-lookup(const WsyncCheckpoint *ck, const char *name)
-{
-  const WsyncTensor *t = wsync_checkpoint_lookup(ck, name);
-
-  if (t == NULL)
-    g_error("%s has no tensor %s", wsync_checkpoint_path(ck), name);
-  return t;
-}
-
 static gsize
 esize(const WsyncTensor *t)
 {
   return wsync_dtype_bits(t->dtype) / 8;
-}
-
-/* Own oracle for `verify`: the same names, dtypes, shapes and bytes. */
-static void
-assert_same_checkpoints(const char *a_path, const char *b_path)
-{
-  g_autoptr(WsyncCheckpoint) a = open_ck(a_path);
-  g_autoptr(WsyncCheckpoint) b = open_ck(b_path);
-
-  g_assert_cmpuint(wsync_checkpoint_n_tensors(a), ==, wsync_checkpoint_n_tensors(b));
-  for (guint i = 0; i < wsync_checkpoint_n_tensors(a); i++) {
-    const WsyncTensor *ta = wsync_checkpoint_tensor(a, i);
-    const WsyncTensor *tb = lookup(b, ta->name);
-    g_autofree char *sa = shape_text(ta);
-    g_autofree char *sb = shape_text(tb);
-
-    g_assert_cmpstr(sa, ==, sb);
-    g_assert_cmpint(ta->dtype, ==, tb->dtype);
-    if (memcmp(ta->data, tb->data, ta->nbytes) != 0)
-      g_error("%s differs between %s and %s", ta->name, a_path, b_path);
-  }
 }
 
 /* Layer @l's experts: per-expert in @per, fused in @fused.  gate_up_proj[e, r, c] is

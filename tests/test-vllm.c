@@ -10,6 +10,7 @@
 
 #include <wsync/wsync.h>
 
+#include "oracle.h"
 #include "testutil.h"
 
 /* ------------------------------------------------------------------ running wsync */
@@ -213,88 +214,11 @@ read_model(const char *config)
 
 /* ------------------------------------------------------------------ rank files */
 
-/* The files of one rank: model-rank-{r}-part-{p}.safetensors (sharded-state) or
- * kernel-rank-{r}-part-{p}.safetensors (kernel). */
-typedef struct {
-  GPtrArray *files; /* WsyncCheckpoint*, one per part */
-} RankFiles;
-
-static void
-rank_files_clear(RankFiles *rf)
-{
-  g_ptr_array_unref(rf->files);
-}
-
-/* Opens every rank file of @dir; returns how many ranks have files. */
-static guint
-open_ranks_of(const char *dir, const char *format, RankFiles *ranks, guint max_ranks)
-{
-  g_autofree char *pattern = g_strdup_printf(
-      "%s-rank-%%u-part-%%u%%31s", strcmp(format, "kernel") == 0 ? "kernel" : "model");
-  GError *error = NULL;
-  GDir *d = g_dir_open(dir, 0, &error);
-  const char *name;
-  guint n = 0;
-
-  g_assert_no_error(error);
-  for (guint r = 0; r < max_ranks; r++)
-    ranks[r].files = g_ptr_array_new_with_free_func((GDestroyNotify)wsync_checkpoint_free);
-  while ((name = g_dir_read_name(d)) != NULL) {
-    unsigned rank, part;
-    char tail[32];
-    g_autofree char *path = g_build_filename(dir, name, NULL);
-    WsyncCheckpoint *ck;
-    if (g_str_has_suffix(name, ".safetensors") && strcmp(name, "config.json") != 0 &&
-        !g_str_has_prefix(name, strcmp(format, "kernel") == 0 ? "kernel-rank-" : "model-rank-"))
-      g_error("%s: a file of another format in a %s directory", name, format);
-    if (sscanf(name, pattern, &rank, &part, tail) != 3 || strcmp(tail, ".safetensors") != 0)
-      continue;
-    g_assert_cmpuint(rank, <, max_ranks);
-    ck = wsync_checkpoint_open(path, &error);
-    g_assert_no_error(error);
-    g_ptr_array_add(ranks[rank].files, ck);
-  }
-  g_dir_close(d);
-  for (guint r = 0; r < max_ranks; r++)
-    if (ranks[r].files->len > 0)
-      n++;
-  return n;
-}
-
+/* (RankFiles, open_ranks_of() and the element checks are in oracle.h.) */
 static guint
 open_ranks(const char *dir, RankFiles *ranks, guint max_ranks)
 {
   return open_ranks_of(dir, "sharded-state", ranks, max_ranks);
-}
-
-static const WsyncTensor *
-rank_lookup(const RankFiles *rf, const char *name)
-{
-  for (guint i = 0; i < rf->files->len; i++) {
-    const WsyncTensor *t = wsync_checkpoint_lookup(rf->files->pdata[i], name);
-    if (t != NULL)
-      return t;
-  }
-  return NULL;
-}
-
-static guint
-rank_n_tensors(const RankFiles *rf)
-{
-  guint n = 0;
-
-  for (guint i = 0; i < rf->files->len; i++)
-    n += wsync_checkpoint_n_tensors(rf->files->pdata[i]);
-  return n;
-}
-
-static void
-assert_metadata(const RankFiles *rf, const char *key, const char *want)
-{
-  for (guint i = 0; i < rf->files->len; i++) {
-    GHashTable *md = wsync_safetensors_metadata(wsync_checkpoint_file(rf->files->pdata[i], 0));
-    g_assert_cmpstr(g_hash_table_lookup(md, key), ==, want);
-  }
 }
 
 /* ------------------------------------------------------------------ the oracle */
@@ -330,194 +254,23 @@ naming_of(const char *version)
 }
 
 typedef struct {
+  RankCheck c; /* the rank, its files and the input (oracle.h) */
   const Model *m;
-  WsyncCheckpoint *in;
-  const RankFiles *rf;
-  guint tp, ep, rank, t; /* t = rank % tp */
   const Naming *naming;
   gboolean kernel; /* the kernel format: parameters only */
   gboolean scales;
-  guint checked; /* tensors checked on this rank */
 } Oracle;
-
-/* "model.layers.LAYER.SUFFIX" */
-static char *
-layer_name(guint64 layer, const char *suffix)
-{
-  return g_strdup_printf("model.layers.%" G_GUINT64_FORMAT ".%s", layer, suffix);
-}
-
-static gsize
-elem_size(WsyncDtype dtype)
-{
-  return wsync_dtype_bits(dtype) / 8;
-}
-
-static const WsyncTensor *
-input(Oracle *o, const char *name)
-{
-  const WsyncTensor *t = wsync_checkpoint_lookup(o->in, name);
-  if (t == NULL)
-    g_error("the synth input has no tensor %s", name);
-  return t;
-}
-
-/* The output tensor @name, with its shape checked. */
-static const WsyncTensor *
-output(Oracle *o, const char *name, WsyncDtype dtype, guint ndim, const guint64 *shape)
-{
-  const WsyncTensor *t = rank_lookup(o->rf, name);
-
-  if (t == NULL)
-    g_error("rank %u lacks %s", o->rank, name);
-  g_assert_cmpstr(wsync_dtype_name(t->dtype), ==, wsync_dtype_name(dtype));
-  g_assert_cmpuint(t->ndim, ==, ndim);
-  for (guint d = 0; d < ndim; d++)
-    if (t->shape[d] != shape[d])
-      g_error("rank %u: %s axis %u is %" G_GUINT64_FORMAT ", want %" G_GUINT64_FORMAT, o->rank,
-              name, d, t->shape[d], shape[d]);
-  o->checked++;
-  return t;
-}
-
-static void
-same_elem(Oracle *o, const WsyncTensor *out, guint64 oi, const WsyncTensor *in, guint64 ii)
-{
-  gsize es = elem_size(out->dtype);
-
-  g_assert_cmpuint(oi, <, out->numel);
-  g_assert_cmpuint(ii, <, in->numel);
-  if (memcmp(out->data + oi * es, in->data + ii * es, es) != 0)
-    g_error("rank %u (tp %u ep %u): %s element %" G_GUINT64_FORMAT
-            " is not %s element %" G_GUINT64_FORMAT,
-            o->rank, o->tp, o->ep, out->name, oi, in->name, ii);
-}
-
-static void
-zero_elem(Oracle *o, const WsyncTensor *out, guint64 oi)
-{
-  gsize es = elem_size(out->dtype);
-
-  for (gsize b = 0; b < es; b++)
-    if (out->data[oi * es + b] != 0)
-      g_error("rank %u: %s element %" G_GUINT64_FORMAT " should be padding zero", o->rank,
-              out->name, oi);
-}
-
-/* Whole, on every rank (norms, router: ReplicatedLinear / RMSNorm); @name held as
- * @out_name. */
-static void
-check_replicated_as(Oracle *o, const char *name, const char *out_name)
-{
-  const WsyncTensor *in = input(o, name);
-  const WsyncTensor *out = output(o, out_name, in->dtype, in->ndim, in->shape);
-
-  for (guint64 i = 0; i < in->numel; i++)
-    same_elem(o, out, i, in, i);
-}
 
 static void
 check_replicated(Oracle *o, const char *name)
 {
-  check_replicated_as(o, name, name);
-}
-
-/* RowParallelLinear: columns [t*C/tp, (t+1)*C/tp). */
-static void
-check_row(Oracle *o, const char *name)
-{
-  const WsyncTensor *in = input(o, name);
-  guint64 rows = in->shape[0], cols = in->shape[1], c = cols / o->tp;
-  guint64 shape[2] = {rows, c};
-  const WsyncTensor *out = output(o, name, in->dtype, 2, shape);
-
-  g_assert_cmpuint(cols % o->tp, ==, 0);
-  for (guint64 r = 0; r < rows; r++)
-    for (guint64 j = 0; j < c; j++)
-      same_elem(o, out, r * c + j, in, r * cols + o->t * c + j);
-}
-
-/* QKVParallelLinear (vllm-layouts.md §1): [q_t | k_s | v_s] with Q = nh/tp heads,
- * kvl = nkv/tp heads (or 1 when tp >= nkv) and s = t / (tp/nkv) when replicated. */
-static void
-check_qkv(Oracle *o, guint64 layer)
-{
-  const Model *m = o->m;
-  g_autofree char *qn = layer_name(layer, "self_attn.q_proj.weight");
-  g_autofree char *kn = layer_name(layer, "self_attn.k_proj.weight");
-  g_autofree char *vn = layer_name(layer, "self_attn.v_proj.weight");
-  g_autofree char *name = layer_name(layer, "self_attn.qkv_proj.weight");
-  const WsyncTensor *q = input(o, qn), *k = input(o, kn), *v = input(o, vn);
-  guint64 qrows = m->nh / o->tp * m->hd;
-  guint64 kvl = o->tp >= m->nkv ? 1 : m->nkv / o->tp;
-  guint64 replicas = o->tp >= m->nkv ? o->tp / m->nkv : 1;
-  guint64 shard = o->t / replicas, kvrows = kvl * m->hd;
-  guint64 shape[2] = {qrows + 2 * kvrows, m->H};
-  const WsyncTensor *out = output(o, name, q->dtype, 2, shape);
-
-  for (guint64 r = 0; r < shape[0]; r++) {
-    const WsyncTensor *src;
-    guint64 row;
-    if (r < qrows) {
-      src = q;
-      row = o->t * qrows + r;
-    } else if (r < qrows + kvrows) {
-      src = k;
-      row = shard * kvrows + (r - qrows);
-    } else {
-      src = v;
-      row = shard * kvrows + (r - qrows - kvrows);
-    }
-    for (guint64 h = 0; h < m->H; h++)
-      same_elem(o, out, r * m->H + h, src, row * m->H + h);
-  }
-}
-
-/* MergedColumnParallelLinear [gate_t ; up_t], gate first (§1). */
-static void
-check_gate_up(Oracle *o, guint64 layer)
-{
-  const Model *m = o->m;
-  g_autofree char *gn = layer_name(layer, "mlp.gate_proj.weight");
-  g_autofree char *un = layer_name(layer, "mlp.up_proj.weight");
-  g_autofree char *name = layer_name(layer, "mlp.gate_up_proj.weight");
-  const WsyncTensor *gate = input(o, gn), *up = input(o, un);
-  guint64 ip = m->Id / o->tp, shape[2] = {2 * ip, m->H};
-  const WsyncTensor *out = output(o, name, gate->dtype, 2, shape);
-
-  for (guint64 r = 0; r < 2 * ip; r++) {
-    const WsyncTensor *src = r < ip ? gate : up;
-    guint64 row = o->t * ip + (r < ip ? r : r - ip);
-    for (guint64 h = 0; h < m->H; h++)
-      same_elem(o, out, r * m->H + h, src, row * m->H + h);
-  }
-}
-
-/* VocabParallelEmbedding / ParallelLMHead: Vp = ceil(V/64)*64, rows
- * [t*Vp/tp, (t+1)*Vp/tp), rows >= V zero; the input @name held as @out_name. */
-static void
-check_vocab_as(Oracle *o, const char *name, const char *out_name)
-{
-  const Model *m = o->m;
-  const WsyncTensor *in = input(o, name);
-  guint64 vp = (m->V + 63) / 64 * 64, rows = vp / o->tp, shape[2] = {rows, m->H};
-  const WsyncTensor *out = output(o, out_name, in->dtype, 2, shape);
-
-  for (guint64 r = 0; r < rows; r++) {
-    guint64 g = o->t * rows + r;
-    for (guint64 h = 0; h < m->H; h++) {
-      if (g < m->V)
-        same_elem(o, out, r * m->H + h, in, g * m->H + h);
-      else
-        zero_elem(o, out, r * m->H + h);
-    }
-  }
+  check_replicated_as(&o->c, name, name);
 }
 
 static void
 check_vocab(Oracle *o, const char *name)
 {
-  check_vocab_as(o, name, name);
+  check_vocab_as(&o->c, name, name, o->m->V);
 }
 
 /* Where the (a, b) elements of expert @e's gate (0), up (1) or down (2) matrix are in
@@ -539,7 +292,7 @@ expert_src(Oracle *o, guint64 layer, guint which, guint64 e)
                                             layer, e, projs[which]);
   ExpertSrc s;
 
-  s.t = wsync_checkpoint_lookup(o->in, fused);
+  s.t = wsync_checkpoint_lookup(o->c.in, fused);
   if (s.t != NULL) { /* gate_up [E, 2I, H] (gate rows first), down [E, H, I] */
     if (which < 2) {
       s.base = (e * 2 * m->I + which * m->I) * m->H;
@@ -550,7 +303,7 @@ expert_src(Oracle *o, guint64 layer, guint which, guint64 e)
     }
     return s;
   }
-  s.t = input(o, single);
+  s.t = input(&o->c, single);
   s.base = 0;
   s.row_stride = which < 2 ? m->H : m->I;
   return s;
@@ -563,17 +316,17 @@ expert_share(Oracle *o, guint64 *first, guint64 *count, guint64 *ip, guint64 *of
 {
   const Model *m = o->m;
 
-  if (o->ep > 1) {
-    guint64 base = m->E / o->ep, rem = m->E % o->ep;
-    *count = base + (o->rank < rem);
-    *first = o->rank * base + MIN(o->rank, rem);
+  if (o->c.ep > 1) {
+    guint64 base = m->E / o->c.ep, rem = m->E % o->c.ep;
+    *count = base + (o->c.rank < rem);
+    *first = o->c.rank * base + MIN(o->c.rank, rem);
     *ip = m->I;
     *off = 0;
   } else {
     *first = 0;
     *count = m->E;
-    *ip = m->I / o->tp;
-    *off = o->t * *ip;
+    *ip = m->I / o->c.tp;
+    *off = o->c.t * *ip;
   }
 }
 
@@ -596,13 +349,13 @@ check_w13(Oracle *o, guint64 layer, guint64 expect_count)
   expert_share(o, &first, &count, &ip, &off);
   g_assert_cmpuint(count, ==, expect_count);
   guint64 shape[3] = {count, 2 * ip, m->H};
-  out = output(o, name, expert_src(o, layer, 0, 0).t->dtype, 3, shape);
+  out = output(&o->c, name, expert_src(o, layer, 0, 0).t->dtype, 3, shape);
   for (guint64 j = 0; j < count; j++)
     for (guint half = 0; half < 2; half++) {
       ExpertSrc s = expert_src(o, layer, half, first + j);
       for (guint64 r = 0; r < ip; r++)
         for (guint64 h = 0; h < m->H; h++)
-          same_elem(o, out, (j * 2 * ip + half * ip + r) * m->H + h, s.t,
+          same_elem(&o->c, out, (j * 2 * ip + half * ip + r) * m->H + h, s.t,
                     s.base + (off + r) * s.row_stride + h);
     }
 }
@@ -618,12 +371,12 @@ check_w2(Oracle *o, guint64 layer)
 
   expert_share(o, &first, &count, &ip, &off);
   guint64 shape[3] = {count, m->H, ip};
-  out = output(o, name, expert_src(o, layer, 2, 0).t->dtype, 3, shape);
+  out = output(&o->c, name, expert_src(o, layer, 2, 0).t->dtype, 3, shape);
   for (guint64 j = 0; j < count; j++) {
     ExpertSrc s = expert_src(o, layer, 2, first + j);
     for (guint64 h = 0; h < m->H; h++)
       for (guint64 c = 0; c < ip; c++)
-        same_elem(o, out, (j * m->H + h) * ip + c, s.t, s.base + h * s.row_stride + off + c);
+        same_elem(&o->c, out, (j * m->H + h) * ip + c, s.t, s.base + h * s.row_stride + off + c);
   }
 }
 
@@ -639,10 +392,10 @@ check_scales(Oracle *o, guint64 layer)
     g_autofree char *name = g_strdup_printf("model.layers.%" G_GUINT64_FORMAT ".self_attn.attn.%s",
                                             layer, scales[i]);
     if (!o->scales || o->kernel) {
-      g_assert_null(rank_lookup(o->rf, name));
+      g_assert_null(rank_lookup(o->c.rf, name));
       continue;
     }
-    const WsyncTensor *out = output(o, name, WSYNC_DTYPE_F32, 0, NULL);
+    const WsyncTensor *out = output(&o->c, name, WSYNC_DTYPE_F32, 0, NULL);
     g_assert_cmpuint(out->nbytes, ==, 4);
     g_assert_cmpint(memcmp(out->data, one, 4), ==, 0);
   }
@@ -661,18 +414,18 @@ check_expert_map(Oracle *o, guint64 layer)
   const WsyncTensor *out;
 
   if (strcmp(name, other) != 0)
-    g_assert_null(rank_lookup(o->rf, other));
-  if (o->ep == 1 || o->kernel || !o->naming->map_persistent) {
-    g_assert_null(rank_lookup(o->rf, name));
+    g_assert_null(rank_lookup(o->c.rf, other));
+  if (o->c.ep == 1 || o->kernel || !o->naming->map_persistent) {
+    g_assert_null(rank_lookup(o->c.rf, name));
     return;
   }
   expert_share(o, &first, &count, &ip, &off);
-  out = output(o, name, WSYNC_DTYPE_I32, 1, shape);
+  out = output(&o->c, name, WSYNC_DTYPE_I32, 1, shape);
   for (guint64 e = 0; e < o->m->E; e++) {
     gint32 want = e >= first && e < first + count ? (gint32)(e - first) : -1;
     guint32 le = GUINT32_TO_LE((guint32)want);
     if (memcmp(out->data + 4 * e, &le, 4) != 0)
-      g_error("rank %u: %s[%" G_GUINT64_FORMAT "] is not %d", o->rank, name, e, want);
+      g_error("rank %u: %s[%" G_GUINT64_FORMAT "] is not %d", o->c.rank, name, e, want);
   }
 }
 
@@ -688,21 +441,23 @@ check_layer(Oracle *o, guint64 layer, const guint64 *expert_counts)
   g_autofree char *router = g_strconcat(pre, "mlp.gate.weight", NULL);
   g_autofree char *router_out = g_strconcat(pre, o->naming->router, NULL);
   g_autofree char *down = g_strconcat(pre, "mlp.down_proj.weight", NULL);
+  g_autofree char *attn = g_strconcat(pre, "self_attn", NULL);
+  g_autofree char *mlp = g_strconcat(pre, "mlp", NULL);
 
   check_replicated(o, in_norm);
   check_replicated(o, post_norm);
-  check_qkv(o, layer);
-  check_row(o, o_proj);
+  check_qkv(&o->c, attn, "weight", o->m->nh, o->m->nkv, o->m->hd);
+  check_row(&o->c, o_proj);
   check_replicated(o, q_norm);
   check_replicated(o, k_norm);
   check_scales(o, layer);
   if (o->m->dense[layer]) {
-    check_gate_up(o, layer);
-    check_row(o, down);
+    check_gate_up(&o->c, mlp, "weight", o->m->Id);
+    check_row(&o->c, down);
     return;
   }
-  check_replicated_as(o, router, router_out);
-  check_w13(o, layer, expert_counts != NULL ? expert_counts[o->rank] : o->m->E);
+  check_replicated_as(&o->c, router, router_out);
+  check_w13(o, layer, expert_counts != NULL ? expert_counts[o->c.rank] : o->m->E);
   check_w2(o, layer);
   check_expert_map(o, layer);
 }
@@ -728,13 +483,14 @@ static void
 check_rank(const Case *c, const Model *m, WsyncCheckpoint *in, const RankFiles *rf, guint rank,
            const char *file_version, gboolean file_scales)
 {
-  Oracle o = {.m = m, .in = in, .rf = rf, .tp = c->tp, .ep = c->ep > 0 ? c->ep : 1,
-              .rank = rank, .t = rank % c->tp, .scales = file_scales,
+  Oracle o = {.c = {.in = in, .rf = rf, .tp = c->tp, .ep = c->ep > 0 ? c->ep : 1,
+                    .rank = rank, .t = rank % c->tp},
+              .m = m, .scales = file_scales,
               .naming = naming_of(file_version),
               .kernel = strcmp(case_format(c), "kernel") == 0};
-  g_autofree char *world = g_strdup_printf("%u", o.ep > 1 ? o.ep : o.tp);
-  g_autofree char *tp = g_strdup_printf("%u", o.tp);
-  g_autofree char *ep = g_strdup_printf("%u", o.ep);
+  g_autofree char *world = g_strdup_printf("%u", o.c.ep > 1 ? o.c.ep : o.c.tp);
+  g_autofree char *tp = g_strdup_printf("%u", o.c.tp);
+  g_autofree char *ep = g_strdup_printf("%u", o.c.ep);
   g_autofree char *rk = g_strdup_printf("%u", rank);
   char era[2] = {o.naming->era, 0};
 
@@ -751,7 +507,7 @@ check_rank(const Case *c, const Model *m, WsyncCheckpoint *in, const RankFiles *
   /* A tied LM head is the embedding registered twice; the kept name is the smaller,
    * lm_head.weight (§3), and the other is not there. */
   if (m->tied) {
-    check_vocab_as(&o, "model.embed_tokens.weight", "lm_head.weight");
+    check_vocab_as(&o.c, "model.embed_tokens.weight", "lm_head.weight", m->V);
     g_assert_null(rank_lookup(rf, "model.embed_tokens.weight"));
   } else {
     check_vocab(&o, "model.embed_tokens.weight");
@@ -761,7 +517,7 @@ check_rank(const Case *c, const Model *m, WsyncCheckpoint *in, const RankFiles *
   for (guint64 l = 0; l < m->L; l++)
     check_layer(&o, l, c->expert_counts);
   /* Nothing else: every tensor of the rank was one of the above. */
-  g_assert_cmpuint(rank_n_tensors(rf), ==, o.checked);
+  g_assert_cmpuint(rank_n_tensors(rf), ==, o.c.checked);
 }
 
 /* Synth, convert, check every rank; returns the rank directory (caller frees). */

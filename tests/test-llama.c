@@ -1,0 +1,524 @@
+/* The llama plugin through the wsync command: synth, convert to vLLM's two formats at
+ * tp 1, 2, 4 and 8, back to the Hugging Face layout, and refusals.
+ *
+ * The expected tensors are worked out here from config.json with the defaults of
+ * LlamaConfig (docs/hf-checkpoints.md §5) and the per-rank table of vLLM's
+ * LlamaForCausalLM (docs/vllm.md §10), not from the plugins.  `synth --pattern index`
+ * makes every element of every tensor encode the tensor and its position, and every
+ * element of every rank file is compared (tests/oracle.h) with the element of the
+ * Hugging Face tensor vLLM's loader puts there (docs/vllm.md §2, §3).
+ */
+#include <json-glib/json-glib.h>
+
+#include <wsync/wsync.h>
+
+#include "oracle.h"
+#include "testutil.h"
+
+#define UNTIED "tiny-llama3.json"            /* GQA 8/2, head_dim absent, vocab 300 */
+#define TIED "tiny-llama3-tied-bias.json"    /* tied, attention and MLP biases, vocab 200 */
+
+static char *work_dir;  /* everything made, removed at the end */
+static char *conf_dir;  /* hf, llama, vllm */
+static const char *plugin_dir;
+static GHashTable *synth_dirs; /* config -> its synth --pattern index checkpoint */
+static guint n_made;
+
+/* ------------------------------------------------------------------ running wsync */
+
+/* wsync --conf-dir CONF --plugin-dir PLUGINS ARGS... (testutil.h: under memcheck too in
+ * make check-valgrind). */
+static TestRun
+run_wsync(const char *first, ...)
+{
+  g_autoptr(GPtrArray) argv = g_ptr_array_new();
+  va_list ap;
+
+  g_ptr_array_add(argv, "--conf-dir");
+  g_ptr_array_add(argv, conf_dir);
+  g_ptr_array_add(argv, "--plugin-dir");
+  g_ptr_array_add(argv, (gpointer)plugin_dir);
+  va_start(ap, first);
+  for (const char *a = first; a != NULL; a = va_arg(ap, const char *))
+    g_ptr_array_add(argv, (gpointer)a);
+  va_end(ap);
+  g_ptr_array_add(argv, NULL);
+  return test_run_wsync_argv((const char *const *)argv->pdata);
+}
+
+static void
+expect_status(TestRun *r, int status, const char *what)
+{
+  if (r->status != status)
+    g_error("%s: exit %d, expected %d\nstdout: %s\nstderr: %s", what, r->status, status,
+            r->out, r->err);
+  test_run_clear(r);
+}
+
+static char *
+new_path(const char *what)
+{
+  return g_strdup_printf("%s/%u-%s", work_dir, n_made++, what);
+}
+
+static char *
+config_path(const char *name)
+{
+  return g_test_build_filename(G_TEST_DIST, "data", "configs", name, NULL);
+}
+
+/* The synth --pattern index checkpoint of a config, made once. */
+static const char *
+synth(const char *config)
+{
+  char *dir = g_hash_table_lookup(synth_dirs, config);
+
+  if (dir == NULL) {
+    g_autofree char *path = config_path(config);
+    TestRun r;
+    dir = new_path("synth");
+    r = run_wsync("synth", "--config", path, dir, "--pattern", "index", NULL);
+    expect_status(&r, 0, "synth");
+    g_hash_table_insert(synth_dirs, g_strdup(config), dir);
+  }
+  return dir;
+}
+
+/* ------------------------------------------------------------------ the model, from config.json */
+
+typedef struct {
+  JsonObject *root;
+  guint64 H, nh, nkv, hd, I, V, L;
+  gboolean tied, attention_bias, mlp_bias;
+} Model;
+
+static JsonObject *
+load_json(const char *path)
+{
+  g_autoptr(JsonParser) parser = json_parser_new();
+  GError *error = NULL;
+
+  json_parser_load_from_file(parser, path, &error);
+  g_assert_no_error(error);
+  return json_object_ref(json_node_get_object(json_parser_get_root(parser)));
+}
+
+static guint64
+int_or(JsonObject *o, const char *key, guint64 fallback)
+{
+  JsonNode *node = json_object_get_member(o, key);
+
+  return node != NULL && !JSON_NODE_HOLDS_NULL(node) ? (guint64)json_node_get_int(node) : fallback;
+}
+
+/* LlamaConfig's defaults (docs/hf-checkpoints.md §5): num_key_value_heads =
+ * num_attention_heads, head_dim = hidden_size / num_attention_heads, the three flags
+ * false. */
+static Model
+read_model(const char *config)
+{
+  g_autofree char *path = config_path(config);
+  Model m = {.root = load_json(path)};
+
+  m.H = int_or(m.root, "hidden_size", 0);
+  m.nh = int_or(m.root, "num_attention_heads", 0);
+  m.nkv = int_or(m.root, "num_key_value_heads", m.nh);
+  m.hd = int_or(m.root, "head_dim", m.H / m.nh);
+  m.I = int_or(m.root, "intermediate_size", 0);
+  m.V = int_or(m.root, "vocab_size", 0);
+  m.L = int_or(m.root, "num_hidden_layers", 0);
+  m.tied = json_object_get_boolean_member_with_default(m.root, "tie_word_embeddings", FALSE);
+  m.attention_bias = json_object_get_boolean_member_with_default(m.root, "attention_bias", FALSE);
+  m.mlp_bias = json_object_get_boolean_member_with_default(m.root, "mlp_bias", FALSE);
+  return m;
+}
+
+static void
+model_clear(Model *m)
+{
+  json_object_unref(m->root);
+}
+
+#define LAYER(l, s) g_strdup_printf("model.layers.%" G_GUINT64_FORMAT "." s, l)
+
+/* Name -> "[shape]" of the published checkpoint (docs/hf-checkpoints.md §5). */
+static GHashTable *
+hf_tensors(const Model *m)
+{
+  GHashTable *want = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+  guint64 q = m->nh * m->hd, kv = m->nkv * m->hd;
+
+  expect_tensor(want, g_strdup("model.embed_tokens.weight"), 2, m->V, m->H, 0);
+  expect_tensor(want, g_strdup("model.norm.weight"), 1, m->H, 0, 0);
+  if (!m->tied)
+    expect_tensor(want, g_strdup("lm_head.weight"), 2, m->V, m->H, 0);
+  for (guint64 l = 0; l < m->L; l++) {
+    expect_tensor(want, LAYER(l, "input_layernorm.weight"), 1, m->H, 0, 0);
+    expect_tensor(want, LAYER(l, "post_attention_layernorm.weight"), 1, m->H, 0, 0);
+    expect_tensor(want, LAYER(l, "self_attn.q_proj.weight"), 2, q, m->H, 0);
+    expect_tensor(want, LAYER(l, "self_attn.k_proj.weight"), 2, kv, m->H, 0);
+    expect_tensor(want, LAYER(l, "self_attn.v_proj.weight"), 2, kv, m->H, 0);
+    expect_tensor(want, LAYER(l, "self_attn.o_proj.weight"), 2, m->H, q, 0);
+    expect_tensor(want, LAYER(l, "mlp.gate_proj.weight"), 2, m->I, m->H, 0);
+    expect_tensor(want, LAYER(l, "mlp.up_proj.weight"), 2, m->I, m->H, 0);
+    expect_tensor(want, LAYER(l, "mlp.down_proj.weight"), 2, m->H, m->I, 0);
+    if (m->attention_bias) {
+      expect_tensor(want, LAYER(l, "self_attn.q_proj.bias"), 1, q, 0, 0);
+      expect_tensor(want, LAYER(l, "self_attn.k_proj.bias"), 1, kv, 0, 0);
+      expect_tensor(want, LAYER(l, "self_attn.v_proj.bias"), 1, kv, 0, 0);
+      expect_tensor(want, LAYER(l, "self_attn.o_proj.bias"), 1, m->H, 0, 0);
+    }
+    if (m->mlp_bias) {
+      expect_tensor(want, LAYER(l, "mlp.gate_proj.bias"), 1, m->I, 0, 0);
+      expect_tensor(want, LAYER(l, "mlp.up_proj.bias"), 1, m->I, 0, 0);
+      expect_tensor(want, LAYER(l, "mlp.down_proj.bias"), 1, m->H, 0, 0);
+    }
+  }
+  return want;
+}
+
+/* Name -> "[shape]" of what one vLLM rank holds (docs/vllm.md §10's table): the
+ * sharded-state format adds the attention scale buffers (§6), the kernel format holds
+ * parameters only (§7); a tied LM head is kept as lm_head.weight (§3). */
+static GHashTable *
+rank_tensors(const Model *m, guint tp, gboolean kernel)
+{
+  GHashTable *want = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+  guint64 vp = (m->V + 63) / 64 * 64, kvl = tp >= m->nkv ? 1 : m->nkv / tp;
+  guint64 qkv = (m->nh / tp + 2 * kvl) * m->hd;
+  static const char *const scales[] = {"_k_scale", "_v_scale", "_q_scale", "_prob_scale"};
+
+  expect_tensor(want, g_strdup("lm_head.weight"), 2, vp / tp, m->H, 0);
+  if (!m->tied)
+    expect_tensor(want, g_strdup("model.embed_tokens.weight"), 2, vp / tp, m->H, 0);
+  expect_tensor(want, g_strdup("model.norm.weight"), 1, m->H, 0, 0);
+  for (guint64 l = 0; l < m->L; l++) {
+    expect_tensor(want, LAYER(l, "input_layernorm.weight"), 1, m->H, 0, 0);
+    expect_tensor(want, LAYER(l, "post_attention_layernorm.weight"), 1, m->H, 0, 0);
+    expect_tensor(want, LAYER(l, "self_attn.qkv_proj.weight"), 2, qkv, m->H, 0);
+    expect_tensor(want, LAYER(l, "self_attn.o_proj.weight"), 2, m->H, m->nh * m->hd / tp, 0);
+    expect_tensor(want, LAYER(l, "mlp.gate_up_proj.weight"), 2, 2 * m->I / tp, m->H, 0);
+    expect_tensor(want, LAYER(l, "mlp.down_proj.weight"), 2, m->H, m->I / tp, 0);
+    if (m->attention_bias) {
+      expect_tensor(want, LAYER(l, "self_attn.qkv_proj.bias"), 1, qkv, 0, 0);
+      expect_tensor(want, LAYER(l, "self_attn.o_proj.bias"), 1, m->H, 0, 0);
+    }
+    if (m->mlp_bias) {
+      expect_tensor(want, LAYER(l, "mlp.gate_up_proj.bias"), 1, 2 * m->I / tp, 0, 0);
+      expect_tensor(want, LAYER(l, "mlp.down_proj.bias"), 1, m->H, 0, 0);
+    }
+    for (guint i = 0; !kernel && i < G_N_ELEMENTS(scales); i++) {
+      char *name = g_strdup_printf("model.layers.%" G_GUINT64_FORMAT ".self_attn.attn.%s", l,
+                                   scales[i]);
+      expect_tensor(want, name, 0, 0, 0, 0);
+    }
+  }
+  return want;
+}
+
+/* The rank's files hold exactly the names and shapes of @want. */
+static void
+assert_rank_keys(const RankFiles *rf, guint rank, GHashTable *want)
+{
+  guint n = 0;
+
+  for (guint f = 0; f < rf->files->len; f++) {
+    const WsyncCheckpoint *ck = rf->files->pdata[f];
+    for (guint i = 0; i < wsync_checkpoint_n_tensors(ck); i++, n++) {
+      const WsyncTensor *t = wsync_checkpoint_tensor(ck, i);
+      const char *shape = g_hash_table_lookup(want, t->name);
+      g_autofree char *have = shape_text(t);
+      if (shape == NULL)
+        g_error("rank %u: unexpected tensor %s %s", rank, t->name, have);
+      if (strcmp(shape, have) != 0)
+        g_error("rank %u: %s is %s, want %s", rank, t->name, have, shape);
+    }
+  }
+  g_assert_cmpuint(n, ==, g_hash_table_size(want));
+}
+
+/* ------------------------------------------------------------------ one rank, element by element */
+
+/* The attention scale buffers: F32 scalars of 1.0 (docs/vllm.md §6). */
+static void
+check_scales(RankCheck *c, guint64 l)
+{
+  static const char *const scales[] = {"_k_scale", "_v_scale", "_q_scale", "_prob_scale"};
+  static const guint8 one[4] = {0x00, 0x00, 0x80, 0x3f}; /* 1.0f, little-endian */
+
+  for (guint i = 0; i < G_N_ELEMENTS(scales); i++) {
+    g_autofree char *name = g_strdup_printf("model.layers.%" G_GUINT64_FORMAT ".self_attn.attn.%s",
+                                            l, scales[i]);
+    const WsyncTensor *out = output(c, name, WSYNC_DTYPE_F32, 0, NULL);
+    g_assert_cmpint(memcmp(out->data, one, 4), ==, 0);
+  }
+}
+
+static void
+check_layer(RankCheck *c, const Model *m, guint64 l, gboolean kernel)
+{
+  g_autofree char *attn = LAYER(l, "self_attn");
+  g_autofree char *mlp = LAYER(l, "mlp");
+  g_autofree char *in_norm = LAYER(l, "input_layernorm.weight");
+  g_autofree char *post_norm = LAYER(l, "post_attention_layernorm.weight");
+  g_autofree char *o_proj = LAYER(l, "self_attn.o_proj.weight");
+  g_autofree char *o_bias = LAYER(l, "self_attn.o_proj.bias");
+  g_autofree char *down = LAYER(l, "mlp.down_proj.weight");
+  g_autofree char *down_bias = LAYER(l, "mlp.down_proj.bias");
+
+  check_replicated_as(c, in_norm, in_norm);
+  check_replicated_as(c, post_norm, post_norm);
+  check_qkv(c, attn, "weight", m->nh, m->nkv, m->hd);
+  check_row(c, o_proj);
+  check_gate_up(c, mlp, "weight", m->I);
+  check_row(c, down);
+  /* biases are split like their weights' rows; a row-parallel layer's bias is whole
+   * (docs/vllm.md §2, §10) */
+  if (m->attention_bias) {
+    check_qkv(c, attn, "bias", m->nh, m->nkv, m->hd);
+    check_replicated_as(c, o_bias, o_bias);
+  }
+  if (m->mlp_bias) {
+    check_gate_up(c, mlp, "bias", m->I);
+    check_replicated_as(c, down_bias, down_bias);
+  }
+  if (!kernel)
+    check_scales(c, l);
+}
+
+static void
+check_rank(const Model *m, WsyncCheckpoint *in, const RankFiles *rf, guint tp, guint rank,
+           const char *format)
+{
+  gboolean kernel = strcmp(format, "kernel") == 0;
+  RankCheck c = {.in = in, .rf = rf, .tp = tp, .ep = 1, .rank = rank, .t = rank};
+  g_autoptr(GHashTable) want = rank_tensors(m, tp, kernel);
+  g_autofree char *tp_text = g_strdup_printf("%u", tp);
+  g_autofree char *rank_text = g_strdup_printf("%u", rank);
+
+  assert_metadata(rf, "wsync.target", "vllm");
+  assert_metadata(rf, "wsync.format", format);
+  assert_metadata(rf, "wsync.tp", tp_text);
+  assert_metadata(rf, "wsync.ep", "1");
+  assert_metadata(rf, "wsync.rank", rank_text);
+  assert_metadata(rf, "wsync.world", tp_text);
+  assert_rank_keys(rf, rank, want);
+  /* tied: the embedding is kept under lm_head.weight, the smaller name (docs/vllm.md §3) */
+  if (m->tied) {
+    check_vocab_as(&c, "model.embed_tokens.weight", "lm_head.weight", m->V);
+  } else {
+    check_vocab_as(&c, "model.embed_tokens.weight", "model.embed_tokens.weight", m->V);
+    check_vocab_as(&c, "lm_head.weight", "lm_head.weight", m->V);
+  }
+  check_replicated_as(&c, "model.norm.weight", "model.norm.weight");
+  for (guint64 l = 0; l < m->L; l++)
+    check_layer(&c, m, l, kernel);
+  /* every tensor of the rank was checked, element by element */
+  g_assert_cmpuint(rank_n_tensors(rf), ==, c.checked);
+}
+
+/* ------------------------------------------------------------------ the tests */
+
+/* synth writes the published layout: exactly the tensors of §5 with the config's
+ * defaults applied, BF16, an index, config.json as given. */
+static void
+test_synth(gconstpointer data)
+{
+  const char *config = data;
+  Model m = read_model(config);
+  g_autoptr(GHashTable) want = hf_tensors(&m);
+  const char *dir = synth(config);
+  g_autofree char *copied = g_build_filename(dir, "config.json", NULL);
+  g_autoptr(JsonObject) written = load_json(copied);
+  g_autoptr(JsonNode) a = json_node_init_object(json_node_alloc(), m.root);
+  g_autoptr(JsonNode) b = json_node_init_object(json_node_alloc(), written);
+
+  assert_layout(dir, want);
+  g_assert_true(json_node_equal(a, b));
+  model_clear(&m);
+}
+
+typedef struct {
+  const char *config;
+  guint tp;
+  const char *format;
+} Case;
+
+/* hf -> vllm (tp, format): every rank's key set, shapes, dtypes, metadata and every
+ * element; then the rank files -> hf is the source, bit for bit. */
+static void
+test_vllm(gconstpointer data)
+{
+  const Case *k = data;
+  const char *src = synth(k->config);
+  g_autofree char *ranks_dir = new_path("vllm");
+  g_autofree char *back = new_path("back");
+  g_autofree char *tp = g_strdup_printf("%u", k->tp);
+  g_autoptr(WsyncCheckpoint) in = open_ck(src);
+  Model m = read_model(k->config);
+  RankFiles ranks[8];
+  TestRun r;
+
+  r = run_wsync("convert", src, ranks_dir, "--target", "vllm", "--format", k->format, "--tp",
+                tp, NULL);
+  expect_status(&r, 0, "convert to vllm");
+  g_assert_cmpuint(open_ranks_of(ranks_dir, k->format, ranks, G_N_ELEMENTS(ranks)), ==, k->tp);
+  for (guint rank = 0; rank < k->tp; rank++)
+    check_rank(&m, in, &ranks[rank], k->tp, rank, k->format);
+  for (guint i = 0; i < G_N_ELEMENTS(ranks); i++)
+    rank_files_clear(&ranks[i]);
+  r = run_wsync("convert", ranks_dir, back, "--target", "hf", NULL);
+  expect_status(&r, 0, "convert back to hf");
+  r = run_wsync("verify", src, back, NULL);
+  expect_status(&r, 0, "verify");
+  assert_same_checkpoints(src, back);
+  model_clear(&m);
+}
+
+/* Without num_key_value_heads and with "head_dim": null, LlamaConfig's defaults apply:
+ * one KV head per query head, head_dim = hidden_size / num_attention_heads. */
+static void
+test_defaults(void)
+{
+  Model m = read_model(UNTIED);
+  g_autofree char *config = new_path("mha-config.json");
+  g_autofree char *dir = new_path("mha");
+  g_autoptr(GHashTable) want = NULL;
+  TestRun r;
+
+  json_object_remove_member(m.root, "num_key_value_heads");
+  json_object_set_null_member(m.root, "head_dim");
+  {
+    g_autoptr(JsonGenerator) gen = json_generator_new();
+    g_autoptr(JsonNode) node = json_node_init_object(json_node_alloc(), m.root);
+    GError *error = NULL;
+    json_generator_set_root(gen, node);
+    g_assert_true(json_generator_to_file(gen, config, &error));
+    g_assert_no_error(error);
+  }
+  r = run_wsync("synth", "--config", config, dir, NULL);
+  expect_status(&r, 0, "synth without num_key_value_heads");
+  m.nkv = m.nh;
+  want = hf_tensors(&m);
+  g_assert_cmpstr(g_hash_table_lookup(want, "model.layers.0.self_attn.k_proj.weight"), ==,
+                  "[64, 64]");
+  assert_layout(dir, want);
+  model_clear(&m);
+}
+
+/* Writes @m's config with @key removed (or set to @value) to a new file. */
+static char *
+config_variant(const char *config, const char *key, JsonNode *value)
+{
+  Model m = read_model(config);
+  char *path = new_path("bad-config.json");
+  g_autoptr(JsonGenerator) gen = json_generator_new();
+  g_autoptr(JsonNode) node = json_node_init_object(json_node_alloc(), m.root);
+  GError *error = NULL;
+
+  if (value != NULL)
+    json_object_set_member(m.root, key, value);
+  else
+    json_object_remove_member(m.root, key);
+  json_generator_set_root(gen, node);
+  g_assert_true(json_generator_to_file(gen, path, &error));
+  g_assert_no_error(error);
+  model_clear(&m);
+  return path;
+}
+
+/* A config that lacks a field deciding a shape, or gives a flag that is not a boolean:
+ * exit 3, one line naming the field, and nothing written; for a checkpoint of that
+ * config, plan and convert refuse the same way. */
+static void
+test_refused(void)
+{
+  static const struct {
+    const char *key;
+    const char *message;
+  } cases[] = {
+      {"intermediate_size", "config.json: field \"intermediate_size\" is missing\n"},
+      {"num_attention_heads", "config.json: field \"num_attention_heads\" is missing\n"},
+      {"attention_bias", "config.json: field \"attention_bias\" must be true or false, not 1\n"},
+  };
+  const char *src = synth(UNTIED);
+
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    JsonNode *value = strcmp(cases[i].key, "attention_bias") == 0
+                          ? json_node_init_int(json_node_alloc(), 1)
+                          : NULL;
+    g_autofree char *config = config_variant(UNTIED, cases[i].key, value);
+    g_autofree char *out = new_path("refused");
+    g_autofree char *ck = new_path("bad-checkpoint");
+    g_autofree char *ck_config = g_build_filename(ck, "config.json", NULL);
+    const char *what[] = {"synth", "plan", "convert"};
+
+    /* the checkpoint: the good tensors under the bad config */
+    g_assert_cmpint(g_mkdir(ck, 0755), ==, 0);
+    {
+      g_autoptr(GDir) d = g_dir_open(src, 0, NULL);
+      const char *name;
+      while ((name = g_dir_read_name(d)) != NULL) {
+        g_autofree char *from = g_build_filename(src, name, NULL);
+        g_autofree char *to = g_build_filename(ck, name, NULL);
+        if (strcmp(name, "config.json") != 0)
+          test_copy(from, to);
+      }
+    }
+    test_copy(config, ck_config);
+    for (guint w = 0; w < G_N_ELEMENTS(what); w++) {
+      TestRun r = w == 0   ? run_wsync("synth", "--config", config, out, NULL)
+                  : w == 1 ? run_wsync("plan", ck, "--target", "vllm", "--tp", "2", NULL)
+                           : run_wsync("convert", ck, out, "--target", "vllm", "--tp", "2", NULL);
+      if (r.status != 3)
+        g_error("%s with %s: exit %d, expected 3: %s", what[w], cases[i].key, r.status, r.err);
+      test_assert_has(r.err, cases[i].message);
+      /* one line */
+      g_assert_true(strchr(r.err, '\n') == r.err + strlen(r.err) - 1);
+      g_assert_false(g_file_test(out, G_FILE_TEST_EXISTS));
+      test_run_clear(&r);
+    }
+  }
+}
+
+int
+main(int argc, char **argv)
+{
+  static const char *const configs[] = {UNTIED, TIED};
+  static const char *const formats[] = {"sharded-state", "kernel"};
+  static const guint tps[] = {1, 2, 4, 8};
+  static Case cases[G_N_ELEMENTS(configs) * G_N_ELEMENTS(formats) * G_N_ELEMENTS(tps)];
+  guint n = 0;
+  int status;
+
+  g_test_init(&argc, &argv, NULL);
+  plugin_dir = test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR");
+  work_dir = test_tmpdir();
+  conf_dir = g_build_filename(work_dir, "conf", NULL);
+  g_assert_cmpint(g_mkdir(conf_dir, 0755), ==, 0);
+  g_free(test_write(conf_dir, "10-test.conf",
+                    "plugin \"hf\" {}\nplugin \"llama\" {}\nplugin \"vllm\" {}\n"));
+  synth_dirs = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+
+  for (guint i = 0; i < G_N_ELEMENTS(configs); i++) {
+    g_autofree char *path = g_strdup_printf("/llama/synth/%s", configs[i]);
+    g_test_add_data_func(path, configs[i], test_synth);
+  }
+  g_test_add_func("/llama/config/defaults", test_defaults);
+  g_test_add_func("/llama/config/refused", test_refused);
+  for (guint i = 0; i < G_N_ELEMENTS(configs); i++)
+    for (guint f = 0; f < G_N_ELEMENTS(formats); f++)
+      for (guint t = 0; t < G_N_ELEMENTS(tps); t++, n++) {
+        g_autofree char *path =
+            g_strdup_printf("/llama/vllm/%s/%s/tp%u", configs[i], formats[f], tps[t]);
+        cases[n] = (Case){configs[i], tps[t], formats[f]};
+        g_test_add_data_func(path, &cases[n], test_vllm);
+      }
+
+  status = g_test_run();
+  test_rmtree(work_dir);
+  g_free(work_dir);
+  g_free(conf_dir);
+  g_hash_table_unref(synth_dirs);
+  return status;
+}

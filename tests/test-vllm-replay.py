@@ -3,7 +3,8 @@
 writes (issue 9, part 3), with tests/vllm_replay.py, a derivation of vLLM's behaviour
 from the reference notes that is independent of wsync's plugins.
 
-For each tiny config of configs/, one `wsync synth --pattern index` checkpoint, then
+For each tiny config of configs/ (and the Llama ones of tests/data/configs/), one
+`wsync synth --pattern index` checkpoint, then
 `wsync convert` over the matrix: tp 1, 2, 4, 8; ep 1 and ep == tp for MoE models;
 vLLM releases of each era (L s0); targets vllm (CUDA) and vllm-ascend; formats
 sharded-state (vLLM's ShardedStateLoader at engine start, L s5) and kernel (a live
@@ -39,9 +40,11 @@ ERAS = [("0.18.1", "A", True), ("0.20.0", "B", True), ("0.22.0", "C", True),
 TARGETS = [("vllm", "cuda"), ("vllm-ascend", "ascend")]
 FORMATS = ["sharded-state", "kernel"]
 CONFIGS = ["tiny-qwen3-moe", "tiny-qwen3-moe-tied", "tiny-qwen3-moe-8heads", "tiny-qwen3",
-           "tiny-qwen3.5-moe", "tiny-qwen3.5-moe-nk2", "tiny-qwen3.5"]
+           "tiny-qwen3.5-moe", "tiny-qwen3.5-moe-nk2", "tiny-qwen3.5",
+           "tiny-llama3", "tiny-llama3-tied-bias"]
 TP_SIZES = [1, 2, 4, 8]
-PLUGIN_CONFS = ["10-hf.conf", "20-vllm.conf", "30-qwen3_moe.conf", "31-qwen3_5_moe.conf", "40-npu-ascend.conf"]
+PLUGIN_CONFS = ["10-hf.conf", "20-vllm.conf", "30-qwen3_moe.conf", "31-qwen3_5_moe.conf",
+                "32-llama.conf", "40-npu-ascend.conf"]
 MAX_DIAGNOSTICS = 6
 
 
@@ -55,6 +58,13 @@ BINARY = env_path("WSYNC_TEST_BINARY", os.path.join(SRCDIR, "wsync"))
 PLUGIN_DIR = env_path("WSYNC_TEST_BUILT_PLUGIN_DIR", os.path.join(SRCDIR, "plugins", ".libs"))
 CONF_DIR = env_path("WSYNC_TEST_CONF_DIR", os.path.join(SRCDIR, "conf.d"))
 CONFIG_DIR = os.path.join(os.path.dirname(env_path("G_TEST_SRCDIR", HERE)), "configs")
+TEST_CONFIG_DIR = os.path.join(env_path("G_TEST_SRCDIR", HERE), "data", "configs")
+
+
+def config_path(config):
+    """configs/NAME.json (the project's), else tests/data/configs/NAME.json."""
+    path = os.path.join(CONFIG_DIR, config + ".json")
+    return path if os.path.exists(path) else os.path.join(TEST_CONFIG_DIR, config + ".json")
 
 
 class Case:
@@ -72,8 +82,8 @@ class Case:
 
 
 def write_conf_dirs(root):
-    """One conf dir per vllm-version: the four plugin sections of conf.d, with
-    vllm-version set."""
+    """One conf dir per vllm-version: the plugin sections of conf.d, with vllm-version
+    set."""
     dirs = {}
     for version, _, _ in ERAS:
         d = os.path.join(root, "conf-" + version)
@@ -274,9 +284,11 @@ def check_case(case, result, dst, configs, checkpoints):
 # ------------------------------------------------------------------ negative controls
 # A replay that cannot fail proves nothing: each control breaks one good output the way
 # a converter could, and the replay must name it (and it must be new, not a problem the
-# unbroken output already had).  Base: Qwen3.5-MoE on vLLM-Ascend 0.24.0, tp 2, ep 2.
+# unbroken output already had).  Base: Qwen3.5-MoE on vLLM-Ascend 0.24.0, tp 2, ep 2;
+# the Llama controls: the tied Llama with biases on vLLM, tp 8 (KV heads replicated).
 
 CONTROL_BASE = ("tiny-qwen3.5-moe", 2, 2, "vllm-ascend", "ascend", "0.24.0", "D", True)
+LLAMA_BASE = ("tiny-llama3-tied-bias", 8, 1, "vllm", "cuda", "latest", "D", False)
 L0 = "language_model.model.layers.0."
 
 
@@ -386,19 +398,34 @@ CONTROLS = [
     ("kernel", "Ascend w13 in the loader layout (square: only the bytes show)",
      replace(L0 + "mlp.experts.routed_experts.w13_weight", transposed(1, 2)),
      "w13_weight: element"),
+    ("sharded-state", "Llama: gate_up_proj.bias rows swapped",
+     replace("model.layers.0.mlp.gate_up_proj.bias", swap_first_two),
+     "gate_up_proj.bias: element", LLAMA_BASE),
+    ("sharded-state", "Llama: qkv_proj.bias rows swapped",
+     replace("model.layers.1.self_attn.qkv_proj.bias", swap_first_two),
+     "qkv_proj.bias: element", LLAMA_BASE),
+    ("sharded-state", "Llama: the tied head kept as embed_tokens (the alias that loses)",
+     rename("lm_head.weight", "model.embed_tokens.weight"), "KeyError", LLAMA_BASE),
+    ("kernel", "Llama: the tied head sent under both names",
+     add_copy("lm_head.weight", "model.embed_tokens.weight"), "sent twice", LLAMA_BASE),
 ]
 
 
 def run_controls(work, synth_dirs, conf_dirs, configs, checkpoints):
-    """Runs CONTROLS; yields (ok, name, diagnostics)."""
-    config, tp, ep, target, platform, version, era, persistent = CONTROL_BASE
+    """Runs CONTROLS (each on CONTROL_BASE unless it names its own); yields (ok, name,
+    diagnostics)."""
     bases = {}
-    for fmt in FORMATS:
+    for fmt, _, _, _, *own in CONTROLS:
+        base = own[0] if own else CONTROL_BASE
+        if (base, fmt) in bases:
+            continue
+        config, tp, ep, target, platform, version, era, persistent = base
         case = Case(config, tp, ep, target, platform, fmt, version, era, persistent)
-        result, dst = run_case(case, work, synth_dirs, conf_dirs, "control-" + fmt)
-        bases[fmt] = (case, dst, set(check_case(case, result, dst, configs, checkpoints)))
-    for serial, (fmt, what, mutate, fragment) in enumerate(CONTROLS):
-        case, base_dst, base_problems = bases[fmt]
+        result, dst = run_case(case, work, synth_dirs, conf_dirs,
+                               "control-%d-%s" % (len(bases), fmt))
+        bases[base, fmt] = (case, dst, set(check_case(case, result, dst, configs, checkpoints)))
+    for serial, (fmt, what, mutate, fragment, *own) in enumerate(CONTROLS):
+        case, base_dst, base_problems = bases[own[0] if own else CONTROL_BASE, fmt]
         dst = os.path.join(work, "mutant-%d" % serial)
         shutil.copytree(base_dst, dst)
         prefix = "model-rank-1-" if fmt == "sharded-state" else "kernel-rank-1-"
@@ -447,7 +474,7 @@ def main(argv):
         conf_dirs = write_conf_dirs(work)
         configs, checkpoints, synth_dirs = {}, {}, {}
         for config in CONFIGS:
-            path = os.path.join(CONFIG_DIR, config + ".json")
+            path = config_path(config)
             with open(path) as f:
                 configs[config] = vr.ModelConfig(json.load(f))
             synth_dirs[config] = os.path.join(work, "hf-" + config)

@@ -8,6 +8,7 @@ plugins, so that it can catch a wrong assumption in them.  Comments cite the not
   L  vllm-layouts.md  vLLM / vLLM-Ascend runtime layouts ("L s5" is its section 5)
   V  vllm-vision.md   the Qwen3.5 vision tower
   Q  hf-qwen.md       Hugging Face checkpoints and config fields
+  D  docs/vllm.md     (in this tree) vLLM's LlamaForCausalLM: D s10 ("D s2" its linear layers)
 
 Parts:
   Tensor, Parameter        strided views over byte storages, torch's copy_ semantics
@@ -15,8 +16,8 @@ Parts:
   write_safetensors        a writer, for the test's negative controls
   Module                   state_dict(), named_parameters(), get_parameter() as torch
   filter_subtensors        vLLM ShardedStateLoader._filter_subtensors
-  build_model              the per-rank module tree of Qwen3-MoE, Qwen3, Qwen3.5-MoE and
-                           Qwen3.5 for a TP/EP rank, an era of vLLM and a platform
+  build_model              the per-rank module tree of Qwen3-MoE, Qwen3, Qwen3.5-MoE,
+                           Qwen3.5 and Llama for a TP/EP rank, an era of vLLM and a platform
   load_checkpoint          vLLM's weight loaders, replayed on a Hugging Face checkpoint
   process_for_kernel       vLLM-Ascend's process_weights_after_loading for the experts
   ShardedStateLoad         the sharded_state load loop (L s5)
@@ -581,10 +582,11 @@ def column_linear(inp, out, par, dtype, bias=False):
     return m
 
 
-def merged_column_linear(inp, sizes, par, dtype):
+def merged_column_linear(inp, sizes, par, dtype, bias=False):
     """MergedColumnParallelLinear(output_sizes): [sum/tp, in]; shard i sits at
     sum_{j<i} s_j/tp, size s_i/tp, narrowed at t*s_i/tp.  A tuple shard id splits the
-    loaded tensor into those shards at their full sizes first (L s1, s3.3 in_proj_qkvz)."""
+    loaded tensor into those shards at their full sizes first (L s1, s3.3 in_proj_qkvz).
+    The bias [sum/tp] is sliced per part the same way (D s2 "Biases")."""
     per = [divide(s, par.tp, "MergedColumnParallelLinear shard %d over tp %d" % (s, par.tp))
            for s in sizes]
 
@@ -609,6 +611,8 @@ def merged_column_linear(inp, sizes, par, dtype):
             % sizes)
     m = Module("MergedColumnParallelLinear")
     m.register_parameter("weight", Parameter.new((sum(per), inp), dtype, loader, rule))
+    if bias:
+        m.register_parameter("bias", Parameter.new((sum(per),), dtype, loader, rule))
     return m
 
 
@@ -682,7 +686,9 @@ def vocab_parallel(vocab, hidden, par, dtype):
     real = max(0, min(start + per, vocab) - start)
 
     def loader(param, loaded, shard_id=None):
-        piece = loaded.narrow(0, start, real)
+        # the rank's real rows are its padded range clipped to V; a rank of padding only
+        # narrows at V, length 0 (D s3: org_vocab_start_index = min(start, V))
+        piece = loaded.narrow(0, min(start, vocab), real)
         dst = param.narrow(0, 0, real)
         _check_shape(dst, piece, "VocabParallelEmbedding")
         dst.copy_(piece)
@@ -795,12 +801,13 @@ def routed_experts(num_experts, inter, hidden, par, dtype, map_persistent):
     return m
 
 
-def dense_mlp(hidden, inter, par, dtype):
-    """Qwen3MoeMLP / Qwen2MLP / Qwen2MoeMLP: gate_up_proj Merged[I, I] (gate first),
-    down_proj Row (L s1 stacked mapping, s2 dense layers, s3.4)."""
+def dense_mlp(hidden, inter, par, dtype, bias=False):
+    """Qwen3MoeMLP / Qwen2MLP / Qwen2MoeMLP / LlamaMLP: gate_up_proj Merged[I, I] (gate
+    first), down_proj Row (L s1 stacked mapping, s2 dense layers, s3.4); LlamaMLP's
+    mlp_bias gives both biases, gate_up's sliced, down's full (D s10 "Biases")."""
     m = Module("MLP")
-    m.add_module("gate_up_proj", merged_column_linear(hidden, [inter, inter], par, dtype))
-    m.add_module("down_proj", row_linear(inter, hidden, par, dtype))
+    m.add_module("gate_up_proj", merged_column_linear(hidden, [inter, inter], par, dtype, bias))
+    m.add_module("down_proj", row_linear(inter, hidden, par, dtype, bias))
     return m
 
 
@@ -860,7 +867,7 @@ class ModelConfig:
     text_config for Qwen3.5, num_experts or num_local_experts, dtype or torch_dtype."""
 
     FAMILIES = {"qwen3_moe": "qwen3", "qwen3": "qwen3", "qwen3_5_moe": "qwen3_5",
-                "qwen3_5": "qwen3_5"}
+                "qwen3_5": "qwen3_5", "llama": "llama"}
 
     def __init__(self, raw):
         self.model_type = raw["model_type"]
@@ -885,6 +892,12 @@ class ModelConfig:
         self.sparse_step = text.get("decoder_sparse_step", 1) or 1
         tied = text.get("tie_word_embeddings", raw.get("tie_word_embeddings", False))
         self.tied = bool(tied)
+        # LlamaDecoderLayer: attention_bias = config.attention_bias or config.bias sets
+        # the qkv_proj AND o_proj biases, config.qkv_bias (if present) overrides the qkv
+        # one; mlp_bias the gate_up_proj and down_proj biases (D s10 "Biases").
+        self.attention_bias = bool(raw.get("attention_bias", False) or raw.get("bias", False))
+        self.qkv_bias = bool(raw.get("qkv_bias", self.attention_bias))
+        self.mlp_bias = bool(raw.get("mlp_bias", False))
         name = text.get("dtype") or text.get("torch_dtype") or raw.get("dtype") \
             or raw.get("torch_dtype") or "bfloat16"
         self.dtype = TORCH_DTYPE[name]  # L s1 Dtypes: parameters take the model dtype
@@ -922,6 +935,21 @@ def _full_attention(cfg, par, gate_factor):
     m.add_module("o_proj", row_linear(cfg.heads * hd, h, par, dtype))
     m.add_module("q_norm", norm(hd, dtype))
     m.add_module("k_norm", norm(hd, dtype))
+    m.add_module("rotary_emb", rotary(hd))
+    m.add_module("attn", attention_scales())
+    return m
+
+
+def _llama_attention(cfg, par):
+    """LlamaAttention (D s10): qkv_proj QKVParallelLinear with KV-head replication,
+    o_proj Row, their biases by attention_bias / qkv_bias; no q_norm / k_norm; the
+    Attention's scale buffers (L s5)."""
+    h, hd, dtype = cfg.hidden, cfg.head_dim, cfg.dtype
+    divide(cfg.heads, par.tp, "attention heads %d over tp %d" % (cfg.heads, par.tp))
+    m = Module("LlamaAttention")
+    m.add_module("qkv_proj", qkv_linear(h, hd, cfg.heads, cfg.kv_heads, par, dtype,
+                                        bias=cfg.qkv_bias))
+    m.add_module("o_proj", row_linear(cfg.heads * hd, h, par, dtype, bias=cfg.attention_bias))
     m.add_module("rotary_emb", rotary(hd))
     m.add_module("attn", attention_scales())
     return m
@@ -981,7 +1009,9 @@ def _decoder_layer(cfg, par, i, era, platform, map_persistent):
     layer = Module("DecoderLayer")
     h, dtype = cfg.hidden, cfg.dtype
     layer.add_module("input_layernorm", norm(h, dtype))
-    if cfg.family == "qwen3":
+    if cfg.family == "llama":
+        layer.add_module("self_attn", _llama_attention(cfg, par))
+    elif cfg.family == "qwen3":
         layer.add_module("self_attn", _full_attention(cfg, par, 1))
     elif cfg.layer_types[i] == "linear_attention":
         layer.add_module("linear_attn", _gated_delta_net(cfg, par))
@@ -990,7 +1020,7 @@ def _decoder_layer(cfg, par, i, era, platform, map_persistent):
     if cfg.is_sparse(i):
         layer.add_module("mlp", moe_block(cfg, par, era, platform, map_persistent))
     else:
-        layer.add_module("mlp", dense_mlp(h, cfg.inter, par, dtype))
+        layer.add_module("mlp", dense_mlp(h, cfg.inter, par, dtype, cfg.mlp_bias))
     layer.add_module("post_attention_layernorm", norm(h, dtype))
     return layer
 
@@ -1051,11 +1081,12 @@ def build_model(cfg, par, era, platform="cuda", map_persistent=True):
     Raises VllmRefuses where vLLM's divide() would assert.  MTP is not in the model
     (L s3.5: mtp.* skipped); the vision tower is, by default (L s3.5, V s2)."""
     root = Module("ForCausalLM")
-    if cfg.family == "qwen3":
+    if cfg.family in ("qwen3", "llama"):
         model = root.add_module("model", _text_model(cfg, par, era, platform, map_persistent))
         head = root.add_module("lm_head", Module("ParallelLMHead"))
         if cfg.tied:
-            # `self.lm_head.weight = self.model.embed_tokens.weight` (L s2, s4)
+            # `self.lm_head.weight = self.model.embed_tokens.weight` (L s2, s4;
+            # Llama's lm_head.tie_weights(embed_tokens), D s10)
             head.register_parameter("weight", model.get_submodule("embed_tokens")._parameters["weight"])
         else:
             head.register_parameter("weight", vocab_parallel(cfg.vocab, cfg.hidden, par, cfg.dtype)
@@ -1098,6 +1129,8 @@ def _runtime_name(cfg, name):
     """The vLLM name of a checkpoint tensor, or None for what vLLM skips."""
     if "rotary_emb.inv_freq" in name:  # L s3.5
         return None
+    if cfg.family == "llama" and re.search(r"rotary_emb\.(cos|sin)_cached$", name):
+        return None  # LlamaForCausalLM skips the rotary caches too (D s10)
     if cfg.family == "qwen3_5":
         if name.startswith("mtp."):  # AutoWeightsLoader(skip_prefixes=["mtp."]) (L s3.5)
             return None

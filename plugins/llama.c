@@ -7,12 +7,14 @@
  * tied or not; the final norm.  attention_bias gives q/k/v AND o_proj biases, mlp_bias
  * gives gate/up/down biases (Transformers' LlamaAttention and LlamaMLP; vLLM's
  * LlamaDecoderLayer, vllm/model_executor/models/llama.py:266-272, 303 @ df1376907b16,
- * docs/vllm.md §10 "Biases").  How an engine packs, names and slices these is the
- * target's business, not this file's.
+ * docs/vllm.md §10 "Biases").  vLLM also honours `bias` and `qkv_bias`, which
+ * LlamaConfig does not have (configuration_llama.py @ 008e57439125): not read here.
+ * How an engine packs, names and slices these is the target's business, not this file's.
  *
  * RoPE (rope_theta, rope_scaling of type "llama3", or Transformers 5's rope_parameters)
  * changes no tensor name or shape (docs/hf-checkpoints.md §5), so it is not read here;
- * the rope-compat plugin rewrites it for the config.json a conversion writes (§6).
+ * the rope-compat plugin, when selected, rewrites it in the config.json a conversion
+ * writes (§6).
  *
  * Config fields, all at the root.  Every field that decides a shape is required;
  * defaults only where LlamaConfig has one (docs/hf-checkpoints.md §5,

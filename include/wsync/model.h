@@ -655,7 +655,7 @@ WSYNC_API WsyncBlock *wsync_model_add_attention(WsyncModel *m, const char *modul
  * WsyncMlp:
  * @hidden: hidden size H
  * @intermediate: intermediate size I
- * @bias: the three projections have biases (Llama's `mlp_bias`)
+ * @bias: the three projections have biases
  * @reserved: room for growth; zero
  *
  * The shape of a gated MLP.

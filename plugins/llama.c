@@ -117,8 +117,10 @@ describe(WsyncModel *m, gpointer user_data, GError **error)
   for (guint64 l = 0; l < c.layers; l++)
     describe_layer(m, &c, l);
   wsync_model_add_norm(m, "model.norm.weight", c.hidden);
-  /* Older converted checkpoints saved the RoPE buffer; nothing holds it (§5). */
+  /* Older converted checkpoints saved the RoPE buffers; vLLM skips them and nothing
+   * holds them (docs/vllm.md §10 "Skipped checkpoint names"). */
   wsync_model_add_drop_rule(m, "rotary-inv-freq", "*.rotary_emb.inv_freq");
+  wsync_model_add_drop_rule(m, "rotary-cache", "*.rotary_emb.*_cached");
   return TRUE;
 }
 

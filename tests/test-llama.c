@@ -406,6 +406,63 @@ test_defaults(void)
   model_clear(&m);
 }
 
+/* Converted Llama checkpoints may carry the RoPE buffers `rotary_emb.inv_freq`,
+ * `cos_cached` and `sin_cached`; vLLM skips them (docs/vllm.md §10), and so do the
+ * plugin's named drop rules: the output is the same as without them. */
+static void
+test_rotary_buffers_dropped(void)
+{
+  static const char *const names[] = {"model.layers.0.self_attn.rotary_emb.inv_freq",
+                                      "model.layers.0.self_attn.rotary_emb.cos_cached",
+                                      "model.layers.1.self_attn.rotary_emb.sin_cached"};
+  const char *src = synth(UNTIED);
+  g_autofree char *dir = new_path("rotary");
+  g_autofree char *out = new_path("rotary-back");
+  g_autoptr(GString) header = g_string_new("{");
+  g_autoptr(GString) file = g_string_new(NULL);
+  GError *error = NULL;
+  TestRun r;
+
+  /* the checkpoint without its index (an index lists the files that count), plus one
+   * file holding three F32 [4] buffers */
+  g_assert_cmpint(g_mkdir(dir, 0755), ==, 0);
+  for (const char *const *f = (const char *const[]){"config.json",
+                                                     "model-00001-of-00001.safetensors", NULL};
+       *f != NULL; f++) {
+    g_autofree char *from = g_build_filename(src, *f, NULL);
+    g_autofree char *to = g_build_filename(dir, *f, NULL);
+    test_copy(from, to);
+  }
+  for (guint i = 0; i < G_N_ELEMENTS(names); i++)
+    g_string_append_printf(header, "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[4],"
+                           "\"data_offsets\":[%u,%u]}",
+                           i ? "," : "", names[i], 16 * i, 16 * (i + 1));
+  g_string_append_c(header, '}');
+  while (header->len % 8 != 0)
+    g_string_append_c(header, ' ');
+  guint64 len = GUINT64_TO_LE(header->len);
+  g_string_append_len(file, (const char *)&len, 8);
+  g_string_append_len(file, header->str, header->len);
+  for (guint i = 0; i < 16 * G_N_ELEMENTS(names); i++)
+    g_string_append_c(file, '\0');
+  {
+    g_autofree char *path = g_build_filename(dir, "rope.safetensors", NULL);
+    g_assert_true(g_file_set_contents(path, file->str, (gssize)file->len, &error));
+    g_assert_no_error(error);
+  }
+
+  r = run_wsync("plan", dir, "--target", "vllm", "--tp", "2", NULL);
+  test_assert_has(r.out, "dropped by rule rotary-inv-freq");
+  test_assert_has(r.out, "model.layers.0.self_attn.rotary_emb.cos_cached dropped by rule "
+                         "rotary-cache");
+  test_assert_has(r.out, "model.layers.1.self_attn.rotary_emb.sin_cached dropped by rule "
+                         "rotary-cache");
+  expect_status(&r, 0, "plan with the RoPE buffers");
+  r = run_wsync("convert", dir, out, "--target", "hf", NULL);
+  expect_status(&r, 0, "convert with the RoPE buffers");
+  assert_same_checkpoints(src, out);
+}
+
 /* Writes @m's config with @key removed (or set to @value) to a new file. */
 static char *
 config_variant(const char *config, const char *key, JsonNode *value)
@@ -506,6 +563,7 @@ main(int argc, char **argv)
   }
   g_test_add_func("/llama/config/defaults", test_defaults);
   g_test_add_func("/llama/config/refused", test_refused);
+  g_test_add_func("/llama/rotary-buffers-dropped", test_rotary_buffers_dropped);
   for (guint i = 0; i < G_N_ELEMENTS(configs); i++)
     for (guint f = 0; f < G_N_ELEMENTS(formats); f++)
       for (guint t = 0; t < G_N_ELEMENTS(tps); t++, n++) {

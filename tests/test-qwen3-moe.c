@@ -774,19 +774,19 @@ test_unknown_tensor(Fixture *f, gconstpointer data)
   expect_refused(f, bad, "hf-experts", 3, fragments);
 }
 
-/* No remapper claims "llama" (only qwen3_moe and vllm are loaded). */
+/* No remapper claims "gpt_neox" (only qwen3_moe and vllm are loaded). */
 static void
 test_unclaimed_model_type(Fixture *f, gconstpointer data)
 {
   g_autofree char *per = sub(f, "per");
   g_autofree char *bad = sub(f, "bad");
-  g_autofree char *bad_config = sub(f, "llama-config.json");
+  g_autofree char *bad_config = sub(f, "gpt-neox-config.json");
   Model m = load_model("tiny-qwen3-moe.json");
-  const char *const fragments[] = {"model_type \"llama\"", NULL};
+  const char *const fragments[] = {"model_type \"gpt_neox\"", NULL};
 
   (void)data;
   synth("tiny-qwen3-moe.json", per, NULL, NULL);
-  json_object_set_string_member(m.root, "model_type", "llama");
+  json_object_set_string_member(m.root, "model_type", "gpt_neox");
   write_config(m.root, bad_config);
   {
     g_autoptr(WsyncCheckpoint) ck = open_ck(per);

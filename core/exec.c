@@ -20,6 +20,7 @@
 
 #include <glib/gstdio.h>
 
+#include "companion.h"
 #include "copy.h"
 #include "plan-private.h"
 
@@ -203,79 +204,13 @@ write_layout(WsyncPlan *plan, WsyncLayout *layout, const char *dir, Executor *ex
 
 /* ------------------------------------------------------------------ the directory */
 
-static gboolean
-copy_file(const char *from, const char *to, GError **error)
-{
-  g_autofree char *data = NULL;
-  gsize len = 0;
-  g_autoptr(GError) local = NULL;
-
-  if (!g_file_get_contents(from, &data, &len, &local) ||
-      !g_file_set_contents(to, data, (gssize)len, &local)) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO, "%s", local->message);
-    return FALSE;
-  }
-  return TRUE;
-}
-
-static char *
-config_text(JsonNode *root)
-{
-  g_autoptr(JsonGenerator) gen = json_generator_new();
-  json_generator_set_pretty(gen, TRUE);
-  json_generator_set_indent(gen, 2);
-  json_generator_set_root(gen, root);
-  g_autofree char *text = json_generator_to_data(gen, NULL);
-  return g_strconcat(text, "\n", NULL);
-}
-
-/* config.json: through the config patchers; byte for byte when none changed it. */
-static gboolean
-write_config(WsyncPlan *plan, const char *src_config, const char *dir, GError **error)
-{
-  g_autofree char *out = g_build_filename(dir, "config.json", NULL);
-  g_autoptr(JsonNode) patched = json_node_copy(plan->config);
-  g_autofree char *before = config_text(plan->config);
-
-  if (!wsync_context_patch_config(plan->ctx, patched, error))
-    return FALSE;
-  g_autofree char *after = config_text(patched);
-  if (src_config != NULL && strcmp(before, after) == 0)
-    return copy_file(src_config, out, error);
-  if (!g_file_set_contents(out, after, -1, NULL)) {
-    wsync_set_io_error(error, errno, out, "write");
-    return FALSE;
-  }
-  return TRUE;
-}
-
-/* Every regular file of the source directory that is not a weight file. */
+/* config.json and every non-weight file of the source directory (core/companion.c). */
 static gboolean
 copy_other_files(WsyncPlan *plan, const char *dir, GError **error)
 {
-  g_autoptr(GDir) d = NULL;
-  const char *name;
-
   if (plan->kind == PLAN_SYNTH || (plan->input != NULL && !wsync_checkpoint_is_dir(plan->input)))
-    return write_config(plan, NULL, dir, error);
-  d = g_dir_open(plan->src, 0, NULL);
-  while (d != NULL && (name = g_dir_read_name(d)) != NULL) {
-    g_autofree char *from = g_build_filename(plan->src, name, NULL);
-    g_autofree char *to = g_build_filename(dir, name, NULL);
-    if (!g_file_test(from, G_FILE_TEST_IS_REGULAR) || g_str_has_suffix(name, ".safetensors") ||
-        g_str_has_suffix(name, ".distcp") || strcmp(name, WSYNC_INDEX_NAME) == 0 ||
-        name[0] == '.')
-      continue;
-    if (strcmp(name, "config.json") == 0) {
-      if (!write_config(plan, from, dir, error))
-        return FALSE;
-    } else if (!copy_file(from, to, error))
-      return FALSE;
-  }
-  g_autofree char *config = g_build_filename(dir, "config.json", NULL);
-  if (!plan->no_config && !g_file_test(config, G_FILE_TEST_EXISTS))
-    return write_config(plan, NULL, dir, error);
-  return TRUE;
+    return companion_write_config(plan->ctx, plan->config, NULL, dir, error);
+  return companion_copy_dir(plan->ctx, plan->config, plan->src, dir, !plan->no_config, error);
 }
 
 static void

@@ -293,11 +293,18 @@ from_buffer(PyObject *obj, gboolean writable, const char *what, WsyncPyBytes *ou
   const char *f;
 
   if (PyObject_GetBuffer(obj, &out->view, flags) < 0) {
-    if (writable && PyErr_ExceptionMatches(PyExc_BufferError) &&
-        PyObject_GetBuffer(obj, &out->view, PyBUF_FULL_RO) == 0) {
+    /* exporters say "read-only" in their own words and classes (numpy: ValueError) */
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (writable && PyObject_GetBuffer(obj, &out->view, PyBUF_FULL_RO) == 0) {
       PyBuffer_Release(&out->view);
-      PyErr_Clear();
+      Py_XDECREF(type);
+      Py_XDECREF(value);
+      Py_XDECREF(tb);
       wsync_py_raise_code(WSYNC_ERROR_BAD_INPUT, "%s is read-only", what);
+    } else {
+      PyErr_Clear();
+      PyErr_Restore(type, value, tb);
     }
     return FALSE;
   }

@@ -22,13 +22,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#ifdef HAVE_XXHASH
 #include <xxhash.h>
-#endif
 
 #include "wsync-python.h"
 
-#define COMMIT_RECORD "wsync-commit.json"
+#include <wsync/session.h>
+
+#define COMMIT_RECORD WSYNC_SESSION_COMMIT_RECORD
 #define MAX_RECORD_BYTES (64u << 20) /* far above any world's record; bounds the read */
 
 /* ------------------------------------------------------------------ one mapped file */
@@ -341,7 +341,6 @@ recognised_files_of_rank(RankFilesObject *self, WsyncContext *ctx, GPtrArray *pa
   return TRUE;
 }
 
-#ifdef HAVE_XXHASH
 static gboolean
 verify_file(MapObject *m, const RecordFile *f, GError **error)
 {
@@ -355,7 +354,6 @@ verify_file(MapObject *m, const RecordFile *f, GError **error)
   }
   return TRUE;
 }
-#endif
 
 /* Maps @paths (checking size and, with @verify, xxh3 against @want), lists the tensors. */
 static gboolean
@@ -375,12 +373,8 @@ map_rank_files(RankFilesObject *self, GPtrArray *paths, GPtrArray *want, gboolea
                   f->bytes);
       return FALSE;
     }
-#ifdef HAVE_XXHASH
     if (f != NULL && verify && !verify_file(m, f, error))
       return FALSE;
-#else
-    (void)verify;
-#endif
     for (guint t = 0; t < wsync_safetensors_n_tensors(m->st); t++) {
       const WsyncTensor *tensor = wsync_safetensors_tensor(m->st, t);
       if (!g_hash_table_add(seen, (gpointer)tensor->name)) {

@@ -465,9 +465,7 @@ PyInit__wsync(void)
   if (wsync_py_error == NULL || PyModule_AddObjectRef(m, "Error", wsync_py_error) < 0 ||
       !wsync_py_load_init_types() ||
       PyModule_AddObjectRef(m, "_RankFiles", (PyObject *)&WsyncPyRankFilesType) < 0 ||
-#ifdef WSYNC_PY_SESSION
       !wsync_py_session_init_types(m) ||
-#endif
       PyModule_AddStringConstant(m, "__version__", PACKAGE_VERSION) < 0) {
     Py_DECREF(m);
     return NULL;

@@ -106,6 +106,52 @@ manifest_entries(const WsyncManifestEntry *entries, guint n)
 
 /* ------------------------------------------------------------------ the caller sink */
 
+/* The exporter of a bucket's bytes, counting the buffers it has handed out: every view
+ * derived from bucket.data (a memoryview slice, numpy.frombuffer, torch.frombuffer)
+ * holds one until it is gone, which tells whether any outlives the callback. */
+typedef struct {
+  PyObject_HEAD
+  const guint8 *data;
+  gsize nbytes;
+  gboolean valid;
+  Py_ssize_t exports;
+} BucketDataObject;
+
+static int
+bucket_data_getbuffer(BucketDataObject *self, Py_buffer *view, int flags)
+{
+  if (!self->valid) {
+    PyErr_SetString(PyExc_ValueError, "the bucket's memory was freed when its callback returned");
+    return -1;
+  }
+  if (PyBuffer_FillInfo(view, (PyObject *)self, (void *)(self->data ? self->data : (const guint8 *)""),
+                        (Py_ssize_t)self->nbytes, 1, flags) < 0)
+    return -1;
+  self->exports++;
+  return 0;
+}
+
+static void
+bucket_data_releasebuffer(BucketDataObject *self, Py_buffer *view)
+{
+  (void)view;
+  self->exports--;
+}
+
+static PyBufferProcs bucket_data_as_buffer = {
+    .bf_getbuffer = (getbufferproc)bucket_data_getbuffer,
+    .bf_releasebuffer = (releasebufferproc)bucket_data_releasebuffer,
+};
+
+static PyTypeObject BucketDataType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_wsync._BucketData",
+    .tp_basicsize = sizeof(BucketDataObject),
+    .tp_dealloc = (destructor)PyObject_Del,
+    .tp_as_buffer = &bucket_data_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A bucket's bytes, valid during its callback (internal).",
+};
+
 /* Runs the Python callback on a bucket, in the pushing thread (which has released the
  * GIL).  The memoryview is released after the call: a view kept beyond it would point
  * at freed memory, so a callback that kept one (numpy.frombuffer of it, say) fails the
@@ -116,10 +162,16 @@ on_bucket(const WsyncBucket *bucket, gpointer user_data, GError **error)
   SessionObject *self = user_data;
   PyGILState_STATE gil = PyGILState_Ensure();
   PyObject *b = NULL, *view = NULL, *result = NULL, *released = NULL;
+  BucketDataObject *exporter = PyObject_New(BucketDataObject, &BucketDataType);
   gboolean ok = FALSE;
 
-  view = PyMemoryView_FromMemory(bucket->data != NULL ? (char *)bucket->data : (char *)"",
-                                 (Py_ssize_t)bucket->nbytes, PyBUF_READ);
+  if (exporter != NULL) {
+    exporter->data = bucket->data;
+    exporter->nbytes = bucket->nbytes;
+    exporter->valid = TRUE;
+    exporter->exports = 0;
+    view = PyMemoryView_FromObject((PyObject *)exporter);
+  }
   b = view ? PyStructSequence_New(&BucketType) : NULL;
   if (b != NULL) {
     PyStructSequence_SET_ITEM(b, 0, PyLong_FromUnsignedLongLong(bucket->version));
@@ -135,19 +187,7 @@ on_bucket(const WsyncBucket *bucket, gpointer user_data, GError **error)
   }
   if (b != NULL)
     result = PyObject_CallOneArg(self->callback, b);
-  if (result != NULL) {
-    released = PyObject_CallMethod(view, "release", NULL);
-    if (released == NULL && PyErr_ExceptionMatches(PyExc_BufferError)) {
-      PyErr_Clear();
-      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
-                  "bucket callback: a view of the bucket of rank %u, %s at offset %" G_GUINT64_FORMAT
-                  " is still held after the callback returned (its memory is freed now): copy "
-                  "what you keep (bytes(bucket.data))",
-                  bucket->rank, bucket->file, bucket->file_offset);
-    } else
-      ok = released != NULL;
-  }
-  if (!ok && PyErr_Occurred()) {
+  if (result == NULL && PyErr_Occurred()) {
     /* re-raised as it is by the push or commit that delivered the bucket */
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
@@ -159,17 +199,31 @@ on_bucket(const WsyncBucket *bucket, gpointer user_data, GError **error)
     Py_XSETREF(self->sink_error, value);
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE, "bucket callback raised an exception");
   }
-  if (view != NULL && !ok) {
-    /* whatever happened, no one may read the bucket through this view any more */
-    PyObject *r = PyObject_CallMethod(view, "release", NULL);
-    if (r == NULL)
+  /* Whatever happened, the bytes are freed when we return: the view is released (a kept
+   * Bucket's data then raises ValueError), the exporter refuses new buffers, and a
+   * buffer still exported (an array or view made from bucket.data, kept) is an error
+   * rather than an array over freed memory left unnoticed. */
+  if (view != NULL) {
+    released = PyObject_CallMethod(view, "release", NULL);
+    if (released == NULL)
       PyErr_Clear();
-    Py_XDECREF(r);
+  }
+  if (exporter != NULL) {
+    exporter->valid = FALSE;
+    if (result != NULL && exporter->exports > 0)
+      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
+                  "bucket callback: a view or array of the data of the bucket of rank %u, %s at "
+                  "offset %" G_GUINT64_FORMAT " is still referenced after the callback returned, "
+                  "and its memory is freed now: copy what you keep (bytes(bucket.data))",
+                  bucket->rank, bucket->file, bucket->file_offset);
+    else
+      ok = result != NULL;
   }
   Py_XDECREF(released);
   Py_XDECREF(result);
   Py_XDECREF(b);
   Py_XDECREF(view);
+  Py_XDECREF(exporter);
   PyGILState_Release(gil);
   return ok;
 }
@@ -746,7 +800,8 @@ PyTypeObject WsyncPySessionType = {
 gboolean
 wsync_py_session_init_types(PyObject *module)
 {
-  return PyStructSequence_InitType2(&ManifestEntryType, &manifest_entry_desc) == 0 &&
+  return PyType_Ready(&BucketDataType) == 0 &&
+         PyStructSequence_InitType2(&ManifestEntryType, &manifest_entry_desc) == 0 &&
          PyStructSequence_InitType2(&BucketType, &bucket_desc) == 0 &&
          PyType_Ready(&WsyncPySessionType) == 0 &&
          PyModule_AddObjectRef(module, "Session", (PyObject *)&WsyncPySessionType) == 0 &&

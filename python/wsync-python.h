@@ -86,9 +86,8 @@ PyObject *wsync_py_open_rank(PyObject *self, PyObject *args, PyObject *kwargs);
 
 /* ------------------------------------------------------------------ session.c */
 
-#ifdef WSYNC_PY_SESSION
 extern PyTypeObject WsyncPySessionType;
+/* Readies wsync.Session, wsync.ManifestEntry and wsync.Bucket and adds them to @module. */
 gboolean wsync_py_session_init_types(PyObject *module);
-#endif
 
 #endif /* WSYNC_PYTHON_H */

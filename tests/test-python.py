@@ -348,8 +348,10 @@ def session_manifest_and_digest():
                         assert f.read(e.nbytes) == raw, e
         s.close()
     assert len(digests[0]) == 64 and digests[0] == digests[1] != digests[2], digests
-    expect_error("rank 2 is outside the 2 ranks",
-                 lambda: new_session(src, None, "vllm", "kernel", 2).manifest(2))
+    s = new_session(src, None, "vllm", "kernel", 2)
+    expect_error("manifest: the session has not planned", s.manifest, 0, status=2)
+    s.describe(description(src))
+    expect_error("manifest: rank 2 is outside the 2 ranks", s.manifest, 2, status=2)
 
 
 @test
@@ -447,8 +449,9 @@ def session_push_refusals():
     out = fresh_dir("sess-refusals")
     s, src = open_step(out)
     t = arrays(src)
-    name = "model.layers.0.self_attn.q_proj.weight"
+    name = "model.layers.0.self_attn.k_proj.weight"
     a = t[name]
+    assert a.shape[0] != a.shape[1], a.shape
     rows, cols = a.shape
     expect_error('push: tensor "%s" is BF16 [%d, %d], but the buffer holds F32 elements' % (name, rows, cols),
                  s.push, name, a.astype("float32"), status=3)
@@ -649,9 +652,17 @@ def session_callback_errors():
     s.commit()
     s.close()
     kept = []
-    e = expect_error("is still held after the callback returned", collect_buckets, src, "vllm",
-                     "kernel", 2, 1, 1 << 20, keep=kept)
-    assert e.exit_status == 2
+    expect_error("is still referenced after the callback returned", collect_buckets, src,
+                 "vllm", "kernel", 2, 1, 1 << 20, keep=kept, status=2)
+    # keeping the Bucket itself is fine: its data is released, not dangling
+    buckets = []
+    s = new_session(src, buckets.append, "vllm", "kernel", 2, 1)
+    s.describe(description(src))
+    s.begin(1)
+    push_all(s, arrays(src))
+    s.commit()
+    assert buckets and buckets[0].entries[0].nbytes > 0
+    expect_error("released", bytes, buckets[0].data, kind=ValueError)
 
 
 # ------------------------------------------------------------------ load_rank

@@ -15,13 +15,9 @@ numpy and torch are used when the caller hands them over, never imported here.
 
 import sys
 
-from _wsync import Error, __version__, convert, inspect, merge, plan  # noqa: F401
+from _wsync import (Bucket, Error, ManifestEntry, Session, __version__, convert,  # noqa: F401
+                    inspect, merge, plan)
 import _wsync
-
-try:
-    from _wsync import Bucket, ManifestEntry, Session  # noqa: F401
-except ImportError:  # built without the C session
-    pass
 
 __all__ = ["Error", "Session", "Bucket", "ManifestEntry", "convert", "plan", "merge", "inspect",
            "load_rank"]
@@ -37,6 +33,13 @@ _TORCH_DTYPES = {
     "torch.float8_e8m0fnu": "F8_E8M0", "torch.float8_e4m3fnuz": "F8_E4M3FNUZ",
     "torch.float8_e5m2fnuz": "F8_E5M2FNUZ",
 }
+
+
+def _bad_input(message):
+    """wsync.Error for input data that does not fit (exit status 3, as the command)."""
+    error = Error(message)
+    error.exit_status = 3
+    return error
 
 
 def _shape_text(shape):
@@ -59,20 +62,20 @@ def _destination(params, name, where):
         try:  # sharded-state files also hold persistent buffers (attention scales)
             return params.get_buffer(name)
         except AttributeError:
-            raise Error(f"{what}: the model has no parameter or buffer of that name") from None
+            raise _bad_input(f"{what}: the model has no parameter or buffer of that name") from None
     try:
         return params[name]
     except KeyError:
-        raise Error(f"{what}: params has no entry of that name") from None
+        raise _bad_input(f"{what}: params has no entry of that name") from None
 
 
 def _check_torch(tensor, dtype, shape, what):
     have = _TORCH_DTYPES.get(str(tensor.dtype), str(tensor.dtype))
     if have != dtype:
-        raise Error(f"{what} is {dtype} {_shape_text(shape)}, but the parameter is {have}")
+        raise _bad_input(f"{what} is {dtype} {_shape_text(shape)}, but the parameter is {have}")
     if tuple(tensor.shape) != tuple(shape):
-        raise Error(f"{what} is {dtype} {_shape_text(shape)}, but the parameter has shape "
-                    f"{_shape_text(tensor.shape)}")
+        raise _bad_input(f"{what} is {dtype} {_shape_text(shape)}, but the parameter has "
+                         f"shape {_shape_text(tensor.shape)}")
 
 
 def load_rank(dir, rank, params, *, verify=True, require_commit=True, version=None,
@@ -116,8 +119,9 @@ def load_rank(dir, rank, params, *, verify=True, require_commit=True, version=No
     if tensors:
         _copy_torch(files, tensors)
     if not files.is_current():
-        raise Error(f"{dir}: a new step began while rank {rank} was loading (the commit "
-                    "record changed): the parameters hold a mix of steps; load again")
+        raise _bad_input(f"{dir}: a new step began while rank {rank} was loading (the "
+                         "commit record changed): the parameters hold a mix of steps; load "
+                         "again")
     return files.record
 
 

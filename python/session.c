@@ -30,6 +30,7 @@ typedef struct {
   GRWLock lock;
   PyObject *callback;   /* the caller sink, or NULL */
   PyObject *sink_error; /* the exception the callback raised, until push/commit re-raise it */
+  GThread *in_callback; /* the thread running the callback (they never run at once), or NULL */
   GHashTable *described; /* "name" or "name@o0,o1,..." -> Described* */
 } SessionObject;
 
@@ -185,8 +186,11 @@ on_bucket(const WsyncBucket *bucket, gpointer user_data, GError **error)
       if (PyStructSequence_GET_ITEM(b, i) == NULL)
         Py_CLEAR(b);
   }
-  if (b != NULL)
+  if (b != NULL) {
+    self->in_callback = g_thread_self();
     result = PyObject_CallOneArg(self->callback, b);
+    self->in_callback = NULL;
+  }
   if (result == NULL && PyErr_Occurred()) {
     /* re-raised as it is by the push or commit that delivered the bucket */
     PyObject *type, *value, *tb;
@@ -249,6 +253,11 @@ check_open(SessionObject *self)
 {
   if (self->session == NULL) {
     wsync_py_raise_code(WSYNC_ERROR_USAGE, "the session is closed");
+    return FALSE;
+  }
+  /* the push or commit that runs the callback holds the session's lock */
+  if (self->in_callback == g_thread_self()) {
+    wsync_py_raise_code(WSYNC_ERROR_USAGE, "the bucket callback cannot call the session");
     return FALSE;
   }
   return TRUE;
@@ -694,6 +703,8 @@ static PyObject *
 session_close(SessionObject *self, PyObject *unused)
 {
   (void)unused;
+  if (self->session != NULL && !check_open(self))
+    return NULL;
   close_session(self);
   Py_RETURN_NONE;
 }
@@ -720,8 +731,8 @@ session_get_digest(SessionObject *self, void *closure)
   const char *digest;
 
   (void)closure;
-  if (!check_open(self))
-    return NULL;
+  if (self->session == NULL)
+    return wsync_py_raise_code(WSYNC_ERROR_USAGE, "the session is closed");
   digest = wsync_session_get_digest(self->session);
   if (digest == NULL)
     Py_RETURN_NONE;
@@ -732,8 +743,8 @@ static PyObject *
 session_get_world(SessionObject *self, void *closure)
 {
   (void)closure;
-  if (!check_open(self))
-    return NULL;
+  if (self->session == NULL)
+    return wsync_py_raise_code(WSYNC_ERROR_USAGE, "the session is closed");
   return PyLong_FromUnsignedLong(wsync_session_get_world(self->session));
 }
 

@@ -98,7 +98,7 @@ $W verify "$base/src" "$base/merged" >/dev/null && echo "merge: bit-exact"
 # and copyto's arrays are private, twice the checkpoint).
 rm -rf "$base/dcp" "$base/merged"
 py=${WSYNC_PYTHON:-python3}
-if ls "$build"/python/.libs/_wsync*.so >/dev/null 2>&1; then
+if [ -f "$build/python/.libs/_wsync.so" ]; then
   PYTHONPATH="$top/python:$build/python/.libs${PYTHONPATH:+:$PYTHONPATH}" \
     WSYNC_BENCH_CONF_DIR="$top/conf.d" WSYNC_BENCH_PLUGIN_DIR="$build/plugins/.libs" \
     "$py" "$top/bench/session_bench.py" --tp 4 "$base/src" "$base/session"

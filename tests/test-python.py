@@ -654,6 +654,12 @@ def session_callback_errors():
     kept = []
     expect_error("is still referenced after the callback returned", collect_buckets, src,
                  "vllm", "kernel", 2, 1, 1 << 20, keep=kept, status=2)
+    # the callback runs inside push or commit: calling the session from it is refused
+    s = new_session(src, lambda b: s.commit(), "vllm", "kernel", 2, 1)
+    s.describe(description(src))
+    s.begin(1)
+    expect_error("the bucket callback cannot call the session", push_all, s, arrays(src), status=2)
+    s.close()
     # keeping the Bucket itself is fine: its data is released, not dangling
     buckets = []
     s = new_session(src, buckets.append, "vllm", "kernel", 2, 1)

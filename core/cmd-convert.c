@@ -119,15 +119,24 @@ resolve_layout_args(WsyncContext *ctx, const LayoutArgs *a, WsyncPlanOptions *o,
       {"part-size", 0, 0, G_OPTION_ARG_STRING, &(a).part_size,                                \
        "Start a new file before a tensor that would pass SIZE (default 5G)", "SIZE"}
 
-/* plan and convert: parse the layout options and @n_paths paths, build the plan of
- * argv[1].  On failure returns NULL with *status set. */
+#define FORCE_ENTRY(force)                                                                      \
+  {"force", 0, 0, G_OPTION_ARG_NONE, &(force),                                                  \
+   "Replace DST even when it is not wsync's output (it and everything in it are removed)",     \
+   NULL}
+
+/* plan and convert: parse the layout options (and @force, when not NULL) and @n_paths
+ * paths, build the plan of argv[1].  On failure returns NULL with *status set. */
 static WsyncPlan *
 plan_from_args(WsyncCli *cli, const WsyncCommand *cmd, int *argcp, char ***argvp, int n_paths,
-               int *status)
+               gboolean *force, int *status)
 {
   LayoutArgs a = {0};
-  GOptionEntry entries[] = {LAYOUT_ENTRIES(a), {NULL}};
+  gboolean unused = FALSE;
+  GOptionEntry entries[] = {LAYOUT_ENTRIES(a), FORCE_ENTRY(*(force ? force : &unused)), {NULL}};
   g_autoptr(GError) error = NULL;
+
+  if (force == NULL)
+    entries[G_N_ELEMENTS(entries) - 2] = entries[G_N_ELEMENTS(entries) - 1];
   WsyncPlanOptions o = {0};
   WsyncContext *ctx;
   WsyncPlan *plan = NULL;
@@ -148,7 +157,7 @@ int
 cmd_plan(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
 {
   int status;
-  g_autoptr(WsyncPlan) plan = plan_from_args(cli, cmd, &argc, &argv, 1, &status);
+  g_autoptr(WsyncPlan) plan = plan_from_args(cli, cmd, &argc, &argv, 1, NULL, &status);
 
   if (plan == NULL)
     return status;
@@ -165,12 +174,14 @@ cmd_convert(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
 {
   int status;
   g_autoptr(GError) error = NULL;
-  g_autoptr(WsyncPlan) plan = plan_from_args(cli, cmd, &argc, &argv, 2, &status);
+  WsyncExecOptions x = {0};
+  g_autoptr(WsyncPlan) plan = plan_from_args(cli, cmd, &argc, &argv, 2, &x.force, &status);
 
   if (plan == NULL)
     return status;
   const char *dst = argv[2]; /* option parsing left: program, SRC, DST */
-  if (!wsync_plan_execute(plan, dst, !cli->quiet && isatty(STDERR_FILENO), &error))
+  x.progress = !cli->quiet && isatty(STDERR_FILENO);
+  if (!wsync_plan_execute(plan, dst, &x, &error))
     return cli_fail(error);
   if (cli->json) {
     g_autoptr(JsonNode) root = wsync_plan_to_json(plan);
@@ -207,6 +218,7 @@ cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   gint layers = -1;
   gint64 seed = 0;
   gboolean fused = FALSE;
+  WsyncExecOptions x = {0};
   GOptionEntry entries[] = {
       {"config", 'c', 0, G_OPTION_ARG_FILENAME, &config, "The model's config.json", "CONFIG"},
       {"layers", 0, 0, G_OPTION_ARG_INT, &layers, "Only the first N layers", "N"},
@@ -219,6 +231,7 @@ cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
        "P"},
       {"part-size", 0, 0, G_OPTION_ARG_STRING, &part_size, "File size limit (default 5G)",
        "SIZE"},
+      FORCE_ENTRY(x.force),
       {NULL}};
   g_autoptr(GError) error = NULL;
   WsyncPlanOptions o = {0};
@@ -261,7 +274,8 @@ cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   if (!parse_size(part_size ? part_size : "5G", &o.part_size, &error))
     return cli_fail(error);
   g_autoptr(WsyncPlan) plan = wsync_plan_new(ctx, config, &o, &error);
-  if (plan == NULL || !wsync_plan_execute(plan, argv[1], !cli->quiet && isatty(2), &error))
+  x.progress = !cli->quiet && isatty(STDERR_FILENO);
+  if (plan == NULL || !wsync_plan_execute(plan, argv[1], &x, &error))
     return cli_fail(error);
   if (!cli->quiet)
     printf("wrote %s: %" G_GUINT64_FORMAT " bytes\n", argv[1], wsync_plan_total_bytes(plan));
@@ -271,6 +285,7 @@ cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
 int
 cmd_merge(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
 {
+  WsyncExecOptions x = {0};
   g_autofree char *part_size = NULL;
   g_autofree char *threads = NULL;
   GOptionEntry entries[] = {
@@ -280,6 +295,7 @@ cmd_merge(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
        "SIZE"},
       {"threads", 0, 0, G_OPTION_ARG_STRING, &threads,
        "Worker threads (default: the number of cores)", "N"},
+      FORCE_ENTRY(x.force),
       {NULL}};
   g_autoptr(GError) error = NULL;
   WsyncPlanOptions o = {.target = "hf", .tp = 1, .ep = 1, .rank = -1, .merge = TRUE};
@@ -299,7 +315,8 @@ cmd_merge(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
     return cli_fail(error);
   o.threads = (guint)n;
   g_autoptr(WsyncPlan) plan = wsync_plan_new(ctx, argv[1], &o, &error);
-  if (plan == NULL || !wsync_plan_execute(plan, argv[2], !cli->quiet && isatty(2), &error))
+  x.progress = !cli->quiet && isatty(STDERR_FILENO);
+  if (plan == NULL || !wsync_plan_execute(plan, argv[2], &x, &error))
     return cli_fail(error);
   if (cli->json) {
     g_autoptr(JsonNode) root = wsync_plan_to_json(plan);

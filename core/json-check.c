@@ -9,14 +9,7 @@
 char *
 wsync_json_printable(const char *s)
 {
-  GString *out = g_string_new(NULL);
-  for (const guchar *p = (const guchar *)s; *p; p++) {
-    if (*p < 0x20 || *p == 0x7f)
-      g_string_append_printf(out, "\\x%02x", *p);
-    else
-      g_string_append_c(out, (char)*p);
-  }
-  return g_string_free(out, FALSE);
+  return wsync_printable(s);
 }
 
 gboolean

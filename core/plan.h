@@ -35,9 +35,26 @@ void wsync_plan_free(WsyncPlan *plan);
 void wsync_plan_print(WsyncPlan *plan, FILE *out);
 JsonNode *wsync_plan_to_json(WsyncPlan *plan);
 
+/* How wsync_plan_execute() treats DST and the terminal. */
+typedef struct {
+  gboolean progress; /* progress lines on stderr */
+  gboolean force;    /* replace an existing DST even when it is not wsync's own output */
+} WsyncExecOptions;
+
 /* Writes the planned files into DST, atomically (temporary sibling, then rename), with
- * the source's non-weight files (config.json through the config patchers). */
-gboolean wsync_plan_execute(WsyncPlan *plan, const char *dst, gboolean progress, GError **error);
+ * the source's companion files (config.json through the config patchers).
+ *
+ * DST is refused (#WSYNC_ERROR_USAGE, naming it) when it is SRC, lies inside SRC or
+ * contains SRC (compared by device and inode, however the paths are spelled), is a
+ * symlink or not a directory, or is a directory that is neither empty nor wsync's own
+ * output (it holds WSYNC_OUTPUT_MARKER) unless @opts->force.  The marker is the last
+ * file written into the temporary directory before it is swapped into place; the
+ * previous DST is then removed without following any symlink. */
+gboolean wsync_plan_execute(WsyncPlan *plan, const char *dst, const WsyncExecOptions *opts,
+                            GError **error);
+
+/* The file that marks a directory as wsync's output (written last, see above). */
+#define WSYNC_OUTPUT_MARKER ".wsync-output"
 
 /* Runs every config patcher on @root; TRUE when none failed. */
 gboolean wsync_run_config_patchers(WsyncContext *ctx, JsonNode *root, GError **error);

@@ -5,31 +5,18 @@
 #include <string.h>
 
 #include "cli.h"
+#include "files.h"
 #include "plan.h"
 
 static JsonNode *
 load_config(const char *path, GError **error)
 {
-  g_autoptr(JsonParser) parser = json_parser_new();
-  g_autoptr(GError) local = NULL;
-  JsonNode *root;
-
   if (!g_file_test(path, G_FILE_TEST_EXISTS)) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO, "%s: no such file", path);
+    g_autofree char *ppath = wsync_printable(path);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO, "%s: no such file", ppath);
     return NULL;
   }
-  if (!json_parser_load_from_file(parser, path, &local)) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: not valid JSON: %s", path,
-                local->message);
-    return NULL;
-  }
-  root = json_parser_get_root(parser);
-  if (root == NULL || !JSON_NODE_HOLDS_OBJECT(root)) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: the top level is not an object",
-                path);
-    return NULL;
-  }
-  return json_node_copy(root);
+  return wsync_config_json_load(path, error);
 }
 
 int

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "files.h"
 #include "plan.h"
 
 /* Options shared by plan and convert; strings so that unset is visible. */
@@ -251,15 +252,9 @@ cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   if (ctx == NULL)
     return cli_fail(error);
 
-  g_autoptr(JsonParser) parser = json_parser_new();
-  g_autoptr(GError) local = NULL;
-  if (!json_parser_load_from_file(parser, config, &local) ||
-      !JSON_NODE_HOLDS_OBJECT(json_parser_get_root(parser))) {
-    g_set_error(&error, WSYNC_ERROR, local ? WSYNC_ERROR_BAD_INPUT : WSYNC_ERROR_BAD_INPUT,
-                "%s: %s", config, local ? local->message : "the top level is not an object");
+  g_autoptr(JsonNode) root = wsync_config_json_load(config, &error);
+  if (root == NULL)
     return cli_fail(error);
-  }
-  g_autoptr(JsonNode) root = json_node_copy(json_parser_get_root(parser));
   if (layers > 0)
     trim_layers(json_node_get_object(root), layers);
 

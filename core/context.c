@@ -127,6 +127,41 @@ blank_comments(char *text)
   }
 }
 
+/* libconfuse 3.3 parses nested blocks by recursion without a limit (a later release
+ * added one): a file nesting some 50000 blocks overflows its stack.  Nothing wsync
+ * reads nests more than two levels, so deeper text is refused before libconfuse sees
+ * it.  Runs on text whose comments are blanked; quoted strings are skipped. */
+#define CONF_MAX_DEPTH 16
+
+static gboolean
+check_nesting(const char *text, const char *source_name, GError **error)
+{
+  guint depth = 0, line = 1;
+  char quote = 0;
+
+  for (const char *p = text; *p != '\0'; p++) {
+    if (*p == '\n')
+      line++;
+    if (quote) {
+      if (*p == '\\' && p[1] != '\0')
+        p++;
+      else if (*p == quote)
+        quote = 0;
+      continue;
+    }
+    if (*p == '"' || *p == '\'')
+      quote = *p;
+    else if ((*p == '{' || *p == '(') && ++depth > CONF_MAX_DEPTH) {
+      g_autofree char *pname = wsync_printable(source_name);
+      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG,
+                  "%s:%u: blocks nest deeper than %d levels", pname, line, CONF_MAX_DEPTH);
+      return FALSE;
+    } else if ((*p == '}' || *p == ')') && depth > 0)
+      depth--;
+  }
+  return TRUE;
+}
+
 /* Parses @source into a fresh @cfg, turning libconfuse's error report into a GError. */
 static gboolean
 parse_source(cfg_t *cfg, const Source *source, GError **error)
@@ -143,6 +178,8 @@ parse_source(cfg_t *cfg, const Source *source, GError **error)
     return FALSE;
   }
   blank_comments(text);
+  if (!check_nesting(text, source->name, error))
+    return FALSE;
   parse_errors.message = g_string_new(NULL);
   parse_errors.source_name = source->name;
   cfg_set_error_function(cfg, collect_error);

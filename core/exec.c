@@ -15,6 +15,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -299,6 +301,8 @@ cast_inner(const Walk *w, guint from, const guint8 *src, guint8 *dst, WsyncDtype
 
 /* ------------------------------------------------------------------ work items */
 
+typedef struct _Executor Executor;
+
 typedef struct {
   const WsyncPlan *plan;
   const Op *op;
@@ -307,8 +311,9 @@ typedef struct {
   guint64 outer_from;     /* range of the op's first axis this item does */
   guint64 outer_to;
   guint64 bytes;          /* output bytes this item writes, for progress */
-  gint *remaining;
-  guint64 *done_bytes;
+  const char *out_path;   /* the output file and tensor, for messages */
+  const char *out_name;
+  Executor *ex;
 } WorkItem;
 
 /* Repeats one element's bytes over a box of the tensor. */
@@ -460,25 +465,120 @@ create_files(WsyncPlan *plan, WsyncLayout *layout, const char *dir, GHashTable *
   return g_steal_pointer(&files);
 }
 
-static void
-worker(gpointer data, gpointer user_data)
-{
-  WorkItem *item = data;
-  (void)user_data;
-
-  run_copy(item);
-  __atomic_fetch_add(item->done_bytes, item->bytes, __ATOMIC_RELAXED);
-  g_atomic_int_dec_and_test(item->remaining);
-}
-
-typedef struct {
+struct _Executor {
   GThreadPool *pool;
   gint remaining;
   GPtrArray *items;
   guint64 done_bytes, total_bytes;
   gboolean progress;
   gint64 last_report; /* monotonic µs of the last progress line */
-} Executor;
+  gint failed;        /* set once anything failed: the rest is skipped */
+  GMutex lock;
+  GError *fault;      /* the first fault, under lock */
+};
+
+/* ------------------------------------------------------------------ faults on the maps
+ *
+ * Inputs and outputs are memory maps.  A file that shrinks under its map (truncated by
+ * another process while wsync runs) turns the next access into SIGBUS, which would kill
+ * the process and leave the temporary directory behind.  Every copy therefore runs
+ * behind a per-thread recovery point: the SIGBUS handler jumps back to it and the copy
+ * fails with an I/O error naming the file; a SIGBUS outside a copy goes to whatever
+ * handled it before (by default, the end of the process).  The copies only read and
+ * write memory (no locks, no allocation), so leaving one in the middle is safe. */
+
+static __thread sigjmp_buf *fault_jump;
+static __thread void *fault_address;
+static struct sigaction previous_sigbus;
+
+static void
+on_sigbus(int sig, siginfo_t *info, void *context)
+{
+  (void)sig;
+  (void)context;
+  if (fault_jump != NULL) {
+    fault_address = info->si_addr;
+    siglongjmp(*fault_jump, 1);
+  }
+  /* not a copy's fault: the access repeats when this returns, under the old action */
+  sigaction(SIGBUS, &previous_sigbus, NULL);
+}
+
+static gpointer
+install_sigbus_handler(gpointer data)
+{
+  struct sigaction sa;
+
+  (void)data;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_sigbus;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGBUS, &sa, &previous_sigbus);
+  return NULL;
+}
+
+/* Runs @fn(@data); FALSE with the faulting address when it touched a page its file no
+ * longer has. */
+static gboolean
+run_guarded(void (*fn)(gconstpointer), gconstpointer data, void **address)
+{
+  static GOnce once = G_ONCE_INIT;
+  sigjmp_buf jump;
+
+  g_once(&once, install_sigbus_handler, NULL);
+  if (sigsetjmp(jump, 1) != 0) {
+    fault_jump = NULL;
+    *address = fault_address;
+    return FALSE;
+  }
+  fault_jump = &jump;
+  fn(data);
+  fault_jump = NULL;
+  return TRUE;
+}
+
+/* Records the first fault as an I/O error naming the file that shrank: the input
+ * tensor's when the address lies in it, else the output's. */
+static void
+record_fault(Executor *ex, const char *out_path, const char *out_name, const Op *op,
+             const void *address)
+{
+  const WsyncTensor *in = op && op->source->kind != SOURCE_GENERATED ? op->source->input : NULL;
+  gboolean reading = in != NULL && (const guint8 *)address >= in->data &&
+                     (const guint8 *)address < in->data + in->nbytes;
+
+  g_mutex_lock(&ex->lock);
+  if (ex->fault == NULL) {
+    g_autofree char *file = wsync_printable(reading ? in->file : out_path);
+    g_autofree char *tensor = wsync_printable(reading ? in->name : out_name);
+    g_set_error(&ex->fault, WSYNC_ERROR, WSYNC_ERROR_IO,
+                "cannot %s %s: the file shrank while wsync was %s it (tensor \"%s\")",
+                reading ? "read" : "write", file, reading ? "reading" : "writing", tensor);
+  }
+  g_mutex_unlock(&ex->lock);
+  g_atomic_int_set(&ex->failed, 1);
+}
+
+static void
+run_copy_cb(gconstpointer data)
+{
+  run_copy(data);
+}
+
+static void
+worker(gpointer data, gpointer user_data)
+{
+  WorkItem *item = data;
+  Executor *ex = item->ex;
+  void *address = NULL;
+  (void)user_data;
+
+  if (!g_atomic_int_get(&ex->failed) && !run_guarded(run_copy_cb, item, &address))
+    record_fault(ex, item->out_path, item->out_name, item->op, address);
+  __atomic_fetch_add(&ex->done_bytes, item->bytes, __ATOMIC_RELAXED);
+  g_atomic_int_dec_and_test(&ex->remaining);
+}
 
 /* "wsync: 12.3 GB of 60.1 GB written (20%)" on stderr, at most twice a second. */
 static void
@@ -495,16 +595,34 @@ report_progress(Executor *ex, gboolean force)
           (guint)(100 * done / ex->total_bytes));
 }
 
+typedef struct {
+  guint8 *base;
+  const Fill *fill;
+  gsize esize;
+  const WsyncLayoutTensor *lt;
+} FillJob;
+
+static void
+run_fill_cb(gconstpointer data)
+{
+  const FillJob *job = data;
+  run_fill(job->base, job->fill, job->esize, job->lt->ndim, job->lt->shape);
+}
+
 /* Queues the ops of one tensor, splitting big copies along their first axis. */
 static void
-queue_tensor(Executor *ex, WsyncPlan *plan, WsyncLayoutTensor *lt, guint8 *base)
+queue_tensor(Executor *ex, WsyncPlan *plan, WsyncLayoutTensor *lt, const char *out_path,
+             guint8 *base)
 {
   gsize esize = wsync_dtype_size(lt->dtype);
 
-  for (guint i = 0; i < lt->ops->len; i++) {
+  for (guint i = 0; i < lt->ops->len && !g_atomic_int_get(&ex->failed); i++) {
     const Op *op = &g_array_index(lt->ops, Op, i);
     if (op->kind == OP_FILL) {
-      run_fill(base, op->fill, esize, lt->ndim, lt->shape); /* small: done inline */
+      FillJob job = {base, op->fill, esize, lt}; /* small: done inline */
+      void *address = NULL;
+      if (!run_guarded(run_fill_cb, &job, &address))
+        record_fault(ex, out_path, lt->name, NULL, address);
       continue;
     }
     guint64 outer = op->ndim ? op->extent[0] : 1, bytes = esize;
@@ -520,8 +638,9 @@ queue_tensor(Executor *ex, WsyncPlan *plan, WsyncLayoutTensor *lt, guint8 *base)
       item->dst_base = base;
       item->outer_from = from;
       item->outer_to = MIN(from + step, outer);
-      item->remaining = &ex->remaining;
-      item->done_bytes = &ex->done_bytes;
+      item->out_path = out_path;
+      item->out_name = lt->name;
+      item->ex = ex;
       item->bytes = (item->outer_to - item->outer_from) * per_outer;
       g_ptr_array_add(ex->items, item);
       g_atomic_int_inc(&ex->remaining);
@@ -542,14 +661,24 @@ write_layout(WsyncPlan *plan, WsyncLayout *layout, const char *dir, Executor *ex
     WsyncLayoutTensor *lt = layout->tensors->pdata[i];
     OutFile *f = files->pdata[lt->part];
     guint8 *base = wsync_safetensors_writer_data(f->writer, lt->name, error);
-    if (base == NULL && lt->nbytes > 0)
-      return FALSE;
-    queue_tensor(ex, plan, lt, base);
+    if (base == NULL && lt->nbytes > 0) {
+      g_atomic_int_set(&ex->failed, 1);
+      break;
+    }
+    queue_tensor(ex, plan, lt, f->path, base);
   }
-  /* wait for this rank's copies before its files are flushed */
+  /* wait for this rank's copies before its files are flushed (or, after a failure,
+   * before they are unmapped) */
   while (g_atomic_int_get(&ex->remaining) > 0) {
     g_usleep(1000);
     report_progress(ex, FALSE);
+  }
+  if (g_atomic_int_get(&ex->failed)) {
+    g_mutex_lock(&ex->lock);
+    if (ex->fault != NULL && (error == NULL || *error == NULL))
+      g_propagate_error(error, g_steal_pointer(&ex->fault));
+    g_mutex_unlock(&ex->lock);
+    return FALSE;
   }
   for (guint p = 0; p < files->len; p++)
     if (!wsync_safetensors_writer_finish(((OutFile *)files->pdata[p])->writer, error))
@@ -976,6 +1105,7 @@ wsync_plan_execute(WsyncPlan *plan, const char *dst_arg, const WsyncExecOptions 
   }
   g_thread_pool_free(ex.pool, FALSE, TRUE);
   g_ptr_array_unref(ex.items);
+  g_clear_error(&ex.fault);
   if (ok && weight_map != NULL) {
     g_autofree char *index = g_build_filename(tmp, WSYNC_INDEX_NAME, NULL);
     ok = wsync_index_write(index, wsync_plan_total_bytes(plan), weight_map, error);

@@ -15,9 +15,12 @@
  */
 #include "config.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "files.h"
 #include "plan.h"
 #include "plan-private.h"
 
@@ -197,28 +200,20 @@ wsync_plan_total_bytes(WsyncPlan *plan)
 
 /* ------------------------------------------------------------------ step 1: describe */
 
+/* config.json through the core's one loader (size limit, regular file, JSON depth and
+ * duplicate-key checks); a missing file is named for what it is. */
 static JsonNode *
 load_config(const char *path, GError **error)
 {
-  g_autoptr(JsonParser) parser = json_parser_new();
-  g_autoptr(GError) local = NULL;
+  struct stat st;
 
-  if (!g_file_test(path, G_FILE_TEST_IS_REGULAR)) {
+  if (stat(path, &st) != 0 && (errno == ENOENT || errno == ENOTDIR)) {
+    g_autofree char *ppath = wsync_printable(path);
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                "%s: missing (a checkpoint directory needs its config.json)", path);
+                "%s: missing (a checkpoint directory needs its config.json)", ppath);
     return NULL;
   }
-  if (!json_parser_load_from_file(parser, path, &local)) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: not valid JSON: %s", path,
-                local->message);
-    return NULL;
-  }
-  if (!JSON_NODE_HOLDS_OBJECT(json_parser_get_root(parser))) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: the top level is not an object",
-                path);
-    return NULL;
-  }
-  return json_node_copy(json_parser_get_root(parser));
+  return wsync_config_json_load(path, error);
 }
 
 static char *

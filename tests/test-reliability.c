@@ -408,6 +408,110 @@ test_dst_mode_follows_umask(Fixture *f, gconstpointer data)
   }
 }
 
+/* ------------------------------------------------------------------ crashes */
+
+/* A config.json nesting 75000 arrays deep (json-glib recursed until the stack ran out). */
+static char *
+deep_config(Fixture *f, const char *dir_name, gsize *byte)
+{
+  g_autofree char *dir = path_in(f, dir_name);
+  const char *prefix = "{\"model_type\": \"qwen3_moe\", \"deep\": ";
+  GString *text = g_string_new(prefix);
+
+  for (int i = 0; i < 75000; i++)
+    g_string_append_c(text, '[');
+  for (int i = 0; i < 75000; i++)
+    g_string_append_c(text, ']');
+  g_string_append(text, "}\n");
+  *byte = strlen(prefix) + 63; /* the 65th level: the 64th bracket after the object's */
+  g_mkdir(dir, 0755);
+  char *config = test_write(dir, "config.json", text->str);
+  g_string_free(text, TRUE);
+  return config;
+}
+
+static void
+test_deep_config_json(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  gsize byte;
+  g_autofree char *config = deep_config(f, "deep", &byte);
+  g_autofree char *msg =
+      g_strdup_printf("%s: JSON nests deeper than 64 levels (at byte %zu)", config, byte);
+  /* the same checkpoint with the deep config */
+  g_autofree char *src = path_in(f, "deep");
+  g_autofree char *weights = g_build_filename(f->tiny, "model-00001-of-00001.safetensors", NULL);
+  g_autofree char *copy = g_build_filename(src, "model-00001-of-00001.safetensors", NULL);
+  test_copy(weights, copy);
+  g_autofree char *out = path_in(f, "out");
+
+  Run r = run_wsync(f, "plan", src, "--target", "vllm", NULL);
+  assert_refusal(&r, 3, msg);
+  run_clear(&r);
+  r = run_wsync(f, "convert", src, out, "--target", "vllm", NULL);
+  assert_refusal(&r, 3, msg);
+  run_clear(&r);
+  r = run_wsync(f, "config", config, NULL);
+  assert_refusal(&r, 3, msg);
+  run_clear(&r);
+  r = run_wsync(f, "synth", "--config", config, out, NULL);
+  assert_refusal(&r, 3, msg);
+  run_clear(&r);
+  g_assert_false(g_file_test(out, G_FILE_TEST_EXISTS));
+}
+
+/* A conf.d file nesting 50000 blocks (libconfuse 3.3 recursed until the stack ran out). */
+static void
+test_deep_conf_file(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  GString *text = g_string_new("# deep\n");
+  for (int i = 0; i < 50000; i++)
+    g_string_append(text, "x {");
+  for (int i = 0; i < 50000; i++)
+    g_string_append_c(text, '}');
+  g_autofree char *conf = test_write(f->conf, "20-deep.conf", text->str);
+  g_string_free(text, TRUE);
+
+  Run r = run_wsync(f, "plugins", NULL);
+  g_autofree char *msg = g_strdup_printf("%s:2: blocks nest deeper than 16 levels", conf);
+  assert_refusal(&r, 2, msg);
+  run_clear(&r);
+  /* sixteen levels are for libconfuse to judge (this text is simply not wsync's syntax) */
+  g_free(test_write(f->conf, "20-deep.conf", "sync {\n  target = \"vllm\"\n}\n"));
+  r = run_wsync(f, "plugins", "-q", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+}
+
+/* A source truncated while convert runs: an I/O error, not SIGBUS; the temporary is
+ * removed and the previous DST stays. */
+static void
+test_source_shrinks_while_converting(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *out = path_in(f, "out");
+  Run r = run_wsync(f, "convert", f->tiny, out, "--target", "hf", "-q", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+
+  g_autofree char *weights = g_build_filename(f->tiny, "model-00001-of-00001.safetensors", NULL);
+  g_autofree char *conf = g_strdup_printf(
+      "plugin \"saboteur\" {\n  truncate = \"%s\"\n}\n", weights);
+  g_free(test_write(f->conf, "20-saboteur.conf", conf));
+  r = run_wsync(f, "convert", f->tiny, out, "--target", "vllm", "--threads", "1", NULL);
+  g_autofree char *prefix = g_strdup_printf(
+      "wsync: cannot read %s: the file shrank while wsync was reading it (tensor \"", weights);
+  if (r.status != 4 || !g_str_has_prefix(r.err, prefix) || !g_str_has_suffix(r.err, "\")\n") ||
+      strchr(r.err, '\n') != r.err + strlen(r.err) - 1)
+    g_error("exit %d, stderr \"%s\"", r.status, r.err);
+  g_assert_cmpstr(r.out, ==, "");
+  run_clear(&r);
+  g_autofree char *names = names_in(out);
+  g_assert_cmpstr(names, ==, HF_FILES);
+  assert_no_temporaries(f->dir);
+}
+
 #define ADD(path, fn) g_test_add(path, Fixture, NULL, fixture_setup, fn, fixture_teardown)
 
 int
@@ -423,5 +527,8 @@ main(int argc, char **argv)
   ADD("/reliability/dst/old-symlinks-not-followed", test_old_dst_symlinks_not_followed);
   ADD("/reliability/dst/trailing-slash", test_dst_trailing_slash);
   ADD("/reliability/dst/mode-follows-umask", test_dst_mode_follows_umask);
+  ADD("/reliability/crash/deep-config-json", test_deep_config_json);
+  ADD("/reliability/crash/deep-conf-file", test_deep_conf_file);
+  ADD("/reliability/crash/source-shrinks", test_source_shrinks_while_converting);
   return g_test_run();
 }

@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 
 #include "context-private.h"
+#include "files.h"
 
 /* libconfuse's lexer keeps its state in globals and its callbacks take no user data:
  * parsing is serialised, and the strict pass finds its context here. */
@@ -162,21 +163,38 @@ check_nesting(const char *text, const char *source_name, GError **error)
   return TRUE;
 }
 
+/* A conf.d file: a regular file (a FIFO would block every command) of at most
+ * WSYNC_CONF_FILE_MAX bytes, NUL-terminated for libconfuse. */
+static gboolean
+read_conf_file(const char *path, char **text, GError **error)
+{
+  gsize len;
+
+  if (!wsync_file_read_regular(path, WSYNC_CONF_FILE_MAX, "configuration file",
+                               WSYNC_ERROR_CONFIG, text, &len, error))
+    return FALSE;
+  if (memchr(*text, '\0', len) != NULL) {
+    g_autofree char *ppath = wsync_printable(path);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG, "%s: holds a NUL byte; not a text file",
+                ppath);
+    g_free(*text);
+    *text = NULL;
+    return FALSE;
+  }
+  return TRUE;
+}
+
 /* Parses @source into a fresh @cfg, turning libconfuse's error report into a GError. */
 static gboolean
 parse_source(cfg_t *cfg, const Source *source, GError **error)
 {
   g_autofree char *text = NULL;
-  g_autoptr(GError) local = NULL;
   int rc;
 
   if (source->text != NULL)
     text = g_strdup(source->text);
-  else if (!g_file_get_contents(source->name, &text, NULL, &local)) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG, "%s: cannot read configuration file: %s",
-                source->name, local->message);
+  else if (!read_conf_file(source->name, &text, error))
     return FALSE;
-  }
   blank_comments(text);
   if (!check_nesting(text, source->name, error))
     return FALSE;

@@ -124,6 +124,11 @@ wsync_file_read_regular(const char *path, gsize max, const char *what, WsyncErro
   int fd = wsync_file_open_regular(path, FALSE, code, &st, error);
   if (fd < 0)
     return FALSE;
+  if ((guint64)st.st_size > max) { /* refused before reading anything */
+    g_autofree char *limit = format_limit(max);
+    close(fd);
+    return refuse_file(error, code, path, "more than %s; a %s is never that big", limit, what);
+  }
   gboolean ok = wsync_file_read_bounded(fd, path, max, what, code, text, len, error);
   close(fd);
   return ok;

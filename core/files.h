@@ -18,9 +18,9 @@
 G_BEGIN_DECLS
 
 /* Size limits of the small files wsync reads whole.  Published configs are a few KB
- * and the largest published index (DeepSeek-V3, ~92k tensors) is about 9 MB. */
+ * and the indexes of the largest published checkpoints a few MB. */
 #define WSYNC_CONFIG_JSON_MAX (16u << 20)
-#define WSYNC_INDEX_JSON_MAX (256u << 20)
+#define WSYNC_INDEX_JSON_MAX (64u << 20)
 #define WSYNC_CONF_FILE_MAX (1u << 20)
 
 /* Opens @path for reading and insists that it is a regular file, so that a FIFO, a

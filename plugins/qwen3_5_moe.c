@@ -79,6 +79,7 @@
 /* Layer, expert, vision block and MTP layer counts: each adds tensors to the plan (the
  * largest published model has 60 layers and 512 experts, hf-qwen.md §3). */
 #define COUNT_MAX 65536
+#define EXPERT_TENSORS_MAX (3u << 18)
 
 /* One JSON object of the config and the prefix its fields carry in messages. */
 typedef struct {
@@ -136,6 +137,8 @@ not_a(const Fields *f, const char *key, JsonNode *node, const char *want, GError
 {
   g_autofree char *text = json_to_string(node, FALSE);
 
+  if (strlen(text) > 64) /* a long list is named, not quoted whole */
+    strcpy(text + 60, "...");
   g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "field \"%s%s\" must be %s, not %s",
               f->where, key, want, text);
   return FALSE;
@@ -513,6 +516,15 @@ check_sizes(const Q35Config *c, GError **error)
     return too_many(c->text.where, "mtp_num_hidden_layers", c->mtp_layers, error);
   if (v->depth > COUNT_MAX)
     return too_many("vision_config.", "depth", v->depth, error);
+  /* hf-experts writes three tensors for every expert of every layer, MTP included */
+  guint64 expert_tensors = (c->layers + c->mtp_layers) * c->experts * 3;
+  if (expert_tensors > EXPERT_TENSORS_MAX) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "%" G_GUINT64_FORMAT " layers of %" G_GUINT64_FORMAT " experts make %"
+                G_GUINT64_FORMAT " expert tensors, more than %u",
+                c->layers + c->mtp_layers, c->experts, expert_tensors, EXPERT_TENSORS_MAX);
+    return FALSE;
+  }
   /* each pair of factors is below 2^62, so the sums below cannot overflow */
   ok = FITS(c->vocab, c->hidden) && FITS(2, c->hidden, c->hidden) &&
        FITS(2, c->heads, c->head_dim, c->hidden) && FITS(c->kv_heads, c->head_dim, c->hidden) &&

@@ -40,7 +40,7 @@ typedef struct {
   gboolean dense;    /* model_type "qwen3": no experts anywhere */
   guint64 hidden, heads, kv_heads, head_dim, vocab, layers;
   guint64 experts, moe_inter, inter, sparse_step;
-  JsonArray *mlp_only; /* nullable */
+  guint8 *dense_layer; /* by layer: listed in mlp_only_layers (NULL: none listed) */
   gboolean tie;
   WsyncDtype dtype;
 } Qwen3Config;
@@ -73,6 +73,9 @@ static gboolean
 not_a(const Qwen3Config *c, const char *key, JsonNode *node, const char *want, GError **error)
 {
   g_autofree char *text = json_to_string(node, FALSE);
+
+  if (strlen(text) > 64) /* a long list is named, not quoted whole */
+    strcpy(text + 60, "...");
 
   g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
               "field \"%s%s\" must be %s, not %s", c->where, key, want, text);
@@ -188,23 +191,51 @@ read_dtype(Qwen3Config *c, GError **error)
   return TRUE;
 }
 
-/* mlp_only_layers: a list of layer indices (hf-qwen.md §1.1). */
+/* Counts are capped as soon as they are read, before anything iterates over them: each
+ * layer and each expert adds tensors to the plan, and written per expert, "hf" has
+ * three tensors for every expert of every MoE layer (the largest published model has
+ * 94 layers and 128 experts, hf-qwen.md §3). */
+#define COUNT_MAX 65536
+#define EXPERT_TENSORS_MAX (3u << 18)
+
+static gboolean
+too_many(const Qwen3Config *c, const char *key, const char *unit, guint64 value, GError **error)
+{
+  if (unit != NULL)
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "field \"%s%s\" has %" G_GUINT64_FORMAT " %s, more than %d", c->where, key,
+                value, unit, COUNT_MAX);
+  else
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "field \"%s%s\" is %" G_GUINT64_FORMAT ", more than %d", c->where, key, value,
+                COUNT_MAX);
+  return FALSE;
+}
+
+/* mlp_only_layers: a list of layer indices (hf-qwen.md §1.1), kept as one flag per
+ * layer, so that telling a layer's kind costs the same however long the list is.
+ * Indices past the last layer match no layer, as in Transformers and vLLM. */
 static gboolean
 read_mlp_only(Qwen3Config *c, GError **error)
 {
   JsonNode *node = field(c, "mlp_only_layers");
+  JsonArray *list;
 
   if (node == NULL)
     return TRUE;
   if (!JSON_NODE_HOLDS_ARRAY(node))
     return not_a(c, "mlp_only_layers", node, "a list of layer indices", error);
-  c->mlp_only = json_node_get_array(node);
-  for (guint i = 0; i < json_array_get_length(c->mlp_only); i++) {
-    guint64 ignored;
+  list = json_node_get_array(node);
+  if (json_array_get_length(list) > COUNT_MAX)
+    return too_many(c, "mlp_only_layers", "entries", json_array_get_length(list), error);
+  c->dense_layer = g_new0(guint8, c->layers);
+  for (guint i = 0; i < json_array_get_length(list); i++) {
+    guint64 layer;
 
-    if (!node_uint(c, "mlp_only_layers", json_array_get_element(c->mlp_only, i), 0, &ignored,
-                   NULL))
+    if (!node_uint(c, "mlp_only_layers", json_array_get_element(list, i), 0, &layer, NULL))
       return not_a(c, "mlp_only_layers", node, "a list of layer indices", error);
+    if (layer < c->layers)
+      c->dense_layer[layer] = TRUE;
   }
   return TRUE;
 }
@@ -239,7 +270,8 @@ read_attention_fields(Qwen3Config *c, GError **error)
          required_uint(c, "num_key_value_heads", NULL, 1, &c->kv_heads, error) &&
          read_head_dim(c, error) &&
          required_uint(c, "vocab_size", NULL, 1, &c->vocab, error) &&
-         required_uint(c, "num_hidden_layers", NULL, 1, &c->layers, error);
+         required_uint(c, "num_hidden_layers", NULL, 1, &c->layers, error) &&
+         (c->layers <= COUNT_MAX || too_many(c, "num_hidden_layers", NULL, c->layers, error));
 }
 
 /* Whether layer @layer is MoE.  Transformers v4 Qwen3MoeDecoderLayer and vLLM
@@ -251,10 +283,7 @@ layer_is_moe(const Qwen3Config *c, guint64 layer)
 {
   if (c->dense || c->experts == 0 || (layer + 1) % c->sparse_step != 0)
     return FALSE;
-  for (guint i = 0; c->mlp_only != NULL && i < json_array_get_length(c->mlp_only); i++)
-    if ((guint64)json_array_get_int_element(c->mlp_only, i) == layer)
-      return FALSE;
-  return TRUE;
+  return c->dense_layer == NULL || !c->dense_layer[layer];
 }
 
 static gboolean
@@ -275,6 +304,7 @@ read_mlp_fields(Qwen3Config *c, GError **error)
   c->sparse_step = 1;
   if (!c->dense &&
       (!required_uint(c, "num_experts", "num_local_experts", 0, &c->experts, error) ||
+       (c->experts > COUNT_MAX && !too_many(c, "num_experts", NULL, c->experts, error)) ||
        !optional_uint(c, "decoder_sparse_step", 1, &c->sparse_step, error) ||
        !read_mlp_only(c, error)))
     return FALSE;
@@ -290,7 +320,7 @@ read_config(WsyncMapping *m, Qwen3Config *c, GError **error)
 {
   JsonNode *text;
 
-  memset(c, 0, sizeof *c);
+  memset(c, 0, sizeof *c); /* c->dense_layer: NULL until mlp_only_layers is read */
   c->root = wsync_mapping_get_config(m);
   text = json_object_get_member(c->root, "text_config");
   c->text = text != NULL && JSON_NODE_HOLDS_OBJECT(text) ? json_node_get_object(text) : c->root;
@@ -430,10 +460,8 @@ describe_layer(WsyncMapping *m, const Qwen3Config *c, guint64 layer)
 
 /* Sizes.  Every field is below 2^31, so a product of two fits in 64 bits; the
  * three-factor shapes ([E, I, H], [nq*D, H], [nkv*D, H]) are checked here, so that no
- * shape overflows and no tensor passes 2^60 bytes.  The layer and expert counts are
- * capped too: each one adds tensors to the plan (the largest published model has 94
- * layers and 512 experts, hf-qwen.md §3). */
-#define COUNT_MAX 65536
+ * shape overflows and no tensor passes 2^60 bytes.  (The counts were checked as they
+ * were read, see COUNT_MAX.) */
 
 static gboolean
 product_ok(guint64 a, guint64 b, guint64 c)
@@ -447,11 +475,15 @@ product_ok(guint64 a, guint64 b, guint64 c)
 static gboolean
 check_sizes(const Qwen3Config *c, GError **error)
 {
-  if (c->layers > COUNT_MAX || c->experts > COUNT_MAX) {
+  guint64 moe_layers = 0;
+
+  for (guint64 l = 0; l < c->layers; l++)
+    moe_layers += layer_is_moe(c, l);
+  if (moe_layers * c->experts * 3 > EXPERT_TENSORS_MAX) {
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                "field \"%s%s\" is %" G_GUINT64_FORMAT ", more than %d",
-                c->where, c->layers > COUNT_MAX ? "num_hidden_layers" : "num_experts",
-                c->layers > COUNT_MAX ? c->layers : c->experts, COUNT_MAX);
+                "%" G_GUINT64_FORMAT " MoE layers of %" G_GUINT64_FORMAT " experts make %"
+                G_GUINT64_FORMAT " expert tensors, more than %u",
+                moe_layers, c->experts, moe_layers * c->experts * 3, EXPERT_TENSORS_MAX);
     return FALSE;
   }
   if (!product_ok(c->experts, c->moe_inter, c->hidden) ||
@@ -476,8 +508,10 @@ describe(WsyncMapping *m, gpointer user_data, GError **error)
   WsyncVTensor *embed;
 
   (void)user_data;
-  if (!read_config(m, &c, error) || !check_sizes(&c, error))
+  if (!read_config(m, &c, error) || !check_sizes(&c, error)) {
+    g_free(c.dense_layer);
     return FALSE;
+  }
   /* Vocabulary-parallel embedding and LM head (vllm-layouts.md §1, §2); a tied LM head
    * is the embedding itself, so it has no tensor of its own (hf-qwen.md §1.1, §1.3). */
   embed = vtensor(m, &c, "model.embed_tokens.weight", c.vocab, c.hidden, 0);
@@ -491,6 +525,7 @@ describe(WsyncMapping *m, gpointer user_data, GError **error)
   /* Older PyTorch checkpoints saved the RoPE buffer; nothing holds it. */
   wsync_mapping_add_drop_rule(m, "rotary-inv-freq", "*.rotary_emb.inv_freq");
   wsync_mapping_set_hf_layout(m, build_hf, NULL);
+  g_free(c.dense_layer);
   return TRUE;
 }
 

@@ -512,6 +512,226 @@ test_source_shrinks_while_converting(Fixture *f, gconstpointer data)
   assert_no_temporaries(f->dir);
 }
 
+/* ------------------------------------------------------------------ hangs and memory */
+
+static void
+test_conf_d_fifo_and_huge(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *fifo = g_build_filename(f->conf, "20-fifo.conf", NULL);
+  g_assert_cmpint(mkfifo(fifo, 0600), ==, 0);
+  Run r = run_wsync(f, "plugins", NULL); /* used to block for ever */
+  g_autofree char *msg = g_strdup_printf("%s: is a FIFO, not a regular file", fifo);
+  assert_refusal(&r, 2, msg);
+  run_clear(&r);
+  g_unlink(fifo);
+
+  /* a 2 MiB file (sparse: it costs nothing) is refused unread */
+  g_autofree char *huge = g_build_filename(f->conf, "20-huge.conf", NULL);
+  g_free(test_write(f->conf, "20-huge.conf", ""));
+  g_assert_cmpint(truncate(huge, 2 << 20), ==, 0);
+  r = run_wsync(f, "plugins", NULL);
+  g_autofree char *msg2 = g_strdup_printf(
+      "%s: more than 1 MiB; a configuration file is never that big", huge);
+  assert_refusal(&r, 2, msg2);
+  run_clear(&r);
+}
+
+/* The index as a FIFO, a device or a huge file: refused at once, nothing read. */
+static void
+test_index_fifo_device_huge(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *index = g_build_filename(f->tiny, "model.safetensors.index.json", NULL);
+  struct {
+    const char *kind;
+    const char *message;
+  } cases[] = {{"fifo", "is a FIFO, not a regular file"},
+               {"device", "is a device, not a regular file"},
+               {"huge", "more than 64 MiB; a model.safetensors.index.json is never that big"}};
+
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_unlink(index);
+    if (i == 0)
+      g_assert_cmpint(mkfifo(index, 0600), ==, 0);
+    else if (i == 1)
+      g_assert_cmpint(symlink("/dev/zero", index), ==, 0);
+    else {
+      g_free(test_write(f->tiny, "model.safetensors.index.json", "{"));
+      g_assert_cmpint(truncate(index, (off_t)1 << 32), ==, 0);
+    }
+    Run r = run_wsync(f, "inspect", f->tiny, NULL);
+    g_autofree char *msg = g_strdup_printf("%s: %s", index, cases[i].message);
+    assert_refusal(&r, 3, msg);
+    run_clear(&r);
+  }
+}
+
+static char *
+edited_config(Fixture *f, const char *base, const char *name, const char *edits)
+{
+  g_autofree char *path = g_test_build_filename(G_TEST_DIST, "..", "configs", base, NULL);
+  g_autoptr(JsonParser) parser = json_parser_new();
+  GError *error = NULL;
+  json_parser_load_from_file(parser, path, &error);
+  g_assert_no_error(error);
+  JsonObject *root = json_node_get_object(json_parser_get_root(parser));
+  JsonObject *text = json_object_has_member(root, "text_config")
+                         ? json_object_get_object_member(root, "text_config")
+                         : root;
+  g_autoptr(JsonParser) ep = json_parser_new();
+  json_parser_load_from_data(ep, edits, -1, &error);
+  g_assert_no_error(error);
+  JsonObjectIter it;
+  const char *key;
+  JsonNode *value;
+  json_object_iter_init(&it, json_node_get_object(json_parser_get_root(ep)));
+  while (json_object_iter_next(&it, &key, &value))
+    json_object_set_member(text, key, json_node_copy(value));
+  g_autofree char *out = json_to_string(json_parser_get_root(parser), TRUE);
+  return test_write(f->dir, name, out);
+}
+
+/* Counts are checked before anything iterates over them: these configs are refused at
+ * once (num_hidden_layers near 2^31 with a long mlp_only_layers kept qwen3_moe busy
+ * for hours). */
+static void
+test_model_counts_checked_first(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  GString *list = g_string_new("{\"num_hidden_layers\": 2147483646, \"mlp_only_layers\": [");
+  for (int i = 0; i < 60000; i++)
+    g_string_append_printf(list, "%s%d", i ? "," : "", i);
+  g_string_append(list, "]}");
+  g_autofree char *c1 = edited_config(f, "tiny-qwen3-moe.json", "c1.json", list->str);
+  g_string_free(list, TRUE);
+  g_autofree char *out = path_in(f, "out");
+  Run r = run_wsync(f, "synth", "--config", c1, out, NULL);
+  g_autofree char *m1 =
+      g_strdup_printf("%s: field \"num_hidden_layers\" is 2147483646, more than 65536", c1);
+  assert_refusal(&r, 3, m1);
+  run_clear(&r);
+
+  list = g_string_new("{\"mlp_only_layers\": [0");
+  for (int i = 0; i < 65536; i++)
+    g_string_append(list, ",1");
+  g_string_append(list, "]}");
+  g_autofree char *c2 = edited_config(f, "tiny-qwen3-moe.json", "c2.json", list->str);
+  g_string_free(list, TRUE);
+  r = run_wsync(f, "synth", "--config", c2, out, NULL);
+  g_autofree char *m2 = g_strdup_printf(
+      "%s: field \"mlp_only_layers\" has 65537 entries, more than 65536", c2);
+  assert_refusal(&r, 3, m2);
+  run_clear(&r);
+
+  g_autofree char *c3 = edited_config(f, "tiny-qwen3-moe.json", "c3.json",
+                                      "{\"num_hidden_layers\": 65536, \"num_experts\": 65536}");
+  r = run_wsync(f, "synth", "--config", c3, out, NULL);
+  g_autofree char *m3 = g_strdup_printf("%s: 65536 MoE layers of 65536 experts make "
+                                        "12884901888 expert tensors, more than 786432",
+                                        c3);
+  assert_refusal(&r, 3, m3);
+  run_clear(&r);
+  g_assert_false(g_file_test(out, G_FILE_TEST_EXISTS));
+}
+
+static void
+test_model_counts_checked_first_qwen3_5(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *so = g_build_filename(test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR"),
+                                         "qwen3_5_moe.so", NULL);
+  if (!g_file_test(so, G_FILE_TEST_EXISTS)) {
+    g_test_skip("the qwen3_5_moe plugin is not built (./configure --disable-plugin-qwen3_5_moe)");
+    return;
+  }
+  g_free(test_write(f->conf, "20-q35.conf", "plugin \"qwen3_5_moe\" {}\n"));
+  g_autofree char *c = edited_config(f, "tiny-qwen3.5-moe.json", "c.json",
+                                     "{\"mtp_num_hidden_layers\": 65536, \"num_experts\": 4096}");
+  g_autofree char *out = path_in(f, "out");
+  Run r = run_wsync(f, "synth", "--config", c, out, NULL);
+  g_autofree char *m = g_strdup_printf("%s: 65540 layers of 4096 experts make 805355520 expert "
+                                       "tensors, more than 786432",
+                                       c);
+  assert_refusal(&r, 3, m);
+  run_clear(&r);
+}
+
+/* TRUE when the files hold the same bytes (read 1 MiB at a time). */
+static gboolean
+same_bytes(const char *a, const char *b)
+{
+  FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+  g_autofree char *ba = g_malloc(1 << 20), *bb = g_malloc(1 << 20);
+  gboolean same = fa != NULL && fb != NULL;
+
+  while (same) {
+    size_t na = fread(ba, 1, 1 << 20, fa), nb = fread(bb, 1, 1 << 20, fb);
+    same = na == nb && memcmp(ba, bb, na) == 0;
+    if (na == 0)
+      break;
+  }
+  if (fa)
+    fclose(fa);
+  if (fb)
+    fclose(fb);
+  return same;
+}
+
+/* Only the files an engine reads are copied, streamed: a 256 MiB tokenizer.json goes
+ * through a run whose data segment is limited to 32 MiB (whole, it was read into
+ * memory); optimizer states and logs stay behind. */
+static void
+test_companion_files_streamed(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *tok = g_build_filename(f->tiny, "tokenizer.json", NULL);
+  int fd = open(tok, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  g_assert_cmpint(fd, >=, 0);
+  g_assert_cmpint(pwrite(fd, "{\"head\": 1", 10, 0), ==, 10);
+  g_assert_cmpint(pwrite(fd, "middle", 6, 100 << 20), ==, 6);
+  g_assert_cmpint(pwrite(fd, "tail}", 5, (256 << 20) - 5), ==, 5);
+  close(fd);
+  g_free(test_write(f->tiny, "chat_template.jinja", "{{ messages }}\n"));
+  g_free(test_write(f->tiny, "generation_config.json", "{\"do_sample\": true}\n"));
+  g_free(test_write(f->tiny, "optimizer.pt", "optimizer state, not for inference\n"));
+  g_free(test_write(f->tiny, "trainer_state.json", "{}\n"));
+  g_autofree char *runs = g_build_filename(f->tiny, "runs", NULL);
+  g_mkdir(runs, 0755);
+
+  g_autofree char *out = path_in(f, "out");
+  gboolean limited = g_getenv("WSYNC_TEST_WRAPPER") == NULL;
+  struct rlimit old, lim;
+  getrlimit(RLIMIT_DATA, &old);
+  lim = old;
+  lim.rlim_cur = 32 << 20; /* inherited by the wsync started below */
+  if (limited)
+    g_assert_cmpint(setrlimit(RLIMIT_DATA, &lim), ==, 0);
+  else
+    g_test_message("under valgrind: no data size limit (valgrind itself needs more)");
+  Run r = run_wsync(f, "convert", f->tiny, out, "--target", "vllm", "--threads", "2", "-q", NULL);
+  if (limited)
+    setrlimit(RLIMIT_DATA, &old);
+  if (r.status != 0)
+    g_error("exit %d: %s", r.status, r.err);
+  run_clear(&r);
+  g_autofree char *names = names_in(out);
+  g_assert_cmpstr(names, ==, ".wsync-output chat_template.jinja config.json generation_config.json "
+                             "model-rank-0-part-0.safetensors tokenizer.json");
+  g_autofree char *copy = g_build_filename(out, "tokenizer.json", NULL);
+  g_assert_true(same_bytes(tok, copy));
+
+  /* a companion that is a FIFO is refused, not waited on */
+  g_unlink(tok);
+  g_assert_cmpint(mkfifo(tok, 0600), ==, 0);
+  r = run_wsync(f, "convert", f->tiny, out, "--target", "vllm", NULL);
+  g_autofree char *msg = g_strdup_printf("%s: is a FIFO, not a regular file", tok);
+  assert_refusal(&r, 3, msg);
+  run_clear(&r);
+  g_unlink(tok);
+  assert_no_temporaries(f->dir);
+}
+
 #define ADD(path, fn) g_test_add(path, Fixture, NULL, fixture_setup, fn, fixture_teardown)
 
 int
@@ -530,5 +750,10 @@ main(int argc, char **argv)
   ADD("/reliability/crash/deep-config-json", test_deep_config_json);
   ADD("/reliability/crash/deep-conf-file", test_deep_conf_file);
   ADD("/reliability/crash/source-shrinks", test_source_shrinks_while_converting);
+  ADD("/reliability/hang/conf-d-fifo-and-huge", test_conf_d_fifo_and_huge);
+  ADD("/reliability/hang/index-fifo-device-huge", test_index_fifo_device_huge);
+  ADD("/reliability/memory/model-counts", test_model_counts_checked_first);
+  ADD("/reliability/memory/model-counts-qwen3_5", test_model_counts_checked_first_qwen3_5);
+  ADD("/reliability/memory/companion-files", test_companion_files_streamed);
   return g_test_run();
 }

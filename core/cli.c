@@ -149,3 +149,36 @@ cli_format_shape(guint ndim, const guint64 *shape)
   g_string_append_c(s, ']');
   return g_string_free(s, FALSE);
 }
+
+static volatile sig_atomic_t caught_signal;
+
+static void
+record_signal(int sig)
+{
+  caught_signal = sig;
+}
+
+const volatile sig_atomic_t *
+cli_catch_signals(void)
+{
+  static const int signals[] = {SIGINT, SIGTERM, SIGHUP};
+  struct sigaction sa;
+
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = record_signal;
+  sigemptyset(&sa.sa_mask);
+  for (guint i = 0; i < G_N_ELEMENTS(signals); i++)
+    sigaction(signals[i], &sa, NULL);
+  return &caught_signal;
+}
+
+void
+cli_end_by_caught_signal(void)
+{
+  int sig = caught_signal;
+
+  if (sig == 0)
+    return;
+  signal(sig, SIG_DFL);
+  raise(sig);
+}

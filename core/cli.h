@@ -2,6 +2,8 @@
 #ifndef WSYNC_CLI_H
 #define WSYNC_CLI_H
 
+#include <signal.h>
+
 #include <json-glib/json-glib.h>
 
 #include <wsync/wsync.h>
@@ -47,6 +49,16 @@ void cli_print_json(JsonNode *root);
 /* Writes @contents to @path atomically: a temporary sibling, then rename. */
 gboolean cli_write_file_atomically(const char *path, const char *contents, gsize len,
                                    GError **error);
+
+/* Catches SIGINT, SIGTERM and SIGHUP from now on: the handler only records the signal
+ * (no SA_RESTART, so a blocking call returns), for wsync_plan_execute() to stop at the
+ * next piece of work and remove its temporary directory.  Returns the flag to pass as
+ * WsyncExecOptions.interrupted. */
+const volatile sig_atomic_t *cli_catch_signals(void);
+
+/* When a caught signal stopped the run: restores its default action and raises it, so
+ * that wsync ends as the signal's sender expects (status 128 + N in a shell). */
+void cli_end_by_caught_signal(void);
 
 /* Formats a shape as "[a, b, c]". */
 char *cli_format_shape(guint ndim, const guint64 *shape);

@@ -182,6 +182,7 @@ cmd_convert(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
     return status;
   const char *dst = argv[2]; /* option parsing left: program, SRC, DST */
   x.progress = !cli->quiet && isatty(STDERR_FILENO);
+  x.interrupted = cli_catch_signals();
   if (!wsync_plan_execute(plan, dst, &x, &error))
     return cli_fail(error);
   if (cli->json) {
@@ -270,6 +271,7 @@ cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
     return cli_fail(error);
   g_autoptr(WsyncPlan) plan = wsync_plan_new(ctx, config, &o, &error);
   x.progress = !cli->quiet && isatty(STDERR_FILENO);
+  x.interrupted = cli_catch_signals();
   if (plan == NULL || !wsync_plan_execute(plan, argv[1], &x, &error))
     return cli_fail(error);
   if (!cli->quiet)
@@ -311,6 +313,7 @@ cmd_merge(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   o.threads = (guint)n;
   g_autoptr(WsyncPlan) plan = wsync_plan_new(ctx, argv[1], &o, &error);
   x.progress = !cli->quiet && isatty(STDERR_FILENO);
+  x.interrupted = cli_catch_signals();
   if (plan == NULL || !wsync_plan_execute(plan, argv[2], &x, &error))
     return cli_fail(error);
   if (cli->json) {

@@ -474,6 +474,7 @@ struct _Executor {
   gboolean progress;
   gint64 last_report; /* monotonic µs of the last progress line */
   gint failed;        /* set once anything failed: the rest is skipped */
+  const volatile sig_atomic_t *interrupted; /* see WsyncExecOptions */
   GMutex lock;
   GError *fault;      /* the first fault, under lock */
 };
@@ -575,6 +576,8 @@ worker(gpointer data, gpointer user_data)
   void *address = NULL;
   (void)user_data;
 
+  if (ex->interrupted != NULL && *ex->interrupted)
+    g_atomic_int_set(&ex->failed, 1);
   if (!g_atomic_int_get(&ex->failed) && !run_guarded(run_copy_cb, item, &address))
     record_fault(ex, item->out_path, item->out_name, item->op, address);
   __atomic_fetch_add(&ex->done_bytes, item->bytes, __ATOMIC_RELAXED);
@@ -672,6 +675,8 @@ write_layout(WsyncPlan *plan, WsyncLayout *layout, const char *dir, Executor *ex
    * before they are unmapped) */
   while (g_atomic_int_get(&ex->remaining) > 0) {
     g_usleep(1000);
+    if (ex->interrupted != NULL && *ex->interrupted)
+      g_atomic_int_set(&ex->failed, 1);
     report_progress(ex, FALSE);
   }
   if (g_atomic_int_get(&ex->failed)) {
@@ -689,16 +694,30 @@ write_layout(WsyncPlan *plan, WsyncLayout *layout, const char *dir, Executor *ex
 
 /* ------------------------------------------------------------------ the directory */
 
+/* "interrupted by SIGTERM": the error of a run stopped by a signal. */
+static gboolean
+interrupted_error(GError **error, int sig)
+{
+  g_clear_error(error); /* what failed because of the signal (EINTR) matters no more */
+  const char *name = sigabbrev_np(sig);
+  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO,
+              "interrupted by SIG%s: the temporary directory is removed; DST is as it was",
+              name ? name : "NAL");
+  return FALSE;
+}
+
 /* Copies the bytes [@pos, @end) of @in to the same place in @out: copy_file_range (no
  * copy through user space, reflinks where the file system has them), or 1 MiB at a
  * time through a buffer where it cannot. */
 static gboolean
 copy_range(int in, int out, off_t pos, off_t end, const char *from, const char *to,
-           GError **error)
+           const volatile sig_atomic_t *stop, GError **error)
 {
   g_autofree guint8 *buf = NULL;
 
   while (pos < end) {
+    if (stop != NULL && *stop)
+      return interrupted_error(error, *stop);
     gsize want = (gsize)MIN(end - pos, (off_t)COPY_BYTES);
     ssize_t k;
     if (buf == NULL) {
@@ -747,7 +766,7 @@ copy_range(int in, int out, off_t pos, off_t end, const char *from, const char *
  * syncs it.  A symlink in SRC is followed (the Hugging Face cache links snapshots to
  * blobs); anything but a regular file at its end is refused. */
 static gboolean
-copy_file(const char *from, const char *to, GError **error)
+copy_file(const char *from, const char *to, const volatile sig_atomic_t *stop, GError **error)
 {
   struct stat st;
   int in = wsync_file_open_regular(from, FALSE, WSYNC_ERROR_BAD_INPUT, &st, error);
@@ -770,7 +789,7 @@ copy_file(const char *from, const char *to, GError **error)
     off_t hole = lseek(in, data, SEEK_HOLE);
     if (hole < 0 || hole > st.st_size)
       hole = st.st_size;
-    ok = copy_range(in, out, data, hole, from, to, error);
+    ok = copy_range(in, out, data, hole, from, to, stop, error);
     pos = hole;
   }
   if (ok && ftruncate(out, st.st_size) != 0) { /* a trailing hole */
@@ -802,7 +821,8 @@ config_text(JsonNode *root)
 
 /* config.json: through the config patchers; byte for byte when none changed it. */
 static gboolean
-write_config(WsyncPlan *plan, const char *src_config, const char *dir, GError **error)
+write_config(WsyncPlan *plan, const char *src_config, const char *dir,
+             const volatile sig_atomic_t *stop, GError **error)
 {
   g_autofree char *out = g_build_filename(dir, "config.json", NULL);
   g_autoptr(JsonNode) patched = json_node_copy(plan->config);
@@ -812,7 +832,7 @@ write_config(WsyncPlan *plan, const char *src_config, const char *dir, GError **
     return FALSE;
   g_autofree char *after = config_text(patched);
   if (src_config != NULL && strcmp(before, after) == 0)
-    return copy_file(src_config, out, error);
+    return copy_file(src_config, out, stop, error);
   if (!g_file_set_contents(out, after, -1, NULL)) {
     wsync_set_io_error(error, errno, out, "write");
     return FALSE;
@@ -845,26 +865,27 @@ is_companion(const char *name)
 
 /* config.json (patched) and the companion files of the source directory. */
 static gboolean
-copy_other_files(WsyncPlan *plan, const char *dir, GError **error)
+copy_other_files(WsyncPlan *plan, const char *dir, const volatile sig_atomic_t *stop,
+                 GError **error)
 {
   g_autoptr(GDir) d = NULL;
   const char *name;
 
   if (plan->synth || (plan->input != NULL && !wsync_checkpoint_is_dir(plan->input)))
-    return write_config(plan, NULL, dir, error);
+    return write_config(plan, NULL, dir, stop, error);
   d = g_dir_open(plan->src, 0, NULL);
   while (d != NULL && (name = g_dir_read_name(d)) != NULL) {
     g_autofree char *from = g_build_filename(plan->src, name, NULL);
     g_autofree char *to = g_build_filename(dir, name, NULL);
     if (strcmp(name, "config.json") == 0) {
-      if (!plan->no_config && !write_config(plan, from, dir, error))
+      if (!plan->no_config && !write_config(plan, from, dir, stop, error))
         return FALSE;
-    } else if (is_companion(name) && !copy_file(from, to, error))
+    } else if (is_companion(name) && !copy_file(from, to, stop, error))
       return FALSE;
   }
   g_autofree char *config = g_build_filename(dir, "config.json", NULL);
   if (!plan->no_config && !g_file_test(config, G_FILE_TEST_EXISTS))
-    return write_config(plan, NULL, dir, error);
+    return write_config(plan, NULL, dir, stop, error);
   return TRUE;
 }
 
@@ -1197,6 +1218,7 @@ wsync_plan_execute(WsyncPlan *plan, const char *dst_arg, const WsyncExecOptions 
     weight_map = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
   ex.items = g_ptr_array_new_with_free_func(g_free);
   ex.progress = opts->progress;
+  ex.interrupted = opts->interrupted;
   ex.total_bytes = wsync_plan_total_bytes(plan);
   ex.pool = g_thread_pool_new(worker, NULL, (gint)MAX(plan->threads, 1), TRUE, NULL);
   for (guint l = 0; ok && l < plan->outputs->len; l++) {
@@ -1215,8 +1237,11 @@ wsync_plan_execute(WsyncPlan *plan, const char *dst_arg, const WsyncExecOptions 
     g_autofree char *index = g_build_filename(tmp, WSYNC_INDEX_NAME, NULL);
     ok = wsync_index_write(index, wsync_plan_total_bytes(plan), weight_map, error);
   }
-  ok = ok && copy_other_files(plan, tmp, error) && write_marker(tmp, error) &&
-       install_dir(tmp, &d, opts->force, error);
+  ok = ok && copy_other_files(plan, tmp, opts->interrupted, error) && write_marker(tmp, error);
+  /* the last moment a signal can stop the run: after this, DST is the new output */
+  if (opts->interrupted != NULL && *opts->interrupted)
+    ok = interrupted_error(error, *opts->interrupted);
+  ok = ok && install_dir(tmp, &d, opts->force, error);
   if (!ok)
     wsync_remove_tree(tmp, NULL);
   close(lock_fd);

@@ -132,5 +132,6 @@ main(int argc, char **argv)
   if (cli.overrides)
     g_string_free(cli.overrides, TRUE);
   g_free(argv[0]);
+  cli_end_by_caught_signal(); /* after the clean-up a caught signal stopped the run for */
   return status;
 }

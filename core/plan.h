@@ -39,6 +39,10 @@ JsonNode *wsync_plan_to_json(WsyncPlan *plan);
 typedef struct {
   gboolean progress; /* progress lines on stderr */
   gboolean force;    /* replace an existing DST even when it is not wsync's own output */
+  /* When not NULL and it becomes nonzero (a signal handler stores the signal number),
+   * the run stops at the next piece of work, removes its temporary directory and fails
+   * with an error saying so; DST is left as it was. */
+  const volatile sig_atomic_t *interrupted;
 } WsyncExecOptions;
 
 /* Writes the planned files into DST, atomically (temporary sibling, then rename), with

@@ -732,6 +732,132 @@ test_companion_files_streamed(Fixture *f, gconstpointer data)
   assert_no_temporaries(f->dir);
 }
 
+/* ------------------------------------------------------------------ signals and leftovers */
+
+/* The ".out.wsync-*" directories in the fixture's directory. */
+static guint
+count_temporaries(Fixture *f)
+{
+  g_autoptr(GDir) d = g_dir_open(f->dir, 0, NULL);
+  const char *name;
+  guint n = 0;
+
+  while ((name = g_dir_read_name(d)) != NULL)
+    n += g_str_has_prefix(name, ".out.wsync-");
+  return n;
+}
+
+static void
+saboteur_signal(Fixture *f, int sig)
+{
+  g_autofree char *conf = g_strdup_printf("plugin \"saboteur\" {\n  signal = %d\n}\n", sig);
+  g_free(test_write(f->conf, "20-saboteur.conf", conf));
+}
+
+/* SIGTERM and SIGINT while the temporary is full of preallocated files: it is removed,
+ * the previous DST stays, and wsync ends by that signal. */
+static void
+test_signal_removes_temporary(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  const int signals[] = {SIGTERM, SIGINT, SIGHUP};
+  const char *names[] = {"SIGTERM", "SIGINT", "SIGHUP"};
+  g_autofree char *out = path_in(f, "out");
+  Run r = run_wsync(f, "convert", f->tiny, out, "--target", "hf", "-q", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+
+  for (guint i = 0; i < G_N_ELEMENTS(signals); i++) {
+    saboteur_signal(f, signals[i]);
+    r = run_wsync(f, "convert", f->tiny, out, "--target", "vllm", "--tp", "2", NULL);
+    g_assert_cmpint(r.signal, ==, signals[i]);
+    g_autofree char *msg = g_strdup_printf(
+        "wsync: interrupted by %s: the temporary directory is removed; DST is as it was\n",
+        names[i]);
+    g_assert_cmpstr(r.err, ==, msg);
+    g_assert_cmpstr(r.out, ==, "");
+    run_clear(&r);
+    g_assert_cmpuint(count_temporaries(f), ==, 0);
+    g_autofree char *names_now = names_in(out);
+    g_assert_cmpstr(names_now, ==, HF_FILES);
+  }
+}
+
+/* kill -9 cannot be caught: its temporary stays, and the next run into the same DST
+ * removes it (nobody holds its lock any more). */
+static void
+test_stale_temporary_removed_by_next_run(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *out = path_in(f, "out");
+  saboteur_signal(f, SIGKILL);
+  for (int i = 0; i < 3; i++) { /* each run removes the one before it left */
+    Run r = run_wsync(f, "convert", f->tiny, out, "--target", "vllm", "--tp", "2", NULL);
+    g_assert_cmpint(r.signal, ==, SIGKILL);
+    run_clear(&r);
+    g_assert_cmpuint(count_temporaries(f), ==, 1);
+  }
+  /* an unrelated directory with a similar name is not wsync's */
+  g_autofree char *lookalike = path_in(f, ".out.wsync-notmine-keep");
+  g_mkdir(lookalike, 0755);
+  g_autofree char *other = path_in(f, ".other.wsync-abcdef");
+  g_mkdir(other, 0755);
+
+  saboteur_signal(f, 0);
+  Run r = run_wsync(f, "convert", f->tiny, out, "--target", "vllm", "--tp", "2", "-q", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+  g_assert_cmpuint(count_temporaries(f), ==, 1); /* the look-alike */
+  g_assert_true(g_file_test(lookalike, G_FILE_TEST_IS_DIR));
+  g_assert_true(g_file_test(other, G_FILE_TEST_IS_DIR));
+  g_autofree char *names = names_in(out);
+  g_assert_cmpstr(names, ==, VLLM_TP2_FILES);
+}
+
+/* A temporary whose run still holds its lock is another run's work in progress: left. */
+static void
+test_running_temporary_left_alone(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *out = path_in(f, "out");
+  g_autofree char *live = path_in(f, ".out.wsync-Live01");
+  g_mkdir(live, 0755);
+  g_free(test_write(live, "model-rank-0-part-0.safetensors", "being written"));
+  int fd = open(live, O_RDONLY | O_DIRECTORY);
+  g_assert_cmpint(flock(fd, LOCK_EX | LOCK_NB), ==, 0);
+
+  Run r = run_wsync(f, "convert", f->tiny, out, "--target", "vllm", "-q", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+  g_autofree char *names = names_in(live);
+  g_assert_cmpstr(names, ==, "model-rank-0-part-0.safetensors");
+
+  close(fd); /* that run ended without cleaning up */
+  r = run_wsync(f, "convert", f->tiny, out, "--target", "vllm", "-q", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+  g_assert_false(g_file_test(live, G_FILE_TEST_EXISTS));
+}
+
+/* A leftover that another user owns is not this user's to remove. */
+static void
+test_other_users_temporary_left_alone(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  if (geteuid() != 0) {
+    g_test_skip("needs root, to give a directory to another user");
+    return;
+  }
+  g_autofree char *out = path_in(f, "out");
+  g_autofree char *theirs = path_in(f, ".out.wsync-Their5");
+  g_mkdir(theirs, 0755);
+  g_assert_cmpint(chown(theirs, 65534, 65534), ==, 0);
+  Run r = run_wsync(f, "convert", f->tiny, out, "--target", "vllm", "-q", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+  g_assert_true(g_file_test(theirs, G_FILE_TEST_IS_DIR));
+}
+
 #define ADD(path, fn) g_test_add(path, Fixture, NULL, fixture_setup, fn, fixture_teardown)
 
 int
@@ -755,5 +881,9 @@ main(int argc, char **argv)
   ADD("/reliability/memory/model-counts", test_model_counts_checked_first);
   ADD("/reliability/memory/model-counts-qwen3_5", test_model_counts_checked_first_qwen3_5);
   ADD("/reliability/memory/companion-files", test_companion_files_streamed);
+  ADD("/reliability/signal/removes-temporary", test_signal_removes_temporary);
+  ADD("/reliability/signal/stale-temporary-removed", test_stale_temporary_removed_by_next_run);
+  ADD("/reliability/signal/running-temporary-left", test_running_temporary_left_alone);
+  ADD("/reliability/signal/other-users-temporary-left", test_other_users_temporary_left_alone);
   return g_test_run();
 }

@@ -80,7 +80,8 @@ test_copy(const char *from, const char *to)
 typedef struct {
   char *out;
   char *err;
-  int status;
+  int status; /* the exit status, or 128 + N when signal N ended it (as a shell says) */
+  int signal; /* N when a signal ended it, else 0 */
 } TestRun;
 
 static inline void
@@ -116,8 +117,13 @@ test_run_wsync_argv(const char *const *args)
   g_spawn_sync(NULL, (char **)argv->pdata, NULL, G_SPAWN_DEFAULT, NULL, NULL, &r.out, &r.err,
                &wait_status, &error);
   g_assert_no_error(error);
-  g_assert_true(WIFEXITED(wait_status));
-  r.status = WEXITSTATUS(wait_status);
+  if (WIFSIGNALED(wait_status)) {
+    r.signal = WTERMSIG(wait_status);
+    r.status = 128 + r.signal;
+  } else {
+    g_assert_true(WIFEXITED(wait_status));
+    r.status = WEXITSTATUS(wait_status);
+  }
   if (r.status == 99)
     g_error("wsync failed under valgrind: %s", r.err);
   g_ptr_array_unref(argv);

@@ -228,8 +228,9 @@ wsync_file_open_trusted(const char *path, const char *what, struct stat *st, cha
     return -1;
   }
   if (!S_ISREG(st->st_mode)) {
-    *reason = g_strdup_printf("%s: is %s; %s must be regular files", ppath,
-                              S_ISDIR(st->st_mode) ? "a directory" : "not a regular file", what);
+    const char *kind = file_kind(st->st_mode);
+    *reason = g_strdup_printf("%s: is %s%s", ppath, kind,
+                              g_str_has_prefix(kind, "not") ? "" : ", not a regular file");
     close(fd);
     return -1;
   }

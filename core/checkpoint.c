@@ -142,9 +142,14 @@ shard_open(Shards *sh, const char *name, const char *tensor, GError **error)
   g_autofree char *path = g_build_filename(sh->dir, name, NULL);
   g_autofree char *real = realpath(path, NULL);
   if (real == NULL) {
+    /* what the name itself makes impossible is bad input; only the system failing
+     * (EACCES, EIO, ENOMEM) is an I/O error */
     if (errno == ENOENT || errno == ENOTDIR)
       bad_input(error, sh->index, "shard \"%s\" (named for tensor \"%s\") is missing", pname,
                 ptensor);
+    else if (errno == ENAMETOOLONG || errno == ELOOP)
+      bad_input(error, sh->index, "shard \"%s\" (named for tensor \"%s\") cannot be a file: %s",
+                pname, ptensor, g_strerror(errno));
     else
       wsync_set_io_error(error, errno, path, "resolve");
     return NULL;

@@ -39,7 +39,7 @@ cli_parse(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries, int *ar
     g_option_context_add_main_entries(octx, entries, NULL);
   g_option_context_add_main_entries(octx, globals, NULL);
   if (!g_option_context_parse(octx, argc, argv, &error)) {
-    fprintf(stderr, "wsync %s: %s (see wsync %s --help)\n", cmd->name, error->message, cmd->name);
+    cli_error_line("wsync %s: %s (see wsync %s --help)", cmd->name, error->message, cmd->name);
     return FALSE;
   }
   return TRUE;
@@ -53,7 +53,7 @@ report_refused(const char *name, WsyncPluginState state, const char *path,
   (void)description;
   (void)user_data;
   if (state == WSYNC_PLUGIN_REFUSED)
-    fprintf(stderr, "wsync: plugin \"%s\" refused: %s\n", name, reason);
+    cli_error_line("wsync: plugin \"%s\" refused: %s", name, reason);
 }
 
 /* Search path for plugins: --plugin-dir, then WSYNC_PLUGIN_PATH, then the built-in dir. */
@@ -93,10 +93,22 @@ cli_context(WsyncCli *cli, GError **error)
   return cli->ctx;
 }
 
+void
+cli_error_line(const char *fmt, ...)
+{
+  va_list args;
+
+  va_start(args, fmt);
+  g_autofree char *line = g_strdup_vprintf(fmt, args);
+  va_end(args);
+  g_autofree char *safe = wsync_printable(line);
+  fprintf(stderr, "%s\n", safe);
+}
+
 int
 cli_fail(const GError *error)
 {
-  fprintf(stderr, "wsync: %s\n", error->message);
+  cli_error_line("wsync: %s", error->message);
   return wsync_error_exit_code(error);
 }
 
@@ -109,7 +121,7 @@ cli_usage_error(const WsyncCommand *cmd, const char *fmt, ...)
   va_start(args, fmt);
   message = g_strdup_vprintf(fmt, args);
   va_end(args);
-  fprintf(stderr, "wsync %s: %s (see wsync %s --help)\n", cmd->name, message, cmd->name);
+  cli_error_line("wsync %s: %s (see wsync %s --help)", cmd->name, message, cmd->name);
   return WSYNC_EXIT_USAGE;
 }
 

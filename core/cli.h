@@ -37,7 +37,15 @@ gboolean cli_parse(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries
 /* Builds the context (configuration, plugins) once; reports refused plugins on stderr. */
 WsyncContext *cli_context(WsyncCli *cli, GError **error);
 
-/* Prints "wsync: MESSAGE" on stderr and returns the error's exit status. */
+/* Writes one line to stderr: @fmt formatted, then passed whole through wsync_printable()
+ * (control characters and invalid UTF-8 escaped), then a newline.  Every error, refusal
+ * and warning wsync prints goes through here, so no text read from a file (a tensor or
+ * shard name, a JSON parser's quote, a conf token, a metadata value) can break a message
+ * into lines or drive the terminal. */
+void cli_error_line(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
+
+/* Prints "wsync: MESSAGE" on stderr (through cli_error_line()) and returns the error's
+ * exit status. */
 int cli_fail(const GError *error);
 
 /* Prints a usage error and returns 2. */

@@ -57,19 +57,8 @@ typedef struct {
   Difference diff;
 } Verdict;
 
-/* Copies @s with control characters as \xNN: the one-line output stays one line. */
-static char *
-printable(const char *s)
-{
-  GString *out = g_string_new(NULL);
-  for (const guchar *p = (const guchar *)s; *p; p++) {
-    if (*p < 0x20 || *p == 0x7f)
-      g_string_append_printf(out, "\\x%02x", *p);
-    else
-      g_string_append_c(out, (char)*p);
-  }
-  return g_string_free(out, FALSE);
-}
+/* The one-line output stays one line (control characters escaped). */
+#define printable wsync_printable
 
 /* The first name (in name order) that only one side has.  Both sides list their
  * tensors sorted by name, so one merge finds it. */

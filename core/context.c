@@ -248,8 +248,10 @@ parse_source(cfg_t *cfg, const Source *source, GError **error)
     g_string_free(parse_errors.message, TRUE);
     return TRUE;
   }
-  if (parse_errors.message->len == 0)
-    g_string_printf(parse_errors.message, "%s: syntax error", source->name);
+  if (parse_errors.message->len == 0) {
+    g_autofree char *pname = wsync_printable(source->name);
+    g_string_printf(parse_errors.message, "%s: syntax error", pname);
+  }
   g_set_error_literal(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG, parse_errors.message->str);
   g_string_free(parse_errors.message, TRUE);
   return FALSE;
@@ -295,8 +297,10 @@ list_conf_dir(const char *dir, GPtrArray *sources, GError **error)
   g_autoptr(GPtrArray) names = g_ptr_array_new_with_free_func(g_free);
 
   if (d == NULL) {
+    g_autofree char *pdir = wsync_printable(dir);
+    g_autofree char *why = wsync_printable(local->message);
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG, "%s: cannot read configuration directory: %s",
-                dir, local->message);
+                pdir, why);
     return FALSE;
   }
   if (!conf_dir_is_trusted(dir, error))
@@ -614,15 +618,18 @@ selection_pass(WsyncContext *ctx, GPtrArray *sources, GError **error)
       WsyncPlugin *plugin;
 
       if (!plugin_name_is_valid(name)) {
+        g_autofree char *psource = wsync_printable(source->name);
+        g_autofree char *pname = wsync_printable(name ? name : "");
         g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG,
                     "%s:%d: invalid plugin name \"%s\" (letters, digits, '-' and '_' only)",
-                    source->name, section->line, name);
+                    psource, section->line, pname);
         cfg_free(cfg);
         return FALSE;
       }
       plugin = find_plugin(ctx, name);
       if (plugin == NULL) {
         plugin = g_new0(WsyncPlugin, 1);
+        plugin->fd = -1;
         plugin->name = g_strdup(name);
         plugin->ctx = ctx;
         plugin->enabled = TRUE; /* a section selects its plugin */

@@ -117,7 +117,7 @@ main(int argc, char **argv)
     if (strcmp(c->name, argv[at]) == 0)
       cmd = c;
   if (cmd == NULL) {
-    fprintf(stderr, "wsync: unknown command \"%s\" (see wsync --help)\n", argv[at]);
+    cli_error_line("wsync: unknown command \"%s\" (see wsync --help)", argv[at]);
     return WSYNC_EXIT_USAGE;
   }
   /* The command sees argv without its own name; global options may stand anywhere. */

@@ -858,6 +858,143 @@ test_other_users_temporary_left_alone(Fixture *f, gconstpointer data)
   g_assert_true(g_file_test(theirs, G_FILE_TEST_IS_DIR));
 }
 
+/* ------------------------------------------------------------------ messages */
+
+/* Exit @status, and stderr one line that begins with @prefix (escaped text included).
+ * (Every run is also checked by testutil.h: stderr lines only, no control character.) */
+static void
+assert_one_line(Run *r, int status, const char *prefix)
+{
+  g_autofree char *expect = g_strdup_printf("wsync: %s", prefix);
+  const char *nl = strchr(r->err, '\n');
+  if (r->status != status || !g_str_has_prefix(r->err, expect) || nl == NULL || nl[1] != '\0')
+    g_error("expected exit %d and one line starting \"%s\", got exit %d and \"%s\"", status,
+            expect, r->status, r->err);
+}
+
+/* Shard names from the index reach I/O and bad-input messages: escaped, and a name that
+ * cannot be a file is bad input (3), not an I/O failure. */
+static void
+test_shard_names_in_messages(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *index = g_build_filename(f->tiny, "model.safetensors.index.json", NULL);
+  g_autofree char *original = read_text(index);
+  g_autofree char *long_name = g_strnfill(300, 'x');
+  struct {
+    const char *shard; /* as JSON */
+    const char *shown;
+    const char *problem;
+  } cases[] = {
+      {"evil\\n\\u001b[31mred.safetensors", "evil\\x0a\\x1b[31mred.safetensors", "is missing"},
+      {NULL, NULL, "cannot be a file: File name too long"},
+      {"sub", "sub", NULL},
+  };
+  g_autofree char *sub = g_build_filename(f->tiny, "sub", NULL);
+  g_mkdir(sub, 0755);
+
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    const char *shard = cases[i].shard ? cases[i].shard : long_name;
+    const char *shown = cases[i].shown ? cases[i].shown : long_name;
+    /* the first tensor of the index is named for that shard */
+    GString *text = g_string_new(original);
+    const char *at = strstr(text->str, "\"model-00001-of-00001.safetensors\"");
+    g_assert_nonnull(at);
+    g_string_erase(text, at - text->str, strlen("\"model-00001-of-00001.safetensors\""));
+    g_autofree char *quoted = g_strdup_printf("\"%s\"", shard);
+    g_string_insert(text, at - text->str, quoted);
+    g_free(test_write(f->tiny, "model.safetensors.index.json", text->str));
+    g_string_free(text, TRUE);
+
+    Run r = run_wsync(f, "inspect", f->tiny, NULL);
+    g_autofree char *prefix = NULL;
+    if (cases[i].problem)
+      prefix = g_strdup_printf("%s: shard \"%s\" (named for tensor \"", index, shown);
+    else
+      prefix = g_strdup_printf("%s/%s: is a directory, not a safetensors file", f->tiny, shown);
+    assert_one_line(&r, 3, prefix);
+    if (cases[i].problem)
+      assert_has(r.err, cases[i].problem);
+    run_clear(&r);
+  }
+}
+
+/* json-glib's parse messages quote the text: a config.json stays one line. */
+static void
+test_config_json_parse_message(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *config = g_build_filename(f->tiny, "config.json", NULL);
+  g_free(test_write(f->tiny, "config.json", "{\"model_type\": \"qwen3_moe\",\n  \"a\": tru\x07\x1b[31me\n}\n"));
+  Run r = run_wsync(f, "plan", f->tiny, "--target", "vllm", NULL);
+  g_autofree char *prefix = g_strdup_printf("%s: not valid JSON at 2:", config);
+  assert_one_line(&r, 3, prefix);
+  run_clear(&r);
+}
+
+/* A plugin's option validator quotes the value; libconfuse quotes tokens; a plugin name
+ * can hold anything: all come out as one escaped line. */
+static void
+test_conf_values_in_messages(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *conf = test_write(f->conf, "20-evil.conf",
+                                     "plugin \"vllm\" {\n  vllm-version = \"0.1\\n\\x1b[2Jgone\"\n}\n");
+  Run r = run_wsync(f, "plugins", NULL);
+  g_autofree char *prefix = g_strdup_printf("%s:2: ", conf);
+  assert_one_line(&r, 2, prefix);
+  assert_has(r.err, "\"0.1\\x0a\\x1b[2Jgone\"");
+  run_clear(&r);
+
+  g_free(test_write(f->conf, "20-evil.conf", "plugin \"a\\nb\\x1b[31m\" {}\n"));
+  r = run_wsync(f, "plugins", NULL);
+  g_autofree char *msg = g_strdup_printf(
+      "%s:1: invalid plugin name \"a\\x0ab\\x1b[31m\" (letters, digits, '-' and '_' only)", conf);
+  assert_refusal(&r, 2, msg);
+  run_clear(&r);
+}
+
+/* Writes a one-tensor safetensors file whose __metadata__ is @metadata (JSON). */
+static void
+write_rank_file(const char *path, const char *metadata)
+{
+  g_autofree char *header = g_strdup_printf(
+      "{\"__metadata__\": %s, \"t\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": "
+      "[0, 4]}}",
+      metadata);
+  gsize n = strlen(header);
+  GString *bytes = g_string_new(NULL);
+  for (int i = 0; i < 8; i++)
+    g_string_append_c(bytes, (char)((n >> (8 * i)) & 0xff));
+  g_string_append_len(bytes, header, n);
+  g_string_append_len(bytes, "\0\0\0\0", 4);
+  GError *error = NULL;
+  g_file_set_contents(path, bytes->str, bytes->len, &error);
+  g_assert_no_error(error);
+  g_string_free(bytes, TRUE);
+}
+
+/* Rank files' metadata values reach the planner's messages. */
+static void
+test_rank_metadata_in_messages(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *dir = path_in(f, "ranks");
+  g_mkdir(dir, 0755);
+  g_autofree char *config = tiny_config();
+  g_autofree char *copy = g_build_filename(dir, "config.json", NULL);
+  test_copy(config, copy);
+  g_autofree char *rank = g_build_filename(dir, "model-rank-0-part-0.safetensors", NULL);
+  write_rank_file(rank, "{\"wsync.target\": \"vllm\\n\\u001b[31mevil\", \"wsync.tp\": \"2\", "
+                        "\"wsync.ep\": \"1\", \"wsync.world\": \"2\", \"wsync.rank\": \"0\"}");
+  Run r = run_wsync(f, "plan", dir, "--target", "hf", NULL);
+  g_assert_cmpint(r.status, !=, 0);
+  assert_has(r.err, "vllm\\x0a\\x1b[31mevil");
+  g_assert_nonnull(strchr(r.err, '\n'));
+  g_assert_cmpstr(strchr(r.err, '\n'), ==, "\n");
+  run_clear(&r);
+}
+
 #define ADD(path, fn) g_test_add(path, Fixture, NULL, fixture_setup, fn, fixture_teardown)
 
 int
@@ -885,5 +1022,9 @@ main(int argc, char **argv)
   ADD("/reliability/signal/stale-temporary-removed", test_stale_temporary_removed_by_next_run);
   ADD("/reliability/signal/running-temporary-left", test_running_temporary_left_alone);
   ADD("/reliability/signal/other-users-temporary-left", test_other_users_temporary_left_alone);
+  ADD("/reliability/message/shard-names", test_shard_names_in_messages);
+  ADD("/reliability/message/config-json-parse", test_config_json_parse_message);
+  ADD("/reliability/message/conf-values", test_conf_values_in_messages);
+  ADD("/reliability/message/rank-metadata", test_rank_metadata_in_messages);
   return g_test_run();
 }

@@ -15,7 +15,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -479,66 +478,11 @@ struct _Executor {
   GError *fault;      /* the first fault, under lock */
 };
 
-/* ------------------------------------------------------------------ faults on the maps
- *
- * Inputs and outputs are memory maps.  A file that shrinks under its map (truncated by
- * another process while wsync runs) turns the next access into SIGBUS, which would kill
- * the process and leave the temporary directory behind.  Every copy therefore runs
- * behind a per-thread recovery point: the SIGBUS handler jumps back to it and the copy
- * fails with an I/O error naming the file; a SIGBUS outside a copy goes to whatever
- * handled it before (by default, the end of the process).  The copies only read and
- * write memory (no locks, no allocation), so leaving one in the middle is safe. */
-
-static __thread sigjmp_buf *fault_jump;
-static __thread void *fault_address;
-static struct sigaction previous_sigbus;
-
-static void
-on_sigbus(int sig, siginfo_t *info, void *context)
-{
-  (void)sig;
-  (void)context;
-  if (fault_jump != NULL) {
-    fault_address = info->si_addr;
-    siglongjmp(*fault_jump, 1);
-  }
-  /* not a copy's fault: the access repeats when this returns, under the old action */
-  sigaction(SIGBUS, &previous_sigbus, NULL);
-}
-
-static gpointer
-install_sigbus_handler(gpointer data)
-{
-  struct sigaction sa;
-
-  (void)data;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_sigaction = on_sigbus;
-  sa.sa_flags = SA_SIGINFO;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGBUS, &sa, &previous_sigbus);
-  return NULL;
-}
-
-/* Runs @fn(@data); FALSE with the faulting address when it touched a page its file no
- * longer has. */
-static gboolean
-run_guarded(void (*fn)(gconstpointer), gconstpointer data, void **address)
-{
-  static GOnce once = G_ONCE_INIT;
-  sigjmp_buf jump;
-
-  g_once(&once, install_sigbus_handler, NULL);
-  if (sigsetjmp(jump, 1) != 0) {
-    fault_jump = NULL;
-    *address = fault_address;
-    return FALSE;
-  }
-  fault_jump = &jump;
-  fn(data);
-  fault_jump = NULL;
-  return TRUE;
-}
+/* Every copy runs through wsync_run_guarded() (files.h): a source or output file that
+ * shrinks under its map (truncated by another process while wsync runs) makes the copy
+ * fail with an I/O error naming the file, not kill the process with SIGBUS and leave
+ * the temporary directory behind.  The copies only read and write memory (no locks, no
+ * allocation), so leaving one in the middle is safe. */
 
 /* Records the first fault as an I/O error naming the file that shrank: the input
  * tensor's when the address lies in it, else the output's. */
@@ -563,7 +507,7 @@ record_fault(Executor *ex, const char *out_path, const char *out_name, const Op 
 }
 
 static void
-run_copy_cb(gconstpointer data)
+run_copy_cb(gpointer data)
 {
   run_copy(data);
 }
@@ -573,12 +517,12 @@ worker(gpointer data, gpointer user_data)
 {
   WorkItem *item = data;
   Executor *ex = item->ex;
-  void *address = NULL;
+  const void *address = NULL;
   (void)user_data;
 
   if (ex->interrupted != NULL && *ex->interrupted)
     g_atomic_int_set(&ex->failed, 1);
-  if (!g_atomic_int_get(&ex->failed) && !run_guarded(run_copy_cb, item, &address))
+  if (!g_atomic_int_get(&ex->failed) && !wsync_run_guarded(run_copy_cb, item, &address))
     record_fault(ex, item->out_path, item->out_name, item->op, address);
   __atomic_fetch_add(&ex->done_bytes, item->bytes, __ATOMIC_RELAXED);
   g_atomic_int_dec_and_test(&ex->remaining);
@@ -607,7 +551,7 @@ typedef struct {
 } FillJob;
 
 static void
-run_fill_cb(gconstpointer data)
+run_fill_cb(gpointer data)
 {
   const FillJob *job = data;
   run_fill(job->base, job->fill, job->esize, job->lt->ndim, job->lt->shape);
@@ -624,8 +568,8 @@ queue_tensor(Executor *ex, WsyncPlan *plan, WsyncLayoutTensor *lt, const char *o
     const Op *op = &g_array_index(lt->ops, Op, i);
     if (op->kind == OP_FILL) {
       FillJob job = {base, op->fill, esize, lt}; /* small: done inline */
-      void *address = NULL;
-      if (!run_guarded(run_fill_cb, &job, &address))
+      const void *address = NULL;
+      if (!wsync_run_guarded(run_fill_cb, &job, &address))
         record_fault(ex, out_path, lt->name, NULL, address);
       continue;
     }

@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -378,4 +380,55 @@ wsync_config_json_load(const char *path, GError **error)
                                &text, &len, error))
     return NULL;
   return wsync_config_json_parse(text, len, path, error);
+}
+
+/* ------------------------------------------------------------------ faults on maps */
+
+static __thread sigjmp_buf *fault_jump;
+static __thread const void *fault_address;
+static struct sigaction previous_sigbus;
+
+static void
+on_sigbus(int sig, siginfo_t *info, void *context)
+{
+  (void)sig;
+  (void)context;
+  if (fault_jump != NULL) {
+    fault_address = info->si_addr;
+    siglongjmp(*fault_jump, 1);
+  }
+  /* not a guarded call's: the access repeats when this returns, under the old action */
+  sigaction(SIGBUS, &previous_sigbus, NULL);
+}
+
+static gpointer
+install_sigbus_handler(gpointer data)
+{
+  struct sigaction sa;
+
+  (void)data;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_sigbus;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGBUS, &sa, &previous_sigbus);
+  return NULL;
+}
+
+gboolean
+wsync_run_guarded(void (*fn)(gpointer data), gpointer data, const void **address)
+{
+  static GOnce once = G_ONCE_INIT;
+  sigjmp_buf jump;
+
+  g_once(&once, install_sigbus_handler, NULL);
+  if (sigsetjmp(jump, 1) != 0) { /* the mask is restored: SIGBUS is deliverable again */
+    fault_jump = NULL;
+    *address = fault_address;
+    return FALSE;
+  }
+  fault_jump = &jump;
+  fn(data);
+  fault_jump = NULL;
+  return TRUE;
 }

@@ -69,6 +69,14 @@ int wsync_file_open_trusted(const char *path, const char *what, struct stat *st,
  * it removes what it can either way. */
 gboolean wsync_remove_tree(const char *path, GError **error);
 
+/* Runs @fn(@data) so that a SIGBUS it raises, by touching a page of a memory-mapped file
+ * that the file no longer has (it was truncated under the map), ends @fn instead of the
+ * process: returns FALSE with the faulting address in *@fault_address.  Per thread (a
+ * sigsetjmp point of its own), so worker threads use it side by side.  A SIGBUS
+ * outside any guarded call goes to the handler there was before (by default, the end
+ * of the process).  @fn must only read and write memory: it may stop anywhere. */
+gboolean wsync_run_guarded(void (*fn)(gpointer data), gpointer data, const void **fault_address);
+
 /* Reads a model's config.json: a regular file of at most WSYNC_CONFIG_JSON_MAX bytes,
  * through the depth-limited JSON checks of json-check.h (nesting, duplicate keys,
  * comments), whose top level must be an object.  Bad content is #WSYNC_ERROR_BAD_INPUT,

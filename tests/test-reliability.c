@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 
 #include <wsync/wsync.h>
 
+#include "../core/files.h"
 #include "testutil.h"
 
 typedef TestRun Run;
@@ -510,6 +512,57 @@ test_source_shrinks_while_converting(Fixture *f, gconstpointer data)
   g_autofree char *names = names_in(out);
   g_assert_cmpstr(names, ==, HF_FILES);
   assert_no_temporaries(f->dir);
+}
+
+typedef struct {
+  const volatile guint8 *map;
+  gsize len;
+  guint64 sum;
+} Reader;
+
+static void
+read_all(gpointer data)
+{
+  Reader *r = data;
+  for (gsize i = 0; i < r->len; i++)
+    r->sum += r->map[i];
+}
+
+/* The mechanism under convert and verify: a read of a map whose file was truncated
+ * returns FALSE with the address, from any thread, and reads that do not fault pass. */
+static gpointer
+guarded_read_in_thread(gpointer data)
+{
+  const void *address = NULL;
+  gboolean ok = wsync_run_guarded(read_all, data, &address);
+  return ok ? NULL : (gpointer)address;
+}
+
+static void
+test_guarded_map_reads(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *path = path_in(f, "shrinks.bin");
+  gsize len = 4 * (gsize)sysconf(_SC_PAGESIZE);
+  g_autofree char *bytes = g_malloc0(len);
+  g_assert_true(g_file_set_contents(path, bytes, (gssize)len, NULL));
+  int fd = open(path, O_RDONLY);
+  guint8 *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  g_assert_true(map != MAP_FAILED);
+
+  Reader r = {map, len, 0};
+  const void *address = NULL;
+  g_assert_true(wsync_run_guarded(read_all, &r, &address));
+  g_assert_cmpint(truncate(path, 0), ==, 0);
+  for (int i = 0; i < 2; i++) { /* again: the handler stays in place */
+    r.sum = 0;
+    g_assert_false(wsync_run_guarded(read_all, &r, &address));
+    g_assert_true(address == map);
+  }
+  GThread *t = g_thread_new("reader", guarded_read_in_thread, &r);
+  g_assert_true(g_thread_join(t) == map);
+  munmap(map, len);
 }
 
 /* ------------------------------------------------------------------ hangs and memory */
@@ -1013,6 +1066,7 @@ main(int argc, char **argv)
   ADD("/reliability/crash/deep-config-json", test_deep_config_json);
   ADD("/reliability/crash/deep-conf-file", test_deep_conf_file);
   ADD("/reliability/crash/source-shrinks", test_source_shrinks_while_converting);
+  ADD("/reliability/crash/guarded-map-reads", test_guarded_map_reads);
   ADD("/reliability/hang/conf-d-fifo-and-huge", test_conf_d_fifo_and_huge);
   ADD("/reliability/hang/index-fifo-device-huge", test_index_fifo_device_huge);
   ADD("/reliability/memory/model-counts", test_model_counts_checked_first);

@@ -156,27 +156,31 @@ blank_comments(char *text)
 /* libconfuse 3.3 parses nested blocks by recursion without a limit (a later release
  * added one): a file nesting some 50000 blocks overflows its stack.  Nothing wsync
  * reads nests more than two levels, so deeper text is refused before libconfuse sees
- * it.  Runs on text whose comments are blanked; quoted strings are skipped. */
+ * it, and so is a quoted string left open.  Runs on text whose comments are blanked;
+ * quoted strings are skipped. */
 #define CONF_MAX_DEPTH 16
 
 static gboolean
 check_nesting(const char *text, const char *source_name, GError **error)
 {
-  guint depth = 0, line = 1;
+  guint depth = 0, line = 1, quote_line = 0;
   char quote = 0;
 
   for (const char *p = text; *p != '\0'; p++) {
     if (*p == '\n')
       line++;
     if (quote) {
-      if (*p == '\\' && p[1] != '\0')
+      if (*p == '\\' && p[1] != '\0') {
         p++;
-      else if (*p == quote)
+        line += *p == '\n';
+      } else if (*p == quote)
         quote = 0;
       continue;
     }
-    if (*p == '"' || *p == '\'')
+    if (*p == '"' || *p == '\'') {
       quote = *p;
+      quote_line = line;
+    }
     else if ((*p == '{' || *p == '(') && ++depth > CONF_MAX_DEPTH) {
       g_autofree char *pname = wsync_printable(source_name);
       g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG,
@@ -184,6 +188,14 @@ check_nesting(const char *text, const char *source_name, GError **error)
       return FALSE;
     } else if ((*p == '}' || *p == ')') && depth > 0)
       depth--;
+  }
+  /* libconfuse's lexer echoes the rest of an unclosed string to stdout (flex's default
+   * rule), into the output of plan --json: refused here instead */
+  if (quote) {
+    g_autofree char *pname = wsync_printable(source_name);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG, "%s:%u: a quoted string is not closed",
+                pname, quote_line);
+    return FALSE;
   }
   return TRUE;
 }
@@ -752,8 +764,8 @@ register_plugins(WsyncContext *ctx)
     plugin->registering = FALSE;
     if (!ok) {
       wsync_registry_remove_plugin(ctx->registry, plugin->name);
-      refuse(plugin, "%s: failed to register: %s", plugin->path,
-             local ? local->message : "(no reason given)");
+      g_autofree char *why = wsync_printable(local ? local->message : "(no reason given)");
+      refuse(plugin, "%s: failed to register: %s", plugin->path, why);
       continue;
     }
     plugin->state = WSYNC_PLUGIN_ACTIVE;

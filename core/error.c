@@ -70,3 +70,13 @@ wsync_printable(const char *s)
   }
   return g_string_free(out, FALSE);
 }
+
+void
+wsync_error_make_printable(GError *error)
+{
+  if (error == NULL)
+    return;
+  char *safe = wsync_printable(error->message);
+  g_free(error->message);
+  error->message = safe;
+}

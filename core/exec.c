@@ -1205,6 +1205,8 @@ wsync_run_config_patchers(WsyncContext *ctx, JsonNode *root, GError **error)
     if (!patch(root, wsync_entry_get_user_data(e), error)) {
       g_prefix_error(error, "config patcher \"%s\" (plugin \"%s\"): ", wsync_entry_get_name(e),
                      wsync_entry_get_plugin(e));
+      if (error != NULL)
+        wsync_error_make_printable(*error); /* it may quote the config */
       return FALSE;
     }
   }

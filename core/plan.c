@@ -227,7 +227,12 @@ static gboolean
 describe_model(WsyncPlan *plan, const char *config_name, GError **error)
 {
   JsonObject *root = json_node_get_object(plan->config);
-  const char *model_type = json_object_get_string_member_with_default(root, "model_type", NULL);
+  JsonNode *type_node = json_object_get_member(root, "model_type");
+  /* (json-glib's getters complain on stderr about a member of another type) */
+  const char *model_type = type_node != NULL && JSON_NODE_HOLDS_VALUE(type_node) &&
+                                   json_node_get_value_type(type_node) == G_TYPE_STRING
+                               ? json_node_get_string(type_node)
+                               : NULL;
   g_autoptr(GPtrArray) remappers = NULL;
 
   if (model_type == NULL) {
@@ -1120,9 +1125,24 @@ plan_sharded(WsyncPlan *plan_in, const WsyncPlanOptions *opts, GError **error)
   return g_steal_pointer(&plan);
 }
 
+static WsyncPlan *plan_new(WsyncContext *ctx, const char *src, const WsyncPlanOptions *opts,
+                           GError **error);
+
+/* Every refusal of the planner leaves it as one printable line, whatever a plugin, a
+ * config value or a file's metadata put into it. */
 WsyncPlan *
 wsync_plan_new(WsyncContext *ctx, const char *src, const WsyncPlanOptions *opts,
                GError **error)
+{
+  WsyncPlan *plan = plan_new(ctx, src, opts, error);
+
+  if (plan == NULL && error != NULL)
+    wsync_error_make_printable(*error);
+  return plan;
+}
+
+static WsyncPlan *
+plan_new(WsyncContext *ctx, const char *src, const WsyncPlanOptions *opts, GError **error)
 {
   g_autoptr(WsyncPlan) plan = g_new0(WsyncPlan, 1);
   g_autofree char *config_path = NULL;

@@ -983,6 +983,13 @@ test_config_json_parse_message(Fixture *f, gconstpointer data)
   g_autofree char *prefix = g_strdup_printf("%s: not valid JSON at 2:", config);
   assert_one_line(&r, 3, prefix);
   run_clear(&r);
+
+  /* a model_type of another type is refused in words, not with json-glib's warning */
+  g_free(test_write(f->tiny, "config.json", "{\"model_type\": {\"qwen3_moe\": 1}}\n"));
+  r = run_wsync(f, "plan", f->tiny, "--target", "vllm", NULL);
+  g_autofree char *msg = g_strdup_printf("%s: no \"model_type\" string", config);
+  assert_refusal(&r, 3, msg);
+  run_clear(&r);
 }
 
 /* A plugin's option validator quotes the value; libconfuse quotes tokens; a plugin name

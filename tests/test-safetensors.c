@@ -199,7 +199,11 @@ static void
 test_reject_not_json(void)
 {
   expect_reject("{\"a\":", 0, "x.safetensors: header is not valid JSON at 1:5: ");
-  expect_reject("{\"a\":{}},", 0, "header is not valid JSON at 1:9");
+  /* refused before json-glib, which leaks the first value when more text follows it */
+  expect_reject("{\"a\":{}},", 0,
+                "header is not valid JSON: unexpected ',' after the top-level value at byte 8");
+  expect_reject("\"a\" {}", 0, "header is not valid JSON: a second value begins at byte 4");
+  expect_reject("1 2", 0, "header is not valid JSON: a second value begins at byte 2");
   expect_reject("[1,2]", 0, "x.safetensors: header is an array, not a JSON object");
   expect_reject("\"x\"", 0, "header is the string \"x\", not a JSON object");
   expect_reject("", 0, "x.safetensors: header is empty, not a JSON object");

@@ -97,6 +97,16 @@ void wsync_set_io_error(GError **error, int errsv, const char *path, const char 
  */
 char *wsync_printable(const char *s);
 
+/**
+ * wsync_error_make_printable:
+ * @error: (nullable): an error whose message may quote text from a file or a plugin
+ *
+ * Replaces @error's message by its wsync_printable() copy, so that it is one line
+ * without control characters.  libwsync applies it where errors leave its planner,
+ * executor and plugin calls (whatever a plugin or a config value put into them).
+ */
+void wsync_error_make_printable(GError *error);
+
 G_END_DECLS
 
 #endif /* WSYNC_ERROR_H */

@@ -83,6 +83,7 @@ collect_error(cfg_t *cfg, const char *fmt, va_list args)
   gboolean in_plugin = cfg != NULL && cfg->name != NULL && strcmp(cfg->name, "plugin") == 0 &&
                        cfg->title != NULL;
   WsyncPlugin *plugin = in_plugin && parsing_ctx ? find_plugin(parsing_ctx, cfg->title) : NULL;
+  g_autofree char *title = in_plugin ? wsync_printable(cfg->title) : NULL;
   if (plugin != NULL && plugin->desc == NULL && g_str_has_prefix(text, "no such option '")) {
     /* A refused plugin's options are unknown because the plugin is: say why it was
      * refused rather than hide that behind "no such option". */
@@ -90,13 +91,13 @@ collect_error(cfg_t *cfg, const char *fmt, va_list args)
     g_string_append_printf(parse_errors.message,
                            "option '%.*s' of plugin \"%s\" cannot be checked: the plugin was "
                            "refused: %s",
-                           (int)strcspn(name, "'"), name, cfg->title,
+                           (int)strcspn(name, "'"), name, title,
                            plugin->reason ? plugin->reason : "unknown reason");
     return;
   }
   g_string_append(parse_errors.message, text);
-  if (in_plugin && strstr(text, "no such option") != NULL)
-    g_string_append_printf(parse_errors.message, " in plugin \"%s\"", cfg->title);
+  if (in_plugin && g_str_has_prefix(text, "no such option"))
+    g_string_append_printf(parse_errors.message, " in plugin \"%s\"", title);
 }
 
 /* libconfuse 3.3 (Debian 12) counts lines wrongly after comments: every `#` or `//`

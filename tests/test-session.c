@@ -1199,6 +1199,12 @@ test_new_refusals(void)
   g_assert_cmpstr(error->message, ==, "session: out_dir and on_bucket both given: choose one "
                                       "sink");
   g_clear_error(&error);
+  const Case huge = {"tiny-qwen3-moe.json", "vllm", NULL, 5000, 1};
+  g_assert_null(new_session(config, &huge, NULL, &error));
+  g_assert_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE);
+  assert_message_has(error, "session: tp 5000, ep 1, threads ");
+  assert_message_has(error, ": at most 4096, 4096 and 1024");
+  g_clear_error(&error);
   const Case nowhere = {"tiny-qwen3-moe.json", "nowhere", NULL, 1, 1};
   g_assert_null(new_session(config, &nowhere, NULL, &error));
   g_assert_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE);

@@ -122,7 +122,7 @@ typedef struct {
  * @error: return location for an error
  *
  * The caller sink.  It is called from the thread whose push (or commit) completed the
- * bucket, never from two threads at once.
+ * bucket, never from two threads at once, and must not call the session itself.
  *
  * Returns: %TRUE to go on; %FALSE with @error set fails the push (or commit) that
  *   delivered the bucket, and the step (see wsync_session_abort()).

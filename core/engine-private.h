@@ -13,6 +13,8 @@
 typedef enum {
   SOURCE_INPUT,     /* an input tensor's bytes */
   SOURCE_GENERATED, /* synth: computed from (seed, tensor ordinal, element index) */
+  SOURCE_UNDESCRIBED, /* a session: a tensor the trainer did not describe; an error only
+                       * where an output needs its box */
 } SourceKind;
 
 typedef struct {
@@ -21,6 +23,7 @@ typedef struct {
   WsyncRegion region;    /* inside the input tensor */
   const WsyncTensor *input;
   guint input_index;     /* index into the plan's input list */
+  const char *undescribed; /* SOURCE_UNDESCRIBED: the input layout's name for it */
 } Source;
 
 struct _WsyncLogicalTensor {

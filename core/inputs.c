@@ -5,7 +5,8 @@
  * layout (the target that claims every file, else the Hugging Face layout) is built for
  * reading, rank by rank, and each of its placements becomes a source of a logical tensor,
  * bound to the input tensor of the same name.  A sharded training checkpoint is bound
- * chunk by chunk; synth binds generated values.
+ * chunk by chunk, and so are the tensors (whole, or shards) a session's trainer
+ * described; synth binds generated values.
  */
 #include "config.h"
 
@@ -421,14 +422,14 @@ placement_axes(const WsyncLayoutTensor *lt, const Placement *pl, WsyncBox *tb, g
 
 /* One WsyncTensor per chunk, so that the planner reads chunks like any input tensor. */
 static void
-collect_chunks(WsyncPlan *plan)
+collect_chunks(WsyncPlan *plan, GPtrArray *globals)
 {
   plan->chunk_tensors = g_ptr_array_new_with_free_func(g_free);
   plan->inputs = g_array_new(FALSE, TRUE, sizeof(InputState));
   g_array_set_clear_func(plan->inputs, input_state_clear);
   plan->input_index = g_hash_table_new(g_direct_hash, g_direct_equal);
-  for (guint i = 0; i < wsync_dcp_n_tensors(plan->dcp); i++) {
-    const WsyncDcpTensor *g = wsync_dcp_tensor(plan->dcp, i);
+  for (guint i = 0; i < globals->len; i++) {
+    const WsyncDcpTensor *g = globals->pdata[i];
     for (guint c = 0; c < g->chunks->len; c++) {
       const WsyncDcpChunk *chunk = &g_array_index(g->chunks, WsyncDcpChunk, c);
       WsyncTensor *t = g_new0(WsyncTensor, 1);
@@ -504,20 +505,35 @@ bind_tensor_chunks(WsyncPlan *plan, WsyncLayoutTensor *lt, const WsyncDcpTensor 
   return TRUE;
 }
 
-/* A sharded checkpoint holds the published names of the model: its global tensors are
- * read through the layout of the target that reads unclaimed files (the Hugging Face
- * layout), chunk by chunk. */
+/* A session: a tensor of the input layout the trainer did not describe is an error only
+ * where an output needs it (the target may drop it, e.g. vLLM the MTP block), so each of
+ * its placements becomes a source that resolving refuses by name. */
+static void
+bind_undescribed(WsyncLayoutTensor *lt)
+{
+  for (guint p = 0; p < lt->placements->len; p++) {
+    const Placement *pl = &g_array_index(lt->placements, Placement, p);
+    Source src = {.kind = SOURCE_UNDESCRIBED, .box = pl->box, .region = pl->region,
+                  .undescribed = lt->name};
+    g_array_append_val(pl->lt->sources, src);
+  }
+}
+
+/* Global tensors (WsyncDcpTensor*) hold the published names of the model, each as
+ * chunks that are boxes of it: they are read through the layout of the target that
+ * reads unclaimed files (the Hugging Face layout), chunk by chunk.  A sharded checkpoint
+ * gives its tensors; a session the tensors the trainer described. */
 gboolean
-plan_bind_dcp(WsyncPlan *plan, GError **error)
+plan_bind_chunked(WsyncPlan *plan, GPtrArray *globals, GError **error)
 {
   g_autoptr(GHashTable) names = g_hash_table_new(g_str_hash, g_str_equal);
   g_autoptr(GPtrArray) missing = g_ptr_array_new_with_free_func(g_free);
   g_autoptr(GHashTable) first_input = g_hash_table_new(g_str_hash, g_str_equal);
   guint at = 0;
 
-  collect_chunks(plan);
-  for (guint i = 0; i < wsync_dcp_n_tensors(plan->dcp); i++) {
-    const WsyncDcpTensor *g = wsync_dcp_tensor(plan->dcp, i);
+  collect_chunks(plan, globals);
+  for (guint i = 0; i < globals->len; i++) {
+    const WsyncDcpTensor *g = globals->pdata[i];
     g_hash_table_insert(names, g->name, (gpointer)g);
     g_hash_table_insert(first_input, g->name, GUINT_TO_POINTER(at));
     at += g->chunks->len;
@@ -535,6 +551,10 @@ plan_bind_dcp(WsyncPlan *plan, GError **error)
   for (guint i = 0; i < layout->tensors->len; i++) {
     WsyncLayoutTensor *lt = layout->tensors->pdata[i];
     const WsyncDcpTensor *g = g_hash_table_lookup(names, lt->name);
+    if (g == NULL && plan->kind == PLAN_SESSION) {
+      bind_undescribed(lt);
+      continue;
+    }
     if (g == NULL) {
       g_ptr_array_add(missing, g_strdup(lt->name));
       continue;
@@ -544,4 +564,15 @@ plan_bind_dcp(WsyncPlan *plan, GError **error)
       return FALSE;
   }
   return check_bound(plan, missing, error);
+}
+
+/* A sharded training checkpoint, bound chunk by chunk. */
+gboolean
+plan_bind_dcp(WsyncPlan *plan, GError **error)
+{
+  g_autoptr(GPtrArray) globals = g_ptr_array_new();
+
+  for (guint i = 0; i < wsync_dcp_n_tensors(plan->dcp); i++)
+    g_ptr_array_add(globals, (gpointer)wsync_dcp_tensor(plan->dcp, i));
+  return plan_bind_chunked(plan, globals, error);
 }

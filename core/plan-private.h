@@ -12,6 +12,7 @@ typedef enum {
   PLAN_CONVERT, /* a checkpoint, rank files or a sharded checkpoint, through the model */
   PLAN_MERGE,   /* a sharded checkpoint, every tensor as it is */
   PLAN_SYNTH,   /* generated values */
+  PLAN_SESSION, /* tensors a trainer described, pushed later (core/session.c) */
 } PlanKind;
 
 /* A target the plan builds (or reads) layouts of. */
@@ -46,7 +47,7 @@ struct _WsyncPlan {
   JsonNode *config;
   WsyncCheckpoint *input;
   WsyncDcp *dcp;            /* a sharded training checkpoint as the source */
-  GPtrArray *chunk_tensors; /* WsyncTensor*, one per DCP chunk, owned */
+  GPtrArray *chunk_tensors; /* WsyncTensor*, one per DCP chunk or described shard, owned */
   gboolean no_config;       /* the source has no config.json (merge): write none */
   WsyncModel *model;
   char *input_target;      /* the input's target name */
@@ -67,6 +68,10 @@ struct _WsyncPlan {
 };
 
 /* plan.c */
+WsyncPlan *plan_new_session(WsyncContext *ctx, const char *config_path,
+                            const WsyncPlanOptions *opts, GError **error);
+gboolean plan_session_bind(WsyncPlan *plan, const WsyncPlanOptions *opts, GPtrArray *described,
+                           GError **error);
 char *plan_entry_label(const WsyncEntry *e);
 char *plan_format_list(GPtrArray *names);
 char *plan_file_name(WsyncPlan *plan, const WsyncLayout *layout, guint part);
@@ -80,9 +85,11 @@ void plan_describe_identity(WsyncPlan *plan);
 gboolean plan_open_input(WsyncPlan *plan, GError **error);
 gboolean plan_bind_inputs(WsyncPlan *plan, GError **error);
 gboolean plan_bind_dcp(WsyncPlan *plan, GError **error);
+gboolean plan_bind_chunked(WsyncPlan *plan, GPtrArray *globals, GError **error);
 void plan_bind_generated(WsyncPlan *plan);
 
 /* resolve.c */
+void plan_box_subtract(const WsyncBox *u, const WsyncBox *cut, GArray *out);
 gboolean plan_find_target(WsyncPlan *plan, const char *name, PlanTarget *out, GError **error);
 gboolean plan_unclaimed_reader(WsyncPlan *plan, PlanTarget *out, GError **error);
 guint plan_target_world(const PlanTarget *t, guint tp, guint ep);

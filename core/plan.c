@@ -12,7 +12,8 @@
  * 5. prove (resolve.c): the copies and fills of every output tensor must tile it exactly,
  *    and every input tensor must be used, or dropped by a named rule.
  *
- * Printing is in plan-print.c, executing in exec.c.
+ * Printing is in plan-print.c, executing in exec.c; a session (session.c) runs the copies
+ * of each input when a trainer pushes it.
  */
 #include "config.h"
 
@@ -219,6 +220,32 @@ plan_merge(WsyncContext *ctx, const char *src, const WsyncPlanOptions *opts, GEr
   if (!plan_sharded(plan, opts, error))
     return NULL;
   return g_steal_pointer(&plan);
+}
+
+/* A session (core/session.c), made in two steps: the model of @config_path and the
+ * target, at once; the trainer's tensors later, with plan_session_bind().  Messages call
+ * the source "session". */
+WsyncPlan *
+plan_new_session(WsyncContext *ctx, const char *config_path, const WsyncPlanOptions *opts,
+                 GError **error)
+{
+  g_autoptr(WsyncPlan) plan = plan_alloc(ctx, PLAN_SESSION, "session", opts);
+
+  plan->config = wsync_config_load(config_path, error);
+  if (plan->config == NULL || !plan_describe(plan, config_path, error) ||
+      !choose_output(plan, error))
+    return NULL;
+  return g_steal_pointer(&plan);
+}
+
+/* Binds the global tensors (WsyncDcpTensor*, owned by the caller, outliving the plan)
+ * the trainer described, whose chunks hold no data yet, and plans the outputs. */
+gboolean
+plan_session_bind(WsyncPlan *plan, const WsyncPlanOptions *opts, GPtrArray *described,
+                  GError **error)
+{
+  return plan_bind_chunked(plan, described, error) && plan_build_outputs(plan, opts, error) &&
+         plan_check_inputs_used(plan, error);
 }
 
 static WsyncPlan *

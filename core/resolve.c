@@ -13,8 +13,8 @@
 #include "plan-private.h"
 
 /* Appends the pieces of @u outside @cut (which intersects it) to @out. */
-static void
-box_subtract(const WsyncBox *u, const WsyncBox *cut, GArray *out)
+void
+plan_box_subtract(const WsyncBox *u, const WsyncBox *cut, GArray *out)
 {
   WsyncBox rest = *u;
 
@@ -206,7 +206,6 @@ resolve_placement(WsyncPlan *plan, WsyncLayout *layout, WsyncLayoutTensor *lt,
   g_autoptr(GArray) uncovered = g_array_new(FALSE, FALSE, sizeof(WsyncBox));
   WsyncLogicalTensor *vt = pl->lt;
 
-  (void)plan;
   if (!cast_is_supported(vt->dtype, lt->dtype)) {
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
                 "tensor \"%s\" of rank %u: %s holds %s, which cannot be converted to %s",
@@ -225,6 +224,13 @@ resolve_placement(WsyncPlan *plan, WsyncLayout *layout, WsyncLayoutTensor *lt,
         g_array_append_val(left, *ub);
         continue;
       }
+      if (src->kind == SOURCE_UNDESCRIBED) {
+        g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                    "%s: tensor \"%s\" was not described, and the %s layout needs it (for "
+                    "tensor \"%s\" of rank %u)",
+                    plan->src, src->undescribed, plan->target, lt->name, layout->rank);
+        return FALSE;
+      }
       Op op = {.kind = OP_COPY, .ndim = inter.ndim, .source = src, .src_dtype = vt->dtype,
                .lt = vt, .lbox = inter};
       memcpy(op.extent, inter.extent, sizeof op.extent);
@@ -233,7 +239,7 @@ resolve_placement(WsyncPlan *plan, WsyncLayout *layout, WsyncLayoutTensor *lt,
       op.src_origin = region_element(&src->region, &src->box, &inter);
       memcpy(op.src_stride, src->region.stride, sizeof op.src_stride);
       g_array_append_val(lt->ops, op);
-      box_subtract(ub, &inter, left);
+      plan_box_subtract(ub, &inter, left);
     }
     g_array_set_size(uncovered, 0);
     g_array_append_vals(uncovered, left->data, left->len);

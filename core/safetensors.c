@@ -955,6 +955,17 @@ wsync_safetensors_writer_tensor_nbytes(WsyncSafetensorsWriter *w, const char *na
 }
 
 guint64
+wsync_safetensors_writer_tensor_offset(WsyncSafetensorsWriter *w, const char *name)
+{
+  g_return_val_if_fail(w != NULL && name != NULL, 0);
+  WEntry *e = g_hash_table_lookup(w->by_name, name);
+  if (e == NULL)
+    return 0;
+  writer_layout(w);
+  return e->offset;
+}
+
+guint64
 wsync_safetensors_writer_data_size(WsyncSafetensorsWriter *w)
 {
   g_return_val_if_fail(w != NULL, 0);

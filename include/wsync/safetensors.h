@@ -238,6 +238,22 @@ WSYNC_API gboolean wsync_safetensors_writer_pwrite(WsyncSafetensorsWriter *w, co
 WSYNC_API guint64 wsync_safetensors_writer_tensor_nbytes(WsyncSafetensorsWriter *w, const char *name);
 
 /**
+ * wsync_safetensors_writer_tensor_offset:
+ * @w: a writer
+ * @name: a declared tensor
+ *
+ * Where @name's bytes begin in the data region, once every tensor is declared (the
+ * layout wsync_safetensors_writer_header() writes).  Its offset in the file is this plus
+ * the length of that header.  The session uses it to tell, before any file exists,
+ * where each tensor lives.
+ *
+ * Returns: the byte offset of @name from the start of the data, or 0 when it was not
+ *   declared.
+ */
+WSYNC_API guint64 wsync_safetensors_writer_tensor_offset(WsyncSafetensorsWriter *w,
+                                                         const char *name);
+
+/**
  * wsync_safetensors_writer_data_size:
  * @w: a writer
  *

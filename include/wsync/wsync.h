@@ -13,6 +13,7 @@
 #include <wsync/plugin.h>
 #include <wsync/registry.h>
 #include <wsync/safetensors.h>
+#include <wsync/session.h>
 #include <wsync/target.h>
 
 #endif /* WSYNC_H */

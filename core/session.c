@@ -1,0 +1,1576 @@
+/* wsync: a session (<wsync/session.h>): plan once, then run the plan tensor by tensor
+ * as a trainer pushes them, every step.
+ *
+ * The trainer's tensors are described as global tensors made of chunks, exactly as a
+ * sharded checkpoint's (a whole tensor is one chunk covering it), so the planner binds
+ * them as it binds DCP chunks (plan_bind_chunked()), with no data yet.  Once planned,
+ * each described chunk is an input of the plan; every copy op reading it is a target of
+ * the push of that chunk: a push runs those ops (core/copy.c's kernels) with the pushed
+ * pointer as the source and the destination rank file (directory sink) or bucket (caller
+ * sink) as the destination, split into runs of at most 8 MiB shared by the pushing
+ * thread and the session's pool.  Fills are written once per file (directory) or once
+ * per bucket.
+ *
+ * The directory sink creates the rank files with the headers the safetensors writer
+ * makes (so they are the files `wsync convert` writes) at the first begin and keeps them
+ * mapped; later steps write into the same pages.  The commit record is the last thing
+ * written at commit and the first thing removed at begin.
+ */
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <glib/gstdio.h>
+#include <xxhash.h>
+
+#include <wsync/session.h>
+
+#include "companion.h"
+#include "copy.h"
+#include "plan-private.h"
+
+/* The most bytes one work item copies: big tensors keep every thread busy. */
+#define CHUNK_BYTES (8u << 20)
+
+/* `wsync convert --part-size`'s default. */
+#define DEFAULT_PART_SIZE (G_GUINT64_CONSTANT(5) << 30)
+
+/* The largest tp, ep and thread count, as `wsync convert` takes them. */
+#define MAX_PARALLEL 4096u
+#define MAX_THREADS 1024u
+
+/* What error messages call the source of a session's tensors. */
+#define SOURCE_NAME "session"
+
+/* ------------------------------------------------------------------ structures */
+
+/* A tensor the trainer described: whole (one chunk covering it) or as shards. */
+typedef struct {
+  WsyncDcpTensor g; /* the global tensor; its chunks hold no data */
+  gboolean sharded;
+  guint first_input; /* its first chunk's index among the plan's inputs */
+} Described;
+
+/* One rank file. */
+typedef struct {
+  guint rank;
+  guint part;
+  char *name; /* base name */
+  guint8 *header;
+  gsize header_len;
+  guint64 size; /* header and data */
+  GPtrArray *slots; /* Slot* of its tensors, in data order */
+  /* directory sink, from the first begin */
+  char *path;
+  int fd;
+  guint8 *map; /* the whole file */
+  char xxh3[17];
+} OutFile;
+
+typedef struct _Bucket Bucket;
+
+/* Where an output tensor's bytes go. */
+typedef struct {
+  WsyncLayoutTensor *lt;
+  OutFile *file;
+  guint64 offset; /* of its data in the file */
+  Bucket *bucket; /* caller sink */
+} Slot;
+
+/* Consecutive whole tensors of one rank file, delivered together (caller sink). */
+struct _Bucket {
+  guint rank;
+  OutFile *file;
+  guint64 file_offset;
+  guint64 nbytes;
+  guint first_entry; /* in the rank's manifest */
+  guint n_entries;
+  GPtrArray *slots;   /* Slot* */
+  guint64 copy_bytes; /* bytes pushes write; the rest are fills */
+  /* the open step */
+  guint8 *data;
+  gint64 remaining; /* copy bytes not yet written (atomic) */
+  gboolean open;
+  gboolean delivered;
+};
+
+/* A copy op of the plan that reads an input, and where it writes. */
+typedef struct {
+  const Op *op;
+  Slot *slot;
+} Target;
+
+/* One described chunk: an input of the plan. */
+typedef struct {
+  Described *d;
+  guint chunk;
+  guint64 nbytes;
+  GArray *targets;    /* Target */
+  GPtrArray *buckets; /* the distinct Bucket* its targets write into */
+  guint64 pushed;     /* the serial of the step that pushed it */
+} Input;
+
+typedef enum {
+  STEP_CLOSED,
+  STEP_OPEN,
+} StepState;
+
+struct _WsyncSession {
+  WsyncContext *ctx;
+  char *config_path;
+  char *out_dir;
+  WsyncBucketFunc on_bucket;
+  gpointer user_data;
+  guint64 bucket_bytes;
+  guint max_open_buckets;
+  char *target;
+  char *format;
+  WsyncPlanOptions plan_opts;
+  WsyncPlan *plan;
+  GPtrArray *described; /* Described*, in the order described */
+  GHashTable *by_name;  /* name -> Described* */
+  gboolean planned;
+  gboolean plan_failed;
+  /* once planned */
+  GArray *inputs;     /* Input, in the plan's input order */
+  GPtrArray *files;   /* OutFile*, by rank then part */
+  GPtrArray *manifests; /* GArray of WsyncManifestEntry, per rank */
+  GPtrArray *slots;   /* Slot*, owned */
+  GPtrArray *buckets; /* Bucket*, owned, by rank, file and offset */
+  char *digest;
+  guint world;
+  guint threads;
+  GThreadPool *pool; /* threads - 1 helpers, or NULL */
+  /* steps */
+  GMutex lock; /* guards what follows, and the inputs' pushed and buckets' open state */
+  StepState state;
+  guint64 version;
+  guint64 serial;  /* of the open (or last) step, from 1 */
+  char *failure;   /* why the open step cannot complete, or NULL */
+  guint n_open;    /* open buckets */
+  gboolean files_ready;
+  gboolean companions_written;
+  GMutex deliver_lock; /* one callback at a time */
+};
+
+/* ------------------------------------------------------------------ small helpers */
+
+static gboolean
+usage_error(GError **error, const char *format, ...) G_GNUC_PRINTF(2, 3);
+
+static gboolean
+usage_error(GError **error, const char *format, ...)
+{
+  g_autofree char *message = NULL;
+  va_list ap;
+
+  va_start(ap, format);
+  message = g_strdup_vprintf(format, ap);
+  va_end(ap);
+  g_set_error_literal(error, WSYNC_ERROR, WSYNC_ERROR_USAGE, message);
+  return FALSE;
+}
+
+/* "tensor "NAME"" or "shard [0:4, 0:8] of tensor "NAME"", for messages. */
+static char *
+input_label(const Input *in)
+{
+  if (!in->d->sharded)
+    return g_strdup_printf("tensor \"%s\"", in->d->g.name);
+  g_autofree char *box =
+      wsync_box_format(&g_array_index(in->d->g.chunks, WsyncDcpChunk, in->chunk).box);
+  return g_strdup_printf("shard %s of tensor \"%s\"", box, in->d->g.name);
+}
+
+static gsize
+op_bytes(const Op *op, WsyncDtype dst_dtype)
+{
+  guint64 bytes = wsync_dtype_size(dst_dtype);
+
+  for (guint k = 0; k < op->ndim; k++)
+    bytes *= op->extent[k];
+  return bytes;
+}
+
+/* fsync of a directory: a rename or unlink in it is durable. */
+static gboolean
+sync_dir(const char *dir, GError **error)
+{
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+  if (fd < 0 || fsync(fd) != 0) {
+    int errsv = errno;
+    if (fd >= 0)
+      close(fd);
+    wsync_set_io_error(error, errsv, dir, "sync");
+    return FALSE;
+  }
+  close(fd);
+  return TRUE;
+}
+
+/* ------------------------------------------------------------------ threads */
+
+/* Work indexed 0..n-1, shared by the calling thread and the pool's helpers. */
+typedef struct {
+  void (*work)(gpointer data, guint index);
+  gpointer data;
+  guint n;
+  gint next; /* atomic */
+  GMutex lock;
+  GCond done;
+  guint helpers; /* helpers not finished */
+} Team;
+
+static void
+team_work(Team *t)
+{
+  for (;;) {
+    guint i = (guint)g_atomic_int_add(&t->next, 1);
+    if (i >= t->n)
+      return;
+    t->work(t->data, i);
+  }
+}
+
+static void
+team_helper(gpointer data, gpointer user_data)
+{
+  Team *t = data;
+
+  (void)user_data;
+  team_work(t);
+  g_mutex_lock(&t->lock);
+  t->helpers--;
+  g_cond_signal(&t->done);
+  g_mutex_unlock(&t->lock);
+}
+
+/* Runs @work(@data, i) for every i < @n, and returns when all are done. */
+static void
+team_run(WsyncSession *s, void (*work)(gpointer, guint), gpointer data, guint n)
+{
+  Team t = {.work = work, .data = data, .n = n};
+  guint helpers = s->pool != NULL && n > 1 ? MIN(s->threads - 1, n - 1) : 0;
+
+  g_mutex_init(&t.lock);
+  g_cond_init(&t.done);
+  t.helpers = helpers;
+  for (guint h = 0; h < helpers; h++)
+    g_thread_pool_push(s->pool, &t, NULL);
+  team_work(&t);
+  g_mutex_lock(&t.lock);
+  while (t.helpers > 0)
+    g_cond_wait(&t.done, &t.lock);
+  g_mutex_unlock(&t.lock);
+  g_mutex_clear(&t.lock);
+  g_cond_clear(&t.done);
+}
+
+/* ------------------------------------------------------------------ making a session */
+
+static void
+described_free(gpointer data)
+{
+  Described *d = data;
+
+  g_free(d->g.name);
+  g_array_unref(d->g.chunks);
+  g_free(d);
+}
+
+static void
+outfile_free(gpointer data)
+{
+  OutFile *f = data;
+
+  if (f->map != NULL)
+    munmap(f->map, f->size);
+  if (f->fd >= 0)
+    close(f->fd);
+  g_free(f->name);
+  g_free(f->header);
+  g_free(f->path);
+  g_ptr_array_unref(f->slots);
+  g_free(f);
+}
+
+static void
+bucket_free(gpointer data)
+{
+  Bucket *b = data;
+
+  g_free(b->data);
+  g_ptr_array_unref(b->slots);
+  g_free(b);
+}
+
+static void
+input_clear(gpointer data)
+{
+  Input *in = data;
+
+  if (in->targets)
+    g_array_unref(in->targets);
+  if (in->buckets)
+    g_ptr_array_unref(in->buckets);
+}
+
+WsyncSession *
+wsync_session_new(WsyncContext *ctx, const char *config_path, const WsyncSessionOptions *opts,
+                  GError **error)
+{
+  g_return_val_if_fail(ctx != NULL && config_path != NULL && opts != NULL, NULL);
+  g_autoptr(WsyncSession) s = g_new0(WsyncSession, 1);
+
+  s->ctx = ctx;
+  g_mutex_init(&s->lock);
+  g_mutex_init(&s->deliver_lock);
+  s->config_path = g_strdup(config_path);
+  s->described = g_ptr_array_new_with_free_func(described_free);
+  s->by_name = g_hash_table_new(g_str_hash, g_str_equal);
+  s->threads = opts->threads > 0 ? opts->threads : g_get_num_processors();
+  if (opts->target == NULL) {
+    usage_error(error, "session: no target given");
+    return NULL;
+  }
+  if (opts->out_dir != NULL && opts->on_bucket != NULL) {
+    usage_error(error, "session: out_dir and on_bucket both given: choose one sink");
+    return NULL;
+  }
+  /* the command line's bounds (core/cmd-convert.c): no layout plans for hours */
+  if (opts->tp > MAX_PARALLEL || opts->ep > MAX_PARALLEL || s->threads > MAX_THREADS) {
+    usage_error(error, "session: tp %u, ep %u, threads %u: at most %u, %u and %u", opts->tp,
+                opts->ep, s->threads, MAX_PARALLEL, MAX_PARALLEL, MAX_THREADS);
+    return NULL;
+  }
+  s->target = g_strdup(opts->target);
+  s->format = g_strdup(opts->format);
+  s->out_dir = g_strdup(opts->out_dir);
+  s->on_bucket = opts->on_bucket;
+  s->user_data = opts->user_data;
+  s->bucket_bytes = opts->bucket_bytes > 0 ? opts->bucket_bytes : WSYNC_SESSION_BUCKET_BYTES;
+  s->max_open_buckets = opts->max_open_buckets;
+  s->plan_opts.target = s->target;
+  s->plan_opts.format = s->format;
+  s->plan_opts.format_explicit = s->format != NULL;
+  s->plan_opts.tp = MAX(opts->tp, 1);
+  s->plan_opts.ep = MAX(opts->ep, 1);
+  s->plan_opts.rank = -1;
+  s->plan_opts.part_size = opts->part_size > 0 ? opts->part_size : DEFAULT_PART_SIZE;
+  s->plan_opts.threads = s->threads;
+  s->plan = plan_new_session(ctx, config_path, &s->plan_opts, error);
+  if (s->plan == NULL)
+    return NULL;
+  if (s->threads > 1)
+    s->pool = g_thread_pool_new(team_helper, NULL, (gint)(s->threads - 1), FALSE, NULL);
+  return g_steal_pointer(&s);
+}
+
+/* ------------------------------------------------------------------ describing */
+
+static gboolean
+check_describing(WsyncSession *s, const char *name, GError **error)
+{
+  if (s->planned || s->plan_failed)
+    return usage_error(error, "describe: tensor \"%s\": the session has %s", name,
+                       s->planned ? "planned already" : "failed to plan (make a new one)");
+  return TRUE;
+}
+
+/* A tensor's dtype and shape: a whole number of bytes that fits in memory. */
+static gboolean
+check_shape(const char *name, WsyncDtype dtype, guint ndim, const guint64 *shape,
+            GError **error)
+{
+  guint64 numel = 1, nbytes;
+
+  if ((guint)dtype >= WSYNC_DTYPE_COUNT || wsync_dtype_size(dtype) == 0) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "describe: tensor \"%s\": dtype %s is not one a session can cut (a sub-byte "
+                "or unknown type)",
+                name, (guint)dtype < WSYNC_DTYPE_COUNT ? wsync_dtype_name(dtype) : "?");
+    return FALSE;
+  }
+  if (ndim > WSYNC_MAX_DIMS) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "describe: tensor \"%s\" has %u axes, more than %u", name, ndim,
+                WSYNC_MAX_DIMS);
+    return FALSE;
+  }
+  for (guint d = 0; d < ndim; d++)
+    if (!g_uint64_checked_mul(&numel, numel, shape[d]))
+      numel = G_MAXUINT64;
+  if (numel == G_MAXUINT64 || !wsync_dtype_nbytes(dtype, numel, &nbytes) ||
+      nbytes > G_MAXSIZE) {
+    g_autofree char *text = wsync_shape_format(ndim, shape);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "describe: tensor \"%s\": shape %s overflows", name, text);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+static Described *
+add_described(WsyncSession *s, const char *name, WsyncDtype dtype, guint ndim,
+              const guint64 *shape, gboolean sharded)
+{
+  Described *d = g_new0(Described, 1);
+
+  d->g.name = g_strdup(name);
+  d->g.dtype = dtype;
+  d->g.ndim = ndim;
+  if (ndim > 0)
+    memcpy(d->g.shape, shape, ndim * sizeof *shape);
+  d->g.chunks = g_array_new(FALSE, TRUE, sizeof(WsyncDcpChunk));
+  d->sharded = sharded;
+  g_ptr_array_add(s->described, d);
+  g_hash_table_insert(s->by_name, d->g.name, d);
+  return d;
+}
+
+/* A chunk of @d at @offsets of extent @sizes, its bytes pushed row-major. */
+static void
+add_chunk(Described *d, const guint64 *offsets, const guint64 *sizes)
+{
+  WsyncDcpChunk c = {.box.ndim = d->g.ndim, .file = SOURCE_NAME};
+
+  for (guint k = 0; k < d->g.ndim; k++) {
+    c.box.offset[k] = offsets != NULL ? offsets[k] : 0;
+    c.box.extent[k] = sizes[k];
+  }
+  wsync_region_row_major(&c.region, d->g.ndim, sizes, NULL);
+  g_array_append_val(d->g.chunks, c);
+}
+
+gboolean
+wsync_session_describe(WsyncSession *s, const char *name, WsyncDtype dtype, guint ndim,
+                       const guint64 *shape, GError **error)
+{
+  g_return_val_if_fail(s != NULL && name != NULL && (shape != NULL || ndim == 0), FALSE);
+
+  if (!check_describing(s, name, error) || !check_shape(name, dtype, ndim, shape, error))
+    return FALSE;
+  if (g_hash_table_contains(s->by_name, name)) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "describe: tensor \"%s\" was described before", name);
+    return FALSE;
+  }
+  add_chunk(add_described(s, name, dtype, ndim, shape, FALSE), NULL, shape);
+  return TRUE;
+}
+
+static gboolean
+same_shape(guint ndim, const guint64 *a, const guint64 *b)
+{
+  return ndim == 0 || memcmp(a, b, ndim * sizeof *a) == 0;
+}
+
+gboolean
+wsync_session_describe_shard(WsyncSession *s, const char *name, WsyncDtype dtype, guint ndim,
+                             const guint64 *global_shape, const guint64 *offsets,
+                             const guint64 *sizes, GError **error)
+{
+  g_return_val_if_fail(s != NULL && name != NULL, FALSE);
+  g_return_val_if_fail(ndim == 0 || (global_shape != NULL && offsets != NULL && sizes != NULL),
+                       FALSE);
+  WsyncBox box = {.ndim = ndim};
+
+  if (!check_describing(s, name, error) || !check_shape(name, dtype, ndim, global_shape, error))
+    return FALSE;
+  for (guint k = 0; k < ndim; k++) {
+    box.offset[k] = offsets[k];
+    box.extent[k] = sizes[k];
+  }
+  g_autofree char *where = wsync_box_format(&box);
+  g_autofree char *shape = wsync_shape_format(ndim, global_shape);
+  for (guint k = 0; k < ndim; k++)
+    if (offsets[k] > global_shape[k] || sizes[k] > global_shape[k] - offsets[k]) {
+      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                  "describe: tensor \"%s\": shard %s lies outside the shape %s", name, where,
+                  shape);
+      return FALSE;
+    }
+  Described *d = g_hash_table_lookup(s->by_name, name);
+  if (d != NULL && !d->sharded) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "describe: tensor \"%s\" was described whole before", name);
+    return FALSE;
+  }
+  if (d != NULL && (d->g.dtype != dtype || d->g.ndim != ndim ||
+                    !same_shape(ndim, d->g.shape, global_shape))) {
+    g_autofree char *first = wsync_shape_format(d->g.ndim, d->g.shape);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "describe: tensor \"%s\": shard %s is %s %s, but its first shard said %s %s",
+                name, where, wsync_dtype_name(dtype), shape, wsync_dtype_name(d->g.dtype),
+                first);
+    return FALSE;
+  }
+  for (guint c = 0; d != NULL && c < d->g.chunks->len; c++) {
+    const WsyncBox *other = &g_array_index(d->g.chunks, WsyncDcpChunk, c).box;
+    WsyncBox inter;
+    gboolean same_place = memcmp(other->offset, box.offset, sizeof box.offset) == 0;
+    if (same_place || (wsync_box_intersect(other, &box, &inter) && wsync_box_volume(&inter) > 0)) {
+      g_autofree char *text = wsync_box_format(other);
+      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                  "describe: tensor \"%s\": shard %s overlaps shard %s (push every element "
+                  "once)",
+                  name, where, text);
+      return FALSE;
+    }
+  }
+  if (d == NULL)
+    d = add_described(s, name, dtype, ndim, global_shape, TRUE);
+  add_chunk(d, offsets, sizes);
+  return TRUE;
+}
+
+/* ------------------------------------------------------------------ planning */
+
+/* The shards of every sharded tensor cover it (they do not overlap: describe checked). */
+static gboolean
+check_shards_cover(WsyncSession *s, GError **error)
+{
+  for (guint i = 0; i < s->described->len; i++) {
+    const Described *d = s->described->pdata[i];
+    WsyncBox whole;
+    guint64 covered = 0;
+    if (!d->sharded)
+      continue;
+    wsync_box_whole(&whole, d->g.ndim, d->g.shape);
+    for (guint c = 0; c < d->g.chunks->len; c++)
+      covered += wsync_box_volume(&g_array_index(d->g.chunks, WsyncDcpChunk, c).box);
+    if (covered == wsync_box_volume(&whole))
+      continue;
+    /* the first gap: the whole box minus every shard */
+    g_autoptr(GArray) left = g_array_new(FALSE, FALSE, sizeof(WsyncBox));
+    g_array_append_val(left, whole);
+    for (guint c = 0; c < d->g.chunks->len && left->len > 0; c++) {
+      const WsyncBox *cut = &g_array_index(d->g.chunks, WsyncDcpChunk, c).box;
+      g_autoptr(GArray) next = g_array_new(FALSE, FALSE, sizeof(WsyncBox));
+      for (guint u = 0; u < left->len; u++) {
+        const WsyncBox *ub = &g_array_index(left, WsyncBox, u);
+        WsyncBox inter;
+        if (wsync_box_intersect(ub, cut, &inter))
+          plan_box_subtract(ub, &inter, next);
+        else
+          g_array_append_val(next, *ub);
+      }
+      g_array_set_size(left, 0);
+      g_array_append_vals(left, next->data, next->len);
+    }
+    g_autofree char *gap = wsync_box_format(&g_array_index(left, WsyncBox, 0));
+    g_autofree char *shape = wsync_shape_format(d->g.ndim, d->g.shape);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "%s: tensor \"%s\": no described shard holds %s (shape %s, %u shards)",
+                SOURCE_NAME, d->g.name, gap, shape, d->g.chunks->len);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+static gint
+compare_slots(gconstpointer a, gconstpointer b)
+{
+  const Slot *x = *(Slot *const *)a, *y = *(Slot *const *)b;
+
+  return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* The files of one rank: its tensors by part, each file laid out by the safetensors
+ * writer with the metadata `wsync convert` writes, so the headers are convert's. */
+static void
+lay_out_rank(WsyncSession *s, WsyncLayout *layout, GHashTable *slot_of)
+{
+  guint n_files = 0;
+
+  for (guint i = 0; i < layout->tensors->len; i++)
+    n_files = MAX(n_files, ((WsyncLayoutTensor *)layout->tensors->pdata[i])->part + 1);
+  for (guint p = 0; p < n_files; p++) {
+    g_autoptr(WsyncSafetensorsWriter) w = wsync_safetensors_writer_new();
+    OutFile *f = g_new0(OutFile, 1);
+    GHashTableIter it;
+    gpointer k, v;
+
+    f->rank = layout->rank;
+    f->part = p;
+    f->fd = -1;
+    f->name = plan_file_name(s->plan, layout, p);
+    f->slots = g_ptr_array_new();
+    wsync_safetensors_writer_set_metadata(w, "format", "pt");
+    g_hash_table_iter_init(&it, layout->metadata);
+    while (g_hash_table_iter_next(&it, &k, &v))
+      wsync_safetensors_writer_set_metadata(w, k, v);
+    for (guint i = 0; i < layout->tensors->len; i++) {
+      WsyncLayoutTensor *lt = layout->tensors->pdata[i];
+      if (lt->part != p)
+        continue;
+      /* the plan named and sized it: the writer cannot refuse it */
+      gboolean ok = wsync_safetensors_writer_add(w, lt->name, lt->dtype, lt->ndim, lt->shape,
+                                                 NULL);
+      g_assert(ok);
+    }
+    f->header = wsync_safetensors_writer_header(w, &f->header_len);
+    f->size = f->header_len + wsync_safetensors_writer_data_size(w);
+    for (guint i = 0; i < layout->tensors->len; i++) {
+      WsyncLayoutTensor *lt = layout->tensors->pdata[i];
+      if (lt->part != p)
+        continue;
+      Slot *slot = g_new0(Slot, 1);
+      slot->lt = lt;
+      slot->file = f;
+      slot->offset = f->header_len + wsync_safetensors_writer_tensor_offset(w, lt->name);
+      g_ptr_array_add(s->slots, slot);
+      g_ptr_array_add(f->slots, slot);
+      g_hash_table_insert(slot_of, lt, slot);
+    }
+    g_ptr_array_sort(f->slots, compare_slots);
+    g_ptr_array_add(s->files, f);
+  }
+}
+
+/* Each rank's manifest: its files by part, each file's tensors by offset. */
+static void
+make_manifests(WsyncSession *s)
+{
+  s->manifests = g_ptr_array_new_with_free_func((GDestroyNotify)g_array_unref);
+  for (guint r = 0; r < s->world; r++)
+    g_ptr_array_add(s->manifests, g_array_new(FALSE, TRUE, sizeof(WsyncManifestEntry)));
+  for (guint f = 0; f < s->files->len; f++) {
+    OutFile *file = s->files->pdata[f];
+    GArray *m = s->manifests->pdata[file->rank];
+    for (guint i = 0; i < file->slots->len; i++) {
+      const Slot *slot = file->slots->pdata[i];
+      WsyncManifestEntry e = {.name = slot->lt->name,
+                              .dtype = slot->lt->dtype,
+                              .ndim = slot->lt->ndim,
+                              .file = file->name,
+                              .offset = slot->offset,
+                              .nbytes = slot->lt->nbytes};
+      memcpy(e.shape, slot->lt->shape, sizeof e.shape);
+      g_array_append_val(m, e);
+    }
+  }
+}
+
+/* SHA-256 of the canonical manifest (docs/session.md). */
+static void
+make_digest(WsyncSession *s)
+{
+  g_autoptr(GString) text = g_string_new(NULL);
+  g_autoptr(GChecksum) sum = g_checksum_new(G_CHECKSUM_SHA256);
+  WsyncPlan *plan = s->plan;
+
+  g_string_append_printf(text, "wsync-manifest\t1\ntarget\t%s\nformat\t%s\ntp\t%u\nep\t%u\n"
+                               "world\t%u\n",
+                         plan->target, plan->out_format ? plan->out_format : "", plan->out_tp,
+                         plan->out_ep, s->world);
+  for (guint r = 0; r < s->world; r++) {
+    GArray *m = s->manifests->pdata[r];
+    for (guint i = 0; i < m->len; i++) {
+      const WsyncManifestEntry *e = &g_array_index(m, WsyncManifestEntry, i);
+      g_string_append_printf(text, "%u\t%s\t%" G_GUINT64_FORMAT "\t%s\t%s\t", r, e->file,
+                             e->offset, e->name, wsync_dtype_name(e->dtype));
+      for (guint d = 0; d < e->ndim; d++)
+        g_string_append_printf(text, "%s%" G_GUINT64_FORMAT, d ? "," : "", e->shape[d]);
+      g_string_append_c(text, '\n');
+    }
+  }
+  g_checksum_update(sum, (const guchar *)text->str, (gssize)text->len);
+  s->digest = g_strdup(g_checksum_get_string(sum));
+}
+
+static guint64
+slot_copy_bytes(const Slot *slot)
+{
+  guint64 bytes = 0;
+
+  for (guint i = 0; i < slot->lt->ops->len; i++) {
+    const Op *op = &g_array_index(slot->lt->ops, Op, i);
+    if (op->kind == OP_COPY)
+      bytes += op_bytes(op, slot->lt->dtype);
+  }
+  return bytes;
+}
+
+/* Caller sink: consecutive whole tensors of each rank file, a new bucket before a
+ * tensor that would pass the bucket size. */
+static void
+make_buckets(WsyncSession *s)
+{
+  s->buckets = g_ptr_array_new_with_free_func(bucket_free);
+  for (guint r = 0; r < s->world; r++) {
+    guint entry = 0; /* in the rank's manifest, which runs over its files in order */
+    for (guint f = 0; f < s->files->len; f++) {
+      OutFile *file = s->files->pdata[f];
+      Bucket *b = NULL;
+      if (file->rank != r)
+        continue;
+      for (guint i = 0; i < file->slots->len; i++, entry++) {
+        Slot *slot = file->slots->pdata[i];
+        if (b == NULL || (b->n_entries > 0 && b->nbytes + slot->lt->nbytes > s->bucket_bytes)) {
+          b = g_new0(Bucket, 1);
+          b->rank = r;
+          b->file = file;
+          b->file_offset = slot->offset;
+          b->first_entry = entry;
+          b->slots = g_ptr_array_new();
+          g_ptr_array_add(s->buckets, b);
+        }
+        g_assert(b->file_offset + b->nbytes == slot->offset); /* the writer leaves no gaps */
+        b->nbytes += slot->lt->nbytes;
+        b->n_entries++;
+        b->copy_bytes += slot_copy_bytes(slot);
+        g_ptr_array_add(b->slots, slot);
+        slot->bucket = b;
+      }
+    }
+  }
+}
+
+/* Every copy op of every output reads one input: it becomes a target of that input's
+ * push. */
+static gboolean
+make_inputs(WsyncSession *s, GHashTable *slot_of, GError **error)
+{
+  WsyncPlan *plan = s->plan;
+  guint at = 0;
+
+  s->inputs = g_array_new(FALSE, TRUE, sizeof(Input));
+  g_array_set_clear_func(s->inputs, input_clear);
+  g_array_set_size(s->inputs, plan->inputs->len);
+  for (guint i = 0; i < s->described->len; i++) {
+    Described *d = s->described->pdata[i];
+    d->first_input = at;
+    for (guint c = 0; c < d->g.chunks->len; c++, at++) {
+      Input *in = &g_array_index(s->inputs, Input, at);
+      in->d = d;
+      in->chunk = c;
+      in->nbytes = ((const WsyncTensor *)plan->chunk_tensors->pdata[at])->nbytes;
+      in->targets = g_array_new(FALSE, FALSE, sizeof(Target));
+      in->buckets = g_ptr_array_new();
+    }
+  }
+  g_assert(at == plan->inputs->len);
+  for (guint l = 0; l < plan->outputs->len; l++) {
+    WsyncLayout *layout = plan->outputs->pdata[l];
+    for (guint t = 0; t < layout->tensors->len; t++) {
+      WsyncLayoutTensor *lt = layout->tensors->pdata[t];
+      Slot *slot = g_hash_table_lookup(slot_of, lt);
+      for (guint o = 0; o < lt->ops->len; o++) {
+        const Op *op = &g_array_index(lt->ops, Op, o);
+        if (op->kind != OP_COPY || op_bytes(op, lt->dtype) == 0)
+          continue;
+        Input *in = &g_array_index(s->inputs, Input, op->source->input_index);
+        Target target = {op, slot};
+        g_array_append_val(in->targets, target);
+        if (slot->bucket != NULL && !g_ptr_array_find(in->buckets, slot->bucket, NULL))
+          g_ptr_array_add(in->buckets, slot->bucket);
+      }
+    }
+  }
+  for (guint i = 0; s->max_open_buckets > 0 && i < s->inputs->len; i++) {
+    Input *in = &g_array_index(s->inputs, Input, i);
+    if (in->buckets->len > s->max_open_buckets) {
+      g_autofree char *what = input_label(in);
+      return usage_error(error,
+                         "%s: %s alone fills %u buckets, more than max_open_buckets (%u)",
+                         SOURCE_NAME, what, in->buckets->len, s->max_open_buckets);
+    }
+  }
+  return TRUE;
+}
+
+gboolean
+wsync_session_plan(WsyncSession *s, GError **error)
+{
+  g_return_val_if_fail(s != NULL, FALSE);
+  g_autoptr(GPtrArray) globals = g_ptr_array_new();
+  g_autoptr(GHashTable) slot_of = g_hash_table_new(g_direct_hash, g_direct_equal);
+
+  if (s->planned || s->plan_failed)
+    return usage_error(error, "plan: the session has %s",
+                       s->planned ? "planned already" : "failed to plan (make a new one)");
+  for (guint i = 0; i < s->described->len; i++)
+    g_ptr_array_add(globals, &((Described *)s->described->pdata[i])->g);
+  s->plan_failed = TRUE; /* until it succeeds */
+  if (!check_shards_cover(s, error) ||
+      !plan_session_bind(s->plan, &s->plan_opts, globals, error))
+    return FALSE;
+  s->world = s->plan->out_world;
+  s->files = g_ptr_array_new_with_free_func(outfile_free);
+  s->slots = g_ptr_array_new_with_free_func(g_free);
+  for (guint l = 0; l < s->plan->outputs->len; l++)
+    lay_out_rank(s, s->plan->outputs->pdata[l], slot_of);
+  make_manifests(s);
+  make_digest(s);
+  if (s->on_bucket != NULL)
+    make_buckets(s);
+  if (!make_inputs(s, slot_of, error))
+    return FALSE;
+  s->plan_failed = FALSE;
+  s->planned = TRUE;
+  return TRUE;
+}
+
+const char *
+wsync_session_get_digest(WsyncSession *s)
+{
+  g_return_val_if_fail(s != NULL, NULL);
+  return s->digest;
+}
+
+guint
+wsync_session_get_world(WsyncSession *s)
+{
+  g_return_val_if_fail(s != NULL, 0);
+  return s->planned ? s->world : 0;
+}
+
+const WsyncManifestEntry *
+wsync_session_get_manifest(WsyncSession *s, guint rank, guint *n_entries)
+{
+  g_return_val_if_fail(s != NULL && n_entries != NULL, NULL);
+  *n_entries = 0;
+  if (!s->planned || rank >= s->world)
+    return NULL;
+  GArray *m = s->manifests->pdata[rank];
+  *n_entries = m->len;
+  return (const WsyncManifestEntry *)(gconstpointer)m->data;
+}
+
+/* ------------------------------------------------------------------ the directory sink */
+
+/* The fill ops of the tensors in @slots, into memory whose first byte is file offset
+ * @base_offset. */
+static void
+apply_fills(GPtrArray *slots, guint8 *base, guint64 base_offset)
+{
+  for (guint i = 0; i < slots->len; i++) {
+    const Slot *slot = slots->pdata[i];
+    const WsyncLayoutTensor *lt = slot->lt;
+    for (guint o = 0; o < lt->ops->len; o++) {
+      const Op *op = &g_array_index(lt->ops, Op, o);
+      if (op->kind == OP_FILL)
+        copy_fill(base + (slot->offset - base_offset), op->fill, wsync_dtype_size(lt->dtype),
+                  lt->ndim, lt->shape);
+    }
+  }
+}
+
+/* The directory may hold our files (an earlier session's) but no other rank files: a
+ * reader would take them for part of the output. */
+static gboolean
+check_foreign_files(WsyncSession *s, GError **error)
+{
+  g_autoptr(GHashTable) ours = g_hash_table_new(g_str_hash, g_str_equal);
+  g_autoptr(GDir) d = g_dir_open(s->out_dir, 0, NULL);
+  const char *name;
+
+  for (guint f = 0; f < s->files->len; f++)
+    g_hash_table_add(ours, ((OutFile *)s->files->pdata[f])->name);
+  while (d != NULL && (name = g_dir_read_name(d)) != NULL)
+    if (g_str_has_suffix(name, ".safetensors") && !g_hash_table_contains(ours, name))
+      return usage_error(error,
+                         "begin: %s holds %s, which this session does not write (rank files of "
+                         "another layout?): remove it or use another directory",
+                         s->out_dir, name);
+  return TRUE;
+}
+
+/* Creates one rank file beside its final name, sized, with its header and fills, maps
+ * it, and renames it into place (a reader that has the old file open keeps it). */
+static gboolean
+create_file(WsyncSession *s, OutFile *f, GError **error)
+{
+  g_autofree char *tmp = g_strdup_printf("%s/.%s.wsync-tmp", s->out_dir, f->name);
+  const guint8 *p = f->header;
+  gsize left = f->header_len;
+  int rc;
+
+  f->path = g_build_filename(s->out_dir, f->name, NULL);
+  f->fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (f->fd < 0) {
+    wsync_set_io_error(error, errno, tmp, "create");
+    return FALSE;
+  }
+  while (left > 0) {
+    ssize_t k = pwrite(f->fd, p, left, (off_t)(f->header_len - left));
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k <= 0) {
+      wsync_set_io_error(error, k < 0 ? errno : ENOSPC, tmp, "write");
+      goto fail;
+    }
+    p += k;
+    left -= (gsize)k;
+  }
+  if (ftruncate(f->fd, (off_t)f->size) != 0) {
+    wsync_set_io_error(error, errno, tmp, "resize");
+    goto fail;
+  }
+  /* reserve the blocks: writing through a map into a sparse file on a full disk would
+   * kill the process with SIGBUS instead of failing here */
+  rc = posix_fallocate(f->fd, 0, (off_t)f->size);
+  if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL) {
+    wsync_set_io_error(error, rc, tmp, "reserve space for");
+    goto fail;
+  }
+  f->map = mmap(NULL, f->size, PROT_READ | PROT_WRITE, MAP_SHARED, f->fd, 0);
+  if (f->map == MAP_FAILED) {
+    f->map = NULL;
+    wsync_set_io_error(error, errno, tmp, "map");
+    goto fail;
+  }
+  apply_fills(f->slots, f->map, 0);
+  if (rename(tmp, f->path) != 0) {
+    wsync_set_io_error(error, errno, f->path, "rename into place");
+    goto fail;
+  }
+  return TRUE;
+
+fail:
+  g_unlink(tmp);
+  return FALSE;
+}
+
+static void
+close_files(WsyncSession *s)
+{
+  for (guint i = 0; i < s->files->len; i++) {
+    OutFile *f = s->files->pdata[i];
+    if (f->map != NULL)
+      munmap(f->map, f->size);
+    if (f->fd >= 0)
+      close(f->fd);
+    f->map = NULL;
+    f->fd = -1;
+  }
+}
+
+static gboolean
+create_files(WsyncSession *s, GError **error)
+{
+  if (!check_foreign_files(s, error))
+    return FALSE;
+  for (guint i = 0; i < s->files->len; i++)
+    if (!create_file(s, s->files->pdata[i], error)) {
+      close_files(s);
+      return FALSE;
+    }
+  s->files_ready = TRUE;
+  return TRUE;
+}
+
+static gboolean
+remove_record(WsyncSession *s, GError **error)
+{
+  g_autofree char *path = g_build_filename(s->out_dir, WSYNC_SESSION_COMMIT_RECORD, NULL);
+
+  if (g_mkdir_with_parents(s->out_dir, 0755) != 0) {
+    wsync_set_io_error(error, errno, s->out_dir, "create");
+    return FALSE;
+  }
+  if (unlink(path) != 0 && errno != ENOENT) {
+    wsync_set_io_error(error, errno, path, "remove");
+    return FALSE;
+  }
+  return sync_dir(s->out_dir, error);
+}
+
+static void
+hash_file(gpointer data, guint index)
+{
+  WsyncSession *s = data;
+  OutFile *f = s->files->pdata[index];
+
+  g_snprintf(f->xxh3, sizeof f->xxh3, "%016" G_GINT64_MODIFIER "x",
+             (guint64)XXH3_64bits(f->map, f->size));
+}
+
+static char *
+record_text(WsyncSession *s)
+{
+  g_autoptr(JsonBuilder) b = json_builder_new();
+  g_autoptr(JsonGenerator) gen = json_generator_new();
+  WsyncPlan *plan = s->plan;
+
+  json_builder_begin_object(b);
+  json_builder_set_member_name(b, "version");
+  json_builder_add_int_value(b, (gint64)s->version);
+  json_builder_set_member_name(b, "digest");
+  json_builder_add_string_value(b, s->digest);
+  json_builder_set_member_name(b, "target");
+  json_builder_add_string_value(b, plan->target);
+  json_builder_set_member_name(b, "format");
+  if (plan->out_format != NULL)
+    json_builder_add_string_value(b, plan->out_format);
+  else
+    json_builder_add_null_value(b);
+  json_builder_set_member_name(b, "tp");
+  json_builder_add_int_value(b, plan->out_tp);
+  json_builder_set_member_name(b, "ep");
+  json_builder_add_int_value(b, plan->out_ep);
+  json_builder_set_member_name(b, "world");
+  json_builder_add_int_value(b, s->world);
+  json_builder_set_member_name(b, "files");
+  json_builder_begin_array(b);
+  for (guint i = 0; i < s->files->len; i++) {
+    const OutFile *f = s->files->pdata[i];
+    json_builder_begin_object(b);
+    json_builder_set_member_name(b, "file");
+    json_builder_add_string_value(b, f->name);
+    json_builder_set_member_name(b, "rank");
+    json_builder_add_int_value(b, f->rank);
+    json_builder_set_member_name(b, "bytes");
+    json_builder_add_int_value(b, (gint64)f->size);
+    json_builder_set_member_name(b, "xxh3");
+    json_builder_add_string_value(b, f->xxh3);
+    json_builder_end_object(b);
+  }
+  json_builder_end_array(b);
+  json_builder_end_object(b);
+  g_autoptr(JsonNode) root = json_builder_get_root(b);
+  json_generator_set_pretty(gen, TRUE);
+  json_generator_set_indent(gen, 2);
+  json_generator_set_root(gen, root);
+  g_autofree char *text = json_generator_to_data(gen, NULL);
+  return g_strconcat(text, "\n", NULL);
+}
+
+/* The commit record: a temporary file, fsync, rename, fsync of the directory. */
+static gboolean
+write_record(WsyncSession *s, GError **error)
+{
+  g_autofree char *path = g_build_filename(s->out_dir, WSYNC_SESSION_COMMIT_RECORD, NULL);
+  g_autofree char *tmp = g_strdup_printf("%s/.%s.tmp", s->out_dir, WSYNC_SESSION_COMMIT_RECORD);
+  g_autofree char *text = record_text(s);
+  gsize len = strlen(text), done = 0;
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+  if (fd < 0) {
+    wsync_set_io_error(error, errno, tmp, "create");
+    return FALSE;
+  }
+  while (done < len) {
+    ssize_t k = write(fd, text + done, len - done);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k <= 0) {
+      wsync_set_io_error(error, k < 0 ? errno : ENOSPC, tmp, "write");
+      close(fd);
+      g_unlink(tmp);
+      return FALSE;
+    }
+    done += (gsize)k;
+  }
+  if (fsync(fd) != 0 || close(fd) != 0) {
+    wsync_set_io_error(error, errno, tmp, "sync");
+    g_unlink(tmp);
+    return FALSE;
+  }
+  if (rename(tmp, path) != 0) {
+    wsync_set_io_error(error, errno, path, "rename into place");
+    g_unlink(tmp);
+    return FALSE;
+  }
+  return sync_dir(s->out_dir, error);
+}
+
+/* config.json as `wsync convert` writes it (and, for a checkpoint directory's
+ * config.json, the directory's other non-weight files), and the index for a target
+ * that writes one. */
+static gboolean
+write_companions(WsyncSession *s, GError **error)
+{
+  WsyncPlan *plan = s->plan;
+  g_autofree char *base = g_path_get_basename(s->config_path);
+
+  if (strcmp(base, "config.json") == 0) {
+    g_autofree char *dir = g_path_get_dirname(s->config_path);
+    if (!companion_copy_dir(s->ctx, plan->config, dir, s->out_dir, TRUE, NULL, error))
+      return FALSE;
+  } else if (!companion_write_config(s->ctx, plan->config, NULL, s->out_dir, NULL, error))
+    return FALSE;
+  if (plan->out.info->writes_index) {
+    g_autoptr(GHashTable) weight_map = g_hash_table_new(g_str_hash, g_str_equal);
+    g_autofree char *index = g_build_filename(s->out_dir, WSYNC_INDEX_NAME, NULL);
+    for (guint i = 0; i < s->slots->len; i++) {
+      const Slot *slot = s->slots->pdata[i];
+      g_hash_table_insert(weight_map, slot->lt->name, slot->file->name);
+    }
+    if (!wsync_index_write(index, wsync_plan_total_bytes(plan), weight_map, error))
+      return FALSE;
+  }
+  return TRUE;
+}
+
+static gboolean
+commit_directory(WsyncSession *s, GError **error)
+{
+  for (guint i = 0; i < s->files->len; i++) {
+    OutFile *f = s->files->pdata[i];
+    if (msync(f->map, f->size, MS_SYNC) != 0) {
+      wsync_set_io_error(error, errno, f->path, "sync");
+      return FALSE;
+    }
+  }
+  team_run(s, hash_file, s, s->files->len);
+  if (!s->companions_written) {
+    if (!write_companions(s, error))
+      return FALSE;
+    s->companions_written = TRUE;
+  }
+  return write_record(s, error);
+}
+
+/* ------------------------------------------------------------------ the caller sink */
+
+/* Allocates a bucket's memory and writes its fills (under the session's lock). */
+static void
+open_bucket(WsyncSession *s, Bucket *b)
+{
+  b->data = b->nbytes > 0 ? g_malloc(b->nbytes) : NULL;
+  b->remaining = (gint64)b->copy_bytes;
+  b->open = TRUE;
+  s->n_open++;
+  if (b->data != NULL)
+    apply_fills(b->slots, b->data, b->file_offset);
+}
+
+/* Frees a bucket's memory (under the session's lock). */
+static void
+close_bucket(WsyncSession *s, Bucket *b)
+{
+  g_clear_pointer(&b->data, g_free);
+  if (b->open)
+    s->n_open--;
+  b->open = FALSE;
+}
+
+static void
+set_failure(WsyncSession *s, const GError *error)
+{
+  g_mutex_lock(&s->lock);
+  if (s->failure == NULL)
+    s->failure = g_strdup(error->message);
+  g_mutex_unlock(&s->lock);
+}
+
+/* Hands filled buckets to the caller, one callback at a time, and frees them. */
+static gboolean
+deliver(WsyncSession *s, GPtrArray *filled, GError **error)
+{
+  gboolean ok = TRUE;
+
+  for (guint i = 0; i < filled->len; i++) {
+    Bucket *b = filled->pdata[i];
+    if (ok) {
+      const GArray *m = s->manifests->pdata[b->rank];
+      WsyncBucket bucket = {.version = s->version,
+                            .rank = b->rank,
+                            .file = b->file->name,
+                            .file_offset = b->file_offset,
+                            .data = b->data,
+                            .nbytes = b->nbytes,
+                            .entries = &g_array_index(m, WsyncManifestEntry, b->first_entry),
+                            .n_entries = b->n_entries};
+      g_autoptr(GError) local = NULL;
+      g_mutex_lock(&s->deliver_lock);
+      ok = s->on_bucket(&bucket, s->user_data, &local);
+      g_mutex_unlock(&s->deliver_lock);
+      if (!ok) {
+        if (local == NULL)
+          g_set_error(&local, WSYNC_ERROR, WSYNC_ERROR_FAILED, "the bucket callback failed");
+        g_prefix_error(&local, "bucket of rank %u, %s at %" G_GUINT64_FORMAT ": ", b->rank,
+                       b->file->name, b->file_offset);
+        set_failure(s, local);
+        g_propagate_error(error, g_steal_pointer(&local));
+      }
+    }
+    g_mutex_lock(&s->lock);
+    close_bucket(s, b);
+    b->delivered = TRUE;
+    g_mutex_unlock(&s->lock);
+  }
+  return ok;
+}
+
+/* ------------------------------------------------------------------ steps */
+
+/* A step is open and can go on; messages start with @what ("push: tensor "X""). */
+static gboolean
+check_step_open(WsyncSession *s, const char *what, GError **error)
+{
+  if (s->state != STEP_OPEN)
+    return usage_error(error, "%s: no step is open (call wsync_session_begin first)", what);
+  if (s->failure != NULL)
+    return usage_error(error, "%s: step %" G_GUINT64_FORMAT " failed (%s): abort it", what,
+                       s->version, s->failure);
+  return TRUE;
+}
+
+gboolean
+wsync_session_begin(WsyncSession *s, guint64 version, GError **error)
+{
+  g_return_val_if_fail(s != NULL, FALSE);
+
+  if (!s->planned)
+    return usage_error(error, "begin: the session has not planned (call wsync_session_plan "
+                              "first)");
+  if (s->out_dir == NULL && s->on_bucket == NULL)
+    return usage_error(error, "begin: the session has no sink (out_dir or on_bucket)");
+  if (version > (guint64)G_MAXINT64)
+    return usage_error(error, "begin: version %" G_GUINT64_FORMAT " is above 2^63 - 1",
+                       version);
+  if (s->state == STEP_OPEN)
+    return usage_error(error, "begin: step %" G_GUINT64_FORMAT " is open: commit or abort it "
+                              "first",
+                       s->version);
+  if (s->out_dir != NULL &&
+      (!remove_record(s, error) || (!s->files_ready && !create_files(s, error))))
+    return FALSE;
+  g_mutex_lock(&s->lock);
+  for (guint i = 0; s->buckets != NULL && i < s->buckets->len; i++)
+    ((Bucket *)s->buckets->pdata[i])->delivered = FALSE;
+  s->serial++;
+  s->version = version;
+  g_clear_pointer(&s->failure, g_free);
+  s->state = STEP_OPEN;
+  g_mutex_unlock(&s->lock);
+  return TRUE;
+}
+
+/* One run of one copy op. */
+typedef struct {
+  const Op *op;
+  WsyncDtype dst_dtype;
+  guint8 *dst_base; /* the output tensor's first byte */
+  guint64 from, to; /* rows of the op's first axis */
+  guint64 bytes;
+  Bucket *bucket;
+} Item;
+
+typedef struct {
+  WsyncSession *s;
+  const guint8 *src;
+  GArray *items; /* Item */
+  GMutex lock;
+  GPtrArray *filled; /* Bucket* whose last byte this push wrote */
+} Push;
+
+static void
+run_item(gpointer data, guint index)
+{
+  Push *push = data;
+  const Item *it = &g_array_index(push->items, Item, index);
+
+  copy_op(push->s->plan, it->op, it->from, it->to, push->src, it->dst_base, it->dst_dtype);
+  if (it->bucket != NULL &&
+      __atomic_sub_fetch(&it->bucket->remaining, (gint64)it->bytes, __ATOMIC_ACQ_REL) == 0) {
+    g_mutex_lock(&push->lock);
+    g_ptr_array_add(push->filled, it->bucket);
+    g_mutex_unlock(&push->lock);
+  }
+}
+
+/* The runs of @in's copy ops: each op cut along its first axis into runs of at most
+ * CHUNK_BYTES. */
+static void
+make_items(const Input *in, GArray *items)
+{
+  for (guint t = 0; t < in->targets->len; t++) {
+    const Target *target = &g_array_index(in->targets, Target, t);
+    const Op *op = target->op;
+    const Slot *slot = target->slot;
+    guint8 *base = slot->bucket != NULL
+                       ? slot->bucket->data + (slot->offset - slot->bucket->file_offset)
+                       : slot->file->map + slot->offset;
+    guint64 bytes = op_bytes(op, slot->lt->dtype);
+    guint64 outer = op->ndim ? op->extent[0] : 1;
+    guint64 per_outer = bytes / outer;
+    guint64 step = MAX(CHUNK_BYTES / MAX(per_outer, 1), 1);
+    for (guint64 from = 0; from < outer; from += step) {
+      Item it = {.op = op,
+                 .dst_dtype = slot->lt->dtype,
+                 .dst_base = base,
+                 .from = from,
+                 .to = MIN(from + step, outer),
+                 .bucket = slot->bucket};
+      it.bytes = (it.to - it.from) * per_outer;
+      g_array_append_val(items, it);
+    }
+  }
+}
+
+/* Claims @in for the open step: checks, marks it pushed, opens the buckets it writes
+ * into. */
+static gboolean
+claim_input(WsyncSession *s, Input *in, gsize nbytes, GError **error)
+{
+  g_autofree char *what = input_label(in);
+  guint opening = 0;
+
+  if (nbytes != in->nbytes) {
+    const WsyncDcpChunk *c = &g_array_index(in->d->g.chunks, WsyncDcpChunk, in->chunk);
+    g_autofree char *shape = wsync_shape_format(c->box.ndim, c->box.extent);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "push: %s: %" G_GSIZE_FORMAT " bytes, but it was described as %s %s (%"
+                G_GUINT64_FORMAT " bytes)",
+                what, nbytes, wsync_dtype_name(in->d->g.dtype), shape, in->nbytes);
+    return FALSE;
+  }
+  g_autofree char *prefix = g_strconcat("push: ", what, NULL);
+  g_mutex_lock(&s->lock);
+  if (!check_step_open(s, prefix, error)) {
+    g_mutex_unlock(&s->lock);
+    return FALSE;
+  }
+  if (in->pushed == s->serial) {
+    g_mutex_unlock(&s->lock);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "push: %s was already pushed in step %" G_GUINT64_FORMAT, what, s->version);
+    return FALSE;
+  }
+  for (guint i = 0; i < in->buckets->len; i++)
+    opening += !((Bucket *)in->buckets->pdata[i])->open;
+  if (s->max_open_buckets > 0 && s->n_open + opening > s->max_open_buckets) {
+    guint open = s->n_open;
+    g_mutex_unlock(&s->lock);
+    return usage_error(error,
+                       "push: %s would open %u more buckets while %u are open "
+                       "(max_open_buckets %u): push tensors that fill the open buckets first "
+                       "(the manifest's order keeps one open per rank file)",
+                       what, opening, open, s->max_open_buckets);
+  }
+  for (guint i = 0; i < in->buckets->len; i++) {
+    Bucket *b = in->buckets->pdata[i];
+    if (!b->open)
+      open_bucket(s, b);
+  }
+  in->pushed = s->serial;
+  g_mutex_unlock(&s->lock);
+  return TRUE;
+}
+
+static gboolean
+push_input(WsyncSession *s, Input *in, const void *data, gsize nbytes, GError **error)
+{
+  Push push = {.s = s, .src = data};
+  gboolean ok;
+
+  if (data == NULL && nbytes > 0)
+    return usage_error(error, "push: tensor \"%s\": no data", in->d->g.name);
+  if (!claim_input(s, in, nbytes, error))
+    return FALSE;
+  push.items = g_array_new(FALSE, FALSE, sizeof(Item));
+  push.filled = g_ptr_array_new();
+  g_mutex_init(&push.lock);
+  make_items(in, push.items);
+  team_run(s, run_item, &push, push.items->len);
+  ok = s->on_bucket == NULL || deliver(s, push.filled, error);
+  g_mutex_clear(&push.lock);
+  g_ptr_array_unref(push.filled);
+  g_array_unref(push.items);
+  return ok;
+}
+
+static gboolean
+unknown_tensor(const char *name, GError **error)
+{
+  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "push: tensor \"%s\" was not described",
+              name);
+  return FALSE;
+}
+
+gboolean
+wsync_session_push(WsyncSession *s, const char *name, const void *data, gsize nbytes,
+                   GError **error)
+{
+  g_return_val_if_fail(s != NULL && name != NULL, FALSE);
+  Described *d = g_hash_table_lookup(s->by_name, name);
+
+  if (!s->planned)
+    return usage_error(error, "push: tensor \"%s\": the session has not planned (call "
+                              "wsync_session_plan first)",
+                       name);
+  if (d == NULL)
+    return unknown_tensor(name, error);
+  if (d->sharded) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "push: tensor \"%s\" was described as %u shards: push each with "
+                "wsync_session_push_shard",
+                name, d->g.chunks->len);
+    return FALSE;
+  }
+  return push_input(s, &g_array_index(s->inputs, Input, d->first_input), data, nbytes, error);
+}
+
+gboolean
+wsync_session_push_shard(WsyncSession *s, const char *name, const guint64 *offsets,
+                         const void *data, gsize nbytes, GError **error)
+{
+  g_return_val_if_fail(s != NULL && name != NULL, FALSE);
+  Described *d = g_hash_table_lookup(s->by_name, name);
+
+  if (!s->planned)
+    return usage_error(error, "push: tensor \"%s\": the session has not planned (call "
+                              "wsync_session_plan first)",
+                       name);
+  if (d == NULL)
+    return unknown_tensor(name, error);
+  if (!d->sharded) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "push: tensor \"%s\" was described whole: push it with wsync_session_push",
+                name);
+    return FALSE;
+  }
+  g_return_val_if_fail(offsets != NULL || d->g.ndim == 0, FALSE);
+  for (guint c = 0; c < d->g.chunks->len; c++) {
+    const WsyncBox *box = &g_array_index(d->g.chunks, WsyncDcpChunk, c).box;
+    if (d->g.ndim == 0 || memcmp(box->offset, offsets, d->g.ndim * sizeof *offsets) == 0)
+      return push_input(s, &g_array_index(s->inputs, Input, d->first_input + c), data, nbytes,
+                        error);
+  }
+  GString *at = g_string_new("[");
+  for (guint k = 0; k < d->g.ndim; k++)
+    g_string_append_printf(at, "%s%" G_GUINT64_FORMAT, k ? ", " : "", offsets[k]);
+  g_string_append_c(at, ']');
+  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+              "push: tensor \"%s\" has no shard described at offsets %s", name, at->str);
+  g_string_free(at, TRUE);
+  return FALSE;
+}
+
+/* The first input not pushed in the open step, and how many are missing. */
+static const Input *
+first_missing(WsyncSession *s, guint *n_missing)
+{
+  const Input *first = NULL;
+
+  *n_missing = 0;
+  for (guint i = 0; i < s->inputs->len; i++) {
+    const Input *in = &g_array_index(s->inputs, Input, i);
+    if (in->pushed == s->serial)
+      continue;
+    if (first == NULL)
+      first = in;
+    (*n_missing)++;
+  }
+  return first;
+}
+
+/* Caller sink: the buckets no push writes into (fills only, or empty tensors). */
+static gboolean
+deliver_unpushed(WsyncSession *s, GError **error)
+{
+  g_autoptr(GPtrArray) filled = g_ptr_array_new();
+
+  g_mutex_lock(&s->lock);
+  for (guint i = 0; i < s->buckets->len; i++) {
+    Bucket *b = s->buckets->pdata[i];
+    if (!b->delivered && !b->open && b->copy_bytes == 0) {
+      open_bucket(s, b);
+      g_ptr_array_add(filled, b);
+    }
+  }
+  g_mutex_unlock(&s->lock);
+  return deliver(s, filled, error);
+}
+
+gboolean
+wsync_session_commit(WsyncSession *s, GError **error)
+{
+  g_return_val_if_fail(s != NULL, FALSE);
+  guint n_missing;
+
+  if (!s->planned)
+    return usage_error(error, "commit: the session has not planned (call wsync_session_plan "
+                              "first)");
+  g_mutex_lock(&s->lock);
+  gboolean open = check_step_open(s, "commit", error);
+  g_mutex_unlock(&s->lock);
+  if (!open)
+    return FALSE;
+  const Input *missing = first_missing(s, &n_missing);
+  if (missing != NULL) {
+    g_autofree char *what = input_label(missing);
+    g_autofree char *more =
+        n_missing > 1 ? g_strdup_printf(" (and %u more)", n_missing - 1) : g_strdup("");
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "commit: step %" G_GUINT64_FORMAT ": %s was not pushed%s", s->version, what,
+                more);
+    return FALSE;
+  }
+  if (s->on_bucket != NULL && !deliver_unpushed(s, error))
+    return FALSE;
+  for (guint i = 0; s->buckets != NULL && i < s->buckets->len; i++) {
+    const Bucket *b = s->buckets->pdata[i];
+    if (!b->delivered) { /* the plan proved every byte written: a bug if it happens */
+      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_FAILED,
+                  "commit: step %" G_GUINT64_FORMAT ": the bucket of rank %u, %s at %"
+                  G_GUINT64_FORMAT " is not filled",
+                  s->version, b->rank, b->file->name, b->file_offset);
+      set_failure(s, *error);
+      return FALSE;
+    }
+  }
+  if (s->out_dir != NULL && !commit_directory(s, error)) {
+    set_failure(s, *error);
+    return FALSE;
+  }
+  g_mutex_lock(&s->lock);
+  s->state = STEP_CLOSED;
+  g_mutex_unlock(&s->lock);
+  return TRUE;
+}
+
+void
+wsync_session_abort(WsyncSession *s)
+{
+  g_return_if_fail(s != NULL);
+
+  g_mutex_lock(&s->lock);
+  for (guint i = 0; s->buckets != NULL && i < s->buckets->len; i++)
+    close_bucket(s, s->buckets->pdata[i]);
+  g_clear_pointer(&s->failure, g_free);
+  s->state = STEP_CLOSED;
+  g_mutex_unlock(&s->lock);
+}
+
+void
+wsync_session_free(WsyncSession *s)
+{
+  if (s == NULL)
+    return;
+  wsync_session_abort(s);
+  if (s->pool != NULL)
+    g_thread_pool_free(s->pool, FALSE, TRUE);
+  if (s->inputs)
+    g_array_unref(s->inputs);
+  if (s->buckets)
+    g_ptr_array_unref(s->buckets);
+  if (s->files)
+    g_ptr_array_unref(s->files);
+  if (s->slots)
+    g_ptr_array_unref(s->slots);
+  if (s->manifests)
+    g_ptr_array_unref(s->manifests);
+  wsync_plan_free(s->plan); /* before the described tensors its inputs point into */
+  g_ptr_array_unref(s->described);
+  g_hash_table_unref(s->by_name);
+  g_free(s->digest);
+  g_free(s->failure);
+  g_free(s->config_path);
+  g_free(s->out_dir);
+  g_free(s->target);
+  g_free(s->format);
+  g_mutex_clear(&s->lock);
+  g_mutex_clear(&s->deliver_lock);
+  g_free(s);
+}

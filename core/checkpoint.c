@@ -17,6 +17,7 @@
 #include <wsync/checkpoint.h>
 #include <wsync/error.h>
 
+#include "files.h"
 #include "json-check.h"
 
 struct _WsyncCheckpoint {
@@ -56,38 +57,6 @@ node_kind(JsonNode *node)
 }
 
 /* ================================================================ reading the index */
-
-/* Reads a whole (small) file. */
-static gboolean
-read_file(const char *path, char **text, gsize *len, GError **error)
-{
-  /* O_NONBLOCK: a FIFO in place of the index must not hang us. */
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
-    wsync_set_io_error(error, errno, path, "open");
-    return FALSE;
-  }
-  GString *buf = g_string_new(NULL);
-  char chunk[65536];
-  for (;;) {
-    ssize_t k = read(fd, chunk, sizeof chunk);
-    if (k < 0 && errno == EINTR)
-      continue;
-    if (k < 0) {
-      wsync_set_io_error(error, errno, path, "read");
-      g_string_free(buf, TRUE);
-      close(fd);
-      return FALSE;
-    }
-    if (k == 0)
-      break;
-    g_string_append_len(buf, chunk, k);
-  }
-  close(fd);
-  *len = buf->len;
-  *text = g_string_free(buf, FALSE);
-  return TRUE;
-}
 
 static JsonObject *
 load_index_json(JsonParser *parser, const char *text, gsize len, const char *file, GError **error)
@@ -175,9 +144,14 @@ shard_open(Shards *sh, const char *name, const char *tensor, GError **error)
   g_autofree char *path = g_build_filename(sh->dir, name, NULL);
   g_autofree char *real = realpath(path, NULL);
   if (real == NULL) {
+    /* what the name itself makes impossible is bad input; only the system failing
+     * (EACCES, EIO, ENOMEM) is an I/O error */
     if (errno == ENOENT || errno == ENOTDIR)
       bad_input(error, sh->index, "shard \"%s\" (named for tensor \"%s\") is missing", pname,
                 ptensor);
+    else if (errno == ENAMETOOLONG || errno == ELOOP)
+      bad_input(error, sh->index, "shard \"%s\" (named for tensor \"%s\") cannot be a file: %s",
+                pname, ptensor, g_strerror(errno));
     else
       wsync_set_io_error(error, errno, path, "resolve");
     return NULL;
@@ -262,7 +236,9 @@ open_indexed(WsyncCheckpoint *ck, const char *dir, const char *index, GError **e
 {
   g_autofree char *text = NULL;
   gsize len;
-  if (!read_file(index, &text, &len, error))
+  /* a regular file of bounded size: a FIFO or /dev/zero in its place is refused */
+  if (!wsync_file_read_regular(index, WSYNC_INDEX_JSON_MAX, WSYNC_INDEX_NAME,
+                               WSYNC_ERROR_BAD_INPUT, &text, &len, error))
     return FALSE;
   g_autoptr(JsonParser) parser = json_parser_new();
   JsonObject *root = load_index_json(parser, text, len, index, error);

@@ -59,7 +59,7 @@ cli_parse(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries, int *ar
   g_option_context_add_main_entries(octx, globals, NULL);
   g_option_context_add_main_entries(octx, help_entry, NULL);
   if (!g_option_context_parse(octx, argc, argv, &error)) {
-    fprintf(stderr, "wsync %s: %s (see wsync %s --help)\n", cmd->name, error->message, cmd->name);
+    cli_error_line("wsync %s: %s (see wsync %s --help)", cmd->name, error->message, cmd->name);
     return FALSE;
   }
   if (help) {
@@ -114,7 +114,7 @@ report_refused(const char *name, WsyncPluginState state, const char *path,
   (void)description;
   (void)user_data;
   if (state == WSYNC_PLUGIN_REFUSED)
-    fprintf(stderr, "wsync: plugin \"%s\" refused: %s\n", name, reason);
+    cli_error_line("wsync: plugin \"%s\" refused: %s", name, reason);
 }
 
 static void
@@ -139,10 +139,22 @@ cli_context(WsyncCli *cli, GError **error)
   return cli->ctx;
 }
 
+void
+cli_error_line(const char *fmt, ...)
+{
+  va_list args;
+
+  va_start(args, fmt);
+  g_autofree char *line = g_strdup_vprintf(fmt, args);
+  va_end(args);
+  g_autofree char *safe = wsync_printable(line);
+  fprintf(stderr, "%s\n", safe);
+}
+
 int
 cli_fail(const GError *error)
 {
-  fprintf(stderr, "wsync: %s\n", error->message);
+  cli_error_line("wsync: %s", error->message);
   return wsync_error_exit_code(error);
 }
 
@@ -155,7 +167,7 @@ cli_usage_error(const WsyncCommand *cmd, const char *fmt, ...)
   va_start(args, fmt);
   message = g_strdup_vprintf(fmt, args);
   va_end(args);
-  fprintf(stderr, "wsync %s: %s (see wsync %s --help)\n", cmd->name, message, cmd->name);
+  cli_error_line("wsync %s: %s (see wsync %s --help)", cmd->name, message, cmd->name);
   return WSYNC_EXIT_USAGE;
 }
 
@@ -194,4 +206,37 @@ cli_format_shape(guint ndim, const guint64 *shape)
     g_string_append_printf(s, d ? ", %" G_GUINT64_FORMAT : "%" G_GUINT64_FORMAT, shape[d]);
   g_string_append_c(s, ']');
   return g_string_free(s, FALSE);
+}
+
+static volatile sig_atomic_t caught_signal;
+
+static void
+record_signal(int sig)
+{
+  caught_signal = sig;
+}
+
+const volatile sig_atomic_t *
+cli_catch_signals(void)
+{
+  static const int signals[] = {SIGINT, SIGTERM, SIGHUP};
+  struct sigaction sa;
+
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = record_signal;
+  sigemptyset(&sa.sa_mask);
+  for (guint i = 0; i < G_N_ELEMENTS(signals); i++)
+    sigaction(signals[i], &sa, NULL);
+  return &caught_signal;
+}
+
+void
+cli_end_by_caught_signal(void)
+{
+  int sig = caught_signal;
+
+  if (sig == 0)
+    return;
+  signal(sig, SIG_DFL);
+  raise(sig);
 }

@@ -2,6 +2,8 @@
 #ifndef WSYNC_CLI_H
 #define WSYNC_CLI_H
 
+#include <signal.h>
+
 #include <json-glib/json-glib.h>
 
 #include <wsync/wsync.h>
@@ -37,7 +39,15 @@ gboolean cli_parse(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries
 /* Builds the context (configuration, plugins) once; reports refused plugins on stderr. */
 WsyncContext *cli_context(WsyncCli *cli, GError **error);
 
-/* Prints "wsync: MESSAGE" on stderr and returns the error's exit status. */
+/* Writes one line to stderr: @fmt formatted, then passed whole through wsync_printable()
+ * (control characters and invalid UTF-8 escaped), then a newline.  Every error, refusal
+ * and warning wsync prints goes through here, so no text read from a file (a tensor or
+ * shard name, a JSON parser's quote, a conf token, a metadata value) can break a message
+ * into lines or drive the terminal. */
+void cli_error_line(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
+
+/* Prints "wsync: MESSAGE" on stderr (through cli_error_line()) and returns the error's
+ * exit status. */
 int cli_fail(const GError *error);
 
 /* Prints a usage error and returns 2. */
@@ -49,6 +59,16 @@ void cli_print_json(JsonNode *root);
 /* Writes @contents to @path atomically: a temporary sibling, then rename. */
 gboolean cli_write_file_atomically(const char *path, const char *contents, gsize len,
                                    GError **error);
+
+/* Catches SIGINT, SIGTERM and SIGHUP from now on: the handler only records the signal
+ * (no SA_RESTART, so a blocking call returns), for wsync_plan_execute() to stop at the
+ * next piece of work and remove its temporary directory.  Returns the flag to pass as
+ * wsync_plan_set_interrupt(). */
+const volatile sig_atomic_t *cli_catch_signals(void);
+
+/* When a caught signal stopped the run: restores its default action and raises it, so
+ * that wsync ends as the signal's sender expects (status 128 + N in a shell). */
+void cli_end_by_caught_signal(void);
 
 /* Formats a shape as "[a, b, c]". */
 char *cli_format_shape(guint ndim, const guint64 *shape);

@@ -5,31 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
-
-static JsonNode *
-load_config(const char *path, GError **error)
-{
-  g_autoptr(JsonParser) parser = json_parser_new();
-  g_autoptr(GError) local = NULL;
-  JsonNode *root;
-
-  if (!g_file_test(path, G_FILE_TEST_EXISTS)) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO, "%s: no such file", path);
-    return NULL;
-  }
-  if (!json_parser_load_from_file(parser, path, &local)) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: not valid JSON: %s", path,
-                local->message);
-    return NULL;
-  }
-  root = json_parser_get_root(parser);
-  if (root == NULL || !JSON_NODE_HOLDS_OBJECT(root)) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: the top level is not an object",
-                path);
-    return NULL;
-  }
-  return json_node_copy(root);
-}
+#include "files.h"
 
 int
 cmd_config(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
@@ -68,7 +44,7 @@ cmd_config(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   ctx = cli_context(cli, &error);
   if (ctx == NULL)
     return cli_fail(error);
-  root = load_config(argv[1], &error);
+  root = wsync_config_load(argv[1], &error);
   if (root == NULL || !wsync_context_patch_config(ctx, root, &error))
     return cli_fail(error);
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "files.h"
 
 /* Options shared by plan and convert; strings so that unset is visible. */
 typedef struct {
@@ -30,11 +31,18 @@ layout_args_clear(LayoutArgs *a)
   g_free(a->part_size);
 }
 
-/* Progress on stderr when it is a terminal (and not -q). */
-static WsyncExecuteFlags
-cli_execute_flags(WsyncCli *cli)
+/* Writes @plan into @dst: progress on stderr when it is a terminal (and not -q), DST
+ * replaced even when it is not wsync's output with --force, and SIGINT, SIGTERM or
+ * SIGHUP stop the run with its temporary directory removed. */
+static gboolean
+execute(WsyncCli *cli, WsyncPlan *plan, const char *dst, gboolean force, GError **error)
 {
-  return !cli->quiet && isatty(STDERR_FILENO) ? WSYNC_EXECUTE_PROGRESS : WSYNC_EXECUTE_NONE;
+  WsyncExecuteFlags flags = force ? WSYNC_EXECUTE_FORCE : WSYNC_EXECUTE_NONE;
+
+  if (!cli->quiet && isatty(STDERR_FILENO))
+    flags |= WSYNC_EXECUTE_PROGRESS;
+  wsync_plan_set_interrupt(plan, cli_catch_signals());
+  return wsync_plan_execute(plan, dst, flags, error);
 }
 
 /* The command line wins over the conf.d `sync` section, which wins over the default. */
@@ -110,15 +118,24 @@ resolve_layout_args(WsyncContext *ctx, const LayoutArgs *a, WsyncPlanOptions *o,
       {"part-size", 0, 0, G_OPTION_ARG_STRING, &(a).part_size,                                \
        "Start a new file before a tensor that would pass SIZE (default 5G)", "SIZE"}
 
-/* plan and convert: parse the layout options and @n_paths paths, build the plan of
- * argv[1].  On failure returns NULL with *status set. */
+#define FORCE_ENTRY(force)                                                                      \
+  {"force", 0, 0, G_OPTION_ARG_NONE, &(force),                                                  \
+   "Replace DST even when it is not wsync's output (it and everything in it are removed)",     \
+   NULL}
+
+/* plan and convert: parse the layout options (and @force, when not NULL) and @n_paths
+ * paths, build the plan of argv[1].  On failure returns NULL with *status set. */
 static WsyncPlan *
 plan_from_args(WsyncCli *cli, const WsyncCommand *cmd, int *argcp, char ***argvp, int n_paths,
-               int *status)
+               gboolean *force, int *status)
 {
   LayoutArgs a = {0};
-  GOptionEntry entries[] = {LAYOUT_ENTRIES(a), {NULL}};
+  gboolean unused = FALSE;
+  GOptionEntry entries[] = {LAYOUT_ENTRIES(a), FORCE_ENTRY(*(force ? force : &unused)), {NULL}};
   g_autoptr(GError) error = NULL;
+
+  if (force == NULL)
+    entries[G_N_ELEMENTS(entries) - 2] = entries[G_N_ELEMENTS(entries) - 1];
   WsyncPlanOptions o = {0};
   WsyncContext *ctx;
   WsyncPlan *plan = NULL;
@@ -139,7 +156,7 @@ int
 cmd_plan(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
 {
   int status;
-  g_autoptr(WsyncPlan) plan = plan_from_args(cli, cmd, &argc, &argv, 1, &status);
+  g_autoptr(WsyncPlan) plan = plan_from_args(cli, cmd, &argc, &argv, 1, NULL, &status);
 
   if (plan == NULL)
     return status;
@@ -156,12 +173,13 @@ cmd_convert(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
 {
   int status;
   g_autoptr(GError) error = NULL;
-  g_autoptr(WsyncPlan) plan = plan_from_args(cli, cmd, &argc, &argv, 2, &status);
+  gboolean force = FALSE;
+  g_autoptr(WsyncPlan) plan = plan_from_args(cli, cmd, &argc, &argv, 2, &force, &status);
 
   if (plan == NULL)
     return status;
   const char *dst = argv[2]; /* option parsing left: program, SRC, DST */
-  if (!wsync_plan_execute(plan, dst, cli_execute_flags(cli), &error))
+  if (!execute(cli, plan, dst, force, &error))
     return cli_fail(error);
   if (cli->json) {
     g_autoptr(JsonNode) root = wsync_plan_to_json(plan);
@@ -198,6 +216,7 @@ cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   gint layers = -1;
   gint64 seed = 0;
   gboolean fused = FALSE;
+  gboolean force = FALSE;
   GOptionEntry entries[] = {
       {"config", 'c', 0, G_OPTION_ARG_FILENAME, &config, "The model's config.json", "CONFIG"},
       {"layers", 0, 0, G_OPTION_ARG_INT, &layers, "Only the first N layers", "N"},
@@ -210,6 +229,7 @@ cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
        "P"},
       {"part-size", 0, 0, G_OPTION_ARG_STRING, &part_size, "File size limit (default 5G)",
        "SIZE"},
+      FORCE_ENTRY(force),
       {NULL}};
   g_autoptr(GError) error = NULL;
   WsyncPlanOptions o = {0};
@@ -229,15 +249,9 @@ cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   if (ctx == NULL)
     return cli_fail(error);
 
-  g_autoptr(JsonParser) parser = json_parser_new();
-  g_autoptr(GError) local = NULL;
-  if (!json_parser_load_from_file(parser, config, &local) ||
-      !JSON_NODE_HOLDS_OBJECT(json_parser_get_root(parser))) {
-    g_set_error(&error, WSYNC_ERROR, local ? WSYNC_ERROR_BAD_INPUT : WSYNC_ERROR_BAD_INPUT,
-                "%s: %s", config, local ? local->message : "the top level is not an object");
+  g_autoptr(JsonNode) root = wsync_config_load(config, &error);
+  if (root == NULL)
     return cli_fail(error);
-  }
-  g_autoptr(JsonNode) root = json_node_copy(json_parser_get_root(parser));
   if (layers > 0)
     trim_layers(json_node_get_object(root), layers);
 
@@ -249,7 +263,7 @@ cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   g_autoptr(WsyncPlan) plan =
       wsync_plan_new_synth(ctx, root, config, &o, (guint64)seed,
                            pattern != NULL && strcmp(pattern, "index") == 0, &error);
-  if (plan == NULL || !wsync_plan_execute(plan, argv[1], cli_execute_flags(cli), &error))
+  if (plan == NULL || !execute(cli, plan, argv[1], force, &error))
     return cli_fail(error);
   if (!cli->quiet)
     printf("wrote %s: %" G_GUINT64_FORMAT " bytes\n", argv[1], wsync_plan_total_bytes(plan));
@@ -259,6 +273,7 @@ cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
 int
 cmd_merge(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
 {
+  gboolean force = FALSE;
   g_autofree char *part_size = NULL;
   g_autofree char *threads = NULL;
   GOptionEntry entries[] = {
@@ -268,6 +283,7 @@ cmd_merge(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
        "SIZE"},
       {"threads", 0, 0, G_OPTION_ARG_STRING, &threads,
        "Worker threads (default: the number of cores)", "N"},
+      FORCE_ENTRY(force),
       {NULL}};
   g_autoptr(GError) error = NULL;
   WsyncPlanOptions o = {.rank = -1};
@@ -287,7 +303,7 @@ cmd_merge(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
     return cli_fail(error);
   o.threads = (guint)n;
   g_autoptr(WsyncPlan) plan = wsync_plan_new_merge(ctx, argv[1], &o, &error);
-  if (plan == NULL || !wsync_plan_execute(plan, argv[2], cli_execute_flags(cli), &error))
+  if (plan == NULL || !execute(cli, plan, argv[2], force, &error))
     return cli_fail(error);
   if (cli->json) {
     g_autoptr(JsonNode) root = wsync_plan_to_json(plan);

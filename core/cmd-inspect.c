@@ -12,19 +12,21 @@ print_text(WsyncCheckpoint *ck)
   guint n = wsync_checkpoint_n_tensors(ck);
   int name_w = 4, dtype_w = 5, shape_w = 5;
   g_autoptr(GPtrArray) shapes = g_ptr_array_new_with_free_func(g_free);
+  g_autoptr(GPtrArray) names = g_ptr_array_new_with_free_func(g_free);
 
   for (guint i = 0; i < n; i++) {
     const WsyncTensor *t = wsync_checkpoint_tensor(ck, i);
     char *shape = cli_format_shape(t->ndim, t->shape);
     g_ptr_array_add(shapes, shape);
-    name_w = MAX(name_w, (int)strlen(t->name));
+    g_ptr_array_add(names, wsync_printable(t->name)); /* one line per tensor, whatever its name */
+    name_w = MAX(name_w, (int)strlen(names->pdata[i]));
     dtype_w = MAX(dtype_w, (int)strlen(wsync_dtype_name(t->dtype)));
     shape_w = MAX(shape_w, (int)strlen(shape));
   }
   printf("%-*s  %-*s  %-*s  %s\n", name_w, "NAME", dtype_w, "DTYPE", shape_w, "SHAPE", "BYTES");
   for (guint i = 0; i < n; i++) {
     const WsyncTensor *t = wsync_checkpoint_tensor(ck, i);
-    printf("%-*s  %-*s  %-*s  %" G_GUINT64_FORMAT "\n", name_w, t->name, dtype_w,
+    printf("%-*s  %-*s  %-*s  %" G_GUINT64_FORMAT "\n", name_w, (const char *)names->pdata[i], dtype_w,
            wsync_dtype_name(t->dtype), shape_w, (const char *)shapes->pdata[i], t->nbytes);
   }
   printf("%u tensors, %" G_GUINT64_FORMAT " bytes in %u file%s\n", n,

@@ -45,11 +45,15 @@ print_plugin_text(const char *name, WsyncPluginState state, const char *path,
 {
   g_autoptr(GPtrArray) entries = entries_of(ls->registry, name);
 
-  printf("%s  %s  %s\n", name, state_name(state), path ? path : "(not found)");
-  if (description)
-    printf("    %s\n", description);
-  if (reason)
-    printf("    refused: %s\n", reason);
+  /* a path or a plugin's own words: printable, one line each */
+  g_autofree char *ppath = wsync_printable(path ? path : "(not found)");
+  g_autofree char *pdesc = description ? wsync_printable(description) : NULL;
+  g_autofree char *preason = reason ? wsync_printable(reason) : NULL;
+  printf("%s  %s  %s\n", name, state_name(state), ppath);
+  if (pdesc)
+    printf("    %s\n", pdesc);
+  if (preason)
+    printf("    refused: %s\n", preason);
   for (guint i = 0; i < entries->len; i++) {
     const WsyncEntry *e = entries->pdata[i];
     const char *serves = wsync_entry_get_serves(e);

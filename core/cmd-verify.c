@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "files.h"
 
 /* Data is compared with memcmp in chunks this large; only the first chunk that differs
  * is searched byte by byte. */
@@ -57,19 +58,8 @@ typedef struct {
   Difference diff;
 } Verdict;
 
-/* Copies @s with control characters as \xNN: the one-line output stays one line. */
-static char *
-printable(const char *s)
-{
-  GString *out = g_string_new(NULL);
-  for (const guchar *p = (const guchar *)s; *p; p++) {
-    if (*p < 0x20 || *p == 0x7f)
-      g_string_append_printf(out, "\\x%02x", *p);
-    else
-      g_string_append_c(out, (char)*p);
-  }
-  return g_string_free(out, FALSE);
-}
+/* The one-line output stays one line (control characters escaped). */
+#define printable wsync_printable
 
 /* The first name (in name order) that only one side has.  Both sides list their
  * tensors sorted by name, so one merge finds it. */
@@ -270,6 +260,30 @@ print_json(const Verdict *v)
   cli_print_json(root);
 }
 
+typedef struct {
+  WsyncCheckpoint *a, *b;
+  Verdict *v;
+} Comparison;
+
+static void
+compare_cb(gpointer data)
+{
+  Comparison *c = data;
+  verify(c->a, c->b, c->v);
+}
+
+/* The tensor of @ck whose bytes hold @address, or NULL. */
+static const WsyncTensor *
+tensor_at(WsyncCheckpoint *ck, const void *address)
+{
+  for (guint i = 0; i < wsync_checkpoint_n_tensors(ck); i++) {
+    const WsyncTensor *t = wsync_checkpoint_tensor(ck, i);
+    if ((const guint8 *)address >= t->data && (const guint8 *)address < t->data + t->nbytes)
+      return t;
+  }
+  return NULL;
+}
+
 int
 cmd_verify(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
 {
@@ -295,7 +309,18 @@ cmd_verify(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   if (b == NULL)
     return cli_fail(error);
 
-  verify(a, b, &v);
+  /* the tensors are read through memory maps: a file truncated meanwhile is an I/O
+   * error naming it, not SIGBUS */
+  Comparison c = {a, b, &v};
+  const void *address = NULL;
+  if (!wsync_run_guarded(compare_cb, &c, &address)) {
+    const WsyncTensor *t = tensor_at(a, address);
+    t = t ? t : tensor_at(b, address);
+    g_set_error(&error, WSYNC_ERROR, WSYNC_ERROR_IO,
+                "cannot read %s: the file shrank while wsync was reading it (tensor \"%s\")",
+                t ? t->file : "a file of A or B", t ? t->name : "?");
+    return cli_fail(error);
+  }
   if (cli->json)
     print_json(&v);
   else

@@ -4,19 +4,29 @@
 #ifndef WSYNC_COMPANION_H
 #define WSYNC_COMPANION_H
 
+#include <signal.h>
+
 #include <json-glib/json-glib.h>
 #include <wsync/registry.h>
 
-/* Writes DIR/config.json: @config through the config patchers of @ctx; a copy of
- * @src_config, byte for byte, when it is given and no patcher changed anything. */
-gboolean companion_write_config(WsyncContext *ctx, JsonNode *config, const char *src_config,
-                                const char *dir, GError **error);
+/* Sets the error of a run stopped by signal @sig ("interrupted by SIGTERM: ...") in
+ * place of whatever failed because of it; returns FALSE. */
+gboolean companion_interrupted(GError **error, int sig);
 
-/* Copies every regular file of @src_dir that is not a weight file (safetensors, DCP
- * shards, the index, dot files) into @dir, config.json through the config patchers (as
- * @config, its parsed text); then writes config.json from @config when @src_dir had
- * none and @want_config is set. */
+/* Writes DIR/config.json: @config through the config patchers of @ctx; a copy of
+ * @src_config, byte for byte, when it is given and no patcher changed anything.  @stop
+ * (nullable): a signal flag that ends a copy with companion_interrupted(). */
+gboolean companion_write_config(WsyncContext *ctx, JsonNode *config, const char *src_config,
+                                const char *dir, const volatile sig_atomic_t *stop,
+                                GError **error);
+
+/* Copies the companion files of @src_dir (the generation config, tokenizer, chat
+ * template and processor configs: what Transformers and vLLM read beside the weights;
+ * not a trainer's optimizer states or logs) into @dir, streamed, and config.json
+ * through the config patchers (as @config, its parsed text) when @want_config; then
+ * writes config.json from @config when @src_dir had none and @want_config is set. */
 gboolean companion_copy_dir(WsyncContext *ctx, JsonNode *config, const char *src_dir,
-                            const char *dir, gboolean want_config, GError **error);
+                            const char *dir, gboolean want_config,
+                            const volatile sig_atomic_t *stop, GError **error);
 
 #endif /* WSYNC_COMPANION_H */

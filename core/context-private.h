@@ -14,6 +14,7 @@ struct _WsyncPlugin {
   gboolean enabled;     /* the configuration's last word */
   gboolean registering; /* inside its register function */
   lt_dlhandle handle;
+  int fd; /* the checked file, loaded through /proc/self/fd; open while handle is */
   const WsyncPluginDescriptor *desc; /* NULL until the ABI check passed */
   WsyncPluginRegisterFunc register_func;
   cfg_t *options; /* merged effective options */

@@ -5,9 +5,12 @@
  *  1. Selection pass.  Every conf.d file is parsed (each into a fresh libconfuse object,
  *     unknown options ignored) only to learn which plugins the files name and whether
  *     the last explicit word on each is `enabled = false`.  Syntax errors stop here.
- *  2. Open.  Each named plugin is located, checked (regular file, not a symlink, not in
- *     a world-writable directory), opened with lt_dlopenext() and its descriptor read:
- *     ABI version, name, option table.  No plugin code runs.
+ *  2. Open.  Each named plugin is located and checked as ld.so and collectd's loaders
+ *     reason (files.h: a regular file, not a symlink, owned by root or the user running
+ *     wsync, and neither it nor any directory up to / writable by anyone else), then
+ *     the very file checked is loaded through /proc/self/fd/N (no check-then-open
+ *     race) and its descriptor read: ABI version, name, option table.  No plugin code
+ *     runs.  conf.d directories and files pass the same checks.
  *  3. Strict pass.  Every file is parsed again against a schema holding the option
  *     tables of all opened plugins; a validation callback checks that each option
  *     belongs to the plugin whose section it is in, so errors carry the exact
@@ -24,10 +27,13 @@
 #include <errno.h>
 #include <ltdl.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "context-private.h"
+#include "files.h"
 
 #include <wsync/layout.h>
 #include <wsync/model.h>
@@ -38,6 +44,8 @@ G_LOCK_DEFINE_STATIC(parse_lock);
 
 #define PLUGIN_SUFFIX ".so"
 static WsyncContext *parsing_ctx;
+
+static WsyncPlugin *find_plugin(WsyncContext *ctx, const char *name);
 
 /* ------------------------------------------------------------------ errors from libconfuse */
 
@@ -68,12 +76,31 @@ collect_error(cfg_t *cfg, const char *fmt, va_list args)
 {
   if (parse_errors.message->len > 0)
     return; /* keep the first: later ones are consequences */
-  if (cfg != NULL)
-    g_string_append_printf(parse_errors.message, "%s:%d: ", parse_errors.source_name, cfg->line);
-  g_string_append_vprintf(parse_errors.message, fmt, args);
-  if (cfg != NULL && cfg->name != NULL && strcmp(cfg->name, "plugin") == 0 && cfg->title != NULL &&
-      strstr(parse_errors.message->str, "no such option") != NULL)
-    g_string_append_printf(parse_errors.message, " in plugin \"%s\"", cfg->title);
+  if (cfg != NULL) {
+    g_autofree char *pname = wsync_printable(parse_errors.source_name);
+    g_string_append_printf(parse_errors.message, "%s:%d: ", pname, cfg->line);
+  }
+  /* libconfuse quotes tokens, plugin validators quote values: one printable line */
+  g_autofree char *raw = g_strdup_vprintf(fmt, args);
+  g_autofree char *text = wsync_printable(raw);
+  gboolean in_plugin = cfg != NULL && cfg->name != NULL && strcmp(cfg->name, "plugin") == 0 &&
+                       cfg->title != NULL;
+  WsyncPlugin *plugin = in_plugin && parsing_ctx ? find_plugin(parsing_ctx, cfg->title) : NULL;
+  g_autofree char *title = in_plugin ? wsync_printable(cfg->title) : NULL;
+  if (plugin != NULL && plugin->desc == NULL && g_str_has_prefix(text, "no such option '")) {
+    /* A refused plugin's options are unknown because the plugin is: say why it was
+     * refused rather than hide that behind "no such option". */
+    const char *name = text + strlen("no such option '");
+    g_string_append_printf(parse_errors.message,
+                           "option '%.*s' of plugin \"%s\" cannot be checked: the plugin was "
+                           "refused: %s",
+                           (int)strcspn(name, "'"), name, title,
+                           plugin->reason ? plugin->reason : "unknown reason");
+    return;
+  }
+  g_string_append(parse_errors.message, text);
+  if (in_plugin && g_str_has_prefix(text, "no such option"))
+    g_string_append_printf(parse_errors.message, " in plugin \"%s\"", title);
 }
 
 /* libconfuse 3.3 (Debian 12) counts lines wrongly after comments: every `#` or `//`
@@ -130,22 +157,105 @@ blank_comments(char *text)
   }
 }
 
+/* libconfuse 3.3 parses nested blocks by recursion without a limit (a later release
+ * added one): a file nesting some 50000 blocks overflows its stack.  Nothing wsync
+ * reads nests more than two levels, so deeper text is refused before libconfuse sees
+ * it, and so is a quoted string left open.  Runs on text whose comments are blanked;
+ * quoted strings are skipped. */
+#define CONF_MAX_DEPTH 16
+
+static gboolean
+check_nesting(const char *text, const char *source_name, GError **error)
+{
+  guint depth = 0, line = 1, quote_line = 0;
+  char quote = 0;
+
+  for (const char *p = text; *p != '\0'; p++) {
+    if (*p == '\n')
+      line++;
+    if (quote) {
+      if (*p == '\\' && p[1] != '\0') {
+        p++;
+        line += *p == '\n';
+      } else if (*p == quote)
+        quote = 0;
+      continue;
+    }
+    if (*p == '"' || *p == '\'') {
+      quote = *p;
+      quote_line = line;
+    }
+    else if ((*p == '{' || *p == '(') && ++depth > CONF_MAX_DEPTH) {
+      g_autofree char *pname = wsync_printable(source_name);
+      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG,
+                  "%s:%u: blocks nest deeper than %d levels", pname, line, CONF_MAX_DEPTH);
+      return FALSE;
+    } else if ((*p == '}' || *p == ')') && depth > 0)
+      depth--;
+  }
+  /* libconfuse's lexer echoes the rest of an unclosed string to stdout (flex's default
+   * rule), into the output of plan --json: refused here instead */
+  if (quote) {
+    g_autofree char *pname = wsync_printable(source_name);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG, "%s:%u: a quoted string is not closed",
+                pname, quote_line);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* A conf.d file: a regular file (a FIFO would block every command) of at most
+ * WSYNC_CONF_FILE_MAX bytes, NUL-terminated for libconfuse. */
+static gboolean
+read_conf_file(const char *path, char **text, GError **error)
+{
+  gsize len;
+  struct stat st;
+  g_autofree char *reason = NULL;
+
+  /* a conf file decides what is written where: trusted like a plugin */
+  int fd = wsync_file_open_trusted(path, "configuration files", &st, &reason);
+  if (fd < 0) {
+    g_set_error_literal(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG, reason);
+    return FALSE;
+  }
+  if ((guint64)st.st_size > WSYNC_CONF_FILE_MAX) {
+    g_autofree char *ppath = wsync_printable(path);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG,
+                "%s: more than 1 MiB; a configuration file is never that big", ppath);
+    close(fd);
+    return FALSE;
+  }
+  gboolean ok = wsync_file_read_bounded(fd, path, WSYNC_CONF_FILE_MAX, "configuration file",
+                                        WSYNC_ERROR_CONFIG, text, &len, error);
+  close(fd);
+  if (!ok)
+    return FALSE;
+  if (memchr(*text, '\0', len) != NULL) {
+    g_autofree char *ppath = wsync_printable(path);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG, "%s: holds a NUL byte; not a text file",
+                ppath);
+    g_free(*text);
+    *text = NULL;
+    return FALSE;
+  }
+  return TRUE;
+}
+
 /* Parses @source into a fresh @cfg, turning libconfuse's error report into a GError. */
 static gboolean
 parse_source(cfg_t *cfg, const Source *source, GError **error)
 {
   g_autofree char *text = NULL;
-  g_autoptr(GError) local = NULL;
   int rc;
 
   if (source->text != NULL)
     text = g_strdup(source->text);
-  else if (!g_file_get_contents(source->name, &text, NULL, &local)) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG, "%s: cannot read configuration file: %s",
-                source->name, local->message);
+  else if (!read_conf_file(source->name, &text, error))
     return FALSE;
-  }
   blank_comments(text);
+  if (!check_nesting(text, source->name, error))
+    return FALSE;
   parse_errors.message = g_string_new(NULL);
   parse_errors.source_name = source->name;
   cfg_set_error_function(cfg, collect_error);
@@ -154,8 +264,10 @@ parse_source(cfg_t *cfg, const Source *source, GError **error)
     g_string_free(parse_errors.message, TRUE);
     return TRUE;
   }
-  if (parse_errors.message->len == 0)
-    g_string_printf(parse_errors.message, "%s: syntax error", source->name);
+  if (parse_errors.message->len == 0) {
+    g_autofree char *pname = wsync_printable(source->name);
+    g_string_printf(parse_errors.message, "%s: syntax error", pname);
+  }
   g_set_error_literal(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG, parse_errors.message->str);
   g_string_free(parse_errors.message, TRUE);
   return FALSE;
@@ -169,6 +281,28 @@ compare_strings(gconstpointer a, gconstpointer b)
   return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* A conf.d directory is checked like the directories above a plugin, itself included:
+ * whoever can add a file to it decides what wsync writes. */
+static gboolean
+conf_dir_is_trusted(const char *dir, GError **error)
+{
+  g_autofree char *real = realpath(dir, NULL);
+  struct stat st;
+
+  if (real == NULL || stat(real, &st) != 0) {
+    wsync_set_io_error(error, errno, dir, "resolve");
+    (*error)->code = WSYNC_ERROR_CONFIG;
+    return FALSE;
+  }
+  /* the directory as if it were a file: no exception for a sticky one */
+  g_autofree char *reason = wsync_file_untrusted(real, &st);
+  if (reason != NULL) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG, "configuration directory %s", reason);
+    return FALSE;
+  }
+  return TRUE;
+}
+
 /* Appends DIR/NAME.conf for every visible *.conf in @dir, sorted by name. */
 static gboolean
 list_conf_dir(const char *dir, GPtrArray *sources, GError **error)
@@ -179,10 +313,14 @@ list_conf_dir(const char *dir, GPtrArray *sources, GError **error)
   g_autoptr(GPtrArray) names = g_ptr_array_new_with_free_func(g_free);
 
   if (d == NULL) {
+    g_autofree char *pdir = wsync_printable(dir);
+    g_autofree char *why = wsync_printable(local->message);
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG, "%s: cannot read configuration directory: %s",
-                dir, local->message);
+                pdir, why);
     return FALSE;
   }
+  if (!conf_dir_is_trusted(dir, error))
+    return FALSE;
   while ((name = g_dir_read_name(d)) != NULL)
     if (name[0] != '.' && g_str_has_suffix(name, ".conf"))
       g_ptr_array_add(names, g_strdup(name));
@@ -206,6 +344,8 @@ plugin_free(gpointer data)
     cfg_free(plugin->options);
   if (plugin->handle != NULL)
     lt_dlclose(plugin->handle);
+  if (plugin->fd >= 0)
+    close(plugin->fd);
   g_free(plugin->name);
   g_free(plugin->path);
   g_free(plugin->reason);
@@ -242,6 +382,10 @@ refuse(WsyncPlugin *plugin, const char *fmt, ...)
     lt_dlclose(plugin->handle);
     plugin->handle = NULL;
   }
+  if (plugin->fd >= 0) {
+    close(plugin->fd);
+    plugin->fd = -1;
+  }
   plugin->desc = NULL;
 }
 
@@ -274,35 +418,17 @@ locate_plugin(WsyncContext *ctx, const char *name)
   return NULL;
 }
 
-/* The checks collectd and GStreamer make before they dlopen anything: a plugin must be
- * a regular file that nobody but its owner could have swapped. */
-static gboolean
-plugin_file_is_safe(WsyncPlugin *plugin)
+/* lt_dlerror() names the /proc path the plugin was loaded through: name its file. */
+static char *
+load_error(const WsyncPlugin *plugin, const char *through)
 {
-  struct stat st;
-  g_autofree char *dir = g_path_get_dirname(plugin->path);
+  const char *e = lt_dlerror();
+  g_autofree char *msg = g_strdup(e ? e : "unknown error");
+  const char *at = strstr(msg, through);
 
-  if (lstat(plugin->path, &st) != 0) {
-    refuse(plugin, "%s: cannot stat: %s", plugin->path, g_strerror(errno));
-    return FALSE;
-  }
-  if (S_ISLNK(st.st_mode)) {
-    refuse(plugin, "%s: is a symlink; plugins must be regular files", plugin->path);
-    return FALSE;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    refuse(plugin, "%s: is not a regular file", plugin->path);
-    return FALSE;
-  }
-  if (stat(dir, &st) != 0) {
-    refuse(plugin, "%s: cannot stat its directory: %s", plugin->path, g_strerror(errno));
-    return FALSE;
-  }
-  if (st.st_mode & S_IWOTH) {
-    refuse(plugin, "%s: lies in a world-writable directory (%s)", plugin->path, dir);
-    return FALSE;
-  }
-  return TRUE;
+  if (at == NULL)
+    return g_steal_pointer(&msg);
+  return g_strdup_printf("%.*s%s%s", (int)(at - msg), msg, plugin->path, at + strlen(through));
 }
 
 /* libconfuse option types a plugin may use; sections and functions could not be merged
@@ -340,12 +466,26 @@ open_plugin(WsyncContext *ctx, WsyncPlugin *plugin)
     refuse(plugin, "no %s.so in the plugin path %s", plugin->name, dirs);
     return;
   }
-  if (!plugin_file_is_safe(plugin))
+  struct stat st;
+  char *reason = NULL;
+  plugin->fd = wsync_file_open_trusted(plugin->path, "plugins", &st, &reason);
+  if (plugin->fd < 0) {
+    refuse(plugin, "%s", reason);
+    g_free(reason);
     return;
-  plugin->handle = lt_dlopenext(plugin->path);
+  }
+  /* The descriptor stays open while the plugin is loaded: ld.so and libltdl know loaded
+   * objects by name, and a later plugin must not get the same /proc/self/fd/N. */
+  g_autofree char *through = g_strdup_printf("/proc/self/fd/%d", plugin->fd);
+  if (access(through, F_OK) != 0) {
+    refuse(plugin, "%s: cannot load the checked file through %s (is /proc mounted?)",
+           plugin->path, through);
+    return;
+  }
+  plugin->handle = lt_dlopen(through);
   if (plugin->handle == NULL) {
-    refuse(plugin, "%s: cannot load: %s (ldd(1) shows missing libraries)", plugin->path,
-           lt_dlerror());
+    g_autofree char *why = load_error(plugin, through);
+    refuse(plugin, "%s: cannot load: %s (ldd(1) shows missing libraries)", plugin->path, why);
     return;
   }
   desc = lt_dlsym(plugin->handle, WSYNC_PLUGIN_DESCRIPTOR_SYMBOL);
@@ -418,8 +558,7 @@ check_option_owner(cfg_t *section, cfg_opt_t *opt)
   const cfg_opt_t *own;
 
   if (plugin == NULL || plugin->desc == NULL) {
-    cfg_error(section, "option '%s' of plugin \"%s\" cannot be checked: the plugin was not "
-                       "loaded (%s)",
+    cfg_error(section, "option '%s' of plugin \"%s\" cannot be checked: the plugin was refused: %s",
               opt->name, cfg_title(section),
               plugin && plugin->reason ? plugin->reason : "unknown plugin");
     return -1;
@@ -498,15 +637,18 @@ selection_pass(WsyncContext *ctx, GPtrArray *sources, GError **error)
       WsyncPlugin *plugin;
 
       if (!plugin_name_is_valid(name)) {
+        g_autofree char *psource = wsync_printable(source->name);
+        g_autofree char *pname = wsync_printable(name ? name : "");
         g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG,
                     "%s:%d: invalid plugin name \"%s\" (letters, digits, '-' and '_' only)",
-                    source->name, section->line, name);
+                    psource, section->line, pname);
         cfg_free(cfg);
         return FALSE;
       }
       plugin = find_plugin(ctx, name);
       if (plugin == NULL) {
         plugin = g_new0(WsyncPlugin, 1);
+        plugin->fd = -1;
         plugin->name = g_strdup(name);
         plugin->ctx = ctx;
         plugin->enabled = TRUE; /* a section selects its plugin */
@@ -629,8 +771,8 @@ register_plugins(WsyncContext *ctx)
     plugin->registering = FALSE;
     if (!ok) {
       wsync_registry_remove_plugin(ctx->registry, plugin->name);
-      refuse(plugin, "%s: failed to register: %s", plugin->path,
-             local ? local->message : "(no reason given)");
+      g_autofree char *why = wsync_printable(local ? local->message : "(no reason given)");
+      refuse(plugin, "%s: failed to register: %s", plugin->path, why);
       continue;
     }
     plugin->state = WSYNC_PLUGIN_ACTIVE;

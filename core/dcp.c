@@ -1,5 +1,5 @@
-/* wsync: reading PyTorch distributed checkpoints (formats A and B of
- * ../shared/reference/dcp-format.md).  See core/dcp.h for the contract. */
+/* wsync: reading PyTorch distributed checkpoints (formats A and B, docs/dcp.md §2, §3).
+ * See core/dcp.h for the contract. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>

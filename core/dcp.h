@@ -4,7 +4,8 @@
  * library so that the `wsync` command (merge, and convert from a sharded source), the
  * tests and the fuzz harness can call them.
  *
- * Two on-disk formats (the facts are in `../shared/reference/dcp-format.md`):
+ * Two on-disk formats (the facts are in `docs/dcp.md`: format A §2, format B §3, shard
+ * boxes §4):
  *
  * - Format A, DCP in Hugging Face safetensors mode: every
  *   `shard-S-model-I-of-N.safetensors` of the directory, or of its `sharded/`

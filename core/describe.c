@@ -7,32 +7,8 @@
 
 #include <string.h>
 
+#include "files.h"
 #include "plan-private.h"
-
-/* config.json of a checkpoint. */
-JsonNode *
-plan_load_config(const char *path, GError **error)
-{
-  g_autoptr(JsonParser) parser = json_parser_new();
-  g_autoptr(GError) local = NULL;
-
-  if (!g_file_test(path, G_FILE_TEST_IS_REGULAR)) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                "%s: missing (a checkpoint directory needs its config.json)", path);
-    return NULL;
-  }
-  if (!json_parser_load_from_file(parser, path, &local)) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: not valid JSON: %s", path,
-                local->message);
-    return NULL;
-  }
-  if (!JSON_NODE_HOLDS_OBJECT(json_parser_get_root(parser))) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: the top level is not an object",
-                path);
-    return NULL;
-  }
-  return json_node_copy(json_parser_get_root(parser));
-}
 
 /* The remapper that claims model_type describes the model; a config error it or its
  * building blocks recorded is reported with the config's name. */
@@ -40,7 +16,12 @@ gboolean
 plan_describe(WsyncPlan *plan, const char *config_name, GError **error)
 {
   JsonObject *root = json_node_get_object(plan->config);
-  const char *model_type = json_object_get_string_member_with_default(root, "model_type", NULL);
+  JsonNode *type_node = json_object_get_member(root, "model_type");
+  /* (json-glib's getters complain on stderr about a member of another type) */
+  const char *model_type = type_node != NULL && JSON_NODE_HOLDS_VALUE(type_node) &&
+                                   json_node_get_value_type(type_node) == G_TYPE_STRING
+                               ? json_node_get_string(type_node)
+                               : NULL;
   g_autoptr(GPtrArray) remappers = NULL;
 
   if (model_type == NULL) {

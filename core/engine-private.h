@@ -69,6 +69,11 @@ struct _WsyncModel {
   WsyncGroup group;   /* of the blocks declared now */
   char *runtime_drop;
   GError *error;  /* the first config error a builder recorded */
+  guint64 published;   /* tensors as checkpoints publish them, every expert's counted */
+  gboolean over_budget; /* refused for too many: builders hand out the spares below */
+  WsyncLogicalTensor *spare_tensor;
+  WsyncParam *spare_param;
+  WsyncBlock *spare_block;
   char *remapper; /* "entry (plugin)" that described the model */
 };
 

@@ -133,6 +133,8 @@ wsync_env_run(WsyncContext *ctx, WsyncEnv *env, GError **error)
     if (!patch(env, wsync_entry_get_user_data(e), error)) {
       g_prefix_error(error, "env patch \"%s\" (plugin \"%s\"): ", wsync_entry_get_name(e),
                      wsync_entry_get_plugin(e));
+      if (error != NULL)
+        wsync_error_make_printable(*error); /* a plugin's words: one line */
       return FALSE;
     }
   }

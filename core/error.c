@@ -31,6 +31,52 @@ wsync_error_exit_code(const GError *error)
 void
 wsync_set_io_error(GError **error, int errsv, const char *path, const char *what)
 {
-  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO, "cannot %s %s: %s", what, path,
+  /* paths can come from files (shard names in an index): keep the message one line */
+  g_autofree char *ppath = wsync_printable(path);
+  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO, "cannot %s %s: %s", what, ppath,
               g_strerror(errsv));
+}
+
+char *
+wsync_printable(const char *s)
+{
+  GString *out = g_string_sized_new(strlen(s));
+  const char *p = s;
+
+  while (*p != '\0') {
+    guchar c = (guchar)*p;
+    if (c < 0x20 || c == 0x7f) {
+      g_string_append_printf(out, "\\x%02x", c);
+      p++;
+      continue;
+    }
+    if (c < 0x80) {
+      g_string_append_c(out, (char)c);
+      p++;
+      continue;
+    }
+    gunichar u = g_utf8_get_char_validated(p, -1);
+    if (u == (gunichar)-1 || u == (gunichar)-2) {
+      g_string_append_printf(out, "\\x%02x", c); /* not UTF-8: one byte at a time */
+      p++;
+      continue;
+    }
+    const char *next = g_utf8_next_char(p);
+    if ((u >= 0x80 && u <= 0x9f) || u == 0x2028 || u == 0x2029)
+      g_string_append_printf(out, "\\u{%04x}", (guint)u);
+    else
+      g_string_append_len(out, p, next - p);
+    p = next;
+  }
+  return g_string_free(out, FALSE);
+}
+
+void
+wsync_error_make_printable(GError *error)
+{
+  if (error == NULL)
+    return;
+  char *safe = wsync_printable(error->message);
+  g_free(error->message);
+  error->message = safe;
 }

@@ -9,14 +9,7 @@
 char *
 wsync_json_printable(const char *s)
 {
-  GString *out = g_string_new(NULL);
-  for (const guchar *p = (const guchar *)s; *p; p++) {
-    if (*p < 0x20 || *p == 0x7f)
-      g_string_append_printf(out, "\\x%02x", *p);
-    else
-      g_string_append_c(out, (char)*p);
-  }
-  return g_string_free(out, FALSE);
+  return wsync_printable(s);
 }
 
 gboolean
@@ -66,16 +59,37 @@ wsync_json_check_text(const char *text, gsize len, const char *file, const char 
                      (guint)(guchar)*bad_utf8, bad_utf8 - text);
   }
 
+  /* seen_value: a whole top-level value lies behind (a container, a string, or a
+   * number or literal, whose token ends at whitespace); json-glib 1.6 leaks the first
+   * value when a second one follows, so that is refused here whatever the values are */
   guint depth = 0;
-  gboolean in_string = FALSE, seen_value = FALSE;
+  gboolean in_string = FALSE, seen_value = FALSE, in_token = FALSE;
   for (gsize i = 0; i < len; i++) {
     char c = text[i];
     if (in_string) {
       if (c == '\\')
         i++;
-      else if (c == '"')
+      else if (c == '"') {
         in_string = FALSE;
+        seen_value |= depth == 0;
+      }
       continue;
+    }
+    if (depth == 0) {
+      gboolean space = c == ' ' || c == '\t' || c == '\n' || c == '\r';
+      gboolean structural = strchr("\"{}[],:", c) != NULL;
+      if (in_token && (space || structural)) {
+        in_token = FALSE;
+        seen_value = TRUE;
+      }
+      if (!space && !in_token && seen_value && strchr("}],:", c) != NULL)
+        return not_json(error, file, what,
+                        ": unexpected '%c' after the top-level value at byte %" G_GSIZE_FORMAT, c,
+                        i);
+      if (!space && !in_token && seen_value && c != '/' && c != '\'') /* those: below */
+        return not_json(error, file, what, ": a second value begins at byte %" G_GSIZE_FORMAT, i);
+      if (!space && !structural && c != '/' && c != '\'')
+        in_token = TRUE;
     }
     switch (c) {
     case '"':
@@ -83,8 +97,6 @@ wsync_json_check_text(const char *text, gsize len, const char *file, const char 
       break;
     case '{':
     case '[':
-      if (depth == 0 && seen_value)
-        return not_json(error, file, what, ": a second value begins at byte %" G_GSIZE_FORMAT, i);
       if (++depth > WSYNC_JSON_MAX_DEPTH) {
         if (what)
           return wsync_json_bad_input(error, file,

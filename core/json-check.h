@@ -34,9 +34,9 @@ G_BEGIN_DECLS
  * wsync_json_printable:
  * @s: a NUL-terminated string (a name, a path, a key) about to go into a message
  *
- * Copies @s with every control character (below 0x20, and 0x7f) written as `\xNN`, so
- * that a hostile tensor name or key cannot break a one-line error message.  Other
- * bytes, including non-ASCII UTF-8, are copied as they are.
+ * wsync_printable() (include/wsync/error.h) under the name the readers use: control
+ * characters and invalid UTF-8 written as `\xNN`, so that a hostile tensor name or key
+ * cannot break a one-line error message.
  *
  * Returns: (transfer full): the copy; free it with g_free().
  */

@@ -118,7 +118,7 @@ main(int argc, char **argv)
     if (strcmp(c->name, argv[at]) == 0)
       cmd = c;
   if (cmd == NULL) {
-    fprintf(stderr, "wsync: unknown command \"%s\" (see wsync --help)\n", argv[at]);
+    cli_error_line("wsync: unknown command \"%s\" (see wsync --help)", argv[at]);
     return WSYNC_EXIT_USAGE;
   }
   /* The command sees argv without its own name; global options may stand anywhere. */
@@ -133,5 +133,6 @@ main(int argc, char **argv)
   if (cli.overrides)
     g_string_free(cli.overrides, TRUE);
   g_free(argv[0]);
+  cli_end_by_caught_signal(); /* after the clean-up a caught signal stopped the run for */
   return status;
 }

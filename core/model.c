@@ -39,6 +39,8 @@ not_a(const WsyncConfigSection *s, const char *key, JsonNode *node, const char *
 {
   g_autofree char *text = json_to_string(node, FALSE);
 
+  if (strlen(text) > 64) /* a long list is named, not quoted whole */
+    strcpy(text + 60, "...");
   return field_error(error, "field \"%s%s\" must be %s, not %s", s->where, key, want, text);
 }
 
@@ -192,9 +194,12 @@ wsync_config_get_indices(const WsyncConfigSection *section, const char *key, gui
 
   if (node == NULL)
     return TRUE;
-  if (!JSON_NODE_HOLDS_ARRAY(node) || json_array_get_length(json_node_get_array(node)) > bound)
+  if (!JSON_NODE_HOLDS_ARRAY(node))
     return not_a(section, key, node, want, error);
   list = json_node_get_array(node);
+  if (json_array_get_length(list) > WSYNC_CONFIG_COUNT_MAX)
+    return field_error(error, "field \"%s%s\" has %u entries, more than %u", section->where, key,
+                       json_array_get_length(list), WSYNC_CONFIG_COUNT_MAX);
   for (guint i = 0; i < json_array_get_length(list); i++) {
     JsonNode *item = json_array_get_element(list, i);
     if (!JSON_NODE_HOLDS_VALUE(item) || json_node_get_value_type(item) != G_TYPE_INT64 ||
@@ -309,6 +314,12 @@ wsync_model_free(WsyncModel *m)
   g_free(m->runtime_drop);
   g_clear_error(&m->error);
   g_free(m->remapper);
+  if (m->spare_tensor)
+    logical_free(m->spare_tensor);
+  if (m->spare_param)
+    param_free(m->spare_param);
+  if (m->spare_block)
+    block_free(m->spare_block);
   g_free(m);
 }
 
@@ -412,6 +423,43 @@ wsync_model_begin_group(WsyncModel *m, WsyncGroup group, const char *runtime_dro
  * element offset overflows anywhere. */
 #define NUMEL_MAX (G_GUINT64_CONSTANT(1) << 57)
 
+/* The most tensors a model may publish, every expert's counted one by one (the largest
+ * published model, Qwen3.5-397B-A17B, has about 92000).  A config that makes more is
+ * refused when a building block passes the budget; from then on the builders hand out
+ * spare objects that nothing keeps, so a plugin's loop over 65536 layers of 65536
+ * experts ends at once instead of allocating for hours. */
+#define PUBLISHED_MAX (G_GUINT64_CONSTANT(1) << 20)
+
+/* Counts @n more published tensors of @what; FALSE once the model is over budget. */
+static gboolean
+within_budget(WsyncModel *m, guint64 n, const char *what)
+{
+  if (m->over_budget)
+    return FALSE;
+  if (n <= PUBLISHED_MAX - m->published) {
+    m->published += n;
+    return TRUE;
+  }
+  m->over_budget = TRUE;
+  wsync_model_fail(m,
+                   "the config makes more than %" G_GUINT64_FORMAT " tensors (%s adds %"
+                   G_GUINT64_FORMAT " to %" G_GUINT64_FORMAT ")",
+                   PUBLISHED_MAX, what, n, m->published);
+  return FALSE;
+}
+
+static WsyncLogicalTensor *
+spare_tensor(WsyncModel *m)
+{
+  if (m->spare_tensor == NULL) {
+    m->spare_tensor = g_new0(WsyncLogicalTensor, 1);
+    m->spare_tensor->name = g_strdup("(spare)");
+    m->spare_tensor->ndim = 1;
+    m->spare_tensor->sources = g_array_new(FALSE, TRUE, sizeof(Source));
+  }
+  return m->spare_tensor;
+}
+
 static gboolean
 numel_fits(guint ndim, const guint64 *shape)
 {
@@ -431,6 +479,8 @@ wsync_model_add_tensor(WsyncModel *m, const char *name, WsyncDtype dtype, guint 
   static const guint64 none[1] = {0};
 
   g_return_val_if_fail(ndim <= WSYNC_MAX_DIMS, NULL);
+  if (!within_budget(m, 1, name))
+    return spare_tensor(m);
   g_return_val_if_fail(g_hash_table_lookup(m->logical_by_name, name) == NULL, NULL);
   if (!numel_fits(ndim, shape)) {
     wsync_model_fail(m, "the sizes in the config make tensor \"%s\" of more than 2^57 elements",
@@ -493,11 +543,17 @@ wsync_model_add_block(WsyncModel *m, WsyncBlockKind kind, const char *module)
 {
   WsyncBlock *block = g_new0(WsyncBlock, 1);
 
+  if (m->over_budget && m->spare_block != NULL) {
+    g_free(block);
+    return m->spare_block;
+  }
   block->kind = kind;
   block->module = g_strdup(module);
   block->group = m->group;
   block->runtime_drop = g_strdup(m->runtime_drop);
   block->params = g_ptr_array_new();
+  if (m->over_budget)
+    return m->spare_block = block; /* kept by nothing but the model's spare */
   g_ptr_array_add(m->blocks, block);
   return block;
 }
@@ -556,6 +612,15 @@ wsync_model_add_param(WsyncModel *m, WsyncBlock *block, const char *name, WsyncP
   WsyncParam *param;
 
   g_return_val_if_fail(n_parts >= 1 && n_parts <= WSYNC_PARAM_MAX_PARTS, NULL);
+  if (m->over_budget) {
+    if (m->spare_param == NULL) {
+      m->spare_param = g_new0(WsyncParam, 1);
+      m->spare_param->name = g_strdup("(spare)");
+      m->spare_param->n_parts = 1;
+      m->spare_param->parts[0] = (WsyncPart){spare_tensor(m), 0, 0, 1, FALSE};
+    }
+    return m->spare_param;
+  }
   param = g_new0(WsyncParam, 1);
   param->name = g_strdup(name);
   param->kind = kind;
@@ -744,6 +809,9 @@ wsync_model_add_moe(WsyncModel *m, const char *module, const WsyncMoe *spec)
   const guint64 down[3] = {spec->experts, spec->hidden, spec->intermediate};
 
   block->experts_form = spec->published;
+  /* checkpoints may publish every expert's three projections one by one */
+  if (!within_budget(m, 3 * spec->experts, module))
+    return block;
   matrix(m, block, "gate.weight", WSYNC_PARAM_REPLICATED, WSYNC_ROLE_ROUTER, spec->experts,
          spec->hidden, 1, FALSE);
   whole_in(m, block, "experts.gate", m->dtype, WSYNC_PARAM_EXPERTS_COLUMN,

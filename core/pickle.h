@@ -6,7 +6,7 @@
  * What it reads: the `.metadata` file of a DCP checkpoint (pickle protocol 2 to 5, a
  * `torch.distributed.checkpoint.metadata.Metadata` object) and the `data.pkl` record of a
  * `torch.save` archive (protocol 2, a `torch._utils._rebuild_tensor_v2` call).  See
- * `../shared/reference/dcp-format.md` §B.
+ * `docs/dcp.md` §3.
  *
  * What it does NOT do: execute, import or call anything.  Every opcode and every global
  * outside the short lists below is refused, with the byte offset and the name.  An

@@ -64,6 +64,7 @@ struct _WsyncPlan {
   guint out_tp, out_ep, out_world;
   GPtrArray *outputs; /* WsyncLayout*, one per rank written */
   GPtrArray *notes;   /* char*: what targets and hooks said about the plan, once each */
+  const volatile sig_atomic_t *interrupted; /* wsync_plan_set_interrupt() */
 };
 
 /* plan.c */
@@ -77,7 +78,6 @@ char *plan_file_name(WsyncPlan *plan, const WsyncLayout *layout, guint part);
 void plan_layout_unref(gpointer data);
 
 /* describe.c */
-JsonNode *plan_load_config(const char *path, GError **error);
 gboolean plan_describe(WsyncPlan *plan, const char *config_name, GError **error);
 void plan_describe_identity(WsyncPlan *plan);
 

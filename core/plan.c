@@ -19,6 +19,7 @@
 
 #include <string.h>
 
+#include "files.h"
 #include "plan-private.h"
 
 /* ------------------------------------------------------------------ plan object */
@@ -163,7 +164,7 @@ plan_sharded(WsyncPlan *plan, const WsyncPlanOptions *opts, GError **error)
     g_autoptr(JsonObject) empty = json_object_new();
     plan->config = json_node_init_object(json_node_alloc(), empty);
     plan->no_config = TRUE;
-  } else if ((plan->config = plan_load_config(config_path, error)) == NULL)
+  } else if ((plan->config = wsync_config_load(config_path, error)) == NULL)
     return FALSE;
   if (merge)
     plan_describe_identity(plan);
@@ -187,15 +188,14 @@ plan_checkpoint(WsyncPlan *plan, const WsyncPlanOptions *opts, GError **error)
     g_autofree char *dir = g_path_get_dirname(plan->src);
     config_path = g_build_filename(dir, "config.json", NULL);
   }
-  plan->config = plan_load_config(config_path, error);
+  plan->config = wsync_config_load(config_path, error);
   return plan->config != NULL && plan_describe(plan, config_path, error) &&
          choose_output(plan, error) && plan_bind_inputs(plan, error) &&
          plan_build_outputs(plan, opts, error) && plan_check_inputs_used(plan, error);
 }
 
-WsyncPlan *
-wsync_plan_new(WsyncContext *ctx, const char *src, const WsyncPlanOptions *opts,
-               GError **error)
+static WsyncPlan *
+plan_convert(WsyncContext *ctx, const char *src, const WsyncPlanOptions *opts, GError **error)
 {
   g_autoptr(WsyncPlan) plan = plan_alloc(ctx, PLAN_CONVERT, src, opts);
 
@@ -205,9 +205,8 @@ wsync_plan_new(WsyncContext *ctx, const char *src, const WsyncPlanOptions *opts,
   return g_steal_pointer(&plan);
 }
 
-WsyncPlan *
-wsync_plan_new_merge(WsyncContext *ctx, const char *src, const WsyncPlanOptions *opts,
-                     GError **error)
+static WsyncPlan *
+plan_merge(WsyncContext *ctx, const char *src, const WsyncPlanOptions *opts, GError **error)
 {
   g_autoptr(WsyncPlan) plan = plan_alloc(ctx, PLAN_MERGE, src, opts);
 
@@ -232,7 +231,7 @@ plan_new_session(WsyncContext *ctx, const char *config_path, const WsyncPlanOpti
 {
   g_autoptr(WsyncPlan) plan = plan_alloc(ctx, PLAN_SESSION, "session", opts);
 
-  plan->config = plan_load_config(config_path, error);
+  plan->config = wsync_config_load(config_path, error);
   if (plan->config == NULL || !plan_describe(plan, config_path, error) ||
       !choose_output(plan, error))
     return NULL;
@@ -249,10 +248,9 @@ plan_session_bind(WsyncPlan *plan, const WsyncPlanOptions *opts, GPtrArray *desc
          plan_check_inputs_used(plan, error);
 }
 
-WsyncPlan *
-wsync_plan_new_synth(WsyncContext *ctx, JsonNode *config, const char *config_name,
-                     const WsyncPlanOptions *opts, guint64 seed, gboolean pattern_index,
-                     GError **error)
+static WsyncPlan *
+plan_synth(WsyncContext *ctx, JsonNode *config, const char *config_name,
+           const WsyncPlanOptions *opts, guint64 seed, gboolean pattern_index, GError **error)
 {
   g_autoptr(WsyncPlan) plan = plan_alloc(ctx, PLAN_SYNTH, config_name, opts);
 
@@ -265,4 +263,43 @@ wsync_plan_new_synth(WsyncContext *ctx, JsonNode *config, const char *config_nam
   if (!plan_build_outputs(plan, opts, error))
     return NULL;
   return g_steal_pointer(&plan);
+}
+
+/* Every refusal of the planner is one printable line, whatever a plugin, a config value
+ * or a file's metadata put into it. */
+static WsyncPlan *
+printable(WsyncPlan *plan, GError **error)
+{
+  if (plan == NULL && error != NULL && *error != NULL)
+    wsync_error_make_printable(*error);
+  return plan;
+}
+
+WsyncPlan *
+wsync_plan_new(WsyncContext *ctx, const char *src, const WsyncPlanOptions *opts,
+               GError **error)
+{
+  return printable(plan_convert(ctx, src, opts, error), error);
+}
+
+WsyncPlan *
+wsync_plan_new_merge(WsyncContext *ctx, const char *src, const WsyncPlanOptions *opts,
+                     GError **error)
+{
+  return printable(plan_merge(ctx, src, opts, error), error);
+}
+
+WsyncPlan *
+wsync_plan_new_synth(WsyncContext *ctx, JsonNode *config, const char *config_name,
+                     const WsyncPlanOptions *opts, guint64 seed, gboolean pattern_index,
+                     GError **error)
+{
+  return printable(plan_synth(ctx, config, config_name, opts, seed, pattern_index, error),
+                   error);
+}
+
+void
+wsync_plan_set_interrupt(WsyncPlan *plan, const volatile sig_atomic_t *flag)
+{
+  plan->interrupted = flag;
 }

@@ -468,8 +468,8 @@ wsync_safetensors_open(const char *path, GError **error)
     close(fd);
     return NULL;
   }
-  if (S_ISDIR(sb.st_mode)) {
-    wsync_set_io_error(error, EISDIR, path, "read");
+  if (S_ISDIR(sb.st_mode)) { /* named by an index, say: bad input, like a FIFO */
+    bad_input(error, path, NULL, "is a directory, not a safetensors file");
     close(fd);
     return NULL;
   }

@@ -40,6 +40,10 @@
 /* `wsync convert --part-size`'s default. */
 #define DEFAULT_PART_SIZE (G_GUINT64_CONSTANT(5) << 30)
 
+/* The largest tp, ep and thread count, as `wsync convert` takes them. */
+#define MAX_PARALLEL 4096u
+#define MAX_THREADS 1024u
+
 /* What error messages call the source of a session's tensors. */
 #define SOURCE_NAME "session"
 
@@ -337,6 +341,12 @@ wsync_session_new(WsyncContext *ctx, const char *config_path, const WsyncSession
   }
   if (opts->out_dir != NULL && opts->on_bucket != NULL) {
     usage_error(error, "session: out_dir and on_bucket both given: choose one sink");
+    return NULL;
+  }
+  /* the command line's bounds (core/cmd-convert.c): no layout plans for hours */
+  if (opts->tp > MAX_PARALLEL || opts->ep > MAX_PARALLEL || s->threads > MAX_THREADS) {
+    usage_error(error, "session: tp %u, ep %u, threads %u: at most %u, %u and %u", opts->tp,
+                opts->ep, s->threads, MAX_PARALLEL, MAX_PARALLEL, MAX_THREADS);
     return NULL;
   }
   s->target = g_strdup(opts->target);
@@ -1083,9 +1093,9 @@ write_companions(WsyncSession *s, GError **error)
 
   if (strcmp(base, "config.json") == 0) {
     g_autofree char *dir = g_path_get_dirname(s->config_path);
-    if (!companion_copy_dir(s->ctx, plan->config, dir, s->out_dir, TRUE, error))
+    if (!companion_copy_dir(s->ctx, plan->config, dir, s->out_dir, TRUE, NULL, error))
       return FALSE;
-  } else if (!companion_write_config(s->ctx, plan->config, NULL, s->out_dir, error))
+  } else if (!companion_write_config(s->ctx, plan->config, NULL, s->out_dir, NULL, error))
     return FALSE;
   if (plan->out.info->writes_index) {
     g_autoptr(GHashTable) weight_map = g_hash_table_new(g_str_hash, g_str_equal);

@@ -14,7 +14,7 @@
  * RoPE (rope_theta, rope_scaling of type "llama3", or Transformers 5's rope_parameters)
  * changes no tensor name or shape (docs/hf-checkpoints.md §5), so it is not read here;
  * the rope-compat plugin, when selected, rewrites it in the config.json a conversion
- * writes (§6).
+ * writes (docs/hf-checkpoints.md §6).
  *
  * Config fields, all at the root.  Every field that decides a shape is required;
  * defaults only where LlamaConfig has one (docs/hf-checkpoints.md §5,

@@ -9,8 +9,9 @@
  *
  *   --format sharded-state  the loader layout, as `vllm serve --load-format
  *                           sharded_state` on vLLM-Ascend loads it before
- *                           process_weights_after_loading runs (§5): w13_weight
- *                           [E_loc, 2*I/tp, H] rows [gate ; up], w2_weight [E_loc, H, I/tp]
+ *                           process_weights_after_loading runs (§3, docs/vllm.md §6):
+ *                           w13_weight [E_loc, 2*I/tp, H] rows [gate ; up], w2_weight
+ *                           [E_loc, H, I/tp]
  *   --format kernel         the routed experts in the layout vLLM-Ascend's
  *                           AscendUnquantizedFusedMoEMethod.process_weights_after_loading
  *                           leaves them in and torch_npu.npu_grouped_matmul consumes (§3),

@@ -3,13 +3,14 @@
  *
  * Transformers 4 reads a top-level `rope_theta` and `rope_scaling` (null or a dict with
  * `rope_type`, or the older `type`); Transformers 5 reads one `rope_parameters` dict
- * (hf-qwen.md §4).  Option `rope-format`:
+ * (docs/hf-checkpoints.md §6).  Option `rope-format`:
  *
  *   transformers5  rope_scaling + rope_theta + partial_rotary_factor -> rope_parameters
  *   transformers4  rope_parameters -> rope_theta, rope_scaling, partial_rotary_factor
  *   keep           neither
  *
- * Whatever the option, `ignore_keys_at_rope_validation` is removed (hf-qwen.md §4.1).
+ * Whatever the option, `ignore_keys_at_rope_validation` is removed
+ * (docs/hf-checkpoints.md §6, "The vLLM 0.18 + Transformers 5 break").
  * The top-level object is converted when it carries RoPE keys, and `text_config` (the
  * nested text model of Qwen3.5 and other multimodal configs) is converted the same way.
  *
@@ -60,8 +61,9 @@ typedef struct {
   RopeFormat format;
 } RopeCompat;
 
-/* The RoPE types Transformers knows: "default" plus ROPE_INIT_FUNCTIONS (hf-qwen.md §4,
- * step 5).  Anything else would fail when the model is built. */
+/* The RoPE types Transformers knows: "default" plus ROPE_INIT_FUNCTIONS
+ * (docs/hf-checkpoints.md §6, "RoPE types").  Anything else would fail when the model is
+ * built. */
 static const char *const known_types[] = {"default", "linear", "dynamic", "yarn",
                                           "longrope", "llama3", NULL};
 
@@ -521,7 +523,7 @@ static void
 apply(JsonObject *obj, RopeFormat format, JsonObject *params)
 {
   /* A class attribute, not configuration.  Written out it reloads as a list, which
-   * Transformers 5 then combines with a set: TypeError (hf-qwen.md §4.1). */
+   * Transformers 5 then combines with a set: TypeError (docs/hf-checkpoints.md §6). */
   drop_member(obj, IGNORE_KEYS);
   if (params == NULL)
     return;

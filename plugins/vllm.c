@@ -544,7 +544,7 @@ column_share(Rank *r, const Runtime *rt, const WsyncPart *part, guint64 *first_r
 }
 
 /* Per-rank packing: the parts' shares concatenated in order, e.g. qkv_proj = [q_t | k_t
- * | v_t], gate_up_proj = [gate_t | up_t] (§2, "Gate comes first").  Trailing axes whole. */
+ * | v_t], gate_up_proj = [gate_t | up_t] (§2; gate first, §8).  Trailing axes whole. */
 static gboolean
 emit_column(Rank *r, const Runtime *rt, GError **error)
 {
@@ -932,8 +932,8 @@ own_name(const Rank *r, const WsyncParam *param)
 /* ------------------------------------------------------------------ runtime tensors */
 
 /* The dtype vLLM holds a tensor in: the source's, except where vLLM creates the
- * parameter in its own dtype (§9): A_log in float32 (vLLM #37810), RMSNormGated in the
- * model dtype; loading casts to it (§2 "Dtypes").  The plan says so. */
+ * parameter in its own dtype (§9.3): A_log in float32 (vLLM #37810), RMSNormGated in the
+ * model dtype; loading casts to it (§2 "Dtype on load").  The plan says so. */
 static WsyncDtype
 runtime_dtype(Rank *r, const WsyncParam *param)
 {

@@ -11,19 +11,18 @@ Usage: make-dcp-fixtures.py OUTDIR          (every fixture below, into OUTDIR)
                                              ranks would save it: OUTDIR/a in format A,
                                              OUTDIR/b in format B)
 
-Python 3 standard library only; no torch.  The files follow
-../shared/reference/dcp-format.md:
+Python 3 standard library only; no torch.  The files follow docs/dcp.md:
 
 * format A (Hugging Face mode): shard-S-model-I-of-N.safetensors, each a plain
   safetensors file whose __metadata__ holds DCP_SHARDING_INFO (a JSON string, written
   with json.dumps' default separators) plus DCP_VERSION and format (some files leave
   them out, as the NeMo backport does), keyed by fqn, or fqn.__dcp_shard_k with a
-  logical_fqn when one file holds two chunks of a tensor (section A.3);
+  logical_fqn when one file holds two chunks of a tensor (docs/dcp.md §2);
 * format B (the default): .metadata, a pickle (protocol 2, 4 or 5) of
-  torch.distributed.checkpoint.metadata.Metadata as section B.3 describes it (the
+  torch.distributed.checkpoint.metadata.Metadata as docs/dcp.md §3 describes it (the
   layout as torch.serialization._get_layout('torch.strided'), the memory format
   pickled by value or by name, as Pythons 3.11.7 and 3.11.2 do), and __R_K.distcp files
-  holding one torch.save zip archive per chunk (section B.2): archive/data.pkl
+  holding one torch.save zip archive per chunk (docs/dcp.md §3): archive/data.pkl
   (protocol 2, _rebuild_tensor_v2 with a persistent id, or _rebuild_tensor_v3 with an
   UntypedStorage for float8 and uint16), archive/data/0 stored and 64-byte aligned by
   padding the local header's extra field, as torch's writer does;
@@ -35,7 +34,7 @@ by field below, not with the pickle and zipfile modules, whose output differs be
 Python releases.  tests/test-dcp.c checks that --seeds reproduces the committed seeds.
 
 The weights are synthetic and encoded: every element's bytes depend on the tensor and
-the element's index, so a misplaced chunk shows.  Shard boxes follow section C
+the element's index, so a misplaced chunk shows.  Shard boxes follow docs/dcp.md §4
 (torch.chunk semantics, FSDP2 Shard(0) with an empty last shard, FSDP2 x EP with
 _StridedShard + Shard on a 2 x 2 mesh, Shard(1), Replicate, dim 0 smaller than the world).
 """
@@ -123,10 +122,10 @@ def cut(data, shape, es, off, ext):
     return bytes(out)
 
 
-# ---------------------------------------------------------------- shard boxes (section C)
+# ---------------------------------------------------------------- shard boxes (docs/dcp.md §4)
 
 def chunk(length, n, r):
-    """torch.chunk semantics of Shard.local_shard_size_and_offset (section C.1)."""
+    """torch.chunk semantics of Shard.local_shard_size_and_offset (docs/dcp.md §4)."""
     if length % n == 0:
         return length // n, r * (length // n)
     c = (length + n - 1) // n
@@ -149,7 +148,7 @@ def shard(shape, world, dim=0, ranks=None):
 
 
 def strided_ep(shape, efsdp, ep):
-    """(_StridedShard(0, sf=ep), Shard(0)) on the mesh (efsdp, ep) (section C.5)."""
+    """(_StridedShard(0, sf=ep), Shard(0)) on the mesh (efsdp, ep) (docs/dcp.md §4)."""
     out = []
     E = shape[0]
     for i in range(efsdp):
@@ -164,7 +163,9 @@ def strided_ep(shape, efsdp, ep):
 
 
 def dedup(boxes):
-    """DCP keeps one write item per (fqn, offsets): the lowest rank (section C.4)."""
+    """DCP keeps one write item per (fqn, offsets), in one rank's plan (docs/dcp.md §4:
+    the least-loaded plan, or the lowest rank with save_to_lowest_rank); here the lowest
+    rank."""
     seen, out = set(), []
     for r, off, ext in sorted(boxes, key=lambda b: b[0]):
         if tuple(off) in seen:
@@ -308,7 +309,7 @@ def write_format_a(root, model, n_parts, subdir="sharded", corrupt=None, no_info
             write(os.path.join(out, name), safetensors_bytes(tensors, meta))
 
 
-# ---------------------------------------------------------------- pickles, opcode by opcode (section B.3)
+# ---------------------------------------------------------------- pickles, opcode by opcode (docs/dcp.md §3)
 #
 # The pickles are written here opcode by opcode rather than with the pickle module, so
 # that they do not depend on the Python that runs this script: what the pickle module
@@ -519,7 +520,7 @@ def dumps(obj, protocol):
     return PickleWriter(protocol).dumps(obj)
 
 
-# ---------------------------------------------------------------- what torch pickles (section B.3)
+# ---------------------------------------------------------------- what torch pickles (docs/dcp.md §3)
 
 META = "torch.distributed.checkpoint.metadata"
 FS = "torch.distributed.checkpoint.filesystem"
@@ -606,7 +607,7 @@ def rebuild_tensor(scls, n_storage, storage_offset, size, stride, dtype_name=Non
 EVIL = Reduce(Global("os", "system"), ("true",))
 
 
-# ---------------------------------------------------------------- torch.save archives (section B.2)
+# ---------------------------------------------------------------- torch.save archives (docs/dcp.md §3)
 
 def zip_archive(entries):
     """A zip archive, laid out as Python's zipfile writes one into a seekable file (no
@@ -857,9 +858,9 @@ EXPERT = re.compile(r"\.experts\.(\d+)\.")
 
 def shard_file(path, out, ep=False, formats="ab"):
     """Every tensor as FSDP2 shards it on 4 ranks: Shard(0), uneven splits and empty
-    last shards included (section C.5); scalars whole on rank 0.  With ep, each
+    last shards included (docs/dcp.md §4); scalars whole on rank 0.  With ep, each
     per-expert tensor lives whole on one rank (expert parallelism: torchtitan's HF
-    export, section C.5) and the rest is FSDP2-sharded."""
+    export, docs/dcp.md §4) and the rest is FSDP2-sharded."""
     model = []
     for name, dtype, shape, data in read_safetensors(path):
         t = T.__new__(T)

@@ -25,6 +25,7 @@ fixture_teardown(Fixture *f, gconstpointer data)
 {
   (void)data;
   chmod(f->scratch, 0700);
+  chmod(f->conf, 0700);
   test_rmtree(f->conf);
   test_rmtree(f->scratch);
   g_free(f->conf);
@@ -444,8 +445,224 @@ test_refuse_world_writable_dir(Fixture *f, gconstpointer data)
   g_autoptr(WsyncContext) ctx = load_from(f, f->scratch, &error);
   g_assert_no_error(error);
   g_autofree char *l = listing(ctx);
-  g_assert_nonnull(strstr(l, "good=refused:"));
-  g_assert_nonnull(strstr(l, "lies in a world-writable directory"));
+  g_autofree char *expect =
+      g_strdup_printf("good=refused:%s: lies in a world-writable directory (%s, mode 0777);",
+                      copy, f->scratch);
+  g_assert_cmpstr(l, ==, expect);
+}
+
+/* ------------------------------------------------------------------ trust, as ld.so reasons */
+
+static char *listing_from(Fixture *f, const char *dir);
+
+/* Copies good.so into @dir (made with @mode) and returns the listing after loading from
+ * @dir first. */
+static char *
+load_copy_from(Fixture *f, const char *dir, mode_t dir_mode, mode_t file_mode)
+{
+  g_autofree char *source = built_plugin("good");
+  g_autofree char *copy = g_build_filename(dir, "good.so", NULL);
+  g_mkdir_with_parents(dir, 0755);
+  test_copy(source, copy);
+  g_assert_cmpint(chmod(copy, file_mode), ==, 0);
+  g_assert_cmpint(chmod(dir, dir_mode), ==, 0);
+  return listing_from(f, dir);
+}
+
+/* The listing after loading good from @dir first (as it is). */
+static char *
+listing_from(Fixture *f, const char *dir)
+{
+  free_path(test_write(f->conf, "10.conf", "plugin \"good\" {}\n"));
+  g_autoptr(GError) error = NULL;
+  g_autoptr(WsyncContext) ctx = load_from(f, dir, &error);
+  g_assert_no_error(error);
+  char *l = listing(ctx);
+  if (strstr(l, "refused") != NULL)
+    g_assert_cmpuint(wsync_registry_size(wsync_context_get_registry(ctx)), ==, 0);
+  return l;
+}
+
+static void
+test_refuse_writable_file(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *copy = g_build_filename(f->scratch, "good.so", NULL);
+  g_autofree char *l = load_copy_from(f, f->scratch, 0755, 0666);
+  g_autofree char *expect =
+      g_strdup_printf("good=refused:%s: is world-writable (mode 0666);", copy);
+  g_assert_cmpstr(l, ==, expect);
+  g_free(l);
+  l = load_copy_from(f, f->scratch, 0755, 0775);
+  g_free(expect);
+  expect = g_strdup_printf("good=refused:%s: is group-writable (mode 0775);", copy);
+  g_assert_cmpstr(l, ==, expect);
+}
+
+/* A safe-looking directory inside one anybody can write to can be swapped whole. */
+static void
+test_refuse_writable_ancestor(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *sub = g_build_filename(f->scratch, "lib", "plugins", NULL);
+  g_autofree char *lib = g_build_filename(f->scratch, "lib", NULL);
+  g_autofree char *copy = g_build_filename(sub, "good.so", NULL);
+  g_mkdir_with_parents(sub, 0755);
+  g_assert_cmpint(chmod(f->scratch, 0777), ==, 0);
+  g_autofree char *l = load_copy_from(f, sub, 0755, 0755);
+  g_autofree char *expect = g_strdup_printf(
+      "good=refused:%s: lies in a world-writable directory (%s, mode 0777);", copy, f->scratch);
+  g_assert_cmpstr(l, ==, expect);
+  g_free(l);
+
+  /* with the sticky bit (as /tmp has) nobody else may rename what is in it: accepted */
+  g_assert_cmpint(chmod(f->scratch, 01777), ==, 0);
+  l = load_copy_from(f, sub, 0755, 0755);
+  g_assert_cmpstr(l, ==, "good=active;");
+  g_free(l);
+  /* the group may not write to any of them either */
+  g_assert_cmpint(chmod(f->scratch, 0700), ==, 0);
+  g_assert_cmpint(chmod(lib, 0770), ==, 0);
+  l = load_copy_from(f, sub, 0755, 0755);
+  g_free(expect);
+  expect = g_strdup_printf("good=refused:%s: lies in a group-writable directory (%s, mode 0770);",
+                           copy, lib);
+  g_assert_cmpstr(l, ==, expect);
+}
+
+/* The file and the directories must belong to root or to the user running wsync. */
+static void
+test_refuse_other_owner(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  if (geteuid() != 0) {
+    g_test_skip("needs root, to give files to another user");
+    return;
+  }
+  g_autofree char *sub = g_build_filename(f->scratch, "plugins", NULL);
+  g_autofree char *copy = g_build_filename(sub, "good.so", NULL);
+  g_autofree char *l = load_copy_from(f, sub, 0755, 0755);
+  g_assert_cmpstr(l, ==, "good=active;");
+  g_free(l);
+  g_assert_cmpint(chown(copy, 65534, 65534), ==, 0);
+  l = listing_from(f, sub);
+  g_autofree char *expect = g_strdup_printf(
+      "good=refused:%s: is owned by uid 65534, neither root nor the user running wsync (uid 0);",
+      copy);
+  g_assert_cmpstr(l, ==, expect);
+  g_free(l);
+  g_assert_cmpint(chown(copy, 0, 0), ==, 0);
+  g_assert_cmpint(chown(sub, 65534, 65534), ==, 0);
+  l = listing_from(f, sub);
+  g_free(expect);
+  expect = g_strdup_printf("good=refused:%s: lies in a directory owned by uid 65534, neither root "
+                           "nor the user running wsync (uid 0): %s;",
+                           copy, sub);
+  g_assert_cmpstr(l, ==, expect);
+}
+
+/* A symlink among the directories is resolved, and the resolved ones are checked. */
+static void
+test_symlinked_plugin_dir(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *real = g_build_filename(f->scratch, "real", NULL);
+  g_autofree char *link = g_build_filename(f->scratch, "link", NULL);
+  g_autofree char *l = load_copy_from(f, real, 0755, 0755);
+  g_assert_cmpstr(l, ==, "good=active;");
+  g_free(l);
+  g_assert_cmpint(symlink(real, link), ==, 0);
+  l = load_copy_from(f, link, 0755, 0755);
+  g_assert_cmpstr(l, ==, "good=active;");
+  g_free(l);
+  /* the link itself may sit anywhere, but what it leads to must be safe */
+  g_assert_cmpint(chmod(real, 0777), ==, 0);
+  g_autoptr(GError) error = NULL;
+  g_autoptr(WsyncContext) ctx = load_from(f, link, &error);
+  g_assert_no_error(error);
+  l = listing(ctx);
+  g_autofree char *copy = g_build_filename(link, "good.so", NULL);
+  g_autofree char *expect = g_strdup_printf(
+      "good=refused:%s: lies in a world-writable directory (%s, mode 0777);", copy, real);
+  g_assert_cmpstr(l, ==, expect);
+}
+
+/* conf.d: symlinks, writable files and directories are refused like plugins. */
+static void
+expect_conf_refused(Fixture *f, const char *message)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(WsyncContext) ctx = load(f, NULL, &error);
+  g_assert_null(ctx);
+  g_assert_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG);
+  g_assert_cmpstr(error->message, ==, message);
+}
+
+static void
+test_conf_d_trust(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *elsewhere = test_write(f->scratch, "elsewhere.conf", "plugin \"good\" {}\n");
+  g_autofree char *link = g_build_filename(f->conf, "10.conf", NULL);
+  g_assert_cmpint(symlink(elsewhere, link), ==, 0);
+  g_autofree char *m1 =
+      g_strdup_printf("%s: is a symlink; configuration files must be regular files", link);
+  expect_conf_refused(f, m1);
+  g_unlink(link);
+
+  g_autofree char *file = test_write(f->conf, "10.conf", "plugin \"good\" {}\n");
+  g_assert_cmpint(chmod(file, 0646), ==, 0);
+  g_autofree char *m2 = g_strdup_printf("%s: is world-writable (mode 0646)", file);
+  expect_conf_refused(f, m2);
+  g_assert_cmpint(chmod(file, 0644), ==, 0);
+
+  g_assert_cmpint(chmod(f->conf, 0777), ==, 0);
+  g_autofree char *m3 =
+      g_strdup_printf("configuration directory %s: is world-writable (mode 0777)", f->conf);
+  expect_conf_refused(f, m3);
+  /* the sticky bit does not help a conf.d: anybody could add a file to it */
+  g_assert_cmpint(chmod(f->conf, 01777), ==, 0);
+  g_autofree char *m4 =
+      g_strdup_printf("configuration directory %s: is world-writable (mode 1777)", f->conf);
+  expect_conf_refused(f, m4);
+  g_assert_cmpint(chmod(f->conf, 0700), ==, 0);
+
+  if (geteuid() == 0) {
+    g_assert_cmpint(chown(file, 65534, 65534), ==, 0);
+    g_autofree char *m5 = g_strdup_printf(
+        "%s: is owned by uid 65534, neither root nor the user running wsync (uid 0)", file);
+    expect_conf_refused(f, m5);
+  } else
+    g_test_message("not root: the owner check of conf.d files is not exercised");
+}
+
+/* The options of a refused plugin are unknown because the plugin is: the error says
+ * why it was refused instead of only "no such option". */
+static void
+test_refused_plugin_options_say_why(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *path =
+      test_write(f->conf, "10.conf", "plugin \"bad-abi\" {\n  speed = 3\n}\n");
+  g_autoptr(GError) error = NULL;
+  g_autoptr(WsyncContext) ctx = load(f, NULL, &error);
+  g_assert_null(ctx);
+  g_autofree char *expect = g_strdup_printf(
+      "%s:2: option 'speed' of plugin \"bad-abi\" cannot be checked: the plugin was refused: "
+      "%s/bad-abi.so: built for plugin ABI 999, this wsync has ABI 1",
+      path, test_env_dir("WSYNC_TEST_PLUGIN_DIR"));
+  g_assert_cmpstr(error->message, ==, expect);
+  g_clear_error(&error);
+  /* the same when another loaded plugin has an option of that name */
+  free_path(test_write(f->conf, "10.conf",
+                       "plugin \"good\" {}\nplugin \"bad-abi\" {\n  level = 3\n}\n"));
+  g_autoptr(WsyncContext) ctx2 = load(f, NULL, &error);
+  g_assert_null(ctx2);
+  g_autofree char *expect2 = g_strdup_printf(
+      "%s:3: option 'level' of plugin \"bad-abi\" cannot be checked: the plugin was refused: "
+      "%s/bad-abi.so: built for plugin ABI 999, this wsync has ABI 1",
+      path, test_env_dir("WSYNC_TEST_PLUGIN_DIR"));
+  g_assert_cmpstr(error->message, ==, expect2);
 }
 
 static void
@@ -499,5 +716,11 @@ main(int argc, char **argv)
   ADD("/context/refuse/symlink", test_refuse_symlink);
   ADD("/context/refuse/world-writable-dir", test_refuse_world_writable_dir);
   ADD("/context/first-directory-wins", test_first_directory_wins);
+  ADD("/context/trust/writable-file", test_refuse_writable_file);
+  ADD("/context/trust/writable-ancestor", test_refuse_writable_ancestor);
+  ADD("/context/trust/other-owner", test_refuse_other_owner);
+  ADD("/context/trust/symlinked-dir", test_symlinked_plugin_dir);
+  ADD("/context/trust/conf-d", test_conf_d_trust);
+  ADD("/context/trust/refused-plugin-options", test_refused_plugin_options_say_why);
   return g_test_run();
 }

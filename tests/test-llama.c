@@ -319,8 +319,8 @@ check_rank(const Model *m, WsyncCheckpoint *in, const RankFiles *rf, guint tp, g
 
 /* ------------------------------------------------------------------ the tests */
 
-/* synth writes the published layout: exactly the tensors of §5 with the config's
- * defaults applied, BF16, an index, config.json as given. */
+/* synth writes the published layout: exactly the tensors of docs/hf-checkpoints.md §5
+ * with the config's defaults applied, BF16, an index, config.json as given. */
 static void
 test_synth(gconstpointer data)
 {

@@ -385,8 +385,8 @@ expert_src(const Oracle *o, guint64 layer, guint which, guint64 e)
   return s;
 }
 
-/* determine_expert_map, linear (§7): with EP, contiguous blocks of whole experts,
- * remainder to the lowest ranks; without, all experts, I split over tp (§2.2). */
+/* determine_expert_map, linear (docs/vllm.md §4): with EP, contiguous blocks of whole
+ * experts, remainder to the lowest ranks; without, all experts, I split over tp (§4). */
 static void
 expert_share(const Oracle *o, guint64 *first, guint64 *count, guint64 *ip, guint64 *off)
 {
@@ -430,9 +430,10 @@ assert_shape(const WsyncTensor *t, guint64 a, guint64 b, guint64 c)
             t->ndim > 2 ? t->shape[2] : 0, a, b, c);
 }
 
-/* w13: loader layout [E_loc, 2Ip, H] (gate rows then up rows, §2.2); processed
- * [E_loc, H, 2Ip] (columns [gate | up], §6).  Element (j, c, h) of the loader layout is
- * row off + c % Ip, column h of expert first + j's gate (c < Ip) or up matrix. */
+/* w13: loader layout [E_loc, 2Ip, H] (gate rows then up rows, docs/vllm.md §4);
+ * processed [E_loc, H, 2Ip] (columns [gate | up], docs/vllm-ascend.md §3).  Element
+ * (j, c, h) of the loader layout is row off + c % Ip, column h of expert first + j's
+ * gate (c < Ip) or up matrix. */
 static void
 check_w13(const Oracle *o, guint64 layer, const WsyncTensor *out)
 {
@@ -457,9 +458,9 @@ check_w13(const Oracle *o, guint64 layer, const WsyncTensor *out)
     }
 }
 
-/* w2: loader layout [E_loc, H, Ip] (down narrowed along its input axis, §2.2);
- * processed [E_loc, Ip, H] (§6).  Element (j, h, c) is down[h][off + c] of expert
- * first + j. */
+/* w2: loader layout [E_loc, H, Ip] (down narrowed along its input axis, docs/vllm.md
+ * §4); processed [E_loc, Ip, H] (docs/vllm-ascend.md §3).  Element (j, h, c) is
+ * down[h][off + c] of expert first + j. */
 static void
 check_w2(const Oracle *o, guint64 layer, const WsyncTensor *out)
 {

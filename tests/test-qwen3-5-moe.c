@@ -1,16 +1,16 @@
 /* The qwen3_5_moe plugin, end to end through the CLI: `wsync synth --pattern index`
  * writes tiny Qwen3.5 checkpoints whose every element encodes where it came from,
  * `wsync convert` writes the Hugging Face layouts and vLLM's rank files, and oracles
- * written here from ../shared/reference/hf-qwen.md, vllm-layouts.md and vllm-vision.md
- * (not from the plugins or the engine) check the names, dtypes and shapes of every
- * tensor and EVERY element against the input element the reference says goes there:
+ * written here from docs/hf-checkpoints.md and docs/vllm.md (not from the plugins or the
+ * engine) check the names, dtypes and shapes of every tensor and EVERY element against
+ * the input element the docs say goes there:
  *
- *   - the published Hugging Face form (hf-qwen.md §1.3, §1.4): main-layer experts fused
- *     (gate_up_proj [E, 2I, H], gate rows first; down_proj [E, H, I]), MTP experts per
- *     expert, A_log and linear_attn.norm.weight in F32, no lm_head when tied; the other
- *     expert forms (hf-experts, hf-fused);
- *   - vLLM (vllm-layouts.md §3.2-§3.5, §4; vllm-vision.md): qkv_proj with gated q heads
- *     and KV replication, in_proj_qkvz = [q_t; k_t; v_t; z_t], in_proj_ba = [b_t; a_t],
+ *   - the published Hugging Face form (docs/hf-checkpoints.md §3, §4): main-layer experts
+ *     fused (gate_up_proj [E, 2I, H], gate rows first; down_proj [E, H, I]), MTP experts
+ *     per expert, A_log and linear_attn.norm.weight in F32, no lm_head when tied; the
+ *     other expert forms (hf-experts, hf-fused);
+ *   - vLLM (docs/vllm.md §9.1-§9.5, §2-§4): qkv_proj with gated q heads and KV
+ *     replication, in_proj_qkvz = [q_t; k_t; v_t; z_t], in_proj_ba = [b_t; a_t],
  *     the conv1d q/k/v channel blocks, A_log widened to F32, the RMSNormGated weight
  *     rounded to BF16 (nearest even), the shared expert, routed experts under TP and EP,
  *     the vision tower, MTP skipped, language-model-only;
@@ -296,7 +296,8 @@ read_model(const char *config)
   } else
     m.Id = member_uint(t, "intermediate_size");
   g_assert_cmpuint(m.L, <=, G_N_ELEMENTS(m.linear));
-  /* hf-qwen.md §3: layer_types, else linear unless (i+1) % interval == 0 (default 4). */
+  /* docs/hf-checkpoints.md §3: layer_types, else linear unless (i+1) % interval == 0
+   * (default 4). */
   if (json_object_has_member(t, "layer_types")) {
     JsonArray *a = json_object_get_array_member(t, "layer_types");
     g_assert_cmpuint(json_array_get_length(a), ==, m.L);
@@ -326,7 +327,7 @@ read_model(const char *config)
 
 /* ------------------------------------------------------------------ the published tensor list */
 
-/* One tensor of a Hugging Face layout, as hf-qwen.md §1.3/§1.4 list them. */
+/* One tensor of a Hugging Face layout, as docs/hf-checkpoints.md §3 lists them. */
 typedef struct {
   char *name;
   WsyncDtype dtype;
@@ -725,7 +726,7 @@ check_segments(Oracle *o, const char *out_name, WsyncDtype dtype, const Seg *seg
         same_elem(o, out, r * row + e, segs[s].in, (segs[s].first + i) * row + e);
 }
 
-/* VocabParallelEmbedding / ParallelLMHead (vllm-layouts.md §1): Vp = ceil(V/64)*64,
+/* VocabParallelEmbedding / ParallelLMHead (docs/vllm.md §3): Vp = ceil(V/64)*64,
  * rows [t*Vp/tp, (t+1)*Vp/tp), rows >= V zero. */
 static void
 check_vocab(Oracle *o, const char *out_name, const char *in_name)
@@ -747,9 +748,10 @@ check_vocab(Oracle *o, const char *out_name, const char *in_name)
   }
 }
 
-/* Full attention (vllm-layouts.md §3.2): qkv_proj [(2nh/tp + 2kvl)*hd, H].  q_proj is
- * per head [q_h; gate_h] (hf-qwen.md §1.3): local head j of rank t is global head
- * t*nh/tp + j, its query rows then its gate rows; k/v follow the KV rules (§1). */
+/* Full attention (docs/vllm.md §9.2): qkv_proj [(2nh/tp + 2kvl)*hd, H].  q_proj is per
+ * head [q_h; gate_h] (docs/hf-checkpoints.md §3): local head j of rank t is global head
+ * t*nh/tp + j, its query rows then its gate rows; k/v follow the KV rules
+ * (docs/vllm.md §2). */
 static void
 check_qkv(Oracle *o, guint64 l)
 {
@@ -819,13 +821,13 @@ check_full_attention(Oracle *o, guint64 l)
   for (guint i = 0; i < G_N_ELEMENTS(norms); i++) {
     g_autofree char *on = rt_name(l, norms[i]);
     g_autofree char *in = ck_name(l, norms[i]);
-    /* copied verbatim: the 1 + w is the engine's business (vllm-layouts.md §3.2) */
+    /* copied verbatim: the 1 + w is the engine's business (docs/vllm.md §9.1) */
     check_replicated(o, on, in, WSYNC_DTYPE_BF16);
   }
   check_scales(o, l);
 }
 
-/* Gated DeltaNet (vllm-layouts.md §3.3), kd = nk*dk, vd = nv*dv, rank t:
+/* Gated DeltaNet (docs/vllm.md §9.3), kd = nk*dk, vd = nv*dv, rank t:
  *   in_proj_qkvz = [qkv[t*kd/tp ...] ; qkv[kd + t*kd/tp ...] ; qkv[2kd + t*vd/tp ...] ;
  *                   z[t*vd/tp ...]]
  *   in_proj_ba   = [b[t*nv/tp ...] ; a[t*nv/tp ...]]
@@ -908,8 +910,8 @@ expert_src(Oracle *o, guint64 l, guint which, guint64 e)
   return s;
 }
 
-/* determine_expert_map, linear (vllm-layouts.md §7): contiguous blocks, remainder to the
- * lowest ranks, whole experts; without EP every expert TP-sliced (§2.2). */
+/* determine_expert_map, linear (docs/vllm.md §4): contiguous blocks, remainder to the
+ * lowest ranks, whole experts; without EP every expert TP-sliced (§4). */
 static void
 expert_share(Oracle *o, guint64 *first, guint64 *count, guint64 *ip, guint64 *off)
 {
@@ -1064,9 +1066,9 @@ check_visual_column(Oracle *o, const char *suffix)
   check_segments(o, on, WSYNC_DTYPE_BF16, (Seg[]){{t, o->t * r, r}}, 1);
 }
 
-/* The vision tower, mm_encoder_tp_mode "weights" (vllm-vision.md table): attn.qkv
- * weight and bias are [q_t; k_t; v_t] with q, k, v the thirds of the fused tensor,
- * each sliced by heads (vllm-vision.md §1), not a contiguous third of the rows. */
+/* The vision tower, mm_encoder_tp_mode "weights" (docs/vllm.md §9.5): attn.qkv weight
+ * and bias are [q_t; k_t; v_t] with q, k, v the thirds of the fused tensor, each sliced
+ * by heads (docs/vllm.md §2 "fused", §9.5), not a contiguous third of the rows. */
 static void
 check_vision(Oracle *o)
 {
@@ -1195,7 +1197,7 @@ check_case(const Case *c)
 #define DENSE "tiny-qwen3.5.json"
 
 /* synth writes the published form: main experts fused, MTP experts per expert, A_log and
- * the linear-attention norm in F32, no lm_head when tied (hf-qwen.md §1.3, §1.4). */
+ * the linear-attention norm in F32, no lm_head when tied (docs/hf-checkpoints.md §3). */
 static void
 test_hf_published(void)
 {
@@ -1356,8 +1358,8 @@ test_vllm_interval(void)
   check_case(&(Case){config, NULL, FALSE, 2, 0, FALSE, NULL});
 }
 
-/* The legacy layer type names read as their new ones (hf-qwen.md §3): the same files as
- * the config with "linear_attention" / "full_attention". */
+/* The legacy layer type names read as their new ones (docs/hf-checkpoints.md §3): the
+ * same files as the config with "linear_attention" / "full_attention". */
 static void
 test_vllm_legacy_layer_types(void)
 {
@@ -1741,7 +1743,8 @@ test_refuse_key_heads(void)
 
 /* A split that would cut a head is refused, naming the tensor: a gated q head is 2*hd
  * rows (4 heads cannot go to 8 ranks, though 8 query halves could), and a vision head
- * is D/heads rows of each third of attn.qkv (vllm-vision.md: T must divide the heads). */
+ * is D/heads rows of each third of attn.qkv (docs/vllm.md §9.5: tp must divide the
+ * heads). */
 static void
 assert_refused(const char *src, const char *tp, const char *want)
 {
@@ -1894,8 +1897,8 @@ sparse_shard(GPtrArray *specs, guint first, guint last, const char *file, GHashT
 /* A header-only checkpoint: the tensors of @specs in sparse shards of at most 8 GiB
  * (every data byte a hole: nothing is written, and valgrind, which cannot map 64 GiB at
  * once, maps them one by one), named as the Qwen3.5 Hub repositories name them
- * (`model.safetensors-000NN-of-000MM.safetensors`, hf-qwen.md §1.3, found only through
- * the index), plus @config as config.json.  Planning reads headers only. */
+ * (`model.safetensors-000NN-of-000MM.safetensors`, docs/hf-checkpoints.md §3, found only
+ * through the index), plus @config as config.json.  Planning reads headers only. */
 static char *
 sparse_checkpoint(GPtrArray *specs, const char *config)
 {
@@ -1982,10 +1985,10 @@ plan_json(const char *src, const char *target, const char *tp)
   return json_node_copy(json_parser_get_root(parser));
 }
 
-/* The published tensor list of the real config (hf-qwen.md §1.3/§1.4: Qwen3.5-35B-A3B
- * has 1 811 tensors, Qwen3.6-27B 1 199), as a sparse checkpoint: the plugin maps every
- * tensor of it, "hf" writes it back tensor for tensor, and vllm at @tp has the shapes of
- * vllm-layouts.md §3.3/§4. */
+/* The published tensor list of the real config (docs/hf-checkpoints.md §3:
+ * Qwen3.5-35B-A3B has 1 811 tensors, Qwen3.6-27B 1 199), as a sparse checkpoint: the
+ * plugin maps every tensor of it, "hf" writes it back tensor for tensor, and vllm at @tp
+ * has the shapes of docs/vllm.md §9.3, §9.4. */
 static void
 check_real_config(const char *name, guint expect_tensors, const char *tp)
 {

@@ -2,9 +2,9 @@
  *
  * The checks here do not trust the engine: outputs are opened with
  * wsync_checkpoint_open() and their bytes are compared with the input tensors at the
- * positions the published layouts say (hf-qwen.md §1.1 per-expert tensors, §2.1 the
- * Transformers 5 fused experts, gate rows first), and the expected names and shapes are
- * worked out here from config.json, independently of the plugin.
+ * positions the published layouts say (docs/hf-checkpoints.md §2 per-expert tensors,
+ * §4 the Transformers 5 fused experts, gate rows first), and the expected names and
+ * shapes are worked out here from config.json, independently of the plugin.
  */
 #include <json-glib/json-glib.h>
 #include <sys/wait.h>
@@ -192,8 +192,8 @@ model_layer_is_moe(const Model *m, guint64 layer)
   return TRUE;
 }
 
-/* Name -> "[shape]" of every tensor of the Hugging Face layout (hf-qwen.md §1.1, §2.1);
- * @fused_layers: a bit per layer whose experts are fused. */
+/* Name -> "[shape]" of every tensor of the Hugging Face layout (docs/hf-checkpoints.md
+ * §2, §4); @fused_layers: a bit per layer whose experts are fused. */
 static GHashTable *
 expected_tensors(const Model *m, guint64 layers, guint fused_layers)
 {
@@ -245,7 +245,7 @@ esize(const WsyncTensor *t)
 
 /* Layer @l's experts: per-expert in @per, fused in @fused.  gate_up_proj[e, r, c] is
  * gate_proj(e)[r, c] for r < I and up_proj(e)[r - I, c] for r >= I; down_proj[e] is
- * down_proj(e) (hf-qwen.md §2.1, §2.2). */
+ * down_proj(e) (docs/hf-checkpoints.md §4). */
 static void
 assert_fused_matches(const WsyncCheckpoint *per, const WsyncCheckpoint *fused, guint64 l,
                      const Model *m)
@@ -410,7 +410,7 @@ sub(const Fixture *f, const char *name)
 }
 
 /* synth writes the published Qwen3-MoE form: per-expert tensors, the names and shapes
- * of hf-qwen.md §1.1, BF16, with an index and config.json. */
+ * of docs/hf-checkpoints.md §2, BF16, with an index and config.json. */
 static void
 test_synth_published_form(Fixture *f, gconstpointer data)
 {

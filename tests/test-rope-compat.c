@@ -150,7 +150,8 @@ assert_refused(RopeFormat format, const char *input, ...)
 
 /* Qwen3-30B-A3B: rope_theta 1000000.0 and rope_scaling null become
  * "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"} in their place
- * (hf-qwen.md §4 worked example); transformers4 finds nothing to change. */
+ * (docs/hf-checkpoints.md §6, the Qwen3-30B-A3B worked example); transformers4 finds
+ * nothing to change. */
 static void
 test_qwen3_transformers5(void)
 {

@@ -7,6 +7,7 @@
  * with other values (a random synth) rewrites the same files in place.  Then the caller
  * sink, shards, fused experts, the digest, and every refusal. */
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <json-glib/json-glib.h>
@@ -269,7 +270,8 @@ dir_files(const char *dir)
 
   g_assert_nonnull(d);
   while ((name = g_dir_read_name(d)) != NULL)
-    if (strcmp(name, WSYNC_SESSION_COMMIT_RECORD) != 0)
+    /* what says a directory is complete: convert's marker, the session's record */
+    if (strcmp(name, WSYNC_SESSION_COMMIT_RECORD) != 0 && strcmp(name, WSYNC_OUTPUT_MARKER) != 0)
       g_ptr_array_add(names, g_strdup(name));
   g_ptr_array_sort(names, compare_names);
   return names;
@@ -462,6 +464,68 @@ test_directory(gconstpointer data)
     g_assert_cmpstr(v, ==, g_hash_table_lookup(ids2, k)); /* written in place */
     g_assert_cmpstr(g_hash_table_lookup(sums1, k), !=, g_hash_table_lookup(sums2, k));
   }
+}
+
+static glong
+minor_faults(void)
+{
+  struct rusage ru;
+
+  g_assert_cmpint(getrusage(RUSAGE_SELF, &ru), ==, 0);
+  return ru.ru_minflt;
+}
+
+/* On a tmpfs, the steady state writes into pages that are already mapped: a step after
+ * the first takes (almost) no page faults, however many pages the rank files have. */
+static void
+test_steady_state(void)
+{
+  const Case c = {"tiny-qwen3.5-moe.json", "vllm", "kernel", 2, 1};
+  const char *indexed = INDEXED(c.config);
+  g_autoptr(WsyncCheckpoint) ck = open_checkpoint(indexed);
+  g_autofree char *shm = g_strdup("/dev/shm/wsync-test-XXXXXX");
+  GError *error = NULL;
+  guint64 total = 0, sum = 0;
+
+  if (g_strcmp0(g_getenv("WSYNC_VALGRIND"), "1") == 0) {
+    g_test_skip("under memcheck the page faults are valgrind's");
+    return;
+  }
+  if (g_mkdtemp(shm) == NULL) {
+    g_test_skip("no /dev/shm");
+    return;
+  }
+  g_autofree char *out = g_build_filename(shm, "out", NULL);
+  Sink sink = {.out_dir = out, .threads = 1};
+  g_autoptr(WsyncSession) s = planned_session(indexed, &c, &sink);
+  step(s, 1, indexed, 1);
+  for (guint i = 0; i < wsync_checkpoint_n_tensors(ck); i++) { /* map the source first */
+    const WsyncTensor *t = wsync_checkpoint_tensor(ck, i);
+    for (guint64 b = 0; b < t->nbytes; b++)
+      sum += t->data[b];
+  }
+  for (guint r = 0; r < wsync_session_get_world(s); r++) {
+    guint n;
+    const WsyncManifestEntry *m = wsync_session_get_manifest(s, r, &n);
+    for (guint i = 0; i < n; i++)
+      total += m[i].nbytes;
+  }
+  g_assert_true(wsync_session_begin(s, 2, &error));
+  glong before = minor_faults();
+  for (guint i = 0; i < wsync_checkpoint_n_tensors(ck); i++) {
+    const WsyncTensor *t = wsync_checkpoint_tensor(ck, i);
+    g_assert_true(wsync_session_push(s, t->name, t->data, t->nbytes, &error));
+  }
+  glong faults = minor_faults() - before;
+  g_assert_true(wsync_session_commit(s, &error));
+  g_assert_no_error(error);
+  g_test_message("step 2: %ld page faults writing %" G_GUINT64_FORMAT " pages (checksum %"
+                 G_GUINT64_FORMAT ")",
+                 faults, total / 4096, sum);
+  g_assert_cmpuint(total / 4096, >, 200);
+  g_assert_cmpint(faults, <, 20);
+  g_clear_pointer(&s, wsync_session_free);
+  test_rmtree(shm);
 }
 
 /* Transformers 5's fused experts describe the same tensors: the same files, the same
@@ -1136,6 +1200,12 @@ test_new_refusals(void)
   g_assert_cmpstr(error->message, ==, "session: out_dir and on_bucket both given: choose one "
                                       "sink");
   g_clear_error(&error);
+  const Case huge = {"tiny-qwen3-moe.json", "vllm", NULL, 5000, 1};
+  g_assert_null(new_session(config, &huge, NULL, &error));
+  g_assert_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE);
+  assert_message_has(error, "session: tp 5000, ep 1, threads ");
+  assert_message_has(error, ": at most 4096, 4096 and 1024");
+  g_clear_error(&error);
   const Case nowhere = {"tiny-qwen3-moe.json", "nowhere", NULL, 1, 1};
   g_assert_null(new_session(config, &nowhere, NULL, &error));
   g_assert_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE);
@@ -1144,7 +1214,7 @@ test_new_refusals(void)
   g_autofree char *missing = g_build_filename(work_dir, "no-such", "config.json", NULL);
   g_assert_null(new_session(missing, &c, NULL, &error));
   g_assert_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT);
-  assert_message_has(error, "no-such/config.json: missing");
+  assert_message_has(error, "no-such/config.json: no such file");
   g_clear_error(&error);
 
   /* another layout's rank files in the directory: refused at the first begin */
@@ -1194,6 +1264,7 @@ main(int argc, char **argv)
                         c->format ? c->format : "default", c->tp, c->ep);
     g_test_add_data_func(path, c, test_directory);
   }
+  g_test_add_func("/session/steady-state", test_steady_state);
   g_test_add_func("/session/fused-description", test_fused_description);
   g_test_add_func("/session/shards", test_shards);
   g_test_add_func("/session/caller-sink/buckets", test_caller_sink);

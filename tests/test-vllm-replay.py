@@ -1,18 +1,18 @@
 #!/usr/bin/env python3
 """Replays vLLM's two consumers of per-rank weight files over what `wsync convert`
 writes (issue 9, part 3), with tests/vllm_replay.py, a derivation of vLLM's behaviour
-from the reference notes that is independent of wsync's plugins.
+from the layout facts of docs/ that is independent of wsync's plugins.
 
 For each tiny config of configs/ (and the Llama ones of tests/data/configs/), one
 `wsync synth --pattern index` checkpoint, then
 `wsync convert` over the matrix: tp 1, 2, 4, 8; ep 1 and ep == tp for MoE models;
-vLLM releases of each era (L s0); targets vllm (CUDA) and vllm-ascend; formats
-sharded-state (vLLM's ShardedStateLoader at engine start, L s5) and kernel (a live
-weight update, L s5a).  Where vLLM itself would refuse the sizes, wsync must refuse
-too (exit status 2, one line on stderr).  Each rank's files must then load through the
-replayed consumer without an error, a warning or a silent cast, and every tensor's
-bytes must be what vLLM's weight loaders put into that parameter from the same
-checkpoint.
+vLLM releases of each era (docs/vllm.md §5); targets vllm (CUDA) and vllm-ascend;
+formats sharded-state (vLLM's ShardedStateLoader at engine start, docs/vllm.md §6) and
+kernel (a live weight update, docs/vllm.md §7).  Where vLLM itself would refuse the
+sizes, wsync must refuse too (exit status 2, one line on stderr).  Each rank's files
+must then load through the replayed consumer without an error, a warning or a silent
+cast, and every tensor's bytes must be what vLLM's weight loaders put into that
+parameter from the same checkpoint.
 
 Prints TAP.  Accepts and ignores --tap and -k (tests/tap-test passes them).
 Environment (set by Makefile.am's AM_TESTS_ENVIRONMENT): WSYNC_TEST_BINARY,
@@ -32,7 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import vllm_replay as vr  # noqa: E402
 
-# vllm-version values and what each release registers (L s0 table): the era of the MoE
+# vllm-version values and what each release registers (docs/vllm.md §5): the era of the MoE
 # block's names, and whether _expert_map is a persistent buffer with EP (#47206
 # made it non-persistent after v0.24.0; "latest" is v0.27.1).
 ERAS = [("0.18.1", "A", True), ("0.20.0", "B", True), ("0.22.0", "C", True),
@@ -140,11 +140,11 @@ def plan_cases(configs):
                                               era, persistent))
         if cfg.moe:
             # sharded_state files are named by TP rank only: ep > tp cannot be expressed
-            # (L s5, last bullet); wsync must say to use --format kernel.
+            # (docs/vllm.md §6, "DP + EP"); wsync must say to use --format kernel.
             for target, platform in TARGETS:
                 cases.append(Case(config, 1, 2, target, platform, "sharded-state", "latest",
                                   "D", False, ("ep > tp in sharded_state", "--format kernel")))
-    # One worker per EP rank with ep = 2*tp, i.e. data parallelism (L s5a, s7).
+    # One worker per EP rank with ep = 2*tp, i.e. data parallelism (docs/vllm.md §4, §7).
     for version, era, persistent in ERAS:
         for target, platform in TARGETS:
             cases.append(Case("tiny-qwen3-moe", 2, 4, target, platform, "kernel", version, era,
@@ -153,7 +153,7 @@ def plan_cases(configs):
         cases.append(Case("tiny-qwen3.5-moe", 1, 2, target, platform, "kernel", "latest", "D",
                           False))
     # ep = 2*tp with tp > 1 on a model with a shared expert: sequence-parallel MoE, the
-    # shared expert full on every worker (L s3.4).
+    # shared expert full on every worker (docs/vllm.md §9.4).
     for version, era, persistent in (ERAS[0], ERAS[-1]):
         for target, platform in TARGETS:
             cases.append(Case("tiny-qwen3.5-moe", 2, 4, target, platform, "kernel", version,
@@ -193,8 +193,9 @@ def rank_files(dst, fmt, ranks):
             continue
         m = re.match(r"^%s(\d+)-part-\d+\.safetensors$" % prefix, name)
         if not m or int(m.group(1)) >= ranks:
-            stray.append("%s: a file the %s consumer never reads (L s5, s5a: one file set per "
-                         "%s)" % (name, fmt, "TP rank" if fmt == "sharded-state" else "worker"))
+            stray.append("%s: a file the %s consumer never reads (docs/vllm.md §6, §7: one "
+                         "file set per %s)"
+                         % (name, fmt, "TP rank" if fmt == "sharded-state" else "worker"))
     return stray
 
 
@@ -204,13 +205,14 @@ def value_problems(fname, key, tensor, want):
         return []
     index, got, exp = diff
     return ["%s: %s: element %s is 0x%x, vLLM's loaders put 0x%x there (%s)"
-            % (fname, key, index, got, exp, getattr(tensor, "rule", None) or "L s1-s4")]
+            % (fname, key, index, got, exp, getattr(tensor, "rule", None)
+               or "docs/vllm.md §2-§4, §8-§10")]
 
 
 def check_sharded_state(case, cfg, checkpoint, dst):
     problems = rank_files(dst, case.fmt, case.tp)
     for r in range(case.tp):
-        # The file set of TP rank r; with ep == tp the EP rank equals it (L s5, s7).
+        # The file set of TP rank r; with ep == tp the EP rank equals it (docs/vllm.md §6, §4).
         par = vr.Parallel(case.tp, r, case.ep, r if case.ep > 1 else 0)
         model = vr.build_model(cfg, par, case.era, case.platform, case.persistent)
         vr.load_checkpoint(model, checkpoint)
@@ -225,15 +227,16 @@ def check_sharded_state(case, cfg, checkpoint, dst):
             failed = False
         except KeyError as e:
             problems.append("%s: %s: KeyError %s: not a key of the filtered state_dict (an "
-                            "extra tensor or an alias that lost, L s0, s5)"
+                            "extra tensor or an alias that lost, docs/vllm.md §5, §6)"
                             % (load.current[0], load.current[1], e))
         except (RuntimeError, IndexError) as e:
-            problems.append("%s: %s: copy_ raises %s: %s (larger than the parameter, L s5)"
+            problems.append("%s: %s: copy_ raises %s: %s (larger than the parameter, "
+                            "docs/vllm.md §6)"
                             % (load.current[0], load.current[1], type(e).__name__, e))
         except ValueError as e:
             where = load.current[0] or "model-rank-%d" % r
-            problems.append("%s: %s (L s5)" % (where + (": " + load.current[1]
-                                                        if load.current[1] else ""), e))
+            problems.append("%s: %s (docs/vllm.md §6)"
+                            % (where + (": " + load.current[1] if load.current[1] else ""), e))
         problems += ["%s: %s: %s" % item for item in load.silent]
         if failed:
             continue
@@ -243,10 +246,11 @@ def check_sharded_state(case, cfg, checkpoint, dst):
 
 
 def check_kernel(case, cfg, checkpoint, dst):
-    world = case.ep if case.ep > 1 else case.tp  # L s5a "which ranks"
+    world = case.ep if case.ep > 1 else case.tp  # one file set per worker (docs/vllm.md §4, §7)
     problems = rank_files(dst, case.fmt, world)
     for r in range(world):
-        # Worker r: TP rank r % tp; with EP its EP rank is dp_rank * tp + tp_rank = r (L s7).
+        # Worker r: TP rank r % tp; with EP its EP rank is dp_rank * tp + tp_rank = r
+        # (docs/vllm.md §4).
         par = vr.Parallel(case.tp, r % case.tp, case.ep, r if case.ep > 1 else 0)
         model = vr.build_model(cfg, par, case.era, case.platform, case.persistent)
         vr.load_checkpoint(model, checkpoint)
@@ -445,7 +449,7 @@ def run_controls(work, synth_dirs, conf_dirs, configs, checkpoints):
 
 def read_checkpoint(directory):
     index = os.path.join(directory, "model.safetensors.index.json")
-    if os.path.exists(index):  # shards only through weight_map (Q s5.2)
+    if os.path.exists(index):  # shards only through weight_map (docs/safetensors.md §2)
         with open(index) as f:
             files = sorted(set(json.load(f)["weight_map"].values()))
     else:

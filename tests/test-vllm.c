@@ -201,7 +201,7 @@ read_model(const char *config)
   g_assert_cmpuint(m.L, <=, G_N_ELEMENTS(m.dense));
   if (json_object_has_member(o, "decoder_sparse_step"))
     step = member_uint(o, "decoder_sparse_step");
-  /* vllm-layouts.md §2: dense when in mlp_only_layers or (i+1) % decoder_sparse_step. */
+  /* docs/vllm.md §8: dense when in mlp_only_layers or (i+1) % decoder_sparse_step. */
   for (guint64 l = 0; l < m.L; l++)
     m.dense[l] = step == 0 || (l + 1) % step != 0;
   if (json_object_has_member(o, "mlp_only_layers")) {
@@ -309,8 +309,8 @@ expert_src(Oracle *o, guint64 layer, guint which, guint64 e)
   return s;
 }
 
-/* determine_expert_map, linear (§7): contiguous blocks, remainder to the lowest ranks;
- * with EP the experts are whole, without it every expert is TP-sliced (§2.2). */
+/* determine_expert_map, linear (§4): contiguous blocks, remainder to the lowest ranks;
+ * with EP the experts are whole, without it every expert is TP-sliced (§4). */
 static void
 expert_share(Oracle *o, guint64 *first, guint64 *count, guint64 *ip, guint64 *off)
 {
@@ -337,7 +337,7 @@ experts_name(Oracle *o, guint64 layer, const char *leaf)
                          leaf);
 }
 
-/* w13_weight [E_loc, 2Ip, H]: gate rows then up rows of each local expert (§2.2). */
+/* w13_weight [E_loc, 2Ip, H]: gate rows then up rows of each local expert (§4). */
 static void
 check_w13(Oracle *o, guint64 layer, guint64 expect_count)
 {
@@ -360,7 +360,7 @@ check_w13(Oracle *o, guint64 layer, guint64 expect_count)
     }
 }
 
-/* w2_weight [E_loc, H, Ip]: down narrowed along its input axis (§2.2). */
+/* w2_weight [E_loc, H, Ip]: down narrowed along its input axis (§4). */
 static void
 check_w2(Oracle *o, guint64 layer)
 {
@@ -401,9 +401,9 @@ check_scales(Oracle *o, guint64 layer)
   }
 }
 
-/* With EP in the releases that keep it persistent, in the sharded-state format:
- * `_expert_map` int32 [E], global expert -> local index or -1 (determine_expert_map,
- * §4, §6); otherwise absent. */
+/* With EP in the releases that keep it persistent (§5), in the sharded-state format
+ * (§6): `_expert_map` int32 [E], global expert -> local index or -1
+ * (determine_expert_map, §4); otherwise absent. */
 static void
 check_expert_map(Oracle *o, guint64 layer)
 {

@@ -91,7 +91,8 @@ test_copy(const char *from, const char *to)
 typedef struct {
   char *out;
   char *err;
-  int status;
+  int status; /* the exit status, or 128 + N when signal N ended it (as a shell says) */
+  int signal; /* N when a signal ended it, else 0 */
 } TestRun;
 
 static inline void
@@ -99,6 +100,38 @@ test_run_clear(TestRun *r)
 {
   g_free(r->out);
   g_free(r->err);
+}
+
+/* TRUE when @text holds a control character (other than the newlines of @allow_newlines)
+ * or DEL: what a one-line, escaped message never holds. */
+static inline gboolean
+test_has_control(const char *text, gboolean allow_newlines)
+{
+  for (const guchar *p = (const guchar *)text; *p; p++)
+    if ((*p < 0x20 && !(allow_newlines && *p == '\n')) || *p == 0x7f)
+      return TRUE;
+  return FALSE;
+}
+
+/* Every refusal is one line: whatever a run of wsync printed on stderr must be lines
+ * that each begin with "wsync" (errors, refusals, warnings), with no control
+ * character inside, ending with a newline.  The one exception is the usage text of a
+ * bare `wsync`; valgrind's own lines ("==PID== ...") are skipped.  Checked for every
+ * run the tests make, so every error path they exercise is held to it. */
+static inline void
+test_check_error_lines(const char *err)
+{
+  if (err[0] == '\0' || g_str_has_prefix(err, "Usage: wsync"))
+    return;
+  if (test_has_control(err, TRUE) || !g_str_has_suffix(err, "\n"))
+    g_error("stderr is not made of clean lines: \"%s\"", g_strescape(err, NULL));
+  char **lines = g_strsplit(err, "\n", -1);
+  for (guint i = 0; lines[i] != NULL && lines[i + 1] != NULL; i++)
+    if (!g_str_has_prefix(lines[i], "wsync") && !g_str_has_prefix(lines[i], "=="))
+      g_error("stderr line %u does not begin with \"wsync\" (a refusal spread over more than "
+              "one line?): \"%s\"",
+              i + 1, lines[i]);
+  g_strfreev(lines);
 }
 
 /* Runs the wsync binary with @args (a NULL-terminated vector without the program name).
@@ -127,10 +160,16 @@ test_run_wsync_argv(const char *const *args)
   g_spawn_sync(NULL, (char **)argv->pdata, NULL, G_SPAWN_DEFAULT, NULL, NULL, &r.out, &r.err,
                &wait_status, &error);
   g_assert_no_error(error);
-  g_assert_true(WIFEXITED(wait_status));
-  r.status = WEXITSTATUS(wait_status);
+  if (WIFSIGNALED(wait_status)) {
+    r.signal = WTERMSIG(wait_status);
+    r.status = 128 + r.signal;
+  } else {
+    g_assert_true(WIFEXITED(wait_status));
+    r.status = WEXITSTATUS(wait_status);
+  }
   if (r.status == 99)
     g_error("wsync failed under valgrind: %s", r.err);
+  test_check_error_lines(r.err);
   g_ptr_array_unref(argv);
   return r;
 }
@@ -189,11 +228,14 @@ test_assert_has(const char *text, const char *fragment)
     g_error("\"%s\" lacks \"%s\"", text, fragment);
 }
 
+/* ... and the message is one line without control characters, as every refusal is. */
 #define assert_message_has(error, fragment)                                                   \
   do {                                                                                        \
     g_assert_nonnull(error);                                                                  \
     if (strstr((error)->message, (fragment)) == NULL)                                        \
       g_error("message \"%s\" lacks \"%s\"", (error)->message, (fragment));                  \
+    if (test_has_control((error)->message, FALSE))                                           \
+      g_error("message \"%s\" is not one clean line", g_strescape((error)->message, NULL));   \
   } while (0)
 
 #endif /* WSYNC_TESTUTIL_H */

@@ -2,13 +2,14 @@
 
 This module replays, in pure Python 3 (standard library only), the two consumers of
 per-rank weight files that vLLM has, over a mock of the module tree each rank of vLLM
-builds.  It was written from the project's reference notes alone, never from wsync's
-plugins, so that it can catch a wrong assumption in them.  Comments cite the notes:
+builds.  It was written from the layout facts alone, never from wsync's plugins, so
+that it can catch a wrong assumption in them.  Comments cite the facts where they live,
+as "docs/<file>.md §N":
 
-  L  vllm-layouts.md  vLLM / vLLM-Ascend runtime layouts ("L s5" is its section 5)
-  V  vllm-vision.md   the Qwen3.5 vision tower
-  Q  hf-qwen.md       Hugging Face checkpoints and config fields
-  D  docs/vllm.md     (in this tree) vLLM's LlamaForCausalLM: D s10 ("D s2" its linear layers)
+  docs/vllm.md             vLLM's runtime layouts, loaders and the two consumers
+  docs/vllm-ascend.md      what vLLM-Ascend does differently
+  docs/hf-checkpoints.md   Hugging Face checkpoints and config fields
+  docs/safetensors.md      the safetensors format
 
 Parts:
   Tensor, Parameter        strided views over byte storages, torch's copy_ semantics
@@ -20,8 +21,8 @@ Parts:
                            Qwen3.5 and Llama for a TP/EP rank, an era of vLLM and a platform
   load_checkpoint          vLLM's weight loaders, replayed on a Hugging Face checkpoint
   process_for_kernel       vLLM-Ascend's process_weights_after_loading for the experts
-  ShardedStateLoad         the sharded_state load loop (L s5)
-  kernel_update            the live update in kernel format (L s5a)
+  ShardedStateLoad         the sharded_state load loop (docs/vllm.md §6)
+  kernel_update            the live update in kernel format (docs/vllm.md §7)
 """
 
 import array
@@ -33,7 +34,7 @@ import re
 import struct
 import sys
 
-if sys.byteorder != "little":  # safetensors data is little-endian (Q s5.1)
+if sys.byteorder != "little":  # safetensors data is little-endian (docs/safetensors.md §1)
     raise ImportError("vllm_replay needs a little-endian machine")
 
 
@@ -48,13 +49,13 @@ class VllmRefuses(Exception):
 
 # ------------------------------------------------------------------ dtypes
 
-# Element sizes of the safetensors dtypes this replay handles (Q s5.1).
+# Element sizes of the safetensors dtypes this replay handles (docs/safetensors.md §1).
 DTYPE_SIZE = {"BOOL": 1, "U8": 1, "I8": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
               "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
 _RAW = {1: "B", 2: "H", 4: "I", 8: "Q"}
 _INT_FMT = {"U8": "B", "I8": "b", "I16": "h", "U16": "H", "I32": "i", "U32": "I",
             "I64": "q", "U64": "Q", "BOOL": "B"}
-# config.json dtype spellings (Q s3: `dtype`, formerly `torch_dtype`).
+# config.json dtype spellings (docs/hf-checkpoints.md §2: `dtype`, formerly `torch_dtype`).
 TORCH_DTYPE = {"bfloat16": "BF16", "float16": "F16", "half": "F16", "float32": "F32",
                "float": "F32"}
 
@@ -329,10 +330,10 @@ MAX_HEADER = 100_000_000
 
 
 def read_safetensors(path):
-    """[(name, Tensor)] in the order of the file's header (L s5: "keys in file order"),
-    after the checks of the safetensors reader (Q s5.1): header length, JSON, known
-    dtypes, offsets that tile the data buffer with no hole or overlap, sizes matching
-    the shapes, nothing after the last tensor.  Raises ValueError naming the problem."""
+    """[(name, Tensor)] in the order of the file's header (docs/vllm.md §6: "keys in file
+    order"), after the checks of the safetensors reader (docs/safetensors.md §1): header
+    length, JSON, known dtypes, offsets that tile the data buffer with no hole or
+    overlap, sizes matching the shapes, nothing after the last tensor.  Raises ValueError naming the problem."""
     with open(path, "rb") as f:
         data = f.read()
     if len(data) < 8:
@@ -378,7 +379,7 @@ def read_safetensors(path):
 
 def write_safetensors(path, items):
     """Writes [(name, Tensor)] in that order, the header padded with spaces to a
-    multiple of 8 (Q s5.1).  For the test's negative controls."""
+    multiple of 8 (docs/safetensors.md §1).  For the test's negative controls."""
     header, blobs, pos = {"__metadata__": {"format": "pt"}}, [], 0
     for name, t in items:
         data = t.tobytes()
@@ -397,7 +398,7 @@ def write_safetensors(path, items):
 class Module:
     """torch.nn.Module's registration and lookup: parameters, buffers (persistent or
     not) and children; the same child may be registered under several names, which is
-    how vLLM's aliases arise (L s0, s5)."""
+    how vLLM's aliases arise (docs/vllm.md §5, §6)."""
 
     def __init__(self, kind="Module"):
         self._kind = kind
@@ -473,7 +474,7 @@ class Module:
 
     def get_parameter(self, target):
         """torch's get_parameter: any dotted path through registered modules to a
-        parameter; a buffer or an unknown name raises AttributeError (L s5a)."""
+        parameter; a buffer or an unknown name raises AttributeError (docs/vllm.md §7)."""
         module_path, _, param_name = target.rpartition(".")
         param = self.get_submodule(module_path)._lookup(param_name)
         if not isinstance(param, Parameter):
@@ -482,9 +483,9 @@ class Module:
 
 
 def filter_subtensors(tensors):
-    """vLLM's ShardedStateLoader._filter_subtensors (L s5 "Contents"): drops tensors of
-    numel 0 and tensors whose memory another tensor covers; of identical tensors (tied
-    or aliased) keeps the one with the lexicographically smallest key."""
+    """vLLM's ShardedStateLoader._filter_subtensors (docs/vllm.md §6 "What is in a file"):
+    drops tensors of numel 0 and tensors whose memory another tensor covers; of identical
+    tensors (tied or aliased) keeps the one with the lexicographically smallest key."""
     groups = {}
     for key, t in tensors.items():
         if t.numel():
@@ -514,15 +515,15 @@ def filter_subtensors(tensors):
 # ------------------------------------------------------------------ parallel state
 
 class Parallel:
-    """Where one worker sits: TP size and rank, EP size and rank (L s7: with EP the
-    experts are not TP-sliced, moe tp_size = 1, and ep = dp * tp)."""
+    """Where one worker sits: TP size and rank, EP size and rank (docs/vllm.md §4: with EP
+    the experts are not TP-sliced, moe tp_size = 1, and ep = dp * tp)."""
 
     def __init__(self, tp, tp_rank, ep=1, ep_rank=0):
         self.tp, self.tp_rank, self.ep, self.ep_rank = tp, tp_rank, ep, ep_rank
         self.moe_tp = 1 if ep > 1 else tp
         self.moe_tp_rank = 0 if ep > 1 else tp_rank
         dp = ep // tp if ep > 1 else 1
-        # ParallelConfig.use_sequence_parallel_moe: EP + TP > 1 + DP > 1 (L s3.4).
+        # ParallelConfig.use_sequence_parallel_moe: EP + TP > 1 + DP > 1 (docs/vllm.md §9.4).
         self.sequence_parallel_moe = ep > 1 and tp > 1 and dp > 1
 
 
@@ -545,17 +546,18 @@ def _mark(param):
 
 
 def default_weight_loader(param, loaded, shard_id=None):
-    # Replicated tensors are copied whole; copy_ casts to the parameter dtype (L s1 Dtypes).
+    # Replicated tensors are copied whole; copy_ casts to the parameter dtype
+    # (docs/vllm.md §2 "Dtype on load").
     _check_shape(param, loaded, "default_weight_loader")
     param.copy_(loaded)
     _mark(param)
 
 
-# ------------------------------------------------------------------ layers (L s1)
+# ------------------------------------------------------------------ layers (docs/vllm.md §2, §3)
 
 def replicated_linear(inp, out, dtype, bias=False):
-    """ReplicatedLinear: [out, in], the full tensor on every rank (L s1)."""
-    rule = "ReplicatedLinear: the full tensor on every rank (L s1)"
+    """ReplicatedLinear: [out, in], the full tensor on every rank (docs/vllm.md §2)."""
+    rule = "ReplicatedLinear: the full tensor on every rank (docs/vllm.md §2)"
     m = Module("ReplicatedLinear")
     m.register_parameter("weight", Parameter.new((out, inp), dtype, default_weight_loader, rule))
     if bias:
@@ -564,8 +566,8 @@ def replicated_linear(inp, out, dtype, bias=False):
 
 
 def column_linear(inp, out, par, dtype, bias=False):
-    """ColumnParallelLinear: [out/tp, in], rows [t*out/tp, (t+1)*out/tp) (L s1); the bias
-    is sliced the same way (V table, linear_fc1.bias)."""
+    """ColumnParallelLinear: [out/tp, in], rows [t*out/tp, (t+1)*out/tp) (docs/vllm.md
+    §2); the bias is sliced the same way (§2 "Biases"; the vision linear_fc1.bias, §9.5)."""
     per = divide(out, par.tp, "ColumnParallelLinear output %d over tp %d" % (out, par.tp))
 
     def loader(param, loaded, shard_id=None):
@@ -574,7 +576,7 @@ def column_linear(inp, out, par, dtype, bias=False):
         param.copy_(piece)
         _mark(param)
 
-    rule = "ColumnParallelLinear: rows [t*out/tp, (t+1)*out/tp) (L s1)"
+    rule = "ColumnParallelLinear: rows [t*out/tp, (t+1)*out/tp) (docs/vllm.md §2)"
     m = Module("ColumnParallelLinear")
     m.register_parameter("weight", Parameter.new((per, inp), dtype, loader, rule))
     if bias:
@@ -585,8 +587,8 @@ def column_linear(inp, out, par, dtype, bias=False):
 def merged_column_linear(inp, sizes, par, dtype, bias=False):
     """MergedColumnParallelLinear(output_sizes): [sum/tp, in]; shard i sits at
     sum_{j<i} s_j/tp, size s_i/tp, narrowed at t*s_i/tp.  A tuple shard id splits the
-    loaded tensor into those shards at their full sizes first (L s1, s3.3 in_proj_qkvz).
-    The bias [sum/tp] is sliced per part the same way (D s2 "Biases")."""
+    loaded tensor into those shards at their full sizes first (docs/vllm.md §2, §9.3
+    in_proj_qkvz).  The bias [sum/tp] is sliced per part the same way (§2 "Biases")."""
     per = [divide(s, par.tp, "MergedColumnParallelLinear shard %d over tp %d" % (s, par.tp))
            for s in sizes]
 
@@ -607,7 +609,8 @@ def merged_column_linear(inp, sizes, par, dtype, bias=False):
         dst.copy_(piece)
         _mark(param)
 
-    rule = ("MergedColumnParallelLinear%s: each part's rank-t rows, packed in order (L s1)"
+    rule = ("MergedColumnParallelLinear%s: each part's rank-t rows, packed in order "
+            "(docs/vllm.md §2)"
             % sizes)
     m = Module("MergedColumnParallelLinear")
     m.register_parameter("weight", Parameter.new((sum(per), inp), dtype, loader, rule))
@@ -619,8 +622,9 @@ def merged_column_linear(inp, sizes, par, dtype, bias=False):
 def qkv_linear(hidden, hd, nh_total, nkv_total, par, dtype, bias=False):
     """QKVParallelLinear: per rank [q | k | v] with nh/tp query heads and kvl KV heads;
     when tp >= nkv each KV head is replicated over tp/nkv ranks and rank t takes head
-    t // replicas (L s1 "KV rules").  Without a shard id the fused tensor is split into
-    its q, k, v thirds first (V s1, the vision tower's attn.qkv)."""
+    t // replicas (docs/vllm.md §2 "QKV rules").  Without a shard id the fused tensor is
+    split into its q, k, v thirds first (§2 "Which loader runs"; the vision tower's
+    attn.qkv, §9.5)."""
     nh = divide(nh_total, par.tp, "QKVParallelLinear heads %d over tp %d" % (nh_total, par.tp))
     if par.tp >= nkv_total:
         kvl, replicas = 1, divide(par.tp, nkv_total,
@@ -648,7 +652,8 @@ def qkv_linear(hidden, hd, nh_total, nkv_total, par, dtype, bias=False):
         _mark(param)
 
     total = (nh + 2 * kvl) * hd
-    rule = ("QKVParallelLinear: [q | k | v] of rank t, KV head t // %d (L s1 KV rules)"
+    rule = ("QKVParallelLinear: [q | k | v] of rank t, KV head t // %d "
+            "(docs/vllm.md §2 QKV rules)"
             % replicas)
     m = Module("QKVParallelLinear")
     m.register_parameter("weight", Parameter.new((total, hidden), dtype, loader, rule))
@@ -659,7 +664,7 @@ def qkv_linear(hidden, hd, nh_total, nkv_total, par, dtype, bias=False):
 
 def row_linear(inp, out, par, dtype, bias=False):
     """RowParallelLinear: [out, in/tp], columns [t*in/tp, (t+1)*in/tp); the bias is
-    full (L s1; V table, attn.proj.bias)."""
+    full (docs/vllm.md §2 "Biases"; the vision attn.proj.bias, §9.5)."""
     per = divide(inp, par.tp, "RowParallelLinear input %d over tp %d" % (inp, par.tp))
 
     def loader(param, loaded, shard_id=None):
@@ -668,7 +673,7 @@ def row_linear(inp, out, par, dtype, bias=False):
         param.copy_(piece)
         _mark(param)
 
-    rule = "RowParallelLinear: columns [t*in/tp, (t+1)*in/tp), the bias full (L s1)"
+    rule = "RowParallelLinear: columns [t*in/tp, (t+1)*in/tp), the bias full (docs/vllm.md §2)"
     m = Module("RowParallelLinear")
     m.register_parameter("weight", Parameter.new((out, per), dtype, loader, rule))
     if bias:
@@ -679,7 +684,7 @@ def row_linear(inp, out, par, dtype, bias=False):
 def vocab_parallel(vocab, hidden, par, dtype):
     """VocabParallelEmbedding / ParallelLMHead: [Vp/tp, H], Vp = ceil(V/64)*64; rank t
     holds rows [t*Vp/tp, (t+1)*Vp/tp) of the padded vocabulary, rows >= V zero-filled
-    (L s1: `param[loaded.shape[0]:].data.fill_(0)`)."""
+    (docs/vllm.md §3: `param[loaded_weight.shape[0] :].data.fill_(0)`)."""
     padded = -(-vocab // 64) * 64
     per = divide(padded, par.tp, "vocabulary %d (padded) over tp %d" % (padded, par.tp))
     start = par.tp_rank * per
@@ -687,7 +692,7 @@ def vocab_parallel(vocab, hidden, par, dtype):
 
     def loader(param, loaded, shard_id=None):
         # the rank's real rows are its padded range clipped to V; a rank of padding only
-        # narrows at V, length 0 (D s3: org_vocab_start_index = min(start, V))
+        # narrows at V, length 0 (docs/vllm.md §3: the real rows are the range clipped to V)
         piece = loaded.narrow(0, min(start, vocab), real)
         dst = param.narrow(0, 0, real)
         _check_shape(dst, piece, "VocabParallelEmbedding")
@@ -696,7 +701,8 @@ def vocab_parallel(vocab, hidden, par, dtype):
             param.narrow(0, real, per - real).fill_(0)
         _mark(param)
 
-    rule = "VocabParallelEmbedding: rows of the vocabulary padded to 64, padding zero (L s1)"
+    rule = ("VocabParallelEmbedding: rows of the vocabulary padded to 64, padding zero "
+            "(docs/vllm.md §3)")
     m = Module("VocabParallelEmbedding")
     m.register_parameter("weight", Parameter.new((per, hidden), dtype, loader, rule))
     return m
@@ -704,16 +710,17 @@ def vocab_parallel(vocab, hidden, par, dtype):
 
 def norm(n, dtype):
     """RMSNorm / GemmaRMSNorm / RMSNormGated: a replicated [n] weight, copied verbatim
-    (L s2, s3.2: GemmaRMSNorm's +1 is applied at run time, not stored)."""
+    (docs/vllm.md §8, §9.1: GemmaRMSNorm's +1 is applied at run time, not stored)."""
     m = Module("RMSNorm")
     m.register_parameter("weight", Parameter.new((n,), dtype, default_weight_loader,
-                                                 "norm weight: replicated, verbatim (L s3.2)"))
+                                                 "norm weight: replicated, verbatim "
+                                                 "(docs/vllm.md §9.1)"))
     return m
 
 
 def layer_norm(n, dtype):
-    """nn.LayerNorm: weight and bias, full on every rank (V table)."""
-    rule = "LayerNorm: full on every rank (V table)"
+    """nn.LayerNorm: weight and bias, full on every rank (docs/vllm.md §9.5)."""
+    rule = "LayerNorm: full on every rank (docs/vllm.md §9.5)"
     m = Module("LayerNorm")
     m.register_parameter("weight", Parameter.new((n,), dtype, default_weight_loader, rule))
     m.register_parameter("bias", Parameter.new((n,), dtype, default_weight_loader, rule))
@@ -723,27 +730,28 @@ def layer_norm(n, dtype):
 def attention_scales():
     """Attention: set_default_quant_scales(register_buffer=True) registers _k_scale,
     _v_scale, _q_scale and _prob_scale as persistent float32 0-dim buffers of 1.0
-    (L s5 "Keys that do not come from the HF checkpoint")."""
+    (docs/vllm.md §6 "Persistent buffers that do not come from the Hugging Face
+    checkpoint")."""
     m = Module("Attention")
     for name in ("_k_scale", "_v_scale", "_q_scale", "_prob_scale"):
         scale = m.register_buffer(name, Tensor.empty((), "F32").fill_(1.0))
-        scale.rule = "attention scale: F32 scalar 1.0, a persistent buffer (L s5)"
+        scale.rule = "attention scale: F32 scalar 1.0, a persistent buffer (docs/vllm.md §6)"
     return m
 
 
 def rotary(rot_dim):
-    """Rotary caches are persistent=False, so never in a state_dict (L s5).  The size
-    does not matter: nothing reads it."""
+    """Rotary caches are persistent=False, so never in a state_dict (docs/vllm.md §6).  The
+    size does not matter: nothing reads it."""
     m = Module("RotaryEmbedding")
     m.register_buffer("cos_sin_cache", Tensor.empty((2, rot_dim), "F32"), persistent=False)
     return m
 
 
-# ------------------------------------------------------------------ experts (L s2.2, s7)
+# ------------------------------------------------------------------ experts (docs/vllm.md §4)
 
 def expert_placement(num_experts, ep, ep_rank):
-    """determine_expert_map, "linear" placement (L s7): contiguous blocks, the remainder
-    to the first ranks.  Returns (first global expert, local count)."""
+    """determine_expert_map, "linear" placement (docs/vllm.md §4): contiguous blocks, the
+    remainder to the first ranks.  Returns (first global expert, local count)."""
     base, rem = divmod(num_experts, ep)
     local = base + 1 if ep_rank < rem else base
     return ep_rank * base + min(ep_rank, rem), local
@@ -751,33 +759,34 @@ def expert_placement(num_experts, ep, ep_rank):
 
 def routed_experts(num_experts, inter, hidden, par, dtype, map_persistent):
     """FusedMoE's (vLLM-new: RoutedExperts') w13_weight [E_loc, 2*I/tp_moe, H] and
-    w2_weight [E_loc, H, I/tp_moe] in the loader layout (L s2.2); with EP the
-    _expert_map buffer, int32 [E], -1 for experts of other ranks, persistent or not by
-    release (L s0 table, s5, s7)."""
+    w2_weight [E_loc, H, I/tp_moe] in the loader layout (docs/vllm.md §4); with EP the
+    _expert_map buffer, int32 [E], -1 for experts of other ranks (§4), persistent or not
+    by release (§5, §6)."""
     ip = divide(inter, par.moe_tp, "moe_intermediate_size %d over tp %d" % (inter, par.moe_tp))
     first, local = expert_placement(num_experts, par.ep, par.ep_rank)
     m = Module("FusedMoE")
     m.register_parameter("w13_weight", Parameter.new(
         (local, 2 * ip, hidden), dtype,
-        rule="w13: local experts [%d, %d), [gate rows | up rows] of TP rank t (L s2.2, s7)"
+        rule="w13: local experts [%d, %d), [gate rows | up rows] of TP rank t (docs/vllm.md §4)"
         % (first, first + local)))
     m.register_parameter("w2_weight", Parameter.new(
         (local, hidden, ip), dtype,
-        rule="w2: local experts [%d, %d), down columns of TP rank t (L s2.2, s7)"
+        rule="w2: local experts [%d, %d), down columns of TP rank t (docs/vllm.md §4)"
         % (first, first + local)))
     if par.ep > 1:
         emap = Tensor.empty((num_experts,), "I32").fill_(-1)
         emap.narrow(0, first, local).copy_(
             Tensor.from_bytes(array.array("i", range(local)).tobytes(), "I32", (local,)))
         m.register_buffer("_expert_map", emap, persistent=map_persistent)
-        emap.rule = "_expert_map: int32, local index of experts [%d, %d), -1 elsewhere (L s7)" \
+        emap.rule = "_expert_map: int32, local index of experts [%d, %d), -1 elsewhere " \
+            "(docs/vllm.md §4)" \
             % (first, first + local)
     m.py_first, m.py_local, m.py_filled = first, local, set()
 
     def load(loaded, shard_id, expert_id):
         """FusedMoE.weight_loader for one expert's gate (w1), up (w3) or down (w2): only
         experts local to this rank load; w1 fills the first half of w13, w3 the second,
-        each narrowed at tp_rank*I/tp; w2 is narrowed on its input dim (L s2.2)."""
+        each narrowed at tp_rank*I/tp; w2 is narrowed on its input dim (docs/vllm.md §4)."""
         if not first <= expert_id < first + local:
             return
         j = expert_id - first
@@ -803,8 +812,9 @@ def routed_experts(num_experts, inter, hidden, par, dtype, map_persistent):
 
 def dense_mlp(hidden, inter, par, dtype, bias=False):
     """Qwen3MoeMLP / Qwen2MLP / Qwen2MoeMLP / LlamaMLP: gate_up_proj Merged[I, I] (gate
-    first), down_proj Row (L s1 stacked mapping, s2 dense layers, s3.4); LlamaMLP's
-    mlp_bias gives both biases, gate_up's sliced, down's full (D s10 "Biases")."""
+    first), down_proj Row (docs/vllm.md §8 stacked mapping and dense layers, §9.4);
+    LlamaMLP's mlp_bias gives both biases, gate_up's sliced, down's full (§10
+    "Biases")."""
     m = Module("MLP")
     m.add_module("gate_up_proj", merged_column_linear(hidden, [inter, inter], par, dtype, bias))
     m.add_module("down_proj", row_linear(inter, hidden, par, dtype, bias))
@@ -813,7 +823,7 @@ def dense_mlp(hidden, inter, par, dtype, bias=False):
 
 def moe_block(cfg, par, era, platform, map_persistent):
     """The sparse MoE block (Qwen3MoeSparseMoeBlock, Qwen3NextSparseMoeBlock) with the
-    modules each era of vLLM registers twice (L s0 table):
+    modules each era of vLLM registers twice (docs/vllm.md §5 table):
       A  FusedMoE at mlp.experts also holds _gate and _shared_experts;
       B  no aliases;
       C  FusedMoE.runner is a module holding gate;
@@ -822,12 +832,14 @@ def moe_block(cfg, par, era, platform, map_persistent):
     The shared expert's expert_gate aliases shared_expert_gate in every era (#26145)."""
     h, dtype = cfg.hidden, cfg.dtype
     block = Module("SparseMoeBlock")
-    gate = block.add_module("gate", replicated_linear(h, cfg.num_experts, dtype))  # L s2, s3.4
+    # docs/vllm.md §8, §9.4
+    gate = block.add_module("gate", replicated_linear(h, cfg.num_experts, dtype))
     shared = None
-    if cfg.shared_inter > 0:  # L s2 "Shared expert", s3.4
+    if cfg.shared_inter > 0:  # docs/vllm.md §8 "Shared expert", §9.4
         seg = block.add_module("shared_expert_gate", replicated_linear(h, 1, dtype))
         # With sequence-parallel MoE the shared expert MLP is built with
-        # disable_tp=is_sequence_parallel: gate_up_proj and down_proj full (L s3.4).
+        # disable_tp=is_sequence_parallel: gate_up_proj and down_proj full
+        # (docs/vllm.md §9.4).
         shared_par = Parallel(1, 0) if par.sequence_parallel_moe else par
         shared = block.add_module("shared_expert",
                                   dense_mlp(h, cfg.shared_inter, shared_par, dtype))
@@ -863,8 +875,9 @@ def moe_block(cfg, par, era, platform, map_persistent):
 # ------------------------------------------------------------------ config
 
 class ModelConfig:
-    """The config.json fields that decide the layout (Q s3): text fields under
-    text_config for Qwen3.5, num_experts or num_local_experts, dtype or torch_dtype."""
+    """The config.json fields that decide the layout (docs/hf-checkpoints.md §2, §3): text
+    fields under text_config for Qwen3.5, num_experts or num_local_experts, dtype or
+    torch_dtype."""
 
     FAMILIES = {"qwen3_moe": "qwen3", "qwen3": "qwen3", "qwen3_5_moe": "qwen3_5",
                 "qwen3_5": "qwen3_5", "llama": "llama"}
@@ -894,19 +907,19 @@ class ModelConfig:
         self.tied = bool(tied)
         # LlamaDecoderLayer: attention_bias = config.attention_bias or config.bias sets
         # the qkv_proj AND o_proj biases, config.qkv_bias (if present) overrides the qkv
-        # one; mlp_bias the gate_up_proj and down_proj biases (D s10 "Biases").
+        # one; mlp_bias the gate_up_proj and down_proj biases (docs/vllm.md §10 "Biases").
         self.attention_bias = bool(raw.get("attention_bias", False) or raw.get("bias", False))
         self.qkv_bias = bool(raw.get("qkv_bias", self.attention_bias))
         self.mlp_bias = bool(raw.get("mlp_bias", False))
         name = text.get("dtype") or text.get("torch_dtype") or raw.get("dtype") \
             or raw.get("torch_dtype") or "bfloat16"
-        self.dtype = TORCH_DTYPE[name]  # L s1 Dtypes: parameters take the model dtype
+        self.dtype = TORCH_DTYPE[name]  # docs/vllm.md §2: parameters take the model dtype
         if self.family == "qwen3_5":
             interval = text.get("full_attention_interval", 4)
             self.layer_types = text.get("layer_types") or [
                 "linear_attention" if (i + 1) % interval else "full_attention"
-                for i in range(self.layers)]  # L s3.1, Q s3
-            self.attn_output_gate = text.get("attn_output_gate", True)  # L s3.2
+                for i in range(self.layers)]  # docs/vllm.md §9.1, docs/hf-checkpoints.md §3
+            self.attn_output_gate = text.get("attn_output_gate", True)  # docs/vllm.md §9.2
             self.nk = text["linear_num_key_heads"]
             self.nv = text["linear_num_value_heads"]
             self.hk = text["linear_key_head_dim"]
@@ -915,7 +928,7 @@ class ModelConfig:
 
     def is_sparse(self, i):
         """Dense MLP when the layer is in mlp_only_layers or (i+1) % decoder_sparse_step
-        != 0 (L s2); Qwen3.5-MoE uses the sparse block in every layer (L s3.4)."""
+        != 0 (docs/vllm.md §8); Qwen3.5-MoE uses the sparse block in every layer (§9.1)."""
         if not self.moe:
             return False
         if self.model_type == "qwen3_5_moe":
@@ -927,7 +940,7 @@ class ModelConfig:
 
 def _full_attention(cfg, par, gate_factor):
     """Qwen3 / Qwen3-MoE attention (gate_factor 1) or Qwen3NextAttention, shared by
-    Qwen3.5, with the output gate folded into q_proj (gate_factor 2; L s3.2)."""
+    Qwen3.5, with the output gate folded into q_proj (gate_factor 2; docs/vllm.md §9.2)."""
     h, hd, dtype = cfg.hidden, cfg.head_dim, cfg.dtype
     divide(cfg.heads, par.tp, "attention heads %d over tp %d" % (cfg.heads, par.tp))
     m = Module("Attention")
@@ -941,9 +954,9 @@ def _full_attention(cfg, par, gate_factor):
 
 
 def _llama_attention(cfg, par):
-    """LlamaAttention (D s10): qkv_proj QKVParallelLinear with KV-head replication,
-    o_proj Row, their biases by attention_bias / qkv_bias; no q_norm / k_norm; the
-    Attention's scale buffers (L s5)."""
+    """LlamaAttention (docs/vllm.md §10): qkv_proj QKVParallelLinear with KV-head
+    replication, o_proj Row, their biases by attention_bias / qkv_bias; no q_norm /
+    k_norm; the Attention's scale buffers (§6)."""
     h, hd, dtype = cfg.hidden, cfg.head_dim, cfg.dtype
     divide(cfg.heads, par.tp, "attention heads %d over tp %d" % (cfg.heads, par.tp))
     m = Module("LlamaAttention")
@@ -956,10 +969,10 @@ def _llama_attention(cfg, par):
 
 
 def _gated_delta_net(cfg, par):
-    """Qwen3.5's GatedDeltaNet (L s3.3): in_proj_qkvz Merged[kd,kd,vd,vd],
+    """Qwen3.5's GatedDeltaNet (docs/vllm.md §9.3): in_proj_qkvz Merged[kd,kd,vd,vd],
     in_proj_ba Merged[nv,nv], conv1d [(2kd+vd)/tp, 1, K] by channel blocks, A_log [nv/tp]
     float32, dt_bias [nv/tp], norm [hv] replicated, out_proj Row(vd -> H).  The key and
-    value heads must divide over tp ("TP constraint")."""
+    value heads must divide over tp (§9.3 "Divisibility")."""
     h, dtype, tp, t = cfg.hidden, cfg.dtype, par.tp, par.tp_rank
     divide(cfg.nk, tp, "linear_num_key_heads %d over tp %d" % (cfg.nk, tp))
     nvl = divide(cfg.nv, tp, "linear_num_value_heads %d over tp %d" % (cfg.nv, tp))
@@ -970,7 +983,8 @@ def _gated_delta_net(cfg, par):
     sections = [kd, kd, vd]
 
     def conv_loader(param, loaded, shard_id=None):
-        # mamba_v2_sharded_weight_loader: each section's rank-t slice, packed (L s3.3).
+        # mamba_v2_sharded_weight_loader: each section's rank-t slice, packed
+        # (docs/vllm.md §9.3).
         boundary, loaded_boundary = 0, 0
         for full in sections:
             per = full // tp
@@ -987,19 +1001,20 @@ def _gated_delta_net(cfg, par):
     conv = m.add_module("conv1d", Module("ColumnParallelLinear"))
     conv.register_parameter("weight", Parameter.new(
         (sum(sections) // tp, 1, cfg.conv_k), dtype, conv_loader,
-        "conv1d: rank-t channels of the q, k and v blocks, packed (L s3.3)"))
+        "conv1d: rank-t channels of the q, k and v blocks, packed (docs/vllm.md §9.3)"))
 
     def sharded0(param, loaded, shard_id=None):
-        # sharded_weight_loader(0): rows [t*n, (t+1)*n) (L s3.3)
+        # sharded_weight_loader(0): rows [t*n, (t+1)*n) (docs/vllm.md §9.3)
         piece = loaded.narrow(0, t * param.shape[0], param.shape[0])
         _check_shape(param, piece, "sharded_weight_loader(0)")
         param.copy_(piece)
         _mark(param)
 
-    m.register_parameter("A_log", Parameter.new(  # fp32 (L s3.3)
-        (nvl,), "F32", sharded0, "A_log: float32, rows [t*nv/tp, (t+1)*nv/tp) (L s3.3)"))
+    m.register_parameter("A_log", Parameter.new(  # fp32 (docs/vllm.md §9.3)
+        (nvl,), "F32", sharded0,
+        "A_log: float32, rows [t*nv/tp, (t+1)*nv/tp) (docs/vllm.md §9.3)"))
     m.register_parameter("dt_bias", Parameter.new(
-        (nvl,), dtype, sharded0, "dt_bias: rows [t*nv/tp, (t+1)*nv/tp) (L s3.3)"))
+        (nvl,), dtype, sharded0, "dt_bias: rows [t*nv/tp, (t+1)*nv/tp) (docs/vllm.md §9.3)"))
     m.add_module("norm", norm(cfg.hv, dtype))
     m.add_module("out_proj", row_linear(vd, h, par, dtype))
     return m
@@ -1036,10 +1051,10 @@ def _text_model(cfg, par, era, platform, map_persistent):
 
 
 def _vision_tower(vcfg, par, dtype):
-    """Qwen3_VisionTransformer in the default mm_encoder_tp_mode "weights" (V table):
-    patch_embed 5-D and pos_embed replicated (V s3, s5), LayerNorms full, attn.qkv a
+    """Qwen3_VisionTransformer in the default mm_encoder_tp_mode "weights" (docs/vllm.md
+    §9.5): patch_embed 5-D and pos_embed replicated, LayerNorms full, attn.qkv a
     QKVParallelLinear with bias, attn.proj / fc2 RowParallel with full biases, fc1
-    ColumnParallel with sliced biases, the merger likewise; no deepstack (V s4)."""
+    ColumnParallel with sliced biases, the merger likewise; no deepstack."""
     d, heads, inter = vcfg["hidden_size"], vcfg["num_heads"], vcfg["intermediate_size"]
     merge, out = vcfg["spatial_merge_size"], vcfg["out_hidden_size"]
     big = d * merge * merge
@@ -1047,7 +1062,7 @@ def _vision_tower(vcfg, par, dtype):
     v = Module("VisionTransformer")
     pe = v.add_module("patch_embed", Module("PatchEmbed"))
     proj = pe.add_module("proj", Module("Conv3dLayer"))
-    rule = "vision patch_embed / pos_embed: 5-D / full, replicated (V s3, s5)"
+    rule = "vision patch_embed / pos_embed: 5-D / full, replicated (docs/vllm.md §9.5)"
     proj.register_parameter("weight", Parameter.new(
         (d, vcfg.get("in_channels", 3), vcfg["temporal_patch_size"], vcfg["patch_size"],
          vcfg["patch_size"]), dtype, default_weight_loader, rule))
@@ -1055,7 +1070,8 @@ def _vision_tower(vcfg, par, dtype):
     pos = v.add_module("pos_embed", Module("Embedding"))
     pos.register_parameter("weight", Parameter.new(
         (vcfg["num_position_embeddings"], d), dtype, default_weight_loader, rule))
-    v.add_module("rotary_pos_emb", rotary(d // heads // 2))  # a computed buffer only (V table)
+    # a computed buffer only (docs/vllm.md §9.5)
+    v.add_module("rotary_pos_emb", rotary(d // heads // 2))
     blocks = v.add_module("blocks", Module("ModuleList"))
     for b in range(vcfg["depth"]):
         blk = blocks.add_module(str(b), Module("VisionBlock"))
@@ -1076,30 +1092,31 @@ def _vision_tower(vcfg, par, dtype):
 
 def build_model(cfg, par, era, platform="cuda", map_persistent=True):
     """The module tree one vLLM worker builds for @cfg (a ModelConfig).
-    era: "A", "B", "C" or "D" (L s0); platform: "cuda" or "ascend";
-    map_persistent: whether the release registers _expert_map persistent (L s0, s5).
+    era: "A", "B", "C" or "D" (docs/vllm.md §5); platform: "cuda" or "ascend";
+    map_persistent: whether the release registers _expert_map persistent (§5, §6).
     Raises VllmRefuses where vLLM's divide() would assert.  MTP is not in the model
-    (L s3.5: mtp.* skipped); the vision tower is, by default (L s3.5, V s2)."""
+    (docs/vllm.md §9.1: mtp.* skipped); the vision tower is, by default (§9.5)."""
     root = Module("ForCausalLM")
     if cfg.family in ("qwen3", "llama"):
         model = root.add_module("model", _text_model(cfg, par, era, platform, map_persistent))
         head = root.add_module("lm_head", Module("ParallelLMHead"))
         if cfg.tied:
-            # `self.lm_head.weight = self.model.embed_tokens.weight` (L s2, s4;
-            # Llama's lm_head.tie_weights(embed_tokens), D s10)
+            # `lm_head.tie_weights(embed_tokens)`: `layer.weight = embed_tokens.weight`
+            # (docs/vllm.md §3; Llama §10)
             head.register_parameter("weight", model.get_submodule("embed_tokens")._parameters["weight"])
         else:
             head.register_parameter("weight", vocab_parallel(cfg.vocab, cfg.hidden, par, cfg.dtype)
                                     ._parameters["weight"])
     else:
         # Qwen3_5(Moe)ForConditionalGeneration: visual.*, language_model.model.*,
-        # language_model.lm_head.* (L s3.5)
+        # language_model.lm_head.* (docs/vllm.md §9.1)
         if cfg.vision is not None:
             root.add_module("visual", _vision_tower(cfg.vision, par, cfg.dtype))
         lm = root.add_module("language_model", Module("ForCausalLM"))
         model = lm.add_module("model", _text_model(cfg, par, era, platform, map_persistent))
         if cfg.tied:
-            lm.add_module("lm_head", model.get_submodule("embed_tokens"))  # the same module (L s3.5)
+            # the same module (docs/vllm.md §9.1)
+            lm.add_module("lm_head", model.get_submodule("embed_tokens"))
         else:
             lm.add_module("lm_head", vocab_parallel(cfg.vocab, cfg.hidden, par, cfg.dtype))
     root.py_cfg, root.py_par = cfg, par
@@ -1109,15 +1126,16 @@ def build_model(cfg, par, era, platform="cuda", map_persistent=True):
 
 # ------------------------------------------------------------------ loading a checkpoint
 
-# The packed mapping of qwen3_moe.py, qwen2.py, qwen3_5.py (L s1 "Stacked mapping") and
-# Qwen3.5's GatedDeltaNet projections (L s3.3, s3.5 packed_modules_mapping).
+# The packed mapping of qwen3_moe.py, qwen2.py, qwen3_5.py (docs/vllm.md §8 "Stacked
+# mapping") and Qwen3.5's GatedDeltaNet projections (§9.3, the mapper and
+# packed_modules_mapping).
 STACKED = [(".qkv_proj.", ".q_proj.", "q"), (".qkv_proj.", ".k_proj.", "k"),
            (".qkv_proj.", ".v_proj.", "v"),
            (".gate_up_proj.", ".gate_proj.", 0), (".gate_up_proj.", ".up_proj.", 1),
            (".in_proj_qkvz.", ".in_proj_qkv.", (0, 1, 2)), (".in_proj_qkvz.", ".in_proj_z.", 3),
            (".in_proj_ba.", ".in_proj_b.", 0), (".in_proj_ba.", ".in_proj_a.", 1)]
 
-# Qwen3.5's hf_to_vllm_mapper (L s3.5, V table).
+# Qwen3.5's hf_to_vllm_mapper (docs/vllm.md §9.1).
 QWEN3_5_PREFIXES = [("model.visual.", "visual."), ("lm_head.", "language_model.lm_head."),
                     ("model.language_model.", "language_model.model.")]
 
@@ -1127,12 +1145,13 @@ _FUSED_EXPERTS = re.compile(r"^(.*\.mlp)\.experts\.(gate_up_proj|down_proj)$")
 
 def _runtime_name(cfg, name):
     """The vLLM name of a checkpoint tensor, or None for what vLLM skips."""
-    if "rotary_emb.inv_freq" in name:  # L s3.5
+    if "rotary_emb.inv_freq" in name:  # docs/vllm.md §9.1
         return None
     if cfg.family == "llama" and re.search(r"rotary_emb\.(cos|sin)_cached$", name):
-        return None  # LlamaForCausalLM skips the rotary caches too (D s10)
+        return None  # LlamaForCausalLM skips the rotary caches too (docs/vllm.md §10)
     if cfg.family == "qwen3_5":
-        if name.startswith("mtp."):  # AutoWeightsLoader(skip_prefixes=["mtp."]) (L s3.5)
+        # AutoWeightsLoader(skip_prefixes=["mtp."]) (docs/vllm.md §9.1)
+        if name.startswith("mtp."):
             return None
         for old, new in QWEN3_5_PREFIXES:
             if name.startswith(old):
@@ -1141,9 +1160,9 @@ def _runtime_name(cfg, name):
         else:
             raise ReplayError("%s: no prefix of Qwen3.5's hf_to_vllm_mapper matches" % name)
         if cfg.tied and name.startswith("language_model.lm_head."):
-            return None  # tied: the head is the embedding module (L s3.5)
+            return None  # tied: the head is the embedding module (docs/vllm.md §9.1)
     elif cfg.tied and name == "lm_head.weight":
-        return None  # tied: the head is the embedding parameter (L s2)
+        return None  # tied: the head is the embedding parameter (docs/vllm.md §3)
     return name
 
 
@@ -1171,13 +1190,13 @@ def load_checkpoint(model, checkpoint):
 
 def _load_one(model, name, tensor):
     m = _PER_EXPERT.match(name)
-    if m:  # experts.{e}.{gate,up,down}_proj -> w13 (w1, w3) / w2 (L s2.1)
+    if m:  # experts.{e}.{gate,up,down}_proj -> w13 (w1, w3) / w2 (docs/vllm.md §4)
         block = model.get_submodule(m.group(1))
         shard = {"gate": "w1", "up": "w3", "down": "w2"}[m.group(3)]
         block.py_routed.py_load(tensor, shard, int(m.group(2)))
         return
     m = _FUSED_EXPERTS.match(name)
-    if m:  # fused [E, 2I, H]: chunk(2, dim=-2) -> w1, w3; [E, H, I] -> w2 (L s2.2)
+    if m:  # fused [E, 2I, H]: chunk(2, dim=-2) -> w1, w3; [E, H, I] -> w2 (docs/vllm.md §4)
         block = model.get_submodule(m.group(1))
         for e in range(tensor.shape[0]):
             one = tensor.select(0, e)
@@ -1199,9 +1218,10 @@ def _load_one(model, name, tensor):
 
 def process_for_kernel(model, platform):
     """process_weights_after_loading as far as it changes what a live update in kernel
-    format must hold (L s5a): on CUDA's default unquantized path nothing; on vLLM-Ascend
-    the experts are transposed and replace_parameter'ed, w13 [E_loc, H, 2I/tp] and w2
-    [E_loc, I/tp, H], contiguous, ND (L s6)."""
+    format must hold (docs/vllm.md §7): on CUDA's default unquantized path nothing (§4);
+    on vLLM-Ascend the experts are transposed and replace_parameter'ed, w13
+    [E_loc, H, 2I/tp] and w2 [E_loc, I/tp, H], contiguous, ND (docs/vllm-ascend.md §3,
+    §4)."""
     if platform != "ascend":
         return
     for experts in model.py_routed:
@@ -1209,19 +1229,21 @@ def process_for_kernel(model, platform):
             old = experts._parameters[name]
             experts._parameters[name] = Parameter(
                 old.transpose(1, 2).contiguous(),
-                rule="vLLM-Ascend kernel layout: %s transposed to [E_loc, %s] (L s6)"
+                rule="vLLM-Ascend kernel layout: %s transposed to [E_loc, %s] "
+                     "(docs/vllm-ascend.md §3)"
                 % (name, "H, 2I/tp" if name == "w13_weight" else "I/tp, H"))
 
 
 # ------------------------------------------------------------------ the two consumers
 
 class ShardedStateLoad:
-    """vLLM's ShardedStateLoader.load_weights, exactly as L s5 describes it ("The load
-    loop in detail"): files globbed as model-rank-{rank}-part-*.safetensors and read in
-    glob order, keys in file order; state_dict[key] raises a bare KeyError for a key the
-    filtered state_dict lacks; each dim where the file is smaller narrows the parameter
-    to [0:size); a shape mismatch only logs a warning; copy_ raises where the file is
-    larger and casts the dtype silently; the key is popped; keys left raise ValueError.
+    """vLLM's ShardedStateLoader.load_weights, exactly as docs/vllm.md §6 describes it
+    ("The load loop, exactly"): files globbed as model-rank-{rank}-part-*.safetensors and
+    read in glob order, keys in file order; state_dict[key] raises a bare KeyError for a
+    key the filtered state_dict lacks; each dim where the file is smaller narrows the
+    parameter to [0:size); a shape mismatch only logs a warning; copy_ raises where the
+    file is larger and casts the dtype silently; the key is popped; keys left raise
+    ValueError.
 
     After run(): `warnings` holds what vLLM would log, `silent` what it would accept
     silently but wrongly (a shape or dtype other than the parameter's), each as
@@ -1269,8 +1291,8 @@ class ShardedStateLoad:
 
 
 def kernel_update(model, directory, rank, sources=None):
-    """The live weight update in kernel format (L s5a): for each (name, tensor) of
-    kernel-rank-{rank}-part-*.safetensors, `param = model.get_parameter(name);
+    """The live weight update in kernel format (docs/vllm.md §7): for each (name, tensor)
+    of kernel-rank-{rank}-part-*.safetensors, `param = model.get_parameter(name);
     param.copy_(weight)`.  Returns the problems as (file, name, message): a name
     get_parameter refuses (a buffer, an unknown name), a second name of a parameter
     already sent (it would be copied twice), a shape or dtype other than the

@@ -139,6 +139,24 @@ WSYNC_API gboolean wsync_index_write(const char *path, guint64 total_size, GHash
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(WsyncCheckpoint, wsync_checkpoint_free)
 
+/**
+ * wsync_run_guarded:
+ * @fn: a function that reads or writes tensor data through memory maps
+ * @data: its argument
+ * @fault_address: (out): where the fault was, when this returns %FALSE
+ *
+ * Tensor data (#WsyncTensor.data) lives in memory maps of the files.  This runs
+ * @fn(@data) so that a SIGBUS it raises, by touching a page that a file no longer has
+ * (another process truncated it under the map), ends @fn instead of the process.  Per
+ * thread, so worker threads use it side by side; a SIGBUS outside any guarded call goes
+ * to the handler there was before.  @fn must only read and write memory (no locks, no
+ * allocation): it may stop anywhere.
+ *
+ * Returns: %TRUE when @fn returned, %FALSE when a fault ended it.
+ */
+WSYNC_API gboolean wsync_run_guarded(void (*fn)(gpointer data), gpointer data,
+                                     const void **fault_address);
+
 G_END_DECLS
 
 #endif /* WSYNC_CHECKPOINT_H */

@@ -82,6 +82,32 @@ WSYNC_API int wsync_error_exit_code(const GError *error);
  */
 WSYNC_API void wsync_set_io_error(GError **error, int errsv, const char *path, const char *what);
 
+/**
+ * wsync_printable:
+ * @s: a NUL-terminated string about to go into a message (a name, a path, a value
+ *   read from a file, a whole message)
+ *
+ * Copies @s so that it prints as one line and cannot drive a terminal: every C0 control
+ * character (below 0x20, newlines included), DEL and every byte that is not part of
+ * valid UTF-8 is written as `\xNN`; the C1 controls and the Unicode line and paragraph
+ * separators (U+0080 to U+009F, U+2028, U+2029) as `\u{NNNN}`.  Everything else,
+ * including other non-ASCII UTF-8, is copied as it is.  The command passes every
+ * message it prints through this function; libwsync uses it for names it quotes.
+ *
+ * Returns: (transfer full): the copy; free it with g_free().
+ */
+WSYNC_API char *wsync_printable(const char *s);
+
+/**
+ * wsync_error_make_printable:
+ * @error: (nullable): an error whose message may quote text from a file or a plugin
+ *
+ * Replaces @error's message by its wsync_printable() copy, so that it is one line
+ * without control characters.  libwsync applies it where errors leave its planner,
+ * executor and plugin calls (whatever a plugin or a config value put into them).
+ */
+WSYNC_API void wsync_error_make_printable(GError *error);
+
 G_END_DECLS
 
 #endif /* WSYNC_ERROR_H */

@@ -10,6 +10,7 @@
 #ifndef WSYNC_PLAN_H
 #define WSYNC_PLAN_H
 
+#include <signal.h>
 #include <stdio.h>
 
 #include <glib.h>
@@ -118,20 +119,47 @@ typedef enum {
 } WsyncExecuteFlags;
 
 /**
+ * WSYNC_OUTPUT_MARKER:
+ *
+ * The file that marks a directory as wsync's complete output: the last file written
+ * into the temporary directory before it is swapped into place.
+ */
+#define WSYNC_OUTPUT_MARKER ".wsync-output"
+
+/**
  * wsync_plan_execute:
  * @plan: a plan
  * @dst: the directory to write
  * @flags: how
  * @error: return location for an error
  *
- * Writes the planned files into @dst, atomically: into a temporary sibling, swapped into
- * place only when complete; the source's companion files (config.json through the
- * config patchers, tokenizer files) go with them.
+ * Writes the planned files into @dst, atomically: into a temporary sibling (mode from
+ * the user's umask), swapped into place only when complete, the parent synced; the
+ * source's companion files (config.json through the config patchers, tokenizer files)
+ * go with them.
+ *
+ * @dst is refused (#WSYNC_ERROR_USAGE, naming it) when it is the source, lies inside it
+ * or contains it (compared by device and inode, however the paths are spelled), is a
+ * symlink or not a directory, or is a directory that is neither empty nor wsync's own
+ * output (it holds #WSYNC_OUTPUT_MARKER) unless %WSYNC_EXECUTE_FORCE.  The previous @dst
+ * is then removed without following any symlink; temporaries that earlier runs left
+ * (killed) beside @dst are removed when no run holds them.
  *
  * Returns: %TRUE on success; on failure an existing @dst is untouched.
  */
 WSYNC_API gboolean wsync_plan_execute(WsyncPlan *plan, const char *dst, WsyncExecuteFlags flags,
                                       GError **error);
+
+/**
+ * wsync_plan_set_interrupt:
+ * @plan: a plan
+ * @flag: (nullable): a flag that a signal handler sets to the signal's number, or %NULL
+ *
+ * When @flag becomes nonzero during wsync_plan_execute(), the run stops at the next
+ * piece of work, removes its temporary directory and fails with an error naming the
+ * signal; @dst stays as it was.
+ */
+WSYNC_API void wsync_plan_set_interrupt(WsyncPlan *plan, const volatile sig_atomic_t *flag);
 
 /**
  * wsync_plan_print:
@@ -168,6 +196,20 @@ WSYNC_API guint64 wsync_plan_total_bytes(WsyncPlan *plan);
  */
 WSYNC_API WsyncCheckpoint *wsync_context_open_checkpoint(WsyncContext *ctx, const char *path,
                                                          GError **error);
+
+/**
+ * wsync_config_load:
+ * @path: a model's config.json
+ * @error: return location for an error
+ *
+ * Reads a config.json as every command does: a regular file of at most 16 MiB, through
+ * the checks wsync applies to every JSON it reads (nesting depth, duplicate keys), whose
+ * top level must be an object.  A missing file or bad content is #WSYNC_ERROR_BAD_INPUT,
+ * a failing read #WSYNC_ERROR_IO; the message names @path.
+ *
+ * Returns: (transfer full) (nullable): the root node, or %NULL with @error set.
+ */
+WSYNC_API JsonNode *wsync_config_load(const char *path, GError **error);
 
 /**
  * wsync_context_patch_config:

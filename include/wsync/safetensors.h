@@ -1,8 +1,8 @@
 /* wsync: safetensors files and checkpoint directories.
  *
  * The reader memory-maps a file and validates every rule of the format before it hands
- * out a single tensor (see `../shared/reference/hf-qwen.md` §5.1 for the reference
- * parser's reject list).  The writer streams: it writes the header, sizes the file, and
+ * out a single tensor (see `docs/safetensors.md` §1 for the reference parser's reject
+ * list).  The writer streams: it writes the header, sizes the file, and
  * lets the caller fill each tensor's bytes in place, so no tensor is ever held whole in
  * private memory.
  */

@@ -16,9 +16,9 @@
  *
  * - a directory (@out_dir, e.g. on /dev/shm): the rank files `wsync convert` writes for
  *   the same target, format, tp and ep, with the same names, tensors and metadata,
- *   created at the first step and then rewritten in place (kept mapped: no allocation
- *   and no page faults in the steady state), config.json and the companion files of
- *   config.json's directory written at the first commit, and the commit record
+ *   created at the first step and then rewritten in place (kept mapped: no allocation,
+ *   and on a tmpfs no page faults, in the steady state), config.json and the companion
+ *   files of config.json's directory written at the first commit, and the commit record
  *   `wsync-commit.json` (#WSYNC_SESSION_COMMIT_RECORD), written atomically last at every
  *   commit and removed first at every begin;
  * - the caller (@on_bucket): filled buckets of whole consecutive tensors of one rank
@@ -122,7 +122,7 @@ typedef struct {
  * @error: return location for an error
  *
  * The caller sink.  It is called from the thread whose push (or commit) completed the
- * bucket, never from two threads at once.
+ * bucket, never from two threads at once, and must not call the session itself.
  *
  * Returns: %TRUE to go on; %FALSE with @error set fails the push (or commit) that
  *   delivered the bucket, and the step (see wsync_session_abort()).

@@ -247,6 +247,7 @@ wsync_py_shape(guint ndim, const guint64 *shape)
 /* The layout options of plan and convert, as keyword arguments. */
 typedef struct {
   PyObject *target, *format, *tp, *ep, *rank, *threads, *part_size, *conf_dir, *plugin_dir;
+  int force; /* convert and merge: --force */
   char *text[7];
 } LayoutKwargs;
 
@@ -298,7 +299,9 @@ run_plan(PyObject *src_obj, PyObject *dst_obj, LayoutKwargs *k, gboolean merge)
   if (layout_options(ctx, k, &o)) {
     Py_BEGIN_ALLOW_THREADS
     plan = merge ? wsync_plan_new_merge(ctx, src, &o, &error) : wsync_plan_new(ctx, src, &o, &error);
-    ok = plan != NULL && (dst == NULL || wsync_plan_execute(plan, dst, WSYNC_EXECUTE_NONE, &error));
+    ok = plan != NULL &&
+         (dst == NULL || wsync_plan_execute(plan, dst, k->force ? WSYNC_EXECUTE_FORCE : WSYNC_EXECUTE_NONE,
+                                            &error));
     Py_END_ALLOW_THREADS
     if (ok) {
       g_autoptr(JsonNode) root = wsync_plan_to_json(plan);
@@ -318,9 +321,10 @@ run_plan(PyObject *src_obj, PyObject *dst_obj, LayoutKwargs *k, gboolean merge)
 
 PyDoc_STRVAR(convert_doc,
 "convert(src, dst, *, target=None, format=None, tp=None, ep=None, rank=None,\n"
-"        threads=None, part_size=None, conf_dir=None, plugin_dir=None) -> dict\n\n"
+"        threads=None, part_size=None, conf_dir=None, plugin_dir=None, force=False) -> dict\n\n"
 "`wsync convert SRC DST`: writes the target layout of the checkpoint src into the\n"
-"directory dst, atomically.  Options left None come from the sync { } section of\n"
+"directory dst, atomically (force=True: replace dst even when it is not wsync's\n"
+"output, as --force).  Options left None come from the sync { } section of\n"
 "conf.d, then the command's defaults; part_size may be \"5G\".  conf_dir and plugin_dir\n"
 "(a path or a list) replace the installed configuration / are searched first for\n"
 "plugins, as --conf-dir / --plugin-dir.  Returns the plan, as `wsync convert --json`\n"
@@ -329,13 +333,13 @@ PyDoc_STRVAR(convert_doc,
 static PyObject *
 py_convert(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-  static char *kwlist[] = {"src", "dst", LAYOUT_KWLIST, NULL};
+  static char *kwlist[] = {"src", "dst", LAYOUT_KWLIST, "force", NULL};
   LayoutKwargs k = {0};
   PyObject *src, *dst, *result;
 
   (void)self;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|$OOOOOOOOO:convert", kwlist, &src, &dst,
-                                   LAYOUT_ADDRESSES(k)))
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|$OOOOOOOOOp:convert", kwlist, &src, &dst,
+                                   LAYOUT_ADDRESSES(k), &k.force))
     return NULL;
   result = run_plan(src, dst, &k, FALSE);
   layout_kwargs_clear(&k);
@@ -364,20 +368,22 @@ py_plan(PyObject *self, PyObject *args, PyObject *kwargs)
 }
 
 PyDoc_STRVAR(merge_doc,
-"merge(src, dst, *, part_size=None, threads=None, conf_dir=None, plugin_dir=None) -> dict\n\n"
+"merge(src, dst, *, part_size=None, threads=None, conf_dir=None, plugin_dir=None,\n"
+"      force=False) -> dict\n\n"
 "`wsync merge SRC DST`: consolidates a sharded training checkpoint (PyTorch DCP) into a\n"
 "plain Hugging Face checkpoint.  Returns the plan, as `wsync merge --json` prints it.");
 
 static PyObject *
 py_merge(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-  static char *kwlist[] = {"src", "dst", "part_size", "threads", "conf_dir", "plugin_dir", NULL};
+  static char *kwlist[] = {"src", "dst", "part_size", "threads", "conf_dir", "plugin_dir", "force",
+                           NULL};
   LayoutKwargs k = {0};
   PyObject *src, *dst, *result, *hf, *one;
 
   (void)self;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|$OOOO:merge", kwlist, &src, &dst,
-                                   &k.part_size, &k.threads, &k.conf_dir, &k.plugin_dir))
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|$OOOOp:merge", kwlist, &src, &dst,
+                                   &k.part_size, &k.threads, &k.conf_dir, &k.plugin_dir, &k.force))
     return NULL;
   /* merge writes the layout the shards name: only part_size and threads apply (resolved
    * as convert resolves them); the target and sizes are placeholders it ignores. */

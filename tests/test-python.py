@@ -896,6 +896,18 @@ def commands_as_functions():
     e = expect_error(r.stderr.strip()[len("wsync: "):], wsync.plan, src, target="vllm", tp=3, **KW)
     assert e.exit_status == r.returncode, (e.exit_status, r.returncode)
     expect_error("no --target given", wsync.plan, src, **KW, status=2)
+    # DST that is not wsync's output is replaced only with force=True, as --force
+    other = fresh_dir("py-convert-other")
+    os.makedirs(other)
+    with open(os.path.join(other, "notes.txt"), "w") as f:
+        f.write("mine")
+    r = run_wsync("convert", src, other, "--target", "vllm")
+    assert r.returncode != 0 and os.path.exists(os.path.join(other, "notes.txt")), r.stderr
+    expect_error(r.stderr.strip()[len("wsync: "):], wsync.convert, src, other, target="vllm", **KW,
+                 status=r.returncode)
+    wsync.convert(src, other, target="vllm", force=True, **KW)
+    assert not os.path.exists(os.path.join(other, "notes.txt"))
+    assert_same_files(converted(src, "vllm", "sharded-state", 1, 1), other)
     expect_error("cannot open", wsync.inspect, os.path.join(TMP, "nothing"), **KW, status=4)
 
 

@@ -64,6 +64,9 @@ cli_parse(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries, int *ar
   }
   if (help) {
     print_help(cli, cmd, octx);
+    /* exit() runs no cleanup: free them, or memcheck counts them as lost */
+    g_clear_pointer(&octx, g_option_context_free);
+    g_clear_pointer(&globals, g_free);
     exit(WSYNC_EXIT_OK);
   }
   return TRUE;

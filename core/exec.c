@@ -286,19 +286,6 @@ write_layout(WsyncPlan *plan, WsyncLayout *layout, const char *dir, Executor *ex
   return TRUE;
 }
 
-/* ------------------------------------------------------------------ the directory */
-
-/* config.json (patched) and the companion files of the source directory. */
-static gboolean
-copy_other_files(WsyncPlan *plan, const char *dir, const volatile sig_atomic_t *stop,
-                 GError **error)
-{
-  if (plan->kind == PLAN_SYNTH || (plan->input != NULL && !wsync_checkpoint_is_dir(plan->input)))
-    return companion_write_config(plan->ctx, plan->config, NULL, dir, stop, error);
-  return companion_copy_dir(plan->ctx, plan->config, plan->src, dir, !plan->no_config, stop,
-                            error);
-}
-
 gboolean
 wsync_plan_execute(WsyncPlan *plan, const char *dst_arg, WsyncExecuteFlags flags,
                    GError **error)
@@ -342,7 +329,7 @@ wsync_plan_execute(WsyncPlan *plan, const char *dst_arg, WsyncExecuteFlags flags
     g_autofree char *index = g_build_filename(tmp, WSYNC_INDEX_NAME, NULL);
     ok = wsync_index_write(index, wsync_plan_total_bytes(plan), weight_map, error);
   }
-  ok = ok && copy_other_files(plan, tmp, interrupted, error) && write_marker(tmp, error);
+  ok = ok && companion_write_for_plan(plan, tmp, interrupted, error) && write_marker(tmp, error);
   /* the last moment a signal can stop the run: after this, DST is the new output */
   if (interrupted != NULL && *interrupted)
     ok = companion_interrupted(error, *interrupted);

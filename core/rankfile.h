@@ -40,4 +40,58 @@ void rank_file_free(gpointer file);
 guint8 *rank_file_map_new(int fd, const char *path, const guint8 *header, gsize header_len,
                           guint64 size, GError **error);
 
+/* ------------------------------------------------------------------ ranges */
+
+/* Rows [from, to) of one tensor of a rank file (rows along its first axis; a scalar is
+ * one row). */
+typedef struct {
+  const RankTensor *tensor; /* in its file's tensors */
+  guint64 from, to;
+} RankPiece;
+
+/* Consecutive data bytes of a rank file, made of whole rows of its tensors. */
+typedef struct {
+  guint64 offset; /* in the file, the header included */
+  guint64 nbytes;
+  GArray *pieces; /* RankPiece, in file order */
+} RankRange;
+
+/* Cuts the data of @file into ranges of at most @max_bytes, each made of whole rows: a
+ * range starts a tensor's rows where the previous one is full, so a tensor larger than
+ * @max_bytes spans several, and a single row larger than @max_bytes is a range of its
+ * own.  Together they hold every data byte once, in file order.  Returns a GPtrArray of
+ * RankRange* that frees them. */
+GPtrArray *rank_file_cut(const RankFile *file, guint64 max_bytes);
+
+/* A piece of work that writes part of a range: one of the plan's copy ops limited to the
+ * range's rows (cut along its first axis into runs of at most RANK_ITEM_BYTES), or one of
+ * its fills limited to them. */
+typedef struct {
+  const WsyncPlan *plan;
+  gboolean is_fill;
+  Op op;            /* a copy: the plan's op, its origins moved to the range's rows */
+  guint64 outer_from, outer_to; /* the rows of the op's first axis this item runs */
+  Fill fill;        /* a fill: its box limited to the rows, relative to them */
+  guint ndim;       /* a fill: the shape of the rows written */
+  guint64 shape[WSYNC_MAX_DIMS];
+  WsyncDtype dtype; /* the output tensor's */
+  guint8 *dst;      /* the first byte of the tensor's first row in the range */
+  guint64 bytes;    /* output bytes the item writes */
+  const char *file; /* the rank file and tensor, for messages */
+  const char *tensor;
+} RankItem;
+
+#define RANK_ITEM_BYTES (8u << 20)
+
+/* Appends to @items (a GArray of RankItem) the work that writes every byte of @range of
+ * @file into memory whose first byte is @dst (a bucket, or the file's map at the range's
+ * offset).  The items write disjoint bytes: any threads may run them at once. */
+void rank_range_items(const WsyncPlan *plan, const RankFile *file, const RankRange *range,
+                      guint8 *dst, GArray *items);
+
+/* Runs @item behind the SIGBUS guard of wsync_run_guarded(): a mapped input file that
+ * shrank while it was read (or a mapped output file) is an I/O error naming the file and
+ * tensor, not a crash.  Returns FALSE with @error set then. */
+gboolean rank_item_run(const RankItem *item, GError **error);
+
 #endif /* WSYNC_RANKFILE_H */

@@ -41,9 +41,21 @@ print_help(WsyncCli *cli, const WsyncCommand *cmd, GOptionContext *octx)
 gboolean
 cli_parse(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries, int *argc, char ***argv)
 {
+  g_autoptr(GError) error = NULL;
+
+  if (cli_parse_checked(cli, cmd, entries, argc, argv, &error))
+    return TRUE;
+  cli_error_line("%s", error->message);
+  return FALSE;
+}
+
+gboolean
+cli_parse_checked(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries, int *argc,
+                  char ***argv, GError **error)
+{
   g_autoptr(GOptionContext) octx = g_option_context_new(cmd->args);
   g_autofree GOptionEntry *globals = global_entries(cli);
-  g_autoptr(GError) error = NULL;
+  g_autoptr(GError) parse_error = NULL;
   gboolean help = FALSE;
   GOptionEntry help_entry[] = {
       {"help", 'h', 0, G_OPTION_ARG_NONE, &help, "Show this help", NULL}, {NULL}};
@@ -58,8 +70,9 @@ cli_parse(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries, int *ar
     g_option_context_add_main_entries(octx, entries, NULL);
   g_option_context_add_main_entries(octx, globals, NULL);
   g_option_context_add_main_entries(octx, help_entry, NULL);
-  if (!g_option_context_parse(octx, argc, argv, &error)) {
-    cli_error_line("wsync %s: %s (see wsync %s --help)", cmd->name, error->message, cmd->name);
+  if (!g_option_context_parse(octx, argc, argv, &parse_error)) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE, "wsync %s: %s (see wsync %s --help)",
+                cmd->name, parse_error->message, cmd->name);
     return FALSE;
   }
   if (help) {
@@ -263,4 +276,96 @@ cli_end_by_caught_signal(void)
     return;
   signal(sig, SIG_DFL);
   raise(sig);
+}
+
+/* ------------------------------------------------------------------ layout options */
+
+void
+cli_layout_args_clear(CliLayoutArgs *a)
+{
+  g_free(a->target);
+  g_free(a->format);
+  g_free(a->tp);
+  g_free(a->ep);
+  g_free(a->rank);
+  g_free(a->threads);
+  g_free(a->part_size);
+}
+
+const char *
+cli_pick(WsyncContext *ctx, const char *flag, const char *key, const char *fallback)
+{
+  const char *conf;
+
+  if (flag != NULL)
+    return flag;
+  conf = wsync_context_get_sync_option(ctx, key);
+  return conf != NULL ? conf : fallback;
+}
+
+gboolean
+cli_parse_count(const char *what, const char *text, guint64 min, guint64 max, guint64 *out,
+                GError **error)
+{
+  if (!g_ascii_string_to_unsigned(text, 10, min, max, out, NULL)) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
+                "%s must be a number from %" G_GUINT64_FORMAT " to %" G_GUINT64_FORMAT
+                ", not \"%s\"",
+                what, min, max, text);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+gboolean
+cli_parse_size(const char *what, const char *text, guint64 *out, GError **error)
+{
+  g_autofree char *digits = g_strdup(text);
+  gsize len = strlen(digits);
+  guint shift = 0;
+
+  if (len > 0) {
+    const char *units = "KMGT";
+    const char *u = strchr(units, g_ascii_toupper(digits[len - 1]));
+    if (u != NULL && digits[len - 1] != '\0') {
+      shift = 10 * (guint)(u - units + 1);
+      digits[len - 1] = '\0';
+    }
+  }
+  if (!cli_parse_count(what, digits, 1, G_MAXUINT64 >> shift, out, error))
+    return FALSE;
+  *out <<= shift;
+  return TRUE;
+}
+
+gboolean
+cli_resolve_layout_args(WsyncContext *ctx, const CliLayoutArgs *a, WsyncPlanOptions *o,
+                        GError **error)
+{
+  guint64 tp, ep, threads, rank = 0;
+  const char *rank_text = cli_pick(ctx, a->rank, "rank", NULL);
+  g_autofree char *cores = g_strdup_printf("%u", g_get_num_processors());
+
+  o->target = cli_pick(ctx, a->target, "target", NULL);
+  if (o->target == NULL) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
+                "no --target given (and no sync { target = ... } in conf.d)");
+    return FALSE;
+  }
+  o->format = cli_pick(ctx, a->format, "format", NULL);
+  o->format_explicit = a->format != NULL;
+  if (!cli_parse_count("--tp", cli_pick(ctx, a->tp, "tp", "1"), 1, 4096, &tp, error) ||
+      !cli_parse_count("--ep", cli_pick(ctx, a->ep, "ep", "1"), 1, 4096, &ep, error) ||
+      !cli_parse_count("--threads", cli_pick(ctx, a->threads, "threads", cores), 1, 1024,
+                       &threads, error) ||
+      !cli_parse_size("--part-size", cli_pick(ctx, a->part_size, "part-size", "5G"),
+                      &o->part_size, error))
+    return FALSE;
+  if (rank_text != NULL && !cli_parse_count("--rank", rank_text, 0, 4095, &rank, error))
+    return FALSE;
+  o->tp = (guint)tp;
+  o->ep = (guint)ep;
+  o->threads = (guint)threads;
+  o->rank = rank_text != NULL ? (gint)rank : -1;
+  return TRUE;
 }

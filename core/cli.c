@@ -77,6 +77,9 @@ cli_parse_checked(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries,
   }
   if (help) {
     print_help(cli, cmd, octx);
+    /* freed before exit(), which runs no cleanup: memcheck would count them lost */
+    g_clear_pointer(&octx, g_option_context_free);
+    g_clear_pointer(&globals, g_free);
     exit(WSYNC_EXIT_OK);
   }
   return TRUE;

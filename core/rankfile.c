@@ -239,14 +239,14 @@ op_bytes(const Op *op, WsyncDtype dtype)
 }
 
 static void
-piece_items(const WsyncPlan *plan, const RankFile *file, const RankPiece *piece, guint8 *dst,
+piece_items(const WsyncPlan *plan, const RankFile *file, const RankPiece *piece, guint64 at,
             GArray *items)
 {
   const WsyncLayoutTensor *lt = piece->tensor->lt;
 
   for (guint i = 0; i < lt->ops->len; i++) {
     const Op *op = &g_array_index(lt->ops, Op, i);
-    RankItem item = {.plan = plan, .dtype = lt->dtype, .dst = dst, .file = file->name,
+    RankItem item = {.plan = plan, .dtype = lt->dtype, .at = at, .file = file->name,
                      .tensor = lt->name};
     if (op->kind == OP_FILL) {
       if (!clip_fill(lt, op->fill, piece->from, piece->to, &item.fill))
@@ -279,37 +279,59 @@ piece_items(const WsyncPlan *plan, const RankFile *file, const RankPiece *piece,
 
 void
 rank_range_items(const WsyncPlan *plan, const RankFile *file, const RankRange *range,
-                 guint8 *dst, GArray *items)
+                 GArray *items)
 {
   for (guint i = 0; i < range->pieces->len; i++) {
     const RankPiece *piece = &g_array_index(range->pieces, RankPiece, i);
     const WsyncLayoutTensor *lt = piece->tensor->lt;
     guint64 row_bytes = lt->nbytes / tensor_rows(lt);
     guint64 at = piece->tensor->offset + piece->from * row_bytes - range->offset;
-    piece_items(plan, file, piece, dst + at, items);
+    piece_items(plan, file, piece, at, items);
   }
 }
+
+typedef struct {
+  const RankItem *item;
+  guint8 *base;
+} Run;
 
 static void
 run_item(gpointer data)
 {
-  const RankItem *item = data;
+  const Run *run = data;
+  const RankItem *item = run->item;
+  guint8 *dst = run->base + item->at;
 
   if (item->is_fill) {
-    copy_fill(item->dst, &item->fill, wsync_dtype_size(item->dtype), item->ndim, item->shape);
+    copy_fill(dst, &item->fill, wsync_dtype_size(item->dtype), item->ndim, item->shape);
     return;
   }
   const Source *source = item->op.source;
   copy_op(item->plan, &item->op, item->outer_from, item->outer_to,
-          source->kind == SOURCE_INPUT ? source->input->data : NULL, item->dst, item->dtype);
+          source->kind == SOURCE_INPUT ? source->input->data : NULL, dst, item->dtype);
 }
 
 gboolean
-rank_item_run(const RankItem *item, GError **error)
+rank_item_run_of_input(const RankItem *item, const guint8 **src, guint64 *at, guint64 *nbytes)
+{
+  guint64 src_offset, dst_offset;
+
+  if (item->is_fill || item->op.source->kind != SOURCE_INPUT ||
+      !copy_op_run(&item->op, item->outer_from, item->outer_to, item->dtype, &src_offset,
+                   &dst_offset, nbytes))
+    return FALSE;
+  *src = item->op.source->input->data + src_offset;
+  *at = item->at + dst_offset;
+  return TRUE;
+}
+
+gboolean
+rank_item_run(const RankItem *item, guint8 *base, GError **error)
 {
   const void *address = NULL;
+  Run run = {item, base};
 
-  if (wsync_run_guarded(run_item, (gpointer)item, &address))
+  if (wsync_run_guarded(run_item, &run, &address))
     return TRUE;
   /* as the executor says it (core/exec.c): the input's file when the address lies in it */
   const WsyncTensor *in = !item->is_fill && item->op.source->kind == SOURCE_INPUT

@@ -75,7 +75,7 @@ typedef struct {
   guint ndim;       /* a fill: the shape of the rows written */
   guint64 shape[WSYNC_MAX_DIMS];
   WsyncDtype dtype; /* the output tensor's */
-  guint8 *dst;      /* the first byte of the tensor's first row in the range */
+  guint64 at;       /* where the tensor's first row in the range is, from the range's start */
   guint64 bytes;    /* output bytes the item writes */
   const char *file; /* the rank file and tensor, for messages */
   const char *tensor;
@@ -84,14 +84,22 @@ typedef struct {
 #define RANK_ITEM_BYTES (8u << 20)
 
 /* Appends to @items (a GArray of RankItem) the work that writes every byte of @range of
- * @file into memory whose first byte is @dst (a bucket, or the file's map at the range's
- * offset).  The items write disjoint bytes: any threads may run them at once. */
+ * @file, wherever the range's bytes are put (rank_item_run()).  The items write disjoint
+ * bytes: any threads may run them at once. */
 void rank_range_items(const WsyncPlan *plan, const RankFile *file, const RankRange *range,
-                      guint8 *dst, GArray *items);
+                      GArray *items);
 
-/* Runs @item behind the SIGBUS guard of wsync_run_guarded(): a mapped input file that
- * shrank while it was read (or a mapped output file) is an I/O error naming the file and
- * tensor, not a crash.  Returns FALSE with @error set then. */
-gboolean rank_item_run(const RankItem *item, GError **error);
+/* Runs @item into the range whose first byte is at @base (a bucket, or the file's map at
+ * the range's offset), behind the SIGBUS guard of wsync_run_guarded(): a mapped input
+ * file that shrank while it was read (or a mapped output file) is an I/O error naming
+ * the file and tensor, not a crash.  Returns FALSE with @error set then. */
+gboolean rank_item_run(const RankItem *item, guint8 *base, GError **error);
+
+/* When @item copies one contiguous run of input bytes, unchanged, to one contiguous run
+ * of the range (no cast, no transpose, no fill): TRUE, with the input bytes at *@src and
+ * where they go in the range (*@at, *@nbytes).  Those bytes can be sent from the input's
+ * map as they are. */
+gboolean rank_item_run_of_input(const RankItem *item, const guint8 **src, guint64 *at,
+                                guint64 *nbytes);
 
 #endif /* WSYNC_RANKFILE_H */

@@ -101,7 +101,7 @@ assert_ranges_cover(const RankFile *file, GPtrArray *ranges, guint64 max_bytes)
 static void
 assert_ranges_make_files(WsyncPlan *plan, const char *dst, guint64 max_bytes)
 {
-  guint n_files = 0;
+  guint n_files = 0, n_runs = 0;
 
   for (guint l = 0; l < plan->outputs->len; l++) {
     g_autoptr(GPtrArray) files = rank_files_new(plan, plan->outputs->pdata[l]);
@@ -128,12 +128,21 @@ assert_ranges_make_files(WsyncPlan *plan, const char *dst, guint64 max_bytes)
         /* a bucket of its own, as the sender fills one */
         g_autofree guint8 *bucket = g_malloc(range->nbytes);
         memset(bucket, 0x5a, range->nbytes);
-        rank_range_items(plan, file, range, bucket, items);
+        rank_range_items(plan, file, range, items);
         for (guint i = 0; i < items->len; i++) {
           const RankItem *item = &g_array_index(items, RankItem, i);
-          g_assert_true(rank_item_run(item, &error));
+          const guint8 *run = NULL;
+          guint64 at = 0, run_bytes = 0;
+          g_assert_true(rank_item_run(item, bucket, &error));
           g_assert_no_error(error);
           written += item->bytes;
+          /* a run of the input, as the sender would send it from the input's map */
+          if (rank_item_run_of_input(item, &run, &at, &run_bytes)) {
+            g_assert_cmpuint(run_bytes, ==, item->bytes);
+            g_assert_cmpuint(at + run_bytes, <=, range->nbytes);
+            g_assert_cmpmem(bucket + at, run_bytes, run, run_bytes);
+            n_runs++;
+          }
         }
         g_assert_cmpuint(written, ==, range->nbytes); /* each byte once */
         memcpy(built + range->offset, bucket, range->nbytes);
@@ -149,6 +158,7 @@ assert_ranges_make_files(WsyncPlan *plan, const char *dst, guint64 max_bytes)
     }
   }
   g_assert_cmpuint(n_files, >, 0);
+  g_assert_cmpuint(n_runs, >, 0);
 }
 
 static void

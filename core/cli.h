@@ -120,6 +120,7 @@ int cmd_convert(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);
 int cmd_merge(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);
 int cmd_env(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);
 int cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);
+int cmd_sync(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);
 
 extern const WsyncCommand wsync_commands[];
 

@@ -77,13 +77,12 @@ rank_files_new(WsyncPlan *plan, WsyncLayout *layout)
   return files;
 }
 
-guint8 *
-rank_file_map_new(int fd, const char *path, const guint8 *header, gsize header_len,
-                  guint64 size, GError **error)
+gboolean
+rank_file_begin(int fd, const char *path, const guint8 *header, gsize header_len, guint64 size,
+                GError **error)
 {
   const guint8 *p = header;
   gsize left = header_len;
-  int rc;
 
   while (left > 0) {
     ssize_t k = pwrite(fd, p, left, (off_t)(header_len - left));
@@ -91,15 +90,26 @@ rank_file_map_new(int fd, const char *path, const guint8 *header, gsize header_l
       continue;
     if (k <= 0) {
       wsync_set_io_error(error, k < 0 ? errno : ENOSPC, path, "write");
-      return NULL;
+      return FALSE;
     }
     p += k;
     left -= (gsize)k;
   }
   if (size > (guint64)G_MAXINT64 || ftruncate(fd, (off_t)size) != 0) {
     wsync_set_io_error(error, size > (guint64)G_MAXINT64 ? EFBIG : errno, path, "resize");
-    return NULL;
+    return FALSE;
   }
+  return TRUE;
+}
+
+guint8 *
+rank_file_map_new(int fd, const char *path, const guint8 *header, gsize header_len,
+                  guint64 size, GError **error)
+{
+  int rc;
+
+  if (!rank_file_begin(fd, path, header, header_len, size, error))
+    return NULL;
   /* reserve the blocks: writing through a map into a sparse file on a full disk would
    * kill the process with SIGBUS instead of failing here */
   rc = posix_fallocate(fd, 0, (off_t)size);

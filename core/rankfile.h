@@ -33,10 +33,15 @@ GPtrArray *rank_files_new(WsyncPlan *plan, WsyncLayout *layout);
 
 void rank_file_free(gpointer file);
 
-/* Writes @header into the new, empty file @fd (called @path in messages), sizes it to
- * @size (the header and the data: never 0), reserves its blocks (so that a full disk is
- * an error here, not a SIGBUS in a write through the map) and maps it shared,
- * read-write.  Returns the map, or NULL with @error set. */
+/* Writes @header into the new, empty file @fd (called @path in messages) and sizes it to
+ * @size (the header and the data), for the data to be written with pwrite(2) (which
+ * fails cleanly on a full disk).  FALSE with @error set when it cannot. */
+gboolean rank_file_begin(int fd, const char *path, const guint8 *header, gsize header_len,
+                         guint64 size, GError **error);
+
+/* rank_file_begin(), then reserves the file's blocks (so that a full disk is an error
+ * here, not a SIGBUS in a write through the map) and maps it shared, read-write; @size
+ * is never 0 (it holds the header).  Returns the map, or NULL with @error set. */
 guint8 *rank_file_map_new(int fd, const char *path, const guint8 *header, gsize header_len,
                           guint64 size, GError **error);
 

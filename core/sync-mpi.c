@@ -7,11 +7,15 @@
  * of its ranks' files and the companion files (config.json, tokenizer...) once per
  * output directory, then the data bytes of its files in buckets of at most --bucket-size
  * (default 256 MiB, at most 1 GiB: an MPI count is an int).  Each bucket is a range of
- * whole rows of one file (core/rankfile.c), which process 0 fills by running the plan's
- * copy ops limited to those rows into one of a small ring of buffers while the buckets
- * before it are in flight; its own ranks it writes straight into its files.  Receivers
- * know the list of their buckets from the manifest, so each receive lands directly in
- * the mapped output file, where the bucket belongs: no staging buffer, no second copy.
+ * whole rows of one file (core/rankfile.c).  Process 0 sends the parts of a bucket that
+ * the plan copies unchanged from an input (a slice of rows, an expert) straight from the
+ * input's map, and fills the rest (transposes, casts, strided slices, fills) into one of
+ * a small ring of buffers by running the plan's ops limited to those rows, while the
+ * buckets before it are in flight; its own ranks it writes itself.  Messages are at most
+ * MESSAGE_MAX bytes.  Receivers know the list of their messages from the manifest; each
+ * lands in one of a few receive buffers and is written into place with pwrite(2) while
+ * the next arrives: on a tmpfs that costs one copy and no page faults, where writing
+ * through a map of a new file costs a fault and a page cleared per 4 KiB.
  *
  * Processes on one host that name the same DST share it: the one with the lowest number
  * (the group's leader) checks DST and makes the temporary sibling, the others write
@@ -54,10 +58,11 @@
 #define MAX_BUCKET_BYTES (1024 * MIB) /* Open MPI's counts are int; bugs live above 2 GiB */
 #define MIN_BUCKET_BYTES (G_GUINT64_CONSTANT(4) << 10)
 #define RING 2          /* process 0's bucket buffers */
-#define POSTED 16       /* receives a process keeps posted into its files */
+#define MESSAGE_MAX (16 * MIB) /* a message's bytes: a receiver's buffer */
+#define POSTED 4        /* receives (and their buffers) a receiver keeps posted */
 #define WAIT_US 100     /* the sleep between two tests of a request */
 #define BLOB_PIECE (1u << 30) /* the largest message of a manifest or broadcast */
-#define MESSAGE_MAX 1024
+#define ERROR_TEXT_MAX 1024 /* of a process's error, in an outcome */
 #define DST_KEY_MAX 4096
 #define TAG_MANIFEST 1
 #define TAG_DATA 2
@@ -77,7 +82,6 @@ typedef struct {
   guint64 size;
   char *path;
   int fd;
-  guint8 *map;
 } OutFile;
 
 /* One bucket of a process: a byte range of one of its files. */
@@ -121,7 +125,7 @@ typedef struct {
   guint64 written;  /* tensor data bytes written into this process's files */
   char host[64];
   char dst[512];
-  char message[MESSAGE_MAX];
+  char message[ERROR_TEXT_MAX];
 } Outcome;
 
 typedef struct {
@@ -387,9 +391,7 @@ parse_args(Sync *s, int *argc, char ***argv)
       {"bucket-size", 0, 0, G_OPTION_ARG_STRING, &s->bucket_arg,
        "Send at most SIZE bytes per message, 4K to 1G (default 256M)", "SIZE"},
       {"threads", 0, 0, G_OPTION_ARG_STRING, &s->layout.threads,
-       "Threads that fill buckets on process 0 (default: its host's cores divided by the "
-       "processes on it)",
-       "N"},
+       "Threads that fill buckets on process 0 (default: the number of cores)", "N"},
       {"part-size", 0, 0, G_OPTION_ARG_STRING, &s->layout.part_size,
        "Start a new file before a tensor that would pass SIZE (default 5G)", "SIZE"},
       {"force", 0, 0, G_OPTION_ARG_NONE, &s->force,
@@ -545,9 +547,20 @@ compare_runs(gconstpointer a, gconstpointer b)
   return x->at < y->at ? -1 : x->at > y->at;
 }
 
-/* The messages of one range of a receiver: the runs of inputs it copies unchanged (next
- * ones that continue each other on both sides merged), and the bytes between them from
- * the bucket buffer. */
+/* Adds the messages of @nbytes bytes at @offset of a file, from the input's bytes @run or
+ * (NULL) the bucket buffer: as many as MESSAGE_MAX takes. */
+static void
+add_parts(GArray *parts, guint file, guint64 offset, guint64 nbytes, const guint8 *run)
+{
+  for (guint64 at = 0; at < nbytes; at += MESSAGE_MAX) {
+    Part part = {file, offset + at, MIN(nbytes - at, MESSAGE_MAX), run ? run + at : NULL};
+    g_array_append_val(parts, part);
+  }
+}
+
+/* The messages of one range: the runs of inputs it copies unchanged (next ones that
+ * continue each other on both sides merged), and the bytes between them from the bucket
+ * buffer. */
 static void
 plan_messages(Sync *s, Shipment *sh, guint file_index, ShipRange *sr)
 {
@@ -568,8 +581,7 @@ plan_messages(Sync *s, Shipment *sh, guint file_index, ShipRange *sr)
     const Run *run = i < runs->len ? &g_array_index(runs, Run, i) : NULL;
     guint64 until = run != NULL ? run->at : sr->range->nbytes;
     if (until > at) { /* bytes of the bucket buffer before the run */
-      Part part = {file_index, sr->range->offset + at, until - at, NULL};
-      g_array_append_val(sh->parts, part);
+      add_parts(sh->parts, file_index, sr->range->offset + at, until - at, NULL);
       sr->staged = TRUE;
     }
     if (run == NULL)
@@ -578,19 +590,18 @@ plan_messages(Sync *s, Shipment *sh, guint file_index, ShipRange *sr)
                      ? &g_array_index(sh->parts, Part, sh->parts->len - 1)
                      : NULL;
     if (last != NULL && last->run != NULL && last->run + last->nbytes == run->src &&
-        last->offset + last->nbytes == sr->range->offset + run->at)
+        last->offset + last->nbytes == sr->range->offset + run->at &&
+        last->nbytes + run->nbytes <= MESSAGE_MAX)
       last->nbytes += run->nbytes;
-    else {
-      Part part = {file_index, sr->range->offset + run->at, run->nbytes, run->src};
-      g_array_append_val(sh->parts, part);
-    }
+    else
+      add_parts(sh->parts, file_index, sr->range->offset + run->at, run->nbytes, run->src);
     at = run->at + run->nbytes;
   }
   sr->n_parts = sh->parts->len - sr->first_part;
 }
 
 /* What every process gets: its ranks' files, in rank order, cut into buckets, and the
- * messages of each bucket (process 0's own: one per bucket, never sent). */
+ * messages of each bucket (process 0 writes its own ranks' messages). */
 static gboolean
 make_shipments(Sync *s, GError **error)
 {
@@ -608,7 +619,10 @@ make_shipments(Sync *s, GError **error)
     g_ptr_array_add(s->rank_files, files);
     for (guint f = 0; f < files->len; f++) {
       guint index = sh->files->len;
-      GPtrArray *cut = rank_file_cut(files->pdata[f], s->bucket_bytes);
+      /* process 0 writes its own ranks from one buffer of a message's size */
+      guint64 cut_bytes =
+          s->owner[r] == 0 ? MIN(s->bucket_bytes, MESSAGE_MAX) : s->bucket_bytes;
+      GPtrArray *cut = rank_file_cut(files->pdata[f], cut_bytes);
       g_ptr_array_add(sh->files, files->pdata[f]);
       g_ptr_array_add(sh->cuts, cut);
       for (guint i = 0; i < cut->len; i++) {
@@ -621,14 +635,7 @@ make_shipments(Sync *s, GError **error)
                       piece->tensor->lt->name, r, sr.range->nbytes);
           return FALSE;
         }
-        if (s->owner[r] != 0)
-          plan_messages(s, sh, index, &sr);
-        else {
-          Part part = {index, sr.range->offset, sr.range->nbytes, NULL};
-          sr.first_part = sh->parts->len;
-          sr.n_parts = 1;
-          g_array_append_val(sh->parts, part);
-        }
+        plan_messages(s, sh, index, &sr);
         g_array_append_val(sh->ranges, sr);
       }
     }
@@ -712,12 +719,7 @@ plan_job(Sync *s)
     return;
   }
   o.rank = -1; /* every rank: a `rank` in conf.d's sync section is convert's */
-  /* the processes of a host share its cores */
-  if (s->layout.threads == NULL && wsync_context_get_sync_option(ctx, "threads") == NULL) {
-    int local = 1;
-    MPI_Comm_size(s->host, &local);
-    o.threads = MAX(g_get_num_processors() / (guint)local, 1);
-  }
+  /* a thread per core, as convert: the other processes of the host mostly wait */
   s->threads = o.threads;
   s->plan = wsync_plan_new(ctx, s->src_arg, &o, &error);
   if (s->plan == NULL || !map_ranks(s, &error) || !make_shipments(s, &error) ||
@@ -865,8 +867,6 @@ outfile_free(gpointer data)
 {
   OutFile *f = data;
 
-  if (f->map != NULL)
-    munmap(f->map, f->size);
   if (f->fd >= 0)
     close(f->fd);
   g_free(f->name);
@@ -952,8 +952,8 @@ share_manifests(Sync *s)
 
 /* ------------------------------------------------------------------ files */
 
-/* Creates this process's files in the group's temporary directory, each with its
- * header, sized, its blocks reserved and mapped.  FALSE (with the error recorded) when
+/* Creates this process's files in the group's temporary directory, each with its header
+ * and sized; the data is written with pwrite(2).  FALSE (with the error recorded) when
  * one cannot be made: the process then receives its buckets and drops them. */
 static gboolean
 create_files(Sync *s)
@@ -967,17 +967,70 @@ create_files(Sync *s)
     gsize header_len;
     const guint8 *header = g_bytes_get_data(f->header, &header_len);
     f->path = g_build_filename(s->tmp, f->name, NULL);
-    f->fd = open(f->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    f->fd = open(f->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (f->fd < 0) {
       wsync_set_io_error(&error, errno, f->path, "create");
       fail(s, error);
       return FALSE;
     }
-    f->map = rank_file_map_new(f->fd, f->path, header, header_len, f->size, &error);
-    if (f->map == NULL) {
+    if (!rank_file_begin(f->fd, f->path, header, header_len, f->size, &error)) {
       fail(s, error);
       return FALSE;
     }
+  }
+  return TRUE;
+}
+
+/* pwrite(2) of all @len bytes at @offset. */
+static gboolean
+pwrite_all(int fd, const char *path, const guint8 *data, gsize len, guint64 offset,
+           GError **error)
+{
+  while (len > 0) {
+    ssize_t k = pwrite(fd, data, len, (off_t)offset);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k <= 0) {
+      wsync_set_io_error(error, k < 0 ? errno : ENOSPC, path, "write");
+      return FALSE;
+    }
+    data += k;
+    len -= (gsize)k;
+    offset += (guint64)k;
+  }
+  return TRUE;
+}
+
+/* Writes @len bytes into the new file @path, synced. */
+static gboolean
+write_new_file(const char *path, const guint8 *bytes, gsize len, GError **error)
+{
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  gsize done = 0;
+
+  if (fd < 0) {
+    wsync_set_io_error(error, errno, path, "create");
+    return FALSE;
+  }
+  while (done < len) {
+    ssize_t k = write(fd, bytes + done, len - done);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k <= 0) {
+      wsync_set_io_error(error, k < 0 ? errno : ENOSPC, path, "write");
+      close(fd);
+      return FALSE;
+    }
+    done += (gsize)k;
+  }
+  if (fsync(fd) != 0) {
+    wsync_set_io_error(error, errno, path, "sync");
+    close(fd);
+    return FALSE;
+  }
+  if (close(fd) != 0) {
+    wsync_set_io_error(error, errno, path, "close");
+    return FALSE;
   }
   return TRUE;
 }
@@ -988,34 +1041,21 @@ write_companions(Sync *s)
 {
   GError *error = NULL;
 
-  for (guint i = 0; s->files_ok && i < s->companions->len; i++) {
+  for (guint i = 0; s->tmp != NULL && s->error == NULL && i < s->companions->len; i++) {
     const char *name;
     g_autoptr(GVariant) data = NULL;
+    gsize len = 0;
     g_variant_get(s->companions->pdata[i], "(&s@ay)", &name, &data);
     g_autofree char *path = g_build_filename(s->tmp, name, NULL);
-    gsize len = 0;
     const guint8 *bytes = g_variant_get_fixed_array(data, &len, 1);
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    gsize done = 0;
-    while (fd >= 0 && done < len) {
-      ssize_t k = write(fd, bytes + done, len - done);
-      if (k < 0 && errno == EINTR)
-        continue;
-      if (k <= 0)
-        break;
-      done += (gsize)k;
-    }
-    if (fd < 0 || done < len || fsync(fd) != 0) {
-      wsync_set_io_error(&error, errno ? errno : ENOSPC, path, fd < 0 ? "create" : "write");
+    if (!write_new_file(path, bytes, len, &error)) {
       fail(s, error);
-      s->files_ok = FALSE;
+      s->files_ok = FALSE; /* a receiver then drops its buckets */
     }
-    if (fd >= 0)
-      close(fd);
   }
 }
 
-/* Unmaps, syncs and closes this process's files. */
+/* Syncs and closes this process's files. */
 static void
 close_files(Sync *s)
 {
@@ -1023,9 +1063,6 @@ close_files(Sync *s)
 
   for (guint i = 0; i < s->files->len; i++) {
     OutFile *f = s->files->pdata[i];
-    if (f->map != NULL && munmap(f->map, f->size) != 0 && error == NULL)
-      wsync_set_io_error(&error, errno, f->path, "unmap");
-    f->map = NULL;
     if (f->fd >= 0 && s->files_ok && error == NULL && fsync(f->fd) != 0)
       wsync_set_io_error(&error, errno, f->path, "sync");
     if (f->fd >= 0 && close(f->fd) != 0 && s->files_ok && error == NULL)
@@ -1182,6 +1219,38 @@ send_range(Sync *s, int p, const ShipRange *sr, Slot *slot, Slot *ring)
   slot->busy = TRUE;
 }
 
+/* Writes bucket @sr of process 0's own files: the parts that are not runs of an input
+ * filled into *@buffer (of *@size bytes, grown to the bucket's: a message's size, or a
+ * single row when one is larger), then every part written in place. */
+static gboolean
+write_own_range(Sync *s, const ShipRange *sr, guint8 **buffer, gsize *size, Slot *ring)
+{
+  const Shipment *sh = &s->shipments[0];
+  GError *error = NULL;
+
+  if (sr->staged) {
+    if (*size < sr->range->nbytes) {
+      g_free(*buffer);
+      *size = sr->range->nbytes;
+      *buffer = g_malloc(*size);
+    }
+    if (!fill_range(s, sr->file, sr->range, *buffer, TRUE, ring))
+      return FALSE;
+  }
+  for (guint i = 0; i < sr->n_parts; i++) {
+    const Part *part = &g_array_index(sh->parts, Part, sr->first_part + i);
+    const OutFile *out = s->files->pdata[part->file];
+    const guint8 *from = part->run != NULL ? part->run
+                                           : *buffer + (part->offset - sr->range->offset);
+    /* a run is read from the input's map here: a file that shrank is an I/O error */
+    if (!pwrite_all(out->fd, out->path, from, part->nbytes, part->offset, &error)) {
+      fail(s, error);
+      return FALSE;
+    }
+  }
+  return !stopped(s);
+}
+
 /* Process 0's data phase.  Remote buckets go round the processes (bucket k of each,
  * then bucket k + 1), each sent from the inputs' maps and a free ring buffer, filled
  * while the buckets before it are in flight; while every buffer is in flight, process 0
@@ -1195,6 +1264,8 @@ ship(Sync *s, gboolean abort_all)
   guint max_ranges = 0, round = 0, local = 0;
   int next_p = 1;
   gboolean local_ok = s->files_ok;
+  g_autofree guint8 *own_buffer = NULL;
+  gsize own_size = 0;
 
   if (abort_all && s->error == NULL) {
     fail_with(s, WSYNC_ERROR_IO, "a process could not prepare its DST (it says why)");
@@ -1226,10 +1297,8 @@ ship(Sync *s, gboolean abort_all)
                  slot, ring);
       next_p++;
     } else if (own) {
-      const ShipRange *sr = &g_array_index(s->shipments[0].ranges, ShipRange, local);
-      const Bucket *b = &g_array_index(s->buckets, Bucket, local);
-      OutFile *out = s->files->pdata[b->file];
-      local_ok = fill_range(s, sr->file, sr->range, out->map + b->offset, FALSE, ring);
+      local_ok = write_own_range(s, &g_array_index(s->shipments[0].ranges, ShipRange, local),
+                                 &own_buffer, &own_size, ring);
       local++;
     } else
       g_usleep(WAIT_US);
@@ -1246,45 +1315,53 @@ ship(Sync *s, gboolean abort_all)
 
 /* ------------------------------------------------------------------ receiving */
 
-/* A receiver's data phase: its buckets arrive in manifest order, each received straight
- * into its file's map (POSTED receives at a time), or, when its files could not be made,
- * into one scratch buffer and dropped.  An empty bucket means process 0 stopped. */
+/* A receiver's data phase: its messages arrive in manifest order, each into one of
+ * POSTED buffers, and are written into place while the next ones arrive; once its files
+ * cannot take them (they could not be made, or a write failed) they are dropped.  An
+ * empty message means process 0 stopped. */
 static void
 receive(Sync *s)
 {
   guint n = s->buckets->len, posted = 0, done = 0;
-  guint depth = s->files_ok ? POSTED : 1;
   MPI_Request reqs[POSTED];
-  guint64 scratch_size = 0;
-  g_autofree guint8 *scratch = NULL;
-  gboolean short_bucket = FALSE;
+  guint8 *buffers[POSTED] = {NULL};
+  gsize size = 1;
+  gboolean short_message = FALSE;
 
-  for (guint i = 0; !s->files_ok && i < n; i++)
-    scratch_size = MAX(scratch_size, g_array_index(s->buckets, Bucket, i).nbytes);
-  if (!s->files_ok)
-    scratch = g_malloc(MAX(scratch_size, 1));
+  for (guint i = 0; i < n; i++)
+    size = MAX(size, g_array_index(s->buckets, Bucket, i).nbytes);
   while (done < n) {
-    while (posted < n && posted - done < depth) {
+    for (; posted < n && posted - done < POSTED; posted++) {
       const Bucket *b = &g_array_index(s->buckets, Bucket, posted);
-      guint8 *into = s->files_ok ? ((OutFile *)s->files->pdata[b->file])->map + b->offset
-                                 : scratch;
-      MPI_Irecv(into, (int)b->nbytes, MPI_BYTE, 0, TAG_DATA, MPI_COMM_WORLD,
+      guint8 **into = &buffers[posted % POSTED];
+      if (*into == NULL)
+        *into = g_malloc(size);
+      MPI_Irecv(*into, (int)b->nbytes, MPI_BYTE, 0, TAG_DATA, MPI_COMM_WORLD,
                 &reqs[posted % POSTED]);
-      posted++;
     }
+    const Bucket *b = &g_array_index(s->buckets, Bucket, done);
+    const OutFile *f = s->files->pdata[b->file];
     MPI_Status status;
     int count = 0;
+    GError *error = NULL;
     wait_request(&reqs[done % POSTED], &status);
     MPI_Get_count(&status, MPI_BYTE, &count);
     s->received += (guint64)count;
-    if ((guint64)count != g_array_index(s->buckets, Bucket, done).nbytes)
-      short_bucket = TRUE;
+    if ((guint64)count != b->nbytes)
+      short_message = TRUE;
+    else if (s->files_ok &&
+             !pwrite_all(f->fd, f->path, buffers[done % POSTED], b->nbytes, b->offset, &error)) {
+      fail(s, error);
+      s->files_ok = FALSE;
+    }
     done++;
   }
+  for (guint i = 0; i < POSTED; i++)
+    g_free(buffers[i]);
   stopped(s);
-  /* process 0 sends empty buckets after a failure that it, or the process that could not
-   * prepare its DST, reports: here it is a consequence */
-  if (short_bucket && s->error == NULL) {
+  /* process 0 sends empty messages after a failure that it, or the process that could
+   * not prepare its DST, reports: here it is a consequence */
+  if (short_message && s->error == NULL) {
     fail_with(s, WSYNC_ERROR_IO, "process 0 stopped sending before the last bucket");
     s->follows = TRUE;
   }

@@ -84,12 +84,12 @@ typedef struct {
   int fd;
 } OutFile;
 
-/* One bucket of a process: a byte range of one of its files. */
+/* One message to a process: a byte range of one of its files. */
 typedef struct {
   guint file;
   guint64 offset;
   guint64 nbytes;
-} Bucket;
+} Message;
 
 /* Process 0: one range of a file of a process (a bucket), and its messages. */
 typedef struct {
@@ -161,9 +161,9 @@ typedef struct {
   guint world;
   guint *owner; /* per rank, the process that writes it */
   guint n_mine;
-  /* this process's files and buckets */
+  /* this process's files and messages */
   GPtrArray *files; /* OutFile* */
-  GArray *buckets;  /* Bucket */
+  GArray *messages; /* Message, in the order they come */
   GPtrArray *companions; /* GVariant "(say)" */
   gboolean files_ok;
   guint64 received, written;
@@ -171,6 +171,7 @@ typedef struct {
   WsyncPlan *plan;
   guint64 bucket_bytes;
   guint threads;
+  gboolean funneled; /* the MPI library lets other threads run beside the MPI calls */
   GPtrArray *rank_files; /* per rank: GPtrArray of RankFile* */
   Shipment *shipments;   /* per process */
   GVariant *companions_v; /* "a(say)" */
@@ -389,7 +390,9 @@ parse_args(Sync *s, int *argc, char ***argv)
        "comma list of ranks and ranges, e.g. 0-1/2,3 (default: contiguous blocks)",
        "MAP"},
       {"bucket-size", 0, 0, G_OPTION_ARG_STRING, &s->bucket_arg,
-       "Send at most SIZE bytes per message, 4K to 1G (default 256M)", "SIZE"},
+       "Process 0 fills and sends the data in buckets of at most SIZE, 4K to 1G (default "
+       "256M), in messages of at most 16M",
+       "SIZE"},
       {"threads", 0, 0, G_OPTION_ARG_STRING, &s->layout.threads,
        "Threads that fill buckets on process 0 (default: the number of cores)", "N"},
       {"part-size", 0, 0, G_OPTION_ARG_STRING, &s->layout.part_size,
@@ -720,7 +723,7 @@ plan_job(Sync *s)
   }
   o.rank = -1; /* every rank: a `rank` in conf.d's sync section is convert's */
   /* a thread per core, as convert: the other processes of the host mostly wait */
-  s->threads = o.threads;
+  s->threads = s->funneled ? o.threads : 1;
   s->plan = wsync_plan_new(ctx, s->src_arg, &o, &error);
   if (s->plan == NULL || !map_ranks(s, &error) || !make_shipments(s, &error) ||
       !make_companions(s, &error)) {
@@ -831,14 +834,14 @@ make_temp_dir(Sync *s)
 
 /* ------------------------------------------------------------------ manifests */
 
-/* Process 0: the manifest of process @p: its files (name, header, size), its buckets
+/* Process 0: the manifest of process @p: its files (name, header, size), its messages
  * (file, offset, bytes) in the order they are sent, and the companion files when it
  * leads an output directory. */
 static GBytes *
 manifest_of(Sync *s, int p, gboolean leads)
 {
   const Shipment *sh = &s->shipments[p];
-  GVariantBuilder files, buckets;
+  GVariantBuilder files, messages;
 
   g_variant_builder_init(&files, G_VARIANT_TYPE("a(sayt)"));
   for (guint f = 0; f < sh->files->len; f++) {
@@ -848,12 +851,12 @@ manifest_of(Sync *s, int p, gboolean leads)
                                                     file->header_len, 1),
                           file->size);
   }
-  g_variant_builder_init(&buckets, G_VARIANT_TYPE("a(utt)"));
+  g_variant_builder_init(&messages, G_VARIANT_TYPE("a(utt)"));
   for (guint i = 0; i < sh->parts->len; i++) {
     const Part *part = &g_array_index(sh->parts, Part, i);
-    g_variant_builder_add(&buckets, "(utt)", part->file, part->offset, part->nbytes);
+    g_variant_builder_add(&messages, "(utt)", part->file, part->offset, part->nbytes);
   }
-  GVariant *v = g_variant_new("(a(sayt)a(utt)@a(say))", &files, &buckets,
+  GVariant *v = g_variant_new("(a(sayt)a(utt)@a(say))", &files, &messages,
                               leads ? s->companions_v
                                     : g_variant_new_array(G_VARIANT_TYPE("(say)"), NULL, 0));
   g_variant_ref_sink(v);
@@ -882,16 +885,16 @@ plain_name(const char *name)
   return name[0] != '\0' && name[0] != '.' && strchr(name, '/') == NULL;
 }
 
-/* Reads this process's manifest (checking that every bucket lies inside its file). */
+/* Reads this process's manifest (checking that every message lies inside its file). */
 static void
 take_manifest(Sync *s, GBytes *bytes)
 {
   g_autoptr(GVariant) v = variant_of("(a(sayt)a(utt)a(say))", bytes);
   g_autoptr(GVariant) files = g_variant_get_child_value(v, 0);
-  g_autoptr(GVariant) buckets = g_variant_get_child_value(v, 1);
+  g_autoptr(GVariant) messages = g_variant_get_child_value(v, 1);
 
   s->files = g_ptr_array_new_with_free_func(outfile_free);
-  s->buckets = g_array_new(FALSE, FALSE, sizeof(Bucket));
+  s->messages = g_array_new(FALSE, FALSE, sizeof(Message));
   for (gsize i = 0; i < g_variant_n_children(files); i++) {
     OutFile *f = g_new0(OutFile, 1);
     g_autoptr(GVariant) header = NULL;
@@ -899,16 +902,16 @@ take_manifest(Sync *s, GBytes *bytes)
     f->header = g_variant_get_data_as_bytes(header);
     f->fd = -1;
     g_ptr_array_add(s->files, f);
-    g_assert(plain_name(f->name) && g_bytes_get_size(f->header) < f->size);
+    g_assert(plain_name(f->name) && g_bytes_get_size(f->header) <= f->size);
   }
-  for (gsize i = 0; i < g_variant_n_children(buckets); i++) {
-    Bucket b;
-    g_variant_get_child(buckets, i, "(utt)", &b.file, &b.offset, &b.nbytes);
-    g_assert(b.file < s->files->len && b.nbytes <= MAX_BUCKET_BYTES);
-    const OutFile *f = s->files->pdata[b.file];
-    g_assert(b.offset >= g_bytes_get_size(f->header) && b.offset <= f->size &&
-             b.nbytes <= f->size - b.offset);
-    g_array_append_val(s->buckets, b);
+  for (gsize i = 0; i < g_variant_n_children(messages); i++) {
+    Message m;
+    g_variant_get_child(messages, i, "(utt)", &m.file, &m.offset, &m.nbytes);
+    g_assert(m.file < s->files->len && m.nbytes <= MESSAGE_MAX);
+    const OutFile *f = s->files->pdata[m.file];
+    g_assert(m.offset >= g_bytes_get_size(f->header) && m.offset <= f->size &&
+             m.nbytes <= f->size - m.offset);
+    g_array_append_val(s->messages, m);
   }
   s->companions = g_ptr_array_new_with_free_func((GDestroyNotify)g_variant_unref);
   g_autoptr(GVariant) companions = g_variant_get_child_value(v, 2);
@@ -916,7 +919,7 @@ take_manifest(Sync *s, GBytes *bytes)
     GVariant *c = g_variant_get_child_value(companions, i);
     const char *name;
     g_variant_get_child(c, 0, "&s", &name);
-    g_assert(plain_name(name) || strcmp(name, WSYNC_INDEX_NAME) == 0);
+    g_assert(plain_name(name));
     g_ptr_array_add(s->companions, c);
   }
 }
@@ -945,7 +948,7 @@ share_manifests(Sync *s)
     take_manifest(s, mine);
   } else {
     s->files = g_ptr_array_new_with_free_func(outfile_free);
-    s->buckets = g_array_new(FALSE, FALSE, sizeof(Bucket));
+    s->messages = g_array_new(FALSE, FALSE, sizeof(Message));
     s->companions = g_ptr_array_new_with_free_func((GDestroyNotify)g_variant_unref);
   }
 }
@@ -954,7 +957,7 @@ share_manifests(Sync *s)
 
 /* Creates this process's files in the group's temporary directory, each with its header
  * and sized; the data is written with pwrite(2).  FALSE (with the error recorded) when
- * one cannot be made: the process then receives its buckets and drops them. */
+ * one cannot be made: the process then receives its messages and drops them. */
 static gboolean
 create_files(Sync *s)
 {
@@ -1050,7 +1053,7 @@ write_companions(Sync *s)
     const guint8 *bytes = g_variant_get_fixed_array(data, &len, 1);
     if (!write_new_file(path, bytes, len, &error)) {
       fail(s, error);
-      s->files_ok = FALSE; /* a receiver then drops its buckets */
+      s->files_ok = FALSE; /* a receiver then drops its messages */
     }
   }
 }
@@ -1322,35 +1325,35 @@ ship(Sync *s, gboolean abort_all)
 static void
 receive(Sync *s)
 {
-  guint n = s->buckets->len, posted = 0, done = 0;
+  guint n = s->messages->len, posted = 0, done = 0;
   MPI_Request reqs[POSTED];
   guint8 *buffers[POSTED] = {NULL};
   gsize size = 1;
   gboolean short_message = FALSE;
 
   for (guint i = 0; i < n; i++)
-    size = MAX(size, g_array_index(s->buckets, Bucket, i).nbytes);
+    size = MAX(size, g_array_index(s->messages, Message, i).nbytes);
   while (done < n) {
     for (; posted < n && posted - done < POSTED; posted++) {
-      const Bucket *b = &g_array_index(s->buckets, Bucket, posted);
+      const Message *m = &g_array_index(s->messages, Message, posted);
       guint8 **into = &buffers[posted % POSTED];
       if (*into == NULL)
         *into = g_malloc(size);
-      MPI_Irecv(*into, (int)b->nbytes, MPI_BYTE, 0, TAG_DATA, MPI_COMM_WORLD,
+      MPI_Irecv(*into, (int)m->nbytes, MPI_BYTE, 0, TAG_DATA, MPI_COMM_WORLD,
                 &reqs[posted % POSTED]);
     }
-    const Bucket *b = &g_array_index(s->buckets, Bucket, done);
-    const OutFile *f = s->files->pdata[b->file];
+    const Message *m = &g_array_index(s->messages, Message, done);
+    const OutFile *f = s->files->pdata[m->file];
     MPI_Status status;
     int count = 0;
     GError *error = NULL;
     wait_request(&reqs[done % POSTED], &status);
     MPI_Get_count(&status, MPI_BYTE, &count);
     s->received += (guint64)count;
-    if ((guint64)count != b->nbytes)
+    if ((guint64)count != m->nbytes)
       short_message = TRUE;
     else if (s->files_ok &&
-             !pwrite_all(f->fd, f->path, buffers[done % POSTED], b->nbytes, b->offset, &error)) {
+             !pwrite_all(f->fd, f->path, buffers[done % POSTED], m->nbytes, m->offset, &error)) {
       fail(s, error);
       s->files_ok = FALSE;
     }
@@ -1501,8 +1504,8 @@ sync_clear(Sync *s)
 {
   if (s->files)
     g_ptr_array_unref(s->files);
-  if (s->buckets)
-    g_array_unref(s->buckets);
+  if (s->messages)
+    g_array_unref(s->messages);
   if (s->companions)
     g_ptr_array_unref(s->companions);
   if (s->shipments != NULL)
@@ -1582,7 +1585,9 @@ main(int argc, char **argv)
   setlocale(LC_ALL, "");
   argv[0] = "wsync sync";
   parse_args(&s, &argc, &argv);
+  /* helper threads fill buckets; only the main thread calls MPI */
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  s.funneled = provided >= MPI_THREAD_FUNNELED;
   MPI_Comm_rank(MPI_COMM_WORLD, &s.me);
   MPI_Comm_size(MPI_COMM_WORLD, &s.n);
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, s.me, MPI_INFO_NULL, &s.host);

@@ -1478,8 +1478,8 @@ print_summary(Sync *s)
              o->received);
   }
   g_autofree char *label = layout_label(s->plan);
-  printf("synced %u ranks of %s on %d processes: %" G_GUINT64_FORMAT " bytes sent\n", s->world,
-         label, s->n, sent);
+  printf("synced %u rank%s of %s on %d process%s: %" G_GUINT64_FORMAT " bytes sent\n",
+         s->world, s->world == 1 ? "" : "s", label, s->n, s->n == 1 ? "" : "es", sent);
 }
 
 /* Every process prints the same line on failure. */

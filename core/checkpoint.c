@@ -493,84 +493,6 @@ wsync_checkpoint_total_bytes(const WsyncCheckpoint *ck)
 
 /* ================================================================ writing the index */
 
-/* Python's json.dumps escaping with its default ensure_ascii=True: what Transformers
- * writes.  Everything outside printable ASCII becomes \uXXXX (lowercase, surrogate
- * pairs above U+FFFF). */
-static void
-append_python_json_string(GString *out, const char *s)
-{
-  g_string_append_c(out, '"');
-  for (const char *p = s; *p; p = g_utf8_next_char(p)) {
-    gunichar c = g_utf8_get_char(p);
-    switch (c) {
-    case '"':
-      g_string_append(out, "\\\"");
-      break;
-    case '\\':
-      g_string_append(out, "\\\\");
-      break;
-    case '\b':
-      g_string_append(out, "\\b");
-      break;
-    case '\f':
-      g_string_append(out, "\\f");
-      break;
-    case '\n':
-      g_string_append(out, "\\n");
-      break;
-    case '\r':
-      g_string_append(out, "\\r");
-      break;
-    case '\t':
-      g_string_append(out, "\\t");
-      break;
-    default:
-      if (c >= 0x20 && c < 0x7f) {
-        g_string_append_c(out, (char)c);
-      } else if (c <= 0xffff) {
-        g_string_append_printf(out, "\\u%04x", c);
-      } else {
-        c -= 0x10000;
-        g_string_append_printf(out, "\\u%04x\\u%04x", 0xd800 + (c >> 10), 0xdc00 + (c & 0x3ff));
-      }
-    }
-  }
-  g_string_append_c(out, '"');
-}
-
-/* Writes the whole buffer, flushes it to disk and closes. */
-static gboolean
-write_file(const char *path, const char *data, gsize len, GError **error)
-{
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    wsync_set_io_error(error, errno, path, "create");
-    return FALSE;
-  }
-  while (len > 0) {
-    ssize_t k = write(fd, data, len);
-    if (k < 0 && errno == EINTR)
-      continue;
-    if (k <= 0) {
-      wsync_set_io_error(error, k < 0 ? errno : ENOSPC, path, "write");
-      close(fd);
-      return FALSE;
-    }
-    data += k;
-    len -= (gsize)k;
-  }
-  if (fsync(fd) != 0) {
-    wsync_set_io_error(error, errno, path, "sync");
-    close(fd);
-    return FALSE;
-  }
-  if (close(fd) != 0) {
-    wsync_set_io_error(error, errno, path, "close");
-    return FALSE;
-  }
-  return TRUE;
-}
-
 gboolean
 wsync_index_write(const char *path, guint64 total_size, GHashTable *weight_map, GError **error)
 {
@@ -601,13 +523,14 @@ wsync_index_write(const char *path, guint64 total_size, GHashTable *weight_map, 
                          total_size);
   for (guint i = 0; i < n; i++) {
     g_string_append(out, i ? ",\n    " : "\n    ");
-    append_python_json_string(out, names[i]);
+    wsync_json_append_string(out, WSYNC_JSON_ASCII, names[i]);
     g_string_append(out, ": ");
-    append_python_json_string(out, g_hash_table_lookup(weight_map, names[i]));
+    wsync_json_append_string(out, WSYNC_JSON_ASCII,
+                             g_hash_table_lookup(weight_map, names[i]));
   }
   g_string_append(out, n ? "\n  }\n}\n" : "}\n}\n");
 
-  gboolean ok = write_file(path, out->str, out->len, error);
+  gboolean ok = wsync_file_write_synced(path, TRUE, out->str, out->len, error);
   g_string_free(out, TRUE);
   return ok;
 }

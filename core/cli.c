@@ -213,17 +213,6 @@ cli_write_file_atomically(const char *path, const char *contents, gsize len, GEr
   return TRUE;
 }
 
-char *
-cli_format_shape(guint ndim, const guint64 *shape)
-{
-  GString *s = g_string_new("[");
-
-  for (guint d = 0; d < ndim; d++)
-    g_string_append_printf(s, d ? ", %" G_GUINT64_FORMAT : "%" G_GUINT64_FORMAT, shape[d]);
-  g_string_append_c(s, ']');
-  return g_string_free(s, FALSE);
-}
-
 static volatile sig_atomic_t caught_signal;
 
 static void
@@ -269,17 +258,6 @@ cli_layout_args_clear(CliLayoutArgs *a)
   g_free(a->rank);
   g_free(a->threads);
   g_free(a->part_size);
-}
-
-const char *
-cli_pick(WsyncContext *ctx, const char *flag, const char *key, const char *fallback)
-{
-  const char *conf;
-
-  if (flag != NULL)
-    return flag;
-  conf = wsync_context_get_sync_option(ctx, key);
-  return conf != NULL ? conf : fallback;
 }
 
 gboolean

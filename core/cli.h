@@ -75,9 +75,6 @@ const volatile sig_atomic_t *cli_catch_signals(void);
  * that wsync ends as the signal's sender expects (status 128 + N in a shell). */
 void cli_end_by_caught_signal(void);
 
-/* Formats a shape as "[a, b, c]". */
-char *cli_format_shape(guint ndim, const guint64 *shape);
-
 /* The layout options of plan, convert and sync, as given; strings so that unset is
  * visible. */
 typedef struct {
@@ -91,10 +88,6 @@ typedef struct {
 } CliLayoutArgs;
 
 void cli_layout_args_clear(CliLayoutArgs *a);
-
-/* The command line wins over the conf.d `sync` section, which wins over @fallback. */
-const char *cli_pick(WsyncContext *ctx, const char *flag, const char *key,
-                     const char *fallback);
 
 /* @o from the options, conf.d's `sync` section and the defaults (tp 1, ep 1, a thread per
  * core, parts of 5G, every rank). */

@@ -218,10 +218,12 @@ cmd_merge(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   if (ctx == NULL)
     return cli_fail(error);
   g_autofree char *cores = g_strdup_printf("%u", g_get_num_processors());
-  if (!wsync_parse_size("--part-size", cli_pick(ctx, part_size, "part-size", "5G"), &o.part_size,
-                      &error) ||
-      !wsync_parse_count("--threads", cli_pick(ctx, threads, "threads", cores), 1, 1024, &n,
-                       &error))
+  if (!wsync_parse_size("--part-size",
+                        wsync_context_resolve_sync_option(ctx, part_size, "part-size", "5G"),
+                        &o.part_size, &error) ||
+      !wsync_parse_count("--threads",
+                         wsync_context_resolve_sync_option(ctx, threads, "threads", cores), 1,
+                         1024, &n, &error))
     return cli_fail(error);
   o.threads = (guint)n;
   g_autoptr(WsyncPlan) plan = wsync_plan_new_merge(ctx, argv[1], &o, &error);

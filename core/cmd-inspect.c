@@ -16,7 +16,7 @@ print_text(WsyncCheckpoint *ck)
 
   for (guint i = 0; i < n; i++) {
     const WsyncTensor *t = wsync_checkpoint_tensor(ck, i);
-    char *shape = cli_format_shape(t->ndim, t->shape);
+    char *shape = wsync_shape_format(t->ndim, t->shape);
     g_ptr_array_add(shapes, shape);
     g_ptr_array_add(names, wsync_printable(t->name)); /* one line per tensor, whatever its name */
     name_w = MAX(name_w, (int)strlen(names->pdata[i]));

@@ -189,14 +189,14 @@ print_text(WsyncCheckpoint *a, WsyncCheckpoint *b, const Verdict *v)
            wsync_dtype_name(d->b->dtype));
     return;
   case DIFF_SHAPE: {
-    g_autofree char *sa = cli_format_shape(d->a->ndim, d->a->shape);
-    g_autofree char *sb = cli_format_shape(d->b->ndim, d->b->shape);
+    g_autofree char *sa = wsync_shape_format(d->a->ndim, d->a->shape);
+    g_autofree char *sb = wsync_shape_format(d->b->ndim, d->b->shape);
     printf("differ: tensor \"%s\": shape %s in A, %s in B\n", name, sa, sb);
     return;
   }
   case DIFF_DATA:
     if (d->whole_bytes) {
-      g_autofree char *index = cli_format_shape(d->a->ndim, d->index);
+      g_autofree char *index = wsync_shape_format(d->a->ndim, d->index);
       g_autofree char *xa = element_hex(d->a->data, d->element, d->element_size);
       g_autofree char *xb = element_hex(d->b->data, d->element, d->element_size);
       printf("differ: tensor \"%s\": first difference at element %" G_GUINT64_FORMAT

@@ -30,9 +30,9 @@ wsync_context_new_default(const char *const *conf_dirs, const char *const *plugi
   return wsync_context_new(conf_dirs, (const char *const *)path, overrides, error);
 }
 
-/* The given value wins over the conf.d `sync` section, which wins over the default. */
-static const char *
-pick(WsyncContext *ctx, const char *given, const char *key, const char *fallback)
+const char *
+wsync_context_resolve_sync_option(WsyncContext *ctx, const char *given, const char *key,
+                                  const char *fallback)
 {
   const char *conf;
 
@@ -44,7 +44,7 @@ pick(WsyncContext *ctx, const char *given, const char *key, const char *fallback
 
 gboolean
 wsync_parse_count(const char *what, const char *text, guint64 min, guint64 max, guint64 *out,
-            GError **error)
+                  GError **error)
 {
   if (!g_ascii_string_to_unsigned(text, 10, min, max, out, NULL)) {
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
@@ -77,29 +77,39 @@ wsync_parse_size(const char *what, const char *text, guint64 *out, GError **erro
   return TRUE;
 }
 
+/* A layout option resolved (see wsync_context_resolve_sync_option()) and read as a
+ * number from @min to @max. */
+static gboolean
+resolve_count(WsyncContext *ctx, const char *given, const char *key, const char *fallback,
+              guint64 min, guint64 max, guint64 *out, GError **error)
+{
+  g_autofree char *what = g_strconcat("--", key, NULL);
+
+  return wsync_parse_count(what, wsync_context_resolve_sync_option(ctx, given, key, fallback),
+                           min, max, out, error);
+}
+
 gboolean
 wsync_plan_args_resolve(WsyncContext *ctx, const WsyncPlanArgs *args, WsyncPlanOptions *opts,
                         GError **error)
 {
   guint64 tp, ep, threads, rank = 0;
-  const char *rank_text = pick(ctx, args->rank, "rank", NULL);
+  const char *rank_text = wsync_context_resolve_sync_option(ctx, args->rank, "rank", NULL);
+  const char *part_size =
+      wsync_context_resolve_sync_option(ctx, args->part_size, "part-size", "5G");
   g_autofree char *cores = g_strdup_printf("%u", g_get_num_processors());
 
   memset(opts, 0, sizeof *opts);
-  opts->target = pick(ctx, args->target, "target", NULL);
-  if (opts->target == NULL) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
-                "no --target given (and no sync { target = ... } in conf.d)");
-    return FALSE;
-  }
-  opts->format = pick(ctx, args->format, "format", NULL);
+  opts->target = wsync_context_resolve_sync_option(ctx, args->target, "target", NULL);
+  if (opts->target == NULL)
+    return wsync_fail(error, WSYNC_ERROR_USAGE,
+                      "no --target given (and no sync { target = ... } in conf.d)");
+  opts->format = wsync_context_resolve_sync_option(ctx, args->format, "format", NULL);
   opts->format_explicit = args->format != NULL;
-  if (!wsync_parse_count("--tp", pick(ctx, args->tp, "tp", "1"), 1, 4096, &tp, error) ||
-      !wsync_parse_count("--ep", pick(ctx, args->ep, "ep", "1"), 1, 4096, &ep, error) ||
-      !wsync_parse_count("--threads", pick(ctx, args->threads, "threads", cores), 1, 1024, &threads,
-                   error) ||
-      !wsync_parse_size("--part-size", pick(ctx, args->part_size, "part-size", "5G"),
-                        &opts->part_size, error))
+  if (!resolve_count(ctx, args->tp, "tp", "1", 1, 4096, &tp, error) ||
+      !resolve_count(ctx, args->ep, "ep", "1", 1, 4096, &ep, error) ||
+      !resolve_count(ctx, args->threads, "threads", cores, 1, 1024, &threads, error) ||
+      !wsync_parse_size("--part-size", part_size, &opts->part_size, error))
     return FALSE;
   if (rank_text != NULL && !wsync_parse_count("--rank", rank_text, 0, 4095, &rank, error))
     return FALSE;

@@ -30,21 +30,6 @@ dst_clear(Dst *d)
   g_free(d->base);
 }
 
-static gboolean
-usage_refusal(GError **error, const char *path, const char *fmt, ...) G_GNUC_PRINTF(3, 4);
-
-static gboolean
-usage_refusal(GError **error, const char *path, const char *fmt, ...)
-{
-  va_list ap;
-  va_start(ap, fmt);
-  g_autofree char *msg = g_strdup_vprintf(fmt, ap);
-  va_end(ap);
-  g_autofree char *ppath = wsync_printable(path);
-  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE, "%s: %s", ppath, msg);
-  return FALSE;
-}
-
 gboolean
 dst_parse(const char *arg, Dst *d, GError **error)
 {
@@ -57,7 +42,7 @@ dst_parse(const char *arg, Dst *d, GError **error)
   d->base = g_path_get_basename(d->path);
   if (len == 0 || strcmp(d->path, "/") == 0 || strcmp(d->base, ".") == 0 ||
       strcmp(d->base, "..") == 0)
-    return usage_refusal(error, arg[0] ? arg : "\"\"",
+    return wsync_fail_at(error, WSYNC_ERROR_USAGE, arg[0] ? arg : "\"\"",
                          "DST must name the output directory itself (not /, . or ..)");
   return TRUE;
 }
@@ -115,7 +100,8 @@ check_not_source(const char *src, const Dst *d, GError **error)
     for (guint i = 0; i < src_chain->len; i++)
       if (same_file(&g_array_index(src_chain, struct stat, i), &dst_st)) {
         g_autofree char *psrc = wsync_printable(src);
-        return usage_refusal(error, d->path, "DST %s the source %s; write the output elsewhere",
+        return wsync_fail_at(error, WSYNC_ERROR_USAGE, d->path,
+                             "DST %s the source %s; write the output elsewhere",
                              i == 0 ? "is" : "contains", psrc);
       }
   if (!S_ISDIR(src_st.st_mode))
@@ -125,7 +111,7 @@ check_not_source(const char *src, const Dst *d, GError **error)
   for (guint i = 0; i < dst_chain->len; i++)
     if (same_file(&g_array_index(dst_chain, struct stat, i), &src_st)) {
       g_autofree char *psrc = wsync_printable(src);
-      return usage_refusal(error, d->path,
+      return wsync_fail_at(error, WSYNC_ERROR_USAGE, d->path,
                            "DST lies inside the source %s; write the output elsewhere", psrc);
     }
   return TRUE;
@@ -154,16 +140,16 @@ check_replaceable(const Dst *d, gboolean force, GError **error)
     return FALSE;
   }
   if (S_ISLNK(st.st_mode))
-    return usage_refusal(error, d->path,
+    return wsync_fail_at(error, WSYNC_ERROR_USAGE, d->path,
                          "DST is a symlink; wsync neither writes through nor replaces one: give "
                          "the directory itself");
   if (!S_ISDIR(st.st_mode))
-    return usage_refusal(error, d->path, "DST exists and is not a directory");
+    return wsync_fail_at(error, WSYNC_ERROR_USAGE, d->path, "DST exists and is not a directory");
   g_autofree char *marker = g_build_filename(d->path, WSYNC_OUTPUT_MARKER, NULL);
   struct stat mst;
   if ((lstat(marker, &mst) == 0 && S_ISREG(mst.st_mode)) || force || dir_is_empty(d->path))
     return TRUE;
-  return usage_refusal(error, d->path,
+  return wsync_fail_at(error, WSYNC_ERROR_USAGE, d->path,
                        "DST exists and is not wsync's output (it has no " WSYNC_OUTPUT_MARKER
                        " file); move it away, or pass --force to replace it and everything in "
                        "it");
@@ -282,17 +268,9 @@ write_marker(const char *dir, GError **error)
   static const char text[] =
       "This directory was written by wsync " PACKAGE_VERSION ".\n"
       "A later wsync run into it replaces it whole; without this file, wsync refuses to.\n";
-  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
 
-  if (fd < 0) {
-    wsync_set_io_error(error, errno, path, "create");
-    return FALSE;
-  }
-  gboolean ok = write(fd, text, sizeof text - 1) == (ssize_t)(sizeof text - 1) && fsync(fd) == 0;
-  if (!ok)
-    wsync_set_io_error(error, errno ? errno : ENOSPC, path, "write");
-  close(fd);
-  return ok && sync_dir(dir, error);
+  return wsync_file_write_synced(path, FALSE, text, sizeof text - 1, error) &&
+         sync_dir(dir, error);
 }
 
 /* Puts the finished @tmp at DST: renamed when there is none, else swapped atomically

@@ -37,6 +37,31 @@ wsync_set_io_error(GError **error, int errsv, const char *path, const char *what
               g_strerror(errsv));
 }
 
+gboolean
+wsync_fail(GError **error, WsyncError code, const char *format, ...)
+{
+  va_list ap;
+
+  va_start(ap, format);
+  g_propagate_error(error, g_error_new_valist(WSYNC_ERROR, code, format, ap));
+  va_end(ap);
+  return FALSE;
+}
+
+gboolean
+wsync_fail_at(GError **error, WsyncError code, const char *path, const char *format, ...)
+{
+  va_list ap;
+  g_autofree char *ppath = wsync_printable(path);
+  g_autofree char *message = NULL;
+
+  va_start(ap, format);
+  message = g_strdup_vprintf(format, ap);
+  va_end(ap);
+  g_set_error(error, WSYNC_ERROR, code, "%s: %s", ppath, message);
+  return FALSE;
+}
+
 char *
 wsync_printable(const char *s)
 {

@@ -17,22 +17,6 @@
 
 /* ------------------------------------------------------------------ bounded reads */
 
-static gboolean
-refuse_file(GError **error, WsyncError code, const char *path, const char *fmt, ...)
-    G_GNUC_PRINTF(4, 5);
-
-static gboolean
-refuse_file(GError **error, WsyncError code, const char *path, const char *fmt, ...)
-{
-  va_list ap;
-  va_start(ap, fmt);
-  g_autofree char *msg = g_strdup_vprintf(fmt, ap);
-  va_end(ap);
-  g_autofree char *ppath = wsync_printable(path);
-  g_set_error(error, WSYNC_ERROR, code, "%s: %s", ppath, msg);
-  return FALSE;
-}
-
 static const char *
 file_kind(mode_t mode)
 {
@@ -55,7 +39,7 @@ wsync_file_open_regular(const char *path, gboolean nofollow, WsyncError code, st
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | (nofollow ? O_NOFOLLOW : 0));
   if (fd < 0) {
     if (nofollow && errno == ELOOP)
-      refuse_file(error, code, path, "is a symlink");
+      wsync_fail_at(error, code, path, "is a symlink");
     else
       wsync_set_io_error(error, errno, path, "open");
     return -1;
@@ -67,8 +51,8 @@ wsync_file_open_regular(const char *path, gboolean nofollow, WsyncError code, st
   }
   if (!S_ISREG(st->st_mode)) {
     const char *kind = file_kind(st->st_mode);
-    refuse_file(error, code, path, "is %s%s", kind,
-                g_str_has_prefix(kind, "not") ? "" : ", not a regular file");
+    wsync_fail_at(error, code, path, "is %s%s", kind,
+                  g_str_has_prefix(kind, "not") ? "" : ", not a regular file");
     close(fd);
     return -1;
   }
@@ -110,7 +94,7 @@ wsync_file_read_bounded(int fd, const char *path, gsize max, const char *what, W
     if (buf->len > max) {
       g_autofree char *limit = format_limit(max);
       g_string_free(buf, TRUE);
-      return refuse_file(error, code, path, "more than %s; a %s is never that big", limit, what);
+      return wsync_fail_at(error, code, path, "more than %s; a %s is never that big", limit, what);
     }
   }
   *len = buf->len;
@@ -129,7 +113,7 @@ wsync_file_read_regular(const char *path, gsize max, const char *what, WsyncErro
   if ((guint64)st.st_size > max) { /* refused before reading anything */
     g_autofree char *limit = format_limit(max);
     close(fd);
-    return refuse_file(error, code, path, "more than %s; a %s is never that big", limit, what);
+    return wsync_fail_at(error, code, path, "more than %s; a %s is never that big", limit, what);
   }
   gboolean ok = wsync_file_read_bounded(fd, path, max, what, code, text, len, error);
   close(fd);
@@ -436,5 +420,52 @@ wsync_run_guarded(void (*fn)(gpointer data), gpointer data, const void **address
   fault_jump = &jump;
   fn(data);
   fault_jump = NULL;
+  return TRUE;
+}
+
+gboolean
+wsync_file_pwrite_all(int fd, const char *path, const void *data, gsize len, guint64 offset,
+                      GError **error)
+{
+  const guint8 *p = data;
+
+  while (len > 0) {
+    ssize_t k = pwrite(fd, p, len, (off_t)offset);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k <= 0) {
+      wsync_set_io_error(error, k < 0 ? errno : ENOSPC, path, "write");
+      return FALSE;
+    }
+    p += k;
+    len -= (gsize)k;
+    offset += (guint64)k;
+  }
+  return TRUE;
+}
+
+gboolean
+wsync_file_write_synced(const char *path, gboolean replace, const void *data, gsize len,
+                        GError **error)
+{
+  int fd = open(path, O_WRONLY | O_CREAT | (replace ? O_TRUNC : O_EXCL) | O_CLOEXEC, 0666);
+
+  if (fd < 0) {
+    wsync_set_io_error(error, errno, path, "create");
+    return FALSE;
+  }
+  if (!wsync_file_pwrite_all(fd, path, data, len, 0, error)) {
+    close(fd);
+    return FALSE;
+  }
+  if (fsync(fd) != 0) {
+    wsync_set_io_error(error, errno, path, "sync");
+    close(fd);
+    return FALSE;
+  }
+  if (close(fd) != 0) {
+    wsync_set_io_error(error, errno, path, "close");
+    return FALSE;
+  }
   return TRUE;
 }

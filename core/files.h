@@ -71,6 +71,18 @@ int wsync_file_open_trusted(const char *path, const char *what, struct stat *st,
  * it removes what it can either way. */
 gboolean wsync_remove_tree(const char *path, GError **error);
 
+/* pwrite(2) until all @len bytes of @data are at @offset of @fd (a write of nothing
+ * counts as a full disk).  Errors name @path. */
+gboolean wsync_file_pwrite_all(int fd, const char *path, const void *data, gsize len,
+                               guint64 offset, GError **error);
+
+/* Creates @path with the @len bytes of @data, flushed to disk, mode 0666 under the
+ * umask.  @replace says whether an existing file is replaced (O_TRUNC) or refused
+ * (O_EXCL).  On failure a partial file may stay: the caller removes it or the
+ * temporary directory it is in.  Errors name @path and what failed. */
+gboolean wsync_file_write_synced(const char *path, gboolean replace, const void *data,
+                                 gsize len, GError **error);
+
 /* wsync_run_guarded() and wsync_config_load() are public: <wsync/checkpoint.h>, <wsync/plan.h>. */
 
 

@@ -19,9 +19,7 @@ wsync_json_bad_input(GError **error, const char *file, const char *fmt, ...)
   va_start(ap, fmt);
   g_autofree char *msg = g_strdup_vprintf(fmt, ap);
   va_end(ap);
-  g_autofree char *pfile = wsync_json_printable(file);
-  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: %s", pfile, msg);
-  return FALSE;
+  return wsync_fail_at(error, WSYNC_ERROR_BAD_INPUT, file, "%s", msg);
 }
 
 /* "FILE: [WHAT is ]not valid JSON DETAIL" and FALSE; @detail begins with ':' or ' '. */
@@ -193,4 +191,51 @@ wsync_json_bad_tensor(GError **error, const char *file, const char *tensor, cons
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: %s", pfile, msg);
   }
   return FALSE;
+}
+
+/* The escape both writers share, or NULL. */
+static const char *
+short_escape(gunichar c)
+{
+  switch (c) {
+  case '"':
+    return "\\\"";
+  case '\\':
+    return "\\\\";
+  case '\b':
+    return "\\b";
+  case '\f':
+    return "\\f";
+  case '\n':
+    return "\\n";
+  case '\r':
+    return "\\r";
+  case '\t':
+    return "\\t";
+  default:
+    return NULL;
+  }
+}
+
+void
+wsync_json_append_string(GString *out, WsyncJsonEscape escape, const char *s)
+{
+  gboolean ascii = escape == WSYNC_JSON_ASCII;
+
+  g_string_append_c(out, '"');
+  for (const char *p = s; *p; p = ascii ? g_utf8_next_char(p) : p + 1) {
+    gunichar c = ascii ? g_utf8_get_char(p) : (guchar)*p;
+    const char *short_form = short_escape(c);
+
+    if (short_form != NULL)
+      g_string_append(out, short_form);
+    else if (c < 0x20 || (ascii && c >= 0x7f && c <= 0xffff))
+      g_string_append_printf(out, "\\u%04x", c);
+    else if (!ascii || c < 0x7f)
+      g_string_append_c(out, (char)c);
+    else
+      g_string_append_printf(out, "\\u%04x\\u%04x", 0xd800 + ((c - 0x10000) >> 10),
+                             0xdc00 + ((c - 0x10000) & 0x3ff));
+  }
+  g_string_append_c(out, '"');
 }

@@ -30,6 +30,24 @@ G_BEGIN_DECLS
  * json-glib overflows its stack somewhere near 100000. */
 #define WSYNC_JSON_MAX_DEPTH 64
 
+/* How wsync_json_append_string() writes what is not plain ASCII. */
+typedef enum {
+  /* serde_json's escaping, what safetensors' writer does: the two mandatory escapes,
+   * the five short control escapes, \u00xx (lowercase) for the other control
+   * characters, every other byte as is.  (json-glib's generator differs: it escapes
+   * DEL and, in 1.6, leaves 0x1f raw.) */
+  WSYNC_JSON_UTF8,
+  /* Python's json.dumps with its default ensure_ascii=True, what Transformers writes:
+   * the same short escapes, and everything outside printable ASCII as \uXXXX
+   * (lowercase; surrogate pairs above U+FFFF).  @s must be valid UTF-8. */
+  WSYNC_JSON_ASCII,
+} WsyncJsonEscape;
+
+/* Appends @s to @out as a JSON string, quoted and escaped as @escape says, byte for
+ * byte what the writer it imitates writes. */
+G_GNUC_INTERNAL void wsync_json_append_string(GString *out, WsyncJsonEscape escape,
+                                              const char *s);
+
 /**
  * wsync_json_printable:
  * @s: a NUL-terminated string (a name, a path, a key) about to go into a message

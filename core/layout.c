@@ -63,6 +63,18 @@ wsync_shape_format(guint ndim, const guint64 *shape)
   return g_string_free(s, FALSE);
 }
 
+gboolean
+wsync_shape_numel(guint ndim, const guint64 *shape, guint64 *numel)
+{
+  *numel = 1;
+  for (guint d = 0; d < ndim; d++)
+    if (!g_uint64_checked_mul(numel, *numel, shape[d])) {
+      *numel = G_MAXUINT64;
+      return FALSE;
+    }
+  return TRUE;
+}
+
 void
 wsync_region_row_major(WsyncRegion *region, guint ndim, const guint64 *shape, const guint64 *at)
 {

@@ -18,22 +18,6 @@ field(const WsyncConfigSection *s, const char *key)
 }
 
 static gboolean
-field_error(GError **error, const char *format, ...) G_GNUC_PRINTF(2, 3);
-
-static gboolean
-field_error(GError **error, const char *format, ...)
-{
-  va_list ap;
-  g_autofree char *message = NULL;
-
-  va_start(ap, format);
-  message = g_strdup_vprintf(format, ap);
-  va_end(ap);
-  g_set_error_literal(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, message);
-  return FALSE;
-}
-
-static gboolean
 not_a(const WsyncConfigSection *s, const char *key, JsonNode *node, const char *want,
       GError **error)
 {
@@ -41,12 +25,13 @@ not_a(const WsyncConfigSection *s, const char *key, JsonNode *node, const char *
 
   if (strlen(text) > 64) /* a long list is named, not quoted whole */
     strcpy(text + 60, "...");
-  return field_error(error, "field \"%s%s\" must be %s, not %s", s->where, key, want, text);
+  return wsync_fail(error, WSYNC_ERROR_BAD_INPUT, "field \"%s%s\" must be %s, not %s", s->where,
+                    key, want, text);
 }
 
 static gboolean
-node_uint(const WsyncConfigSection *s, const char *key, JsonNode *node, guint64 min,
-          guint64 max, guint64 *out, GError **error)
+node_uint(const WsyncConfigSection *s, const char *key, JsonNode *node, guint64 min, guint64 max,
+          guint64 *out, GError **error)
 {
   const char *want = min > 0 ? "a positive integer" : "a non-negative integer";
   gint64 v;
@@ -55,8 +40,9 @@ node_uint(const WsyncConfigSection *s, const char *key, JsonNode *node, guint64 
     return not_a(s, key, node, want, error);
   v = json_node_get_int(node);
   if (v >= 0 && (guint64)v > max && max < WSYNC_CONFIG_SIZE_MAX)
-    return field_error(error, "field \"%s%s\" is %" G_GINT64_FORMAT ", more than %" G_GUINT64_FORMAT,
-                       s->where, key, v, max);
+    return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
+                      "field \"%s%s\" is %" G_GINT64_FORMAT ", more than %" G_GUINT64_FORMAT,
+                      s->where, key, v, max);
   if (v < (gint64)min || (guint64)v > max) {
     g_autofree char *bounded = g_strdup_printf("%s below 2^31", want);
     return not_a(s, key, node, bounded, error);
@@ -90,9 +76,10 @@ wsync_config_get_uint(const WsyncConfigSection *section, const char *key, guint6
   if (node == NULL) {
     g_auto(GStrv) keys = g_strsplit(key, "|", 2);
     if (keys[1] != NULL)
-      return field_error(error, "field \"%s%s\" (or %s) is missing", section->where, keys[0],
-                         keys[1]);
-    return field_error(error, "field \"%s%s\" is missing", section->where, key);
+      return wsync_fail(error, WSYNC_ERROR_BAD_INPUT, "field \"%s%s\" (or %s) is missing",
+                        section->where, keys[0], keys[1]);
+    return wsync_fail(error, WSYNC_ERROR_BAD_INPUT, "field \"%s%s\" is missing", section->where,
+                      key);
   }
   return node_uint(section, used, node, min, max, out, error);
 }
@@ -163,9 +150,10 @@ wsync_config_get_choices(const WsyncConfigSection *section, const char *key,
   }
   list = json_node_get_array(node);
   if (json_array_get_length(list) != length)
-    return field_error(error, "field \"%s%s\" has %u entries but %s%s is %" G_GUINT64_FORMAT,
-                       section->where, key, json_array_get_length(list), section->where,
-                       length_key, length);
+    return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
+                      "field \"%s%s\" has %u entries but %s%s is %" G_GUINT64_FORMAT,
+                      section->where, key, json_array_get_length(list), section->where, length_key,
+                      length);
   for (guint i = 0; i < length; i++) {
     JsonNode *item = json_array_get_element(list, i);
     const char *value = JSON_NODE_HOLDS_VALUE(item) &&
@@ -198,8 +186,8 @@ wsync_config_get_indices(const WsyncConfigSection *section, const char *key, gui
     return not_a(section, key, node, want, error);
   list = json_node_get_array(node);
   if (json_array_get_length(list) > WSYNC_CONFIG_COUNT_MAX)
-    return field_error(error, "field \"%s%s\" has %u entries, more than %u", section->where, key,
-                       json_array_get_length(list), WSYNC_CONFIG_COUNT_MAX);
+    return wsync_fail(error, WSYNC_ERROR_BAD_INPUT, "field \"%s%s\" has %u entries, more than %u",
+                      section->where, key, json_array_get_length(list), WSYNC_CONFIG_COUNT_MAX);
   for (guint i = 0; i < json_array_get_length(list); i++) {
     JsonNode *item = json_array_get_element(list, i);
     if (!JSON_NODE_HOLDS_VALUE(item) || json_node_get_value_type(item) != G_TYPE_INT64 ||
@@ -463,12 +451,9 @@ spare_tensor(WsyncModel *m)
 static gboolean
 numel_fits(guint ndim, const guint64 *shape)
 {
-  guint64 numel = 1;
+  guint64 numel;
 
-  for (guint d = 0; d < ndim; d++)
-    if (!g_uint64_checked_mul(&numel, numel, shape[d]))
-      return FALSE;
-  return numel <= NUMEL_MAX;
+  return wsync_shape_numel(ndim, shape, &numel) && numel <= NUMEL_MAX;
 }
 
 WsyncLogicalTensor *
@@ -876,4 +861,28 @@ wsync_model_add_linear_attention(WsyncModel *m, const char *module,
   matrix(m, block, "out_proj.weight", WSYNC_PARAM_ROW, WSYNC_ROLE_LINEAR_OUT, a->hidden, vd, 1,
          FALSE);
   return block;
+}
+
+void
+wsync_model_add_decoder_layer(WsyncModel *m, const char *prefix, const WsyncDecoderLayer *layer)
+{
+  g_autofree char *in_norm = g_strconcat(prefix, ".input_layernorm.weight", NULL);
+  g_autofree char *post_norm = g_strconcat(prefix, ".post_attention_layernorm.weight", NULL);
+  g_autofree char *mlp = g_strconcat(prefix, ".mlp", NULL);
+
+  g_return_if_fail((layer->attention == NULL) != (layer->linear_attention == NULL));
+  g_return_if_fail((layer->mlp == NULL) != (layer->moe == NULL));
+  wsync_model_add_norm(m, in_norm, layer->hidden);
+  if (layer->attention != NULL) {
+    g_autofree char *attn = g_strconcat(prefix, ".self_attn", NULL);
+    wsync_model_add_attention(m, attn, layer->attention);
+  } else {
+    g_autofree char *attn = g_strconcat(prefix, ".linear_attn", NULL);
+    wsync_model_add_linear_attention(m, attn, layer->linear_attention);
+  }
+  wsync_model_add_norm(m, post_norm, layer->hidden);
+  if (layer->mlp != NULL)
+    wsync_model_add_mlp(m, mlp, layer->mlp);
+  else
+    wsync_model_add_moe(m, mlp, layer->moe);
 }

@@ -251,6 +251,19 @@ add_string_or_null(JsonBuilder *b, const char *value)
     json_builder_add_null_value(b);
 }
 
+void
+plan_json_add_layout(JsonBuilder *b, const WsyncPlan *plan)
+{
+  json_builder_set_member_name(b, "target");
+  json_builder_add_string_value(b, plan->target);
+  json_builder_set_member_name(b, "format");
+  add_string_or_null(b, plan->out_format);
+  json_builder_set_member_name(b, "tp");
+  json_builder_add_int_value(b, plan->out_tp);
+  json_builder_set_member_name(b, "ep");
+  json_builder_add_int_value(b, plan->out_ep);
+}
+
 static void
 add_metadata_json(JsonBuilder *b, const WsyncLayout *layout)
 {
@@ -281,14 +294,7 @@ wsync_plan_to_json(WsyncPlan *plan)
   json_builder_add_string_value(b, plan->model->remapper);
   json_builder_set_member_name(b, "source_format");
   add_string_or_null(b, plan->in_format);
-  json_builder_set_member_name(b, "target");
-  json_builder_add_string_value(b, plan->target);
-  json_builder_set_member_name(b, "format");
-  add_string_or_null(b, plan->out_format);
-  json_builder_set_member_name(b, "tp");
-  json_builder_add_int_value(b, plan->out_tp);
-  json_builder_set_member_name(b, "ep");
-  json_builder_add_int_value(b, plan->out_ep);
+  plan_json_add_layout(b, plan);
   json_builder_set_member_name(b, "world");
   json_builder_add_int_value(b, plan->out_world);
   json_builder_set_member_name(b, "ranks");

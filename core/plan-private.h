@@ -2,6 +2,7 @@
 #ifndef WSYNC_PLAN_PRIVATE_H
 #define WSYNC_PLAN_PRIVATE_H
 
+#include <json-glib/json-glib.h>
 #include <wsync/plan.h>
 
 #include "dcp.h"
@@ -76,6 +77,11 @@ char *plan_entry_label(const WsyncEntry *e);
 char *plan_format_list(GPtrArray *names);
 char *plan_file_name(WsyncPlan *plan, const WsyncLayout *layout, guint part);
 void plan_layout_unref(gpointer data);
+
+/* plan-print.c */
+/* The members "target", "format" (null without named formats), "tp" and "ep" of the
+ * layout written, as every JSON report states them. */
+void plan_json_add_layout(JsonBuilder *b, const WsyncPlan *plan);
 
 /* describe.c */
 gboolean plan_describe(WsyncPlan *plan, const char *config_name, GError **error);

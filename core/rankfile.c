@@ -184,8 +184,8 @@ row_elements(const WsyncLayoutTensor *lt)
 {
   guint64 n = 1;
 
-  for (guint d = 1; d < lt->ndim; d++)
-    n *= lt->shape[d];
+  if (lt->ndim > 1)
+    wsync_shape_numel(lt->ndim - 1, lt->shape + 1, &n); /* a layout's sizes fit */
   return n;
 }
 

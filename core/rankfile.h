@@ -19,7 +19,7 @@ typedef struct {
 typedef struct {
   guint rank;
   guint part;
-  char *name;       /* base name, e.g. model-rank-0-part-0.safetensors */
+  char *name;       /* base name, as the target names its files */
   guint8 *header;   /* the safetensors header the writer makes for it */
   gsize header_len;
   guint64 size;     /* header and data */

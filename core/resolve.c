@@ -258,10 +258,9 @@ resolve_placement(WsyncPlan *plan, WsyncLayout *layout, WsyncLayoutTensor *lt,
 static guint64
 tensor_numel(const WsyncLayoutTensor *lt)
 {
-  guint64 n = 1;
+  guint64 n;
 
-  for (guint d = 0; d < lt->ndim; d++)
-    n *= lt->shape[d];
+  wsync_shape_numel(lt->ndim, lt->shape, &n); /* a layout's tensors have fitting sizes */
   return n;
 }
 

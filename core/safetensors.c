@@ -723,64 +723,24 @@ writer_layout(WsyncSafetensorsWriter *w)
   w->laid_out = TRUE;
 }
 
-/* serde_json's escaping: the two mandatory escapes, the five short control escapes,
- * \u00xx (lowercase) for other control characters, everything else as is.  (json-glib's
- * generator differs: it escapes DEL and, in 1.6, leaves 0x1f raw.) */
-static void
-append_json_string(GString *out, const char *s)
-{
-  g_string_append_c(out, '"');
-  for (const guchar *p = (const guchar *)s; *p; p++) {
-    switch (*p) {
-    case '"':
-      g_string_append(out, "\\\"");
-      break;
-    case '\\':
-      g_string_append(out, "\\\\");
-      break;
-    case '\b':
-      g_string_append(out, "\\b");
-      break;
-    case '\f':
-      g_string_append(out, "\\f");
-      break;
-    case '\n':
-      g_string_append(out, "\\n");
-      break;
-    case '\r':
-      g_string_append(out, "\\r");
-      break;
-    case '\t':
-      g_string_append(out, "\\t");
-      break;
-    default:
-      if (*p < 0x20)
-        g_string_append_printf(out, "\\u%04x", *p);
-      else
-        g_string_append_c(out, (char)*p);
-    }
-  }
-  g_string_append_c(out, '"');
-}
-
 static gboolean
 append_metadata_entry(gpointer key, gpointer value, gpointer data)
 {
   GString *out = data;
   if (out->str[out->len - 1] != '{')
     g_string_append_c(out, ',');
-  append_json_string(out, key);
+  wsync_json_append_string(out, WSYNC_JSON_UTF8, key);
   g_string_append_c(out, ':');
-  append_json_string(out, value);
+  wsync_json_append_string(out, WSYNC_JSON_UTF8, value);
   return FALSE; /* keep going */
 }
 
 static void
 append_tensor_entry(GString *out, const WEntry *e)
 {
-  append_json_string(out, e->name);
+  wsync_json_append_string(out, WSYNC_JSON_UTF8, e->name);
   g_string_append(out, ":{\"dtype\":");
-  append_json_string(out, wsync_dtype_name(e->dtype));
+  wsync_json_append_string(out, WSYNC_JSON_UTF8, wsync_dtype_name(e->dtype));
   g_string_append(out, ",\"shape\":[");
   for (guint i = 0; i < e->ndim; i++)
     g_string_append_printf(out, "%s%" G_GUINT64_FORMAT, i ? "," : "", e->shape[i]);

@@ -984,60 +984,6 @@ create_files(Sync *s)
   return TRUE;
 }
 
-/* pwrite(2) of all @len bytes at @offset. */
-static gboolean
-pwrite_all(int fd, const char *path, const guint8 *data, gsize len, guint64 offset,
-           GError **error)
-{
-  while (len > 0) {
-    ssize_t k = pwrite(fd, data, len, (off_t)offset);
-    if (k < 0 && errno == EINTR)
-      continue;
-    if (k <= 0) {
-      wsync_set_io_error(error, k < 0 ? errno : ENOSPC, path, "write");
-      return FALSE;
-    }
-    data += k;
-    len -= (gsize)k;
-    offset += (guint64)k;
-  }
-  return TRUE;
-}
-
-/* Writes @len bytes into the new file @path, synced. */
-static gboolean
-write_new_file(const char *path, const guint8 *bytes, gsize len, GError **error)
-{
-  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  gsize done = 0;
-
-  if (fd < 0) {
-    wsync_set_io_error(error, errno, path, "create");
-    return FALSE;
-  }
-  while (done < len) {
-    ssize_t k = write(fd, bytes + done, len - done);
-    if (k < 0 && errno == EINTR)
-      continue;
-    if (k <= 0) {
-      wsync_set_io_error(error, k < 0 ? errno : ENOSPC, path, "write");
-      close(fd);
-      return FALSE;
-    }
-    done += (gsize)k;
-  }
-  if (fsync(fd) != 0) {
-    wsync_set_io_error(error, errno, path, "sync");
-    close(fd);
-    return FALSE;
-  }
-  if (close(fd) != 0) {
-    wsync_set_io_error(error, errno, path, "close");
-    return FALSE;
-  }
-  return TRUE;
-}
-
 /* The leader writes the companion files process 0 sent into the directory. */
 static void
 write_companions(Sync *s)
@@ -1051,7 +997,7 @@ write_companions(Sync *s)
     g_variant_get(s->companions->pdata[i], "(&s@ay)", &name, &data);
     g_autofree char *path = g_build_filename(s->tmp, name, NULL);
     const guint8 *bytes = g_variant_get_fixed_array(data, &len, 1);
-    if (!write_new_file(path, bytes, len, &error)) {
+    if (!wsync_file_write_synced(path, FALSE, bytes, len, &error)) {
       fail(s, error);
       s->files_ok = FALSE; /* a receiver then drops its messages */
     }
@@ -1246,7 +1192,7 @@ write_own_range(Sync *s, const ShipRange *sr, guint8 **buffer, gsize *size, Slot
     const guint8 *from = part->run != NULL ? part->run
                                            : *buffer + (part->offset - sr->range->offset);
     /* a run is read from the input's map here: a file that shrank is an I/O error */
-    if (!pwrite_all(out->fd, out->path, from, part->nbytes, part->offset, &error)) {
+    if (!wsync_file_pwrite_all(out->fd, out->path, from, part->nbytes, part->offset, &error)) {
       fail(s, error);
       return FALSE;
     }
@@ -1353,7 +1299,8 @@ receive(Sync *s)
     if ((guint64)count != m->nbytes)
       short_message = TRUE;
     else if (s->files_ok &&
-             !pwrite_all(f->fd, f->path, buffers[done % POSTED], m->nbytes, m->offset, &error)) {
+             !wsync_file_pwrite_all(f->fd, f->path, buffers[done % POSTED], m->nbytes, m->offset,
+                                    &error)) {
       fail(s, error);
       s->files_ok = FALSE;
     }
@@ -1420,17 +1367,7 @@ print_summary(Sync *s)
   if (s->cli.json) {
     g_autoptr(JsonBuilder) b = json_builder_new();
     json_builder_begin_object(b);
-    json_builder_set_member_name(b, "target");
-    json_builder_add_string_value(b, s->plan->target);
-    json_builder_set_member_name(b, "format");
-    if (s->plan->out_format != NULL)
-      json_builder_add_string_value(b, s->plan->out_format);
-    else
-      json_builder_add_null_value(b);
-    json_builder_set_member_name(b, "tp");
-    json_builder_add_int_value(b, s->plan->out_tp);
-    json_builder_set_member_name(b, "ep");
-    json_builder_add_int_value(b, s->plan->out_ep);
+    plan_json_add_layout(b, s->plan);
     json_builder_set_member_name(b, "world");
     json_builder_add_int_value(b, s->world);
     json_builder_set_member_name(b, "processes");

@@ -85,19 +85,13 @@ static void
 describe_layer(WsyncModel *m, const Llama *c, guint64 l)
 {
   g_autofree char *pre = g_strdup_printf("model.layers.%" G_GUINT64_FORMAT, l);
-  g_autofree char *attn = g_strconcat(pre, ".self_attn", NULL);
-  g_autofree char *mlp = g_strconcat(pre, ".mlp", NULL);
-  g_autofree char *in_norm = g_strconcat(pre, ".input_layernorm.weight", NULL);
-  g_autofree char *post_norm = g_strconcat(pre, ".post_attention_layernorm.weight", NULL);
   const WsyncAttention a = {.hidden = c->hidden, .heads = c->heads, .kv_heads = c->kv_heads,
                             .head_dim = c->head_dim, .qkv_bias = c->attention_bias,
                             .o_bias = c->attention_bias};
   const WsyncMlp dense = {.hidden = c->hidden, .intermediate = c->inter, .bias = c->mlp_bias};
+  const WsyncDecoderLayer layer = {.hidden = c->hidden, .attention = &a, .mlp = &dense};
 
-  wsync_model_add_norm(m, in_norm, c->hidden);
-  wsync_model_add_attention(m, attn, &a);
-  wsync_model_add_norm(m, post_norm, c->hidden);
-  wsync_model_add_mlp(m, mlp, &dense);
+  wsync_model_add_decoder_layer(m, pre, &layer);
 }
 
 /* The remapper. */

@@ -78,22 +78,6 @@ any_linear(const Qwen35 *c)
 
 /* ------------------------------------------------------------------ reading config.json */
 
-static gboolean
-config_error(GError **error, const char *format, ...) G_GNUC_PRINTF(2, 3);
-
-static gboolean
-config_error(GError **error, const char *format, ...)
-{
-  va_list ap;
-  g_autofree char *message = NULL;
-
-  va_start(ap, format);
-  message = g_strdup_vprintf(format, ap);
-  va_end(ap);
-  g_set_error_literal(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, message);
-  return FALSE;
-}
-
 /* text_config.model_type, when given, must be the text model of the wrapper: a MoE
  * wrapper around a dense text model (or the reverse) is a contradiction. */
 static gboolean
@@ -107,10 +91,10 @@ check_text_model_type(WsyncModel *m, const Qwen35 *c, GError **error)
   if (!wsync_config_get_string_or(&c->text, "model_type", &given, error))
     return FALSE;
   if (strcmp(given, want) != 0)
-    return config_error(error,
-                        "field \"text_config.model_type\" is \"%s\", but model_type \"%s\" has "
-                        "the text model \"%s\"",
-                        given, wsync_model_get_model_type(m), want);
+    return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
+                      "field \"text_config.model_type\" is \"%s\", but model_type \"%s\" has "
+                      "the text model \"%s\"",
+                      given, wsync_model_get_model_type(m), want);
   return TRUE;
 }
 
@@ -154,10 +138,10 @@ read_linear(Qwen35 *c, GError **error)
                              error))
     return FALSE;
   if (a->value_heads % a->key_heads != 0)
-    return config_error(error,
-                        "field \"%slinear_num_value_heads\" (%" G_GUINT64_FORMAT
-                        ") must be a multiple of %slinear_num_key_heads (%" G_GUINT64_FORMAT ")",
-                        c->text.where, a->value_heads, c->text.where, a->key_heads);
+    return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
+                      "field \"%slinear_num_value_heads\" (%" G_GUINT64_FORMAT
+                      ") must be a multiple of %slinear_num_key_heads (%" G_GUINT64_FORMAT ")",
+                      c->text.where, a->value_heads, c->text.where, a->key_heads);
   return TRUE;
 }
 
@@ -189,10 +173,10 @@ read_mtp(Qwen35 *c, GError **error)
       !wsync_config_get_bool_or(&c->text, "mtp_use_dedicated_embeddings", &dedicated, error))
     return FALSE;
   if (dedicated && c->mtp_layers > 0)
-    return config_error(error,
-                        "field \"%smtp_use_dedicated_embeddings\" is true: an MTP block with "
-                        "its own embedding is not a layout qwen3_5_moe knows",
-                        c->text.where);
+    return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
+                      "field \"%smtp_use_dedicated_embeddings\" is true: an MTP block with "
+                      "its own embedding is not a layout qwen3_5_moe knows",
+                      c->text.where);
   return TRUE;
 }
 
@@ -219,10 +203,10 @@ read_vision(WsyncModel *m, Qwen35 *c, GError **error)
       !wsync_config_get_uint(&s, "out_hidden_size", 1, SIZE, &v->out, error))
     return FALSE;
   if (v->hidden % v->heads != 0)
-    return config_error(error,
-                        "field \"vision_config.hidden_size\" (%" G_GUINT64_FORMAT
-                        ") must be a multiple of vision_config.num_heads (%" G_GUINT64_FORMAT ")",
-                        v->hidden, v->heads);
+    return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
+                      "field \"vision_config.hidden_size\" (%" G_GUINT64_FORMAT
+                      ") must be a multiple of vision_config.num_heads (%" G_GUINT64_FORMAT ")",
+                      v->hidden, v->heads);
   return TRUE;
 }
 
@@ -277,28 +261,20 @@ static void
 describe_layer(WsyncModel *m, const Qwen35 *c, const char *pre, gboolean linear,
                WsyncExpertsForm published)
 {
-  g_autofree char *in_norm = path(pre, "input_layernorm.weight");
-  g_autofree char *post_norm = path(pre, "post_attention_layernorm.weight");
-  g_autofree char *attn = path(pre, linear ? "linear_attn" : "self_attn");
-  g_autofree char *mlp = path(pre, "mlp");
   const WsyncAttention a = {.hidden = c->hidden, .heads = c->heads, .kv_heads = c->kv_heads,
                             .head_dim = c->head_dim, .output_gate = c->output_gate,
                             .qk_norm = TRUE};
   const WsyncMoe moe = {.hidden = c->hidden, .experts = c->experts, .intermediate = c->moe_inter,
                         .shared_intermediate = c->shared_inter, .published = published};
   const WsyncMlp dense = {.hidden = c->hidden, .intermediate = c->inter};
-
   /* the RMSNorms compute x * (1 + w): the weight is copied verbatim */
-  wsync_model_add_norm(m, in_norm, c->hidden);
-  if (linear)
-    wsync_model_add_linear_attention(m, attn, &c->linear);
-  else
-    wsync_model_add_attention(m, attn, &a);
-  wsync_model_add_norm(m, post_norm, c->hidden);
-  if (c->moe)
-    wsync_model_add_moe(m, mlp, &moe);
-  else
-    wsync_model_add_mlp(m, mlp, &dense);
+  const WsyncDecoderLayer layer = {.hidden = c->hidden,
+                                   .attention = linear ? NULL : &a,
+                                   .linear_attention = linear ? &c->linear : NULL,
+                                   .mlp = c->moe ? NULL : &dense,
+                                   .moe = c->moe ? &moe : NULL};
+
+  wsync_model_add_decoder_layer(m, pre, &layer);
 }
 
 /* A param of all of a new logical tensor MODULE.LEAF. */

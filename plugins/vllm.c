@@ -393,23 +393,6 @@ typedef struct {
   WsyncDtype dtype;
 } Runtime;
 
-static gboolean
-usage_error(GError **error, const char *format, ...) G_GNUC_PRINTF(2, 3);
-
-/* A parallel layout the model cannot take: exit status 2, one line. */
-static gboolean
-usage_error(GError **error, const char *format, ...)
-{
-  g_autofree char *message = NULL;
-  va_list ap;
-
-  va_start(ap, format);
-  message = g_strdup_vprintf(format, ap);
-  va_end(ap);
-  g_set_error_literal(error, WSYNC_ERROR, WSYNC_ERROR_USAGE, message);
-  return FALSE;
-}
-
 /* A param the model plugin declared wrongly for its kind (a bug, not the user's). */
 static gboolean
 param_error(GError **error, const Runtime *rt, const char *problem)
@@ -533,10 +516,10 @@ column_share(Rank *r, const Runtime *rt, const WsyncPart *part, guint64 *first_r
             ? g_strdup_printf(" (rows %" G_GUINT64_FORMAT ":%" G_GUINT64_FORMAT ")", part->start,
                               part->start + total)
             : g_strdup("");
-    return usage_error(error,
-                       "tp %u does not divide the %" G_GUINT64_FORMAT " units of %" G_GUINT64_FORMAT
-                       " rows of %s%s%s",
-                       r->tp, n, total, name, rows_of, hint);
+    return wsync_fail(error, WSYNC_ERROR_USAGE,
+                      "tp %u does not divide the %" G_GUINT64_FORMAT " units of %" G_GUINT64_FORMAT
+                      " rows of %s%s%s",
+                      r->tp, n, total, name, rows_of, hint);
   }
   *first_row = part->start + r->t * (n / r->tp) * unit;
   *rows = n / r->tp * unit;
@@ -598,8 +581,9 @@ emit_row(Rank *r, const Runtime *rt, GError **error)
   /* (Of a 1-D part, the part's rows are the columns.) */
   cols = box.extent[ndim - 1];
   if (cols % r->tp != 0)
-    return usage_error(error, "tp %u does not divide the %" G_GUINT64_FORMAT " columns of %s",
-                       r->tp, cols, wsync_logical_get_name(part->lt));
+    return wsync_fail(error, WSYNC_ERROR_USAGE,
+                      "tp %u does not divide the %" G_GUINT64_FORMAT " columns of %s", r->tp, cols,
+                      wsync_logical_get_name(part->lt));
   box.offset[ndim - 1] += r->t * (cols / r->tp);
   box.extent[ndim - 1] = cols / r->tp;
   memcpy(shape, box.extent, sizeof(guint64) * ndim);
@@ -634,10 +618,10 @@ emit_vocab(Rank *r, const Runtime *rt, GError **error)
     return param_error(error, rt, "its dtype cannot be padded element by element");
   padded = (vocab + VOCAB_PADDING - 1) / VOCAB_PADDING * VOCAB_PADDING;
   if (padded % r->tp != 0)
-    return usage_error(error,
-                       "tp %u does not divide the padded vocabulary of %" G_GUINT64_FORMAT
-                       " rows of %s",
-                       r->tp, padded, wsync_logical_get_name(part->lt));
+    return wsync_fail(error, WSYNC_ERROR_USAGE,
+                      "tp %u does not divide the padded vocabulary of %" G_GUINT64_FORMAT
+                      " rows of %s",
+                      r->tp, padded, wsync_logical_get_name(part->lt));
   lo = r->t * (padded / r->tp);
   hi = lo + padded / r->tp;
   real_end = MIN(hi, vocab);
@@ -686,19 +670,19 @@ expert_share(Rank *r, const Runtime *rt, guint64 experts, guint64 inter, ExpertS
     share->ip = inter;
     share->ip_off = 0;
     if (share->count == 0)
-      return usage_error(error,
-                         "ep %u is more than the %" G_GUINT64_FORMAT
-                         " experts of %s.experts: rank %u would hold none",
-                         r->ep, experts, module, r->rank);
+      return wsync_fail(error, WSYNC_ERROR_USAGE,
+                        "ep %u is more than the %" G_GUINT64_FORMAT
+                        " experts of %s.experts: rank %u would hold none",
+                        r->ep, experts, module, r->rank);
     return TRUE;
   }
   /* UnquantizedFusedMoEMethod.create_weights: intermediate_size_per_partition = I // tp
    * (`assert intermediate_size % self.tp_size == 0`, §4). */
   if (inter % r->tp != 0)
-    return usage_error(error,
-                       "tp %u does not divide the intermediate size %" G_GUINT64_FORMAT
-                       " of the experts of %s.experts",
-                       r->tp, inter, module);
+    return wsync_fail(error, WSYNC_ERROR_USAGE,
+                      "tp %u does not divide the intermediate size %" G_GUINT64_FORMAT
+                      " of the experts of %s.experts",
+                      r->tp, inter, module);
   share->first = 0;
   share->count = experts;
   share->ip = inter / r->tp;
@@ -1130,13 +1114,13 @@ static gboolean
 check_parallel(Rank *r, GError **error)
 {
   if (r->tp == 0 || r->ep == 0)
-    return usage_error(error, "tp %u and ep %u must be at least 1", r->tp, r->ep);
+    return wsync_fail(error, WSYNC_ERROR_USAGE, "tp %u and ep %u must be at least 1", r->tp, r->ep);
   if (r->ep > 1 && r->ep % r->tp != 0)
-    return usage_error(error, "ep %u is not a multiple of tp %u", r->ep, r->tp);
+    return wsync_fail(error, WSYNC_ERROR_USAGE, "ep %u is not a multiple of tp %u", r->ep, r->tp);
   r->world = r->ep > 1 ? r->ep : r->tp;
   if (r->rank >= r->world)
-    return usage_error(error, "rank %u is outside the %u ranks of tp %u ep %u", r->rank,
-                       r->world, r->tp, r->ep);
+    return wsync_fail(error, WSYNC_ERROR_USAGE, "rank %u is outside the %u ranks of tp %u ep %u",
+                      r->rank, r->world, r->tp, r->ep);
   r->t = r->rank % r->tp;
   return TRUE;
 }
@@ -1151,16 +1135,16 @@ check_sharded_state(Rank *r, GError **error)
   if (r->kernel)
     return TRUE;
   if (r->ep > r->tp)
-    return usage_error(error,
-                       "--format sharded-state cannot hold ep %u > tp %u: vLLM's sharded_state "
-                       "loader reads files by TP rank only, so the experts of EP ranks %u to "
-                       "%u would never load (use --format kernel, for a live weight update)",
-                       r->ep, r->tp, r->tp, r->ep - 1);
+    return wsync_fail(error, WSYNC_ERROR_USAGE,
+                      "--format sharded-state cannot hold ep %u > tp %u: vLLM's sharded_state "
+                      "loader reads files by TP rank only, so the experts of EP ranks %u to "
+                      "%u would never load (use --format kernel, for a live weight update)",
+                      r->ep, r->tp, r->tp, r->ep - 1);
   if (r->ep > 1 && r->release->map == MAP_UNKNOWN)
-    return usage_error(error,
-                       "vllm-version %s: whether its sharded_state files hold the expert map "
-                       "is not known (%s); with --ep use a verified release or --format kernel",
-                       r->version, r->release->why);
+    return wsync_fail(error, WSYNC_ERROR_USAGE,
+                      "vllm-version %s: whether its sharded_state files hold the expert map "
+                      "is not known (%s); with --ep use a verified release or --format kernel",
+                      r->version, r->release->why);
   return TRUE;
 }
 

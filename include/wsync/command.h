@@ -65,6 +65,21 @@ typedef struct {
 } WsyncPlanArgs;
 
 /**
+ * wsync_context_resolve_sync_option:
+ * @ctx: the context
+ * @given: (nullable): the value the user gave (a command-line option), or %NULL
+ * @key: the option's key in the `sync { }` section of conf.d ("tp", "part-size")
+ * @fallback: (nullable): the default
+ *
+ * The command's rule for every layout option: a given value wins over the `sync { }`
+ * section of conf.d, which wins over the default.
+ *
+ * Returns: (transfer none) (nullable): @given, the configured value or @fallback.
+ */
+WSYNC_API const char *wsync_context_resolve_sync_option(WsyncContext *ctx, const char *given,
+                                                        const char *key, const char *fallback);
+
+/**
  * wsync_parse_count:
  * @what: the option's name, for the error ("--tp")
  * @text: the text the user gave

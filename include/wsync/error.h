@@ -83,6 +83,37 @@ WSYNC_API int wsync_error_exit_code(const GError *error);
 WSYNC_API void wsync_set_io_error(GError **error, int errsv, const char *path, const char *what);
 
 /**
+ * wsync_fail:
+ * @error: (nullable): return location
+ * @code: the #WsyncError class (its exit status)
+ * @format: printf() format of the one-line message
+ * @...: its arguments
+ *
+ * Sets a #WSYNC_ERROR error of class @code, so that a function that fails can end with
+ * `return wsync_fail(error, WSYNC_ERROR_USAGE, "...", ...);`.
+ *
+ * Returns: %FALSE, always.
+ */
+WSYNC_API gboolean wsync_fail(GError **error, WsyncError code, const char *format, ...)
+    G_GNUC_PRINTF(3, 4);
+
+/**
+ * wsync_fail_at:
+ * @error: (nullable): return location
+ * @code: the #WsyncError class (its exit status)
+ * @path: the file (or tensor, or directory) the message is about
+ * @format: printf() format of what is wrong with it
+ * @...: its arguments
+ *
+ * Sets a #WSYNC_ERROR error "PATH: MESSAGE" of class @code, @path made printable
+ * (wsync_printable()).
+ *
+ * Returns: %FALSE, always.
+ */
+WSYNC_API gboolean wsync_fail_at(GError **error, WsyncError code, const char *path,
+                                 const char *format, ...) G_GNUC_PRINTF(4, 5);
+
+/**
  * wsync_printable:
  * @s: a NUL-terminated string about to go into a message (a name, a path, a value
  *   read from a file, a whole message)

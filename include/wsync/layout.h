@@ -96,6 +96,17 @@ WSYNC_API char *wsync_box_format(const WsyncBox *box);
 WSYNC_API char *wsync_shape_format(guint ndim, const guint64 *shape);
 
 /**
+ * wsync_shape_numel:
+ * @ndim: axes (0 for a scalar)
+ * @shape: (array length=ndim): a shape
+ * @numel: (out): the number of elements, the product of the axes (1 for a scalar)
+ *
+ * Returns: %FALSE when the product does not fit in 64 bits (*@numel is then
+ * %G_MAXUINT64).
+ */
+WSYNC_API gboolean wsync_shape_numel(guint ndim, const guint64 *shape, guint64 *numel);
+
+/**
  * wsync_region_row_major:
  * @region: (out): the region
  * @ndim: axes of the real tensor

@@ -748,6 +748,41 @@ WSYNC_API WsyncBlock *wsync_model_add_linear_attention(WsyncModel *m, const char
                                                        const WsyncLinearAttention *spec);
 
 /**
+ * WsyncDecoderLayer:
+ * @hidden: hidden size H (the two norms' length)
+ * @attention: (nullable): a full-attention block, under `PREFIX.self_attn`
+ * @linear_attention: (nullable): or a linear-attention block, under `PREFIX.linear_attn`
+ * @mlp: (nullable): a gated MLP under `PREFIX.mlp`
+ * @moe: (nullable): or a mixture-of-experts block under `PREFIX.mlp`
+ * @reserved: room for growth; zero
+ *
+ * The pre-norm decoder layer of Llama, Qwen3 and their descendants.  Exactly one of
+ * @attention and @linear_attention, exactly one of @mlp and @moe.
+ */
+typedef struct {
+  guint64 hidden;
+  const WsyncAttention *attention;
+  const WsyncLinearAttention *linear_attention;
+  const WsyncMlp *mlp;
+  const WsyncMoe *moe;
+  gpointer reserved[4];
+} WsyncDecoderLayer;
+
+/**
+ * wsync_model_add_decoder_layer:
+ * @m: the model
+ * @prefix: the layer's module, e.g. `model.layers.3`
+ * @layer: what it holds
+ *
+ * `PREFIX.input_layernorm.weight` [H], the attention of its kind,
+ * `PREFIX.post_attention_layernorm.weight` [H], and the MLP or MoE block under
+ * `PREFIX.mlp` (see wsync_model_add_attention(), wsync_model_add_linear_attention(),
+ * wsync_model_add_mlp(), wsync_model_add_moe()).
+ */
+WSYNC_API void wsync_model_add_decoder_layer(WsyncModel *m, const char *prefix,
+                                             const WsyncDecoderLayer *layer);
+
+/**
  * WsyncRemapFunc:
  * @model: the model to describe
  * @user_data: the data given at registration

@@ -1,0 +1,89 @@
+/* The small public helpers every command and plugin shares (include/wsync/command.h,
+ * error.h, layout.h): the exact values and messages a user sees through them. */
+#include <wsync/wsync.h>
+
+static void
+test_parse_count(void)
+{
+  g_autoptr(GError) error = NULL;
+  guint64 n = 0;
+
+  g_assert_true(wsync_parse_count("--tp", "8", 1, 4096, &n, &error));
+  g_assert_no_error(error);
+  g_assert_cmpuint(n, ==, 8);
+  g_assert_false(wsync_parse_count("--tp", "0", 1, 4096, &n, &error));
+  g_assert_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE);
+  g_assert_cmpstr(error->message, ==, "--tp must be a number from 1 to 4096, not \"0\"");
+  g_clear_error(&error);
+  g_assert_false(wsync_parse_count("--ep", "2x", 1, 4096, &n, &error));
+  g_assert_cmpstr(error->message, ==, "--ep must be a number from 1 to 4096, not \"2x\"");
+}
+
+static void
+test_parse_size(void)
+{
+  g_autoptr(GError) error = NULL;
+  guint64 n = 0;
+
+  g_assert_true(wsync_parse_size("--part-size", "1000", &n, &error));
+  g_assert_cmpuint(n, ==, 1000);
+  g_assert_true(wsync_parse_size("--part-size", "512m", &n, &error));
+  g_assert_cmpuint(n, ==, G_GUINT64_CONSTANT(512) << 20);
+  g_assert_true(wsync_parse_size("--bucket-size", "5G", &n, &error));
+  g_assert_cmpuint(n, ==, G_GUINT64_CONSTANT(5) << 30);
+  g_assert_true(wsync_parse_size("--bucket-size", "2T", &n, &error));
+  g_assert_cmpuint(n, ==, G_GUINT64_CONSTANT(2) << 40);
+  g_assert_no_error(error);
+  /* 2^24 T is 2^64 bytes: one more than fits */
+  g_assert_false(wsync_parse_size("--bucket-size", "16777216T", &n, &error));
+  g_assert_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE);
+  g_assert_cmpstr(error->message, ==,
+                  "--bucket-size must be a number from 1 to 16777215, not \"16777216\"");
+  g_clear_error(&error);
+  g_assert_false(wsync_parse_size("--part-size", "G", &n, &error));
+  g_assert_cmpstr(error->message, ==,
+                  "--part-size must be a number from 1 to 17179869183, not \"\"");
+}
+
+static void
+test_shape_numel(void)
+{
+  const guint64 shape[3] = {128, 2048, 768};
+  const guint64 huge[2] = {G_GUINT64_CONSTANT(1) << 32, G_GUINT64_CONSTANT(1) << 32};
+  guint64 n = 0;
+
+  g_assert_true(wsync_shape_numel(3, shape, &n));
+  g_assert_cmpuint(n, ==, G_GUINT64_CONSTANT(128) * 2048 * 768);
+  g_assert_true(wsync_shape_numel(0, shape, &n));
+  g_assert_cmpuint(n, ==, 1);
+  g_assert_false(wsync_shape_numel(2, huge, &n));
+  g_assert_cmpuint(n, ==, G_MAXUINT64);
+}
+
+static void
+test_fail(void)
+{
+  g_autoptr(GError) error = NULL;
+
+  g_assert_false(wsync_fail(&error, WSYNC_ERROR_BAD_INPUT, "field \"%s\" is %d", "tp", 3));
+  g_assert_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT);
+  g_assert_cmpstr(error->message, ==, "field \"tp\" is 3");
+  g_assert_cmpint(wsync_error_exit_code(error), ==, WSYNC_EXIT_BAD_INPUT);
+  g_clear_error(&error);
+  /* a name from a file cannot break the line */
+  g_assert_false(wsync_fail_at(&error, WSYNC_ERROR_USAGE, "out\ndir", "DST %s", "exists"));
+  g_assert_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE);
+  g_assert_cmpstr(error->message, ==, "out\\x0adir: DST exists");
+  g_assert_false(wsync_fail(NULL, WSYNC_ERROR_IO, "ignored"));
+}
+
+int
+main(int argc, char **argv)
+{
+  g_test_init(&argc, &argv, NULL);
+  g_test_add_func("/helpers/parse-count", test_parse_count);
+  g_test_add_func("/helpers/parse-size", test_parse_size);
+  g_test_add_func("/helpers/shape-numel", test_shape_numel);
+  g_test_add_func("/helpers/fail", test_fail);
+  return g_test_run();
+}

@@ -7,6 +7,8 @@
 #include <wsync/command.h>
 #include <wsync/error.h>
 
+#include "plan-private.h"
+
 WsyncContext *
 wsync_context_new_default(const char *const *conf_dirs, const char *const *plugin_dirs,
                           const char *overrides, GError **error)
@@ -167,24 +169,12 @@ gboolean
 wsync_context_recognise_file(WsyncContext *ctx, const char *file_name, GHashTable *metadata,
                              const char **target, WsyncRankFile *out, GError **error)
 {
-  g_autoptr(GPtrArray) converters =
-      wsync_registry_lookup(wsync_context_get_registry(ctx), WSYNC_ENTRY_CONVERTER, NULL);
+  g_autoptr(GPtrArray) claimants = plan_claimants(ctx);
+  const PlanTarget *which = NULL;
 
-  for (guint i = 0; i < converters->len; i++) {
-    const WsyncTargetInfo *info = wsync_entry_get_target(converters->pdata[i]);
-    if (info == NULL || info->recognise == NULL)
-      continue;
-    g_autoptr(GError) local = NULL;
-    if (info->recognise(file_name, metadata, out, wsync_entry_get_user_data(converters->pdata[i]),
-                        &local)) {
-      if (target != NULL)
-        *target = info->name;
-      return TRUE;
-    }
-    if (local != NULL) {
-      g_propagate_error(error, g_steal_pointer(&local));
-      return FALSE;
-    }
-  }
-  return FALSE;
+  if (!plan_recognise(claimants, file_name, metadata, out, &which, error) || which == NULL)
+    return FALSE;
+  if (target != NULL)
+    *target = which->info->name;
+  return TRUE;
 }

@@ -33,9 +33,8 @@ plan_target_free(gpointer data)
   g_free(t);
 }
 
-/* Every target that recognises its own files, in dispatch order. */
-static GPtrArray *
-claimants_of(WsyncContext *ctx)
+GPtrArray *
+plan_claimants(WsyncContext *ctx)
 {
   g_autoptr(GPtrArray) converters =
       wsync_registry_lookup(wsync_context_get_registry(ctx), WSYNC_ENTRY_CONVERTER, NULL);
@@ -70,18 +69,30 @@ recognise_file(const WsyncSafetensors *st, gint64 *group, gpointer user_data, GE
 
   *group = -1;
   g_hash_table_insert(r->files, (gpointer)st, f);
-  for (guint i = 0; i < r->claimants->len; i++) {
-    const PlanTarget *t = r->claimants->pdata[i];
+  if (!plan_recognise(r->claimants, base, wsync_safetensors_metadata(st), &f->rank_file,
+                      &f->target, error)) {
+    g_prefix_error(error, "%s: ", wsync_safetensors_path(st));
+    return FALSE;
+  }
+  if (f->target != NULL)
+    *group = f->rank_file.rank;
+  return TRUE;
+}
+
+gboolean
+plan_recognise(GPtrArray *claimants, const char *file_name, GHashTable *metadata,
+               WsyncRankFile *out, const PlanTarget **which, GError **error)
+{
+  *which = NULL;
+  for (guint i = 0; i < claimants->len; i++) {
+    const PlanTarget *t = claimants->pdata[i];
     g_autoptr(GError) local = NULL;
-    if (t->info->recognise(base, wsync_safetensors_metadata(st), &f->rank_file, t->user_data,
-                           &local)) {
-      f->target = t;
-      *group = f->rank_file.rank;
+    if (t->info->recognise(file_name, metadata, out, t->user_data, &local)) {
+      *which = t;
       return TRUE;
     }
     if (local != NULL) {
-      g_propagate_prefixed_error(error, g_steal_pointer(&local), "%s: ",
-                                 wsync_safetensors_path(st));
+      g_propagate_error(error, g_steal_pointer(&local));
       return FALSE;
     }
   }
@@ -92,7 +103,7 @@ recognise_file(const WsyncSafetensors *st, gint64 *group, gpointer user_data, GE
 static WsyncCheckpoint *
 open_recognised(WsyncContext *ctx, const char *path, Recognition *r, GError **error)
 {
-  r->claimants = claimants_of(ctx);
+  r->claimants = plan_claimants(ctx);
   r->files = g_hash_table_new_full(g_direct_hash, g_direct_equal, NULL, g_free);
   return wsync_checkpoint_open_grouped(path, recognise_file, r, error);
 }

@@ -89,6 +89,13 @@ void plan_describe_identity(WsyncPlan *plan);
 
 /* inputs.c */
 gboolean plan_open_input(WsyncPlan *plan, GError **error);
+/* Every target that recognises its own files (PlanTarget*), in dispatch order. */
+GPtrArray *plan_claimants(WsyncContext *ctx);
+/* Asks each of @claimants whether @file_name (with its safetensors @metadata) is one of
+ * its files: *@which is the first that says so (and @out what it read), or NULL.  FALSE
+ * only with an error: a file a target claims but cannot read. */
+gboolean plan_recognise(GPtrArray *claimants, const char *file_name, GHashTable *metadata,
+                        WsyncRankFile *out, const PlanTarget **which, GError **error);
 gboolean plan_bind_inputs(WsyncPlan *plan, GError **error);
 gboolean plan_bind_dcp(WsyncPlan *plan, GError **error);
 gboolean plan_bind_chunked(WsyncPlan *plan, GPtrArray *globals, GError **error);

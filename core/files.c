@@ -17,6 +17,18 @@
 
 /* ------------------------------------------------------------------ bounded reads */
 
+/* @fd back to blocking reads (it was opened O_NONBLOCK so that opening a FIFO cannot
+ * hang): a regular file never blocks anyway. */
+static int
+blocking(int fd)
+{
+  int flags = fcntl(fd, F_GETFL);
+
+  if (flags >= 0)
+    fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  return fd;
+}
+
 static const char *
 file_kind(mode_t mode)
 {
@@ -56,11 +68,7 @@ wsync_file_open_regular(const char *path, gboolean nofollow, WsyncError code, st
     close(fd);
     return -1;
   }
-  /* back to blocking reads: a regular file never blocks anyway */
-  int flags = fcntl(fd, F_GETFL);
-  if (flags >= 0)
-    fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-  return fd;
+  return blocking(fd);
 }
 
 static char *
@@ -234,10 +242,7 @@ wsync_file_open_trusted(const char *path, const char *what, struct stat *st, cha
     close(fd);
     return -1;
   }
-  int flags = fcntl(fd, F_GETFL);
-  if (flags >= 0)
-    fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-  return fd;
+  return blocking(fd);
 }
 
 /* ------------------------------------------------------------------ removal */

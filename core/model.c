@@ -94,6 +94,24 @@ wsync_config_get_uint_or(const WsyncConfigSection *section, const char *key, gui
 }
 
 gboolean
+wsync_config_get_head_dim(const WsyncConfigSection *section, guint64 hidden, guint64 heads,
+                          guint64 fallback, guint64 *out, GError **error)
+{
+  *out = fallback;
+  if (!wsync_config_get_uint_or(section, "head_dim", 1, WSYNC_CONFIG_SIZE_MAX, out, error))
+    return FALSE;
+  if (*out != 0)
+    return TRUE;
+  if (heads == 0 || hidden % heads != 0)
+    return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
+                      "field \"%shead_dim\" is missing and %shidden_size %" G_GUINT64_FORMAT
+                      " is not a multiple of num_attention_heads %" G_GUINT64_FORMAT,
+                      section->where, section->where, hidden, heads);
+  *out = hidden / heads;
+  return TRUE;
+}
+
+gboolean
 wsync_config_get_bool_or(const WsyncConfigSection *section, const char *key, gboolean *out,
                          GError **error)
 {

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "copy.h"
+#include "files.h"
 #include "rankfile.h"
 
 void
@@ -81,20 +82,8 @@ gboolean
 rank_file_begin(int fd, const char *path, const guint8 *header, gsize header_len, guint64 size,
                 GError **error)
 {
-  const guint8 *p = header;
-  gsize left = header_len;
-
-  while (left > 0) {
-    ssize_t k = pwrite(fd, p, left, (off_t)(header_len - left));
-    if (k < 0 && errno == EINTR)
-      continue;
-    if (k <= 0) {
-      wsync_set_io_error(error, k < 0 ? errno : ENOSPC, path, "write");
-      return FALSE;
-    }
-    p += k;
-    left -= (gsize)k;
-  }
+  if (!wsync_file_pwrite_all(fd, path, header, header_len, 0, error))
+    return FALSE;
   if (size > (guint64)G_MAXINT64 || ftruncate(fd, (off_t)size) != 0) {
     wsync_set_io_error(error, size > (guint64)G_MAXINT64 ? EFBIG : errno, path, "resize");
     return FALSE;

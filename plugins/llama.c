@@ -38,25 +38,6 @@ typedef struct {
  * as LlamaConfig.__post_init__ and vLLM's LlamaAttention (llama.py:156-157 @ df1376907b16)
  * both compute it (docs/hf-checkpoints.md §5, docs/vllm.md §10). */
 static gboolean
-read_head_dim(Llama *c, GError **error)
-{
-  c->head_dim = 0;
-  if (!wsync_config_get_uint_or(&c->root, "head_dim", 1, SIZE, &c->head_dim, error))
-    return FALSE;
-  if (c->head_dim != 0)
-    return TRUE;
-  if (c->hidden % c->heads != 0) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                "field \"head_dim\" is missing and hidden_size %" G_GUINT64_FORMAT
-                " is not a multiple of num_attention_heads %" G_GUINT64_FORMAT,
-                c->hidden, c->heads);
-    return FALSE;
-  }
-  c->head_dim = c->hidden / c->heads;
-  return TRUE;
-}
-
-static gboolean
 read_config(WsyncModel *m, Llama *c, GError **error)
 {
   WsyncDtype dtype;
@@ -67,7 +48,7 @@ read_config(WsyncModel *m, Llama *c, GError **error)
     return FALSE;
   c->kv_heads = c->heads; /* LlamaConfig: no GQA unless the config says so */
   if (!wsync_config_get_uint_or(&c->root, "num_key_value_heads", 1, SIZE, &c->kv_heads, error) ||
-      !read_head_dim(c, error) ||
+      !wsync_config_get_head_dim(&c->root, c->hidden, c->heads, 0, &c->head_dim, error) ||
       !wsync_config_get_uint(&c->root, "vocab_size", 1, SIZE, &c->vocab, error) ||
       !wsync_config_get_uint(&c->root, "num_hidden_layers", 1, COUNT, &c->layers, error) ||
       !wsync_config_get_uint(&c->root, "intermediate_size", 1, SIZE, &c->inter, error) ||

@@ -213,12 +213,11 @@ read_vision(WsyncModel *m, Qwen35 *c, GError **error)
 static gboolean
 read_text(Qwen35 *c, GError **error)
 {
-  c->head_dim = 256;
   c->output_gate = TRUE;
   return wsync_config_get_uint(&c->text, "hidden_size", 1, SIZE, &c->hidden, error) &&
          wsync_config_get_uint(&c->text, "num_attention_heads", 1, SIZE, &c->heads, error) &&
          wsync_config_get_uint(&c->text, "num_key_value_heads", 1, SIZE, &c->kv_heads, error) &&
-         wsync_config_get_uint_or(&c->text, "head_dim", 1, SIZE, &c->head_dim, error) &&
+         wsync_config_get_head_dim(&c->text, c->hidden, c->heads, 256, &c->head_dim, error) &&
          wsync_config_get_bool_or(&c->text, "attn_output_gate", &c->output_gate, error) &&
          wsync_config_get_uint(&c->text, "vocab_size", 1, SIZE, &c->vocab, error) &&
          wsync_config_get_uint(&c->text, "num_hidden_layers", 1, COUNT, &c->layers, error);

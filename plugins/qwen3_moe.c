@@ -28,27 +28,6 @@ typedef struct {
 #define SIZE WSYNC_CONFIG_SIZE_MAX
 #define COUNT WSYNC_CONFIG_COUNT_MAX
 
-/* head_dim: the field, else Qwen3Config's default 128 (dense) or what Qwen3-MoE's
- * attention computes, hidden_size / num_attention_heads (docs/hf-checkpoints.md §2). */
-static gboolean
-read_head_dim(Qwen3 *c, GError **error)
-{
-  c->head_dim = c->dense ? 128 : 0;
-  if (!wsync_config_get_uint_or(&c->text, "head_dim", 1, SIZE, &c->head_dim, error))
-    return FALSE;
-  if (c->head_dim != 0)
-    return TRUE;
-  if (c->hidden % c->heads != 0) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                "field \"%shead_dim\" is missing and %shidden_size %" G_GUINT64_FORMAT
-                " is not a multiple of num_attention_heads %" G_GUINT64_FORMAT,
-                c->text.where, c->text.where, c->hidden, c->heads);
-    return FALSE;
-  }
-  c->head_dim = c->hidden / c->heads;
-  return TRUE;
-}
-
 /* A layer is MoE unless it is in mlp_only_layers or (idx+1) % decoder_sparse_step != 0;
  * Transformers and vLLM use the same test, and both need experts (docs/vllm.md §8). */
 static gboolean
@@ -86,6 +65,8 @@ read_mlp(Qwen3 *c, GError **error)
          wsync_config_get_uint(&c->text, "intermediate_size", 1, SIZE, &c->inter, error);
 }
 
+/* head_dim: the field, else Qwen3Config's default 128 (dense) or what Qwen3-MoE's
+ * attention computes, hidden_size / num_attention_heads (docs/hf-checkpoints.md §2). */
 static gboolean
 read_config(WsyncModel *m, Qwen3 *c, GError **error)
 {
@@ -99,7 +80,8 @@ read_config(WsyncModel *m, Qwen3 *c, GError **error)
   if (!wsync_config_get_uint(&c->text, "hidden_size", 1, SIZE, &c->hidden, error) ||
       !wsync_config_get_uint(&c->text, "num_attention_heads", 1, SIZE, &c->heads, error) ||
       !wsync_config_get_uint(&c->text, "num_key_value_heads", 1, SIZE, &c->kv_heads, error) ||
-      !read_head_dim(c, error) ||
+      !wsync_config_get_head_dim(&c->text, c->hidden, c->heads, c->dense ? 128 : 0,
+                                 &c->head_dim, error) ||
       !wsync_config_get_uint(&c->text, "vocab_size", 1, SIZE, &c->vocab, error) ||
       !wsync_config_get_uint(&c->text, "num_hidden_layers", 1, COUNT, &c->layers, error) ||
       !read_mlp(c, error) ||

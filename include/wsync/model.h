@@ -91,6 +91,26 @@ WSYNC_API gboolean wsync_config_get_uint_or(const WsyncConfigSection *section, c
                                             GError **error);
 
 /**
+ * wsync_config_get_head_dim:
+ * @section: where to read
+ * @hidden: the model's hidden size (read before)
+ * @heads: its attention heads (read before)
+ * @fallback: the configuration class's default, 0 for none
+ * @out: (out): the per-head size
+ * @error: return location for a #WSYNC_ERROR_BAD_INPUT error
+ *
+ * `head_dim` as the Transformers configurations of decoder models read it: the field
+ * (absent or null counts as missing), else @fallback when it is not 0, else
+ * @hidden / @heads, refused when @heads does not divide @hidden (`field "head_dim" is
+ * missing and hidden_size H is not a multiple of num_attention_heads N`).
+ *
+ * Returns: %TRUE on success.
+ */
+WSYNC_API gboolean wsync_config_get_head_dim(const WsyncConfigSection *section, guint64 hidden,
+                                             guint64 heads, guint64 fallback, guint64 *out,
+                                             GError **error);
+
+/**
  * wsync_config_get_bool_or:
  * @section: where to read
  * @key: the field

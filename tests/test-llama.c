@@ -493,17 +493,23 @@ test_refused(void)
   static const struct {
     const char *key;
     const char *message;
+    gint64 value; /* set to this integer, 0: removed */
   } cases[] = {
       {"intermediate_size", "config.json: field \"intermediate_size\" is missing\n"},
       {"num_attention_heads", "config.json: field \"num_attention_heads\" is missing\n"},
-      {"attention_bias", "config.json: field \"attention_bias\" must be true or false, not 1\n"},
+      {"attention_bias", "config.json: field \"attention_bias\" must be true or false, not 1\n",
+       1},
+      /* head_dim absent: hidden_size / num_attention_heads, which must divide */
+      {"num_attention_heads",
+       "config.json: field \"head_dim\" is missing and hidden_size 64 is not a multiple of "
+       "num_attention_heads 7\n",
+       7},
   };
   const char *src = synth(UNTIED);
 
   for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
-    JsonNode *value = strcmp(cases[i].key, "attention_bias") == 0
-                          ? json_node_init_int(json_node_alloc(), 1)
-                          : NULL;
+    JsonNode *value =
+        cases[i].value != 0 ? json_node_init_int(json_node_alloc(), cases[i].value) : NULL;
     g_autofree char *config = config_variant(UNTIED, cases[i].key, value);
     g_autofree char *out = new_path("refused");
     g_autofree char *ck = new_path("bad-checkpoint");

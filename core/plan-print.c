@@ -251,6 +251,18 @@ add_string_or_null(JsonBuilder *b, const char *value)
     json_builder_add_null_value(b);
 }
 
+/* {"param" or "tensor": NAME, "rule": RULE}: what was dropped, and by which rule. */
+static void
+add_dropped_json(JsonBuilder *b, const char *what, const char *name, const char *rule)
+{
+  json_builder_begin_object(b);
+  json_builder_set_member_name(b, what);
+  json_builder_add_string_value(b, name);
+  json_builder_set_member_name(b, "rule");
+  json_builder_add_string_value(b, rule);
+  json_builder_end_object(b);
+}
+
 void
 plan_json_add_layout(JsonBuilder *b, const WsyncPlan *plan)
 {
@@ -314,12 +326,7 @@ wsync_plan_to_json(WsyncPlan *plan)
     json_builder_begin_array(b);
     for (guint d = 0; d < layout->dropped->len; d++) {
       DroppedParam *dp = &g_array_index(layout->dropped, DroppedParam, d);
-      json_builder_begin_object(b);
-      json_builder_set_member_name(b, "param");
-      json_builder_add_string_value(b, dp->param->name);
-      json_builder_set_member_name(b, "rule");
-      json_builder_add_string_value(b, dp->rule);
-      json_builder_end_object(b);
+      add_dropped_json(b, "param", dp->param->name, dp->rule);
     }
     json_builder_end_array(b);
     json_builder_set_member_name(b, "omitted");
@@ -334,14 +341,8 @@ wsync_plan_to_json(WsyncPlan *plan)
   json_builder_begin_array(b);
   for (guint i = 0; plan->inputs && i < plan->inputs->len; i++) {
     InputState *s = &g_array_index(plan->inputs, InputState, i);
-    if (s->drop_rule == NULL)
-      continue;
-    json_builder_begin_object(b);
-    json_builder_set_member_name(b, "tensor");
-    json_builder_add_string_value(b, s->tensor->name);
-    json_builder_set_member_name(b, "rule");
-    json_builder_add_string_value(b, s->drop_rule);
-    json_builder_end_object(b);
+    if (s->drop_rule != NULL)
+      add_dropped_json(b, "tensor", s->tensor->name, s->drop_rule);
   }
   json_builder_end_array(b);
   json_builder_set_member_name(b, "notes");

@@ -64,6 +64,9 @@ cli_parse(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries, int *ar
   }
   if (help) {
     print_help(cli, cmd, octx);
+    /* exit() runs no cleanup: free them, or memcheck counts them as lost */
+    g_clear_pointer(&octx, g_option_context_free);
+    g_clear_pointer(&globals, g_free);
     exit(WSYNC_EXIT_OK);
   }
   return TRUE;
@@ -124,38 +127,14 @@ report_warning(const char *plugin_name, const char *message, gpointer user_data)
   fprintf(stderr, "wsync: plugin \"%s\": %s\n", plugin_name, message);
 }
 
-/* Search path for plugins: --plugin-dir, then WSYNC_PLUGIN_PATH, then the built-in dir. */
-static char **
-plugin_search_path(WsyncCli *cli)
-{
-  g_autoptr(GStrvBuilder) builder = g_strv_builder_new();
-  const char *env = g_getenv("WSYNC_PLUGIN_PATH");
-
-  if (cli->plugin_dirs != NULL)
-    g_strv_builder_addv(builder, (const char **)cli->plugin_dirs);
-  if (env != NULL && env[0] != '\0') {
-    g_auto(GStrv) parts = g_strsplit(env, ":", -1);
-    g_strv_builder_addv(builder, (const char **)parts);
-  }
-  g_strv_builder_add(builder, WSYNC_PLUGIN_DIR);
-  return g_strv_builder_end(builder);
-}
-
 WsyncContext *
 cli_context(WsyncCli *cli, GError **error)
 {
-  g_auto(GStrv) plugin_dirs = NULL;
-  const char *default_conf[] = {WSYNC_CONF_DIR, NULL};
-  const char *const *conf_dirs = (const char *const *)cli->conf_dirs;
-
   if (cli->ctx != NULL)
     return cli->ctx;
-  /* The installed default may not exist (an uninstalled build): then there is none. */
-  if (conf_dirs == NULL)
-    conf_dirs = g_file_test(WSYNC_CONF_DIR, G_FILE_TEST_IS_DIR) ? default_conf : NULL;
-  plugin_dirs = plugin_search_path(cli);
-  cli->ctx = wsync_context_new(conf_dirs, (const char *const *)plugin_dirs,
-                               cli->overrides ? cli->overrides->str : NULL, error);
+  cli->ctx = wsync_context_new_default((const char *const *)cli->conf_dirs,
+                                       (const char *const *)cli->plugin_dirs,
+                                       cli->overrides ? cli->overrides->str : NULL, error);
   if (cli->ctx != NULL && !cli->quiet) {
     wsync_context_foreach_plugin(cli->ctx, report_refused, NULL);
     wsync_context_foreach_warning(cli->ctx, report_warning, NULL);

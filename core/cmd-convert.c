@@ -93,35 +93,14 @@ parse_size(const char *text, guint64 *out, GError **error)
   return TRUE;
 }
 
+/* The command line's options, for wsync_plan_args_resolve() (which also reads conf.d). */
 static gboolean
 resolve_layout_args(WsyncContext *ctx, const LayoutArgs *a, WsyncPlanOptions *o, GError **error)
 {
-  guint64 tp, ep, threads, rank = 0;
-  const char *rank_text = pick(ctx, a->rank, "rank", NULL);
-  g_autofree char *cores = g_strdup_printf("%u", g_get_num_processors());
+  WsyncPlanArgs given = {.target = a->target, .format = a->format, .tp = a->tp, .ep = a->ep,
+                         .rank = a->rank, .threads = a->threads, .part_size = a->part_size};
 
-  o->target = pick(ctx, a->target, "target", NULL);
-  if (o->target == NULL) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
-                "no --target given (and no sync { target = ... } in conf.d)");
-    return FALSE;
-  }
-  o->format = pick(ctx, a->format, "format", NULL);
-  o->format_explicit = a->format != NULL;
-  if (!parse_count("--tp", pick(ctx, a->tp, "tp", "1"), 1, 4096, &tp, error) ||
-      !parse_count("--ep", pick(ctx, a->ep, "ep", "1"), 1, 4096, &ep, error) ||
-      !parse_count("--threads",
-                   pick(ctx, a->threads, "threads", cores),
-                   1, 1024, &threads, error) ||
-      !parse_size(pick(ctx, a->part_size, "part-size", "5G"), &o->part_size, error))
-    return FALSE;
-  if (rank_text != NULL && !parse_count("--rank", rank_text, 0, 4095, &rank, error))
-    return FALSE;
-  o->tp = (guint)tp;
-  o->ep = (guint)ep;
-  o->threads = (guint)threads;
-  o->rank = rank_text != NULL ? (gint)rank : -1;
-  return TRUE;
+  return wsync_plan_args_resolve(ctx, &given, o, error);
 }
 
 #define LAYOUT_ENTRIES(a)                                                                       \

@@ -91,3 +91,17 @@ printf '%-28s %7.2f s %7.2f GB/s  ratio 1.00  peak private %6d KiB\n' "cp -r (sh
   "$(calc "$gb / $t_cp")" "$m_cp"
 run "merge (FSDP2 x EP shards)" $W merge "$base/dcp/a" "$base/merged"
 $W verify "$base/src" "$base/merged" >/dev/null && echo "merge: bit-exact"
+
+# The session from Python (bench/session_bench.py): the checkpoint held as numpy arrays,
+# pushed at tp 4 into rank files on the tmpfs, steady-state steps against numpy.copyto
+# of the same bytes.  The shard and merge outputs are removed first (memory: the arrays
+# and copyto's arrays are private, twice the checkpoint).
+rm -rf "$base/dcp" "$base/merged"
+py=${WSYNC_PYTHON:-python3}
+if [ -f "$build/python/.libs/_wsync.so" ]; then
+  PYTHONPATH="$top/python:$build/python/.libs${PYTHONPATH:+:$PYTHONPATH}" \
+    WSYNC_BENCH_CONF_DIR="$top/conf.d" WSYNC_BENCH_PLUGIN_DIR="$build/plugins/.libs" \
+    "$py" "$top/bench/session_bench.py" --tp 4 "$base/src" "$base/session"
+else
+  echo "session from Python: skipped (the Python module is not built: ./configure found no python3-dev)"
+fi

@@ -41,9 +41,21 @@ print_help(WsyncCli *cli, const WsyncCommand *cmd, GOptionContext *octx)
 gboolean
 cli_parse(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries, int *argc, char ***argv)
 {
+  g_autoptr(GError) error = NULL;
+
+  if (cli_parse_checked(cli, cmd, entries, argc, argv, &error))
+    return TRUE;
+  cli_error_line("%s", error->message);
+  return FALSE;
+}
+
+gboolean
+cli_parse_checked(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries, int *argc,
+                  char ***argv, GError **error)
+{
   g_autoptr(GOptionContext) octx = g_option_context_new(cmd->args);
   g_autofree GOptionEntry *globals = global_entries(cli);
-  g_autoptr(GError) error = NULL;
+  g_autoptr(GError) parse_error = NULL;
   gboolean help = FALSE;
   GOptionEntry help_entry[] = {
       {"help", 'h', 0, G_OPTION_ARG_NONE, &help, "Show this help", NULL}, {NULL}};
@@ -58,13 +70,14 @@ cli_parse(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries, int *ar
     g_option_context_add_main_entries(octx, entries, NULL);
   g_option_context_add_main_entries(octx, globals, NULL);
   g_option_context_add_main_entries(octx, help_entry, NULL);
-  if (!g_option_context_parse(octx, argc, argv, &error)) {
-    cli_error_line("wsync %s: %s (see wsync %s --help)", cmd->name, error->message, cmd->name);
+  if (!g_option_context_parse(octx, argc, argv, &parse_error)) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE, "wsync %s: %s (see wsync %s --help)",
+                cmd->name, parse_error->message, cmd->name);
     return FALSE;
   }
   if (help) {
     print_help(cli, cmd, octx);
-    /* exit() runs no cleanup: free them, or memcheck counts them as lost */
+    /* freed before exit(), which runs no cleanup: memcheck would count them lost */
     g_clear_pointer(&octx, g_option_context_free);
     g_clear_pointer(&globals, g_free);
     exit(WSYNC_EXIT_OK);
@@ -242,4 +255,39 @@ cli_end_by_caught_signal(void)
     return;
   signal(sig, SIG_DFL);
   raise(sig);
+}
+
+/* ------------------------------------------------------------------ layout options */
+
+void
+cli_layout_args_clear(CliLayoutArgs *a)
+{
+  g_free(a->target);
+  g_free(a->format);
+  g_free(a->tp);
+  g_free(a->ep);
+  g_free(a->rank);
+  g_free(a->threads);
+  g_free(a->part_size);
+}
+
+const char *
+cli_pick(WsyncContext *ctx, const char *flag, const char *key, const char *fallback)
+{
+  const char *conf;
+
+  if (flag != NULL)
+    return flag;
+  conf = wsync_context_get_sync_option(ctx, key);
+  return conf != NULL ? conf : fallback;
+}
+
+gboolean
+cli_resolve_layout_args(WsyncContext *ctx, const CliLayoutArgs *a, WsyncPlanOptions *o,
+                        GError **error)
+{
+  WsyncPlanArgs given = {.target = a->target, .format = a->format, .tp = a->tp, .ep = a->ep,
+                         .rank = a->rank, .threads = a->threads, .part_size = a->part_size};
+
+  return wsync_plan_args_resolve(ctx, &given, o, error);
 }

@@ -42,8 +42,8 @@ pick(WsyncContext *ctx, const char *given, const char *key, const char *fallback
   return conf != NULL ? conf : fallback;
 }
 
-static gboolean
-parse_count(const char *what, const char *text, guint64 min, guint64 max, guint64 *out,
+gboolean
+wsync_parse_count(const char *what, const char *text, guint64 min, guint64 max, guint64 *out,
             GError **error)
 {
   if (!g_ascii_string_to_unsigned(text, 10, min, max, out, NULL)) {
@@ -56,9 +56,8 @@ parse_count(const char *what, const char *text, guint64 min, guint64 max, guint6
   return TRUE;
 }
 
-/* "5G", "512M", "1000": bytes, with K/M/G/T meaning powers of 1024. */
-static gboolean
-parse_size(const char *text, guint64 *out, GError **error)
+gboolean
+wsync_parse_size(const char *what, const char *text, guint64 *out, GError **error)
 {
   g_autofree char *digits = g_strdup(text);
   gsize len = strlen(digits);
@@ -72,7 +71,7 @@ parse_size(const char *text, guint64 *out, GError **error)
       digits[len - 1] = '\0';
     }
   }
-  if (!parse_count("--part-size", digits, 1, G_MAXUINT64 >> shift, out, error))
+  if (!wsync_parse_count(what, digits, 1, G_MAXUINT64 >> shift, out, error))
     return FALSE;
   *out <<= shift;
   return TRUE;
@@ -95,13 +94,14 @@ wsync_plan_args_resolve(WsyncContext *ctx, const WsyncPlanArgs *args, WsyncPlanO
   }
   opts->format = pick(ctx, args->format, "format", NULL);
   opts->format_explicit = args->format != NULL;
-  if (!parse_count("--tp", pick(ctx, args->tp, "tp", "1"), 1, 4096, &tp, error) ||
-      !parse_count("--ep", pick(ctx, args->ep, "ep", "1"), 1, 4096, &ep, error) ||
-      !parse_count("--threads", pick(ctx, args->threads, "threads", cores), 1, 1024, &threads,
+  if (!wsync_parse_count("--tp", pick(ctx, args->tp, "tp", "1"), 1, 4096, &tp, error) ||
+      !wsync_parse_count("--ep", pick(ctx, args->ep, "ep", "1"), 1, 4096, &ep, error) ||
+      !wsync_parse_count("--threads", pick(ctx, args->threads, "threads", cores), 1, 1024, &threads,
                    error) ||
-      !parse_size(pick(ctx, args->part_size, "part-size", "5G"), &opts->part_size, error))
+      !wsync_parse_size("--part-size", pick(ctx, args->part_size, "part-size", "5G"),
+                        &opts->part_size, error))
     return FALSE;
-  if (rank_text != NULL && !parse_count("--rank", rank_text, 0, 4095, &rank, error))
+  if (rank_text != NULL && !wsync_parse_count("--rank", rank_text, 0, 4095, &rank, error))
     return FALSE;
   opts->tp = (guint)tp;
   opts->ep = (guint)ep;

@@ -65,6 +65,37 @@ typedef struct {
 } WsyncPlanArgs;
 
 /**
+ * wsync_parse_count:
+ * @what: the option's name, for the error ("--tp")
+ * @text: the text the user gave
+ * @min: the smallest value accepted
+ * @max: the largest value accepted
+ * @out: (out): the number
+ * @error: return location for a #WSYNC_ERROR_USAGE error ("--tp must be a number from 1
+ *   to 4096, not \"0\"")
+ *
+ * Reads a decimal number of an option, as the command's options are read.
+ *
+ * Returns: %TRUE when @text is a number from @min to @max.
+ */
+WSYNC_API gboolean wsync_parse_count(const char *what, const char *text, guint64 min,
+                                     guint64 max, guint64 *out, GError **error);
+
+/**
+ * wsync_parse_size:
+ * @what: the option's name, for the error ("--part-size")
+ * @text: "5G", "512M", "1000": bytes, with K, M, G or T meaning powers of 1024
+ * @out: (out): the number of bytes
+ * @error: return location for a #WSYNC_ERROR_USAGE error naming @what
+ *
+ * Reads a size option, as the command's `--part-size` and `--bucket-size` are read.
+ *
+ * Returns: %TRUE when @text is a size from 1 byte that fits in 64 bits.
+ */
+WSYNC_API gboolean wsync_parse_size(const char *what, const char *text, guint64 *out,
+                                    GError **error);
+
+/**
  * wsync_plan_args_resolve:
  * @ctx: the context (its `sync { }` section fills what @args leaves unset)
  * @args: what the user gave

@@ -880,6 +880,16 @@ wsync_context_get_plugin_options(WsyncContext *ctx, const char *plugin_name)
   return plugin->options;
 }
 
+const WsyncPluginDescriptor *
+wsync_context_get_plugin_descriptor(WsyncContext *ctx, const char *plugin_name)
+{
+  WsyncPlugin *plugin = find_plugin(ctx, plugin_name);
+
+  if (plugin == NULL || plugin->state == WSYNC_PLUGIN_REFUSED)
+    return NULL;
+  return plugin->desc;
+}
+
 /* ------------------------------------------------------------------ the plugin-facing API */
 
 const char *

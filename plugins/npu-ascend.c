@@ -263,12 +263,18 @@ env_alloc_conf(WsyncEnv *env, gpointer user_data, GError **error)
 
 /* ------------------------------------------------------------------ registration */
 
-/* Designated initialisers: CFG_STR() has no slot for a validating callback. */
-static cfg_opt_t options[] = {{.name = "moe-layout",
-                               .type = CFGT_STR,
-                               .flags = CFGF_NODEFAULT,
-                               .validcb = validate_moe_layout},
-                              CFG_END()};
+/* Designated initialisers: CFG_STR() has no slot for a validating callback or a comment. */
+static cfg_opt_t options[] = {
+    {.name = "moe-layout",
+     .type = CFGT_STR,
+     .flags = CFGF_NODEFAULT,
+     .validcb = validate_moe_layout,
+     .comment = WSYNC_OPTION_DOC(
+         "Deprecated and ignored, with a warning: the format decides the expert layout "
+         "(--format kernel writes the processed layout, --format sharded-state the loader "
+         "layout).",
+         "\"processed\" or \"preprocessed\"")},
+    CFG_END()};
 
 static gboolean
 ascend_register(WsyncPlugin *plugin, GError **error)

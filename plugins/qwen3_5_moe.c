@@ -397,7 +397,19 @@ describe(WsyncModel *m, gpointer user_data, GError **error)
   return TRUE;
 }
 
-static cfg_opt_t options[] = {CFG_BOOL("language-model-only", cfg_false, CFGF_NONE), CFG_END()};
+/* Designated initialisers: CFG_BOOL() has no slot for a comment. */
+static cfg_opt_t options[] = {
+    {.name = "language-model-only",
+     .type = CFGT_BOOL,
+     .flags = CFGF_NONE,
+     .def.boolean = cfg_false,
+     .comment = WSYNC_OPTION_DOC(
+         "True when vLLM runs without the vision tower (--language-model-only, or every "
+         "multimodal limit 0): vLLM then holds no visual.* params, and the runtime targets "
+         "drop them by the rule language-model-only; the Hugging Face targets always keep "
+         "them.",
+         "")},
+    CFG_END()};
 
 static gboolean
 qwen3_5_moe_register(WsyncPlugin *plugin, GError **error)

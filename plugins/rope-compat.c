@@ -588,13 +588,19 @@ validate_rope_format(cfg_t *cfg, cfg_opt_t *opt)
   return -1;
 }
 
-/* Designated initialisers: CFG_STR() has no slot for a validating callback. */
+/* Designated initialisers: CFG_STR() has no slot for a validating callback or a comment. */
 static cfg_opt_t options[] = {
     {.name = "rope-format",
      .type = CFGT_STR,
      .flags = CFGF_NONE,
      .def.string = "keep",
-     .validcb = validate_rope_format},
+     .validcb = validate_rope_format,
+     .comment = WSYNC_OPTION_DOC(
+         "The RoPE keys of every config.json wsync writes: transformers5 turns rope_scaling "
+         "and rope_theta into rope_parameters, transformers4 turns rope_parameters back into "
+         "rope_scaling and rope_theta, keep leaves them; ignore_keys_at_rope_validation, "
+         "which breaks vLLM 0.18 with Transformers 5, is dropped in every case.",
+         "\"keep\", \"transformers5\" or \"transformers4\"")},
     CFG_END()};
 
 static gboolean

@@ -1296,14 +1296,29 @@ recognise(const char *name, GHashTable *md, WsyncRankFile *out, gpointer user_da
 
 /* ------------------------------------------------------------------ registration */
 
-/* Designated initialisers: CFG_STR() has no slot for a validating callback. */
+/* Designated initialisers: CFG_STR() has no slot for a validating callback or a comment. */
 static cfg_opt_t options[] = {
     {.name = "vllm-version",
      .type = CFGT_STR,
      .flags = CFGF_NONE,
      .def.string = "latest",
-     .validcb = validate_version},
-    CFG_BOOL("attn-scales", cfg_true, CFGF_NONE),
+     .validcb = validate_version,
+     .comment = WSYNC_OPTION_DOC(
+         "The vLLM release the rank files are for, which decides their tensor names: vLLM "
+         "renamed the MoE block's tensors four times (eras A to D; wsync convert --help shows "
+         "the release table); latest is the naming of 0.27.1 and later.",
+         "\"latest\", or a vLLM release number from 0.17.0 on without an rc or post suffix "
+         "(\"0.18\", \"0.18.1\", \"v0.24.0\")")},
+    {.name = "attn-scales",
+     .type = CFGT_BOOL,
+     .flags = CFGF_NONE,
+     .def.boolean = cfg_true,
+     .comment = WSYNC_OPTION_DOC(
+         "In the sharded-state format, write each attention layer's _k_scale, _v_scale, "
+         "_q_scale and _prob_scale (F32 scalars of 1.0): vLLM registers them as persistent "
+         "buffers and its sharded_state loader refuses files that lack them; turn off only "
+         "for a loader that does not expect them.",
+         "")},
     CFG_END()};
 
 /* The help `wsync convert --help` shows for the target: formats, their consumers and

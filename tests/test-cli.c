@@ -96,7 +96,19 @@ test_plugins_text(void)
       "    converter      good-target              priority 0  serves good-target\n"
       "    hook           good-hook                priority -5  serves vllm-ascend\n"
       "    config-patcher good-patch               priority 0  serves *\n"
-      "    env-patch      good-env                 priority 0  serves test-backend\n",
+      "    env-patch      good-env                 priority 0  serves test-backend\n"
+      /* the options: in the table's order, with the conf.d file's level = 4 changing
+       * nothing (defaults are the table's) */
+      "    option         level                    int  default 3\n"
+      "        How hard the \"good\" plugin tries.\n"
+      "        values: 0 to 9\n"
+      "    option         mode                     string  default \"fast\"\n"
+      "        Fast or \"thorough\".\n"
+      "        values: a string\n"
+      "    option         flag                     bool  default false\n"
+      "        values: true or false\n"
+      "    option         names                    string list  default {\"a\", \"b c\"}\n"
+      "        values: a list of strings\n",
       pdir, pdir, pdir);
   g_assert_cmpint(r.status, ==, 0);
   g_assert_cmpstr(r.out, ==, expect);
@@ -146,6 +158,34 @@ test_plugins_json(void)
   g_assert_cmpstr(json_object_get_string_member(remap, "serves"), ==, "qwen3_moe, qwen3");
   JsonObject *patch = json_array_get_object_element(entries, 3);
   g_assert_true(json_object_get_null_member(patch, "serves"));
+  /* the options, typed defaults and their documentation */
+  g_assert_cmpuint(json_array_get_length(json_object_get_array_member(bad, "options")), ==, 0);
+  JsonArray *options = json_object_get_array_member(good, "options");
+  g_assert_cmpuint(json_array_get_length(options), ==, 4);
+  JsonObject *level = json_array_get_object_element(options, 0);
+  g_assert_cmpstr(json_object_get_string_member(level, "name"), ==, "level");
+  g_assert_cmpstr(json_object_get_string_member(level, "type"), ==, "int");
+  g_assert_false(json_object_get_boolean_member(level, "list"));
+  g_assert_cmpint(json_object_get_int_member(level, "default"), ==, 3);
+  g_assert_cmpstr(json_object_get_string_member(level, "values"), ==, "0 to 9");
+  g_assert_cmpstr(json_object_get_string_member(level, "description"), ==,
+                  "How hard the \"good\" plugin tries.");
+  JsonObject *mode = json_array_get_object_element(options, 1);
+  g_assert_cmpstr(json_object_get_string_member(mode, "default"), ==, "fast");
+  g_assert_cmpstr(json_object_get_string_member(mode, "values"), ==, "a string");
+  g_assert_cmpstr(json_object_get_string_member(mode, "description"), ==, "Fast or \"thorough\".");
+  JsonObject *flag = json_array_get_object_element(options, 2);
+  g_assert_cmpstr(json_object_get_string_member(flag, "type"), ==, "bool");
+  g_assert_false(json_object_get_boolean_member(flag, "default"));
+  g_assert_cmpstr(json_object_get_string_member(flag, "values"), ==, "true or false");
+  g_assert_true(json_object_get_null_member(flag, "description"));
+  JsonObject *names = json_array_get_object_element(options, 3);
+  g_assert_cmpstr(json_object_get_string_member(names, "type"), ==, "string");
+  g_assert_true(json_object_get_boolean_member(names, "list"));
+  JsonArray *names_default = json_object_get_array_member(names, "default");
+  g_assert_cmpuint(json_array_get_length(names_default), ==, 2);
+  g_assert_cmpstr(json_array_get_string_element(names_default, 1), ==, "b c");
+  g_assert_cmpstr(json_object_get_string_member(names, "values"), ==, "a list of strings");
   run_clear(&r);
   test_rmtree(conf);
 }

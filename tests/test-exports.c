@@ -1,6 +1,8 @@
 /* The library's surface: libwsync.so exports exactly the functions include/wsync/ declares
  * with WSYNC_API (nothing private becomes an ABI by accident), and every one of them is
- * documented by the comment right above its declaration. */
+ * documented by the comment right above its declaration; debian/libwsync0.symbols lists
+ * exactly those symbols, for the library's SONAME (the package build checks it again
+ * with dpkg-gensymbols -c4). */
 #include <string.h>
 
 #include <glib.h>
@@ -115,10 +117,75 @@ test_exports_are_the_api(void)
   g_assert_cmpuint(g_hash_table_size(exported), ==, g_hash_table_size(declared));
 }
 
+/* The symbol names of debian/libwsync0.symbols (" NAME@Base VERSION" lines), and the
+ * SONAME of its header line in @soname. */
+static GHashTable *
+debian_symbols(char **soname)
+{
+  g_autofree char *path =
+      g_test_build_filename(G_TEST_DIST, "..", "debian", "libwsync0.symbols", NULL);
+  g_autofree char *text = NULL;
+  g_auto(GStrv) lines = NULL;
+  GHashTable *names = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+
+  g_assert_true(g_file_get_contents(path, &text, NULL, NULL));
+  lines = g_strsplit(text, "\n", -1);
+  g_assert_true(g_str_has_suffix(lines[0], " libwsync0 #MINVER#"));
+  *soname = g_strndup(lines[0], strcspn(lines[0], " "));
+  for (guint i = 1; lines[i] != NULL; i++) {
+    if (lines[i][0] != ' ')
+      continue; /* "* Build-Depends-Package: ...", the end */
+    const char *at = strstr(lines[i], "@Base ");
+    if (at == NULL)
+      g_error("%s:%u: not \" NAME@Base VERSION\": %s", path, i + 1, lines[i]);
+    if (!g_hash_table_add(names, g_strndup(lines[i] + 1, (gsize)(at - lines[i] - 1))))
+      g_error("%s:%u: listed twice: %s", path, i + 1, lines[i]);
+  }
+  return names;
+}
+
+/* The SONAME objdump -p reads in libwsync.so. */
+static char *
+library_soname(void)
+{
+  g_autofree char *lib = g_build_filename(test_env_dir("WSYNC_TEST_LIB_DIR"), "libwsync.so", NULL);
+  const char *argv[] = {"objdump", "-p", lib, NULL};
+  g_autofree char *out = NULL;
+  g_autoptr(GError) error = NULL;
+  g_autoptr(GRegex) re = g_regex_new("^\\s+SONAME\\s+(\\S+)$", G_REGEX_MULTILINE, 0, NULL);
+  g_autoptr(GMatchInfo) match = NULL;
+  int status = 0;
+
+  g_spawn_sync(NULL, (char **)argv, NULL, G_SPAWN_SEARCH_PATH | G_SPAWN_STDERR_TO_DEV_NULL, NULL,
+               NULL, &out, NULL, &status, &error);
+  g_assert_no_error(error);
+  g_assert_true(g_spawn_check_wait_status(status, NULL));
+  if (!g_regex_match(re, out, 0, &match))
+    g_error("objdump -p %s shows no SONAME", lib);
+  return g_match_info_fetch(match, 1);
+}
+
+static void
+test_debian_symbols_are_the_exports(void)
+{
+  g_autofree char *soname = NULL;
+  g_autoptr(GHashTable) listed = debian_symbols(&soname);
+  g_autoptr(GHashTable) exported = exported_functions();
+  g_autofree char *real_soname = library_soname();
+
+  g_assert_cmpstr(soname, ==, real_soname);
+  assert_subset(exported, listed,
+                "exported by libwsync.so but not in debian/libwsync0.symbols (add it with the "
+                "version that first has it)");
+  assert_subset(listed, exported, "in debian/libwsync0.symbols but not exported by libwsync.so");
+  g_assert_cmpuint(g_hash_table_size(listed), ==, g_hash_table_size(exported));
+}
+
 int
 main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/exports/exactly-the-public-api", test_exports_are_the_api);
+  g_test_add_func("/exports/debian-symbols", test_debian_symbols_are_the_exports);
   return g_test_run();
 }

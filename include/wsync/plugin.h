@@ -16,7 +16,9 @@
  * A plugin file ends like this:
  *
  *   static cfg_opt_t options[] = {
- *     CFG_STR("moe-layout", "processed", CFGF_NONE),
+ *     {.name = "moe-layout", .type = CFGT_STR, .def.string = "processed",
+ *      .comment = WSYNC_OPTION_DOC("The layout the routed experts are written in.",
+ *                                  "\"processed\" or \"preprocessed\"")},
  *     CFG_END()
  *   };
  *
@@ -68,7 +70,8 @@ typedef struct _WsyncPlugin WsyncPlugin;
  * @description: one line saying what it does
  * @options: (nullable): its option table (libconfuse; scalar and list options of
  *   type int, float, bool and string), terminated by CFG_END(); every option in a
- *   `plugin "NAME"` section must be declared here
+ *   `plugin "NAME"` section must be declared here, each documented in its `comment`
+ *   with WSYNC_OPTION_DOC()
  * @reserved: room for growth while the ABI stays 1; zero (WSYNC_PLUGIN_DEFINE() leaves it so)
  */
 typedef struct {
@@ -78,6 +81,23 @@ typedef struct {
   cfg_opt_t *options;
   gpointer reserved[8];
 } WsyncPluginDescriptor;
+
+/**
+ * WSYNC_OPTION_DOC:
+ * @description: a string literal: what the option does, in sentences, on one line
+ * @values: a string literal: the values it takes, in words (`"keep", "transformers5" or
+ *   "transformers4"`), or "" to let wsync say them from the option's type
+ *
+ * The documentation of a plugin option, for the `comment` field of its cfg_opt_t
+ * (libconfuse's CFG_STR() and friends leave it NULL: use designated initialisers, as
+ * above).  cfg_init() copies it with the table.  `wsync plugins` (and `--json`) shows
+ * it with the option's type and default, and wsync.conf(5) lists every in-tree
+ * plugin's options from that output.
+ *
+ * The comment holds the description, a newline, then the values; a comment without a
+ * newline is all description, and an option without a comment has none.
+ */
+#define WSYNC_OPTION_DOC(description, values) (description "\n" values)
 
 /**
  * WsyncPluginRegisterFunc:

@@ -230,6 +230,22 @@ WSYNC_API const char *wsync_context_get_sync_option(WsyncContext *ctx, const cha
  */
 WSYNC_API cfg_t *wsync_context_get_plugin_options(WsyncContext *ctx, const char *plugin_name);
 
+/**
+ * wsync_context_get_plugin_descriptor:
+ * @ctx: a context
+ * @plugin_name: a plugin the configuration names
+ *
+ * What `wsync plugins` lists of a plugin besides its entries: its one-line description
+ * and its option table, each option documented in its `comment` (WSYNC_OPTION_DOC(),
+ * <wsync/plugin.h>) with its default in the table.
+ *
+ * Returns: (transfer none) (nullable): the descriptor of an active or disabled plugin,
+ *   valid as long as @ctx; %NULL for a refused plugin or one the configuration does
+ *   not name.
+ */
+WSYNC_API const WsyncPluginDescriptor *wsync_context_get_plugin_descriptor(WsyncContext *ctx,
+                                                                          const char *plugin_name);
+
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(WsyncRegistry, wsync_registry_free)
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(WsyncContext, wsync_context_free)
 

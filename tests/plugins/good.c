@@ -80,11 +80,16 @@ static const WsyncTargetInfo good_target = {.name = "good-target",
                                             .build = good_layout,
                                             .file_name = good_file_name};
 
+/* Documented in both forms WSYNC_OPTION_DOC() allows (level, mode: a bare comment is all
+ * description) and not at all (flag, names), for `wsync plugins` to show. */
 static cfg_opt_t options[] = {
-    CFG_INT("level", 3, CFGF_NONE),
-    CFG_STR("mode", "fast", CFGF_NONE),
+    {.name = "level",
+     .type = CFGT_INT,
+     .def.number = 3,
+     .comment = WSYNC_OPTION_DOC("How hard the \"good\" plugin tries.", "0 to 9")},
+    {.name = "mode", .type = CFGT_STR, .def.string = "fast", .comment = "Fast or \"thorough\"."},
     CFG_BOOL("flag", cfg_false, CFGF_NONE),
-    CFG_STR_LIST("names", "{}", CFGF_NONE),
+    CFG_STR_LIST("names", "{a, \"b c\"}", CFGF_NONE),
     CFG_END()};
 
 static gboolean

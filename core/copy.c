@@ -351,8 +351,24 @@ copy_op_window(const Op *op, guint ndim, const guint64 *shape, const WsyncBox *w
   int axis_of[WSYNC_MAX_DIMS];
   WsyncBox box, inter;
 
-  if (op->kind != OP_COPY || !op_dst_axes(op, ndim, shape, axis_of, &box) ||
-      !wsync_box_intersect(&box, window, &inter))
+  if (op->kind != OP_COPY)
+    return FALSE;
+  /* first the elements each spans, which rejects most ops of a tensor at once */
+  guint64 rm[WSYNC_MAX_DIMS], op_last = op->dst_origin, window_last = window_first;
+  row_major_strides(ndim, shape, rm);
+  for (guint k = 0; k < op->ndim; k++) {
+    if (op->extent[k] == 0)
+      return FALSE;
+    op_last += (op->extent[k] - 1) * op->dst_stride[k];
+  }
+  for (guint d = 0; d < ndim; d++) {
+    if (window->extent[d] == 0)
+      return FALSE;
+    window_last += (window->extent[d] - 1) * rm[d];
+  }
+  if (op_last < window_first || op->dst_origin > window_last)
+    return FALSE;
+  if (!op_dst_axes(op, ndim, shape, axis_of, &box) || !wsync_box_intersect(&box, window, &inter))
     return FALSE;
   *part = *op;
   for (guint k = 0; k < op->ndim; k++) {

@@ -38,8 +38,8 @@
 #include "plan-private.h"
 #include "safetensors-private.h"
 
-#define SLAB_MAX (8u << 20)       /* the most bytes one work item writes */
-#define STAGING_TOTAL (32u << 20) /* the staging buffers of all threads together */
+#define SLAB_MAX (2u << 20)       /* the most bytes one work item writes */
+#define STAGING_TOTAL (16u << 20) /* the staging buffers of all threads together */
 
 /* ------------------------------------------------------------------ output files */
 
@@ -617,12 +617,12 @@ write_outputs(WsyncPlan *plan, const char *dir, Executor *ex, GHashTable *weight
   return TRUE;
 }
 
-/* Refuses to start when the file system of @dir has less room than the output's data
- * needs, so that a full disk is found before anything is written (the writes would
- * fail with ENOSPC anyway, after filling the disk).  A file system that does not count
+/* Refuses to start (naming @dst) when the file system of the temporary directory @dir
+ * has less room than the output's data needs, so that a full disk is found before
+ * anything is written (the writes would fail with ENOSPC anyway, after filling it).  A file system that does not count
  * its blocks (f_blocks 0) is not checked. */
 static gboolean
-check_space(const char *dir, guint64 needed, GError **error)
+check_space(const char *dir, const char *dst, guint64 needed, GError **error)
 {
   struct statvfs sv;
 
@@ -631,7 +631,7 @@ check_space(const char *dir, guint64 needed, GError **error)
   guint64 avail = (guint64)sv.f_bavail * sv.f_frsize;
   if (avail >= needed)
     return TRUE;
-  g_autofree char *pdir = wsync_printable(dir);
+  g_autofree char *pdir = wsync_printable(dst);
   g_autofree char *need = g_format_size(needed), *have = g_format_size(avail);
   g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO,
               "cannot write %s: %s (the output needs %s, the file system has %s free)", pdir,
@@ -991,7 +991,7 @@ wsync_plan_execute(WsyncPlan *plan, const char *dst_arg, WsyncExecuteFlags flags
   ex.buffers = g_new0(guint8 *, ex.n_threads);
   g_mutex_init(&ex.lock);
   g_cond_init(&ex.finished);
-  ok = check_space(tmp, ex.total_bytes, error) &&
+  ok = check_space(tmp, d.path, ex.total_bytes, error) &&
        write_outputs(plan, tmp, &ex, weight_map, error);
   if (progress && ok) {
     ex.done_bytes = ex.total_bytes;

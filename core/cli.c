@@ -41,9 +41,21 @@ print_help(WsyncCli *cli, const WsyncCommand *cmd, GOptionContext *octx)
 gboolean
 cli_parse(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries, int *argc, char ***argv)
 {
+  g_autoptr(GError) error = NULL;
+
+  if (cli_parse_checked(cli, cmd, entries, argc, argv, &error))
+    return TRUE;
+  cli_error_line("%s", error->message);
+  return FALSE;
+}
+
+gboolean
+cli_parse_checked(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries, int *argc,
+                  char ***argv, GError **error)
+{
   g_autoptr(GOptionContext) octx = g_option_context_new(cmd->args);
   g_autofree GOptionEntry *globals = global_entries(cli);
-  g_autoptr(GError) error = NULL;
+  g_autoptr(GError) parse_error = NULL;
   gboolean help = FALSE;
   GOptionEntry help_entry[] = {
       {"help", 'h', 0, G_OPTION_ARG_NONE, &help, "Show this help", NULL}, {NULL}};
@@ -58,12 +70,16 @@ cli_parse(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries, int *ar
     g_option_context_add_main_entries(octx, entries, NULL);
   g_option_context_add_main_entries(octx, globals, NULL);
   g_option_context_add_main_entries(octx, help_entry, NULL);
-  if (!g_option_context_parse(octx, argc, argv, &error)) {
-    cli_error_line("wsync %s: %s (see wsync %s --help)", cmd->name, error->message, cmd->name);
+  if (!g_option_context_parse(octx, argc, argv, &parse_error)) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE, "wsync %s: %s (see wsync %s --help)",
+                cmd->name, parse_error->message, cmd->name);
     return FALSE;
   }
   if (help) {
     print_help(cli, cmd, octx);
+    /* freed before exit(), which runs no cleanup: memcheck would count them lost */
+    g_clear_pointer(&octx, g_option_context_free);
+    g_clear_pointer(&globals, g_free);
     exit(WSYNC_EXIT_OK);
   }
   return TRUE;
@@ -124,38 +140,14 @@ report_warning(const char *plugin_name, const char *message, gpointer user_data)
   fprintf(stderr, "wsync: plugin \"%s\": %s\n", plugin_name, message);
 }
 
-/* Search path for plugins: --plugin-dir, then WSYNC_PLUGIN_PATH, then the built-in dir. */
-static char **
-plugin_search_path(WsyncCli *cli)
-{
-  g_autoptr(GStrvBuilder) builder = g_strv_builder_new();
-  const char *env = g_getenv("WSYNC_PLUGIN_PATH");
-
-  if (cli->plugin_dirs != NULL)
-    g_strv_builder_addv(builder, (const char **)cli->plugin_dirs);
-  if (env != NULL && env[0] != '\0') {
-    g_auto(GStrv) parts = g_strsplit(env, ":", -1);
-    g_strv_builder_addv(builder, (const char **)parts);
-  }
-  g_strv_builder_add(builder, WSYNC_PLUGIN_DIR);
-  return g_strv_builder_end(builder);
-}
-
 WsyncContext *
 cli_context(WsyncCli *cli, GError **error)
 {
-  g_auto(GStrv) plugin_dirs = NULL;
-  const char *default_conf[] = {WSYNC_CONF_DIR, NULL};
-  const char *const *conf_dirs = (const char *const *)cli->conf_dirs;
-
   if (cli->ctx != NULL)
     return cli->ctx;
-  /* The installed default may not exist (an uninstalled build): then there is none. */
-  if (conf_dirs == NULL)
-    conf_dirs = g_file_test(WSYNC_CONF_DIR, G_FILE_TEST_IS_DIR) ? default_conf : NULL;
-  plugin_dirs = plugin_search_path(cli);
-  cli->ctx = wsync_context_new(conf_dirs, (const char *const *)plugin_dirs,
-                               cli->overrides ? cli->overrides->str : NULL, error);
+  cli->ctx = wsync_context_new_default((const char *const *)cli->conf_dirs,
+                                       (const char *const *)cli->plugin_dirs,
+                                       cli->overrides ? cli->overrides->str : NULL, error);
   if (cli->ctx != NULL && !cli->quiet) {
     wsync_context_foreach_plugin(cli->ctx, report_refused, NULL);
     wsync_context_foreach_warning(cli->ctx, report_warning, NULL);
@@ -263,4 +255,39 @@ cli_end_by_caught_signal(void)
     return;
   signal(sig, SIG_DFL);
   raise(sig);
+}
+
+/* ------------------------------------------------------------------ layout options */
+
+void
+cli_layout_args_clear(CliLayoutArgs *a)
+{
+  g_free(a->target);
+  g_free(a->format);
+  g_free(a->tp);
+  g_free(a->ep);
+  g_free(a->rank);
+  g_free(a->threads);
+  g_free(a->part_size);
+}
+
+const char *
+cli_pick(WsyncContext *ctx, const char *flag, const char *key, const char *fallback)
+{
+  const char *conf;
+
+  if (flag != NULL)
+    return flag;
+  conf = wsync_context_get_sync_option(ctx, key);
+  return conf != NULL ? conf : fallback;
+}
+
+gboolean
+cli_resolve_layout_args(WsyncContext *ctx, const CliLayoutArgs *a, WsyncPlanOptions *o,
+                        GError **error)
+{
+  WsyncPlanArgs given = {.target = a->target, .format = a->format, .tp = a->tp, .ep = a->ep,
+                         .rank = a->rank, .threads = a->threads, .part_size = a->part_size};
+
+  return wsync_plan_args_resolve(ctx, &given, o, error);
 }

@@ -36,6 +36,11 @@ struct _WsyncCommand {
 gboolean cli_parse(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries, int *argc,
                    char ***argv);
 
+/* cli_parse(), but a usage error is returned in @error (#WSYNC_ERROR_USAGE, "wsync CMD:
+ * ... (see wsync CMD --help)") instead of printed. */
+gboolean cli_parse_checked(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries,
+                           int *argc, char ***argv, GError **error);
+
 /* Builds the context (configuration, plugins) once; reports refused plugins on stderr. */
 WsyncContext *cli_context(WsyncCli *cli, GError **error);
 
@@ -73,6 +78,29 @@ void cli_end_by_caught_signal(void);
 /* Formats a shape as "[a, b, c]". */
 char *cli_format_shape(guint ndim, const guint64 *shape);
 
+/* The layout options of plan, convert and sync, as given; strings so that unset is
+ * visible. */
+typedef struct {
+  char *target;
+  char *format;
+  char *tp;
+  char *ep;
+  char *rank;
+  char *threads;
+  char *part_size;
+} CliLayoutArgs;
+
+void cli_layout_args_clear(CliLayoutArgs *a);
+
+/* The command line wins over the conf.d `sync` section, which wins over @fallback. */
+const char *cli_pick(WsyncContext *ctx, const char *flag, const char *key,
+                     const char *fallback);
+
+/* @o from the options, conf.d's `sync` section and the defaults (tp 1, ep 1, a thread per
+ * core, parts of 5G, every rank). */
+gboolean cli_resolve_layout_args(WsyncContext *ctx, const CliLayoutArgs *a,
+                                 WsyncPlanOptions *o, GError **error);
+
 /* --help of plan and convert: the targets the configuration's plugins provide. */
 void cli_help_targets(WsyncCli *cli, GString *out);
 
@@ -85,6 +113,7 @@ int cmd_convert(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);
 int cmd_merge(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);
 int cmd_env(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);
 int cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);
+int cmd_sync(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv);
 
 extern const WsyncCommand wsync_commands[];
 

@@ -8,29 +8,6 @@
 #include "cli.h"
 #include "files.h"
 
-/* Options shared by plan and convert; strings so that unset is visible. */
-typedef struct {
-  char *target;
-  char *format;
-  char *tp;
-  char *ep;
-  char *rank;
-  char *threads;
-  char *part_size;
-} LayoutArgs;
-
-static void
-layout_args_clear(LayoutArgs *a)
-{
-  g_free(a->target);
-  g_free(a->format);
-  g_free(a->tp);
-  g_free(a->ep);
-  g_free(a->rank);
-  g_free(a->threads);
-  g_free(a->part_size);
-}
-
 /* Writes @plan into @dst: progress on stderr when it is a terminal (and not -q), DST
  * replaced even when it is not wsync's output with --force, and SIGINT, SIGTERM or
  * SIGHUP stop the run with its temporary directory removed. */
@@ -43,85 +20,6 @@ execute(WsyncCli *cli, WsyncPlan *plan, const char *dst, gboolean force, GError 
     flags |= WSYNC_EXECUTE_PROGRESS;
   wsync_plan_set_interrupt(plan, cli_catch_signals());
   return wsync_plan_execute(plan, dst, flags, error);
-}
-
-/* The command line wins over the conf.d `sync` section, which wins over the default. */
-static const char *
-pick(WsyncContext *ctx, const char *flag, const char *key, const char *fallback)
-{
-  const char *conf;
-
-  if (flag != NULL)
-    return flag;
-  conf = wsync_context_get_sync_option(ctx, key);
-  return conf != NULL ? conf : fallback;
-}
-
-static gboolean
-parse_count(const char *what, const char *text, guint64 min, guint64 max, guint64 *out,
-            GError **error)
-{
-  if (!g_ascii_string_to_unsigned(text, 10, min, max, out, NULL)) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
-                "%s must be a number from %" G_GUINT64_FORMAT " to %" G_GUINT64_FORMAT
-                ", not \"%s\"",
-                what, min, max, text);
-    return FALSE;
-  }
-  return TRUE;
-}
-
-/* "5G", "512M", "1000": bytes, with K/M/G/T meaning powers of 1024. */
-static gboolean
-parse_size(const char *text, guint64 *out, GError **error)
-{
-  g_autofree char *digits = g_strdup(text);
-  gsize len = strlen(digits);
-  guint shift = 0;
-
-  if (len > 0) {
-    const char *units = "KMGT";
-    const char *u = strchr(units, g_ascii_toupper(digits[len - 1]));
-    if (u != NULL && digits[len - 1] != '\0') {
-      shift = 10 * (guint)(u - units + 1);
-      digits[len - 1] = '\0';
-    }
-  }
-  if (!parse_count("--part-size", digits, 1, G_MAXUINT64 >> shift, out, error))
-    return FALSE;
-  *out <<= shift;
-  return TRUE;
-}
-
-static gboolean
-resolve_layout_args(WsyncContext *ctx, const LayoutArgs *a, WsyncPlanOptions *o, GError **error)
-{
-  guint64 tp, ep, threads, rank = 0;
-  const char *rank_text = pick(ctx, a->rank, "rank", NULL);
-  g_autofree char *cores = g_strdup_printf("%u", g_get_num_processors());
-
-  o->target = pick(ctx, a->target, "target", NULL);
-  if (o->target == NULL) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
-                "no --target given (and no sync { target = ... } in conf.d)");
-    return FALSE;
-  }
-  o->format = pick(ctx, a->format, "format", NULL);
-  o->format_explicit = a->format != NULL;
-  if (!parse_count("--tp", pick(ctx, a->tp, "tp", "1"), 1, 4096, &tp, error) ||
-      !parse_count("--ep", pick(ctx, a->ep, "ep", "1"), 1, 4096, &ep, error) ||
-      !parse_count("--threads",
-                   pick(ctx, a->threads, "threads", cores),
-                   1, 1024, &threads, error) ||
-      !parse_size(pick(ctx, a->part_size, "part-size", "5G"), &o->part_size, error))
-    return FALSE;
-  if (rank_text != NULL && !parse_count("--rank", rank_text, 0, 4095, &rank, error))
-    return FALSE;
-  o->tp = (guint)tp;
-  o->ep = (guint)ep;
-  o->threads = (guint)threads;
-  o->rank = rank_text != NULL ? (gint)rank : -1;
-  return TRUE;
 }
 
 #define LAYOUT_ENTRIES(a)                                                                       \
@@ -150,7 +48,7 @@ static WsyncPlan *
 plan_from_args(WsyncCli *cli, const WsyncCommand *cmd, int *argcp, char ***argvp, int n_paths,
                gboolean *force, int *status)
 {
-  LayoutArgs a = {0};
+  CliLayoutArgs a = {0};
   gboolean unused = FALSE;
   GOptionEntry entries[] = {LAYOUT_ENTRIES(a), FORCE_ENTRY(*(force ? force : &unused)), {NULL}};
   g_autoptr(GError) error = NULL;
@@ -166,10 +64,11 @@ plan_from_args(WsyncCli *cli, const WsyncCommand *cmd, int *argcp, char ***argvp
     *status = WSYNC_EXIT_USAGE;
   else if (*argcp != n_paths + 1)
     *status = cli_usage_error(cmd, n_paths == 1 ? "expected one SRC" : "expected SRC and DST");
-  else if ((ctx = cli_context(cli, &error)) == NULL || !resolve_layout_args(ctx, &a, &o, &error) ||
+  else if ((ctx = cli_context(cli, &error)) == NULL ||
+           !cli_resolve_layout_args(ctx, &a, &o, &error) ||
            (plan = wsync_plan_new(ctx, (*argvp)[1], &o, &error)) == NULL)
     *status = cli_fail(error);
-  layout_args_clear(&a);
+  cli_layout_args_clear(&a);
   return plan;
 }
 
@@ -279,7 +178,7 @@ cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   /* the published layout, or Transformers 5's fused experts (targets of plugin "hf") */
   o.target = fused ? "hf-fused" : "hf";
   o.rank = -1;
-  if (!parse_size(part_size ? part_size : "5G", &o.part_size, &error))
+  if (!wsync_parse_size("--part-size", part_size ? part_size : "5G", &o.part_size, &error))
     return cli_fail(error);
   g_autoptr(WsyncPlan) plan =
       wsync_plan_new_synth(ctx, root, config, &o, (guint64)seed,
@@ -319,8 +218,10 @@ cmd_merge(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   if (ctx == NULL)
     return cli_fail(error);
   g_autofree char *cores = g_strdup_printf("%u", g_get_num_processors());
-  if (!parse_size(pick(ctx, part_size, "part-size", "5G"), &o.part_size, &error) ||
-      !parse_count("--threads", pick(ctx, threads, "threads", cores), 1, 1024, &n, &error))
+  if (!wsync_parse_size("--part-size", cli_pick(ctx, part_size, "part-size", "5G"), &o.part_size,
+                      &error) ||
+      !wsync_parse_count("--threads", cli_pick(ctx, threads, "threads", cores), 1, 1024, &n,
+                       &error))
     return cli_fail(error);
   o.threads = (guint)n;
   g_autoptr(WsyncPlan) plan = wsync_plan_new_merge(ctx, argv[1], &o, &error);

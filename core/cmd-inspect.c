@@ -37,44 +37,7 @@ print_text(WsyncCheckpoint *ck)
 static void
 print_json(WsyncCheckpoint *ck)
 {
-  g_autoptr(JsonBuilder) b = json_builder_new();
-  guint n = wsync_checkpoint_n_tensors(ck);
-
-  json_builder_begin_object(b);
-  json_builder_set_member_name(b, "path");
-  json_builder_add_string_value(b, wsync_checkpoint_path(ck));
-  json_builder_set_member_name(b, "files");
-  json_builder_begin_array(b);
-  for (guint f = 0; f < wsync_checkpoint_n_files(ck); f++)
-    json_builder_add_string_value(b, wsync_safetensors_path(wsync_checkpoint_file(ck, f)));
-  json_builder_end_array(b);
-  json_builder_set_member_name(b, "tensors");
-  json_builder_begin_array(b);
-  for (guint i = 0; i < n; i++) {
-    const WsyncTensor *t = wsync_checkpoint_tensor(ck, i);
-    json_builder_begin_object(b);
-    json_builder_set_member_name(b, "name");
-    json_builder_add_string_value(b, t->name);
-    json_builder_set_member_name(b, "dtype");
-    json_builder_add_string_value(b, wsync_dtype_name(t->dtype));
-    json_builder_set_member_name(b, "shape");
-    json_builder_begin_array(b);
-    for (guint d = 0; d < t->ndim; d++)
-      json_builder_add_int_value(b, (gint64)t->shape[d]);
-    json_builder_end_array(b);
-    json_builder_set_member_name(b, "bytes");
-    json_builder_add_int_value(b, (gint64)t->nbytes);
-    json_builder_set_member_name(b, "file");
-    json_builder_add_string_value(b, t->file);
-    json_builder_end_object(b);
-  }
-  json_builder_end_array(b);
-  json_builder_set_member_name(b, "total_tensors");
-  json_builder_add_int_value(b, n);
-  json_builder_set_member_name(b, "total_bytes");
-  json_builder_add_int_value(b, (gint64)wsync_checkpoint_total_bytes(ck));
-  json_builder_end_object(b);
-  g_autoptr(JsonNode) root = json_builder_get_root(b);
+  g_autoptr(JsonNode) root = wsync_checkpoint_to_json(ck);
   cli_print_json(root);
 }
 

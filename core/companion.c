@@ -15,6 +15,7 @@
 
 #include "companion.h"
 #include "files.h"
+#include "plan-private.h"
 
 #define COPY_BYTES (1u << 20) /* companion files are copied this much at a time */
 
@@ -205,4 +206,15 @@ companion_copy_dir(WsyncContext *ctx, JsonNode *config, const char *src_dir, con
   if (want_config && !g_file_test(written, G_FILE_TEST_EXISTS))
     return companion_write_config(ctx, config, NULL, dir, stop, error);
   return TRUE;
+}
+
+/* config.json (patched) and the companion files of the source directory. */
+gboolean
+companion_write_for_plan(WsyncPlan *plan, const char *dir, const volatile sig_atomic_t *stop,
+                         GError **error)
+{
+  if (plan->kind == PLAN_SYNTH || (plan->input != NULL && !wsync_checkpoint_is_dir(plan->input)))
+    return companion_write_config(plan->ctx, plan->config, NULL, dir, stop, error);
+  return companion_copy_dir(plan->ctx, plan->config, plan->src, dir, !plan->no_config, stop,
+                            error);
 }

@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <json-glib/json-glib.h>
+#include <wsync/plan.h>
 #include <wsync/registry.h>
 
 /* Sets the error of a run stopped by signal @sig ("interrupted by SIGTERM: ...") in
@@ -28,5 +29,12 @@ gboolean companion_write_config(WsyncContext *ctx, JsonNode *config, const char 
 gboolean companion_copy_dir(WsyncContext *ctx, JsonNode *config, const char *src_dir,
                             const char *dir, gboolean want_config,
                             const volatile sig_atomic_t *stop, GError **error);
+
+/* What a plan's output directory holds beside the weights, written into @dir:
+ * config.json through the config patchers, and the companion files of the source
+ * directory (none for a single file or generated weights; no config.json for a merge
+ * of a source without one).  (The executor's; moved here for the distributed sync.) */
+gboolean companion_write_for_plan(WsyncPlan *plan, const char *dir,
+                                  const volatile sig_atomic_t *stop, GError **error);
 
 #endif /* WSYNC_COMPANION_H */

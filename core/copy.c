@@ -490,3 +490,32 @@ copy_op(const WsyncPlan *plan, const Op *op, guint64 outer_from, guint64 outer_t
   walk_normalise(&w);
   copy_inner(&w, 0, src, dst, dsize);
 }
+
+gboolean
+copy_op_run(const Op *op, guint64 outer_from, guint64 outer_to, WsyncDtype dst_dtype,
+            guint64 *src_offset, guint64 *dst_offset, guint64 *nbytes)
+{
+  gsize size = wsync_dtype_size(dst_dtype);
+  Walk w = {.ndim = op->ndim};
+
+  if (op->kind != OP_COPY || op->source->kind != SOURCE_INPUT || op->src_dtype != dst_dtype)
+    return FALSE;
+  for (guint k = 0; k < op->ndim; k++) {
+    w.extent[k] = op->extent[k];
+    w.src_stride[k] = (gint64)(op->src_stride[k] * size);
+    w.dst_stride[k] = (gint64)(op->dst_stride[k] * size);
+  }
+  *src_offset = op->src_origin * size;
+  *dst_offset = op->dst_origin * size;
+  if (op->ndim > 0) {
+    *src_offset += outer_from * (guint64)w.src_stride[0];
+    *dst_offset += outer_from * (guint64)w.dst_stride[0];
+    w.extent[0] = outer_to - outer_from;
+  }
+  walk_normalise(&w);
+  if (w.ndim > 1 || (w.ndim == 1 && (w.src_stride[0] != (gint64)size ||
+                                     w.dst_stride[0] != (gint64)size)))
+    return FALSE;
+  *nbytes = size * (w.ndim == 1 ? w.extent[0] : 1);
+  return TRUE;
+}

@@ -39,4 +39,12 @@ gboolean copy_op_is_run(const Op *op, WsyncDtype dst_dtype, guint64 *src_offset,
 void copy_fill_window(guint8 *base, guint64 window_first, const Fill *fill,
                       const WsyncBox *window, gsize esize, guint ndim, const guint64 *shape);
 
+/* When the rows [@outer_from, @outer_to) of the copy @op read one contiguous run of its
+ * input tensor and write it unchanged (same dtype @dst_dtype, no transpose) as one
+ * contiguous run of the output tensor: TRUE, with the run's byte offsets from the input
+ * tensor's and the output tensor's first byte, and its length.  (What copy_op() would
+ * then do is one memcpy.) */
+gboolean copy_op_run(const Op *op, guint64 outer_from, guint64 outer_to, WsyncDtype dst_dtype,
+                     guint64 *src_offset, guint64 *dst_offset, guint64 *nbytes);
+
 #endif /* WSYNC_COPY_H */

@@ -22,6 +22,10 @@ const WsyncCommand wsync_commands[] = {
      cmd_plan, cli_help_targets},
     {"convert", "SRC DST", "Write the target layout of SRC into DST.", cmd_convert,
      cli_help_targets},
+    {"sync", "SRC DST",
+     "Under mpirun: write the target layout of SRC (read by process 0) into DST on every "
+     "process's host, each process receiving only the bytes of its ranks.",
+     cmd_sync, NULL},
     {"merge", "SRC DST",
      "Consolidate a sharded training checkpoint (PyTorch DCP, FSDP2/EP) into a plain one.",
      cmd_merge, NULL},

@@ -33,6 +33,7 @@
 #include "companion.h"
 #include "copy.h"
 #include "plan-private.h"
+#include "rankfile.h"
 
 /* The most bytes one work item copies: big tensors keep every thread busy. */
 #define CHUNK_BYTES (8u << 20)
@@ -574,62 +575,35 @@ check_shards_cover(WsyncSession *s, GError **error)
   return TRUE;
 }
 
-static gint
-compare_slots(gconstpointer a, gconstpointer b)
-{
-  const Slot *x = *(Slot *const *)a, *y = *(Slot *const *)b;
-
-  return x->offset < y->offset ? -1 : x->offset > y->offset;
-}
-
-/* The files of one rank: its tensors by part, each file laid out by the safetensors
- * writer with the metadata `wsync convert` writes, so the headers are convert's. */
+/* The files of one rank (core/rankfile.c: the headers `wsync convert` writes) and a
+ * slot for each of their tensors. */
 static void
 lay_out_rank(WsyncSession *s, WsyncLayout *layout, GHashTable *slot_of)
 {
-  guint n_files = 0;
+  g_autoptr(GPtrArray) laid_out = rank_files_new(s->plan, layout);
 
-  for (guint i = 0; i < layout->tensors->len; i++)
-    n_files = MAX(n_files, ((WsyncLayoutTensor *)layout->tensors->pdata[i])->part + 1);
-  for (guint p = 0; p < n_files; p++) {
-    g_autoptr(WsyncSafetensorsWriter) w = wsync_safetensors_writer_new();
+  for (guint p = 0; p < laid_out->len; p++) {
+    RankFile *rf = laid_out->pdata[p];
     OutFile *f = g_new0(OutFile, 1);
-    GHashTableIter it;
-    gpointer k, v;
 
-    f->rank = layout->rank;
-    f->part = p;
+    f->rank = rf->rank;
+    f->part = rf->part;
     f->fd = -1;
-    f->name = plan_file_name(s->plan, layout, p);
+    f->name = g_steal_pointer(&rf->name);
+    f->header = g_steal_pointer(&rf->header);
+    f->header_len = rf->header_len;
+    f->size = rf->size;
     f->slots = g_ptr_array_new();
-    wsync_safetensors_writer_set_metadata(w, "format", "pt");
-    g_hash_table_iter_init(&it, layout->metadata);
-    while (g_hash_table_iter_next(&it, &k, &v))
-      wsync_safetensors_writer_set_metadata(w, k, v);
-    for (guint i = 0; i < layout->tensors->len; i++) {
-      WsyncLayoutTensor *lt = layout->tensors->pdata[i];
-      if (lt->part != p)
-        continue;
-      /* the plan named and sized it: the writer cannot refuse it */
-      gboolean ok = wsync_safetensors_writer_add(w, lt->name, lt->dtype, lt->ndim, lt->shape,
-                                                 NULL);
-      g_assert(ok);
-    }
-    f->header = wsync_safetensors_writer_header(w, &f->header_len);
-    f->size = f->header_len + wsync_safetensors_writer_data_size(w);
-    for (guint i = 0; i < layout->tensors->len; i++) {
-      WsyncLayoutTensor *lt = layout->tensors->pdata[i];
-      if (lt->part != p)
-        continue;
+    for (guint i = 0; i < rf->tensors->len; i++) {
+      const RankTensor *t = &g_array_index(rf->tensors, RankTensor, i);
       Slot *slot = g_new0(Slot, 1);
-      slot->lt = lt;
+      slot->lt = t->lt;
       slot->file = f;
-      slot->offset = f->header_len + wsync_safetensors_writer_tensor_offset(w, lt->name);
+      slot->offset = t->offset;
       g_ptr_array_add(s->slots, slot);
       g_ptr_array_add(f->slots, slot);
-      g_hash_table_insert(slot_of, lt, slot);
+      g_hash_table_insert(slot_of, t->lt, slot);
     }
-    g_ptr_array_sort(f->slots, compare_slots);
     g_ptr_array_add(s->files, f);
   }
 }
@@ -889,9 +863,6 @@ static gboolean
 create_file(WsyncSession *s, OutFile *f, GError **error)
 {
   g_autofree char *tmp = g_strdup_printf("%s/.%s.wsync-tmp", s->out_dir, f->name);
-  const guint8 *p = f->header;
-  gsize left = f->header_len;
-  int rc;
 
   f->path = g_build_filename(s->out_dir, f->name, NULL);
   f->fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -899,34 +870,9 @@ create_file(WsyncSession *s, OutFile *f, GError **error)
     wsync_set_io_error(error, errno, tmp, "create");
     return FALSE;
   }
-  while (left > 0) {
-    ssize_t k = pwrite(f->fd, p, left, (off_t)(f->header_len - left));
-    if (k < 0 && errno == EINTR)
-      continue;
-    if (k <= 0) {
-      wsync_set_io_error(error, k < 0 ? errno : ENOSPC, tmp, "write");
-      goto fail;
-    }
-    p += k;
-    left -= (gsize)k;
-  }
-  if (ftruncate(f->fd, (off_t)f->size) != 0) {
-    wsync_set_io_error(error, errno, tmp, "resize");
+  f->map = rank_file_map_new(f->fd, tmp, f->header, f->header_len, f->size, error);
+  if (f->map == NULL)
     goto fail;
-  }
-  /* reserve the blocks: writing through a map into a sparse file on a full disk would
-   * kill the process with SIGBUS instead of failing here */
-  rc = posix_fallocate(f->fd, 0, (off_t)f->size);
-  if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL) {
-    wsync_set_io_error(error, rc, tmp, "reserve space for");
-    goto fail;
-  }
-  f->map = mmap(NULL, f->size, PROT_READ | PROT_WRITE, MAP_SHARED, f->fd, 0);
-  if (f->map == MAP_FAILED) {
-    f->map = NULL;
-    wsync_set_io_error(error, errno, tmp, "map");
-    goto fail;
-  }
   apply_fills(f->slots, f->map, 0);
   if (rename(tmp, f->path) != 0) {
     wsync_set_io_error(error, errno, f->path, "rename into place");

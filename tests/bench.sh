@@ -28,6 +28,7 @@ base=${BENCH_DIR:-/dev/shm}/wsync-bench.$$
 trap 'rm -rf "$base"' EXIT
 mkdir -p "$base"
 
+now() { date +%s.%N; }
 calc() { awk "BEGIN { print $* }"; }
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # "WALL USER SYS PEAK_KIB" of "$@"
@@ -160,4 +161,85 @@ if room_for "$(bytes_of "$base/src")"; then
   rm -rf "$base/dcp" "$base/merged"
 else
   echo "merge (FSDP2 x EP shards): skipped: the tmpfs has not the room for the shards"
+fi
+
+# The session from Python (bench/session_bench.py): the checkpoint held as numpy arrays,
+# pushed at tp 4 into rank files on the tmpfs, steady-state steps against numpy.copyto
+# of the same bytes.  The shard and merge outputs are removed first (memory: the arrays
+# and copyto's arrays are private, twice the checkpoint).
+rm -rf "$base/dcp" "$base/merged"
+py=${WSYNC_PYTHON:-python3}
+if [ -f "$build/python/.libs/_wsync.so" ]; then
+  PYTHONPATH="$top/python:$build/python/.libs${PYTHONPATH:+:$PYTHONPATH}" \
+    WSYNC_BENCH_CONF_DIR="$top/conf.d" WSYNC_BENCH_PLUGIN_DIR="$build/plugins/.libs" \
+    "$py" "$top/bench/session_bench.py" --tp 4 "$base/src" "$base/session"
+else
+  echo "session from Python: skipped (the Python module is not built: ./configure found no python3-dev)"
+fi
+
+# wsync sync over MPI (issue 13, when wsync-mpi was built): -np 4, tp 4, against a bare
+# MPI_Bcast of the same checkpoint's bytes from process 0 to all four (bench/mpi-bcast),
+# in buckets of the same size (256 MiB), in this run and with the same mpirun options.
+# Prints the time ratio sync / broadcast (the bar: at most 1.00), the bytes each process
+# received and each process's peak private memory.
+if [ -x "$build/wsync-mpi" ] && [ -x "$build/bench/mpi-bcast" ] && command -v mpirun >/dev/null
+then
+  mpi="mpirun -q --oversubscribe --bind-to none --mca plm isolated -np 4"
+  [ "$(id -u)" = 0 ] && mpi="$mpi --allow-run-as-root"
+  # Runs "$@" (an mpirun) and prints "SECONDS", then "RANK PEAK_RSS_ANON_KB" per process
+  # (the processes are mpirun's children; their rank is in their environment).  The
+  # sampling forks nothing, so that it takes little of the CPU it measures.
+  measure_mpi() {
+    local start end pid p t k v rest
+    local -a children more
+    declare -A peak=() rank=()
+    start=$(now)
+    "$@" > "$base/mpi.out" & pid=$!
+    while kill -0 "$pid" 2>/dev/null; do
+      children=()
+      for t in /proc/"$pid"/task/*/children; do # any of mpirun's threads may fork them
+        more=()
+        read -r -a more < "$t" 2>/dev/null || true # (no newline at its end)
+        children+=("${more[@]}")
+      done
+      for p in "${children[@]}"; do
+        if [ -z "${rank[$p]:-}" ]; then
+          rank[$p]=$( { tr '\0' '\n' < /proc/"$p"/environ; } 2>/dev/null |
+                      sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
+        fi
+        [ -n "${rank[$p]}" ] || continue
+        while read -r k v rest; do
+          [ "$k" = RssAnon: ] && [ "$v" -gt "${peak[${rank[$p]}]:-0}" ] && peak[${rank[$p]}]=$v
+        done < /proc/"$p"/status 2>/dev/null || true
+      done
+      sleep 0.05
+    done
+    wait "$pid"
+    end=$(now)
+    echo "$(calc "$end - $start")"
+    for p in "${!peak[@]}"; do echo "$p ${peak[$p]}"; done | sort -n
+  }
+  files=$(ls "$base"/src/*.safetensors)
+  bcast=$(measure_mpi $mpi "$build/bench/mpi-bcast" $((256 << 20)) $files)
+  t_bcast=$(echo "$bcast" | head -n 1)
+  printf '%-28s %7.2f s   (each process but 0 received %s bytes)\n' "bare MPI_Bcast, -np 4" \
+    "$t_bcast" "$(grep -m1 -o 'process [1-9][0-9]* received [0-9]*' "$base/mpi.out" | \
+                  awk '{print $4}')"
+  echo "$bcast" | tail -n +2 | while read -r r kb; do
+    printf '  process %s: peak private %6d KiB\n' "$r" "$kb"; done
+  export WSYNC_LIBEXECDIR="$build"
+  sync=$(measure_mpi $mpi "$build/wsync" --conf-dir "$top/conf.d" \
+         --plugin-dir "$build/plugins/.libs" sync "$base/src" "$base/sync" --target vllm --tp 4 \
+         --bucket-size 256M)
+  t_sync=$(echo "$sync" | head -n 1)
+  printf '%-28s %7.2f s   time ratio to the broadcast %.2f (bar: at most 1.00)\n' \
+    "sync --target vllm tp 4" "$t_sync" "$(calc "$t_sync / $t_bcast")"
+  echo "$sync" | tail -n +2 | while read -r r kb; do
+    received=$(sed -n "s/^process $r on .* \([0-9]*\) received\$/\1/p" "$base/mpi.out")
+    printf '  process %s: received %12s bytes, peak private %6d KiB\n' "$r" "$received" "$kb"
+  done
+  tail -n 1 "$base/mpi.out"
+  rm -rf "$base/sync" "$base/mpi.out"
+else
+  echo "sync over MPI: skipped (wsync-mpi or bench/mpi-bcast not built, or no mpirun)"
 fi

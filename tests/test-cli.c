@@ -32,6 +32,7 @@ test_help_lists_commands_and_exit_codes(void)
   assert_has(r.out, "  inspect  PATH");
   assert_has(r.out, "  verify   A B ");
   assert_has(r.out, "  config   CONFIG.json");
+  assert_has(r.out, "  sync     SRC DST ");
   assert_has(r.out, "Exit status: 0 success, 1 a check found a difference, 2 usage or configuration\n"
                     "error, 3 bad input data, 4 I/O failure.\n");
   run_clear(&r);
@@ -676,6 +677,32 @@ test_env_exports(void)
   test_rmtree(conf);
 }
 
+/* `wsync sync` runs wsync-mpi, the program that links MPI; without it, one line naming
+ * the package and the configure switch, exit 2 (WSYNC_LIBEXECDIR names the only place
+ * wsync then looks). */
+static void
+test_sync_not_installed(void)
+{
+  g_autofree char *empty = test_tmpdir();
+  g_autofree char *expected = g_strdup_printf(
+      "wsync sync: the distributed sync is not installed (no wsync-mpi in %s): install the "
+      "wsync-mpi package, or build wsync with MPI (./configure --with-mpi)\n",
+      empty);
+  g_autofree char *saved = g_strdup(g_getenv("WSYNC_LIBEXECDIR"));
+
+  g_setenv("WSYNC_LIBEXECDIR", empty, TRUE);
+  Run r = run_wsync("sync", "src", "dst", "--target", "vllm", NULL);
+  if (saved != NULL)
+    g_setenv("WSYNC_LIBEXECDIR", saved, TRUE);
+  else
+    g_unsetenv("WSYNC_LIBEXECDIR");
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.out, ==, "");
+  g_assert_cmpstr(r.err, ==, expected);
+  run_clear(&r);
+  g_rmdir(empty);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -684,6 +711,7 @@ main(int argc, char **argv)
   g_test_add_func("/cli/version", test_version);
   g_test_add_func("/cli/help", test_help_lists_commands_and_exit_codes);
   g_test_add_func("/cli/usage-errors", test_usage_errors);
+  g_test_add_func("/cli/sync-not-installed", test_sync_not_installed);
   g_test_add_func("/cli/plugins-text", test_plugins_text);
   g_test_add_func("/cli/plugins-json", test_plugins_json);
   g_test_add_func("/cli/config-error", test_config_error_exit_2);

@@ -4,6 +4,7 @@
 
 #include <wsync/api.h>
 #include <wsync/checkpoint.h>
+#include <wsync/command.h>
 #include <wsync/dtype.h>
 #include <wsync/env.h>
 #include <wsync/error.h>

@@ -1,0 +1,180 @@
+/* wsync: what the command does around the library's calls (include/wsync/command.h),
+ * shared by the `wsync` command and the Python module. */
+#include "config.h"
+
+#include <string.h>
+
+#include <wsync/command.h>
+#include <wsync/error.h>
+
+WsyncContext *
+wsync_context_new_default(const char *const *conf_dirs, const char *const *plugin_dirs,
+                          const char *overrides, GError **error)
+{
+  const char *installed_conf[] = {WSYNC_CONF_DIR, NULL};
+  g_autoptr(GStrvBuilder) search = g_strv_builder_new();
+  g_auto(GStrv) path = NULL;
+  const char *env = g_getenv("WSYNC_PLUGIN_PATH");
+
+  /* The installed default may not exist (an uninstalled build): then there is none. */
+  if (conf_dirs == NULL && g_file_test(WSYNC_CONF_DIR, G_FILE_TEST_IS_DIR))
+    conf_dirs = installed_conf;
+  if (plugin_dirs != NULL)
+    g_strv_builder_addv(search, (const char **)plugin_dirs);
+  if (env != NULL && env[0] != '\0') {
+    g_auto(GStrv) parts = g_strsplit(env, ":", -1);
+    g_strv_builder_addv(search, (const char **)parts);
+  }
+  g_strv_builder_add(search, WSYNC_PLUGIN_DIR);
+  path = g_strv_builder_end(search);
+  return wsync_context_new(conf_dirs, (const char *const *)path, overrides, error);
+}
+
+/* The given value wins over the conf.d `sync` section, which wins over the default. */
+static const char *
+pick(WsyncContext *ctx, const char *given, const char *key, const char *fallback)
+{
+  const char *conf;
+
+  if (given != NULL)
+    return given;
+  conf = wsync_context_get_sync_option(ctx, key);
+  return conf != NULL ? conf : fallback;
+}
+
+gboolean
+wsync_parse_count(const char *what, const char *text, guint64 min, guint64 max, guint64 *out,
+            GError **error)
+{
+  if (!g_ascii_string_to_unsigned(text, 10, min, max, out, NULL)) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
+                "%s must be a number from %" G_GUINT64_FORMAT " to %" G_GUINT64_FORMAT
+                ", not \"%s\"",
+                what, min, max, text);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+gboolean
+wsync_parse_size(const char *what, const char *text, guint64 *out, GError **error)
+{
+  g_autofree char *digits = g_strdup(text);
+  gsize len = strlen(digits);
+  guint shift = 0;
+
+  if (len > 0) {
+    const char *units = "KMGT";
+    const char *u = strchr(units, g_ascii_toupper(digits[len - 1]));
+    if (u != NULL && digits[len - 1] != '\0') {
+      shift = 10 * (guint)(u - units + 1);
+      digits[len - 1] = '\0';
+    }
+  }
+  if (!wsync_parse_count(what, digits, 1, G_MAXUINT64 >> shift, out, error))
+    return FALSE;
+  *out <<= shift;
+  return TRUE;
+}
+
+gboolean
+wsync_plan_args_resolve(WsyncContext *ctx, const WsyncPlanArgs *args, WsyncPlanOptions *opts,
+                        GError **error)
+{
+  guint64 tp, ep, threads, rank = 0;
+  const char *rank_text = pick(ctx, args->rank, "rank", NULL);
+  g_autofree char *cores = g_strdup_printf("%u", g_get_num_processors());
+
+  memset(opts, 0, sizeof *opts);
+  opts->target = pick(ctx, args->target, "target", NULL);
+  if (opts->target == NULL) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
+                "no --target given (and no sync { target = ... } in conf.d)");
+    return FALSE;
+  }
+  opts->format = pick(ctx, args->format, "format", NULL);
+  opts->format_explicit = args->format != NULL;
+  if (!wsync_parse_count("--tp", pick(ctx, args->tp, "tp", "1"), 1, 4096, &tp, error) ||
+      !wsync_parse_count("--ep", pick(ctx, args->ep, "ep", "1"), 1, 4096, &ep, error) ||
+      !wsync_parse_count("--threads", pick(ctx, args->threads, "threads", cores), 1, 1024, &threads,
+                   error) ||
+      !wsync_parse_size("--part-size", pick(ctx, args->part_size, "part-size", "5G"),
+                        &opts->part_size, error))
+    return FALSE;
+  if (rank_text != NULL && !wsync_parse_count("--rank", rank_text, 0, 4095, &rank, error))
+    return FALSE;
+  opts->tp = (guint)tp;
+  opts->ep = (guint)ep;
+  opts->threads = (guint)threads;
+  opts->rank = rank_text != NULL ? (gint)rank : -1;
+  return TRUE;
+}
+
+JsonNode *
+wsync_checkpoint_to_json(WsyncCheckpoint *ck)
+{
+  g_autoptr(JsonBuilder) b = json_builder_new();
+  guint n = wsync_checkpoint_n_tensors(ck);
+
+  json_builder_begin_object(b);
+  json_builder_set_member_name(b, "path");
+  json_builder_add_string_value(b, wsync_checkpoint_path(ck));
+  json_builder_set_member_name(b, "files");
+  json_builder_begin_array(b);
+  for (guint f = 0; f < wsync_checkpoint_n_files(ck); f++)
+    json_builder_add_string_value(b, wsync_safetensors_path(wsync_checkpoint_file(ck, f)));
+  json_builder_end_array(b);
+  json_builder_set_member_name(b, "tensors");
+  json_builder_begin_array(b);
+  for (guint i = 0; i < n; i++) {
+    const WsyncTensor *t = wsync_checkpoint_tensor(ck, i);
+    json_builder_begin_object(b);
+    json_builder_set_member_name(b, "name");
+    json_builder_add_string_value(b, t->name);
+    json_builder_set_member_name(b, "dtype");
+    json_builder_add_string_value(b, wsync_dtype_name(t->dtype));
+    json_builder_set_member_name(b, "shape");
+    json_builder_begin_array(b);
+    for (guint d = 0; d < t->ndim; d++)
+      json_builder_add_int_value(b, (gint64)t->shape[d]);
+    json_builder_end_array(b);
+    json_builder_set_member_name(b, "bytes");
+    json_builder_add_int_value(b, (gint64)t->nbytes);
+    json_builder_set_member_name(b, "file");
+    json_builder_add_string_value(b, t->file);
+    json_builder_end_object(b);
+  }
+  json_builder_end_array(b);
+  json_builder_set_member_name(b, "total_tensors");
+  json_builder_add_int_value(b, n);
+  json_builder_set_member_name(b, "total_bytes");
+  json_builder_add_int_value(b, (gint64)wsync_checkpoint_total_bytes(ck));
+  json_builder_end_object(b);
+  return json_builder_get_root(b);
+}
+
+gboolean
+wsync_context_recognise_file(WsyncContext *ctx, const char *file_name, GHashTable *metadata,
+                             const char **target, WsyncRankFile *out, GError **error)
+{
+  g_autoptr(GPtrArray) converters =
+      wsync_registry_lookup(wsync_context_get_registry(ctx), WSYNC_ENTRY_CONVERTER, NULL);
+
+  for (guint i = 0; i < converters->len; i++) {
+    const WsyncTargetInfo *info = wsync_entry_get_target(converters->pdata[i]);
+    if (info == NULL || info->recognise == NULL)
+      continue;
+    g_autoptr(GError) local = NULL;
+    if (info->recognise(file_name, metadata, out, wsync_entry_get_user_data(converters->pdata[i]),
+                        &local)) {
+      if (target != NULL)
+        *target = info->name;
+      return TRUE;
+    }
+    if (local != NULL) {
+      g_propagate_error(error, g_steal_pointer(&local));
+      return FALSE;
+    }
+  }
+  return FALSE;
+}

@@ -1,0 +1,695 @@
+/* The rollout side's C half (wsync.load_rank is the Python half): one rank's files,
+ * checked against the session's commit record, mapped, and copied into live buffers.
+ *
+ * A directory a session writes holds, after each commit, the rank files and the commit
+ * record `wsync-commit.json` (docs/session.md): the step's version, the plan digest, and
+ * per file its rank, size and xxh3.  The session removes the record before it touches
+ * the files of the next step, so a reader that finds the record before reading and the
+ * same record after reading has read one whole step.  Rank files without a record (what
+ * `wsync convert` writes) load when asked (require_commit=False); their rank is what the
+ * targets of the configuration recognise in them, as when convert reads them back.
+ *
+ * The files are mapped private and writable (copy on write, never written): torch's
+ * frombuffer then takes views of them without copying and without warning that they
+ * are read-only.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "wsync-python.h"
+
+#include <wsync/session.h>
+
+#define COMMIT_RECORD WSYNC_SESSION_COMMIT_RECORD
+#define MAX_RECORD_BYTES (64u << 20) /* far above any world's record; bounds the read */
+
+/* ------------------------------------------------------------------ one mapped file */
+
+/* A rank file mapped private; exports its bytes (writable: copy on write). */
+typedef struct {
+  PyObject_HEAD
+  char *path;
+  guint8 *data;
+  gsize len;
+  WsyncSafetensors *st; /* parsed from @data */
+} MapObject;
+
+static void
+map_dealloc(MapObject *m)
+{
+  wsync_safetensors_free(m->st);
+  if (m->data != NULL)
+    munmap(m->data, m->len);
+  g_free(m->path);
+  Py_TYPE(m)->tp_free((PyObject *)m);
+}
+
+static int
+map_getbuffer(MapObject *m, Py_buffer *view, int flags)
+{
+  return PyBuffer_FillInfo(view, (PyObject *)m, m->data, (Py_ssize_t)m->len, 0, flags);
+}
+
+static PyBufferProcs map_as_buffer = {.bf_getbuffer = (getbufferproc)map_getbuffer};
+
+static PyTypeObject MapType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_wsync._Map",
+    .tp_basicsize = sizeof(MapObject),
+    .tp_dealloc = (destructor)map_dealloc,
+    .tp_as_buffer = &map_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A rank file mapped copy-on-write (internal).",
+};
+
+/* Maps and parses @path (without the GIL); NULL with @error set. */
+static gboolean
+map_file(MapObject *m, GError **error)
+{
+  struct stat sb;
+  int fd = open(m->path, O_RDONLY | O_CLOEXEC);
+
+  if (fd < 0 || fstat(fd, &sb) < 0) {
+    wsync_set_io_error(error, errno, m->path, "open");
+    if (fd >= 0)
+      close(fd);
+    return FALSE;
+  }
+  if (sb.st_size < 8) {
+    close(fd);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "%s: %lld bytes, too short for a safetensors file", m->path, (long long)sb.st_size);
+    return FALSE;
+  }
+  m->data = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (m->data == MAP_FAILED) {
+    m->data = NULL;
+    wsync_set_io_error(error, errno, m->path, "map");
+    return FALSE;
+  }
+  m->len = (gsize)sb.st_size;
+  m->st = wsync_safetensors_parse(m->data, m->len, m->path, error);
+  return m->st != NULL;
+}
+
+/* ------------------------------------------------------------------ the record */
+
+typedef struct {
+  char *file;
+  guint64 rank, bytes;
+  char *xxh3;
+} RecordFile;
+
+static void
+record_file_free(gpointer p)
+{
+  RecordFile *f = p;
+
+  g_free(f->file);
+  g_free(f->xxh3);
+  g_free(f);
+}
+
+static gboolean
+bad_record(GError **error, const char *path, const char *what)
+{
+  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: %s", path, what);
+  return FALSE;
+}
+
+static gboolean
+member_uint(JsonObject *o, const char *name, guint64 *out)
+{
+  JsonNode *n = json_object_get_member(o, name);
+
+  if (n == NULL || !JSON_NODE_HOLDS_VALUE(n) || json_node_get_value_type(n) != G_TYPE_INT64 ||
+      json_node_get_int(n) < 0)
+    return FALSE;
+  *out = (guint64)json_node_get_int(n);
+  return TRUE;
+}
+
+static const char *
+member_string(JsonObject *o, const char *name)
+{
+  JsonNode *n = json_object_get_member(o, name);
+
+  if (n == NULL || !JSON_NODE_HOLDS_VALUE(n) || json_node_get_value_type(n) != G_TYPE_STRING)
+    return NULL;
+  return json_node_get_string(n);
+}
+
+/* A safe base name: no directory part, not "." or "..". */
+static gboolean
+plain_file_name(const char *name)
+{
+  return name[0] != '\0' && strchr(name, '/') == NULL && strcmp(name, ".") != 0 &&
+         strcmp(name, "..") != 0;
+}
+
+typedef struct {
+  JsonNode *root;
+  guint64 version, world;
+  const char *digest;
+  GPtrArray *files; /* RecordFile*, in record order */
+} Record;
+
+static void
+record_clear(Record *r)
+{
+  if (r->root != NULL)
+    json_node_unref(r->root);
+  if (r->files != NULL)
+    g_ptr_array_unref(r->files);
+  memset(r, 0, sizeof *r);
+}
+
+static gboolean
+record_parse(const char *path, const char *text, gsize len, Record *r, GError **error)
+{
+  g_autoptr(JsonParser) parser = json_parser_new();
+  g_autoptr(GError) local = NULL;
+  JsonObject *o;
+  JsonNode *files;
+
+  if (!json_parser_load_from_data(parser, text, (gssize)len, &local)) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: %s", path, local->message);
+    return FALSE;
+  }
+  r->root = json_node_copy(json_parser_get_root(parser));
+  if (!JSON_NODE_HOLDS_OBJECT(r->root))
+    return bad_record(error, path, "the commit record is not a JSON object");
+  o = json_node_get_object(r->root);
+  if (!member_uint(o, "version", &r->version) || !member_uint(o, "world", &r->world) ||
+      (r->digest = member_string(o, "digest")) == NULL)
+    return bad_record(error, path, "the commit record lacks version, world or digest");
+  files = json_object_get_member(o, "files");
+  if (files == NULL || !JSON_NODE_HOLDS_ARRAY(files))
+    return bad_record(error, path, "the commit record has no list of files");
+  r->files = g_ptr_array_new_with_free_func(record_file_free);
+  for (guint i = 0; i < json_array_get_length(json_node_get_array(files)); i++) {
+    JsonNode *n = json_array_get_element(json_node_get_array(files), i);
+    JsonObject *fo = JSON_NODE_HOLDS_OBJECT(n) ? json_node_get_object(n) : NULL;
+    RecordFile *f = g_new0(RecordFile, 1);
+    g_ptr_array_add(r->files, f);
+    const char *name = fo ? member_string(fo, "file") : NULL;
+    const char *hash = fo ? member_string(fo, "xxh3") : NULL;
+    if (name == NULL || hash == NULL || !member_uint(fo, "rank", &f->rank) ||
+        !member_uint(fo, "bytes", &f->bytes) || !plain_file_name(name))
+      return bad_record(error, path,
+                        "a file of the commit record lacks its plain file name, rank, bytes or "
+                        "xxh3");
+    f->file = g_strdup(name);
+    f->xxh3 = g_strdup(hash);
+  }
+  return TRUE;
+}
+
+/* Reads the record's bytes; FALSE with @error unset when there is none. */
+static gboolean
+record_read(const char *path, char **text, gsize *len, GError **error)
+{
+  struct stat sb;
+  g_autoptr(GError) local = NULL;
+
+  *text = NULL;
+  if (stat(path, &sb) < 0) {
+    if (errno != ENOENT)
+      wsync_set_io_error(error, errno, path, "read");
+    return FALSE;
+  }
+  if (sb.st_size > MAX_RECORD_BYTES) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: %lld bytes, more than a commit "
+                "record can be", path, (long long)sb.st_size);
+    return FALSE;
+  }
+  if (!g_file_get_contents(path, text, len, &local)) {
+    if (!g_error_matches(local, G_FILE_ERROR, G_FILE_ERROR_NOENT))
+      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO, "%s", local->message);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* ------------------------------------------------------------------ the rank's files */
+
+typedef struct {
+  PyObject_HEAD
+  char *dir;
+  guint rank;
+  char *record_text; /* NULL: no record (require_commit=False) */
+  gsize record_len;
+  Record record;
+  GPtrArray *maps;      /* MapObject* (owned references) */
+  GPtrArray *tensors;   /* const WsyncTensor*, file order then data order */
+  GPtrArray *tensor_map; /* the MapObject* of each tensor */
+} RankFilesObject;
+
+static void
+rank_files_dealloc(RankFilesObject *self)
+{
+  if (self->maps != NULL)
+    for (guint i = 0; i < self->maps->len; i++)
+      Py_DECREF((PyObject *)self->maps->pdata[i]);
+  g_clear_pointer(&self->maps, g_ptr_array_unref);
+  g_clear_pointer(&self->tensors, g_ptr_array_unref);
+  g_clear_pointer(&self->tensor_map, g_ptr_array_unref);
+  record_clear(&self->record);
+  g_free(self->record_text);
+  g_free(self->dir);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The files of the rank the record lists, with their sizes checked. */
+static gboolean
+record_files_of_rank(RankFilesObject *self, GPtrArray *paths, GPtrArray *want, GError **error)
+{
+  g_autofree char *record_path = g_build_filename(self->dir, COMMIT_RECORD, NULL);
+
+  if (self->rank >= self->record.world) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
+                "%s: rank %u is outside the %" G_GUINT64_FORMAT " ranks of the commit record",
+                record_path, self->rank, self->record.world);
+    return FALSE;
+  }
+  for (guint i = 0; i < self->record.files->len; i++) {
+    RecordFile *f = self->record.files->pdata[i];
+    if (f->rank == self->rank) {
+      g_ptr_array_add(paths, g_build_filename(self->dir, f->file, NULL));
+      g_ptr_array_add(want, f);
+    }
+  }
+  if (paths->len == 0) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "%s: the commit record lists no file of rank %u", record_path, self->rank);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+static gint
+compare_names(gconstpointer a, gconstpointer b)
+{
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Without a record: the *.safetensors files a target of @ctx recognises as the rank's. */
+static gboolean
+recognised_files_of_rank(RankFilesObject *self, WsyncContext *ctx, GPtrArray *paths,
+                         GError **error)
+{
+  g_autoptr(GDir) d = NULL;
+  g_autoptr(GPtrArray) names = g_ptr_array_new_with_free_func(g_free);
+  const char *name;
+
+  if ((d = g_dir_open(self->dir, 0, NULL)) == NULL) {
+    wsync_set_io_error(error, errno, self->dir, "open");
+    return FALSE;
+  }
+  while ((name = g_dir_read_name(d)) != NULL)
+    if (g_str_has_suffix(name, ".safetensors"))
+      g_ptr_array_add(names, g_strdup(name));
+  g_ptr_array_sort(names, compare_names);
+  for (guint i = 0; i < names->len; i++) {
+    g_autofree char *path = g_build_filename(self->dir, names->pdata[i], NULL);
+    g_autoptr(WsyncSafetensors) st = wsync_safetensors_open(path, error);
+    WsyncRankFile rf = {0};
+    if (st == NULL)
+      return FALSE;
+    if (wsync_context_recognise_file(ctx, names->pdata[i], wsync_safetensors_metadata(st), NULL,
+                                     &rf, error)) {
+      if (rf.rank == self->rank)
+        g_ptr_array_add(paths, g_steal_pointer(&path));
+    } else if (error != NULL && *error != NULL)
+      return FALSE;
+  }
+  if (paths->len == 0) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "%s: no rank file of rank %u (no commit record; the targets of the "
+                "configuration recognise no file of that rank)",
+                self->dir, self->rank);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+static gboolean
+verify_file(MapObject *m, const RecordFile *f, GError **error)
+{
+  g_autofree char *hex = g_strdup_printf("%016llx", (unsigned long long)XXH3_64bits(m->data, m->len));
+
+  if (g_ascii_strcasecmp(hex, f->xxh3) != 0) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "%s: xxh3 %s, but the commit record says %s (the file changed after its commit)",
+                m->path, hex, f->xxh3);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* Maps @paths (checking size and, with @verify, xxh3 against @want), lists the tensors. */
+static gboolean
+map_rank_files(RankFilesObject *self, GPtrArray *paths, GPtrArray *want, gboolean verify,
+               GError **error)
+{
+  g_autoptr(GHashTable) seen = g_hash_table_new(g_str_hash, g_str_equal);
+
+  for (guint i = 0; i < paths->len; i++) {
+    MapObject *m = (MapObject *)self->maps->pdata[i];
+    const RecordFile *f = want != NULL ? want->pdata[i] : NULL;
+    if (!map_file(m, error))
+      return FALSE;
+    if (f != NULL && m->len != f->bytes) {
+      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                  "%s: %zu bytes, but the commit record says %" G_GUINT64_FORMAT, m->path, m->len,
+                  f->bytes);
+      return FALSE;
+    }
+    if (f != NULL && verify && !verify_file(m, f, error))
+      return FALSE;
+    for (guint t = 0; t < wsync_safetensors_n_tensors(m->st); t++) {
+      const WsyncTensor *tensor = wsync_safetensors_tensor(m->st, t);
+      if (!g_hash_table_add(seen, (gpointer)tensor->name)) {
+        g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                    "%s: tensor \"%s\" is also in another file of rank %u", m->path, tensor->name,
+                    self->rank);
+        return FALSE;
+      }
+      g_ptr_array_add(self->tensors, (gpointer)tensor);
+      g_ptr_array_add(self->tensor_map, m);
+    }
+  }
+  return TRUE;
+}
+
+PyObject *
+wsync_py_open_rank(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+  static char *kwlist[] = {"dir", "rank", "require_commit", "verify", "version", "digest",
+                           "conf_dir", "plugin_dir", NULL};
+  PyObject *dir_obj, *dir_bytes = NULL, *version_obj = Py_None, *conf_dir = Py_None,
+                     *plugin_dir = Py_None;
+  const char *digest = NULL;
+  unsigned int rank;
+  int require_commit = 1, verify = 1;
+  g_autoptr(GError) error = NULL;
+  g_autoptr(GPtrArray) paths = g_ptr_array_new_with_free_func(g_free);
+  g_autoptr(GPtrArray) want = g_ptr_array_new();
+  WsyncContext *ctx = NULL;
+  gboolean ok;
+
+  (void)module;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OI|$ppOzOO:_open_rank", kwlist, &dir_obj, &rank,
+                                   &require_commit, &verify, &version_obj, &digest, &conf_dir,
+                                   &plugin_dir) ||
+      !PyUnicode_FSConverter(dir_obj, &dir_bytes))
+    return NULL;
+  RankFilesObject *self = PyObject_New(RankFilesObject, &WsyncPyRankFilesType);
+  if (self == NULL) {
+    Py_DECREF(dir_bytes);
+    return NULL;
+  }
+  self->dir = g_strdup(PyBytes_AS_STRING(dir_bytes));
+  Py_DECREF(dir_bytes);
+  self->rank = rank;
+  self->record_text = NULL;
+  memset(&self->record, 0, sizeof self->record);
+  self->maps = g_ptr_array_new();
+  self->tensors = g_ptr_array_new();
+  self->tensor_map = g_ptr_array_new();
+
+  /* the record: its bytes now, compared again after the copy */
+  g_autofree char *record_path = g_build_filename(self->dir, COMMIT_RECORD, NULL);
+  Py_BEGIN_ALLOW_THREADS
+  ok = record_read(record_path, &self->record_text, &self->record_len, &error);
+  Py_END_ALLOW_THREADS
+  if (!ok && error != NULL)
+    goto fail;
+  if (ok) {
+    if (!record_parse(record_path, self->record_text, self->record_len, &self->record, &error))
+      goto fail;
+    if (version_obj != Py_None) {
+      unsigned long long v = PyLong_AsUnsignedLongLong(version_obj);
+      if (PyErr_Occurred())
+        goto fail_py;
+      if (v != self->record.version) {
+        g_set_error(&error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                    "%s: the commit record is of version %" G_GUINT64_FORMAT ", not %llu",
+                    record_path, self->record.version, v);
+        goto fail;
+      }
+    }
+    if (digest != NULL && g_ascii_strcasecmp(digest, self->record.digest) != 0) {
+      g_set_error(&error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                  "%s: the commit record is of plan digest %s, not %s (another model, target, "
+                  "format, tp or ep)",
+                  record_path, self->record.digest, digest);
+      goto fail;
+    }
+    if (!record_files_of_rank(self, paths, want, &error))
+      goto fail;
+  } else if (require_commit) {
+    g_set_error(&error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "%s: no commit record: no step is complete (one is being written, or no session "
+                "wrote this directory; rank files of wsync convert load with "
+                "require_commit=False)",
+                record_path);
+    goto fail;
+  } else {
+    if ((ctx = wsync_py_context(conf_dir, plugin_dir)) == NULL)
+      goto fail_py;
+    Py_BEGIN_ALLOW_THREADS
+    ok = recognised_files_of_rank(self, ctx, paths, &error);
+    Py_END_ALLOW_THREADS
+    g_clear_pointer(&ctx, wsync_context_free);
+    if (!ok)
+      goto fail;
+    g_clear_pointer(&want, g_ptr_array_unref);
+  }
+
+  for (guint i = 0; i < paths->len; i++) {
+    MapObject *m = PyObject_New(MapObject, &MapType);
+    if (m == NULL)
+      goto fail_py;
+    m->path = g_strdup(paths->pdata[i]);
+    m->data = NULL;
+    m->len = 0;
+    m->st = NULL;
+    g_ptr_array_add(self->maps, m);
+  }
+  Py_BEGIN_ALLOW_THREADS
+  ok = map_rank_files(self, paths, want, verify, &error);
+  Py_END_ALLOW_THREADS
+  if (!ok)
+    goto fail;
+  return (PyObject *)self;
+
+fail:
+  wsync_py_raise(error);
+fail_py:
+  Py_DECREF(self);
+  return NULL;
+}
+
+/* ------------------------------------------------------------------ methods */
+
+static PyObject *
+rank_files_entries(RankFilesObject *self, void *closure)
+{
+  PyObject *list = PyList_New(self->tensors->len);
+
+  (void)closure;
+  for (guint i = 0; list != NULL && i < self->tensors->len; i++) {
+    const WsyncTensor *t = self->tensors->pdata[i];
+    PyObject *shape = wsync_py_shape(t->ndim, t->shape);
+    PyObject *entry = shape ? Py_BuildValue("(ssNs)", t->name, wsync_dtype_name(t->dtype), shape,
+                                            t->file)
+                            : NULL;
+    if (entry == NULL) {
+      Py_CLEAR(list);
+      break;
+    }
+    PyList_SET_ITEM(list, i, entry);
+  }
+  return list;
+}
+
+static PyObject *
+rank_files_record(RankFilesObject *self, void *closure)
+{
+  (void)closure;
+  if (self->record.root == NULL)
+    Py_RETURN_NONE;
+  return wsync_py_from_json(self->record.root);
+}
+
+static gboolean
+entry_index(RankFilesObject *self, Py_ssize_t index)
+{
+  if (index < 0 || (gsize)index >= self->tensors->len) {
+    PyErr_SetString(PyExc_IndexError, "no such entry");
+    return FALSE;
+  }
+  return TRUE;
+}
+
+static PyObject *
+rank_files_view(RankFilesObject *self, PyObject *arg)
+{
+  Py_ssize_t i = PyLong_AsSsize_t(arg);
+
+  if ((i == -1 && PyErr_Occurred()) || !entry_index(self, i))
+    return NULL;
+  const WsyncTensor *t = self->tensors->pdata[i];
+  MapObject *m = self->tensor_map->pdata[i];
+  Py_ssize_t start = (Py_ssize_t)(t->data - m->data);
+  PyObject *whole = PyMemoryView_FromObject((PyObject *)m);
+  PyObject *part = whole ? PySequence_GetSlice(whole, start, start + (Py_ssize_t)t->nbytes) : NULL;
+  Py_XDECREF(whole);
+  return part;
+}
+
+/* The entries and destinations of a list of (index, buffer) pairs, buffers taken. */
+typedef struct {
+  guint n;
+  const WsyncTensor **tensors;
+  WsyncPyBytes *bytes;
+} Pairs;
+
+static void
+pairs_release(Pairs *p)
+{
+  for (guint i = 0; i < p->n; i++)
+    wsync_py_bytes_release(&p->bytes[i]);
+  g_free(p->tensors);
+  g_free(p->bytes);
+}
+
+static gboolean
+pairs_take(RankFilesObject *self, PyObject *list, Pairs *p)
+{
+  PyObject *seq = PySequence_Fast(list, "a list of (index, destination) pairs");
+  Py_ssize_t n;
+
+  memset(p, 0, sizeof *p);
+  if (seq == NULL)
+    return FALSE;
+  n = PySequence_Fast_GET_SIZE(seq);
+  p->tensors = g_new0(const WsyncTensor *, n);
+  p->bytes = g_new0(WsyncPyBytes, n);
+  for (Py_ssize_t i = 0; i < n; i++) {
+    Py_ssize_t index;
+    PyObject *dest;
+    if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "nO", &index, &dest) ||
+        !entry_index(self, index))
+      goto fail;
+    const WsyncTensor *t = self->tensors->pdata[index];
+    g_autofree char *what = g_strdup_printf("%s: tensor \"%s\"", t->file, t->name);
+    if (!wsync_py_bytes_get(dest, TRUE, what, &p->bytes[i]))
+      goto fail_release_last;
+    p->n = (guint)i + 1;
+    p->tensors[i] = t;
+    if (!wsync_py_bytes_check(&p->bytes[i], t->dtype, t->ndim, t->shape, TRUE, what))
+      goto fail;
+    continue;
+  fail_release_last:
+    wsync_py_bytes_release(&p->bytes[i]);
+    goto fail;
+  }
+  Py_DECREF(seq);
+  return TRUE;
+fail:
+  Py_DECREF(seq);
+  pairs_release(p);
+  return FALSE;
+}
+
+static PyObject *
+rank_files_check(RankFilesObject *self, PyObject *list)
+{
+  Pairs p;
+
+  if (!pairs_take(self, list, &p))
+    return NULL;
+  pairs_release(&p);
+  Py_RETURN_NONE;
+}
+
+static PyObject *
+rank_files_copy(RankFilesObject *self, PyObject *list)
+{
+  Pairs p;
+
+  if (!pairs_take(self, list, &p))
+    return NULL;
+  Py_BEGIN_ALLOW_THREADS
+  for (guint i = 0; i < p.n; i++)
+    memcpy(p.bytes[i].data, p.tensors[i]->data, p.tensors[i]->nbytes);
+  Py_END_ALLOW_THREADS
+  pairs_release(&p);
+  Py_RETURN_NONE;
+}
+
+/* Is the record still the one read at opening?  (No record at opening: always.) */
+static PyObject *
+rank_files_is_current(RankFilesObject *self, PyObject *unused)
+{
+  g_autofree char *path = g_build_filename(self->dir, COMMIT_RECORD, NULL);
+  g_autofree char *text = NULL;
+  g_autoptr(GError) error = NULL;
+  gsize len = 0;
+  gboolean ok;
+
+  (void)unused;
+  if (self->record_text == NULL)
+    Py_RETURN_TRUE;
+  Py_BEGIN_ALLOW_THREADS
+  ok = record_read(path, &text, &len, &error);
+  Py_END_ALLOW_THREADS
+  if (!ok && error != NULL)
+    return wsync_py_raise(error);
+  return PyBool_FromLong(ok && len == self->record_len && memcmp(text, self->record_text, len) == 0);
+}
+
+static PyMethodDef rank_files_methods[] = {
+    {"view", (PyCFunction)rank_files_view, METH_O,
+     "view(i): a memoryview of entry i's bytes in the mapped file (copy on write)."},
+    {"check", (PyCFunction)rank_files_check, METH_O,
+     "check([(i, buffer), ...]): raises wsync.Error when a buffer cannot take entry i "
+     "(writable, C-contiguous, same dtype and shape)."},
+    {"copy", (PyCFunction)rank_files_copy, METH_O,
+     "copy([(i, buffer), ...]): checks, then copies each entry into its buffer without the "
+     "GIL."},
+    {"is_current", (PyCFunction)rank_files_is_current, METH_NOARGS,
+     "is_current(): the commit record is still the one read at opening."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef rank_files_getset[] = {
+    {"entries", (getter)rank_files_entries, NULL,
+     "[(name, dtype, shape, file)]: the rank's tensors, file by file in data order.", NULL},
+    {"record", (getter)rank_files_record, NULL, "The commit record as a dict, or None.", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+PyTypeObject WsyncPyRankFilesType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_wsync._RankFiles",
+    .tp_basicsize = sizeof(RankFilesObject),
+    .tp_dealloc = (destructor)rank_files_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One rank's files, checked against the commit record (see wsync.load_rank).",
+    .tp_methods = rank_files_methods,
+    .tp_getset = rank_files_getset,
+};
+
+gboolean
+wsync_py_load_init_types(void)
+{
+  return PyType_Ready(&MapType) == 0 && PyType_Ready(&WsyncPyRankFilesType) == 0;
+}

@@ -1,0 +1,480 @@
+/* The Python module `_wsync` (imported by the package `wsync`): wsync.Error and the
+ * commands as functions.  Every function releases the GIL while the library works. */
+#include "config.h"
+
+#include "wsync-python.h"
+
+PyObject *wsync_py_error;
+
+/* ------------------------------------------------------------------ errors */
+
+static PyObject *
+raise_message(int exit_status, const char *message)
+{
+  PyObject *exc = PyObject_CallFunction(wsync_py_error, "s", message);
+  PyObject *status = PyLong_FromLong(exit_status);
+
+  if (exc != NULL && status != NULL && PyObject_SetAttrString(exc, "exit_status", status) == 0)
+    PyErr_SetObject(wsync_py_error, exc);
+  Py_XDECREF(status);
+  Py_XDECREF(exc);
+  return NULL;
+}
+
+PyObject *
+wsync_py_raise(const GError *error)
+{
+  return raise_message(wsync_error_exit_code(error), error->message);
+}
+
+PyObject *
+wsync_py_raise_code(WsyncError code, const char *format, ...)
+{
+  va_list args;
+  g_autofree char *message = NULL;
+  GError e = {.domain = WSYNC_ERROR, .code = code};
+
+  va_start(args, format);
+  message = g_strdup_vprintf(format, args);
+  va_end(args);
+  e.message = message;
+  return wsync_py_raise(&e);
+}
+
+/* ------------------------------------------------------------------ arguments */
+
+/* None, a path, or a sequence of paths -> a NULL-terminated array (NULL for None). */
+static gboolean
+path_list(PyObject *obj, const char *what, GStrv *out)
+{
+  g_autoptr(GStrvBuilder) b = g_strv_builder_new();
+  PyObject *seq, *bytes = NULL;
+
+  *out = NULL;
+  if (obj == NULL || obj == Py_None)
+    return TRUE;
+  if (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyObject_HasAttrString(obj, "__fspath__")) {
+    if (!PyUnicode_FSConverter(obj, &bytes))
+      return FALSE;
+    g_strv_builder_add(b, PyBytes_AS_STRING(bytes));
+    Py_DECREF(bytes);
+    *out = g_strv_builder_end(b);
+    return TRUE;
+  }
+  seq = PySequence_Fast(obj, "");
+  if (seq == NULL) {
+    PyErr_Format(PyExc_TypeError, "%s must be a path or a list of paths, not %.100s", what,
+                 Py_TYPE(obj)->tp_name);
+    return FALSE;
+  }
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+    if (!PyUnicode_FSConverter(PySequence_Fast_GET_ITEM(seq, i), &bytes)) {
+      Py_DECREF(seq);
+      return FALSE;
+    }
+    g_strv_builder_add(b, PyBytes_AS_STRING(bytes));
+    Py_DECREF(bytes);
+  }
+  Py_DECREF(seq);
+  *out = g_strv_builder_end(b);
+  return TRUE;
+}
+
+static void
+warn_refused(const char *name, WsyncPluginState state, const char *path, const char *description,
+             const char *reason, gpointer user_data)
+{
+  (void)path;
+  (void)description;
+  if (state == WSYNC_PLUGIN_REFUSED && *(int *)user_data == 0)
+    *(int *)user_data = PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "wsync: plugin \"%s\" refused: %s",
+                                         name, reason);
+}
+
+static void
+warn_plugin(const char *plugin_name, const char *message, gpointer user_data)
+{
+  if (*(int *)user_data == 0)
+    *(int *)user_data =
+        PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "wsync: plugin \"%s\": %s", plugin_name, message);
+}
+
+WsyncContext *
+wsync_py_context(PyObject *conf_dir, PyObject *plugin_dir)
+{
+  g_auto(GStrv) conf_dirs = NULL;
+  g_auto(GStrv) plugin_dirs = NULL;
+  g_autoptr(GError) error = NULL;
+  WsyncContext *ctx;
+  int failed = 0;
+
+  if (!path_list(conf_dir, "conf_dir", &conf_dirs) ||
+      !path_list(plugin_dir, "plugin_dir", &plugin_dirs))
+    return NULL;
+  Py_BEGIN_ALLOW_THREADS
+  ctx = wsync_context_new_default((const char *const *)conf_dirs,
+                                  (const char *const *)plugin_dirs, NULL, &error);
+  Py_END_ALLOW_THREADS
+  if (ctx == NULL) {
+    wsync_py_raise(error);
+    return NULL;
+  }
+  /* what the command prints on stderr, as Python warnings */
+  wsync_context_foreach_plugin(ctx, warn_refused, &failed);
+  wsync_context_foreach_warning(ctx, warn_plugin, &failed);
+  if (failed) {
+    wsync_context_free(ctx);
+    return NULL;
+  }
+  return ctx;
+}
+
+/* An option given as int or str (None: not given) -> text, as the command line has it. */
+static gboolean
+option_text(PyObject *obj, const char *name, char **out)
+{
+  *out = NULL;
+  if (obj == NULL || obj == Py_None)
+    return TRUE;
+  if (PyBool_Check(obj) || !(PyLong_Check(obj) || PyUnicode_Check(obj))) {
+    PyErr_Format(PyExc_TypeError, "%s must be an int or a str, not %.100s", name,
+                 Py_TYPE(obj)->tp_name);
+    return FALSE;
+  }
+  PyObject *text = PyObject_Str(obj);
+  if (text == NULL)
+    return FALSE;
+  const char *utf8 = PyUnicode_AsUTF8(text);
+  if (utf8 != NULL)
+    *out = g_strdup(utf8);
+  Py_DECREF(text);
+  return utf8 != NULL;
+}
+
+static gboolean
+path_arg(PyObject *obj, char **out)
+{
+  PyObject *bytes = NULL;
+
+  if (!PyUnicode_FSConverter(obj, &bytes))
+    return FALSE;
+  *out = g_strdup(PyBytes_AS_STRING(bytes));
+  Py_DECREF(bytes);
+  return TRUE;
+}
+
+/* ------------------------------------------------------------------ JSON to Python */
+
+static void
+add_member(JsonObject *object, const char *name, JsonNode *node, gpointer user_data)
+{
+  PyObject *dict = user_data, *value;
+
+  (void)object;
+  if (PyErr_Occurred())
+    return;
+  value = wsync_py_from_json(node);
+  if (value != NULL) {
+    PyDict_SetItemString(dict, name, value);
+    Py_DECREF(value);
+  }
+}
+
+PyObject *
+wsync_py_from_json(JsonNode *node)
+{
+  switch (json_node_get_node_type(node)) {
+  case JSON_NODE_OBJECT: {
+    PyObject *dict = PyDict_New();
+    if (dict != NULL)
+      json_object_foreach_member(json_node_get_object(node), add_member, dict);
+    if (dict != NULL && PyErr_Occurred())
+      Py_CLEAR(dict);
+    return dict;
+  }
+  case JSON_NODE_ARRAY: {
+    JsonArray *array = json_node_get_array(node);
+    guint n = json_array_get_length(array);
+    PyObject *list = PyList_New(n);
+    for (guint i = 0; list != NULL && i < n; i++) {
+      PyObject *item = wsync_py_from_json(json_array_get_element(array, i));
+      if (item == NULL)
+        Py_CLEAR(list);
+      else
+        PyList_SET_ITEM(list, i, item);
+    }
+    return list;
+  }
+  case JSON_NODE_NULL:
+    Py_RETURN_NONE;
+  case JSON_NODE_VALUE:
+  default:
+    break;
+  }
+  switch (json_node_get_value_type(node)) {
+  case G_TYPE_INT64:
+    return PyLong_FromLongLong(json_node_get_int(node));
+  case G_TYPE_DOUBLE:
+    return PyFloat_FromDouble(json_node_get_double(node));
+  case G_TYPE_BOOLEAN:
+    return PyBool_FromLong(json_node_get_boolean(node));
+  case G_TYPE_STRING:
+  default:
+    {
+    const char *text = json_node_get_string(node);
+    return PyUnicode_FromString(text != NULL ? text : "");
+  }
+  }
+}
+
+PyObject *
+wsync_py_shape(guint ndim, const guint64 *shape)
+{
+  PyObject *t = PyTuple_New(ndim);
+
+  for (guint d = 0; t != NULL && d < ndim; d++) {
+    PyObject *n = PyLong_FromUnsignedLongLong(shape[d]);
+    if (n == NULL)
+      Py_CLEAR(t);
+    else
+      PyTuple_SET_ITEM(t, d, n);
+  }
+  return t;
+}
+
+/* ------------------------------------------------------------------ the commands */
+
+/* The layout options of plan and convert, as keyword arguments. */
+typedef struct {
+  PyObject *target, *format, *tp, *ep, *rank, *threads, *part_size, *conf_dir, *plugin_dir;
+  int force; /* convert and merge: --force */
+  char *text[7];
+} LayoutKwargs;
+
+static void
+layout_kwargs_clear(LayoutKwargs *k)
+{
+  for (guint i = 0; i < G_N_ELEMENTS(k->text); i++)
+    g_free(k->text[i]);
+}
+
+/* Resolves them as the command does (conf.d's sync { } fills what is not given). */
+static gboolean
+layout_options(WsyncContext *ctx, LayoutKwargs *k, WsyncPlanOptions *o)
+{
+  PyObject *given[] = {k->target, k->format, k->tp, k->ep, k->rank, k->threads, k->part_size};
+  const char *names[] = {"target", "format", "tp", "ep", "rank", "threads", "part_size"};
+  g_autoptr(GError) error = NULL;
+
+  for (guint i = 0; i < G_N_ELEMENTS(given); i++)
+    if (!option_text(given[i], names[i], &k->text[i]))
+      return FALSE;
+  WsyncPlanArgs args = {.target = k->text[0], .format = k->text[1], .tp = k->text[2],
+                        .ep = k->text[3], .rank = k->text[4], .threads = k->text[5],
+                        .part_size = k->text[6]};
+  if (!wsync_plan_args_resolve(ctx, &args, o, &error)) {
+    wsync_py_raise(error);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* Plans @src (and writes @dst when not NULL); returns the plan as `--json` prints it. */
+static PyObject *
+run_plan(PyObject *src_obj, PyObject *dst_obj, LayoutKwargs *k, gboolean merge)
+{
+  g_autofree char *src = NULL;
+  g_autofree char *dst = NULL;
+  g_autoptr(GError) error = NULL;
+  WsyncPlanOptions o = {0};
+  WsyncPlan *plan = NULL;
+  WsyncContext *ctx;
+  gboolean ok = FALSE;
+  PyObject *result = NULL;
+
+  if (!path_arg(src_obj, &src) || (dst_obj != NULL && !path_arg(dst_obj, &dst)))
+    return NULL;
+  if ((ctx = wsync_py_context(k->conf_dir, k->plugin_dir)) == NULL)
+    return NULL;
+  if (layout_options(ctx, k, &o)) {
+    Py_BEGIN_ALLOW_THREADS
+    plan = merge ? wsync_plan_new_merge(ctx, src, &o, &error) : wsync_plan_new(ctx, src, &o, &error);
+    ok = plan != NULL &&
+         (dst == NULL || wsync_plan_execute(plan, dst, k->force ? WSYNC_EXECUTE_FORCE : WSYNC_EXECUTE_NONE,
+                                            &error));
+    Py_END_ALLOW_THREADS
+    if (ok) {
+      g_autoptr(JsonNode) root = wsync_plan_to_json(plan);
+      result = wsync_py_from_json(root);
+    } else
+      wsync_py_raise(error);
+  }
+  wsync_plan_free(plan);
+  wsync_context_free(ctx);
+  return result;
+}
+
+#define LAYOUT_KWLIST "target", "format", "tp", "ep", "rank", "threads", "part_size", \
+                      "conf_dir", "plugin_dir"
+#define LAYOUT_ADDRESSES(k) &(k).target, &(k).format, &(k).tp, &(k).ep, &(k).rank, &(k).threads, \
+                            &(k).part_size, &(k).conf_dir, &(k).plugin_dir
+
+PyDoc_STRVAR(convert_doc,
+"convert(src, dst, *, target=None, format=None, tp=None, ep=None, rank=None,\n"
+"        threads=None, part_size=None, conf_dir=None, plugin_dir=None, force=False) -> dict\n\n"
+"`wsync convert SRC DST`: writes the target layout of the checkpoint src into the\n"
+"directory dst, atomically (force=True: replace dst even when it is not wsync's\n"
+"output, as --force).  Options left None come from the sync { } section of\n"
+"conf.d, then the command's defaults; part_size may be \"5G\".  conf_dir and plugin_dir\n"
+"(a path or a list) replace the installed configuration / are searched first for\n"
+"plugins, as --conf-dir / --plugin-dir.  Returns the plan, as `wsync convert --json`\n"
+"prints it.  Raises wsync.Error with the command's message and exit_status.");
+
+static PyObject *
+py_convert(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+  static char *kwlist[] = {"src", "dst", LAYOUT_KWLIST, "force", NULL};
+  LayoutKwargs k = {0};
+  PyObject *src, *dst, *result;
+
+  (void)self;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|$OOOOOOOOOp:convert", kwlist, &src, &dst,
+                                   LAYOUT_ADDRESSES(k), &k.force))
+    return NULL;
+  result = run_plan(src, dst, &k, FALSE);
+  layout_kwargs_clear(&k);
+  return result;
+}
+
+PyDoc_STRVAR(plan_doc,
+"plan(src, *, target=None, format=None, tp=None, ep=None, rank=None, threads=None,\n"
+"     part_size=None, conf_dir=None, plugin_dir=None) -> dict\n\n"
+"`wsync plan SRC --json`: the plan of converting src, as a dict, without writing.");
+
+static PyObject *
+py_plan(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+  static char *kwlist[] = {"src", LAYOUT_KWLIST, NULL};
+  LayoutKwargs k = {0};
+  PyObject *src, *result;
+
+  (void)self;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOOOOO:plan", kwlist, &src,
+                                   LAYOUT_ADDRESSES(k)))
+    return NULL;
+  result = run_plan(src, NULL, &k, FALSE);
+  layout_kwargs_clear(&k);
+  return result;
+}
+
+PyDoc_STRVAR(merge_doc,
+"merge(src, dst, *, part_size=None, threads=None, conf_dir=None, plugin_dir=None,\n"
+"      force=False) -> dict\n\n"
+"`wsync merge SRC DST`: consolidates a sharded training checkpoint (PyTorch DCP) into a\n"
+"plain Hugging Face checkpoint.  Returns the plan, as `wsync merge --json` prints it.");
+
+static PyObject *
+py_merge(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+  static char *kwlist[] = {"src", "dst", "part_size", "threads", "conf_dir", "plugin_dir", "force",
+                           NULL};
+  LayoutKwargs k = {0};
+  PyObject *src, *dst, *result, *hf, *one;
+
+  (void)self;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|$OOOOp:merge", kwlist, &src, &dst,
+                                   &k.part_size, &k.threads, &k.conf_dir, &k.plugin_dir, &k.force))
+    return NULL;
+  /* merge writes the layout the shards name: only part_size and threads apply (resolved
+   * as convert resolves them); the target and sizes are placeholders it ignores. */
+  hf = PyUnicode_FromString("hf");
+  one = PyLong_FromLong(1);
+  k.target = hf;
+  k.tp = k.ep = one;
+  result = hf && one ? run_plan(src, dst, &k, TRUE) : NULL;
+  Py_XDECREF(hf);
+  Py_XDECREF(one);
+  layout_kwargs_clear(&k);
+  return result;
+}
+
+PyDoc_STRVAR(inspect_doc,
+"inspect(path, *, conf_dir=None, plugin_dir=None) -> dict\n\n"
+"`wsync inspect PATH --json`: the tensors (name, dtype, shape, bytes, file) of a\n"
+"safetensors file or a checkpoint directory, with totals.");
+
+static PyObject *
+py_inspect(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+  static char *kwlist[] = {"path", "conf_dir", "plugin_dir", NULL};
+  PyObject *path_obj, *conf_dir = NULL, *plugin_dir = NULL, *result = NULL;
+  g_autofree char *path = NULL;
+  g_autoptr(GError) error = NULL;
+  WsyncCheckpoint *ck;
+  WsyncContext *ctx;
+
+  (void)self;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OO:inspect", kwlist, &path_obj, &conf_dir,
+                                   &plugin_dir) ||
+      !path_arg(path_obj, &path))
+    return NULL;
+  /* inspect needs no plugin, but a broken configuration is still an error, and rank
+   * files are told apart by the targets of the configuration */
+  if ((ctx = wsync_py_context(conf_dir, plugin_dir)) == NULL)
+    return NULL;
+  Py_BEGIN_ALLOW_THREADS
+  ck = wsync_context_open_checkpoint(ctx, path, &error);
+  Py_END_ALLOW_THREADS
+  if (ck != NULL) {
+    g_autoptr(JsonNode) root = wsync_checkpoint_to_json(ck);
+    result = wsync_py_from_json(root);
+  } else
+    wsync_py_raise(error);
+  wsync_checkpoint_free(ck);
+  wsync_context_free(ctx);
+  return result;
+}
+
+/* ------------------------------------------------------------------ the module */
+
+static PyMethodDef methods[] = {
+    {"convert", (PyCFunction)(void (*)(void))py_convert, METH_VARARGS | METH_KEYWORDS, convert_doc},
+    {"plan", (PyCFunction)(void (*)(void))py_plan, METH_VARARGS | METH_KEYWORDS, plan_doc},
+    {"merge", (PyCFunction)(void (*)(void))py_merge, METH_VARARGS | METH_KEYWORDS, merge_doc},
+    {"inspect", (PyCFunction)(void (*)(void))py_inspect, METH_VARARGS | METH_KEYWORDS, inspect_doc},
+    {"_open_rank", (PyCFunction)(void (*)(void))wsync_py_open_rank, METH_VARARGS | METH_KEYWORDS,
+     "_open_rank(dir, rank, *, require_commit, verify, version, digest, conf_dir, plugin_dir)\n"
+     "The files of one rank, checked against the commit record (for wsync.load_rank)."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_wsync",
+    .m_doc = "The C half of the Python module wsync (import wsync instead).",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyDoc_STRVAR(error_doc,
+"An error of wsync: the one-line message the command line would print, and\n"
+"exit_status, the status the command would exit with (2 usage, configuration or\n"
+"plugin; 3 bad input data; 4 I/O).");
+
+PyMODINIT_FUNC
+PyInit__wsync(void)
+{
+  PyObject *m = PyModule_Create(&module_def);
+
+  if (m == NULL)
+    return NULL;
+  wsync_py_error = PyErr_NewExceptionWithDoc("wsync.Error", error_doc, NULL, NULL);
+  if (wsync_py_error == NULL || PyModule_AddObjectRef(m, "Error", wsync_py_error) < 0 ||
+      !wsync_py_load_init_types() ||
+      PyModule_AddObjectRef(m, "_RankFiles", (PyObject *)&WsyncPyRankFilesType) < 0 ||
+      !wsync_py_session_init_types(m) ||
+      PyModule_AddStringConstant(m, "__version__", PACKAGE_VERSION) < 0) {
+    Py_DECREF(m);
+    return NULL;
+  }
+  return m;
+}

@@ -1,0 +1,821 @@
+/* wsync.Session: the C session (include/wsync/session.h) for a Python trainer.
+ *
+ * push() takes the bytes of the caller's object where they are (a numpy array, a
+ * memoryview, bytes, a torch CPU tensor through DLPack), checks their element type and
+ * size against the description, and hands them to wsync_session_push() without the
+ * GIL, so that several Python threads push at once.  A read-write lock keeps begin,
+ * commit, abort and close (writers) apart from pushes (readers), as the C session
+ * requires; it is taken without the GIL, since a push may call the bucket callback,
+ * which takes the GIL.
+ */
+#include "config.h"
+
+#include <string.h>
+
+#include "wsync-python.h"
+
+#include <wsync/session.h>
+
+/* What describe() said of a tensor or of one of its shards, for push()'s checks. */
+typedef struct {
+  WsyncDtype dtype;
+  guint ndim;
+  guint64 shape[WSYNC_MAX_DIMS]; /* a shard's sizes */
+} Described;
+
+typedef struct {
+  PyObject_HEAD
+  WsyncContext *ctx;
+  WsyncSession *session;
+  GRWLock lock;
+  PyObject *callback;   /* the caller sink, or NULL */
+  PyObject *sink_error; /* the exception the callback raised, until push/commit re-raise it */
+  GThread *in_callback; /* the thread running the callback (they never run at once), or NULL */
+  GHashTable *described; /* "name" or "name@o0,o1,..." -> Described* */
+} SessionObject;
+
+static PyTypeObject ManifestEntryType;
+static PyTypeObject BucketType;
+
+static PyStructSequence_Field manifest_entry_fields[] = {
+    {"name", "the tensor's name in the rank file (the target's name)"},
+    {"dtype", "its safetensors dtype, e.g. \"BF16\""},
+    {"shape", "its shape, a tuple"},
+    {"file", "the rank file's base name"},
+    {"offset", "the byte offset of its data in that file (header included)"},
+    {"nbytes", "the size of its data"},
+    {NULL, NULL}};
+
+static PyStructSequence_Desc manifest_entry_desc = {
+    "wsync.ManifestEntry", "One tensor of one destination rank and where it lives.",
+    manifest_entry_fields, 6};
+
+static PyStructSequence_Field bucket_fields[] = {
+    {"version", "the step's version"},
+    {"rank", "the destination rank"},
+    {"file", "the rank file the bytes belong to"},
+    {"file_offset", "where data[0] goes in that file"},
+    {"data", "a read-only memoryview of the bytes, valid only during the callback"},
+    {"entries", "the manifest slice it holds (ManifestEntry tuple), whole tensors"},
+    {NULL, NULL}};
+
+static PyStructSequence_Desc bucket_desc = {
+    "wsync.Bucket",
+    "A filled bucket of the caller sink: consecutive whole tensors of one rank file.",
+    bucket_fields, 6};
+
+static PyObject *
+manifest_entry(const WsyncManifestEntry *e)
+{
+  PyObject *t = PyStructSequence_New(&ManifestEntryType);
+  PyObject *items[6];
+
+  if (t == NULL)
+    return NULL;
+  items[0] = PyUnicode_FromString(e->name);
+  items[1] = PyUnicode_FromString(wsync_dtype_name(e->dtype));
+  items[2] = wsync_py_shape(e->ndim, e->shape);
+  items[3] = PyUnicode_FromString(e->file);
+  items[4] = PyLong_FromUnsignedLongLong(e->offset);
+  items[5] = PyLong_FromUnsignedLongLong(e->nbytes);
+  for (int i = 0; i < 6; i++) {
+    if (items[i] == NULL) {
+      for (int j = i + 1; j < 6; j++)
+        Py_XDECREF(items[j]);
+      Py_DECREF(t);
+      return NULL;
+    }
+    PyStructSequence_SET_ITEM(t, i, items[i]);
+  }
+  return t;
+}
+
+static PyObject *
+manifest_entries(const WsyncManifestEntry *entries, guint n)
+{
+  PyObject *list = PyTuple_New(n);
+
+  for (guint i = 0; list != NULL && i < n; i++) {
+    PyObject *e = manifest_entry(&entries[i]);
+    if (e == NULL)
+      Py_CLEAR(list);
+    else
+      PyTuple_SET_ITEM(list, i, e);
+  }
+  return list;
+}
+
+/* ------------------------------------------------------------------ the caller sink */
+
+/* The exporter of a bucket's bytes, counting the buffers it has handed out: every view
+ * derived from bucket.data (a memoryview slice, numpy.frombuffer, torch.frombuffer)
+ * holds one until it is gone, which tells whether any outlives the callback. */
+typedef struct {
+  PyObject_HEAD
+  const guint8 *data;
+  gsize nbytes;
+  gboolean valid;
+  Py_ssize_t exports;
+} BucketDataObject;
+
+static int
+bucket_data_getbuffer(BucketDataObject *self, Py_buffer *view, int flags)
+{
+  if (!self->valid) {
+    PyErr_SetString(PyExc_ValueError, "the bucket's memory was freed when its callback returned");
+    return -1;
+  }
+  if (PyBuffer_FillInfo(view, (PyObject *)self, (void *)(self->data ? self->data : (const guint8 *)""),
+                        (Py_ssize_t)self->nbytes, 1, flags) < 0)
+    return -1;
+  self->exports++;
+  return 0;
+}
+
+static void
+bucket_data_releasebuffer(BucketDataObject *self, Py_buffer *view)
+{
+  (void)view;
+  self->exports--;
+}
+
+static PyBufferProcs bucket_data_as_buffer = {
+    .bf_getbuffer = (getbufferproc)bucket_data_getbuffer,
+    .bf_releasebuffer = (releasebufferproc)bucket_data_releasebuffer,
+};
+
+static PyTypeObject BucketDataType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_wsync._BucketData",
+    .tp_basicsize = sizeof(BucketDataObject),
+    .tp_dealloc = (destructor)PyObject_Del,
+    .tp_as_buffer = &bucket_data_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A bucket's bytes, valid during its callback (internal).",
+};
+
+/* Runs the Python callback on a bucket, in the pushing thread (which has released the
+ * GIL).  The memoryview is released after the call: a view kept beyond it would point
+ * at freed memory, so a callback that kept one (numpy.frombuffer of it, say) fails the
+ * step rather than leave a dangling array unnoticed. */
+static gboolean
+on_bucket(const WsyncBucket *bucket, gpointer user_data, GError **error)
+{
+  SessionObject *self = user_data;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject *b = NULL, *view = NULL, *result = NULL, *released = NULL;
+  BucketDataObject *exporter = PyObject_New(BucketDataObject, &BucketDataType);
+  gboolean ok = FALSE;
+
+  if (exporter != NULL) {
+    exporter->data = bucket->data;
+    exporter->nbytes = bucket->nbytes;
+    exporter->valid = TRUE;
+    exporter->exports = 0;
+    view = PyMemoryView_FromObject((PyObject *)exporter);
+  }
+  b = view ? PyStructSequence_New(&BucketType) : NULL;
+  if (b != NULL) {
+    PyStructSequence_SET_ITEM(b, 0, PyLong_FromUnsignedLongLong(bucket->version));
+    PyStructSequence_SET_ITEM(b, 1, PyLong_FromUnsignedLong(bucket->rank));
+    PyStructSequence_SET_ITEM(b, 2, PyUnicode_FromString(bucket->file));
+    PyStructSequence_SET_ITEM(b, 3, PyLong_FromUnsignedLongLong(bucket->file_offset));
+    Py_INCREF(view);
+    PyStructSequence_SET_ITEM(b, 4, view);
+    PyStructSequence_SET_ITEM(b, 5, manifest_entries(bucket->entries, bucket->n_entries));
+    for (int i = 0; i < 6; i++)
+      if (PyStructSequence_GET_ITEM(b, i) == NULL)
+        Py_CLEAR(b);
+  }
+  if (b != NULL) {
+    self->in_callback = g_thread_self();
+    result = PyObject_CallOneArg(self->callback, b);
+    self->in_callback = NULL;
+  }
+  if (result == NULL && PyErr_Occurred()) {
+    /* re-raised as it is by the push or commit that delivered the bucket */
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL)
+      PyException_SetTraceback(value, tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    Py_XSETREF(self->sink_error, value);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE, "bucket callback raised an exception");
+  }
+  /* Whatever happened, the bytes are freed when we return: the view is released (a kept
+   * Bucket's data then raises ValueError), the exporter refuses new buffers, and a
+   * buffer still exported (an array or view made from bucket.data, kept) is an error
+   * rather than an array over freed memory left unnoticed. */
+  if (view != NULL) {
+    released = PyObject_CallMethod(view, "release", NULL);
+    if (released == NULL)
+      PyErr_Clear();
+  }
+  if (exporter != NULL) {
+    exporter->valid = FALSE;
+    if (result != NULL && exporter->exports > 0)
+      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
+                  "bucket callback: a view or array of the data of the bucket of rank %u, %s at "
+                  "offset %" G_GUINT64_FORMAT " is still referenced after the callback returned, "
+                  "and its memory is freed now: copy what you keep (bytes(bucket.data))",
+                  bucket->rank, bucket->file, bucket->file_offset);
+    else
+      ok = result != NULL;
+  }
+  Py_XDECREF(released);
+  Py_XDECREF(result);
+  Py_XDECREF(b);
+  Py_XDECREF(view);
+  Py_XDECREF(exporter);
+  PyGILState_Release(gil);
+  return ok;
+}
+
+/* Raises the exception a failed step brought: the callback's own, else wsync.Error. */
+static PyObject *
+raise_step_error(SessionObject *self, const GError *error)
+{
+  if (self->sink_error != NULL) {
+    PyObject *value = self->sink_error;
+    self->sink_error = NULL;
+    PyErr_SetObject((PyObject *)Py_TYPE(value), value);
+    Py_DECREF(value);
+    return NULL;
+  }
+  return wsync_py_raise(error);
+}
+
+/* ------------------------------------------------------------------ the object */
+
+static gboolean
+check_open(SessionObject *self)
+{
+  if (self->session == NULL) {
+    wsync_py_raise_code(WSYNC_ERROR_USAGE, "the session is closed");
+    return FALSE;
+  }
+  /* the push or commit that runs the callback holds the session's lock */
+  if (self->in_callback == g_thread_self()) {
+    wsync_py_raise_code(WSYNC_ERROR_USAGE, "the bucket callback cannot call the session");
+    return FALSE;
+  }
+  return TRUE;
+}
+
+static void
+close_session(SessionObject *self)
+{
+  WsyncSession *s = self->session;
+
+  if (s == NULL)
+    return;
+  Py_BEGIN_ALLOW_THREADS
+  g_rw_lock_writer_lock(&self->lock);
+  self->session = NULL;
+  wsync_session_free(s);
+  g_rw_lock_writer_unlock(&self->lock);
+  Py_END_ALLOW_THREADS
+}
+
+static int
+session_traverse(SessionObject *self, visitproc visit, void *arg)
+{
+  Py_VISIT(self->callback);
+  Py_VISIT(self->sink_error);
+  return 0;
+}
+
+static int
+session_clear(SessionObject *self)
+{
+  close_session(self); /* no callback can run after this */
+  Py_CLEAR(self->callback);
+  Py_CLEAR(self->sink_error);
+  return 0;
+}
+
+static void
+session_dealloc(SessionObject *self)
+{
+  PyObject_GC_UnTrack(self);
+  session_clear(self);
+  g_clear_pointer(&self->ctx, wsync_context_free);
+  g_clear_pointer(&self->described, g_hash_table_unref);
+  g_rw_lock_clear(&self->lock);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+session_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+  SessionObject *self = (SessionObject *)type->tp_alloc(type, 0);
+
+  (void)args;
+  (void)kwargs;
+  if (self != NULL) {
+    g_rw_lock_init(&self->lock);
+    self->described = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+  }
+  return (PyObject *)self;
+}
+
+/* An option given as int (None: not given) -> text, for wsync_plan_args_resolve(). */
+static gboolean
+int_option(PyObject *obj, const char *name, char **out)
+{
+  *out = NULL;
+  if (obj == NULL || obj == Py_None)
+    return TRUE;
+  if (PyUnicode_Check(obj)) {
+    *out = g_strdup(PyUnicode_AsUTF8(obj));
+    return *out != NULL;
+  }
+  if (!PyLong_Check(obj) || PyBool_Check(obj)) {
+    PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", name, Py_TYPE(obj)->tp_name);
+    return FALSE;
+  }
+  *out = g_strdup_printf("%lld", PyLong_AsLongLong(obj));
+  return !PyErr_Occurred();
+}
+
+static gboolean
+size_option(PyObject *obj, const char *name, guint64 *out)
+{
+  *out = 0;
+  if (obj == NULL || obj == Py_None)
+    return TRUE;
+  if (!PyLong_Check(obj) || PyBool_Check(obj)) {
+    PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", name, Py_TYPE(obj)->tp_name);
+    return FALSE;
+  }
+  *out = PyLong_AsUnsignedLongLong(obj);
+  if (PyErr_Occurred() || *out == 0) {
+    PyErr_Clear();
+    wsync_py_raise_code(WSYNC_ERROR_USAGE, "%s must be a number of at least 1", name);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+static int
+session_init(SessionObject *self, PyObject *args, PyObject *kwargs)
+{
+  static char *kwlist[] = {"config_path", "target", "format", "tp", "ep", "out", "conf_dir",
+                           "plugin_dir", "threads", "part_size", "bucket_bytes",
+                           "max_open_buckets", NULL};
+  PyObject *config_obj, *config_bytes = NULL, *out_bytes = NULL;
+  PyObject *target = NULL, *format = NULL, *tp = NULL, *ep = NULL, *out = Py_None,
+           *conf_dir = NULL, *plugin_dir = NULL, *threads = NULL, *part_size = NULL,
+           *bucket_bytes = NULL, *max_open = NULL;
+  char *text[6] = {NULL};
+  g_autoptr(GError) error = NULL;
+  WsyncPlanOptions o;
+  WsyncSessionOptions so = {0};
+  guint64 open_cap = 0;
+  int status = -1;
+
+  if (self->ctx != NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "a Session is initialised once");
+    return -1;
+  }
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOOOOOOO:Session", kwlist, &config_obj,
+                                   &target, &format, &tp, &ep, &out, &conf_dir, &plugin_dir,
+                                   &threads, &part_size, &bucket_bytes, &max_open) ||
+      !PyUnicode_FSConverter(config_obj, &config_bytes))
+    return -1;
+  if ((target != NULL && target != Py_None && !PyUnicode_Check(target)) ||
+      (format != NULL && format != Py_None && !PyUnicode_Check(format))) {
+    PyErr_SetString(PyExc_TypeError, "target and format are str");
+    goto out;
+  }
+  if (!int_option(tp, "tp", &text[0]) || !int_option(ep, "ep", &text[1]) ||
+      !int_option(threads, "threads", &text[2]) || !int_option(part_size, "part_size", &text[3]) ||
+      !size_option(bucket_bytes, "bucket_bytes", &so.bucket_bytes) ||
+      (max_open != NULL && max_open != Py_None && !size_option(max_open, "max_open_buckets", &open_cap)))
+    goto out;
+  if (out != Py_None && PyCallable_Check(out)) {
+    Py_INCREF(out);
+    self->callback = out;
+    so.on_bucket = on_bucket;
+    so.user_data = self;
+  } else if (out != Py_None && !PyUnicode_FSConverter(out, &out_bytes)) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "out is a directory or a callable taking a wsync.Bucket, not %.100s",
+                 Py_TYPE(out)->tp_name);
+    goto out;
+  }
+  if ((self->ctx = wsync_py_context(conf_dir, plugin_dir)) == NULL)
+    goto out;
+  text[4] = target && target != Py_None ? g_strdup(PyUnicode_AsUTF8(target)) : NULL;
+  text[5] = format && format != Py_None ? g_strdup(PyUnicode_AsUTF8(format)) : NULL;
+  /* the sync { } section of conf.d fills what is not given, as for the commands */
+  WsyncPlanArgs given = {.target = text[4], .format = text[5], .tp = text[0], .ep = text[1],
+                         .threads = text[2], .part_size = text[3]};
+  if (!wsync_plan_args_resolve(self->ctx, &given, &o, &error)) {
+    wsync_py_raise(error);
+    goto out;
+  }
+  so.target = o.target;
+  so.format = o.format;
+  so.tp = o.tp;
+  so.ep = o.ep;
+  so.threads = o.threads;
+  so.part_size = o.part_size;
+  so.max_open_buckets = (guint)MIN(open_cap, G_MAXUINT);
+  so.out_dir = out_bytes != NULL ? PyBytes_AS_STRING(out_bytes) : NULL;
+  const char *config_path = PyBytes_AS_STRING(config_bytes);
+  Py_BEGIN_ALLOW_THREADS
+  self->session = wsync_session_new(self->ctx, config_path, &so, &error);
+  Py_END_ALLOW_THREADS
+  if (self->session == NULL)
+    wsync_py_raise(error);
+  else
+    status = 0;
+out:
+  for (guint i = 0; i < G_N_ELEMENTS(text); i++)
+    g_free(text[i]);
+  Py_XDECREF(config_bytes);
+  Py_XDECREF(out_bytes);
+  return status;
+}
+
+/* "name" for a whole tensor, "name@o0,o1,..." for a shard. */
+static char *
+described_key(const char *name, guint ndim, const guint64 *offsets)
+{
+  GString *key = g_string_new(name);
+
+  if (offsets != NULL) {
+    g_string_append_c(key, '@');
+    for (guint d = 0; d < ndim; d++)
+      g_string_append_printf(key, d ? ",%" G_GUINT64_FORMAT : "%" G_GUINT64_FORMAT, offsets[d]);
+  }
+  return g_string_free(key, FALSE);
+}
+
+/* One item of describe(): (name, dtype, shape) or (name, dtype, shape, offsets,
+ * global_shape). */
+static gboolean describe_parsed(SessionObject *self, PyObject *name_obj, PyObject *dtype_obj,
+                                PyObject *shape_obj, PyObject *offsets_obj, PyObject *global_obj);
+
+static gboolean
+describe_one(SessionObject *self, PyObject *item)
+{
+  PyObject *name_obj, *dtype_obj, *shape_obj, *offsets_obj = NULL, *global_obj = NULL;
+  gboolean ok;
+
+  if (!PyTuple_Check(item) && !PyList_Check(item)) {
+    PyErr_SetString(PyExc_TypeError,
+                    "describe() takes (name, dtype, shape) or (name, dtype, shape, offsets, "
+                    "global_shape) items");
+    return FALSE;
+  }
+  PyObject *tuple = PySequence_Tuple(item); /* owns what the borrowed references point to */
+  ok = tuple != NULL && PyArg_ParseTuple(tuple, "UOO|OO:describe", &name_obj, &dtype_obj,
+                                         &shape_obj, &offsets_obj, &global_obj);
+  if (ok)
+    ok = describe_parsed(self, name_obj, dtype_obj, shape_obj, offsets_obj, global_obj);
+  Py_XDECREF(tuple);
+  return ok;
+}
+
+static gboolean
+describe_parsed(SessionObject *self, PyObject *name_obj, PyObject *dtype_obj, PyObject *shape_obj,
+                PyObject *offsets_obj, PyObject *global_obj)
+{
+  guint64 shape[WSYNC_MAX_DIMS], offsets[WSYNC_MAX_DIMS], global[WSYNC_MAX_DIMS];
+  guint ndim = 0, n_off = 0, n_global = 0;
+  WsyncDtype dtype;
+  g_autoptr(GError) error = NULL;
+  const char *name;
+  gboolean ok;
+
+  if ((name = PyUnicode_AsUTF8(name_obj)) == NULL || !wsync_py_dtype(dtype_obj, &dtype) ||
+      !wsync_py_parse_shape(shape_obj, name, &ndim, shape))
+    return FALSE;
+  if (offsets_obj != NULL) {
+    if (global_obj == NULL) {
+      PyErr_Format(PyExc_TypeError, "describe(): shard \"%s\" needs offsets and global_shape", name);
+      return FALSE;
+    }
+    if (!wsync_py_parse_shape(offsets_obj, name, &n_off, offsets) ||
+        !wsync_py_parse_shape(global_obj, name, &n_global, global))
+      return FALSE;
+    if (n_off != ndim || n_global != ndim) {
+      wsync_py_raise_code(WSYNC_ERROR_BAD_INPUT,
+                          "describe: shard of tensor \"%s\": shape, offsets and global_shape "
+                          "have %u, %u and %u axes",
+                          name, ndim, n_off, n_global);
+      return FALSE;
+    }
+    ok = wsync_session_describe_shard(self->session, name, dtype, ndim, global, offsets, shape,
+                                      &error);
+  } else
+    ok = wsync_session_describe(self->session, name, dtype, ndim, shape, &error);
+  if (!ok) {
+    wsync_py_raise(error);
+    return FALSE;
+  }
+  Described *d = g_new0(Described, 1);
+  d->dtype = dtype;
+  d->ndim = ndim;
+  memcpy(d->shape, shape, ndim * sizeof shape[0]);
+  g_hash_table_replace(self->described, described_key(name, ndim, offsets_obj ? offsets : NULL), d);
+  return TRUE;
+}
+
+PyDoc_STRVAR(describe_doc,
+"describe(tensors)\n\n"
+"Describes every tensor the trainer will push, then plans (once: as `wsync convert`\n"
+"would from a checkpoint of these tensors).  Each item is (name, dtype, shape) with\n"
+"Hugging Face names and safetensors dtypes (\"BF16\"), or, for one shard of a global\n"
+"tensor (as DCP describes chunks), (name, dtype, shape, offsets, global_shape).  A\n"
+"tensor the target needs and that is not described is refused, by name.");
+
+static PyObject *
+session_describe(SessionObject *self, PyObject *tensors)
+{
+  g_autoptr(GError) error = NULL;
+  PyObject *it, *item;
+  gboolean ok;
+
+  if (!check_open(self))
+    return NULL;
+  if ((it = PyObject_GetIter(tensors)) == NULL)
+    return NULL;
+  while ((item = PyIter_Next(it)) != NULL) {
+    ok = describe_one(self, item);
+    Py_DECREF(item);
+    if (!ok) {
+      Py_DECREF(it);
+      return NULL;
+    }
+  }
+  Py_DECREF(it);
+  if (PyErr_Occurred())
+    return NULL;
+  Py_BEGIN_ALLOW_THREADS
+  ok = wsync_session_plan(self->session, &error);
+  Py_END_ALLOW_THREADS
+  if (!ok)
+    return wsync_py_raise(error);
+  Py_RETURN_NONE;
+}
+
+static PyObject *
+session_manifest(SessionObject *self, PyObject *arg)
+{
+  guint n = 0;
+  long rank = PyLong_AsLong(arg);
+
+  if ((rank == -1 && PyErr_Occurred()) || !check_open(self))
+    return NULL;
+  if (rank < 0 || (gulong)rank >= wsync_session_get_world(self->session)) {
+    if (wsync_session_get_world(self->session) == 0)
+      return wsync_py_raise_code(WSYNC_ERROR_USAGE, "manifest: the session has not planned "
+                                                    "(describe() first)");
+    return wsync_py_raise_code(WSYNC_ERROR_USAGE, "manifest: rank %ld is outside the %u ranks",
+                               rank, wsync_session_get_world(self->session));
+  }
+  const WsyncManifestEntry *entries = wsync_session_get_manifest(self->session, (guint)rank, &n);
+  PyObject *tuple = manifest_entries(entries, n);
+  PyObject *list = tuple ? PySequence_List(tuple) : NULL;
+  Py_XDECREF(tuple);
+  return list;
+}
+
+static PyObject *
+session_begin(SessionObject *self, PyObject *arg)
+{
+  g_autoptr(GError) error = NULL;
+  unsigned long long version = PyLong_Check(arg) ? PyLong_AsUnsignedLongLong(arg) : 0;
+  gboolean ok;
+
+  if (!PyLong_Check(arg) || PyErr_Occurred()) {
+    PyErr_Clear();
+    PyErr_SetString(PyExc_TypeError, "begin(version): version is an int >= 0");
+    return NULL;
+  }
+  if (!check_open(self))
+    return NULL;
+  Py_BEGIN_ALLOW_THREADS
+  g_rw_lock_writer_lock(&self->lock);
+  ok = self->session != NULL && wsync_session_begin(self->session, version, &error);
+  g_rw_lock_writer_unlock(&self->lock);
+  Py_END_ALLOW_THREADS
+  if (!ok)
+    return error ? wsync_py_raise(error) : (check_open(self), NULL);
+  Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(push_doc,
+"push(name, tensor, offsets=None)\n\n"
+"Pushes one described tensor (or, with offsets, the shard described at them) into the\n"
+"open step; returns when every destination byte that comes from it is written.  tensor\n"
+"is a C-contiguous buffer in host memory (numpy array, memoryview, bytes; a BF16 tensor\n"
+"as any 2-byte integer array) or a DLPack tensor (a torch CPU tensor, bfloat16\n"
+"included), read where it is, without a copy and without the GIL.  Its element type,\n"
+"byte count and (unless it is flat) shape must be the described ones.  Any order, any\n"
+"thread.  A refused push writes nothing.");
+
+static PyObject *
+session_push(SessionObject *self, PyObject *args, PyObject *kwargs)
+{
+  static char *kwlist[] = {"name", "tensor", "offsets", NULL};
+  const char *name;
+  PyObject *obj, *offsets_obj = Py_None;
+  guint64 offsets[WSYNC_MAX_DIMS];
+  guint n_off = 0;
+  WsyncPyBytes b;
+  g_autoptr(GError) error = NULL;
+  gboolean ok;
+
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sO|O:push", kwlist, &name, &obj, &offsets_obj) ||
+      !check_open(self))
+    return NULL;
+  if (offsets_obj != Py_None && !wsync_py_parse_shape(offsets_obj, name, &n_off, offsets))
+    return NULL;
+  g_autofree char *what = g_strdup_printf("push: tensor \"%s\"", name);
+  if (!wsync_py_bytes_get(obj, FALSE, what, &b)) {
+    wsync_py_bytes_release(&b);
+    return NULL;
+  }
+  /* an unknown name or shard is the session's to refuse, in its words */
+  g_autofree char *key = described_key(name, n_off, offsets_obj != Py_None ? offsets : NULL);
+  const Described *d = g_hash_table_lookup(self->described, key);
+  if (d != NULL && !wsync_py_bytes_check(&b, d->dtype, d->ndim, d->shape, FALSE, what)) {
+    wsync_py_bytes_release(&b);
+    return NULL;
+  }
+  Py_BEGIN_ALLOW_THREADS
+  g_rw_lock_reader_lock(&self->lock);
+  if (self->session == NULL)
+    ok = FALSE;
+  else if (offsets_obj != Py_None)
+    ok = wsync_session_push_shard(self->session, name, offsets, b.data, b.nbytes, &error);
+  else
+    ok = wsync_session_push(self->session, name, b.data, b.nbytes, &error);
+  g_rw_lock_reader_unlock(&self->lock);
+  Py_END_ALLOW_THREADS
+  wsync_py_bytes_release(&b);
+  if (!ok)
+    return error ? raise_step_error(self, error) : (check_open(self), NULL);
+  Py_RETURN_NONE;
+}
+
+static PyObject *
+session_commit(SessionObject *self, PyObject *unused)
+{
+  g_autoptr(GError) error = NULL;
+  gboolean ok;
+
+  (void)unused;
+  if (!check_open(self))
+    return NULL;
+  Py_BEGIN_ALLOW_THREADS
+  g_rw_lock_writer_lock(&self->lock);
+  ok = self->session != NULL && wsync_session_commit(self->session, &error);
+  g_rw_lock_writer_unlock(&self->lock);
+  Py_END_ALLOW_THREADS
+  if (!ok)
+    return error ? raise_step_error(self, error) : (check_open(self), NULL);
+  Py_RETURN_NONE;
+}
+
+static PyObject *
+session_abort(SessionObject *self, PyObject *unused)
+{
+  (void)unused;
+  if (!check_open(self))
+    return NULL;
+  Py_BEGIN_ALLOW_THREADS
+  g_rw_lock_writer_lock(&self->lock);
+  if (self->session != NULL)
+    wsync_session_abort(self->session);
+  g_rw_lock_writer_unlock(&self->lock);
+  Py_END_ALLOW_THREADS
+  Py_CLEAR(self->sink_error);
+  Py_RETURN_NONE;
+}
+
+static PyObject *
+session_close(SessionObject *self, PyObject *unused)
+{
+  (void)unused;
+  if (self->session != NULL && !check_open(self))
+    return NULL;
+  close_session(self);
+  Py_RETURN_NONE;
+}
+
+static PyObject *
+session_enter(SessionObject *self, PyObject *unused)
+{
+  (void)unused;
+  Py_INCREF(self);
+  return (PyObject *)self;
+}
+
+static PyObject *
+session_exit(SessionObject *self, PyObject *args)
+{
+  (void)args;
+  close_session(self);
+  Py_RETURN_FALSE;
+}
+
+static PyObject *
+session_get_digest(SessionObject *self, void *closure)
+{
+  const char *digest;
+
+  (void)closure;
+  if (self->session == NULL)
+    return wsync_py_raise_code(WSYNC_ERROR_USAGE, "the session is closed");
+  digest = wsync_session_get_digest(self->session);
+  if (digest == NULL)
+    Py_RETURN_NONE;
+  return PyUnicode_FromString(digest);
+}
+
+static PyObject *
+session_get_world(SessionObject *self, void *closure)
+{
+  (void)closure;
+  if (self->session == NULL)
+    return wsync_py_raise_code(WSYNC_ERROR_USAGE, "the session is closed");
+  return PyLong_FromUnsignedLong(wsync_session_get_world(self->session));
+}
+
+static PyMethodDef session_methods[] = {
+    {"describe", (PyCFunction)session_describe, METH_O, describe_doc},
+    {"manifest", (PyCFunction)session_manifest, METH_O,
+     "manifest(rank) -> [ManifestEntry]: the rank's tensors in file order (name, dtype, shape,\n"
+     "file, offset, nbytes)."},
+    {"begin", (PyCFunction)session_begin, METH_O,
+     "begin(version): opens a step.  The directory sink first removes the commit record, so\n"
+     "that until commit() no reader takes the files for a complete step."},
+    {"push", (PyCFunction)(void (*)(void))session_push, METH_VARARGS | METH_KEYWORDS, push_doc},
+    {"commit", (PyCFunction)session_commit, METH_NOARGS,
+     "commit(): closes the step.  Refused, naming it, while a described tensor was not pushed\n"
+     "(the step stays open: push it and commit again, or abort()).  The directory sink then\n"
+     "writes the commit record, last."},
+    {"abort", (PyCFunction)session_abort, METH_NOARGS,
+     "abort(): abandons the open step (needed after a failed push or commit of a sink)."},
+    {"close", (PyCFunction)session_close, METH_NOARGS,
+     "close(): frees the session; the files stay, with the last commit record."},
+    {"__enter__", (PyCFunction)session_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)session_exit, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef session_getset[] = {
+    {"digest", (getter)session_get_digest, NULL,
+     "The plan digest (64 hex digits, docs/session.md), None before describe().", NULL},
+    {"world", (getter)session_get_world, NULL, "The number of destination ranks.", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+PyDoc_STRVAR(session_doc,
+"Session(config_path, *, target=None, format=None, tp=None, ep=None, out=None,\n"
+"        conf_dir=None, plugin_dir=None, threads=None, part_size=None,\n"
+"        bucket_bytes=None, max_open_buckets=None)\n\n"
+"A sync from a running trainer to the ranks of an engine: planned once from the\n"
+"model's config.json, then fed the trainer's tensors every step:\n\n"
+"    s = wsync.Session(\"config.json\", target=\"vllm\", format=\"kernel\", tp=4,\n"
+"                      out=\"/dev/shm/weights\")\n"
+"    s.describe((name, \"BF16\", t.shape) for name, t in weights.items())\n"
+"    s.begin(step); [s.push(name, t) for name, t in weights.items()]; s.commit()\n\n"
+"out is a directory (the rank files `wsync convert` writes, rewritten in place every\n"
+"step, and the commit record wsync-commit.json written last at each commit), or a\n"
+"callable receiving each filled wsync.Bucket (rank, file, file_offset, data, entries:\n"
+"whole tensors of one rank file, at most bucket_bytes unless one tensor is larger) in\n"
+"the pushing thread; its data is valid only during the call.  None: plan, digest and\n"
+"manifests only.  Unset options come from conf.d's sync { } section, as for the\n"
+"commands.  Errors raise wsync.Error (an exception the callback raised propagates as\n"
+"it is); after a failed sink, abort() the step.");
+
+PyTypeObject WsyncPySessionType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "wsync.Session",
+    .tp_basicsize = sizeof(SessionObject),
+    .tp_dealloc = (destructor)session_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = session_doc,
+    .tp_traverse = (traverseproc)session_traverse,
+    .tp_clear = (inquiry)session_clear,
+    .tp_methods = session_methods,
+    .tp_getset = session_getset,
+    .tp_init = (initproc)session_init,
+    .tp_new = session_new,
+};
+
+gboolean
+wsync_py_session_init_types(PyObject *module)
+{
+  return PyType_Ready(&BucketDataType) == 0 &&
+         PyStructSequence_InitType2(&ManifestEntryType, &manifest_entry_desc) == 0 &&
+         PyStructSequence_InitType2(&BucketType, &bucket_desc) == 0 &&
+         PyType_Ready(&WsyncPySessionType) == 0 &&
+         PyModule_AddObjectRef(module, "Session", (PyObject *)&WsyncPySessionType) == 0 &&
+         PyModule_AddObjectRef(module, "ManifestEntry", (PyObject *)&ManifestEntryType) == 0 &&
+         PyModule_AddObjectRef(module, "Bucket", (PyObject *)&BucketType) == 0;
+}

@@ -1,0 +1,93 @@
+/* The Python module `_wsync`: what its files share.
+ *
+ * module.c    the module, wsync.Error, the commands as functions (convert, plan, merge,
+ *             inspect), JSON to Python objects
+ * buffer.c    the bytes of a Python object: the buffer protocol or DLPack, checked
+ *             against a tensor's dtype and shape
+ * load.c      the rollout side: a rank's files opened, checked against the commit
+ *             record, copied into live buffers (load_rank's C half)
+ * session.c   wsync.Session over the C session (include/wsync/session.h)
+ */
+#ifndef WSYNC_PYTHON_H
+#define WSYNC_PYTHON_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <wsync/wsync.h>
+
+/* wsync.Error, created at import. */
+extern PyObject *wsync_py_error;
+
+/* Raises wsync.Error with @error's message (its exit_status attribute the exit status
+ * the command would end with); returns NULL for `return wsync_py_raise(error);`. */
+PyObject *wsync_py_raise(const GError *error);
+
+/* Raises wsync.Error with a formatted message and the exit status of @code. */
+PyObject *wsync_py_raise_code(WsyncError code, const char *format, ...) G_GNUC_PRINTF(2, 3);
+
+/* A context for a call: @conf_dir and @plugin_dir are None, a path, or a sequence of
+ * paths (the --conf-dir / --plugin-dir of the command); NULL with an exception set. */
+WsyncContext *wsync_py_context(PyObject *conf_dir, PyObject *plugin_dir);
+
+/* A parsed JSON value as Python objects (dict, list, str, int, float, bool, None). */
+PyObject *wsync_py_from_json(JsonNode *node);
+
+/* A shape as a tuple of ints. */
+PyObject *wsync_py_shape(guint ndim, const guint64 *shape);
+
+/* ------------------------------------------------------------------ buffer.c */
+
+/* The bytes of a Python object, held until wsync_py_bytes_release(). */
+typedef struct {
+  void *data;
+  gsize nbytes;
+  gboolean raw;         /* untyped bytes (bytes, bytearray, a flat uint8 buffer) */
+  WsyncDtype dtype;     /* the element type, unless @raw */
+  gsize itemsize;
+  int ndim;             /* -1: flat (only the element count is known) */
+  guint64 shape[WSYNC_MAX_DIMS];
+  Py_buffer view;       /* when it came through the buffer protocol */
+  gboolean has_view;
+  PyObject *capsule;    /* when it came through DLPack */
+} WsyncPyBytes;
+
+/* Takes the bytes of @obj: a C-contiguous buffer (numpy array, memoryview, bytes), a
+ * DLPack capsule or an object with __dlpack__ (a torch CPU tensor) in host memory.
+ * @writable: the caller writes into it.  @what names it in errors ("tensor \"x\"").
+ * Returns FALSE with wsync.Error set (device memory, not contiguous, read-only, an
+ * element type the format cannot say). */
+gboolean wsync_py_bytes_get(PyObject *obj, gboolean writable, const char *what,
+                            WsyncPyBytes *out);
+
+/* Checks that @b can hold a tensor of @dtype and @shape: the same element type (or, for
+ * a type numpy lacks such as BF16, an integer type of the same size, or untyped bytes),
+ * the same byte count, and the same shape unless @b is flat (1-D) and @exact_shape is
+ * FALSE.  Returns FALSE with wsync.Error set. */
+gboolean wsync_py_bytes_check(const WsyncPyBytes *b, WsyncDtype dtype, guint ndim,
+                              const guint64 *shape, gboolean exact_shape, const char *what);
+
+/* Releases what wsync_py_bytes_get() took (with the GIL held). */
+void wsync_py_bytes_release(WsyncPyBytes *b);
+
+/* Parses a safetensors dtype name ("BF16"); FALSE with wsync.Error set. */
+gboolean wsync_py_dtype(PyObject *name, WsyncDtype *out);
+
+/* Parses a shape (a sequence of ints); FALSE with an exception set. */
+gboolean wsync_py_parse_shape(PyObject *seq, const char *what, guint *ndim, guint64 *shape);
+
+/* ------------------------------------------------------------------ load.c */
+
+extern PyTypeObject WsyncPyRankFilesType;
+gboolean wsync_py_load_init_types(void);
+/* _wsync._open_rank(dir, rank, *, require_commit, verify, version, digest, conf_dir,
+ * plugin_dir) -> _RankFiles */
+PyObject *wsync_py_open_rank(PyObject *self, PyObject *args, PyObject *kwargs);
+
+/* ------------------------------------------------------------------ session.c */
+
+extern PyTypeObject WsyncPySessionType;
+/* Readies wsync.Session, wsync.ManifestEntry and wsync.Bucket and adds them to @module. */
+gboolean wsync_py_session_init_types(PyObject *module);
+
+#endif /* WSYNC_PYTHON_H */

@@ -1,0 +1,136 @@
+"""wsync: LLM weights from a trainer's layout to an inference engine's, one rank at a time.
+
+The commands as functions (what `wsync CMD --json` prints, as dicts):
+    convert(src, dst, target=..., format=..., tp=..., ep=...), plan(src, ...),
+    merge(src, dst), inspect(path)
+The trainer side, every training step (see Session):
+    s = Session("config.json", target="vllm", format="kernel", tp=4, out="/dev/shm/w")
+The rollout side (see load_rank and wsync.vllm_worker):
+    load_rank("/dev/shm/w", rank, model)
+
+Errors raise wsync.Error with the one-line message the command line prints and
+.exit_status, the status it exits with.  The bytes are moved by the C extension _wsync;
+numpy and torch are used when the caller hands them over, never imported here.
+"""
+
+import sys
+
+from _wsync import (Bucket, Error, ManifestEntry, Session, __version__, convert,  # noqa: F401
+                    inspect, merge, plan)
+import _wsync
+
+__all__ = ["Error", "Session", "Bucket", "ManifestEntry", "convert", "plan", "merge", "inspect",
+           "load_rank"]
+
+# torch's dtypes by their str(), as safetensors names them.
+_TORCH_DTYPES = {
+    "torch.bool": "BOOL", "torch.uint8": "U8", "torch.int8": "I8",
+    "torch.int16": "I16", "torch.uint16": "U16", "torch.float16": "F16",
+    "torch.bfloat16": "BF16", "torch.int32": "I32", "torch.uint32": "U32",
+    "torch.float32": "F32", "torch.complex64": "C64", "torch.float64": "F64",
+    "torch.int64": "I64", "torch.uint64": "U64",
+    "torch.float8_e5m2": "F8_E5M2", "torch.float8_e4m3fn": "F8_E4M3",
+    "torch.float8_e8m0fnu": "F8_E8M0", "torch.float8_e4m3fnuz": "F8_E4M3FNUZ",
+    "torch.float8_e5m2fnuz": "F8_E5M2FNUZ",
+}
+
+
+def _bad_input(message):
+    """wsync.Error for input data that does not fit (exit status 3, as the command)."""
+    error = Error(message)
+    error.exit_status = 3
+    return error
+
+
+def _shape_text(shape):
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _is_torch_tensor(obj):
+    torch = sys.modules.get("torch")  # a torch tensor means torch is imported already
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
+def _destination(params, name, where):
+    """params[name], or the parameter (else buffer) a torch module resolves name to."""
+    what = f'{where}: tensor "{name}"'
+    if hasattr(params, "get_parameter"):
+        try:
+            return params.get_parameter(name)
+        except AttributeError:
+            pass
+        try:  # sharded-state files also hold persistent buffers (attention scales)
+            return params.get_buffer(name)
+        except AttributeError:
+            raise _bad_input(f"{what}: the model has no parameter or buffer of that name") from None
+    try:
+        return params[name]
+    except KeyError:
+        raise _bad_input(f"{what}: params has no entry of that name") from None
+
+
+def _check_torch(tensor, dtype, shape, what):
+    have = _TORCH_DTYPES.get(str(tensor.dtype), str(tensor.dtype))
+    if have != dtype:
+        raise _bad_input(f"{what} is {dtype} {_shape_text(shape)}, but the parameter is {have}")
+    if tuple(tensor.shape) != tuple(shape):
+        raise _bad_input(f"{what} is {dtype} {_shape_text(shape)}, but the parameter has "
+                         f"shape {_shape_text(tensor.shape)}")
+
+
+def load_rank(dir, rank, params, *, verify=True, require_commit=True, version=None,
+              digest=None, conf_dir=None, plugin_dir=None):
+    """Copies the tensors of one rank's files in dir into live parameters.
+
+    params: a mapping from tensor name to a writable, C-contiguous buffer (a numpy
+    array; a BF16 tensor goes into any 2-byte integer array) or to a torch tensor, or a
+    torch module whose get_parameter (for buffers, get_buffer) resolves the names.
+
+    Nothing is copied until everything is checked:
+      - the commit record wsync-commit.json a session writes last at each commit: it
+        must exist (require_commit=False loads rank files without one, as `wsync
+        convert` writes them; nothing then tells a complete step from one being
+        written), be of `version` and of plan `digest` when given, and list files of
+        `rank`; with verify=True (the default; it costs one read of the files) each
+        file's xxh3 must be the record's;
+      - every tensor of the rank's files must have a destination of the same dtype and
+        shape (params may hold more).  The first difference is raised as wsync.Error
+        naming the file and the tensor.
+    Then numpy destinations are filled in C without the GIL, torch ones with
+    param.copy_() from a zero-copy view of the mapped file.  If a new step began
+    meanwhile (the record changed), wsync.Error says so: load again.
+
+    The rank is the index of the rank files: with expert parallelism the EP rank,
+    else the TP rank.  Returns the commit record as a dict (None without one).
+    """
+    files = _wsync._open_rank(dir, rank, require_commit=require_commit, verify=verify,
+                              version=version, digest=digest, conf_dir=conf_dir,
+                              plugin_dir=plugin_dir)
+    buffers, tensors = [], []
+    for index, (name, dtype, shape, path) in enumerate(files.entries):
+        dest = _destination(params, name, path)
+        if _is_torch_tensor(dest):
+            _check_torch(dest, dtype, shape, f'{path}: tensor "{name}"')
+            tensors.append((index, dest, shape))
+        else:
+            buffers.append((index, dest))
+    files.check(buffers)
+    files.copy(buffers)
+    if tensors:
+        _copy_torch(files, tensors)
+    if not files.is_current():
+        raise _bad_input(f"{dir}: a new step began while rank {rank} was loading (the "
+                         "commit record changed): the parameters hold a mix of steps; load "
+                         "again")
+    return files.record
+
+
+def _copy_torch(files, tensors):
+    import torch
+
+    with torch.no_grad():
+        for index, param, shape in tensors:
+            view = files.view(index)
+            if len(view) == 0:
+                continue
+            param.copy_(torch.frombuffer(view, dtype=param.dtype).reshape(shape))

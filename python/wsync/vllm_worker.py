@@ -1,0 +1,58 @@
+"""A vLLM worker extension that loads wsync rank files into the running model.
+
+Start vLLM with it:
+    vllm serve MODEL --tensor-parallel-size 4 \\
+        --worker-extension-cls wsync.vllm_worker.WsyncWorkerExtension
+(or LLM(..., worker_extension_cls="wsync.vllm_worker.WsyncWorkerExtension")).  After the
+trainer's wsync.Session has committed a step into DIR (target vllm or vllm-ascend,
+format "kernel", the engine's tp and ep), every worker loads its own rank:
+    llm.collective_rpc("wsync_load", args=(DIR,))
+or, on a server started with VLLM_SERVER_DEV_MODE=1, POST /collective_rpc with
+{"method": "wsync_load", "args": [DIR]}.  Each worker copies, in place, the kernel-layout
+tensors of its rank file into the parameters (model.get_parameter(name).copy_(w), the
+copy vLLM's own kernel-format update does, docs/vllm.md section 7): parameter addresses,
+and so CUDA graphs, stay valid.  Call it between requests (as vLLM's
+start_weight_update / finish_weight_update bracket an update), or inside that bracket
+with is_checkpoint_format=False where the release has it.
+
+This module cannot run without vLLM; its logic is wsync.load_rank (tested) and
+rank_file_index below (tested).
+"""
+
+from wsync import load_rank
+
+
+def rank_file_index(tp_rank, tp_size, expert_parallel=False, dp_rank=0, pcp_rank=0, pcp_size=1):
+    """The rank of the wsync files a vLLM worker loads (docs/vllm.md sections 4 and 7).
+
+    With expert parallelism the EP rank, vLLM's flattened rank
+    dp_rank*pcp*tp + pcp_rank*tp + tp_rank (files of `--format kernel --ep dp*pcp*tp`);
+    else the TP rank (every data-parallel replica loads the same files)."""
+    if expert_parallel:
+        return dp_rank * pcp_size * tp_size + pcp_rank * tp_size + tp_rank
+    return tp_rank
+
+
+class WsyncWorkerExtension:
+    """Mixed into vLLM's worker class by --worker-extension-cls."""
+
+    def wsync_rank(self):
+        """This worker's rank file index, from vLLM's parallel state."""
+        from vllm.distributed import parallel_state as ps
+
+        parallel = self.vllm_config.parallel_config
+        tp_size = ps.get_tensor_model_parallel_world_size()
+        pcp_size = getattr(parallel, "prefill_context_parallel_size", 1) or 1
+        pcp_rank = ps.get_pcp_group().rank_in_group if pcp_size > 1 else 0
+        dp_size = parallel.data_parallel_size
+        expert_parallel = bool(parallel.enable_expert_parallel) and dp_size * pcp_size * tp_size > 1
+        return rank_file_index(ps.get_tensor_model_parallel_rank(), tp_size, expert_parallel,
+                               parallel.data_parallel_rank, pcp_rank, pcp_size)
+
+    def wsync_load(self, dir, version=None, digest=None, verify=True):
+        """Loads this worker's rank of the step committed in dir; returns its commit
+        record.  version and digest, when given, must be the record's."""
+        runner = self.model_runner
+        model = runner.get_model() if hasattr(runner, "get_model") else runner.model
+        return load_rank(dir, self.wsync_rank(), model, version=version, digest=digest,
+                         verify=verify)

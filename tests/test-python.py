@@ -1,0 +1,956 @@
+#!/usr/bin/env python3
+"""Tests of the Python module wsync (python/): the session fed from Python, load_rank,
+the commands as functions.  Prints TAP; tests/tap-test runs it with the configured
+$(PYTHON) (Debian's python3: numpy always, torch when python3-torch is installed).
+
+What the user would see is asserted: the rank files a session writes from numpy arrays
+and torch tensors are, byte for byte, the files `wsync convert` writes from the same
+`wsync synth --pattern index` checkpoint (every element encodes its tensor and
+position); every refusal's message fragment and exit_status; the parameters load_rank
+fills, element for element.  Tests that need numpy or torch say "# SKIP no numpy" /
+"# SKIP no torch" where they are missing; without numpy the module still imports and
+works from bytes and memoryviews (checked in a subprocess that blocks numpy).
+
+Environment (Makefile.am's AM_TESTS_ENVIRONMENT): WSYNC_TEST_PYTHONPATH (the package
+and the built extension), WSYNC_TEST_BINARY, WSYNC_TEST_BUILT_PLUGIN_DIR,
+WSYNC_TEST_CONF_DIR, G_TEST_SRCDIR.  Accepts and ignores --tap and -k."""
+
+import concurrent.futures
+import ctypes
+import json
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import traceback
+
+sys.dont_write_bytecode = True  # never write into the source tree (make distcheck)
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRCDIR = os.path.dirname(HERE)
+for entry in reversed(os.environ.get("WSYNC_TEST_PYTHONPATH", "").split(os.pathsep)):
+    if entry:
+        sys.path.insert(0, entry)
+
+import wsync  # noqa: E402
+
+try:
+    import numpy
+except ImportError:
+    numpy = None
+try:
+    import torch
+except ImportError:
+    torch = None
+
+BINARY = os.environ.get("WSYNC_TEST_BINARY") or os.path.join(SRCDIR, "wsync")
+PLUGIN_DIR = os.environ.get("WSYNC_TEST_BUILT_PLUGIN_DIR") or os.path.join(SRCDIR, "plugins", ".libs")
+CONF_DIR = os.environ.get("WSYNC_TEST_CONF_DIR") or os.path.join(SRCDIR, "conf.d")
+CONFIGS = os.path.join(SRCDIR, "configs")
+KW = {"conf_dir": CONF_DIR, "plugin_dir": PLUGIN_DIR}
+TMP = tempfile.mkdtemp(prefix="wsync-test-python.")
+
+NUMPY_DTYPES = {"BF16": "uint16", "F16": "float16", "F32": "float32", "F64": "float64",
+                "I64": "int64", "I32": "int32", "U8": "uint8", "I8": "int8", "BOOL": "bool"}
+TORCH_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64",
+                "I64": "int64", "I32": "int32", "U8": "uint8", "I8": "int8", "BOOL": "bool"}
+
+
+class Skip(Exception):
+    pass
+
+
+def need_numpy():
+    if numpy is None:
+        raise Skip("no numpy")
+
+
+def need_torch():
+    if torch is None:
+        raise Skip("no torch")
+
+
+TESTS = []
+
+
+def test(fn):
+    TESTS.append(fn)
+    return fn
+
+
+# ------------------------------------------------------------------ helpers
+
+def run_wsync(*args):
+    cmd = [BINARY, "--conf-dir", CONF_DIR, "--plugin-dir", PLUGIN_DIR, "-q"] + list(args)
+    env = dict(os.environ, WSYNC_PLUGIN_PATH="")
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                          universal_newlines=True)
+
+
+def wsync_ok(*args):
+    r = run_wsync(*args)
+    assert r.returncode == 0, "wsync %s: exit %d: %s" % (" ".join(args), r.returncode, r.stderr)
+    return r.stdout
+
+
+def read_safetensors(path):
+    """(metadata, {name: (dtype, shape, bytes)} in data order, header size), read with
+    the format's rules only (not with wsync)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    tensors = {}
+    for name, h in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+        a, b = h["data_offsets"]
+        tensors[name] = (h["dtype"], tuple(h["shape"]), data[8 + n + a:8 + n + b])
+    return meta, tensors, 8 + n
+
+
+def read_checkpoint(path):
+    """Every tensor of a checkpoint directory: {name: (dtype, shape, bytes)}."""
+    out = {}
+    for name in sorted(os.listdir(path)):
+        if name.endswith(".safetensors"):
+            out.update(read_safetensors(os.path.join(path, name))[1])
+    return out
+
+
+def rank_files(path):
+    return sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
+
+
+def assert_same_files(want_dir, got_dir):
+    """The rank files (and config.json) of got_dir are want_dir's, byte for byte; on a
+    difference, names the first differing tensor."""
+    want, got = rank_files(want_dir), rank_files(got_dir)
+    assert want == got, "files %s, expected %s" % (got, want)
+    for name in want + ["config.json"]:
+        with open(os.path.join(want_dir, name), "rb") as a, open(os.path.join(got_dir, name), "rb") as b:
+            if a.read() == b.read():
+                continue
+        assert name != "config.json", "config.json differs"
+        wm, wt, _ = read_safetensors(os.path.join(want_dir, name))
+        gm, gt, _ = read_safetensors(os.path.join(got_dir, name))
+        assert wm == gm, "%s: metadata %s, expected %s" % (name, gm, wm)
+        assert list(wt) == list(gt), "%s: tensors %s, expected %s" % (name, list(gt), list(wt))
+        for t in wt:
+            assert wt[t][:2] == gt[t][:2], "%s: %s is %s, expected %s" % (name, t, gt[t][:2], wt[t][:2])
+            assert wt[t][2] == gt[t][2], "%s: tensor %s differs" % (name, t)
+        raise AssertionError("%s differs outside the tensors" % name)
+
+
+def expect_error(fragment, fn, *args, status=None, kind=None, **kwargs):
+    """fn(*args, **kwargs) raises (wsync.Error, or kind) with fragment in its message."""
+    kind = kind or wsync.Error
+    try:
+        fn(*args, **kwargs)
+    except kind as e:
+        text = str(e)
+        assert "\n" not in text, "a message of more than one line: %r" % text
+        assert fragment in text, "message %r lacks %r" % (text, fragment)
+        if status is not None:
+            assert e.exit_status == status, "exit_status %d, expected %d (%s)" % (
+                e.exit_status, status, text)
+        return e
+    raise AssertionError("no error; expected %r" % fragment)
+
+
+_SYNTH = {}
+
+
+def synth(config, pattern="index", seed=0, fused=False):
+    """A `wsync synth` checkpoint of configs/CONFIG.json, made once."""
+    key = (config, pattern, seed, fused)
+    if key not in _SYNTH:
+        dst = os.path.join(TMP, "synth-%s-%s-%d%s" % (config, pattern, seed, "-fused" if fused else ""))
+        args = ["synth", "--config", os.path.join(CONFIGS, config + ".json"), "--pattern",
+                pattern, "--seed", str(seed), dst]
+        wsync_ok(*(args + (["--fused-experts"] if fused else [])))
+        _SYNTH[key] = dst
+    return _SYNTH[key]
+
+
+_CONVERTED = {}
+
+
+def converted(src, target, fmt, tp, ep):
+    """`wsync convert` of src, made once."""
+    key = (src, target, fmt, tp, ep)
+    if key not in _CONVERTED:
+        dst = os.path.join(TMP, "conv-%d" % len(_CONVERTED))
+        wsync_ok("convert", src, dst, "--target", target, "--format", fmt, "--tp", str(tp),
+                 "--ep", str(ep))
+        _CONVERTED[key] = dst
+    return _CONVERTED[key]
+
+
+def arrays(src):
+    """The checkpoint's tensors as numpy arrays (BF16 as uint16), in name order."""
+    return {name: numpy.frombuffer(raw, dtype=NUMPY_DTYPES[dtype]).reshape(shape).copy()
+            for name, (dtype, shape, raw) in sorted(read_checkpoint(src).items())}
+
+
+def description(src):
+    return [(name, dtype, shape) for name, (dtype, shape, _) in sorted(read_checkpoint(src).items())]
+
+
+def new_session(src, out, target="vllm", fmt="sharded-state", tp=1, ep=1, **kw):
+    s = wsync.Session(os.path.join(src, "config.json"), target=target, format=fmt, tp=tp,
+                      ep=ep, out=out, **KW, **kw)
+    return s
+
+
+def fresh_dir(name):
+    path = os.path.join(TMP, name)
+    shutil.rmtree(path, ignore_errors=True)
+    return path
+
+
+def push_all(s, tensors, order_seed=0, threads=1):
+    names = list(tensors)
+    random.Random(order_seed).shuffle(names)
+    if threads == 1:
+        for name in names:
+            s.push(name, tensors[name])
+    else:
+        with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+            list(pool.map(lambda n: s.push(n, tensors[n]), names))
+
+
+def record(path):
+    with open(os.path.join(path, "wsync-commit.json")) as f:
+        return json.load(f)
+
+
+# ------------------------------------------------------------------ the session
+
+# (config, target, format, tp, ep, fused): kernel allows ep > tp; vllm-ascend's kernel
+# format transposes the routed experts (a post-load hook), as convert does.
+SESSION_CASES = [
+    ("tiny-qwen3-moe", "vllm", "sharded-state", 1, 1, False),
+    ("tiny-qwen3-moe", "vllm", "sharded-state", 2, 2, False),
+    ("tiny-qwen3-moe", "vllm", "kernel", 4, 1, False),
+    ("tiny-qwen3-moe", "vllm", "kernel", 2, 4, False),
+    ("tiny-qwen3-moe", "vllm", "kernel", 2, 2, True),
+    ("tiny-qwen3-moe", "vllm-ascend", "kernel", 2, 2, False),
+    ("tiny-qwen3.5-moe", "vllm", "sharded-state", 2, 1, False),
+    ("tiny-qwen3.5-moe", "vllm", "sharded-state", 4, 4, False),
+    ("tiny-qwen3.5-moe", "vllm", "kernel", 2, 4, False),
+    ("tiny-qwen3.5-moe", "vllm-ascend", "kernel", 1, 1, False),
+]
+
+
+def session_case(config, target, fmt, tp, ep, fused):
+    def run():
+        need_numpy()
+        src = synth(config, fused=fused)
+        want = converted(src, target, fmt, tp, ep)
+        out = fresh_dir("sess-%s-%s-%s-%d-%d-%d" % (config, target, fmt, tp, ep, fused))
+        with new_session(src, out, target, fmt, tp, ep) as s:
+            s.describe(description(src))
+            s.begin(1)
+            push_all(s, arrays(src), order_seed=tp * 10 + ep, threads=2 if tp > 1 else 1)
+            s.commit()
+            assert_same_files(want, out)
+            r = record(out)
+            assert r["version"] == 1 and r["digest"] == s.digest, r
+            assert (r["target"], r["tp"], r["ep"], r["world"]) == (target, tp, ep, s.world), r
+            assert sorted(f["file"] for f in r["files"]) == rank_files(want), r
+    run.__name__ = "session %s --target %s --format %s --tp %d --ep %d%s = convert" % (
+        config, target, fmt, tp, ep, " (fused experts)" if fused else "")
+    return run
+
+
+for _case in SESSION_CASES:
+    test(session_case(*_case))
+
+
+@test
+def session_second_step_rewrites_in_place():
+    """A second step with other values (a random synth) rewrites every file in place:
+    the files equal convert's of the new values, the record's version and xxh3 change,
+    the inodes stay."""
+    need_numpy()
+    first, second = synth("tiny-qwen3-moe"), synth("tiny-qwen3-moe", "random", 7)
+    out = fresh_dir("sess-steps")
+    with new_session(first, out, "vllm", "kernel", 2, 2) as s:
+        s.describe(description(first))
+        s.begin(10)
+        push_all(s, arrays(first))
+        s.commit()
+        r1 = record(out)
+        inodes = {n: os.stat(os.path.join(out, n)).st_ino for n in rank_files(out)}
+        s.begin(11)
+        assert not os.path.exists(os.path.join(out, "wsync-commit.json")), "begin left the record"
+        push_all(s, arrays(second), order_seed=3, threads=2)
+        s.commit()
+    assert_same_files(converted(second, "vllm", "kernel", 2, 2), out)
+    r2 = record(out)
+    assert (r1["version"], r2["version"]) == (10, 11)
+    assert r1["digest"] == r2["digest"]
+    for a, b in zip(r1["files"], r2["files"]):
+        assert a["file"] == b["file"] and a["xxh3"] != b["xxh3"], (a, b)
+    assert inodes == {n: os.stat(os.path.join(out, n)).st_ino for n in rank_files(out)}
+
+
+@test
+def session_shards():
+    """A tensor described as two row shards, pushed as two shards, gives convert's files."""
+    need_numpy()
+    src = synth("tiny-qwen3-moe")
+    tensors = arrays(src)
+    name = "model.embed_tokens.weight"
+    rows = tensors[name].shape[0]
+    cut = rows // 3
+    desc = [d for d in description(src) if d[0] != name]
+    shape = tensors[name].shape
+    desc += [(name, "BF16", (cut, shape[1]), (0, 0), shape),
+             (name, "BF16", (rows - cut, shape[1]), (cut, 0), shape)]
+    out = fresh_dir("sess-shards")
+    with new_session(src, out, "vllm", "sharded-state", 2, 1) as s:
+        s.describe(desc)
+        s.begin(1)
+        whole = tensors.pop(name)
+        s.push(name, whole[cut:], offsets=(cut, 0))
+        push_all(s, tensors)
+        s.push(name, whole[:cut], offsets=[0, 0])
+        s.commit()
+    assert_same_files(converted(src, "vllm", "sharded-state", 2, 1), out)
+
+
+@test
+def session_manifest_and_digest():
+    """manifest(rank) says where each tensor of the rank files lives; the digest is
+    stable for the same description and changes with tp."""
+    need_numpy()
+    src = synth("tiny-qwen3-moe")
+    want = converted(src, "vllm", "kernel", 2, 1)
+    digests = []
+    for tp in (2, 2, 4):
+        s = new_session(src, None, "vllm", "kernel", tp, 1)
+        s.describe(description(src))
+        digests.append(s.digest)
+        if tp == 2:
+            for rank in range(s.world):
+                entries = s.manifest(rank)
+                files = {e.file for e in entries}
+                assert files == {f for f in rank_files(want) if "rank-%d-" % rank in f}, files
+                for e in entries:
+                    meta, tensors, header = read_safetensors(os.path.join(want, e.file))
+                    dtype, shape, raw = tensors[e.name]
+                    assert (e.dtype, e.shape, e.nbytes) == (dtype, shape, len(raw)), e
+                    with open(os.path.join(want, e.file), "rb") as f:
+                        f.seek(e.offset)
+                        assert f.read(e.nbytes) == raw, e
+        s.close()
+    assert len(digests[0]) == 64 and digests[0] == digests[1] != digests[2], digests
+    s = new_session(src, None, "vllm", "kernel", 2)
+    expect_error("manifest: the session has not planned", s.manifest, 0, status=2)
+    s.describe(description(src))
+    expect_error("manifest: rank 2 is outside the 2 ranks", s.manifest, 2, status=2)
+
+
+@test
+def session_torch_tensors_through_dlpack():
+    """torch CPU tensors, bfloat16 included, pushed through DLPack (the object and its
+    capsule) without a copy, give convert's files."""
+    need_torch()
+    src = synth("tiny-qwen3.5-moe")
+    out = fresh_dir("sess-torch")
+    ck = read_checkpoint(src)
+    tensors = {name: torch.frombuffer(bytearray(raw), dtype=getattr(torch, TORCH_DTYPES[dtype])).reshape(shape)
+               for name, (dtype, shape, raw) in ck.items()}
+    with new_session(src, out, "vllm", "kernel", 2, 2) as s:
+        s.describe(description(src))
+        s.begin(1)
+        for i, (name, t) in enumerate(sorted(tensors.items())):
+            s.push(name, t.__dlpack__() if i % 2 else t)
+        s.commit()
+    assert_same_files(converted(src, "vllm", "kernel", 2, 2), out)
+
+
+@test
+def session_bytes_and_memoryviews():
+    """bytes and memoryviews (BF16 as a memoryview cast to 'H') are pushed as well."""
+    src = synth("tiny-qwen3-moe")
+    out = fresh_dir("sess-bytes")
+    with new_session(src, out, "vllm", "sharded-state", 2, 1) as s:
+        s.describe(description(src))
+        s.begin(1)
+        for i, (name, (dtype, shape, raw)) in enumerate(sorted(read_checkpoint(src).items())):
+            if i % 3 == 0:
+                s.push(name, raw)
+            elif i % 3 == 1:
+                s.push(name, bytearray(raw))
+            else:
+                fmt = {"BF16": "H", "F32": "f"}[dtype]
+                s.push(name, memoryview(raw).cast(fmt, shape) if shape else memoryview(raw).cast(fmt))
+        s.commit()
+    assert_same_files(converted(src, "vllm", "sharded-state", 2, 1), out)
+
+
+@test
+def session_without_numpy():
+    """With numpy unimportable, wsync imports, does not import numpy, and a session fed
+    bytes writes convert's files (a subprocess that blocks numpy)."""
+    src = synth("tiny-qwen3-moe")
+    out = fresh_dir("sess-nonumpy")
+    code = r"""
+import os, sys, json, struct
+sys.modules["numpy"] = None  # import numpy raises ImportError
+import wsync
+assert "numpy" not in sys.modules or sys.modules["numpy"] is None
+src, out, conf, plugins = sys.argv[1:5]
+files = sorted(n for n in os.listdir(src) if n.endswith(".safetensors"))
+tensors = {}
+for n in files:
+    data = open(os.path.join(src, n), "rb").read()
+    h = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + h]); header.pop("__metadata__", None)
+    for name, t in header.items():
+        a, b = t["data_offsets"]
+        tensors[name] = (t["dtype"], t["shape"], memoryview(data)[8 + h + a:8 + h + b])
+s = wsync.Session(os.path.join(src, "config.json"), target="vllm", tp=2, out=out,
+                  conf_dir=conf, plugin_dir=plugins)
+s.describe((n, d, sh) for n, (d, sh, _) in tensors.items())
+s.begin(5)
+for n, (_, _, view) in tensors.items():
+    s.push(n, view)
+s.commit()
+print("pushed", len(tensors))
+"""
+    env = dict(os.environ, PYTHONPATH=os.environ.get("WSYNC_TEST_PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", code, src, out, CONF_DIR, PLUGIN_DIR],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                       env=env)
+    assert r.returncode == 0 and r.stdout.startswith("pushed"), r.stderr
+    assert_same_files(converted(src, "vllm", "sharded-state", 2, 1), out)
+
+
+def open_step(out, config="tiny-qwen3-moe", **kw):
+    """A session (vllm kernel tp 2) writing into out, described, with step 1 open."""
+    src = synth(config)
+    s = new_session(src, out, "vllm", "kernel", 2, 1, **kw)
+    s.describe(description(src))
+    s.begin(1)
+    return s, src
+
+
+@test
+def session_push_refusals():
+    """Wrong dtype, shape or byte count, a non-contiguous array, device memory, an
+    unknown or repeated name, a push outside a step: wsync.Error with one line naming
+    the tensor, and nothing written (the step goes on)."""
+    need_numpy()
+    out = fresh_dir("sess-refusals")
+    s, src = open_step(out)
+    t = arrays(src)
+    name = "model.layers.0.self_attn.k_proj.weight"
+    a = t[name]
+    assert a.shape[0] != a.shape[1], a.shape
+    rows, cols = a.shape
+    expect_error('push: tensor "%s" is BF16 [%d, %d], but the buffer holds F32 elements' % (name, rows, cols),
+                 s.push, name, a.astype("float32"), status=3)
+    expect_error("but the buffer holds F16 elements (numpy has no such type",
+                 s.push, name, a.view("float16"), status=3)
+    expect_error('push: tensor "%s" is BF16 [%d, %d], but the buffer has shape [%d, %d]' % (name, rows, cols, cols, rows),
+                 s.push, name, a.reshape(cols, rows), status=3)
+    expect_error("(%d bytes), but the buffer holds %d bytes" % (a.nbytes, a.nbytes - 2),
+                 s.push, name, a.ravel()[1:], status=3)
+    expect_error('push: tensor "%s" is not C-contiguous' % name,
+                 s.push, name, numpy.ascontiguousarray(a.T).T, status=3)
+    expect_error('push: tensor "no.such.tensor"', s.push, "no.such.tensor", a, status=3)
+    # the rejected pushes wrote nothing: every tensor once, then commit
+    for n, arr in t.items():
+        s.push(n, arr)
+    expect_error('push: tensor "%s"' % name, s.push, name, a, status=3)  # repeated
+    s.commit()
+    assert_same_files(converted(src, "vllm", "kernel", 2, 1), out)
+    expect_error("push: ", s.push, name, a, status=2)  # no open step
+    s.close()
+    expect_error("the session is closed", s.push, name, a, status=2)
+
+
+class FakeDeviceTensor:
+    """What a CUDA tensor shows DLPack consumers: a device type before any export."""
+
+    def __dlpack_device__(self):
+        return (2, 1)
+
+    def __dlpack__(self, stream=None):
+        raise AssertionError("a device tensor must be refused before __dlpack__")
+
+
+def device_capsule(nbytes):
+    """A DLPack capsule of a tensor on cuda:0, made with ctypes (what torch.cuda would
+    hand over), and the objects that keep it alive."""
+    class DLTensor(ctypes.Structure):
+        _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32),
+                    ("device_id", ctypes.c_int32), ("ndim", ctypes.c_int32),
+                    ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16),
+                    ("shape", ctypes.POINTER(ctypes.c_int64)),
+                    ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+    class Managed(ctypes.Structure):
+        _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
+                    ("deleter", ctypes.c_void_p)]
+
+    shape = (ctypes.c_int64 * 1)(nbytes // 2)
+    managed = Managed(DLTensor(None, 2, 0, 1, 4, 16, 1, shape, None, 0), None, None)
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype = ctypes.py_object
+    new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    return new(ctypes.addressof(managed), b"dltensor", None), (managed, shape)
+
+
+@test
+def session_device_memory_refused():
+    """A tensor in device memory (an object whose __dlpack_device__ says cuda, or a
+    DLPack capsule of one) is refused with a message saying so."""
+    s, src = open_step(fresh_dir("sess-device"))
+    name = "model.norm.weight"
+    expect_error('push: tensor "%s" is in device memory (DLPack device 2, cuda:1)' % name,
+                 s.push, name, FakeDeviceTensor(), status=3)
+    capsule, keep = device_capsule(128)
+    expect_error('push: tensor "%s" is in device memory (DLPack device 2, cuda:0)' % name,
+                 s.push, name, capsule, status=3)
+    expect_error("wsync takes a buffer (numpy array, memoryview, bytes) or a DLPack tensor",
+                 s.push, name, 3.5, status=3)
+    s.close()
+
+
+@test
+def session_torch_refusals():
+    """torch: a tensor that requires grad cannot be exported (torch says use detach());
+    a float32 tensor for a BF16 one is refused by dtype."""
+    need_torch()
+    s, src = open_step(fresh_dir("sess-torch-refusals"))
+    name = "model.norm.weight"
+    dtype, shape, raw = read_checkpoint(src)[name]
+    param = torch.nn.Parameter(torch.zeros(shape, dtype=torch.bfloat16))
+    expect_error('push: tensor "%s": __dlpack__() failed' % name, s.push, name, param, status=3)
+    expect_error('push: tensor "%s" is BF16 [%d], but the buffer holds F32 elements' % (name, shape[0]),
+                 s.push, name, torch.zeros(shape), status=3)
+    s.push(name, param.detach())
+    s.close()
+
+
+@test
+def session_commit_missing_tensor():
+    """commit with a tensor not pushed names it; the step stays open (no record), and
+    pushing it lets the commit through."""
+    need_numpy()
+    out = fresh_dir("sess-missing")
+    s, src = open_step(out)
+    t = arrays(src)
+    missing = sorted(t)[5]
+    for n, arr in t.items():
+        if n != missing:
+            s.push(n, arr)
+    e = expect_error("commit: step 1", s.commit, status=3)
+    assert missing in str(e), str(e)
+    assert not os.path.exists(os.path.join(out, "wsync-commit.json"))
+    s.push(missing, t[missing])
+    s.commit()
+    assert record(out)["version"] == 1
+    expect_error("", s.begin, -1, kind=TypeError)
+    s.close()
+
+
+@test
+def session_describe_refusals():
+    """describe: an unknown dtype, a missing tensor the target needs, a bad item."""
+    src = synth("tiny-qwen3-moe")
+    desc = description(src)
+    s = new_session(src, None)
+    expect_error('dtype "BF17" is not a safetensors dtype', s.describe, [("x", "BF17", (2,))], status=2)
+    s = new_session(src, None)
+    expect_error('tensor "%s"' % desc[0][0], s.describe, desc[1:], status=3)
+    s = new_session(src, None)
+    expect_error("", s.describe, [("x", "BF16")], kind=TypeError)
+    expect_error("no loaded plugin provides the target", wsync.Session,
+                 os.path.join(src, "config.json"), target="nope", **KW)
+    expect_error("--tp must be a number from 1 to 4096", wsync.Session,
+                 os.path.join(src, "config.json"), target="vllm", tp=0, **KW)
+
+
+def collect_buckets(src, target, fmt, tp, ep, bucket_bytes, keep=None, order_seed=0):
+    buckets = []
+
+    def sink(b):
+        assert isinstance(b, wsync.Bucket)
+        buckets.append((b.version, b.rank, b.file, b.file_offset, bytes(b.data), b.entries))
+        if keep is not None:
+            keep.append(numpy.frombuffer(b.data, dtype="uint8"))
+
+    s = new_session(src, sink, target, fmt, tp, ep, bucket_bytes=bucket_bytes)
+    s.describe(description(src))
+    s.begin(3)
+    push_all(s, arrays(src), order_seed=order_seed)
+    s.commit()
+    s.close()
+    return buckets
+
+
+@test
+def session_callback_sink():
+    """The callback receives buckets of whole tensors, at most bucket_bytes unless one
+    tensor is larger, whose manifest slices cover them exactly; concatenated per rank
+    file they are exactly the data of the directory sink's files."""
+    need_numpy()
+    src = synth("tiny-qwen3-moe")
+    want = converted(src, "vllm", "kernel", 2, 2)
+    size = 4096
+    got = {}
+    for version, rank, file, offset, data, entries in collect_buckets(src, "vllm", "kernel", 2, 2, size, order_seed=5):
+        assert version == 3
+        assert len(data) <= size or len(entries) == 1, (file, offset, len(data), len(entries))
+        assert entries[0].offset == offset, (entries[0], offset)
+        end = offset
+        for e in entries:
+            assert e.offset == end and e.file == file, (e, end)
+            end += e.nbytes
+        assert end == offset + len(data)
+        got.setdefault((rank, file), []).append((offset, data))
+    for name in rank_files(want):
+        _, tensors, header = read_safetensors(os.path.join(want, name))
+        with open(os.path.join(want, name), "rb") as f:
+            body = f.read()[header:]
+        rank = [r for (r, n) in got if n == name]
+        assert len(rank) == 1, (name, rank)
+        parts = sorted(got[(rank[0], name)])
+        assert parts[0][0] == header, (name, parts[0][0], header)
+        assert b"".join(d for _, d in parts) == body, name
+
+
+@test
+def session_callback_errors():
+    """A callback that raises: push raises that exception as it is, and after abort()
+    the next step runs.  A callback that keeps a view of the bucket: wsync.Error says
+    the memory is freed."""
+    need_numpy()
+    src = synth("tiny-qwen3-moe")
+    calls = []
+
+    def failing(b):
+        calls.append(b.rank)
+        if len(calls) == 1:
+            raise ValueError("the NCCL group is gone")
+
+    s = new_session(src, failing, "vllm", "kernel", 2, 1, bucket_bytes=1)
+    s.describe(description(src))
+    s.begin(1)
+    t = arrays(src)
+    expect_error("the NCCL group is gone", push_all, s, t, kind=ValueError)
+    s.abort()
+    s.begin(2)
+    push_all(s, t)
+    s.commit()
+    s.close()
+    kept = []
+    expect_error("is still referenced after the callback returned", collect_buckets, src,
+                 "vllm", "kernel", 2, 1, 1 << 20, keep=kept, status=2)
+    # the callback runs inside push or commit: calling the session from it is refused
+    s = new_session(src, lambda b: s.commit(), "vllm", "kernel", 2, 1)
+    s.describe(description(src))
+    s.begin(1)
+    expect_error("the bucket callback cannot call the session", push_all, s, arrays(src), status=2)
+    s.close()
+    # keeping the Bucket itself is fine: its data is released, not dangling
+    buckets = []
+    s = new_session(src, buckets.append, "vllm", "kernel", 2, 1)
+    s.describe(description(src))
+    s.begin(1)
+    push_all(s, arrays(src))
+    s.commit()
+    assert buckets and buckets[0].entries[0].nbytes > 0
+    expect_error("released", bytes, buckets[0].data, kind=ValueError)
+
+
+# ------------------------------------------------------------------ load_rank
+
+def committed_dir(config="tiny-qwen3-moe", fmt="kernel", tp=2, ep=1, version=1):
+    src = synth(config)
+    out = fresh_dir("committed-%s-%s-%d-%d" % (config, fmt, tp, ep))
+    with new_session(src, out, "vllm", fmt, tp, ep) as s:
+        s.describe(description(src))
+        s.begin(version)
+        if numpy is not None:
+            push_all(s, arrays(src))
+        else:
+            for name, (_, _, raw) in read_checkpoint(src).items():
+                s.push(name, raw)
+        s.commit()
+        digest = s.digest
+    return out, digest
+
+
+def rank_tensors(path, rank):
+    """{name: (dtype, shape, bytes)} of the rank's files, read with the format only."""
+    out = {}
+    for f in record(path)["files"] if os.path.exists(os.path.join(path, "wsync-commit.json")) else []:
+        if f["rank"] == rank:
+            out.update(read_safetensors(os.path.join(path, f["file"]))[1])
+    return out
+
+
+def zero_arrays(tensors):
+    return {n: numpy.zeros(shape, dtype=NUMPY_DTYPES[d]) for n, (d, shape, _) in tensors.items()}
+
+
+@test
+def load_rank_numpy():
+    """load_rank fills numpy arrays (BF16 as uint16) with exactly the rank's tensors and
+    returns the commit record; extra entries in params are left alone."""
+    need_numpy()
+    path, digest = committed_dir()
+    for rank in (0, 1):
+        want = rank_tensors(path, rank)
+        params = zero_arrays(want)
+        params["something.else"] = numpy.full(3, 7, dtype="int64")
+        r = wsync.load_rank(path, rank, params, version=1, digest=digest)
+        assert r["version"] == 1 and r["digest"] == digest, r
+        for n, (_, _, raw) in want.items():
+            assert params[n].tobytes() == raw, n
+        assert params["something.else"].tolist() == [7, 7, 7]
+
+
+def torch_model(tensors):
+    """A module tree with a zero parameter at every dotted name."""
+    root = torch.nn.Module()
+    for name, (dtype, shape, _) in tensors.items():
+        *path, leaf = name.split(".")
+        mod = root
+        for p in path:
+            if p not in mod._modules:
+                mod.add_module(p, torch.nn.Module())
+            mod = mod._modules[p]
+        mod.register_parameter(leaf, torch.nn.Parameter(torch.zeros(shape, dtype=getattr(torch, TORCH_DTYPES[dtype]))))
+    return root
+
+
+def torch_bytes(t):
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)
+    return t.numpy().tobytes()
+
+
+@test
+def load_rank_torch_module():
+    """load_rank into a torch module (get_parameter resolves the names): bf16 and f32
+    parameters get exactly the rank's bytes, copied with param.copy_() from a view of
+    the mapped file, without a warning."""
+    need_torch()
+    import warnings
+    path, digest = committed_dir("tiny-qwen3.5-moe", "kernel", 2, 2)
+    for rank in range(2):
+        want = rank_tensors(path, rank)
+        model = torch_model(want)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            wsync.load_rank(path, rank, model, digest=digest)
+        for n, (_, _, raw) in want.items():
+            assert torch_bytes(model.get_parameter(n)) == raw, n
+    # a mapping of torch tensors works as well
+    want = rank_tensors(path, 1)
+    params = {n: torch.zeros(shape, dtype=getattr(torch, TORCH_DTYPES[d])) for n, (d, shape, _) in want.items()}
+    wsync.load_rank(path, 1, params)
+    assert all(torch_bytes(params[n]) == raw for n, (_, _, raw) in want.items())
+
+
+@test
+def load_rank_refusals():
+    """A missing name, a wrong shape or dtype, no commit record, another version or
+    digest, a rank the record lacks, a file changed after its commit: refused before
+    anything is copied, naming the file and the tensor."""
+    need_numpy()
+    path, digest = committed_dir()
+    want = rank_tensors(path, 0)
+    names = list(want)
+    first = [f["file"] for f in record(path)["files"] if f["rank"] == 0][0]
+    where = os.path.join(path, first)
+
+    params = zero_arrays(want)
+    del params[names[-1]]
+    expect_error('tensor "%s": params has no entry of that name' % names[-1], wsync.load_rank,
+                 path, 0, params, status=3)
+    assert all(not a.any() for a in params.values()), "copied before refusing"
+
+    params = zero_arrays(want)
+    d, shape, _ = want[names[0]]
+    params[names[0]] = numpy.zeros(tuple(reversed(shape)), dtype=NUMPY_DTYPES[d])
+    if len(shape) > 1 and shape[0] != shape[1]:
+        expect_error('%s: tensor "%s" is %s %s, but the buffer has shape' % (where, names[0], d, list(shape)),
+                     wsync.load_rank, path, 0, params, status=3)
+    params[names[0]] = numpy.zeros(shape, dtype="float32")
+    expect_error('tensor "%s" is %s' % (names[0], d), wsync.load_rank, path, 0, params, status=3)
+    params[names[0]] = numpy.zeros(shape, dtype=NUMPY_DTYPES[d])[::1]
+    params[names[0]].setflags(write=False)
+    expect_error('tensor "%s" is read-only' % names[0], wsync.load_rank, path, 0, params, status=3)
+    assert all(not a.any() for a in params.values()), "copied before refusing"
+
+    params = zero_arrays(want)
+    expect_error("the commit record is of version 1, not 2", wsync.load_rank, path, 0, params,
+                 version=2, status=3)
+    expect_error("the commit record is of plan digest %s, not %s" % (digest, "0" * 64),
+                 wsync.load_rank, path, 0, params, digest="0" * 64, status=3)
+    expect_error("rank 2 is outside the 2 ranks of the commit record", wsync.load_rank, path, 2,
+                 params, status=2)
+
+    conv = converted(synth("tiny-qwen3-moe"), "vllm", "kernel", 2, 1)
+    expect_error("wsync-commit.json: no commit record: no step is complete", wsync.load_rank,
+                 conv, 0, params, status=3)
+    # convert's rank files load when asked: the targets recognise which files are rank 0
+    wsync.load_rank(conv, 0, params, require_commit=False, **KW)
+    assert all(params[n].tobytes() == raw for n, (_, _, raw) in want.items())
+
+    # a byte changed after the commit (a copy of the directory)
+    bad = fresh_dir("committed-corrupt")
+    shutil.copytree(path, bad)
+    with open(os.path.join(bad, first), "r+b") as f:
+        f.seek(-1, 2)
+        last = f.read(1)
+        f.seek(-1, 2)
+        f.write(bytes([last[0] ^ 1]))
+    params = zero_arrays(want)
+    expect_error("%s: xxh3 " % os.path.join(bad, first), wsync.load_rank, bad, 0, params, status=3)
+    expect_error("but the commit record says", wsync.load_rank, bad, 0, params, status=3)
+    wsync.load_rank(bad, 0, params, verify=False)  # verify=False trusts the record
+
+
+@test
+def load_rank_torch_refusals():
+    """torch: a missing parameter, a wrong dtype or shape: refused, nothing copied."""
+    need_torch()
+    path, _ = committed_dir()
+    want = rank_tensors(path, 0)
+    names = list(want)
+    model = torch_model({n: v for n, v in want.items() if n != names[1]})
+    expect_error('tensor "%s": the model has no parameter or buffer of that name' % names[1],
+                 wsync.load_rank, path, 0, model, status=3)
+    d, shape, _ = want[names[0]]
+    model = torch_model(want)
+    model.get_parameter(names[0]).data = torch.zeros(shape, dtype=torch.float32)
+    expect_error('tensor "%s" is %s %s, but the parameter is F32' % (names[0], d, list(shape)),
+                 wsync.load_rank, path, 0, model, status=3)
+    model.get_parameter(names[0]).data = torch.zeros((1,) + tuple(shape), dtype=getattr(torch, TORCH_DTYPES[d]))
+    expect_error("but the parameter has shape [1, ", wsync.load_rank, path, 0, model, status=3)
+    assert all(not p.detach().float().abs().sum() for p in model.parameters()), "copied before refusing"
+
+
+@test
+def load_rank_sees_a_new_step():
+    """A step begun while load_rank copies (the record replaced) is reported: the
+    parameters hold a mix of steps."""
+    need_numpy()
+    path, _ = committed_dir()
+    want = rank_tensors(path, 0)
+
+    class Racing(dict):
+        def __getitem__(self, name):
+            if name == list(want)[-1]:  # the trainer commits version 2 meanwhile
+                r = record(path)
+                r["version"] = 2
+                with open(os.path.join(path, "wsync-commit.json"), "w") as f:
+                    json.dump(r, f)
+            return dict.__getitem__(self, name)
+
+    expect_error("a new step began while rank 0 was loading", wsync.load_rank, path, 0,
+                 Racing(zero_arrays(want)), status=3)
+
+
+@test
+def vllm_worker_rank_index():
+    """The worker extension's rank file index: the TP rank, or with expert parallelism
+    vLLM's flattened EP rank dp_rank*pcp*tp + pcp_rank*tp + tp_rank."""
+    from wsync.vllm_worker import WsyncWorkerExtension, rank_file_index
+    assert rank_file_index(3, 4) == 3
+    assert rank_file_index(3, 4, expert_parallel=False, dp_rank=1) == 3
+    assert rank_file_index(3, 4, expert_parallel=True, dp_rank=1) == 7
+    assert rank_file_index(1, 2, expert_parallel=True, dp_rank=2, pcp_rank=1, pcp_size=2) == 11
+    assert callable(WsyncWorkerExtension.wsync_load)
+
+
+# ------------------------------------------------------------------ the commands
+
+@test
+def commands_as_functions():
+    """convert writes what `wsync convert` writes and returns what --json prints; plan
+    and inspect return what `wsync plan/inspect --json` print; errors carry the
+    command's message and exit status."""
+    src = synth("tiny-qwen3-moe")
+    out = fresh_dir("py-convert")
+    p = wsync.convert(src, out, target="vllm", format="kernel", tp=2, ep=2, **KW)
+    assert_same_files(converted(src, "vllm", "kernel", 2, 2), out)
+    want = json.loads(wsync_ok("plan", src, "--target", "vllm", "--format", "kernel", "--tp", "2",
+                               "--ep", "2", "--json"))
+    assert p == want
+    assert wsync.plan(src, target="vllm", format="kernel", tp="2", ep=2, **KW) == want
+    assert wsync.inspect(out, **KW) == json.loads(wsync_ok("inspect", out, "--json"))
+    r = run_wsync("plan", src, "--target", "vllm", "--tp", "3")
+    e = expect_error(r.stderr.strip()[len("wsync: "):], wsync.plan, src, target="vllm", tp=3, **KW)
+    assert e.exit_status == r.returncode, (e.exit_status, r.returncode)
+    expect_error("no --target given", wsync.plan, src, **KW, status=2)
+    # DST that is not wsync's output is replaced only with force=True, as --force
+    other = fresh_dir("py-convert-other")
+    os.makedirs(other)
+    with open(os.path.join(other, "notes.txt"), "w") as f:
+        f.write("mine")
+    r = run_wsync("convert", src, other, "--target", "vllm")
+    assert r.returncode != 0 and os.path.exists(os.path.join(other, "notes.txt")), r.stderr
+    expect_error(r.stderr.strip()[len("wsync: "):], wsync.convert, src, other, target="vllm", **KW,
+                 status=r.returncode)
+    wsync.convert(src, other, target="vllm", force=True, **KW)
+    assert not os.path.exists(os.path.join(other, "notes.txt"))
+    assert_same_files(converted(src, "vllm", "sharded-state", 1, 1), other)
+    expect_error("cannot open", wsync.inspect, os.path.join(TMP, "nothing"), **KW, status=4)
+
+
+@test
+def merge_as_function():
+    """merge consolidates a sharded checkpoint (DCP's safetensors mode) as `wsync merge`."""
+    src = synth("tiny-qwen3-moe")
+    shards = fresh_dir("dcp")
+    script = os.path.join(HERE, "make-dcp-fixtures.py")
+    single = [n for n in os.listdir(src) if n.endswith(".safetensors")]
+    assert len(single) == 1
+    subprocess.run([sys.executable, script, "--shard", os.path.join(src, single[0]), shards],
+                   check=True, stdout=subprocess.DEVNULL)
+    out, ref = fresh_dir("py-merge"), fresh_dir("cli-merge")
+    got = wsync.merge(os.path.join(shards, "a"), out, **KW)
+    want = json.loads(wsync_ok("merge", os.path.join(shards, "a"), ref, "--json"))
+    got["source"] = want["source"] = None
+    assert got == want
+    assert read_checkpoint(out) == read_checkpoint(ref) == read_checkpoint(src)
+
+
+# ------------------------------------------------------------------ TAP
+
+def main(argv):
+    print("1..%d" % len(TESTS))
+    failed = 0
+    for number, fn in enumerate(TESTS, 1):
+        name = fn.__name__.replace("_", " ")
+        try:
+            fn()
+        except Skip as why:
+            print("ok %d - %s # SKIP %s" % (number, name, why))
+        except Exception:
+            failed += 1
+            print("not ok %d - %s" % (number, name))
+            for line in traceback.format_exc().splitlines():
+                print("# " + line)
+        else:
+            print("ok %d - %s" % (number, name))
+        sys.stdout.flush()
+    shutil.rmtree(TMP, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -303,6 +303,133 @@ copy_fill(guint8 *base, const Fill *fill, gsize esize, guint ndim, const guint64
   fill_inner(&w, 0, base + origin, fill->value, esize);
 }
 
+/* ------------------------------------------------------------------ windows */
+
+/* Row-major element strides of a tensor of @ndim axes and @shape. */
+static void
+row_major_strides(guint ndim, const guint64 *shape, guint64 *rm)
+{
+  guint64 s = 1;
+
+  for (guint d = ndim; d > 0; d--) {
+    rm[d - 1] = s;
+    s *= shape[d - 1];
+  }
+}
+
+/* Which axis of the output tensor each axis of @op walks (-1 for an axis of extent 1),
+ * matched by stride as wsync_tensor_box_of() matches them, and the box @op covers.
+ * The planner proved every op's walk a box of its tensor (resolve.c), so this cannot
+ * fail for an op of a plan. */
+static gboolean
+op_dst_axes(const Op *op, guint ndim, const guint64 *shape, int *axis_of, WsyncBox *box)
+{
+  guint64 rm[WSYNC_MAX_DIMS];
+  gboolean used[WSYNC_MAX_DIMS] = {FALSE};
+
+  if (!wsync_tensor_box_of(ndim, shape, op->ndim, op->extent, op->dst_origin, op->dst_stride,
+                           box))
+    return FALSE;
+  row_major_strides(ndim, shape, rm);
+  for (guint k = 0; k < op->ndim; k++) {
+    axis_of[k] = -1;
+    if (op->extent[k] == 1)
+      continue;
+    for (guint d = 0; d < ndim && axis_of[k] < 0; d++)
+      if (!used[d] && rm[d] == op->dst_stride[k] && shape[d] > 1) {
+        used[d] = TRUE;
+        axis_of[k] = (int)d;
+      }
+  }
+  return TRUE;
+}
+
+gboolean
+copy_op_window(const Op *op, guint ndim, const guint64 *shape, const WsyncBox *window,
+               guint64 window_first, Op *part)
+{
+  int axis_of[WSYNC_MAX_DIMS];
+  WsyncBox box, inter;
+
+  if (op->kind != OP_COPY)
+    return FALSE;
+  /* first the elements each spans, which rejects most ops of a tensor at once */
+  guint64 rm[WSYNC_MAX_DIMS], op_last = op->dst_origin, window_last = window_first;
+  row_major_strides(ndim, shape, rm);
+  for (guint k = 0; k < op->ndim; k++) {
+    if (op->extent[k] == 0)
+      return FALSE;
+    op_last += (op->extent[k] - 1) * op->dst_stride[k];
+  }
+  for (guint d = 0; d < ndim; d++) {
+    if (window->extent[d] == 0)
+      return FALSE;
+    window_last += (window->extent[d] - 1) * rm[d];
+  }
+  if (op_last < window_first || op->dst_origin > window_last)
+    return FALSE;
+  if (!op_dst_axes(op, ndim, shape, axis_of, &box) || !wsync_box_intersect(&box, window, &inter))
+    return FALSE;
+  *part = *op;
+  for (guint k = 0; k < op->ndim; k++) {
+    if (axis_of[k] < 0)
+      continue;
+    guint64 skip = inter.offset[axis_of[k]] - box.offset[axis_of[k]];
+    part->extent[k] = inter.extent[axis_of[k]];
+    part->src_origin += skip * op->src_stride[k];
+    part->dst_origin += skip * op->dst_stride[k];
+  }
+  part->dst_origin -= window_first;
+  return TRUE;
+}
+
+gboolean
+copy_op_is_run(const Op *op, WsyncDtype dst_dtype, guint64 *src_offset, guint64 *dst_offset,
+               guint64 *nbytes)
+{
+  gsize esize = wsync_dtype_size(dst_dtype);
+  Walk w = {.ndim = op->ndim};
+
+  if (op->kind != OP_COPY || op->source->kind != SOURCE_INPUT || op->src_dtype != dst_dtype ||
+      esize == 0)
+    return FALSE;
+  for (guint k = 0; k < op->ndim; k++) {
+    w.extent[k] = op->extent[k];
+    w.src_stride[k] = (gint64)(op->src_stride[k] * esize);
+    w.dst_stride[k] = (gint64)(op->dst_stride[k] * esize);
+  }
+  walk_normalise(&w);
+  if (w.ndim > 1 ||
+      (w.ndim == 1 && (w.src_stride[0] != (gint64)esize || w.dst_stride[0] != (gint64)esize)))
+    return FALSE;
+  *src_offset = op->src_origin * esize;
+  *dst_offset = op->dst_origin * esize;
+  *nbytes = (w.ndim == 1 ? w.extent[0] : 1) * esize;
+  for (guint k = 0; k < op->ndim; k++)
+    if (op->extent[k] == 0)
+      *nbytes = 0;
+  return TRUE;
+}
+
+void
+copy_fill_window(guint8 *base, guint64 window_first, const Fill *fill, const WsyncBox *window,
+                 gsize esize, guint ndim, const guint64 *shape)
+{
+  guint64 rm[WSYNC_MAX_DIMS], first = 0;
+  WsyncBox inter;
+  Walk w = {.ndim = ndim};
+
+  if (!wsync_box_intersect(&fill->box, window, &inter))
+    return;
+  row_major_strides(ndim, shape, rm);
+  for (guint d = 0; d < ndim; d++) {
+    w.extent[d] = inter.extent[d];
+    w.dst_stride[d] = (gint64)(rm[d] * esize);
+    first += inter.offset[d] * rm[d];
+  }
+  fill_inner(&w, 0, base + (first - window_first) * esize, fill->value, esize);
+}
+
 static void
 run_generated(const WsyncPlan *plan, const Op *op, guint64 outer_from, guint64 outer_to,
               guint8 *dst_base, WsyncDtype dst_dtype)

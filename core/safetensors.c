@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include <wsync/safetensors.h>
 
 #include "json-check.h"
+#include "safetensors-private.h"
 
 /* ================================================================ messages */
 
@@ -119,13 +121,87 @@ struct _WsyncSafetensors {
   guint n_entries;
   GHashTable *by_name;  /* name -> Entry*; names owned by the entries */
   GHashTable *metadata; /* string -> string */
+  gboolean kept;        /* its descriptor is kept (see keep_descriptor()) */
 };
+
+/* ================================================================ kept descriptors */
+
+/* The executor copies runs of bytes file to file with copy_file_range(2), which needs
+ * the descriptors of the input files; they are kept open next to the maps, as long as
+ * they use at most a quarter of the descriptors the process may open (a sharded
+ * checkpoint can have thousands of files: the rest are read through their maps). */
+typedef struct {
+  const guint8 *map;
+  gsize len;
+  int fd;
+} KeptFile;
+
+static GMutex kept_lock;
+static GArray *kept_files; /* KeptFile */
+
+static gboolean
+keep_descriptor(const guint8 *map, gsize len, int fd)
+{
+  struct rlimit rl;
+  guint64 budget = 256;
+  gboolean ok;
+
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+    budget = rl.rlim_cur / 4;
+  g_mutex_lock(&kept_lock);
+  if (kept_files == NULL)
+    kept_files = g_array_new(FALSE, FALSE, sizeof(KeptFile));
+  ok = kept_files->len < budget;
+  if (ok) {
+    KeptFile k = {map, len, fd};
+    g_array_append_val(kept_files, k);
+  }
+  g_mutex_unlock(&kept_lock);
+  return ok;
+}
+
+static void
+forget_descriptor(const guint8 *map)
+{
+  g_mutex_lock(&kept_lock);
+  for (guint i = 0; kept_files != NULL && i < kept_files->len; i++) {
+    KeptFile *k = &g_array_index(kept_files, KeptFile, i);
+    if (k->map == map) {
+      close(k->fd);
+      g_array_remove_index_fast(kept_files, i);
+      break;
+    }
+  }
+  if (kept_files != NULL && kept_files->len == 0)
+    g_clear_pointer(&kept_files, g_array_unref);
+  g_mutex_unlock(&kept_lock);
+}
+
+gboolean
+safetensors_source_file(const guint8 *data, guint64 len, int *fd, guint64 *offset)
+{
+  gboolean found = FALSE;
+
+  g_mutex_lock(&kept_lock);
+  for (guint i = 0; kept_files != NULL && i < kept_files->len && !found; i++) {
+    const KeptFile *k = &g_array_index(kept_files, KeptFile, i);
+    if (data >= k->map && data < k->map + k->len && len <= (guint64)(k->map + k->len - data)) {
+      *fd = k->fd;
+      *offset = (guint64)(data - k->map);
+      found = TRUE;
+    }
+  }
+  g_mutex_unlock(&kept_lock);
+  return found;
+}
 
 void
 wsync_safetensors_free(WsyncSafetensors *st)
 {
   if (st == NULL)
     return;
+  if (st->kept)
+    forget_descriptor(st->map);
   if (st->map)
     munmap(st->map, st->map_len);
   for (guint i = 0; i < st->n_entries; i++)
@@ -496,7 +572,13 @@ wsync_safetensors_open(const char *path, GError **error)
     st->map = map;
     st->map_len = (gsize)sb.st_size;
   }
-  close(fd); /* the mapping keeps the file */
+  /* the mapping keeps the file; the descriptor is kept for copy_file_range(2) */
+  int flags = fcntl(fd, F_GETFL);
+  if (st->map != NULL && flags >= 0 && fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == 0 &&
+      keep_descriptor(st->map, st->map_len, fd))
+    st->kept = TRUE;
+  else
+    close(fd);
 
   static const guint8 empty[1];
   const guint8 *data = st->map ? st->map : empty;
@@ -829,14 +911,25 @@ wsync_safetensors_writer_begin(WsyncSafetensorsWriter *w, const char *path, GErr
     wsync_set_io_error(error, size > (guint64)G_MAXINT64 ? EFBIG : errno, path, "resize");
     return FALSE;
   }
-  /* Reserve the blocks now: writing through a map into a sparse file on a full disk
-   * would kill the process with SIGBUS instead of failing with ENOSPC here.  File
-   * systems that cannot preallocate (EOPNOTSUPP) keep the sparse file. */
-  int rc = size > 0 ? posix_fallocate(w->fd, 0, (off_t)size) : 0;
-  if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL) {
-    wsync_set_io_error(error, rc, path, "reserve space for");
+  /* The file is sparse until its data is written: pwrite() reports a full disk as
+   * ENOSPC; the map of wsync_safetensors_writer_data() reserves the blocks first. */
+  return TRUE;
+}
+
+int
+safetensors_writer_fd(WsyncSafetensorsWriter *w)
+{
+  return w->fd;
+}
+
+gboolean
+safetensors_writer_file_offset(WsyncSafetensorsWriter *w, const char *name, guint64 *offset)
+{
+  WEntry *e = g_hash_table_lookup(w->by_name, name);
+
+  if (e == NULL || !writer_started(w))
     return FALSE;
-  }
+  *offset = w->header_size + e->offset;
   return TRUE;
 }
 
@@ -871,12 +964,20 @@ wsync_safetensors_writer_data(WsyncSafetensorsWriter *w, const char *name, GErro
 
   g_mutex_lock(&w->map_lock);
   if (w->map == NULL) {
-    void *map =
-        mmap(NULL, w->header_size + w->data_size, PROT_READ | PROT_WRITE, MAP_SHARED, w->fd, 0);
-    if (map == MAP_FAILED)
-      wsync_set_io_error(error, errno, w->path, "map");
-    else
-      w->map = map;
+    /* Reserve the blocks first: writing through a map into a sparse file on a full disk
+     * would kill the process with SIGBUS instead of failing with ENOSPC here.  File
+     * systems that cannot preallocate (EOPNOTSUPP) keep the sparse file. */
+    guint64 size = w->header_size + w->data_size;
+    int rc = posix_fallocate(w->fd, 0, (off_t)size);
+    if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL)
+      wsync_set_io_error(error, rc, w->path, "reserve space for");
+    else {
+      void *map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, w->fd, 0);
+      if (map == MAP_FAILED)
+        wsync_set_io_error(error, errno, w->path, "map");
+      else
+        w->map = map;
+    }
   }
   guint8 *map = w->map;
   g_mutex_unlock(&w->map_lock);

@@ -6,12 +6,13 @@
  * (rows @dst_row_stride bytes apart): dst[j][i] = src[i][j].  It reads straight from
  * the input map and writes straight into the output map, in cache-sized tiles.
  *
- * Paths, chosen once at run time: AVX2 (16x16 tiles of 2-byte elements, 8x8 of 4-byte)
- * when the CPU has it, else SSE2 (8x8 and 4x4), else the portable blocked loop.  Only
- * 2- and 4-byte elements have vector kernels; other sizes always take the portable
- * loop.  Every path moves the same bytes to the same places, so the output is
- * identical whichever runs.  WSYNC_TRANSPOSE=portable|sse2|avx2 in the environment
- * forces a path (a path the CPU lacks falls back to the best one it has).
+ * Paths, chosen once at run time: AVX-512 (16x32 tiles of 2-byte elements, 16x16 of
+ * 4-byte: whole cache lines) when the CPU has AVX512F and AVX512BW, else AVX2 (16x16
+ * and 8x8), else SSE2 (8x8 and 4x4), else the portable blocked loop.  Only 2- and
+ * 4-byte elements have vector kernels; other sizes always take the portable loop.
+ * Every path moves the same bytes to the same places, so the output is identical
+ * whichever runs.  WSYNC_TRANSPOSE=portable|sse2|avx2|avx512 in the environment forces
+ * a path (a path the CPU lacks falls back to the best one it has below it).
  */
 #ifndef WSYNC_TRANSPOSE_H
 #define WSYNC_TRANSPOSE_H
@@ -24,6 +25,7 @@ typedef enum {
   WSYNC_TRANSPOSE_PORTABLE,
   WSYNC_TRANSPOSE_SSE2,
   WSYNC_TRANSPOSE_AVX2,
+  WSYNC_TRANSPOSE_AVX512,
   WSYNC_TRANSPOSE_N_PATHS /*< skip >*/
 } WsyncTransposePath;
 
@@ -55,7 +57,7 @@ void wsync_transpose_with(WsyncTransposePath path, const guint8 *src, gsize src_
 /** wsync_transpose_path_supported: Returns: %TRUE when this CPU (and build) can run @path. */
 gboolean wsync_transpose_path_supported(WsyncTransposePath path);
 
-/** wsync_transpose_path_name: Returns: "portable", "sse2" or "avx2". */
+/** wsync_transpose_path_name: Returns: "portable", "sse2", "avx2" or "avx512". */
 const char *wsync_transpose_path_name(WsyncTransposePath path);
 
 /**

@@ -2,95 +2,166 @@
 # wsync benchmark: `make bench` (not part of make check).
 #
 # Builds, in a tmpfs (default /dev/shm), a checkpoint with the real Qwen3-30B-A3B layer
-# shapes (LAYERS layers, default 2: about 3.6 GB), then times in the same run:
-#   cp -r of the checkpoint (the baseline: the same bytes read and written),
+# shapes (LAYERS layers, default 2: about 3.7 GB), then times in the same run, each
+# paired PAIRS times (default 5) with `cp -r` of the same bytes (the run's source):
 #   wsync convert --target vllm at tp 1 and at tp 4,
 #   wsync convert of the tp 4 rank files back to hf (read back),
 #   wsync convert --target vllm-ascend in both formats, and back to hf,
 #   wsync merge of the checkpoint sharded as FSDP2 x EP would save it,
-# and prints throughput, the ratio to cp, and peak private memory (RssAnon, sampled) of
-# each run.  Only ratios measured in one run mean anything on a shared machine.
+# and the peers of bench/ (a numpy script and a torch script doing the same conversion,
+# see their headers), once each, against wsync's median in this run.
+#
+# For each run it prints the median over the pairs of wsync's time, of cp's, and of the
+# ratio wsync / cp (each pair's ratio; the pairs alternate which goes first), wsync's
+# median user and system CPU time, and its peak private memory (RssAnon) over the pairs,
+# measured by bench/measure.py.  Only ratios measured in one run mean anything on a
+# shared machine.  A run that needs more room than the tmpfs has left says so and is
+# skipped (LAYERS=4 needs about 22 GB for the read-back and merge runs).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${WSYNC_BUILD_DIR:-$top}
 W="$build/wsync --conf-dir $top/conf.d --plugin-dir $build/plugins/.libs -q"
 layers=${LAYERS:-2}
+pairs=${PAIRS:-5}
+python=${PYTHON:-/usr/bin/python3}
 base=${BENCH_DIR:-/dev/shm}/wsync-bench.$$
 trap 'rm -rf "$base"' EXIT
 mkdir -p "$base"
 
 now() { date +%s.%N; }
 calc() { awk "BEGIN { print $* }"; }
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# "WALL USER SYS PEAK_KIB" of "$@"
+measure() { "$python" "$top/bench/measure.py" "$@"; }
+# bytes under a directory
+bytes_of() { du -sb "$1" | cut -f1; }
+# TRUE when the tmpfs has room for $1 more bytes (and a margin of 5%)
+room_for() { [ "$(df -B1 --output=avail "$base" | tail -1)" -gt "$(awk "BEGIN { printf \"%d\", $1 * 1.05 }")" ]; }
 
-# Runs "$@" and prints "SECONDS PEAK_RSS_ANON_KB", sampling /proc every 20 ms.
-measure() {
-  local start end peak=0 kb pid
-  start=$(now)
-  "$@" & pid=$!
-  while kill -0 "$pid" 2>/dev/null; do
-    for p in $pid $(pgrep -P "$pid" 2>/dev/null); do
-      kb=$(awk '/^RssAnon:/{print $2}' /proc/"$p"/status 2>/dev/null || echo 0)
-      [ "${kb:-0}" -gt "$peak" ] && peak=$kb
-    done
-    sleep 0.02
+# pair LABEL SRC DST WSYNC-ARGS...: PAIRS pairs of `cp -r SRC` and `wsync WSYNC-ARGS`
+# (which writes DST); prints the run's line and leaves the last DST in place.  The
+# median wsync time is left in $t_median.
+pair() {
+  local label=$1 src=$2 dst=$3 i out_w out_c
+  shift 3
+  local -a walls=() cps=() ratios=() users=() syss=() peaks=() cpcpu=()
+  if ! room_for "$(bytes_of "$src")"; then
+    printf '%-34s skipped: the tmpfs has not the room for another %s\n' "$label" \
+      "$(numfmt --to=si "$(bytes_of "$src")")B"
+    t_median=
+    return
+  fi
+  for ((i = 0; i < pairs; i++)); do
+    rm -rf "$dst" "$base/cp"
+    if ((i % 2 == 1 && i < pairs - 1)); then # wsync first (not in the last pair: its DST stays)
+      out_w=$(measure $W "$@")
+      rm -rf "$dst"
+      out_c=$(measure cp -r "$src" "$base/cp")
+    else
+      out_c=$(measure cp -r "$src" "$base/cp")
+      rm -rf "$base/cp"
+      out_w=$(measure $W "$@")
+    fi
+    rm -rf "$base/cp"
+    read -r w wu ws wp <<<"$out_w"
+    read -r c cu cs _ <<<"$out_c"
+    walls+=("$w"); cps+=("$c"); users+=("$wu"); syss+=("$ws"); peaks+=("$wp")
+    cpcpu+=("$(calc "$cu + $cs")")
+    ratios+=("$(calc "$w / $c")")
   done
-  wait "$pid"
-  end=$(now)
-  echo "$(calc "$end - $start") $peak"
+  t_median=$(printf '%s\n' "${walls[@]}" | median)
+  printf '%-34s %8.2f %8.2f %6.2f %7.2f %7.2f %6.1f MiB %8.2f\n' "$label" "$t_median" \
+    "$(printf '%s\n' "${cps[@]}" | median)" "$(printf '%s\n' "${ratios[@]}" | median)" \
+    "$(printf '%s\n' "${users[@]}" | median)" "$(printf '%s\n' "${syss[@]}" | median)" \
+    "$(calc "$(printf '%s\n' "${peaks[@]}" | sort -g | tail -1) / 1024")" \
+    "$(printf '%s\n' "${cpcpu[@]}" | median)"
+}
+
+# peer LABEL SCRIPT MODULE PACKAGE PLAN SRC WSYNC-OUT WSYNC-SECONDS: one run of a peer of
+# bench/, checked tensor by tensor against wsync's files, and how much slower it is.
+peer() {
+  local label=$1 script=$2 module=$3 package=$4 plan=$5 src=$6 ref=$7 t_wsync=$8 out f
+  if ! "$python" -c "import $module" 2>/dev/null; then
+    printf '%-34s skipped: %s has no %s (Debian: apt-get install %s)\n' "$label" "$python" \
+      "$module" "$package"
+    return
+  fi
+  if [ -z "$t_wsync" ] || ! room_for "$(bytes_of "$ref")"; then
+    printf '%-34s skipped: the tmpfs has not the room for it\n' "$label"
+    return
+  fi
+  out=$(measure "$python" "$top/bench/$script" "$plan" "$src" "$base/peer")
+  for f in "$ref"/*.safetensors; do
+    $W verify "$f" "$base/peer/$(basename "$f")" >/dev/null ||
+      { echo "$label: its $(basename "$f") differs from wsync's" >&2; exit 1; }
+  done
+  rm -rf "$base/peer"
+  read -r w wu ws wp <<<"$out"
+  printf '%-34s %8.2f %8s %6s %7.2f %7.2f %6.1f MiB  wsync %.1fx faster\n' "$label" "$w" "" "" \
+    "$wu" "$ws" "$(calc "$wp / 1024")" "$(calc "$w / $t_wsync")"
 }
 
 echo "building a Qwen3-30B-A3B-shaped checkpoint with $layers layers in $base ..."
 $W synth --config "$top/configs/qwen3-30b-a3b.json" --layers "$layers" "$base/src"
-bytes=$(du -sb "$base/src" | cut -f1)
-gb=$(calc "$bytes / 1000000000")
-printf 'checkpoint: %.2f GB in %s files\n' "$gb" "$(ls "$base/src" | wc -l)"
+printf 'checkpoint: %.2f GB in %s files\n' "$(calc "$(bytes_of "$base/src") / 1e9")" \
+  "$(ls "$base/src" | wc -l)"
+printf '%-34s %8s %8s %6s %7s %7s %10s %8s\n' "run (median of $pairs pairs)" "wsync s" \
+  "cp -r s" "ratio" "user s" "sys s" "private" "cp cpu s"
 
-read -r t_cp m_cp < <(measure cp -r "$base/src" "$base/cp")
-rm -rf "$base/cp"
-printf '%-28s %7.2f s %7.2f GB/s  ratio 1.00  peak private %6d KiB\n' "cp -r" "$t_cp" \
-  "$(calc "$gb / $t_cp")" "$m_cp"
-
-run() {
-  local label=$1; shift
-  read -r t m < <(measure "$@")
-  printf '%-28s %7.2f s %7.2f GB/s  ratio %.2f  peak private %6d KiB\n' "$label" "$t" \
-    "$(calc "$gb / $t")" "$(calc "$t_cp / $t")" "$m"
-}
-
-run "convert --target vllm tp 1" $W convert "$base/src" "$base/tp1" --target vllm --tp 1
+pair "convert --target vllm tp 1" "$base/src" "$base/tp1" convert "$base/src" "$base/tp1" \
+  --target vllm --tp 1
 rm -rf "$base/tp1"
-run "convert --target vllm tp 4" $W convert "$base/src" "$base/tp4" --target vllm --tp 4
-run "convert tp 4 rank files -> hf" $W convert "$base/tp4" "$base/back" --target hf
-$W verify "$base/src" "$base/back" >/dev/null && echo "round trip: bit-exact"
+pair "convert --target vllm tp 4" "$base/src" "$base/tp4" convert "$base/src" "$base/tp4" \
+  --target vllm --tp 4
+t_vllm4=$t_median
+if [ -n "$t_vllm4" ]; then
+  $W plan "$base/src" --target vllm --tp 4 --json >"$base/plan-vllm4.json"
+  peer "numpy peer (vllm tp 4)" peer_numpy.py numpy python3-numpy "$base/plan-vllm4.json" \
+    "$base/src" "$base/tp4" "$t_vllm4"
+  peer "torch peer (vllm tp 4)" peer_torch.py torch python3-torch "$base/plan-vllm4.json" \
+    "$base/src" "$base/tp4" "$t_vllm4"
+  pair "tp 4 rank files -> hf" "$base/tp4" "$base/back" convert "$base/tp4" "$base/back" \
+    --target hf
+  [ -z "$t_median" ] || { $W verify "$base/src" "$base/back" >/dev/null && echo "round trip: bit-exact"; }
+fi
 rm -rf "$base/tp4" "$base/back"
 
 # vllm-ascend (plugin npu-ascend): the kernel format, routed experts transposed into the
-# processed layout, or the sharded-state format, the loader layout.  Each output is
-# removed before the next run, so that every run, like cp, has the source and one output
-# in the tmpfs.
-run "vllm-ascend kernel tp 1" $W convert "$base/src" "$base/asc" --target vllm-ascend \
-  --format kernel --tp 1
+# processed layout, or the sharded-state format, the loader layout.
+pair "vllm-ascend kernel tp 1" "$base/src" "$base/asc" convert "$base/src" "$base/asc" \
+  --target vllm-ascend --format kernel --tp 1
 rm -rf "$base/asc"
-run "vllm-ascend sharded-state tp 1" $W convert "$base/src" "$base/asc" --target vllm-ascend \
-  --format sharded-state --tp 1
+pair "vllm-ascend sharded-state tp 1" "$base/src" "$base/asc" convert "$base/src" "$base/asc" \
+  --target vllm-ascend --format sharded-state --tp 1
 rm -rf "$base/asc"
-run "vllm-ascend kernel tp 4" $W convert "$base/src" "$base/asc" --target vllm-ascend \
-  --format kernel --tp 4
-run "vllm-ascend tp 4 -> hf" $W convert "$base/asc" "$base/back" --target hf
-$W verify "$base/src" "$base/back" >/dev/null && echo "round trip (vllm-ascend): bit-exact"
+pair "vllm-ascend kernel tp 4" "$base/src" "$base/asc" convert "$base/src" "$base/asc" \
+  --target vllm-ascend --format kernel --tp 4
+t_asc4=$t_median
+if [ -n "$t_asc4" ]; then
+  $W plan "$base/src" --target vllm-ascend --format kernel --tp 4 --json >"$base/plan-asc4.json"
+  peer "numpy peer (ascend kernel tp 4)" peer_numpy.py numpy python3-numpy \
+    "$base/plan-asc4.json" "$base/src" "$base/asc" "$t_asc4"
+  peer "torch peer (ascend kernel tp 4)" peer_torch.py torch python3-torch \
+    "$base/plan-asc4.json" "$base/src" "$base/asc" "$t_asc4"
+  pair "vllm-ascend tp 4 -> hf" "$base/asc" "$base/back" convert "$base/asc" "$base/back" \
+    --target hf
+  [ -z "$t_median" ] || { $W verify "$base/src" "$base/back" >/dev/null && echo "round trip (vllm-ascend): bit-exact"; }
+fi
 rm -rf "$base/asc" "$base/back"
 
 # merge: the same checkpoint as FSDP2 x EP saves it in DCP's safetensors mode (4 ranks:
 # experts whole on their expert-parallel rank, everything else Shard(0)); the baseline
 # is cp -r of those shard files
-echo "sharding it as FSDP2 x EP (DCP format A, 4 ranks) ..."
-python3 "$top/tests/make-dcp-fixtures.py" --shard-ep "$base"/src/model-00001-of-*.safetensors "$base/dcp"
-read -r t_cp m_cp < <(measure cp -r "$base/dcp/a" "$base/cp")
-rm -rf "$base/cp"
-printf '%-28s %7.2f s %7.2f GB/s  ratio 1.00  peak private %6d KiB\n' "cp -r (shards)" "$t_cp" \
-  "$(calc "$gb / $t_cp")" "$m_cp"
-run "merge (FSDP2 x EP shards)" $W merge "$base/dcp/a" "$base/merged"
-$W verify "$base/src" "$base/merged" >/dev/null && echo "merge: bit-exact"
+if room_for "$(bytes_of "$base/src")"; then
+  echo "sharding it as FSDP2 x EP (DCP format A, 4 ranks) ..."
+  "$python" "$top/tests/make-dcp-fixtures.py" --shard-ep "$base"/src/model-00001-of-*.safetensors \
+    "$base/dcp"
+  pair "merge (FSDP2 x EP shards)" "$base/dcp/a" "$base/merged" merge "$base/dcp/a" "$base/merged"
+  [ -z "$t_median" ] || { $W verify "$base/src" "$base/merged" >/dev/null && echo "merge: bit-exact"; }
+  rm -rf "$base/dcp" "$base/merged"
+else
+  echo "merge (FSDP2 x EP shards): skipped: the tmpfs has not the room for the shards"
+fi
 
 # The session from Python (bench/session_bench.py): the checkpoint held as numpy arrays,
 # pushed at tp 4 into rank files on the tmpfs, steady-state steps against numpy.copyto

@@ -41,6 +41,20 @@ run_wsync(Fixture *f, const char *first, ...)
   return test_run_wsync_argv((const char *const *)args->pdata);
 }
 
+/* wsync with @args (which this extends), then the fixture's conf.d and plugins. */
+static Run
+run_args(Fixture *f, GPtrArray *args)
+{
+  g_ptr_array_add(args, "--conf-dir");
+  g_ptr_array_add(args, f->conf);
+  g_ptr_array_add(args, "--plugin-dir");
+  g_ptr_array_add(args, (gpointer)test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR"));
+  g_ptr_array_add(args, "--plugin-dir");
+  g_ptr_array_add(args, (gpointer)test_env_dir("WSYNC_TEST_PLUGIN_DIR"));
+  g_ptr_array_add(args, NULL);
+  return test_run_wsync_argv((const char *const *)args->pdata);
+}
+
 static char *
 tiny_config(void)
 {
@@ -337,6 +351,90 @@ test_threads_give_identical_bytes(Fixture *f, gconstpointer data)
   }
 }
 
+/* The bytes of every file under @a and @b are equal, and they hold the same names. */
+static void
+assert_same_files(const char *a, const char *b)
+{
+  g_autoptr(GDir) d = g_dir_open(a, 0, NULL);
+  const char *name;
+  guint n = 0, m = 0;
+
+  g_assert_nonnull(d);
+  while ((name = g_dir_read_name(d)) != NULL) {
+    g_autofree char *pa = g_build_filename(a, name, NULL);
+    g_autofree char *pb = g_build_filename(b, name, NULL);
+    g_autofree char *da = NULL, *db = NULL;
+    gsize la = 0, lb = 0;
+    g_assert_true(g_file_get_contents(pa, &da, &la, NULL));
+    if (!g_file_get_contents(pb, &db, &lb, NULL))
+      g_error("%s has %s, %s has not", a, name, b);
+    if (la != lb || memcmp(da, db, la) != 0)
+      g_error("%s differs from %s", pa, pb);
+    n++;
+  }
+  g_autoptr(GDir) e = g_dir_open(b, 0, NULL);
+  while ((name = g_dir_read_name(e)) != NULL)
+    m++;
+  g_assert_cmpuint(n, ==, m);
+}
+
+/* The executor writes each output tensor in slabs of at most 16 MiB / threads bytes.
+ * With 256 threads, slabs of 64 KiB cut the tensors of a model whose experts are 384
+ * KiB: inside an expert of w13 (between its gate and its up rows), across the
+ * transposed experts of vllm-ascend's kernel layout, through the padding rows of the
+ * vocabulary (a fill); and the files are byte for byte those of one slab per tensor
+ * (--threads 1), at tp 1 and tp 4, read back to hf, and in an output split in parts. */
+static void
+test_slabs_give_identical_bytes(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *config =
+      g_test_build_filename(G_TEST_DIST, "data", "configs", "medium-qwen3-moe.json", NULL);
+  g_autofree char *src = path_in(f, "medium");
+  g_free(test_write(f->conf, "40.conf", "plugin \"npu-ascend\" {}\n"));
+  Run r = run_wsync(f, "synth", "--config", config, src, "--pattern", "index", "-q", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+  static const char *const targets[][7] = {
+      {"--target", "vllm", "--tp", "1", NULL},
+      {"--target", "vllm", "--tp", "4", NULL},
+      {"--target", "vllm-ascend", "--format", "kernel", "--tp", "1", NULL},
+      {"--target", "vllm-ascend", "--format", "kernel", "--tp", "2", NULL},
+      {"--target", "hf", "--part-size", "300000", NULL},
+  };
+  for (guint t = 0; t < G_N_ELEMENTS(targets); t++) {
+    g_autofree char *one = g_strdup_printf("%s/one-%u", f->dir, t);
+    g_autofree char *many = g_strdup_printf("%s/many-%u", f->dir, t);
+    g_autofree char *back = g_strdup_printf("%s/back-%u", f->dir, t);
+    g_autofree char *back1 = g_strdup_printf("%s/back1-%u", f->dir, t);
+    for (int k = 0; k < 2; k++) {
+      g_autoptr(GPtrArray) args = g_ptr_array_new();
+      g_ptr_array_add(args, "convert");
+      g_ptr_array_add(args, src);
+      g_ptr_array_add(args, k == 0 ? one : many);
+      for (guint i = 0; targets[t][i] != NULL; i++)
+        g_ptr_array_add(args, (gpointer)targets[t][i]);
+      g_ptr_array_add(args, "--threads");
+      g_ptr_array_add(args, k == 0 ? "1" : "256");
+      r = run_args(f, args);
+      g_assert_cmpint(r.status, ==, 0);
+      run_clear(&r);
+    }
+    assert_same_files(one, many);
+    /* and back: the gathers of the read-back cut into slabs too */
+    r = run_wsync(f, "convert", many, back, "--target", "hf", "--threads", "256", NULL);
+    g_assert_cmpint(r.status, ==, 0);
+    run_clear(&r);
+    r = run_wsync(f, "convert", many, back1, "--target", "hf", "--threads", "1", NULL);
+    g_assert_cmpint(r.status, ==, 0);
+    run_clear(&r);
+    assert_same_files(back1, back);
+    r = run_wsync(f, "verify", src, back, NULL);
+    g_assert_cmpint(r.status, ==, 0);
+    run_clear(&r);
+  }
+}
+
 static void
 test_sync_section_defaults(Fixture *f, gconstpointer data)
 {
@@ -529,6 +627,7 @@ main(int argc, char **argv)
   ADD("/engine/output/atomic", test_existing_dst_untouched_on_failure_replaced_on_success);
   ADD("/engine/output/part-size", test_part_size_splits_files);
   ADD("/engine/output/threads", test_threads_give_identical_bytes);
+  ADD("/engine/output/slabs", test_slabs_give_identical_bytes);
   ADD("/engine/conf/sync-defaults", test_sync_section_defaults);
   ADD("/engine/plan/json", test_plan_json_names_sources);
   ADD("/engine/input/sharded", test_sharded_source);

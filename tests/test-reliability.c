@@ -3,11 +3,14 @@
  * (Issue 10; the trust rules of plugins and conf.d are in test-context too.) */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <json-glib/json-glib.h>
@@ -565,6 +568,127 @@ test_guarded_map_reads(Fixture *f, gconstpointer data)
   munmap(map, len);
 }
 
+/* ------------------------------------------------------------------ a full disk */
+
+/* A tmpfs of @bytes at @dir, in a mount namespace of this process's own: a real full
+ * disk, without touching the machine's.  FALSE when this process may not mount. */
+static gboolean
+mount_small_tmpfs(const char *dir, guint64 bytes)
+{
+  g_autofree char *opts = g_strdup_printf("size=%" G_GUINT64_FORMAT, bytes);
+  return unshare(CLONE_NEWNS) == 0 && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
+         g_mkdir_with_parents(dir, 0755) == 0 &&
+         mount("wsync-test", dir, "tmpfs", 0, opts) == 0;
+}
+
+/* The bytes of tensor data `wsync convert` writes for @target_args. */
+static guint64
+output_bytes(Fixture *f, const char *target, const char *tp)
+{
+  Run r = run_wsync(f, "plan", f->tiny, "--target", target, "--tp", tp, "--json", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_autoptr(JsonParser) parser = json_parser_new();
+  g_assert_true(json_parser_load_from_data(parser, r.out, -1, NULL));
+  guint64 bytes = (guint64)json_object_get_int_member(
+      json_node_get_object(json_parser_get_root(parser)), "bytes");
+  run_clear(&r);
+  return bytes;
+}
+
+/* Grows the file @filler until the file system of @dir has @free bytes left. */
+static void
+leave_free(const char *dir, const char *filler, guint64 free_bytes)
+{
+  struct statvfs sv;
+  struct stat st;
+  int fd = open(filler, O_RDWR | O_CREAT, 0644);
+
+  g_assert_cmpint(fd, >=, 0);
+  g_assert_cmpint(statvfs(dir, &sv), ==, 0);
+  g_assert_cmpint(fstat(fd, &st), ==, 0);
+  guint64 avail = (guint64)sv.f_bavail * sv.f_frsize;
+  g_assert_cmpuint(avail, >, free_bytes);
+  g_assert_cmpint(posix_fallocate(fd, 0, st.st_size + (off_t)(avail - free_bytes)), ==, 0);
+  close(fd);
+}
+
+/* The user's previous output in @out: the files of --target hf, and @weights its bytes. */
+static void
+assert_previous_output(const char *out, const char *weights, gsize len)
+{
+  g_autofree char *names = names_in(out);
+  g_assert_cmpstr(names, ==, HF_FILES);
+  g_autofree char *path = g_build_filename(out, "model-00001-of-00001.safetensors", NULL);
+  g_autofree char *now = NULL;
+  gsize now_len = 0;
+  g_assert_true(g_file_get_contents(path, &now, &now_len, NULL));
+  g_assert_cmpmem(now, now_len, weights, len);
+}
+
+/* A full disk, on a real (small) file system: no output file is preallocated, so the
+ * writes themselves must report it.  When the file system has room for the tensors
+ * when the run starts but not for the files they end up in, a write fails with ENOSPC
+ * (the file and the tensor named); when it has not even room for the tensors, the run
+ * refuses before it writes anything.  Either way: exit 4, one line, the previous DST
+ * as it was, no temporary left.  Needs root, to mount the tmpfs. */
+static void
+test_full_disk(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  if (!g_test_subprocess()) {
+    if (geteuid() != 0) {
+      g_test_skip("needs root, to mount a small tmpfs in a mount namespace of its own");
+      return;
+    }
+    g_test_trap_subprocess(NULL, 0, G_TEST_SUBPROCESS_INHERIT_STDERR);
+    g_test_trap_assert_passed();
+    return;
+  }
+  g_autofree char *small = path_in(f, "small");
+  g_autofree char *out = g_build_filename(small, "out", NULL);
+  g_autofree char *filler = g_build_filename(small, "filler", NULL);
+  guint64 hf = output_bytes(f, "hf", "1"), vllm = output_bytes(f, "vllm", "2");
+  if (!mount_small_tmpfs(small, 4 * hf + (1u << 20))) {
+    g_test_message("cannot mount a tmpfs here (%s): not tested", g_strerror(errno));
+    return;
+  }
+  /* the user's previous output (written across file systems: copy_file_range says EXDEV
+   * and the executor writes from the maps) */
+  Run r = run_wsync(f, "convert", f->tiny, out, "--target", "hf", "-q", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+  g_autofree char *weights_path = g_build_filename(out, "model-00001-of-00001.safetensors", NULL);
+  g_autofree char *weights = NULL;
+  gsize len = 0;
+  g_assert_true(g_file_get_contents(weights_path, &weights, &len, NULL));
+
+  /* room for the tensors' bytes and one page: not for the headers of the files too */
+  leave_free(small, filler, vllm + 4096);
+  r = run_wsync(f, "convert", f->tiny, out, "--target", "vllm", "--tp", "2", NULL);
+  g_autofree char *prefix = g_strdup_printf("wsync: cannot write %s/.out.wsync-", small);
+  if (r.status != 4 || !g_str_has_prefix(r.err, prefix) ||
+      strstr(r.err, ": No space left on device (tensor \"") == NULL ||
+      !g_str_has_suffix(r.err, "\")\n") || strchr(r.err, '\n') != r.err + strlen(r.err) - 1)
+    g_error("exit %d, stderr \"%s\"", r.status, r.err);
+  g_assert_cmpstr(r.out, ==, "");
+  run_clear(&r);
+  assert_previous_output(out, weights, len);
+  assert_no_temporaries(small);
+
+  /* not even room for the tensors: refused before anything is written */
+  leave_free(small, filler, vllm / 2);
+  r = run_wsync(f, "convert", f->tiny, out, "--target", "vllm", "--tp", "2", NULL);
+  g_autofree char *refusal = g_strdup_printf(
+      "wsync: cannot write %s: No space left on device (the output needs ", out);
+  if (r.status != 4 || !g_str_has_prefix(r.err, refusal) ||
+      !g_str_has_suffix(r.err, " free)\n") || strchr(r.err, '\n') != r.err + strlen(r.err) - 1)
+    g_error("exit %d, stderr \"%s\"", r.status, r.err);
+  run_clear(&r);
+  assert_previous_output(out, weights, len);
+  assert_no_temporaries(small);
+  g_assert_cmpint(umount(small), ==, 0);
+}
+
 /* ------------------------------------------------------------------ hangs and memory */
 
 static void
@@ -867,6 +991,29 @@ test_stale_temporary_removed_by_next_run(Fixture *f, gconstpointer data)
   g_assert_cmpstr(names, ==, VLLM_TP2_FILES);
 }
 
+/* kill -9 after every tensor is written (the saboteur's signal comes while config.json
+ * is written): the previous DST is as it was, byte for byte. */
+static void
+test_kill_leaves_previous_dst(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *out = path_in(f, "out");
+  Run r = run_wsync(f, "convert", f->tiny, out, "--target", "hf", "-q", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+  g_autofree char *weights_path = g_build_filename(out, "model-00001-of-00001.safetensors", NULL);
+  g_autofree char *weights = NULL;
+  gsize len = 0;
+  g_assert_true(g_file_get_contents(weights_path, &weights, &len, NULL));
+
+  saboteur_signal(f, SIGKILL);
+  r = run_wsync(f, "convert", f->tiny, out, "--target", "vllm", "--tp", "2", NULL);
+  g_assert_cmpint(r.signal, ==, SIGKILL);
+  run_clear(&r);
+  g_assert_cmpuint(count_temporaries(f), ==, 1);
+  assert_previous_output(out, weights, len);
+}
+
 /* A temporary whose run still holds its lock is another run's work in progress: left. */
 static void
 test_running_temporary_left_alone(Fixture *f, gconstpointer data)
@@ -1075,6 +1222,7 @@ main(int argc, char **argv)
   ADD("/reliability/crash/deep-conf-file", test_deep_conf_file);
   ADD("/reliability/crash/source-shrinks", test_source_shrinks_while_converting);
   ADD("/reliability/crash/guarded-map-reads", test_guarded_map_reads);
+  ADD("/reliability/crash/full-disk", test_full_disk);
   ADD("/reliability/hang/conf-d-fifo-and-huge", test_conf_d_fifo_and_huge);
   ADD("/reliability/hang/index-fifo-device-huge", test_index_fifo_device_huge);
   ADD("/reliability/memory/model-counts", test_model_counts_checked_first);
@@ -1082,6 +1230,7 @@ main(int argc, char **argv)
   ADD("/reliability/memory/companion-files", test_companion_files_streamed);
   ADD("/reliability/signal/removes-temporary", test_signal_removes_temporary);
   ADD("/reliability/signal/stale-temporary-removed", test_stale_temporary_removed_by_next_run);
+  ADD("/reliability/signal/kill-leaves-previous-dst", test_kill_leaves_previous_dst);
   ADD("/reliability/signal/running-temporary-left", test_running_temporary_left_alone);
   ADD("/reliability/signal/other-users-temporary-left", test_other_users_temporary_left_alone);
   ADD("/reliability/message/shard-names", test_shard_names_in_messages);

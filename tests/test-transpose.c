@@ -110,7 +110,7 @@ check_shape(guint64 rows, guint64 cols, gsize esize, gsize src_pad, gsize dst_pa
 
 static const gsize esizes[] = {2, 4, 1, 8};
 
-/* Shapes around the micro-tile (4, 8, 16) and cache-tile (64) sizes. */
+/* Shapes around the micro-tile (4, 8, 16, 32) and cache-tile (64, 1 KiB) sizes. */
 static void
 test_fixed_shapes(void)
 {
@@ -118,6 +118,9 @@ test_fixed_shapes(void)
       {1, 1},   {1, 7},    {7, 1},   {1, 300}, {300, 1}, {2, 3},   {4, 4},   {8, 8},
       {16, 16}, {15, 17},  {17, 15}, {33, 65}, {65, 33}, {64, 64}, {63, 65}, {64, 128},
       {128, 64}, {100, 3}, {3, 100}, {129, 257}, {40, 48}, {48, 40}, {5, 40}, {40, 5},
+      /* across the AVX-512 cache tiles (64 rows, 1 KiB of source row) and its micro-tiles
+       * (16 rows, 64 bytes) */
+      {65, 513}, {80, 1030}, {17, 600}, {160, 272}, {31, 33},
   };
 
   for (guint e = 0; e < G_N_ELEMENTS(esizes); e++)
@@ -190,8 +193,11 @@ test_path_names(void)
   g_assert_cmpstr(wsync_transpose_path_name(WSYNC_TRANSPOSE_PORTABLE), ==, "portable");
   g_assert_cmpstr(wsync_transpose_path_name(WSYNC_TRANSPOSE_SSE2), ==, "sse2");
   g_assert_cmpstr(wsync_transpose_path_name(WSYNC_TRANSPOSE_AVX2), ==, "avx2");
+  g_assert_cmpstr(wsync_transpose_path_name(WSYNC_TRANSPOSE_AVX512), ==, "avx512");
   g_assert_true(wsync_transpose_path_supported(WSYNC_TRANSPOSE_PORTABLE));
-  /* an AVX2 CPU has SSE2 */
+  /* an AVX-512 CPU has AVX2, and an AVX2 CPU has SSE2 */
+  if (wsync_transpose_path_supported(WSYNC_TRANSPOSE_AVX512))
+    g_assert_true(wsync_transpose_path_supported(WSYNC_TRANSPOSE_AVX2));
   if (wsync_transpose_path_supported(WSYNC_TRANSPOSE_AVX2))
     g_assert_true(wsync_transpose_path_supported(WSYNC_TRANSPOSE_SSE2));
   for (int p = 0; p < WSYNC_TRANSPOSE_N_PATHS; p++)
@@ -231,7 +237,7 @@ static void
 test_env_unset(void)
 {
   if (g_test_subprocess()) {
-    check_env_child(NULL, expected_path(WSYNC_TRANSPOSE_AVX2));
+    check_env_child(NULL, expected_path(WSYNC_TRANSPOSE_N_PATHS - 1));
     return;
   }
   g_test_trap_subprocess(NULL, 0, G_TEST_SUBPROCESS_INHERIT_STDERR);
@@ -265,7 +271,7 @@ static void
 test_env_unknown(void)
 {
   if (g_test_subprocess()) {
-    check_env_child("neon", expected_path(WSYNC_TRANSPOSE_AVX2));
+    check_env_child("neon", expected_path(WSYNC_TRANSPOSE_N_PATHS - 1));
     return;
   }
   g_test_trap_subprocess(NULL, 0, G_TEST_SUBPROCESS_INHERIT_STDERR);

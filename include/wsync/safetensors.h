@@ -189,9 +189,10 @@ WSYNC_API guint8 *wsync_safetensors_writer_header(WsyncSafetensorsWriter *w, gsi
  * @path: the file to create (an existing file is replaced)
  * @error: return location for a #WSYNC_ERROR_IO error
  *
- * Creates @path, writes the header and sizes the file to its final length.  The data
- * region is then filled with wsync_safetensors_writer_data() and/or
- * wsync_safetensors_writer_pwrite(), from any number of threads.
+ * Creates @path, writes the header and sizes the file to its final length (sparse: no
+ * block is reserved yet).  The data region is then filled with
+ * wsync_safetensors_writer_data() and/or wsync_safetensors_writer_pwrite(), from any
+ * number of threads.
  *
  * Returns: %TRUE on success.
  */
@@ -204,7 +205,10 @@ WSYNC_API gboolean wsync_safetensors_writer_begin(WsyncSafetensorsWriter *w, con
  * @name: a declared tensor
  * @error: return location for a #WSYNC_ERROR_IO error
  *
- * Maps the file for writing (once) and returns where @name's bytes go.
+ * Maps the file for writing (once) and returns where @name's bytes go.  The first call
+ * reserves the file's blocks (posix_fallocate(3)), so that a full disk fails here with
+ * an ENOSPC error instead of killing the process with SIGBUS when a page of the map is
+ * first written.
  *
  * Returns: (transfer none) (nullable): a pointer to nbytes writable bytes.
  */
@@ -220,7 +224,8 @@ WSYNC_API guint8 *wsync_safetensors_writer_data(WsyncSafetensorsWriter *w, const
  * @len: how many; @offset + @len must not pass the tensor's end
  * @error: return location for a #WSYNC_ERROR_IO error
  *
- * Writes part of a tensor with pwrite(2).  Safe to call from several threads.
+ * Writes part of a tensor with pwrite(2).  Safe to call from several threads.  A full
+ * disk is an ENOSPC error.
  *
  * Returns: %TRUE on success.
  */

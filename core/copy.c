@@ -363,3 +363,55 @@ copy_op(const WsyncPlan *plan, const Op *op, guint64 outer_from, guint64 outer_t
   walk_normalise(&w);
   copy_inner(&w, 0, src, dst, dsize);
 }
+
+/* ------------------------------------------------------------------ destination runs */
+
+void
+copy_op_runs(const Op *op, guint64 outer_from, guint64 outer_to, WsyncDtype dst_dtype,
+             CopyRunFunc run, gpointer data)
+{
+  const guint64 esize = wsync_dtype_size(dst_dtype);
+  guint64 extent[WSYNC_MAX_DIMS], stride[WSYNC_MAX_DIMS], idx[WSYNC_MAX_DIMS] = {0};
+  guint64 origin = op->dst_origin * esize, len = esize;
+  guint n = 0;
+
+  if (op->ndim > 0) {
+    if (outer_to <= outer_from)
+      return;
+    origin += outer_from * op->dst_stride[0] * esize;
+  }
+  /* the axes that move, by decreasing destination stride (insertion sort: a few axes),
+   * so that the runs come out in increasing offset order */
+  for (guint k = 0; k < op->ndim; k++) {
+    guint64 e = k == 0 ? outer_to - outer_from : op->extent[k], st = op->dst_stride[k] * esize;
+    guint at = n;
+    if (e == 0)
+      return;
+    if (e == 1)
+      continue;
+    while (at > 0 && stride[at - 1] < st) {
+      extent[at] = extent[at - 1];
+      stride[at] = stride[at - 1];
+      at--;
+    }
+    extent[at] = e;
+    stride[at] = st;
+    n++;
+  }
+  /* the innermost axes that are contiguous become the run */
+  while (n > 0 && stride[n - 1] == len) {
+    len *= extent[n - 1];
+    n--;
+  }
+  for (;;) {
+    guint64 offset = origin;
+    for (guint k = 0; k < n; k++)
+      offset += idx[k] * stride[k];
+    run(data, offset, len);
+    guint k = n;
+    while (k > 0 && ++idx[k - 1] == extent[k - 1])
+      idx[--k] = 0;
+    if (k == 0)
+      return;
+  }
+}

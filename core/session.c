@@ -155,6 +155,24 @@ typedef enum {
   STEP_OPEN,
 } StepState;
 
+/* Work indexed 0..n-1, shared by the calling thread and the pool's helpers. */
+typedef struct {
+  void (*work)(gpointer data, guint index);
+  gpointer data;
+  guint n;
+  gint next; /* atomic */
+} Team;
+
+/* Where the pool's helpers find a team (see team_run()). */
+typedef struct {
+  gboolean in_use; /* a push's team_run() holds it */
+  Team *team;      /* the team helpers may join, or NULL */
+  guint running;   /* helpers in it */
+} TeamSlot;
+
+/* Pushes that can use the helpers at once (a push beyond works alone). */
+#define TEAM_SLOTS 16
+
 struct _WsyncSession {
   WsyncContext *ctx;
   char *config_path;
@@ -181,6 +199,9 @@ struct _WsyncSession {
   guint world;
   guint threads;
   GThreadPool *pool; /* threads - 1 helpers, or NULL */
+  GMutex team_lock;  /* guards team_slots */
+  GCond team_done;   /* a helper left its team */
+  TeamSlot team_slots[TEAM_SLOTS];
   /* steps */
   GMutex lock; /* guards what follows, and the inputs' pushed and buckets' open state */
   StepState state;
@@ -292,17 +313,6 @@ wsync_session_checksum(const void *data, gsize len)
 
 /* ------------------------------------------------------------------ threads */
 
-/* Work indexed 0..n-1, shared by the calling thread and the pool's helpers. */
-typedef struct {
-  void (*work)(gpointer data, guint index);
-  gpointer data;
-  guint n;
-  gint next; /* atomic */
-  GMutex lock;
-  GCond done;
-  guint helpers; /* helpers not finished */
-} Team;
-
 static void
 team_work(Team *t)
 {
@@ -314,38 +324,63 @@ team_work(Team *t)
   }
 }
 
+/* A pool task: joins the team its slot holds, if the caller has not finished yet. */
 static void
 team_helper(gpointer data, gpointer user_data)
 {
-  Team *t = data;
+  TeamSlot *slot = data;
+  WsyncSession *s = user_data;
+  Team *t;
 
-  (void)user_data;
+  g_mutex_lock(&s->team_lock);
+  t = slot->team;
+  if (t != NULL)
+    slot->running++;
+  g_mutex_unlock(&s->team_lock);
+  if (t == NULL)
+    return; /* the caller did all the work without this helper */
   team_work(t);
-  g_mutex_lock(&t->lock);
-  t->helpers--;
-  g_cond_signal(&t->done);
-  g_mutex_unlock(&t->lock);
+  g_mutex_lock(&s->team_lock);
+  if (--slot->running == 0)
+    g_cond_broadcast(&s->team_done);
+  g_mutex_unlock(&s->team_lock);
 }
 
-/* Runs @work(@data, i) for every i < @n, and returns when all are done. */
+/* Runs @work(@data, i) for every i < @n, and returns when all are done.  The caller
+ * works too, and waits only for helpers that joined: on a machine whose other core is
+ * busy a helper may start milliseconds later, by which time a push of a few MiB is
+ * done (waiting for it took as long as the copy).  The pool's tasks point at a slot of
+ * the session, never at the caller's stack, so that a helper starting late finds the
+ * slot empty (or another push's team, which it may help as well). */
 static void
 team_run(WsyncSession *s, void (*work)(gpointer, guint), gpointer data, guint n)
 {
   Team t = {.work = work, .data = data, .n = n};
   guint helpers = s->pool != NULL && n > 1 ? MIN(s->threads - 1, n - 1) : 0;
+  TeamSlot *slot = NULL;
 
-  g_mutex_init(&t.lock);
-  g_cond_init(&t.done);
-  t.helpers = helpers;
-  for (guint h = 0; h < helpers; h++)
-    g_thread_pool_push(s->pool, &t, NULL);
+  if (helpers > 0) {
+    g_mutex_lock(&s->team_lock);
+    for (guint i = 0; slot == NULL && i < TEAM_SLOTS; i++)
+      if (!s->team_slots[i].in_use)
+        slot = &s->team_slots[i];
+    if (slot != NULL) {
+      slot->in_use = TRUE;
+      slot->team = &t;
+    }
+    g_mutex_unlock(&s->team_lock);
+  }
+  for (guint h = 0; slot != NULL && h < helpers; h++)
+    g_thread_pool_push(s->pool, slot, NULL);
   team_work(&t);
-  g_mutex_lock(&t.lock);
-  while (t.helpers > 0)
-    g_cond_wait(&t.done, &t.lock);
-  g_mutex_unlock(&t.lock);
-  g_mutex_clear(&t.lock);
-  g_cond_clear(&t.done);
+  if (slot != NULL) {
+    g_mutex_lock(&s->team_lock);
+    slot->team = NULL; /* no helper joins any more */
+    while (slot->running > 0)
+      g_cond_wait(&s->team_done, &s->team_lock);
+    slot->in_use = FALSE;
+    g_mutex_unlock(&s->team_lock);
+  }
 }
 
 /* ------------------------------------------------------------------ making a session */
@@ -412,6 +447,8 @@ wsync_session_new(WsyncContext *ctx, const char *config_path, const WsyncSession
   s->ctx = ctx;
   g_mutex_init(&s->lock);
   g_mutex_init(&s->deliver_lock);
+  g_mutex_init(&s->team_lock);
+  g_cond_init(&s->team_done);
   s->config_path = g_strdup(config_path);
   s->described = g_ptr_array_new_with_free_func(described_free);
   s->by_name = g_hash_table_new(g_str_hash, g_str_equal);
@@ -449,7 +486,7 @@ wsync_session_new(WsyncContext *ctx, const char *config_path, const WsyncSession
   if (s->plan == NULL)
     return NULL;
   if (s->threads > 1)
-    s->pool = g_thread_pool_new(team_helper, NULL, (gint)(s->threads - 1), FALSE, NULL);
+    s->pool = g_thread_pool_new(team_helper, s, (gint)(s->threads - 1), FALSE, NULL);
   return g_steal_pointer(&s);
 }
 
@@ -1781,5 +1818,7 @@ wsync_session_free(WsyncSession *s)
   g_free(s->format);
   g_mutex_clear(&s->lock);
   g_mutex_clear(&s->deliver_lock);
+  g_mutex_clear(&s->team_lock);
+  g_cond_clear(&s->team_done);
   g_free(s);
 }

@@ -131,12 +131,14 @@ typedef struct {
   Slot *slot;
 } Target;
 
-/* One work item of a push: rows of one copy op. */
+/* One work item of a push: the same rows of one or more copy ops that read the input's
+ * rows alike (e.g. the TP ranks' column slices of a row-parallel weight): each slice of
+ * source rows is read once, while in cache, for all of them. */
 typedef struct {
-  const Target *target;
-  guint64 from, to; /* rows of the op's first axis */
+  const Target *targets; /* n_targets consecutive targets of the input */
+  guint n_targets;
+  guint64 from, to; /* rows of the ops' first axis */
   guint64 slice;    /* rows copied before counting them into the checksum's blocks */
-  guint64 bytes;
 } Item;
 
 /* One described chunk: an input of the plan. */
@@ -869,24 +871,50 @@ op_drop_leading_units(Op *op)
   memmove(op->dst_stride, op->dst_stride + k, op->ndim * sizeof op->dst_stride[0]);
 }
 
-/* The work of @in's push: each copy op cut along its first axis into items of at most
- * CHUNK_BYTES, each copied in slices of at most SLICE_BYTES. */
-static void
-make_items(Input *in)
+static guint64
+target_rows(const Target *target)
 {
-  for (guint t = 0; t < in->targets->len; t++) {
-    const Target *target = &g_array_index(in->targets, Target, t);
-    const Op *op = &target->op;
-    guint64 bytes = op_bytes(op, target->slot->lt->dtype);
-    guint64 outer = op->ndim ? op->extent[0] : 1;
-    guint64 per_outer = MAX(bytes / outer, 1);
-    guint64 step = MAX(CHUNK_BYTES / per_outer, 1);
-    for (guint64 from = 0; from < outer; from += step) {
-      Item it = {.target = target,
+  return target->op.ndim ? target->op.extent[0] : 1;
+}
+
+/* The bytes one row of @target's first axis writes. */
+static guint64
+target_row_bytes(const Target *target)
+{
+  return MAX(op_bytes(&target->op, target->slot->lt->dtype) / target_rows(target), 1);
+}
+
+/* Whether @a and @b read the input's rows alike: as many rows, the same source stride
+ * along them. */
+static gboolean
+same_rows(const Target *a, const Target *b)
+{
+  return a->op.ndim > 0 && b->op.ndim > 0 && a->op.extent[0] == b->op.extent[0] &&
+         a->op.src_stride[0] == b->op.src_stride[0];
+}
+
+/* The work of @in's push: consecutive copy ops that read the rows alike form a group,
+ * cut along the rows into items of at most CHUNK_BYTES (and, with @threads > 1, into at
+ * least @threads items where there are as many rows), each copied in slices of at most
+ * SLICE_BYTES. */
+static void
+make_items(Input *in, guint threads)
+{
+  for (guint t = 0, u; t < in->targets->len; t = u) {
+    const Target *first = &g_array_index(in->targets, Target, t);
+    guint64 rows = target_rows(first), row_bytes = target_row_bytes(first);
+    for (u = t + 1;
+         u < in->targets->len && same_rows(first, &g_array_index(in->targets, Target, u)); u++)
+      row_bytes += target_row_bytes(&g_array_index(in->targets, Target, u));
+    guint64 step = MAX(CHUNK_BYTES / row_bytes, 1);
+    if (threads > 1)
+      step = MIN(step, MAX((rows + threads - 1) / threads, 1));
+    for (guint64 from = 0; from < rows; from += step) {
+      Item it = {.targets = first,
+                 .n_targets = u - t,
                  .from = from,
-                 .to = MIN(from + step, outer),
-                 .slice = MAX(SLICE_BYTES / per_outer, 1)};
-      it.bytes = (it.to - it.from) * per_outer;
+                 .to = MIN(from + step, rows),
+                 .slice = MAX(SLICE_BYTES / row_bytes, 1)};
       g_array_append_val(in->items, it);
     }
   }
@@ -973,7 +1001,7 @@ make_inputs(WsyncSession *s, GHashTable *slot_of, GError **error)
     }
   }
   for (guint i = 0; i < s->inputs->len; i++)
-    make_items(&g_array_index(s->inputs, Input, i)); /* its targets are final: items point in */
+    make_items(&g_array_index(s->inputs, Input, i), s->threads); /* targets final: items point in */
   for (guint i = 0; s->max_open_buckets > 0 && i < s->inputs->len; i++) {
     Input *in = &g_array_index(s->inputs, Input, i);
     if (in->buckets->len > s->max_open_buckets) {
@@ -1529,28 +1557,38 @@ run_item(gpointer data, guint index)
 {
   Push *push = data;
   const Item *it = &g_array_index(push->items, Item, index);
-  const Op *op = &it->target->op;
-  const Slot *slot = it->target->slot;
-  WsyncDtype dtype = slot->lt->dtype;
-  Bucket *bucket = slot->bucket;
+  const WsyncPlan *plan = push->s->plan;
 
-  if (bucket != NULL) {
-    copy_op(push->s->plan, op, it->from, it->to, push->src,
-            bucket->data + (slot->offset - bucket->file_offset), dtype);
-    if (__atomic_sub_fetch(&bucket->remaining, (gint64)it->bytes, __ATOMIC_ACQ_REL) == 0) {
+  /* caller sink: the item's rows of each op, then what they fill of its bucket */
+  for (guint k = 0; k < it->n_targets; k++) {
+    const Slot *slot = it->targets[k].slot;
+    Bucket *bucket = slot->bucket;
+    if (bucket == NULL)
+      continue;
+    copy_op(plan, &it->targets[k].op, it->from, it->to, push->src,
+            bucket->data + (slot->offset - bucket->file_offset), slot->lt->dtype);
+    gint64 bytes = (gint64)((it->to - it->from) * target_row_bytes(&it->targets[k]));
+    if (__atomic_sub_fetch(&bucket->remaining, bytes, __ATOMIC_ACQ_REL) == 0) {
       g_mutex_lock(&push->lock);
       g_ptr_array_add(push->filled, bucket);
       g_mutex_unlock(&push->lock);
     }
-    return;
   }
-  Tally t = {.file = slot->file, .base = slot->offset, .block = G_MAXUINT64};
+  /* directory sink: slice by slice, every op, then count each op's slice into the
+   * checksum's blocks */
   for (guint64 from = it->from; from < it->to; from += it->slice) {
     guint64 to = MIN(from + it->slice, it->to);
-    copy_op(push->s->plan, op, from, to, push->src, slot->file->map + slot->offset, dtype);
-    copy_op_runs(op, from, to, dtype, tally_run, &t);
+    for (guint k = 0; k < it->n_targets; k++) {
+      const Op *op = &it->targets[k].op;
+      const Slot *slot = it->targets[k].slot;
+      if (slot->bucket != NULL)
+        continue;
+      Tally t = {.file = slot->file, .base = slot->offset, .block = G_MAXUINT64};
+      copy_op(plan, op, from, to, push->src, slot->file->map + slot->offset, slot->lt->dtype);
+      copy_op_runs(op, from, to, slot->lt->dtype, tally_run, &t);
+      tally_flush(&t);
+    }
   }
-  tally_flush(&t);
 }
 
 /* Claims @in for the open step: checks, marks it pushed, opens the buckets it writes

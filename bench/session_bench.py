@@ -8,8 +8,8 @@ read into numpy arrays (private memory, as a trainer's CPU copy would be; BF16 a
 uint16).  A wsync.Session (target vllm, sharded-state, tp N) writes into OUT, a
 directory on a tmpfs: the first step creates the rank files; the steps after it are the
 steady state, rewriting the same pages in place (begin, a push of every array in name
-order from one Python thread, commit: the xxh3 of every rank file and the commit record
-included).  Each steady step is paired with one pass of numpy.copyto of every array
+order from one Python thread, commit: the checksums of the rank files and the commit
+record included).  Each steady step is paired with one pass of numpy.copyto of every array
 into a preallocated, already written array of the same shape: the same bytes read and
 written by the plainest copy Python has.  Prints the median time and throughput of
 each (paired runs), their ratio (the bar: the session at least 0.8 of copyto's throughput), the minor

@@ -387,24 +387,9 @@ gboolean
 copy_op_is_run(const Op *op, WsyncDtype dst_dtype, guint64 *src_offset, guint64 *dst_offset,
                guint64 *nbytes)
 {
-  gsize esize = wsync_dtype_size(dst_dtype);
-  Walk w = {.ndim = op->ndim};
-
-  if (op->kind != OP_COPY || op->source->kind != SOURCE_INPUT || op->src_dtype != dst_dtype ||
-      esize == 0)
+  if (!copy_op_run(op, 0, op->ndim > 0 ? op->extent[0] : 0, dst_dtype, src_offset, dst_offset,
+                   nbytes))
     return FALSE;
-  for (guint k = 0; k < op->ndim; k++) {
-    w.extent[k] = op->extent[k];
-    w.src_stride[k] = (gint64)(op->src_stride[k] * esize);
-    w.dst_stride[k] = (gint64)(op->dst_stride[k] * esize);
-  }
-  walk_normalise(&w);
-  if (w.ndim > 1 ||
-      (w.ndim == 1 && (w.src_stride[0] != (gint64)esize || w.dst_stride[0] != (gint64)esize)))
-    return FALSE;
-  *src_offset = op->src_origin * esize;
-  *dst_offset = op->dst_origin * esize;
-  *nbytes = (w.ndim == 1 ? w.extent[0] : 1) * esize;
   for (guint k = 0; k < op->ndim; k++)
     if (op->extent[k] == 0)
       *nbytes = 0;
@@ -498,7 +483,8 @@ copy_op_run(const Op *op, guint64 outer_from, guint64 outer_to, WsyncDtype dst_d
   gsize size = wsync_dtype_size(dst_dtype);
   Walk w = {.ndim = op->ndim};
 
-  if (op->kind != OP_COPY || op->source->kind != SOURCE_INPUT || op->src_dtype != dst_dtype)
+  if (op->kind != OP_COPY || op->source->kind != SOURCE_INPUT || op->src_dtype != dst_dtype ||
+      size == 0)
     return FALSE;
   for (guint k = 0; k < op->ndim; k++) {
     w.extent[k] = op->extent[k];
@@ -518,4 +504,56 @@ copy_op_run(const Op *op, guint64 outer_from, guint64 outer_to, WsyncDtype dst_d
     return FALSE;
   *nbytes = size * (w.ndim == 1 ? w.extent[0] : 1);
   return TRUE;
+}
+
+/* ------------------------------------------------------------------ destination runs */
+
+void
+copy_op_runs(const Op *op, guint64 outer_from, guint64 outer_to, WsyncDtype dst_dtype,
+             CopyRunFunc run, gpointer data)
+{
+  const guint64 esize = wsync_dtype_size(dst_dtype);
+  guint64 extent[WSYNC_MAX_DIMS], stride[WSYNC_MAX_DIMS], idx[WSYNC_MAX_DIMS] = {0};
+  guint64 origin = op->dst_origin * esize, len = esize;
+  guint n = 0;
+
+  if (op->ndim > 0) {
+    if (outer_to <= outer_from)
+      return;
+    origin += outer_from * op->dst_stride[0] * esize;
+  }
+  /* the axes that move, by decreasing destination stride (insertion sort: a few axes),
+   * so that the runs come out in increasing offset order */
+  for (guint k = 0; k < op->ndim; k++) {
+    guint64 e = k == 0 ? outer_to - outer_from : op->extent[k], st = op->dst_stride[k] * esize;
+    guint at = n;
+    if (e == 0)
+      return;
+    if (e == 1)
+      continue;
+    while (at > 0 && stride[at - 1] < st) {
+      extent[at] = extent[at - 1];
+      stride[at] = stride[at - 1];
+      at--;
+    }
+    extent[at] = e;
+    stride[at] = st;
+    n++;
+  }
+  /* the innermost axes that are contiguous become the run */
+  while (n > 0 && stride[n - 1] == len) {
+    len *= extent[n - 1];
+    n--;
+  }
+  for (;;) {
+    guint64 offset = origin;
+    for (guint k = 0; k < n; k++)
+      offset += idx[k] * stride[k];
+    run(data, offset, len);
+    guint k = n;
+    while (k > 0 && ++idx[k - 1] == extent[k - 1])
+      idx[--k] = 0;
+    if (k == 0)
+      return;
+  }
 }

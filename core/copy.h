@@ -47,4 +47,16 @@ void copy_fill_window(guint8 *base, guint64 window_first, const Fill *fill,
 gboolean copy_op_run(const Op *op, guint64 outer_from, guint64 outer_to, WsyncDtype dst_dtype,
                      guint64 *src_offset, guint64 *dst_offset, guint64 *nbytes);
 
+/* Receives one contiguous run of @length bytes at @offset (see copy_op_runs()). */
+typedef void (*CopyRunFunc)(gpointer data, guint64 offset, guint64 length);
+
+/* Calls @run(@data, offset, length) for every contiguous run of bytes that
+ * copy_op(@op, @outer_from, @outer_to, ..., @dst_dtype) writes, the offsets counted
+ * from the output tensor's first byte, in increasing order (runs as long as the
+ * destination allows: a slice of whole rows is one run; a column slice, one run per
+ * row).  It says where the bytes go without moving any, for callers that track which
+ * parts of the output are written. */
+void copy_op_runs(const Op *op, guint64 outer_from, guint64 outer_to, WsyncDtype dst_dtype,
+                  CopyRunFunc run, gpointer data);
+
 #endif /* WSYNC_COPY_H */

@@ -7,14 +7,23 @@
  * each described chunk is an input of the plan; every copy op reading it is a target of
  * the push of that chunk: a push runs those ops (core/copy.c's kernels) with the pushed
  * pointer as the source and the destination rank file (directory sink) or bucket (caller
- * sink) as the destination, split into runs of at most 8 MiB shared by the pushing
- * thread and the session's pool.  Fills are written once per file (directory) or once
- * per bucket.
+ * sink) as the destination, split into work items of at most 8 MiB shared by the
+ * pushing thread and the session's pool.  Fills are written once per file (directory)
+ * or once per bucket.
  *
  * The directory sink creates the rank files with the headers the safetensors writer
  * makes (so they are the files `wsync convert` writes) at the first begin and keeps them
  * mapped; later steps write into the same pages.  The commit record is the last thing
  * written at commit and the first thing removed at begin.
+ *
+ * The record's checksum of a file is made of the XXH3-64 of each 64 KiB block of it
+ * (wsync_session_checksum()), computed while the block's bytes are still in cache: each
+ * block counts the bytes pushes write into it (known from the plan); a work item copies
+ * its rows in slices of at most SLICE_BYTES, then subtracts what each slice wrote from
+ * the blocks it wrote into (copy_op_runs() says where), and the item that brings a
+ * block's count to zero hashes the block.  Blocks no push writes (the header, fills)
+ * never change: they are hashed once, when the file is made.  Commit only hashes the
+ * list of block hashes.
  */
 #define _GNU_SOURCE
 #include "config.h"
@@ -27,6 +36,10 @@
 
 #include <glib/gstdio.h>
 #include <xxhash.h>
+#ifdef HAVE_XXH3_64BITS_DISPATCH
+/* libxxhash's runtime choice of AVX2/AVX-512 code (the same hashes as XXH3_64bits) */
+#include <xxh_x86dispatch.h>
+#endif
 
 #include <wsync/session.h>
 
@@ -37,6 +50,14 @@
 
 /* The most bytes one work item copies: big tensors keep every thread busy. */
 #define CHUNK_BYTES (8u << 20)
+
+/* The most bytes a work item copies before it counts them into the checksum's blocks
+ * and hashes the blocks it completed: source and destination stay in a core's L2. */
+#define SLICE_BYTES (256u << 10)
+
+#define BLOCK_BYTES WSYNC_SESSION_CHECKSUM_BLOCK
+#define BLOCK_SHIFT 16
+G_STATIC_ASSERT(BLOCK_BYTES == 1u << BLOCK_SHIFT);
 
 /* `wsync convert --part-size`'s default. */
 #define DEFAULT_PART_SIZE (G_GUINT64_CONSTANT(5) << 30)
@@ -70,7 +91,12 @@ typedef struct {
   char *path;
   int fd;
   guint8 *map; /* the whole file */
-  char xxh3[17];
+  /* the checksum's blocks (directory sink), BLOCK_BYTES each, the last one short */
+  guint64 n_blocks;
+  gint32 *block_writes; /* bytes pushes write into each block in a step */
+  gint32 *block_left;   /* of those, not yet written in the open step (atomic) */
+  guint64 *block_sums;  /* each block's XXH3-64, little-endian */
+  char checksum[17];    /* of the last commit, 16 hex digits */
 } OutFile;
 
 typedef struct _Bucket Bucket;
@@ -102,9 +128,19 @@ struct _Bucket {
 
 /* A copy op of the plan that reads an input, and where it writes. */
 typedef struct {
-  const Op *op;
+  Op op; /* the plan's, without its leading axes of extent 1 (cut into rows) */
   Slot *slot;
 } Target;
+
+/* One work item of a push: the same rows of one or more copy ops that read the input's
+ * rows alike (e.g. the TP ranks' column slices of a row-parallel weight): each slice of
+ * source rows is read once, while in cache, for all of them. */
+typedef struct {
+  const Target *targets; /* n_targets consecutive targets of the input */
+  guint n_targets;
+  guint64 from, to; /* rows of the ops' first axis */
+  guint64 slice;    /* rows copied before counting them into the checksum's blocks */
+} Item;
 
 /* One described chunk: an input of the plan. */
 typedef struct {
@@ -112,6 +148,7 @@ typedef struct {
   guint chunk;
   guint64 nbytes;
   GArray *targets;    /* Target */
+  GArray *items;      /* Item: its push's work, made once */
   GPtrArray *buckets; /* the distinct Bucket* its targets write into */
   guint64 pushed;     /* the serial of the step that pushed it */
 } Input;
@@ -120,6 +157,24 @@ typedef enum {
   STEP_CLOSED,
   STEP_OPEN,
 } StepState;
+
+/* Work indexed 0..n-1, shared by the calling thread and the pool's helpers. */
+typedef struct {
+  void (*work)(gpointer data, guint index);
+  gpointer data;
+  guint n;
+  gint next; /* atomic */
+} Team;
+
+/* Where the pool's helpers find a team (see team_run()). */
+typedef struct {
+  gboolean in_use; /* a push's team_run() holds it */
+  Team *team;      /* the team helpers may join, or NULL */
+  guint running;   /* helpers in it */
+} TeamSlot;
+
+/* Pushes that can use the helpers at once (a push beyond works alone). */
+#define TEAM_SLOTS 16
 
 struct _WsyncSession {
   WsyncContext *ctx;
@@ -147,6 +202,9 @@ struct _WsyncSession {
   guint world;
   guint threads;
   GThreadPool *pool; /* threads - 1 helpers, or NULL */
+  GMutex team_lock;  /* guards team_slots */
+  GCond team_done;   /* a helper left its team */
+  TeamSlot team_slots[TEAM_SLOTS];
   /* steps */
   GMutex lock; /* guards what follows, and the inputs' pushed and buckets' open state */
   StepState state;
@@ -215,18 +273,48 @@ sync_dir(const char *dir, GError **error)
   return TRUE;
 }
 
-/* ------------------------------------------------------------------ threads */
+/* ------------------------------------------------------------------ the checksum */
 
-/* Work indexed 0..n-1, shared by the calling thread and the pool's helpers. */
-typedef struct {
-  void (*work)(gpointer data, guint index);
-  gpointer data;
-  guint n;
-  gint next; /* atomic */
-  GMutex lock;
-  GCond done;
-  guint helpers; /* helpers not finished */
-} Team;
+static inline guint64
+xxh3(const void *data, gsize len)
+{
+#ifdef HAVE_XXH3_64BITS_DISPATCH
+  return XXH3_64bits_dispatch(data, len);
+#else
+  return XXH3_64bits(data, len);
+#endif
+}
+
+/* The hash of block @b of the @len bytes at @data, little-endian: the 8 bytes the
+ * checksum hashes for it. */
+static inline guint64
+block_sum(const guint8 *data, guint64 len, guint64 b)
+{
+  guint64 at = b << BLOCK_SHIFT;
+
+  return GUINT64_TO_LE(xxh3(data + at, MIN(BLOCK_BYTES, len - at)));
+}
+
+/* The checksum from the blocks' hashes. */
+static inline guint64
+combine_block_sums(const guint64 *sums, guint64 n_blocks)
+{
+  return xxh3(sums, n_blocks * sizeof *sums);
+}
+
+guint64
+wsync_session_checksum(const void *data, gsize len)
+{
+  g_return_val_if_fail(data != NULL || len == 0, 0);
+  guint64 n_blocks = len / BLOCK_BYTES + (len % BLOCK_BYTES != 0);
+  g_autofree guint64 *sums = g_new(guint64, n_blocks);
+
+  for (guint64 b = 0; b < n_blocks; b++)
+    sums[b] = block_sum(data, len, b);
+  return combine_block_sums(sums, n_blocks);
+}
+
+/* ------------------------------------------------------------------ threads */
 
 static void
 team_work(Team *t)
@@ -239,38 +327,63 @@ team_work(Team *t)
   }
 }
 
+/* A pool task: joins the team its slot holds, if the caller has not finished yet. */
 static void
 team_helper(gpointer data, gpointer user_data)
 {
-  Team *t = data;
+  TeamSlot *slot = data;
+  WsyncSession *s = user_data;
+  Team *t;
 
-  (void)user_data;
+  g_mutex_lock(&s->team_lock);
+  t = slot->team;
+  if (t != NULL)
+    slot->running++;
+  g_mutex_unlock(&s->team_lock);
+  if (t == NULL)
+    return; /* the caller did all the work without this helper */
   team_work(t);
-  g_mutex_lock(&t->lock);
-  t->helpers--;
-  g_cond_signal(&t->done);
-  g_mutex_unlock(&t->lock);
+  g_mutex_lock(&s->team_lock);
+  if (--slot->running == 0)
+    g_cond_broadcast(&s->team_done);
+  g_mutex_unlock(&s->team_lock);
 }
 
-/* Runs @work(@data, i) for every i < @n, and returns when all are done. */
+/* Runs @work(@data, i) for every i < @n, and returns when all are done.  The caller
+ * works too, and waits only for helpers that joined: on a machine whose other core is
+ * busy a helper may start milliseconds later, by which time a push of a few MiB is
+ * done (waiting for it took as long as the copy).  The pool's tasks point at a slot of
+ * the session, never at the caller's stack, so that a helper starting late finds the
+ * slot empty (or another push's team, which it may help as well). */
 static void
 team_run(WsyncSession *s, void (*work)(gpointer, guint), gpointer data, guint n)
 {
   Team t = {.work = work, .data = data, .n = n};
   guint helpers = s->pool != NULL && n > 1 ? MIN(s->threads - 1, n - 1) : 0;
+  TeamSlot *slot = NULL;
 
-  g_mutex_init(&t.lock);
-  g_cond_init(&t.done);
-  t.helpers = helpers;
-  for (guint h = 0; h < helpers; h++)
-    g_thread_pool_push(s->pool, &t, NULL);
+  if (helpers > 0) {
+    g_mutex_lock(&s->team_lock);
+    for (guint i = 0; slot == NULL && i < TEAM_SLOTS; i++)
+      if (!s->team_slots[i].in_use)
+        slot = &s->team_slots[i];
+    if (slot != NULL) {
+      slot->in_use = TRUE;
+      slot->team = &t;
+    }
+    g_mutex_unlock(&s->team_lock);
+  }
+  for (guint h = 0; slot != NULL && h < helpers; h++)
+    g_thread_pool_push(s->pool, slot, NULL);
   team_work(&t);
-  g_mutex_lock(&t.lock);
-  while (t.helpers > 0)
-    g_cond_wait(&t.done, &t.lock);
-  g_mutex_unlock(&t.lock);
-  g_mutex_clear(&t.lock);
-  g_cond_clear(&t.done);
+  if (slot != NULL) {
+    g_mutex_lock(&s->team_lock);
+    slot->team = NULL; /* no helper joins any more */
+    while (slot->running > 0)
+      g_cond_wait(&s->team_done, &s->team_lock);
+    slot->in_use = FALSE;
+    g_mutex_unlock(&s->team_lock);
+  }
 }
 
 /* ------------------------------------------------------------------ making a session */
@@ -297,6 +410,9 @@ outfile_free(gpointer data)
   g_free(f->name);
   g_free(f->header);
   g_free(f->path);
+  g_free(f->block_writes);
+  g_free(f->block_left);
+  g_free(f->block_sums);
   g_ptr_array_unref(f->slots);
   g_free(f);
 }
@@ -318,6 +434,8 @@ input_clear(gpointer data)
 
   if (in->targets)
     g_array_unref(in->targets);
+  if (in->items)
+    g_array_unref(in->items);
   if (in->buckets)
     g_ptr_array_unref(in->buckets);
 }
@@ -332,6 +450,8 @@ wsync_session_new(WsyncContext *ctx, const char *config_path, const WsyncSession
   s->ctx = ctx;
   g_mutex_init(&s->lock);
   g_mutex_init(&s->deliver_lock);
+  g_mutex_init(&s->team_lock);
+  g_cond_init(&s->team_done);
   s->config_path = g_strdup(config_path);
   s->described = g_ptr_array_new_with_free_func(described_free);
   s->by_name = g_hash_table_new(g_str_hash, g_str_equal);
@@ -369,7 +489,7 @@ wsync_session_new(WsyncContext *ctx, const char *config_path, const WsyncSession
   if (s->plan == NULL)
     return NULL;
   if (s->threads > 1)
-    s->pool = g_thread_pool_new(team_helper, NULL, (gint)(s->threads - 1), FALSE, NULL);
+    s->pool = g_thread_pool_new(team_helper, s, (gint)(s->threads - 1), FALSE, NULL);
   return g_steal_pointer(&s);
 }
 
@@ -707,6 +827,110 @@ make_buckets(WsyncSession *s)
   }
 }
 
+/* Drops an op's leading axes of extent 1 (the expert axis of one expert's copy), so
+ * that its first axis, the one work items and slices cut, has rows to cut.  Keeps one
+ * axis. */
+static void
+op_drop_leading_units(Op *op)
+{
+  guint k = 0;
+
+  while (k + 1 < op->ndim && op->extent[k] == 1)
+    k++;
+  if (k == 0)
+    return;
+  op->ndim -= k;
+  memmove(op->extent, op->extent + k, op->ndim * sizeof op->extent[0]);
+  memmove(op->src_stride, op->src_stride + k, op->ndim * sizeof op->src_stride[0]);
+  memmove(op->dst_stride, op->dst_stride + k, op->ndim * sizeof op->dst_stride[0]);
+}
+
+static guint64
+target_rows(const Target *target)
+{
+  return target->op.ndim ? target->op.extent[0] : 1;
+}
+
+/* The bytes one row of @target's first axis writes. */
+static guint64
+target_row_bytes(const Target *target)
+{
+  return MAX(op_bytes(&target->op, target->slot->lt->dtype) / target_rows(target), 1);
+}
+
+/* Whether @a and @b read the input's rows alike: as many rows, the same source stride
+ * along them. */
+static gboolean
+same_rows(const Target *a, const Target *b)
+{
+  return a->op.ndim > 0 && b->op.ndim > 0 && a->op.extent[0] == b->op.extent[0] &&
+         a->op.src_stride[0] == b->op.src_stride[0];
+}
+
+/* The work of @in's push: consecutive copy ops that read the rows alike form a group,
+ * cut along the rows into items of at most CHUNK_BYTES (and, with @threads > 1, into at
+ * least @threads items where there are as many rows), each copied in slices of at most
+ * SLICE_BYTES. */
+static void
+make_items(Input *in, guint threads)
+{
+  for (guint t = 0, u; t < in->targets->len; t = u) {
+    const Target *first = &g_array_index(in->targets, Target, t);
+    guint64 rows = target_rows(first), row_bytes = target_row_bytes(first);
+    for (u = t + 1;
+         u < in->targets->len && same_rows(first, &g_array_index(in->targets, Target, u)); u++)
+      row_bytes += target_row_bytes(&g_array_index(in->targets, Target, u));
+    guint64 step = MAX(CHUNK_BYTES / row_bytes, 1);
+    if (threads > 1)
+      step = MIN(step, MAX((rows + threads - 1) / threads, 1));
+    for (guint64 from = 0; from < rows; from += step) {
+      Item it = {.targets = first,
+                 .n_targets = u - t,
+                 .from = from,
+                 .to = MIN(from + step, rows),
+                 .slice = MAX(SLICE_BYTES / row_bytes, 1)};
+      g_array_append_val(in->items, it);
+    }
+  }
+}
+
+static void
+count_block_writes(gpointer data, guint64 offset, guint64 length)
+{
+  OutFile *f = ((const Slot *)data)->file;
+  guint64 pos = ((const Slot *)data)->offset + offset;
+
+  while (length > 0) {
+    guint64 block = pos >> BLOCK_SHIFT, n = MIN(length, ((block + 1) << BLOCK_SHIFT) - pos);
+    f->block_writes[block] += (gint32)n;
+    pos += n;
+    length -= n;
+  }
+}
+
+/* Directory sink: the checksum's blocks of every file, and how many bytes pushes write
+ * into each (every copy op's destination runs: the plan writes each byte once). */
+static void
+make_blocks(WsyncSession *s)
+{
+  for (guint i = 0; i < s->files->len; i++) {
+    OutFile *f = s->files->pdata[i];
+    f->n_blocks = (f->size + BLOCK_BYTES - 1) >> BLOCK_SHIFT;
+    f->block_writes = g_new0(gint32, f->n_blocks);
+    f->block_left = g_new0(gint32, f->n_blocks);
+    f->block_sums = g_new0(guint64, f->n_blocks);
+  }
+  for (guint i = 0; i < s->inputs->len; i++) {
+    const Input *in = &g_array_index(s->inputs, Input, i);
+    for (guint t = 0; t < in->targets->len; t++) {
+      const Target *target = &g_array_index(in->targets, Target, t);
+      const Op *op = &target->op;
+      copy_op_runs(op, 0, op->ndim ? op->extent[0] : 1, target->slot->lt->dtype,
+                   count_block_writes, target->slot);
+    }
+  }
+}
+
 /* Every copy op of every output reads one input: it becomes a target of that input's
  * push. */
 static gboolean
@@ -727,6 +951,7 @@ make_inputs(WsyncSession *s, GHashTable *slot_of, GError **error)
       in->chunk = c;
       in->nbytes = ((const WsyncTensor *)plan->chunk_tensors->pdata[at])->nbytes;
       in->targets = g_array_new(FALSE, FALSE, sizeof(Target));
+      in->items = g_array_new(FALSE, FALSE, sizeof(Item));
       in->buckets = g_ptr_array_new();
     }
   }
@@ -741,13 +966,16 @@ make_inputs(WsyncSession *s, GHashTable *slot_of, GError **error)
         if (op->kind != OP_COPY || op_bytes(op, lt->dtype) == 0)
           continue;
         Input *in = &g_array_index(s->inputs, Input, op->source->input_index);
-        Target target = {op, slot};
+        Target target = {*op, slot};
+        op_drop_leading_units(&target.op);
         g_array_append_val(in->targets, target);
         if (slot->bucket != NULL && !g_ptr_array_find(in->buckets, slot->bucket, NULL))
           g_ptr_array_add(in->buckets, slot->bucket);
       }
     }
   }
+  for (guint i = 0; i < s->inputs->len; i++)
+    make_items(&g_array_index(s->inputs, Input, i), s->threads); /* targets final: items point in */
   for (guint i = 0; s->max_open_buckets > 0 && i < s->inputs->len; i++) {
     Input *in = &g_array_index(s->inputs, Input, i);
     if (in->buckets->len > s->max_open_buckets) {
@@ -787,6 +1015,8 @@ wsync_session_plan(WsyncSession *s, GError **error)
     make_buckets(s);
   if (!make_inputs(s, slot_of, error))
     return FALSE;
+  if (s->out_dir != NULL)
+    make_blocks(s);
   s->plan_failed = FALSE;
   s->planned = TRUE;
   return TRUE;
@@ -874,6 +1104,10 @@ create_file(WsyncSession *s, OutFile *f, GError **error)
   if (f->map == NULL)
     goto fail;
   apply_fills(f->slots, f->map, 0);
+  /* what no push writes (the header, fills) is the same at every step */
+  for (guint64 b = 0; b < f->n_blocks; b++)
+    if (f->block_writes[b] == 0)
+      f->block_sums[b] = block_sum(f->map, f->size, b);
   if (rename(tmp, f->path) != 0) {
     wsync_set_io_error(error, errno, f->path, "rename into place");
     goto fail;
@@ -929,14 +1163,25 @@ remove_record(WsyncSession *s, GError **error)
   return sync_dir(s->out_dir, error);
 }
 
-static void
-hash_file(gpointer data, guint index)
+/* The step's pushes wrote every block (the plan covers every byte; commit checked that
+ * every input was pushed), so each block was hashed by the push that completed it. */
+static gboolean
+checksum_files(WsyncSession *s, GError **error)
 {
-  WsyncSession *s = data;
-  OutFile *f = s->files->pdata[index];
-
-  g_snprintf(f->xxh3, sizeof f->xxh3, "%016" G_GINT64_MODIFIER "x",
-             (guint64)XXH3_64bits(f->map, f->size));
+  for (guint i = 0; i < s->files->len; i++) {
+    OutFile *f = s->files->pdata[i];
+    for (guint64 b = 0; b < f->n_blocks; b++)
+      if (f->block_left[b] != 0) { /* a bug if it happens */
+        g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_FAILED,
+                    "commit: step %" G_GUINT64_FORMAT ": %s: %d bytes of block %" G_GUINT64_FORMAT
+                    " were not written",
+                    s->version, f->path, f->block_left[b], b);
+        return FALSE;
+      }
+    g_snprintf(f->checksum, sizeof f->checksum, "%016" G_GINT64_MODIFIER "x",
+               combine_block_sums(f->block_sums, f->n_blocks));
+  }
+  return TRUE;
 }
 
 static char *
@@ -975,8 +1220,15 @@ record_text(WsyncSession *s)
     json_builder_add_int_value(b, f->rank);
     json_builder_set_member_name(b, "bytes");
     json_builder_add_int_value(b, (gint64)f->size);
-    json_builder_set_member_name(b, "xxh3");
-    json_builder_add_string_value(b, f->xxh3);
+    json_builder_set_member_name(b, "checksum");
+    json_builder_begin_object(b);
+    json_builder_set_member_name(b, "algorithm");
+    json_builder_add_string_value(b, WSYNC_SESSION_CHECKSUM_ALGORITHM);
+    json_builder_set_member_name(b, "block");
+    json_builder_add_int_value(b, WSYNC_SESSION_CHECKSUM_BLOCK);
+    json_builder_set_member_name(b, "value");
+    json_builder_add_string_value(b, f->checksum);
+    json_builder_end_object(b);
     json_builder_end_object(b);
   }
   json_builder_end_array(b);
@@ -1066,7 +1318,8 @@ commit_directory(WsyncSession *s, GError **error)
       return FALSE;
     }
   }
-  team_run(s, hash_file, s, s->files->len);
+  if (!checksum_files(s, error))
+    return FALSE;
   if (!s->companions_written) {
     if (!write_companions(s, error))
       return FALSE;
@@ -1184,6 +1437,10 @@ wsync_session_begin(WsyncSession *s, guint64 version, GError **error)
   g_mutex_lock(&s->lock);
   for (guint i = 0; s->buckets != NULL && i < s->buckets->len; i++)
     ((Bucket *)s->buckets->pdata[i])->delivered = FALSE;
+  for (guint i = 0; s->out_dir != NULL && i < s->files->len; i++) {
+    OutFile *f = s->files->pdata[i];
+    memcpy(f->block_left, f->block_writes, f->n_blocks * sizeof *f->block_left);
+  }
   s->serial++;
   s->version = version;
   g_clear_pointer(&s->failure, g_free);
@@ -1192,64 +1449,90 @@ wsync_session_begin(WsyncSession *s, guint64 version, GError **error)
   return TRUE;
 }
 
-/* One run of one copy op. */
-typedef struct {
-  const Op *op;
-  WsyncDtype dst_dtype;
-  guint8 *dst_base; /* the output tensor's first byte */
-  guint64 from, to; /* rows of the op's first axis */
-  guint64 bytes;
-  Bucket *bucket;
-} Item;
-
 typedef struct {
   WsyncSession *s;
   const guint8 *src;
-  GArray *items; /* Item */
+  const GArray *items; /* Item */
   GMutex lock;
-  GPtrArray *filled; /* Bucket* whose last byte this push wrote */
+  GPtrArray *filled; /* Bucket* whose last byte this push wrote (caller sink) */
 } Push;
+
+/* The bytes a work item wrote, counted into the blocks of the checksum. */
+typedef struct {
+  OutFile *file;
+  guint64 base;    /* the output tensor's offset in the file */
+  guint64 block;   /* the block being counted */
+  gint32 pending;  /* bytes written into it, not yet counted */
+} Tally;
+
+/* Counts the pending bytes; the item that completes a block hashes it, while the bytes
+ * it wrote are still in its cache. */
+static void
+tally_flush(Tally *t)
+{
+  OutFile *f = t->file;
+
+  /* the release orders this thread's writes before the count; the acquire of the thread
+   * that reaches zero sees every thread's */
+  if (t->pending > 0 &&
+      __atomic_sub_fetch(&f->block_left[t->block], t->pending, __ATOMIC_ACQ_REL) == 0)
+    f->block_sums[t->block] = block_sum(f->map, f->size, t->block);
+  t->pending = 0;
+}
+
+static void
+tally_run(gpointer data, guint64 offset, guint64 length)
+{
+  Tally *t = data;
+  guint64 pos = t->base + offset;
+
+  while (length > 0) {
+    guint64 block = pos >> BLOCK_SHIFT, n = MIN(length, ((block + 1) << BLOCK_SHIFT) - pos);
+    if (block != t->block) {
+      tally_flush(t);
+      t->block = block;
+    }
+    t->pending += (gint32)n;
+    pos += n;
+    length -= n;
+  }
+}
 
 static void
 run_item(gpointer data, guint index)
 {
   Push *push = data;
   const Item *it = &g_array_index(push->items, Item, index);
+  const WsyncPlan *plan = push->s->plan;
 
-  copy_op(push->s->plan, it->op, it->from, it->to, push->src, it->dst_base, it->dst_dtype);
-  if (it->bucket != NULL &&
-      __atomic_sub_fetch(&it->bucket->remaining, (gint64)it->bytes, __ATOMIC_ACQ_REL) == 0) {
-    g_mutex_lock(&push->lock);
-    g_ptr_array_add(push->filled, it->bucket);
-    g_mutex_unlock(&push->lock);
+  /* caller sink: the item's rows of each op, then what they fill of its bucket */
+  for (guint k = 0; k < it->n_targets; k++) {
+    const Slot *slot = it->targets[k].slot;
+    Bucket *bucket = slot->bucket;
+    if (bucket == NULL)
+      continue;
+    copy_op(plan, &it->targets[k].op, it->from, it->to, push->src,
+            bucket->data + (slot->offset - bucket->file_offset), slot->lt->dtype);
+    gint64 bytes = (gint64)((it->to - it->from) * target_row_bytes(&it->targets[k]));
+    if (__atomic_sub_fetch(&bucket->remaining, bytes, __ATOMIC_ACQ_REL) == 0) {
+      g_mutex_lock(&push->lock);
+      g_ptr_array_add(push->filled, bucket);
+      g_mutex_unlock(&push->lock);
+    }
   }
-}
-
-/* The runs of @in's copy ops: each op cut along its first axis into runs of at most
- * CHUNK_BYTES. */
-static void
-make_items(const Input *in, GArray *items)
-{
-  for (guint t = 0; t < in->targets->len; t++) {
-    const Target *target = &g_array_index(in->targets, Target, t);
-    const Op *op = target->op;
-    const Slot *slot = target->slot;
-    guint8 *base = slot->bucket != NULL
-                       ? slot->bucket->data + (slot->offset - slot->bucket->file_offset)
-                       : slot->file->map + slot->offset;
-    guint64 bytes = op_bytes(op, slot->lt->dtype);
-    guint64 outer = op->ndim ? op->extent[0] : 1;
-    guint64 per_outer = bytes / outer;
-    guint64 step = MAX(CHUNK_BYTES / MAX(per_outer, 1), 1);
-    for (guint64 from = 0; from < outer; from += step) {
-      Item it = {.op = op,
-                 .dst_dtype = slot->lt->dtype,
-                 .dst_base = base,
-                 .from = from,
-                 .to = MIN(from + step, outer),
-                 .bucket = slot->bucket};
-      it.bytes = (it.to - it.from) * per_outer;
-      g_array_append_val(items, it);
+  /* directory sink: slice by slice, every op, then count each op's slice into the
+   * checksum's blocks */
+  for (guint64 from = it->from; from < it->to; from += it->slice) {
+    guint64 to = MIN(from + it->slice, it->to);
+    for (guint k = 0; k < it->n_targets; k++) {
+      const Op *op = &it->targets[k].op;
+      const Slot *slot = it->targets[k].slot;
+      if (slot->bucket != NULL)
+        continue;
+      Tally t = {.file = slot->file, .base = slot->offset, .block = G_MAXUINT64};
+      copy_op(plan, op, from, to, push->src, slot->file->map + slot->offset, slot->lt->dtype);
+      copy_op_runs(op, from, to, slot->lt->dtype, tally_run, &t);
+      tally_flush(&t);
     }
   }
 }
@@ -1307,22 +1590,23 @@ claim_input(WsyncSession *s, Input *in, gsize nbytes, GError **error)
 static gboolean
 push_input(WsyncSession *s, Input *in, const void *data, gsize nbytes, GError **error)
 {
-  Push push = {.s = s, .src = data};
-  gboolean ok;
+  Push push = {.s = s, .src = data, .items = in->items};
+  gboolean ok = TRUE;
 
   if (data == NULL && nbytes > 0)
     return usage_error(error, "push: tensor \"%s\": no data", in->d->g.name);
   if (!claim_input(s, in, nbytes, error))
     return FALSE;
-  push.items = g_array_new(FALSE, FALSE, sizeof(Item));
-  push.filled = g_ptr_array_new();
-  g_mutex_init(&push.lock);
-  make_items(in, push.items);
-  team_run(s, run_item, &push, push.items->len);
-  ok = s->on_bucket == NULL || deliver(s, push.filled, error);
-  g_mutex_clear(&push.lock);
-  g_ptr_array_unref(push.filled);
-  g_array_unref(push.items);
+  if (s->on_bucket != NULL) {
+    push.filled = g_ptr_array_new();
+    g_mutex_init(&push.lock);
+  }
+  team_run(s, run_item, &push, in->items->len);
+  if (s->on_bucket != NULL) {
+    ok = deliver(s, push.filled, error);
+    g_mutex_clear(&push.lock);
+    g_ptr_array_unref(push.filled);
+  }
   return ok;
 }
 
@@ -1518,5 +1802,7 @@ wsync_session_free(WsyncSession *s)
   g_free(s->format);
   g_mutex_clear(&s->lock);
   g_mutex_clear(&s->deliver_lock);
+  g_mutex_clear(&s->team_lock);
+  g_cond_clear(&s->team_done);
   g_free(s);
 }

@@ -3,7 +3,7 @@
  *
  * A directory a session writes holds, after each commit, the rank files and the commit
  * record `wsync-commit.json` (docs/session.md): the step's version, the plan digest, and
- * per file its rank, size and xxh3.  The session removes the record before it touches
+ * per file its rank, size and checksum (wsync_session_checksum()).  The session removes the record before it touches
  * the files of the next step, so a reader that finds the record before reading and the
  * same record after reading has read one whole step.  Rank files without a record (what
  * `wsync convert` writes) load when asked (require_commit=False); their rank is what the
@@ -21,8 +21,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <xxhash.h>
 
 #include "wsync-python.h"
 
@@ -105,7 +103,7 @@ map_file(MapObject *m, GError **error)
 typedef struct {
   char *file;
   guint64 rank, bytes;
-  char *xxh3;
+  char *checksum; /* 16 hex digits */
 } RecordFile;
 
 static void
@@ -114,7 +112,7 @@ record_file_free(gpointer p)
   RecordFile *f = p;
 
   g_free(f->file);
-  g_free(f->xxh3);
+  g_free(f->checksum);
   g_free(f);
 }
 
@@ -201,14 +199,29 @@ record_parse(const char *path, const char *text, gsize len, Record *r, GError **
     RecordFile *f = g_new0(RecordFile, 1);
     g_ptr_array_add(r->files, f);
     const char *name = fo ? member_string(fo, "file") : NULL;
-    const char *hash = fo ? member_string(fo, "xxh3") : NULL;
-    if (name == NULL || hash == NULL || !member_uint(fo, "rank", &f->rank) ||
+    JsonNode *sum = fo ? json_object_get_member(fo, "checksum") : NULL;
+    JsonObject *so = sum != NULL && JSON_NODE_HOLDS_OBJECT(sum) ? json_node_get_object(sum) : NULL;
+    const char *algorithm = so ? member_string(so, "algorithm") : NULL;
+    const char *value = so ? member_string(so, "value") : NULL;
+    guint64 block;
+    if (name == NULL || so == NULL || !member_uint(fo, "rank", &f->rank) ||
         !member_uint(fo, "bytes", &f->bytes) || !plain_file_name(name))
       return bad_record(error, path,
                         "a file of the commit record lacks its plain file name, rank, bytes or "
-                        "xxh3");
+                        "checksum");
+    if (algorithm == NULL || value == NULL || !member_uint(so, "block", &block) ||
+        strcmp(algorithm, WSYNC_SESSION_CHECKSUM_ALGORITHM) != 0 ||
+        block != WSYNC_SESSION_CHECKSUM_BLOCK) {
+      g_autofree char *text = json_to_string(sum, FALSE);
+      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                  "%s: file %s: checksum %s is not one this reader computes (algorithm "
+                  "\"%s\", block %d)",
+                  path, name, text, WSYNC_SESSION_CHECKSUM_ALGORITHM,
+                  WSYNC_SESSION_CHECKSUM_BLOCK);
+      return FALSE;
+    }
     f->file = g_strdup(name);
-    f->xxh3 = g_strdup(hash);
+    f->checksum = g_strdup(value);
   }
   return TRUE;
 }
@@ -344,18 +357,21 @@ recognised_files_of_rank(RankFilesObject *self, WsyncContext *ctx, GPtrArray *pa
 static gboolean
 verify_file(MapObject *m, const RecordFile *f, GError **error)
 {
-  g_autofree char *hex = g_strdup_printf("%016llx", (unsigned long long)XXH3_64bits(m->data, m->len));
+  g_autofree char *hex = g_strdup_printf("%016" G_GINT64_MODIFIER "x",
+                                         wsync_session_checksum(m->data, m->len));
 
-  if (g_ascii_strcasecmp(hex, f->xxh3) != 0) {
+  if (g_ascii_strcasecmp(hex, f->checksum) != 0) {
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                "%s: xxh3 %s, but the commit record says %s (the file changed after its commit)",
-                m->path, hex, f->xxh3);
+                "%s: checksum %s, but the commit record says %s (the file changed after its "
+                "commit)",
+                m->path, hex, f->checksum);
     return FALSE;
   }
   return TRUE;
 }
 
-/* Maps @paths (checking size and, with @verify, xxh3 against @want), lists the tensors. */
+/* Maps @paths (checking size and, with @verify, the checksum against @want), lists the
+ * tensors. */
 static gboolean
 map_rank_files(RankFilesObject *self, GPtrArray *paths, GPtrArray *want, gboolean verify,
                GError **error)

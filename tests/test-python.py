@@ -226,6 +226,39 @@ def record(path):
         return json.load(f)
 
 
+_XXH3 = ctypes.CDLL("libxxhash.so.0").XXH3_64bits
+_XXH3.restype = ctypes.c_uint64
+_XXH3.argtypes = (ctypes.c_char_p, ctypes.c_size_t)
+
+
+def checksum_oracle(data):
+    """docs/session.md §4's checksum, from libxxhash alone: XXH3-64 of the 64 KiB
+    blocks' XXH3-64, 8 bytes little-endian each."""
+    sums = b"".join(struct.pack("<Q", _XXH3(data[i:i + 65536], len(data[i:i + 65536])))
+                    for i in range(0, len(data), 65536))
+    return "%016x" % _XXH3(sums, len(sums))
+
+
+def documented_checksum(path):
+    """What the command docs/session.md §4 gives to check a file by hand prints."""
+    with open(os.path.join(SRCDIR, "docs", "session.md")) as f:
+        line = [l.strip() for l in f if l.startswith("    python3 -c '")]
+    assert len(line) == 1, line
+    code = line[0][len("python3 -c '"):line[0].rindex("' FILE")]
+    return subprocess.run([sys.executable, "-c", code, path], check=True,
+                          capture_output=True, text=True).stdout
+
+
+def assert_record_checksums(path):
+    """Every file of the record has the checksum object, its value the file's."""
+    for f in record(path)["files"]:
+        with open(os.path.join(path, f["file"]), "rb") as g:
+            data = g.read()
+        want = {"algorithm": "xxh3-64-blocks", "block": 65536, "value": checksum_oracle(data)}
+        assert f["checksum"] == want, (f, want)
+        assert sorted(f) == ["bytes", "checksum", "file", "rank"], f
+
+
 # ------------------------------------------------------------------ the session
 
 # (config, target, format, tp, ep, fused): kernel allows ep > tp; vllm-ascend's kernel
@@ -260,6 +293,7 @@ def session_case(config, target, fmt, tp, ep, fused):
             assert r["version"] == 1 and r["digest"] == s.digest, r
             assert (r["target"], r["tp"], r["ep"], r["world"]) == (target, tp, ep, s.world), r
             assert sorted(f["file"] for f in r["files"]) == rank_files(want), r
+            assert_record_checksums(out)
     run.__name__ = "session %s --target %s --format %s --tp %d --ep %d%s = convert" % (
         config, target, fmt, tp, ep, " (fused experts)" if fused else "")
     return run
@@ -272,7 +306,7 @@ for _case in SESSION_CASES:
 @test
 def session_second_step_rewrites_in_place():
     """A second step with other values (a random synth) rewrites every file in place:
-    the files equal convert's of the new values, the record's version and xxh3 change,
+    the files equal convert's of the new values, the record's version and checksums change,
     the inodes stay."""
     need_numpy()
     first, second = synth("tiny-qwen3-moe"), synth("tiny-qwen3-moe", "random", 7)
@@ -293,7 +327,8 @@ def session_second_step_rewrites_in_place():
     assert (r1["version"], r2["version"]) == (10, 11)
     assert r1["digest"] == r2["digest"]
     for a, b in zip(r1["files"], r2["files"]):
-        assert a["file"] == b["file"] and a["xxh3"] != b["xxh3"], (a, b)
+        assert a["file"] == b["file"] and a["checksum"] != b["checksum"], (a, b)
+    assert_record_checksums(out)
     assert inodes == {n: os.stat(os.path.join(out, n)).st_ino for n in rank_files(out)}
 
 
@@ -809,18 +844,46 @@ def load_rank_refusals():
     wsync.load_rank(conv, 0, params, require_commit=False, **KW)
     assert all(params[n].tobytes() == raw for n, (_, _, raw) in want.items())
 
-    # a byte changed after the commit (a copy of the directory)
-    bad = fresh_dir("committed-corrupt")
-    shutil.copytree(path, bad)
-    with open(os.path.join(bad, first), "r+b") as f:
-        f.seek(-1, 2)
-        last = f.read(1)
-        f.seek(-1, 2)
-        f.write(bytes([last[0] ^ 1]))
-    params = zero_arrays(want)
-    expect_error("%s: xxh3 " % os.path.join(bad, first), wsync.load_rank, bad, 0, params, status=3)
-    expect_error("but the commit record says", wsync.load_rank, bad, 0, params, status=3)
-    wsync.load_rank(bad, 0, params, verify=False)  # verify=False trusts the record
+    # one byte changed after the commit (in a copy of the directory): in the header, in
+    # a middle block, in the last, short block
+    entry = [f for f in record(path)["files"] if f["file"] == first][0]
+    assert entry["checksum"]["value"] == documented_checksum(where).strip()
+    size = os.path.getsize(where)
+    assert size > 2 * 65536 and size % 65536, size  # a first, a middle, a short last block
+    with open(where, "rb") as f:
+        head = f.read(65536)
+    in_header = head.index(b'":{"dtype"') - 1  # the last letter of a tensor name
+    for at in (in_header, size // 2, size - 1):
+        bad = fresh_dir("committed-corrupt")
+        shutil.copytree(path, bad)
+        with open(os.path.join(bad, first), "r+b") as f:
+            f.seek(at)
+            byte = f.read(1)
+            f.seek(at)
+            f.write(bytes([byte[0] ^ 1]))
+            f.seek(0)
+            now = checksum_oracle(f.read())
+        assert now != entry["checksum"]["value"]
+        params = zero_arrays(want)
+        expect_error("%s: checksum %s, but the commit record says %s (the file changed after "
+                     "its commit)" % (os.path.join(bad, first), now, entry["checksum"]["value"]),
+                     wsync.load_rank, bad, 0, params, status=3)
+        assert all(not a.any() for a in params.values()), "copied before refusing"
+        if at != in_header:  # (the renamed tensor is not in params)
+            wsync.load_rank(bad, 0, params, verify=False)  # verify=False trusts the record
+
+    # a checksum this reader does not compute (another algorithm or block) is refused
+    for key, value in (("algorithm", "xxh3-64"), ("block", 4096)):
+        other = fresh_dir("committed-other-checksum")
+        shutil.copytree(path, other)
+        r = record(other)
+        r["files"][0]["checksum"][key] = value
+        with open(os.path.join(other, "wsync-commit.json"), "w") as f:
+            json.dump(r, f)
+        expect_error("file %s: checksum {" % r["files"][0]["file"], wsync.load_rank, other, 0,
+                     zero_arrays(want), status=3)
+        expect_error('is not one this reader computes (algorithm "xxh3-64-blocks", block 65536)',
+                     wsync.load_rank, other, 0, zero_arrays(want), status=3)
 
 
 @test

@@ -368,18 +368,37 @@ has_record(const char *dir)
   return g_file_test(path, G_FILE_TEST_EXISTS);
 }
 
+/* The checksum of docs/session.md §4, written out here with libxxhash alone (the
+ * oracle of wsync_session_checksum() and of the sums the pushes compute): XXH3-64 of
+ * the blocks' XXH3-64, 64 KiB blocks, each hash 8 bytes little-endian. */
+static guint64
+oracle_checksum(const guint8 *data, gsize len)
+{
+  g_autoptr(GByteArray) sums = g_byte_array_new();
+
+  for (gsize at = 0; at < len; at += 65536) {
+    guint64 h = XXH3_64bits(data + at, MIN(65536, len - at));
+    for (guint k = 0; k < 8; k++) {
+      guint8 byte = (guint8)(h >> (8 * k));
+      g_byte_array_append(sums, &byte, 1);
+    }
+  }
+  return XXH3_64bits(sums->data, sums->len);
+}
+
 static char *
-xxh3_of(const char *path)
+checksum_of(const char *path)
 {
   g_autoptr(GBytes) bytes = file_bytes(path);
   gsize len;
-  const void *data = g_bytes_get_data(bytes, &len);
+  const guint8 *data = g_bytes_get_data(bytes, &len);
 
-  return g_strdup_printf("%016" G_GINT64_MODIFIER "x", (guint64)XXH3_64bits(data, len));
+  g_assert_cmpuint(wsync_session_checksum(data, len), ==, oracle_checksum(data, len));
+  return g_strdup_printf("%016" G_GINT64_MODIFIER "x", oracle_checksum(data, len));
 }
 
-/* The commit record names this step and every rank file with its size and xxh3;
- * returns the xxh3s, by file name. */
+/* The commit record names this step and every rank file with its size and checksum;
+ * returns the checksums, by file name. */
 static GHashTable *
 assert_record(const char *dir, WsyncSession *s, const Case *c, guint64 version)
 {
@@ -402,11 +421,16 @@ assert_record(const char *dir, WsyncSession *s, const Case *c, guint64 version)
     JsonObject *f = json_array_get_object_element(files, i);
     g_autofree char *path =
         g_build_filename(dir, json_object_get_string_member(f, "file"), NULL);
-    g_autofree char *sum = xxh3_of(path);
+    g_autofree char *sum = checksum_of(path);
+    JsonObject *checksum = json_object_get_object_member(f, "checksum");
     struct stat st;
     g_assert_cmpint(stat(path, &st), ==, 0);
     g_assert_cmpint(json_object_get_int_member(f, "bytes"), ==, st.st_size);
-    g_assert_cmpstr(json_object_get_string_member(f, "xxh3"), ==, sum);
+    g_assert_cmpuint(json_object_get_size(f), ==, 4); /* file, rank, bytes, checksum */
+    g_assert_cmpuint(json_object_get_size(checksum), ==, 3);
+    g_assert_cmpstr(json_object_get_string_member(checksum, "algorithm"), ==, "xxh3-64-blocks");
+    g_assert_cmpint(json_object_get_int_member(checksum, "block"), ==, 65536);
+    g_assert_cmpstr(json_object_get_string_member(checksum, "value"), ==, sum);
     g_assert_cmpint(json_object_get_int_member(f, "rank"), <, wsync_session_get_world(s));
     g_hash_table_insert(sums, g_strdup(json_object_get_string_member(f, "file")),
                         g_steal_pointer(&sum));

@@ -47,6 +47,12 @@ G_BEGIN_DECLS
 /** The commit record's name inside the directory sink. */
 #define WSYNC_SESSION_COMMIT_RECORD "wsync-commit.json"
 
+/** The name of the rank files' checksum in the commit record (docs/session.md). */
+#define WSYNC_SESSION_CHECKSUM_ALGORITHM "xxh3-64-blocks"
+
+/** The block size of that checksum: 64 KiB. */
+#define WSYNC_SESSION_CHECKSUM_BLOCK 65536
+
 /** The default size of a caller-sink bucket: 512 MiB. */
 #define WSYNC_SESSION_BUCKET_BYTES (G_GUINT64_CONSTANT(512) << 20)
 
@@ -358,7 +364,8 @@ WSYNC_API gboolean wsync_session_push_shard(WsyncSession *s, const char *name,
  * missing tensors can still be pushed and the commit retried (or the step abandoned
  * with wsync_session_abort()); the directory holds no commit record meanwhile.
  *
- * Directory sink: flushes the maps, computes the xxh3 of every rank file, writes
+ * Directory sink: flushes the maps, computes the checksum of every rank file
+ * (wsync_session_checksum(), from the blocks' hashes the pushes computed), writes
  * config.json (through the config patchers, as `wsync convert` writes it) and the
  * companion files at the first commit, then the commit record (a temporary file,
  * fsync, rename, fsync of the directory).  Caller sink: delivers the buckets that no
@@ -387,6 +394,27 @@ WSYNC_API void wsync_session_abort(WsyncSession *s);
  * last commit record, if any) and frees the session.
  */
 WSYNC_API void wsync_session_free(WsyncSession *s);
+
+/**
+ * wsync_session_checksum:
+ * @data: (array length=len) (nullable): the bytes of a whole file (%NULL when @len is
+ *   0)
+ * @len: how many
+ *
+ * The checksum the commit record gives each rank file (algorithm
+ * #WSYNC_SESSION_CHECKSUM_ALGORITHM): the file is cut into blocks of
+ * #WSYNC_SESSION_CHECKSUM_BLOCK bytes from its first byte (the last one shorter, none
+ * for an empty file); the checksum is the XXH3-64 (seed 0) of the concatenation of the
+ * blocks' XXH3-64 (seed 0), each as 8 bytes little-endian.  Blocks, unlike one hash of
+ * the whole file, can be hashed in any order: the session hashes each as the pushes
+ * complete it, while its bytes are in cache.  A reader of the directory (e.g.
+ * `wsync.load_rank`) checks a file against the record with this function;
+ * docs/session.md §4 shows how to compute it by hand (Python and libxxhash).
+ *
+ * Returns: the checksum; the record writes it as 16 lowercase hex digits
+ *   (`"%016" G_GINT64_MODIFIER "x"`).
+ */
+WSYNC_API guint64 wsync_session_checksum(const void *data, gsize len);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(WsyncSession, wsync_session_free)
 

@@ -92,7 +92,7 @@ def load_rank(dir, rank, params, *, verify=True, require_commit=True, version=No
         convert` writes them; nothing then tells a complete step from one being
         written), be of `version` and of plan `digest` when given, and list files of
         `rank`; with verify=True (the default; it costs one read of the files) each
-        file's xxh3 must be the record's;
+        file's checksum (wsync_session_checksum) must be the record's;
       - every tensor of the rank's files must have a destination of the same dtype and
         shape (params may hold more).  The first difference is raised as wsync.Error
         naming the file and the tensor.

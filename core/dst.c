@@ -242,24 +242,6 @@ make_temp(const Dst *d, int *lock_fd, GError **error)
   return NULL;
 }
 
-static gboolean
-sync_dir(const char *path, GError **error)
-{
-  int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-
-  if (fd < 0) {
-    wsync_set_io_error(error, errno, path, "open");
-    return FALSE;
-  }
-  if (fsync(fd) != 0 && errno != EINVAL) { /* EINVAL: a file system without dir fsync */
-    wsync_set_io_error(error, errno, path, "sync");
-    close(fd);
-    return FALSE;
-  }
-  close(fd);
-  return TRUE;
-}
-
 /* The marker, written last: a directory that has it is complete and wsync's. */
 gboolean
 write_marker(const char *dir, GError **error)
@@ -270,7 +252,7 @@ write_marker(const char *dir, GError **error)
       "A later wsync run into it replaces it whole; without this file, wsync refuses to.\n";
 
   return wsync_file_write_synced(path, FALSE, text, sizeof text - 1, error) &&
-         sync_dir(dir, error);
+         wsync_dir_sync(dir, error);
 }
 
 /* Puts the finished @tmp at DST: renamed when there is none, else swapped atomically
@@ -284,7 +266,7 @@ install_dir(const char *tmp, const Dst *d, gboolean force, GError **error)
   if (!check_replaceable(d, force, error))
     return FALSE;
   if (renameat2(AT_FDCWD, tmp, AT_FDCWD, d->path, RENAME_NOREPLACE) == 0)
-    return sync_dir(d->parent, error);
+    return wsync_dir_sync(d->parent, error);
   if (errno != EEXIST && errno != ENOTEMPTY) {
     wsync_set_io_error(error, errno, d->path, "rename into place");
     return FALSE;
@@ -293,7 +275,7 @@ install_dir(const char *tmp, const Dst *d, gboolean force, GError **error)
     wsync_set_io_error(error, errno, d->path, "swap into place");
     return FALSE;
   }
-  if (!sync_dir(d->parent, error))
+  if (!wsync_dir_sync(d->parent, error))
     return FALSE;
   wsync_remove_tree(tmp, NULL); /* now the previous DST; a later run removes what is left */
   return TRUE;

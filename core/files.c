@@ -474,3 +474,21 @@ wsync_file_write_synced(const char *path, gboolean replace, const void *data, gs
   }
   return TRUE;
 }
+
+gboolean
+wsync_dir_sync(const char *path, GError **error)
+{
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+  if (fd < 0) {
+    wsync_set_io_error(error, errno, path, "open");
+    return FALSE;
+  }
+  if (fsync(fd) != 0 && errno != EINVAL) { /* EINVAL: a file system without dir fsync */
+    wsync_set_io_error(error, errno, path, "sync");
+    close(fd);
+    return FALSE;
+  }
+  close(fd);
+  return TRUE;
+}

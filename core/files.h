@@ -83,6 +83,10 @@ gboolean wsync_file_pwrite_all(int fd, const char *path, const void *data, gsize
 gboolean wsync_file_write_synced(const char *path, gboolean replace, const void *data,
                                  gsize len, GError **error);
 
+/* fsync of the directory @path, so that a rename or unlink in it is durable (a file
+ * system that cannot sync directories, EINVAL, counts as done).  Errors name @path. */
+gboolean wsync_dir_sync(const char *path, GError **error);
+
 /* wsync_run_guarded() and wsync_config_load() are public: <wsync/checkpoint.h>, <wsync/plan.h>. */
 
 

@@ -882,8 +882,10 @@ wsync_model_add_linear_attention(WsyncModel *m, const char *module,
 }
 
 void
-wsync_model_add_decoder_layer(WsyncModel *m, const char *prefix, const WsyncDecoderLayer *layer)
+wsync_model_add_decoder_layer(WsyncModel *m, const char *layers, guint64 index,
+                              const WsyncDecoderLayer *layer)
 {
+  g_autofree char *prefix = g_strdup_printf("%s.%" G_GUINT64_FORMAT, layers, index);
   g_autofree char *in_norm = g_strconcat(prefix, ".input_layernorm.weight", NULL);
   g_autofree char *post_norm = g_strconcat(prefix, ".post_attention_layernorm.weight", NULL);
   g_autofree char *mlp = g_strconcat(prefix, ".mlp", NULL);

@@ -46,6 +46,7 @@
 #include "companion.h"
 #include "copy.h"
 #include "plan-private.h"
+#include "files.h"
 #include "rankfile.h"
 
 /* The most bytes one work item copies: big tensors keep every thread busy. */
@@ -254,23 +255,6 @@ op_bytes(const Op *op, WsyncDtype dst_dtype)
   for (guint k = 0; k < op->ndim; k++)
     bytes *= op->extent[k];
   return bytes;
-}
-
-/* fsync of a directory: a rename or unlink in it is durable. */
-static gboolean
-sync_dir(const char *dir, GError **error)
-{
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-
-  if (fd < 0 || fsync(fd) != 0) {
-    int errsv = errno;
-    if (fd >= 0)
-      close(fd);
-    wsync_set_io_error(error, errsv, dir, "sync");
-    return FALSE;
-  }
-  close(fd);
-  return TRUE;
 }
 
 /* ------------------------------------------------------------------ the checksum */
@@ -1160,7 +1144,7 @@ remove_record(WsyncSession *s, GError **error)
     wsync_set_io_error(error, errno, path, "remove");
     return FALSE;
   }
-  return sync_dir(s->out_dir, error);
+  return wsync_dir_sync(s->out_dir, error);
 }
 
 /* The step's pushes wrote every block (the plan covers every byte; commit checked that
@@ -1196,17 +1180,7 @@ record_text(WsyncSession *s)
   json_builder_add_int_value(b, (gint64)s->version);
   json_builder_set_member_name(b, "digest");
   json_builder_add_string_value(b, s->digest);
-  json_builder_set_member_name(b, "target");
-  json_builder_add_string_value(b, plan->target);
-  json_builder_set_member_name(b, "format");
-  if (plan->out_format != NULL)
-    json_builder_add_string_value(b, plan->out_format);
-  else
-    json_builder_add_null_value(b);
-  json_builder_set_member_name(b, "tp");
-  json_builder_add_int_value(b, plan->out_tp);
-  json_builder_set_member_name(b, "ep");
-  json_builder_add_int_value(b, plan->out_ep);
+  plan_json_add_layout(b, plan);
   json_builder_set_member_name(b, "world");
   json_builder_add_int_value(b, s->world);
   json_builder_set_member_name(b, "files");
@@ -1248,27 +1222,8 @@ write_record(WsyncSession *s, GError **error)
   g_autofree char *path = g_build_filename(s->out_dir, WSYNC_SESSION_COMMIT_RECORD, NULL);
   g_autofree char *tmp = g_strdup_printf("%s/.%s.tmp", s->out_dir, WSYNC_SESSION_COMMIT_RECORD);
   g_autofree char *text = record_text(s);
-  gsize len = strlen(text), done = 0;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 
-  if (fd < 0) {
-    wsync_set_io_error(error, errno, tmp, "create");
-    return FALSE;
-  }
-  while (done < len) {
-    ssize_t k = write(fd, text + done, len - done);
-    if (k < 0 && errno == EINTR)
-      continue;
-    if (k <= 0) {
-      wsync_set_io_error(error, k < 0 ? errno : ENOSPC, tmp, "write");
-      close(fd);
-      g_unlink(tmp);
-      return FALSE;
-    }
-    done += (gsize)k;
-  }
-  if (fsync(fd) != 0 || close(fd) != 0) {
-    wsync_set_io_error(error, errno, tmp, "sync");
+  if (!wsync_file_write_synced(tmp, TRUE, text, strlen(text), error)) {
     g_unlink(tmp);
     return FALSE;
   }
@@ -1277,7 +1232,7 @@ write_record(WsyncSession *s, GError **error)
     g_unlink(tmp);
     return FALSE;
   }
-  return sync_dir(s->out_dir, error);
+  return wsync_dir_sync(s->out_dir, error);
 }
 
 /* config.json as `wsync convert` writes it (and, for a checkpoint directory's

@@ -101,6 +101,25 @@ transpose_portable(const guint8 *src, gsize ss, guint8 *dst, gsize ds, guint64 r
 
 #ifdef HAVE_X86_KERNELS
 
+/* One tile, rows [i0, i1) x columns [j0, j1): strips MC columns wide, each as MR x MC
+ * micro-tiles from top to bottom, and element by element where fewer than MR rows or MC
+ * columns are left at the tile's edges. */
+#define ONE_TILE(MR, MC, ESIZE, MICRO)                                                     \
+  do {                                                                                     \
+    guint64 j = j0;                                                                        \
+    for (; j + (MC) <= j1; j += (MC)) {                                                    \
+      guint64 i = i0;                                                                      \
+      for (; i + (MR) <= i1; i += (MR))                                                    \
+        MICRO(src + i * ss + j * (ESIZE), ss, dst + j * ds + i * (ESIZE), ds);             \
+      if (i < i1)                                                                          \
+        scalar_block(src + i * ss + j * (ESIZE), ss, dst + j * ds + i * (ESIZE), ds,       \
+                     i1 - i, (MC), (ESIZE));                                               \
+    }                                                                                      \
+    if (j < j1)                                                                            \
+      scalar_block(src + i0 * ss + j * (ESIZE), ss, dst + j * ds + i0 * (ESIZE), ds,       \
+                   i1 - i0, j1 - j, (ESIZE));                                              \
+  } while (0)
+
 /* The block in tiles of TILE_ROWS x TILE_COLS source elements, taken column strip by
  * column strip so that each destination row is written in order; inside a tile, strips
  * M columns wide from top to bottom, each as M x M micro-tiles (MICRO) and, where fewer
@@ -114,18 +133,8 @@ transpose_portable(const guint8 *src, gsize ss, guint8 *dst, gsize ds, guint64 r
     for (guint64 j0 = 0; j0 < cols; j0 += TILE_COLS) {                                     \
       guint64 j1 = MIN(j0 + TILE_COLS, cols);                                              \
       for (guint64 i0 = 0; i0 < rows; i0 += TILE_ROWS) {                                   \
-        guint64 i1 = MIN(i0 + TILE_ROWS, rows), j = j0;                                    \
-        for (; j + (M) <= j1; j += (M)) {                                                  \
-          guint64 i = i0;                                                                  \
-          for (; i + (M) <= i1; i += (M))                                                  \
-            MICRO(src + i * ss + j * (ESIZE), ss, dst + j * ds + i * (ESIZE), ds);         \
-          if (i < i1)                                                                      \
-            scalar_block(src + i * ss + j * (ESIZE), ss, dst + j * ds + i * (ESIZE), ds,   \
-                         i1 - i, (M), (ESIZE));                                            \
-        }                                                                                  \
-        if (j < j1)                                                                        \
-          scalar_block(src + i0 * ss + j * (ESIZE), ss, dst + j * ds + i0 * (ESIZE), ds,   \
-                       i1 - i0, j1 - j, (ESIZE));                                          \
+        guint64 i1 = MIN(i0 + TILE_ROWS, rows);                                            \
+        ONE_TILE(M, M, ESIZE, MICRO);                                                      \
       }                                                                                    \
     }                                                                                      \
   }
@@ -350,18 +359,8 @@ avx512_16x16_u32(const guint8 *src, gsize ss, guint8 *dst, gsize ds)
     for (guint64 i0 = 0; i0 < rows; i0 += BIG_TILE_ROWS) {                                 \
       guint64 i1 = MIN(i0 + BIG_TILE_ROWS, rows);                                          \
       for (guint64 j0 = 0; j0 < cols; j0 += tc) {                                          \
-        guint64 j1 = MIN(j0 + tc, cols), j = j0;                                           \
-        for (; j + (MC) <= j1; j += (MC)) {                                                \
-          guint64 i = i0;                                                                  \
-          for (; i + (MR) <= i1; i += (MR))                                                \
-            MICRO(src + i * ss + j * (ESIZE), ss, dst + j * ds + i * (ESIZE), ds);         \
-          if (i < i1)                                                                      \
-            scalar_block(src + i * ss + j * (ESIZE), ss, dst + j * ds + i * (ESIZE), ds,   \
-                         i1 - i, (MC), (ESIZE));                                           \
-        }                                                                                  \
-        if (j < j1)                                                                        \
-          scalar_block(src + i0 * ss + j * (ESIZE), ss, dst + j * ds + i0 * (ESIZE), ds,   \
-                       i1 - i0, j1 - j, (ESIZE));                                          \
+        guint64 j1 = MIN(j0 + tc, cols);                                                   \
+        ONE_TILE(MR, MC, ESIZE, MICRO);                                                    \
       }                                                                                    \
     }                                                                                      \
   }

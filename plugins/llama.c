@@ -65,14 +65,13 @@ read_config(WsyncModel *m, Llama *c, GError **error)
 static void
 describe_layer(WsyncModel *m, const Llama *c, guint64 l)
 {
-  g_autofree char *pre = g_strdup_printf("model.layers.%" G_GUINT64_FORMAT, l);
   const WsyncAttention a = {.hidden = c->hidden, .heads = c->heads, .kv_heads = c->kv_heads,
                             .head_dim = c->head_dim, .qkv_bias = c->attention_bias,
                             .o_bias = c->attention_bias};
   const WsyncMlp dense = {.hidden = c->hidden, .intermediate = c->inter, .bias = c->mlp_bias};
   const WsyncDecoderLayer layer = {.hidden = c->hidden, .attention = &a, .mlp = &dense};
 
-  wsync_model_add_decoder_layer(m, pre, &layer);
+  wsync_model_add_decoder_layer(m, "model.layers", l, &layer);
 }
 
 /* The remapper. */

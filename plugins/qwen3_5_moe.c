@@ -254,11 +254,11 @@ path(const char *module, const char *leaf)
   return g_strconcat(module, ".", leaf, NULL);
 }
 
-/* One decoder layer under @pre (e.g. `model.language_model.layers.3`): norms, attention
- * of its kind, the MoE block or the MLP. */
+/* Decoder layer @l of @layers (e.g. `model.language_model.layers`): norms, attention of
+ * its kind, the MoE block or the MLP. */
 static void
-describe_layer(WsyncModel *m, const Qwen35 *c, const char *pre, gboolean linear,
-               WsyncExpertsForm published)
+describe_layer(WsyncModel *m, const Qwen35 *c, const char *layers, guint64 l,
+               gboolean linear, WsyncExpertsForm published)
 {
   const WsyncAttention a = {.hidden = c->hidden, .heads = c->heads, .kv_heads = c->kv_heads,
                             .head_dim = c->head_dim, .output_gate = c->output_gate,
@@ -273,7 +273,7 @@ describe_layer(WsyncModel *m, const Qwen35 *c, const char *pre, gboolean linear,
                                    .mlp = c->moe ? NULL : &dense,
                                    .moe = c->moe ? &moe : NULL};
 
-  wsync_model_add_decoder_layer(m, pre, &layer);
+  wsync_model_add_decoder_layer(m, layers, l, &layer);
 }
 
 /* A param of all of a new logical tensor MODULE.LEAF. */
@@ -354,10 +354,8 @@ describe_mtp(WsyncModel *m, const Qwen35 *c)
   whole(m, top, "fc.weight", WSYNC_PARAM_COLUMN, 2, c->hidden, 2 * c->hidden);
   wsync_model_add_norm(m, "mtp.pre_fc_norm_embedding.weight", c->hidden);
   wsync_model_add_norm(m, "mtp.pre_fc_norm_hidden.weight", c->hidden);
-  for (guint64 l = 0; l < c->mtp_layers; l++) {
-    g_autofree char *pre = g_strdup_printf("mtp.layers.%" G_GUINT64_FORMAT, l);
-    describe_layer(m, c, pre, FALSE, WSYNC_EXPERTS_PER_EXPERT);
-  }
+  for (guint64 l = 0; l < c->mtp_layers; l++)
+    describe_layer(m, c, "mtp.layers", l, FALSE, WSYNC_EXPERTS_PER_EXPERT);
   wsync_model_add_norm(m, "mtp.norm.weight", c->hidden);
 }
 
@@ -378,10 +376,9 @@ describe(WsyncModel *m, gpointer user_data, GError **error)
                                         : "Qwen3_5ForConditionalGeneration");
   wsync_model_add_vocab(m, "model.language_model.embed_tokens.weight", "lm_head.weight", c.vocab,
                         c.hidden, c.tie);
-  for (guint64 l = 0; l < c.layers; l++) {
-    g_autofree char *pre = g_strdup_printf("model.language_model.layers.%" G_GUINT64_FORMAT, l);
-    describe_layer(m, &c, pre, is_linear(&c, l), WSYNC_EXPERTS_FUSED);
-  }
+  for (guint64 l = 0; l < c.layers; l++)
+    describe_layer(m, &c, "model.language_model.layers", l, is_linear(&c, l),
+                   WSYNC_EXPERTS_FUSED);
   wsync_model_add_norm(m, "model.language_model.norm.weight", c.hidden);
   if (c.vision.present) {
     wsync_model_begin_group(m, WSYNC_GROUP_VISION,

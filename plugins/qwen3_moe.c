@@ -98,7 +98,6 @@ read_config(WsyncModel *m, Qwen3 *c, GError **error)
 static void
 describe_layer(WsyncModel *m, const Qwen3 *c, guint64 l)
 {
-  g_autofree char *pre = g_strdup_printf("model.layers.%" G_GUINT64_FORMAT, l);
   const WsyncAttention a = {.hidden = c->hidden, .heads = c->heads, .kv_heads = c->kv_heads,
                             .head_dim = c->head_dim, .qk_norm = TRUE};
   const WsyncMoe moe = {.hidden = c->hidden, .experts = c->experts,
@@ -108,7 +107,7 @@ describe_layer(WsyncModel *m, const Qwen3 *c, guint64 l)
   const WsyncDecoderLayer layer = {.hidden = c->hidden, .attention = &a,
                                    .mlp = sparse ? NULL : &dense, .moe = sparse ? &moe : NULL};
 
-  wsync_model_add_decoder_layer(m, pre, &layer);
+  wsync_model_add_decoder_layer(m, "model.layers", l, &layer);
 }
 
 /* The remapper. */

@@ -791,7 +791,8 @@ typedef struct {
 /**
  * wsync_model_add_decoder_layer:
  * @m: the model
- * @prefix: the layer's module, e.g. `model.layers.3`
+ * @layers: the module of the model's layers, e.g. `model.layers`
+ * @index: the layer's index: its module PREFIX is `LAYERS.INDEX`
  * @layer: what it holds
  *
  * `PREFIX.input_layernorm.weight` [H], the attention of its kind,
@@ -799,7 +800,7 @@ typedef struct {
  * `PREFIX.mlp` (see wsync_model_add_attention(), wsync_model_add_linear_attention(),
  * wsync_model_add_mlp(), wsync_model_add_moe()).
  */
-WSYNC_API void wsync_model_add_decoder_layer(WsyncModel *m, const char *prefix,
+WSYNC_API void wsync_model_add_decoder_layer(WsyncModel *m, const char *layers, guint64 index,
                                              const WsyncDecoderLayer *layer);
 
 /**

@@ -383,6 +383,16 @@ copy_op_window(const Op *op, guint ndim, const guint64 *shape, const WsyncBox *w
   return TRUE;
 }
 
+guint64
+copy_op_bytes(const Op *op, WsyncDtype dst_dtype)
+{
+  guint64 bytes = wsync_dtype_size(dst_dtype);
+
+  for (guint k = 0; k < op->ndim; k++)
+    bytes *= op->extent[k];
+  return bytes;
+}
+
 gboolean
 copy_op_is_run(const Op *op, WsyncDtype dst_dtype, guint64 *src_offset, guint64 *dst_offset,
                guint64 *nbytes)

@@ -47,6 +47,9 @@ void copy_fill_window(guint8 *base, guint64 window_first, const Fill *fill,
 gboolean copy_op_run(const Op *op, guint64 outer_from, guint64 outer_to, WsyncDtype dst_dtype,
                      guint64 *src_offset, guint64 *dst_offset, guint64 *nbytes);
 
+/* The bytes @op writes: its extents' product times the element size of @dst_dtype. */
+guint64 copy_op_bytes(const Op *op, WsyncDtype dst_dtype);
+
 /* Receives one contiguous run of @length bytes at @offset (see copy_op_runs()). */
 typedef void (*CopyRunFunc)(gpointer data, guint64 offset, guint64 length);
 

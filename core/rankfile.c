@@ -227,16 +227,6 @@ clip_fill(const WsyncLayoutTensor *lt, const Fill *fill, guint64 from, guint64 t
   return TRUE;
 }
 
-static guint64
-op_bytes(const Op *op, WsyncDtype dtype)
-{
-  guint64 bytes = wsync_dtype_size(dtype);
-
-  for (guint k = 0; k < op->ndim; k++)
-    bytes *= op->extent[k];
-  return bytes;
-}
-
 static void
 piece_items(const WsyncPlan *plan, const RankFile *file, const RankPiece *piece, guint64 at,
             GArray *items)
@@ -259,11 +249,12 @@ piece_items(const WsyncPlan *plan, const RankFile *file, const RankPiece *piece,
       g_array_append_val(items, item);
       continue;
     }
-    if (op_bytes(op, lt->dtype) == 0 || !clip_op(lt, op, piece->from, piece->to, &item.op))
+    if (copy_op_bytes(op, lt->dtype) == 0 ||
+        !clip_op(lt, op, piece->from, piece->to, &item.op))
       continue;
     /* cut along the op's first axis into runs of at most RANK_ITEM_BYTES, as the executor
      * does, so that one big tensor keeps every thread busy */
-    guint64 bytes = op_bytes(&item.op, lt->dtype);
+    guint64 bytes = copy_op_bytes(&item.op, lt->dtype);
     guint64 outer = item.op.ndim ? item.op.extent[0] : 1;
     guint64 per_outer = MAX(bytes / MAX(outer, 1), 1);
     guint64 step = MAX(RANK_ITEM_BYTES / per_outer, 1);

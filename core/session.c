@@ -247,16 +247,6 @@ input_label(const Input *in)
   return g_strdup_printf("shard %s of tensor \"%s\"", box, in->d->g.name);
 }
 
-static gsize
-op_bytes(const Op *op, WsyncDtype dst_dtype)
-{
-  guint64 bytes = wsync_dtype_size(dst_dtype);
-
-  for (guint k = 0; k < op->ndim; k++)
-    bytes *= op->extent[k];
-  return bytes;
-}
-
 /* ------------------------------------------------------------------ the checksum */
 
 static inline guint64
@@ -771,7 +761,7 @@ slot_copy_bytes(const Slot *slot)
   for (guint i = 0; i < slot->lt->ops->len; i++) {
     const Op *op = &g_array_index(slot->lt->ops, Op, i);
     if (op->kind == OP_COPY)
-      bytes += op_bytes(op, slot->lt->dtype);
+      bytes += copy_op_bytes(op, slot->lt->dtype);
   }
   return bytes;
 }
@@ -839,7 +829,7 @@ target_rows(const Target *target)
 static guint64
 target_row_bytes(const Target *target)
 {
-  return MAX(op_bytes(&target->op, target->slot->lt->dtype) / target_rows(target), 1);
+  return MAX(copy_op_bytes(&target->op, target->slot->lt->dtype) / target_rows(target), 1);
 }
 
 /* Whether @a and @b read the input's rows alike: as many rows, the same source stride
@@ -947,7 +937,7 @@ make_inputs(WsyncSession *s, GHashTable *slot_of, GError **error)
       Slot *slot = g_hash_table_lookup(slot_of, lt);
       for (guint o = 0; o < lt->ops->len; o++) {
         const Op *op = &g_array_index(lt->ops, Op, o);
-        if (op->kind != OP_COPY || op_bytes(op, lt->dtype) == 0)
+        if (op->kind != OP_COPY || copy_op_bytes(op, lt->dtype) == 0)
           continue;
         Input *in = &g_array_index(s->inputs, Input, op->source->input_index);
         Target target = {*op, slot};

@@ -2,7 +2,8 @@
  * (docs/hf-checkpoints.md, docs/vllm.md §2, §3), never from the plugins: a checkpoint's
  * exact tensor set and shapes, two checkpoints byte for byte, and vLLM rank files
  * element by element against the Hugging Face tensor each element must come from.
- * Shared by test-qwen3-moe, test-vllm and test-llama. */
+ * Shared by test-qwen3-moe, test-vllm, test-llama and test-qwen3-5-moe (which adds the
+ * casts vLLM's copy_ makes: BF16 widened to F32, F32 rounded to BF16). */
 #ifndef WSYNC_TEST_ORACLE_H
 #define WSYNC_TEST_ORACLE_H
 
@@ -18,12 +19,7 @@
 static inline char *
 shape_text(const WsyncTensor *t)
 {
-  GString *s = g_string_new("[");
-
-  for (guint d = 0; d < t->ndim; d++)
-    g_string_append_printf(s, "%s%" G_GUINT64_FORMAT, d > 0 ? ", " : "", t->shape[d]);
-  g_string_append_c(s, ']');
-  return g_string_free(s, FALSE);
+  return wsync_shape_format(t->ndim, t->shape);
 }
 
 static inline WsyncCheckpoint *
@@ -51,12 +47,8 @@ static inline void
 expect_tensor(GHashTable *want, char *name, guint ndim, guint64 d0, guint64 d1, guint64 d2)
 {
   const guint64 shape[3] = {d0, d1, d2};
-  GString *text = g_string_new("[");
 
-  for (guint d = 0; d < ndim; d++)
-    g_string_append_printf(text, "%s%" G_GUINT64_FORMAT, d > 0 ? ", " : "", shape[d]);
-  g_string_append_c(text, ']');
-  g_hash_table_insert(want, name, g_string_free(text, FALSE));
+  g_hash_table_insert(want, name, wsync_shape_format(ndim, shape));
 }
 
 /* The checkpoint at @dir has exactly the tensors @want says, all BF16, and an index. */
@@ -192,12 +184,66 @@ typedef struct {
   const RankFiles *rf;
   guint tp, ep, rank, t; /* t = rank % tp, the TP rank */
   guint checked;         /* output tensors checked on this rank */
+  gboolean kernel;       /* the kernel format: parameters only, no buffers */
+  const void *model;     /* the test's own description of the model, for its own checks */
 } RankCheck;
 
 static inline gsize
 elem_size(WsyncDtype dtype)
 {
   return wsync_dtype_bits(dtype) / 8;
+}
+
+static inline guint16
+get16(const guint8 *p)
+{
+  guint16 v;
+  memcpy(&v, p, 2);
+  return GUINT16_FROM_LE(v);
+}
+
+static inline guint32
+get32(const guint8 *p)
+{
+  guint32 v;
+  memcpy(&v, p, 4);
+  return GUINT32_FROM_LE(v);
+}
+
+/* F32 -> BF16, round to nearest, ties to even (what torch's copy_ does), written from
+ * the definition: keep the high half, add one when the dropped half is more than half
+ * an ulp, or exactly half and the kept half is odd.  (No NaN in these inputs.) */
+static inline guint16
+round_to_bf16(guint32 f32)
+{
+  guint16 hi = (guint16)(f32 >> 16);
+  guint32 dropped = f32 & 0xffffu;
+
+  if (dropped > 0x8000u || (dropped == 0x8000u && (hi & 1u)))
+    hi++;
+  return hi;
+}
+
+/* Output element @oi of @out must be input element @ii of @in, as vLLM's (or the
+ * reader's) copy_ would put it: the same bytes when the dtypes agree, a BF16 widened to
+ * F32 (exact: the BF16 bits are the high half), or an F32 rounded to BF16.  Any other
+ * pair of dtypes is a defect of the test. */
+static inline gboolean
+elem_ok(const WsyncTensor *out, guint64 oi, const WsyncTensor *in, guint64 ii)
+{
+  gsize os = elem_size(out->dtype), is = elem_size(in->dtype);
+
+  g_assert_cmpuint(oi, <, out->numel);
+  g_assert_cmpuint(ii, <, in->numel);
+  if (out->dtype == in->dtype)
+    return memcmp(out->data + oi * os, in->data + ii * is, os) == 0;
+  if (in->dtype == WSYNC_DTYPE_BF16 && out->dtype == WSYNC_DTYPE_F32)
+    return get32(out->data + oi * os) == (guint32)get16(in->data + ii * is) << 16;
+  if (in->dtype == WSYNC_DTYPE_F32 && out->dtype == WSYNC_DTYPE_BF16)
+    return get16(out->data + oi * os) == round_to_bf16(get32(in->data + ii * is));
+  g_error("%s is %s but %s is %s: no such cast expected", out->name, wsync_dtype_name(out->dtype),
+          in->name, wsync_dtype_name(in->dtype));
+  return FALSE;
 }
 
 /* The input tensor @name, which must be there. */
@@ -219,7 +265,9 @@ output(RankCheck *c, const char *name, WsyncDtype dtype, guint ndim, const guint
 
   if (t == NULL)
     g_error("rank %u lacks %s", c->rank, name);
-  g_assert_cmpstr(wsync_dtype_name(t->dtype), ==, wsync_dtype_name(dtype));
+  if (t->dtype != dtype)
+    g_error("rank %u: %s is %s, want %s", c->rank, name, wsync_dtype_name(t->dtype),
+            wsync_dtype_name(dtype));
   g_assert_cmpuint(t->ndim, ==, ndim);
   for (guint d = 0; d < ndim; d++)
     if (t->shape[d] != shape[d])
@@ -232,11 +280,7 @@ output(RankCheck *c, const char *name, WsyncDtype dtype, guint ndim, const guint
 static inline void
 same_elem(RankCheck *c, const WsyncTensor *out, guint64 oi, const WsyncTensor *in, guint64 ii)
 {
-  gsize es = elem_size(out->dtype);
-
-  g_assert_cmpuint(oi, <, out->numel);
-  g_assert_cmpuint(ii, <, in->numel);
-  if (memcmp(out->data + oi * es, in->data + ii * es, es) != 0)
+  if (!elem_ok(out, oi, in, ii))
     g_error("rank %u (tp %u ep %u): %s element %" G_GUINT64_FORMAT
             " is not %s element %" G_GUINT64_FORMAT,
             c->rank, c->tp, c->ep, out->name, oi, in->name, ii);
@@ -261,30 +305,44 @@ row_width(const WsyncTensor *t)
 }
 
 /* Whole, on every rank (norms, the router, row-parallel biases: ReplicatedLinear,
- * RMSNorm, RowParallelLinear's full bias, §2); @name held as @out_name. */
+ * RMSNorm, RowParallelLinear's full bias, §2); @name held as @out_name in @dtype (a cast
+ * when it is not the input's). */
 static inline void
-check_replicated_as(RankCheck *c, const char *name, const char *out_name)
+check_replicated_cast(RankCheck *c, const char *name, const char *out_name, WsyncDtype dtype)
 {
   const WsyncTensor *in = input(c, name);
-  const WsyncTensor *out = output(c, out_name, in->dtype, in->ndim, in->shape);
+  const WsyncTensor *out = output(c, out_name, dtype, in->ndim, in->shape);
 
   for (guint64 i = 0; i < in->numel; i++)
     same_elem(c, out, i, in, i);
 }
 
-/* RowParallelLinear (§2): columns [t*C/tp, (t+1)*C/tp) of a [R, C] weight. */
 static inline void
-check_row(RankCheck *c, const char *name)
+check_replicated_as(RankCheck *c, const char *name, const char *out_name)
+{
+  check_replicated_cast(c, name, out_name, input(c, name)->dtype);
+}
+
+/* RowParallelLinear (§2): columns [t*C/tp, (t+1)*C/tp) of a [R, C] weight; @name held
+ * as @out_name. */
+static inline void
+check_row_as(RankCheck *c, const char *name, const char *out_name)
 {
   const WsyncTensor *in = input(c, name);
   guint64 rows = in->shape[0], cols = in->shape[1], per = cols / c->tp;
   guint64 shape[2] = {rows, per};
-  const WsyncTensor *out = output(c, name, in->dtype, 2, shape);
+  const WsyncTensor *out = output(c, out_name, in->dtype, 2, shape);
 
   g_assert_cmpuint(cols % c->tp, ==, 0);
   for (guint64 r = 0; r < rows; r++)
     for (guint64 j = 0; j < per; j++)
       same_elem(c, out, r * per + j, in, r * cols + c->t * per + j);
+}
+
+static inline void
+check_row(RankCheck *c, const char *name)
+{
+  check_row_as(c, name, name);
 }
 
 /* QKVParallelLinear (§2) of MODULE.{q,k,v}_proj.LEAF as MODULE.qkv_proj.LEAF, a weight

@@ -27,7 +27,7 @@
 
 #include <wsync/wsync.h>
 
-#include "testutil.h"
+#include "oracle.h"
 
 /* ------------------------------------------------------------------ running wsync */
 
@@ -231,16 +231,6 @@ convert(const char *src, const char *conf, const char *target, guint tp, guint e
   }
   run_ok(args);
   return dst;
-}
-
-static WsyncCheckpoint *
-open_checkpoint(const char *path)
-{
-  GError *error = NULL;
-  WsyncCheckpoint *ck = wsync_checkpoint_open(path, &error);
-
-  g_assert_no_error(error);
-  return ck;
 }
 
 /* ------------------------------------------------------------------ the model, from config.json */
@@ -488,174 +478,17 @@ assert_tensors(WsyncCheckpoint *ck, GPtrArray *specs)
   g_assert_cmpuint(wsync_checkpoint_n_tensors(ck), ==, specs->len);
 }
 
-/* ------------------------------------------------------------------ elements */
+/* ------------------------------------------------------------------ the vLLM oracle
+ *
+ * tests/oracle.h's RankCheck, its model the Model above; this file adds what only
+ * Qwen3.5 has: gated query heads, linear attention, routed experts, the vision tower. */
 
-static gsize
-elem_size(WsyncDtype dtype)
+typedef RankCheck Oracle;
+
+static const Model *
+model_of(const Oracle *o)
 {
-  return wsync_dtype_bits(dtype) / 8;
-}
-
-static guint16
-get16(const guint8 *p)
-{
-  guint16 v;
-  memcpy(&v, p, 2);
-  return GUINT16_FROM_LE(v);
-}
-
-static guint32
-get32(const guint8 *p)
-{
-  guint32 v;
-  memcpy(&v, p, 4);
-  return GUINT32_FROM_LE(v);
-}
-
-/* F32 -> BF16, round to nearest, ties to even (what torch's copy_ does), written from
- * the definition: keep the high half, add one when the dropped half is more than half
- * an ulp, or exactly half and the kept half is odd.  (No NaN in these inputs.) */
-static guint16
-round_to_bf16(guint32 f32)
-{
-  guint16 hi = (guint16)(f32 >> 16);
-  guint32 dropped = f32 & 0xffffu;
-
-  if (dropped > 0x8000u || (dropped == 0x8000u && (hi & 1u)))
-    hi++;
-  return hi;
-}
-
-/* Output element @oi of @out must be input element @ii of @in, as vLLM's (or the
- * reader's) copy_ would put it: the same bytes, a BF16 widened to F32 (exact: the
- * BF16 bits are the high half), or an F32 rounded to BF16. */
-static gboolean
-elem_ok(const WsyncTensor *out, guint64 oi, const WsyncTensor *in, guint64 ii)
-{
-  gsize os = elem_size(out->dtype), is = elem_size(in->dtype);
-
-  g_assert_cmpuint(oi, <, out->numel);
-  g_assert_cmpuint(ii, <, in->numel);
-  if (out->dtype == in->dtype)
-    return memcmp(out->data + oi * os, in->data + ii * is, os) == 0;
-  if (in->dtype == WSYNC_DTYPE_BF16 && out->dtype == WSYNC_DTYPE_F32)
-    return get32(out->data + oi * os) == (guint32)get16(in->data + ii * is) << 16;
-  if (in->dtype == WSYNC_DTYPE_F32 && out->dtype == WSYNC_DTYPE_BF16)
-    return get16(out->data + oi * os) == round_to_bf16(get32(in->data + ii * is));
-  g_error("%s is %s but %s is %s: no such cast expected", out->name, wsync_dtype_name(out->dtype),
-          in->name, wsync_dtype_name(in->dtype));
-  return FALSE;
-}
-
-/* ------------------------------------------------------------------ rank files */
-
-typedef struct {
-  GPtrArray *files; /* WsyncCheckpoint*, one per part */
-} RankFiles;
-
-static void
-rank_files_clear(RankFiles *rf)
-{
-  g_ptr_array_unref(rf->files);
-}
-
-static guint
-open_ranks(const char *dir, RankFiles *ranks, guint max_ranks)
-{
-  GError *error = NULL;
-  GDir *d = g_dir_open(dir, 0, &error);
-  const char *name;
-  guint n = 0;
-
-  g_assert_no_error(error);
-  for (guint r = 0; r < max_ranks; r++)
-    ranks[r].files = g_ptr_array_new_with_free_func((GDestroyNotify)wsync_checkpoint_free);
-  while ((name = g_dir_read_name(d)) != NULL) {
-    unsigned rank, part;
-    char tail[32];
-    g_autofree char *path = g_build_filename(dir, name, NULL);
-    if ((sscanf(name, "model-rank-%u-part-%u%31s", &rank, &part, tail) != 3 &&
-         sscanf(name, "kernel-rank-%u-part-%u%31s", &rank, &part, tail) != 3) ||
-        strcmp(tail, ".safetensors") != 0)
-      continue;
-    g_assert_cmpuint(rank, <, max_ranks);
-    g_ptr_array_add(ranks[rank].files, open_checkpoint(path));
-  }
-  g_dir_close(d);
-  for (guint r = 0; r < max_ranks; r++)
-    if (ranks[r].files->len > 0)
-      n++;
-  return n;
-}
-
-static const WsyncTensor *
-rank_lookup(const RankFiles *rf, const char *name)
-{
-  for (guint i = 0; i < rf->files->len; i++) {
-    const WsyncTensor *t = wsync_checkpoint_lookup(rf->files->pdata[i], name);
-    if (t != NULL)
-      return t;
-  }
-  return NULL;
-}
-
-static void
-assert_metadata(const RankFiles *rf, const char *key, const char *want)
-{
-  for (guint i = 0; i < rf->files->len; i++) {
-    GHashTable *md = wsync_safetensors_metadata(wsync_checkpoint_file(rf->files->pdata[i], 0));
-    g_assert_cmpstr(g_hash_table_lookup(md, key), ==, want);
-  }
-}
-
-/* ------------------------------------------------------------------ the vLLM oracle */
-
-typedef struct {
-  const Model *m;
-  WsyncCheckpoint *in;
-  const RankFiles *rf;
-  guint tp, ep, rank, t; /* t = rank % tp */
-  gboolean lm_only;
-  gboolean kernel; /* the kernel format: parameters only */
-  guint checked;
-} Oracle;
-
-static const WsyncTensor *
-input(Oracle *o, const char *name)
-{
-  const WsyncTensor *t = wsync_checkpoint_lookup(o->in, name);
-  if (t == NULL)
-    g_error("the input has no tensor %s", name);
-  return t;
-}
-
-/* The output tensor @name of the rank, with its dtype and shape checked. */
-static const WsyncTensor *
-output(Oracle *o, const char *name, WsyncDtype dtype, guint ndim, const guint64 *shape)
-{
-  const WsyncTensor *t = rank_lookup(o->rf, name);
-
-  if (t == NULL)
-    g_error("rank %u lacks %s", o->rank, name);
-  if (t->dtype != dtype)
-    g_error("rank %u: %s is %s, want %s", o->rank, name, wsync_dtype_name(t->dtype),
-            wsync_dtype_name(dtype));
-  g_assert_cmpuint(t->ndim, ==, ndim);
-  for (guint d = 0; d < ndim; d++)
-    if (t->shape[d] != shape[d])
-      g_error("rank %u: %s axis %u is %" G_GUINT64_FORMAT ", want %" G_GUINT64_FORMAT, o->rank,
-              name, d, t->shape[d], shape[d]);
-  o->checked++;
-  return t;
-}
-
-static void
-same_elem(Oracle *o, const WsyncTensor *out, guint64 oi, const WsyncTensor *in, guint64 ii)
-{
-  if (!elem_ok(out, oi, in, ii))
-    g_error("rank %u (tp %u ep %u): %s element %" G_GUINT64_FORMAT
-            " is not %s element %" G_GUINT64_FORMAT,
-            o->rank, o->tp, o->ep, out->name, oi, in->name, ii);
+  return o->model;
 }
 
 /* "PREFIX" + @suffix for layer @l of the checkpoint ("model.language_model.layers.L.")
@@ -670,32 +503,6 @@ static char *
 rt_name(guint64 l, const char *suffix)
 {
   return g_strdup_printf("language_model.model.layers.%" G_GUINT64_FORMAT ".%s", l, suffix);
-}
-
-/* Whole on every rank, in @dtype (RMSNorm, LayerNorm, router, patch embedding). */
-static void
-check_replicated(Oracle *o, const char *out_name, const char *in_name, WsyncDtype dtype)
-{
-  const WsyncTensor *in = input(o, in_name);
-  const WsyncTensor *out = output(o, out_name, dtype, in->ndim, in->shape);
-
-  for (guint64 i = 0; i < in->numel; i++)
-    same_elem(o, out, i, in, i);
-}
-
-/* RowParallelLinear: columns [t*C/tp, (t+1)*C/tp) of a 2-D weight. */
-static void
-check_row(Oracle *o, const char *out_name, const char *in_name)
-{
-  const WsyncTensor *in = input(o, in_name);
-  guint64 rows = in->shape[0], cols = in->shape[1], c = cols / o->tp;
-  guint64 shape[2] = {rows, c};
-  const WsyncTensor *out = output(o, out_name, in->dtype, 2, shape);
-
-  g_assert_cmpuint(cols % o->tp, ==, 0);
-  for (guint64 r = 0; r < rows; r++)
-    for (guint64 j = 0; j < c; j++)
-      same_elem(o, out, r * c + j, in, r * cols + o->t * c + j);
 }
 
 /* A run of rows of an input tensor. */
@@ -726,36 +533,14 @@ check_segments(Oracle *o, const char *out_name, WsyncDtype dtype, const Seg *seg
         same_elem(o, out, r * row + e, segs[s].in, (segs[s].first + i) * row + e);
 }
 
-/* VocabParallelEmbedding / ParallelLMHead (docs/vllm.md §3): Vp = ceil(V/64)*64,
- * rows [t*Vp/tp, (t+1)*Vp/tp), rows >= V zero. */
-static void
-check_vocab(Oracle *o, const char *out_name, const char *in_name)
-{
-  const Model *m = o->m;
-  const WsyncTensor *in = input(o, in_name);
-  guint64 vp = (m->V + 63) / 64 * 64, rows = vp / o->tp, shape[2] = {rows, m->H};
-  const WsyncTensor *out = output(o, out_name, in->dtype, 2, shape);
-
-  for (guint64 r = 0; r < rows; r++) {
-    guint64 g = o->t * rows + r;
-    for (guint64 h = 0; h < m->H; h++) {
-      if (g < m->V)
-        same_elem(o, out, r * m->H + h, in, g * m->H + h);
-      else if (get16(out->data + 2 * (r * m->H + h)) != 0)
-        g_error("rank %u: %s row %" G_GUINT64_FORMAT " should be padding zero", o->rank,
-                out_name, r);
-    }
-  }
-}
-
 /* Full attention (docs/vllm.md §9.2): qkv_proj [(2nh/tp + 2kvl)*hd, H].  q_proj is per
  * head [q_h; gate_h] (docs/hf-checkpoints.md §3): local head j of rank t is global head
  * t*nh/tp + j, its query rows then its gate rows; k/v follow the KV rules
  * (docs/vllm.md §2). */
 static void
-check_qkv(Oracle *o, guint64 l)
+check_gated_qkv(Oracle *o, guint64 l)
 {
-  const Model *m = o->m;
+  const Model *m = model_of(o);
   g_autofree char *qn = ck_name(l, "self_attn.q_proj.weight");
   g_autofree char *kn = ck_name(l, "self_attn.k_proj.weight");
   g_autofree char *vn = ck_name(l, "self_attn.v_proj.weight");
@@ -816,13 +601,13 @@ check_full_attention(Oracle *o, guint64 l)
   g_autofree char *oo = rt_name(l, "self_attn.o_proj.weight");
   g_autofree char *oi = ck_name(l, "self_attn.o_proj.weight");
 
-  check_qkv(o, l);
-  check_row(o, oo, oi);
+  check_gated_qkv(o, l);
+  check_row_as(o, oi, oo);
   for (guint i = 0; i < G_N_ELEMENTS(norms); i++) {
     g_autofree char *on = rt_name(l, norms[i]);
     g_autofree char *in = ck_name(l, norms[i]);
     /* copied verbatim: the 1 + w is the engine's business (docs/vllm.md §9.1) */
-    check_replicated(o, on, in, WSYNC_DTYPE_BF16);
+    check_replicated_cast(o, in, on, WSYNC_DTYPE_BF16);
   }
   check_scales(o, l);
 }
@@ -836,7 +621,7 @@ check_full_attention(Oracle *o, guint64 l)
 static void
 check_linear_attention(Oracle *o, guint64 l)
 {
-  const Model *m = o->m;
+  const Model *m = model_of(o);
   guint64 kd = m->nk * m->dk, vd = m->nv * m->dv, kt = kd / o->tp, vt = vd / o->tp;
   guint64 nvt = m->nv / o->tp, t = o->t;
   g_autofree char *qkv_n = ck_name(l, "linear_attn.in_proj_qkv.weight");
@@ -870,8 +655,8 @@ check_linear_attention(Oracle *o, guint64 l)
                  3);
   check_segments(o, alog_o, WSYNC_DTYPE_F32, (Seg[]){{input(o, alog_n), t * nvt, nvt}}, 1);
   check_segments(o, dt_o, WSYNC_DTYPE_BF16, (Seg[]){{input(o, dt_n), t * nvt, nvt}}, 1);
-  check_replicated(o, norm_o, norm_n, WSYNC_DTYPE_BF16);
-  check_row(o, out_o, out_n);
+  check_replicated_cast(o, norm_n, norm_o, WSYNC_DTYPE_BF16);
+  check_row_as(o, out_n, out_o);
 }
 
 /* Where expert @e's gate (0), up (1) or down (2) matrix lies in the input: the fused
@@ -885,7 +670,7 @@ static ExpertSrc
 expert_src(Oracle *o, guint64 l, guint which, guint64 e)
 {
   static const char *const projs[3] = {"gate_proj", "up_proj", "down_proj"};
-  const Model *m = o->m;
+  const Model *m = model_of(o);
   g_autofree char *fused =
       ck_name(l, which < 2 ? "mlp.experts.gate_up_proj" : "mlp.experts.down_proj");
   g_autofree char *suffix =
@@ -915,7 +700,7 @@ expert_src(Oracle *o, guint64 l, guint which, guint64 e)
 static void
 expert_share(Oracle *o, guint64 *first, guint64 *count, guint64 *ip, guint64 *off)
 {
-  const Model *m = o->m;
+  const Model *m = model_of(o);
 
   if (o->ep > 1) {
     guint64 base = m->E / o->ep, rem = m->E % o->ep;
@@ -937,7 +722,7 @@ expert_share(Oracle *o, guint64 *first, guint64 *count, guint64 *ip, guint64 *of
 static void
 check_experts(Oracle *o, guint64 l, guint64 expect_count)
 {
-  const Model *m = o->m;
+  const Model *m = model_of(o);
   g_autofree char *w13 = rt_name(l, "mlp.experts.routed_experts.w13_weight");
   g_autofree char *w2 = rt_name(l, "mlp.experts.routed_experts.w2_weight");
   guint64 first, count, ip, off;
@@ -982,7 +767,7 @@ check_gate_up_down(Oracle *o, guint64 l, const char *mlp, const char *rt_mlp, gu
   g_assert_cmpuint(inter % o->tp, ==, 0);
   check_segments(o, gu_o, WSYNC_DTYPE_BF16,
                  (Seg[]){{input(o, gn), o->t * it, it}, {input(o, un), o->t * it, it}}, 2);
-  check_row(o, d_o, dn);
+  check_row_as(o, dn, d_o);
 }
 
 /* The sparse block (docs/vllm.md §9), under the alias winners of naming era D (§5):
@@ -996,8 +781,8 @@ check_moe(Oracle *o, guint64 l, const guint64 *expert_counts)
   g_autofree char *sg_o = rt_name(l, "mlp.experts._shared_experts._layer.expert_gate.weight");
   g_autofree char *sg_i = ck_name(l, "mlp.shared_expert_gate.weight");
 
-  check_replicated(o, router_o, router_i, WSYNC_DTYPE_BF16);
-  check_replicated(o, sg_o, sg_i, WSYNC_DTYPE_BF16);
+  check_replicated_cast(o, router_i, router_o, WSYNC_DTYPE_BF16);
+  check_replicated_cast(o, sg_i, sg_o, WSYNC_DTYPE_BF16);
   /* the shared expert stays TP-sliced by rank % tp, also with EP (§4); with
    * sequence-parallel MoE (ep > tp > 1, so dp > 1) it is built with disable_tp and every
    * rank holds it whole (§9.4) */
@@ -1006,12 +791,12 @@ check_moe(Oracle *o, guint64 l, const guint64 *expert_counts)
     whole.tp = 1;
     whole.t = 0;
     check_gate_up_down(&whole, l, "mlp.shared_expert", "mlp.experts._shared_experts._layer",
-                       o->m->Is);
+                       model_of(o)->Is);
     o->checked = whole.checked;
   } else
     check_gate_up_down(o, l, "mlp.shared_expert", "mlp.experts._shared_experts._layer",
-                       o->m->Is);
-  check_experts(o, l, expert_counts != NULL ? expert_counts[o->rank] : o->m->E);
+                       model_of(o)->Is);
+  check_experts(o, l, expert_counts != NULL ? expert_counts[o->rank] : model_of(o)->E);
 }
 
 static void
@@ -1022,16 +807,16 @@ check_layer(Oracle *o, guint64 l, const guint64 *expert_counts)
   for (guint i = 0; i < G_N_ELEMENTS(norms); i++) {
     g_autofree char *on = rt_name(l, norms[i]);
     g_autofree char *in = ck_name(l, norms[i]);
-    check_replicated(o, on, in, WSYNC_DTYPE_BF16);
+    check_replicated_cast(o, in, on, WSYNC_DTYPE_BF16);
   }
-  if (o->m->linear[l])
+  if (model_of(o)->linear[l])
     check_linear_attention(o, l);
   else
     check_full_attention(o, l);
-  if (o->m->moe)
+  if (model_of(o)->moe)
     check_moe(o, l, expert_counts);
   else
-    check_gate_up_down(o, l, "mlp", "mlp", o->m->Id);
+    check_gate_up_down(o, l, "mlp", "mlp", model_of(o)->Id);
 }
 
 /* "model.visual." + @suffix and "visual." + @suffix */
@@ -1041,7 +826,7 @@ check_visual_replicated(Oracle *o, const char *suffix)
   g_autofree char *on = g_strconcat("visual.", suffix, NULL);
   g_autofree char *in = g_strconcat("model.visual.", suffix, NULL);
 
-  check_replicated(o, on, in, WSYNC_DTYPE_BF16);
+  check_replicated_cast(o, in, on, WSYNC_DTYPE_BF16);
 }
 
 static void
@@ -1050,7 +835,7 @@ check_visual_row(Oracle *o, const char *suffix)
   g_autofree char *on = g_strconcat("visual.", suffix, NULL);
   g_autofree char *in = g_strconcat("model.visual.", suffix, NULL);
 
-  check_row(o, on, in);
+  check_row_as(o, in, on);
 }
 
 /* ColumnParallelLinear weight or bias: rows [t*R/tp, (t+1)*R/tp). */
@@ -1072,7 +857,7 @@ check_visual_column(Oracle *o, const char *suffix)
 static void
 check_vision(Oracle *o)
 {
-  const Model *m = o->m;
+  const Model *m = model_of(o);
   guint64 d = m->D, dt = d / o->tp;
 
   g_assert_cmpuint(m->heads % o->tp, ==, 0);
@@ -1127,9 +912,8 @@ typedef struct {
 static void
 check_rank(const Case *c, const Model *m, WsyncCheckpoint *in, const RankFiles *rf, guint rank)
 {
-  Oracle o = {.m = m, .in = in, .rf = rf, .tp = c->tp, .ep = c->ep > 0 ? c->ep : 1,
-              .rank = rank, .t = rank % c->tp, .lm_only = c->lm_only,
-              .kernel = c->ep > c->tp};
+  Oracle o = {.model = m, .in = in, .rf = rf, .tp = c->tp, .ep = c->ep > 0 ? c->ep : 1,
+              .rank = rank, .t = rank % c->tp, .kernel = c->ep > c->tp};
   g_autofree char *tp = g_strdup_printf("%u", o.tp);
   g_autofree char *rk = g_strdup_printf("%u", rank);
   guint n = 0;
@@ -1141,14 +925,15 @@ check_rank(const Case *c, const Model *m, WsyncCheckpoint *in, const RankFiles *
   /* A tied LM head is the embedding module registered twice; the kept name is the
    * smaller, language_model.lm_head.weight (docs/vllm.md §3). */
   if (m->tied) {
-    check_vocab(&o, "language_model.lm_head.weight", "model.language_model.embed_tokens.weight");
+    check_vocab_as(&o, "model.language_model.embed_tokens.weight",
+                   "language_model.lm_head.weight", m->V);
     g_assert_null(rank_lookup(rf, "language_model.model.embed_tokens.weight"));
   } else {
-    check_vocab(&o, "language_model.model.embed_tokens.weight",
-                "model.language_model.embed_tokens.weight");
-    check_vocab(&o, "language_model.lm_head.weight", "lm_head.weight");
+    check_vocab_as(&o, "model.language_model.embed_tokens.weight",
+                   "language_model.model.embed_tokens.weight", m->V);
+    check_vocab_as(&o, "lm_head.weight", "language_model.lm_head.weight", m->V);
   }
-  check_replicated(&o, "language_model.model.norm.weight", "model.language_model.norm.weight",
+  check_replicated_cast(&o, "model.language_model.norm.weight", "language_model.model.norm.weight",
                    WSYNC_DTYPE_BF16);
   for (guint64 l = 0; l < m->L; l++)
     check_layer(&o, l, c->expert_counts);
@@ -1175,9 +960,11 @@ run_case(const Case *c)
   guint world = c->ep > 1 ? c->ep : c->tp;
   RankFiles ranks[16];
   Model m = read_model(c->config);
-  g_autoptr(WsyncCheckpoint) in = open_checkpoint(src);
+  g_autoptr(WsyncCheckpoint) in = open_ck(src);
 
-  g_assert_cmpuint(open_ranks(dst, ranks, G_N_ELEMENTS(ranks)), ==, world);
+  g_assert_cmpuint(
+      open_ranks_of(dst, c->ep > c->tp ? "kernel" : "sharded-state", ranks, G_N_ELEMENTS(ranks)),
+      ==, world);
   for (guint r = 0; r < world; r++)
     check_rank(c, &m, in, &ranks[r], r);
   for (guint r = 0; r < G_N_ELEMENTS(ranks); r++)
@@ -1206,7 +993,7 @@ test_hf_published(void)
   for (guint i = 0; i < G_N_ELEMENTS(configs); i++) {
     Model m = read_model(configs[i]);
     g_autoptr(GPtrArray) specs = published(&m, TRUE, FALSE);
-    g_autoptr(WsyncCheckpoint) ck = open_checkpoint(synth(configs[i], FALSE));
+    g_autoptr(WsyncCheckpoint) ck = open_ck(synth(configs[i], FALSE));
     assert_tensors(ck, specs);
   }
 }
@@ -1217,7 +1004,7 @@ test_hf_fused_synth(void)
 {
   Model m = read_model(MOE);
   g_autoptr(GPtrArray) specs = published(&m, TRUE, TRUE);
-  g_autoptr(WsyncCheckpoint) ck = open_checkpoint(synth(MOE, TRUE));
+  g_autoptr(WsyncCheckpoint) ck = open_ck(synth(MOE, TRUE));
 
   assert_tensors(ck, specs);
 }
@@ -1262,8 +1049,8 @@ test_hf_experts(void)
   g_autofree char *back = NULL;
   Model m = read_model(MOE);
   g_autoptr(GPtrArray) specs = published(&m, FALSE, FALSE);
-  g_autoptr(WsyncCheckpoint) fused_ck = open_checkpoint(synth(MOE, TRUE));
-  g_autoptr(WsyncCheckpoint) split_ck = open_checkpoint(split);
+  g_autoptr(WsyncCheckpoint) fused_ck = open_ck(synth(MOE, TRUE));
+  g_autoptr(WsyncCheckpoint) split_ck = open_ck(split);
   Run r;
 
   assert_tensors(split_ck, specs);
@@ -1426,7 +1213,7 @@ typedef enum {
 static char *
 hand_made(const char *src, HandMade kind)
 {
-  g_autoptr(WsyncCheckpoint) in = open_checkpoint(src);
+  g_autoptr(WsyncCheckpoint) in = open_ck(src);
   g_autoptr(WsyncSafetensorsWriter) w = wsync_safetensors_writer_new();
   char *dst = new_path("handmade");
   g_autofree char *file = g_build_filename(dst, "model.safetensors", NULL);
@@ -1476,11 +1263,11 @@ hand_made(const char *src, HandMade kind)
 static void
 check_cast_values(const char *src, const char *rank_dir, guint tp, const Model *m)
 {
-  g_autoptr(WsyncCheckpoint) in = open_checkpoint(src);
+  g_autoptr(WsyncCheckpoint) in = open_ck(src);
   RankFiles ranks[8];
   guint hits = 0;
 
-  g_assert_cmpuint(open_ranks(rank_dir, ranks, G_N_ELEMENTS(ranks)), ==, tp);
+  g_assert_cmpuint(open_ranks_of(rank_dir, "sharded-state", ranks, G_N_ELEMENTS(ranks)), ==, tp);
   for (guint r = 0; r < tp; r++)
     for (guint64 l = 0; l < m->L; l++) {
       g_autofree char *ni = ck_name(l, "linear_attn.norm.weight");
@@ -1525,8 +1312,8 @@ check_cast_values(const char *src, const char *rank_dir, guint tp, const Model *
 static void
 assert_read_back(const char *orig_dir, const char *back_dir, guint *widened)
 {
-  g_autoptr(WsyncCheckpoint) orig = open_checkpoint(orig_dir);
-  g_autoptr(WsyncCheckpoint) back = open_checkpoint(back_dir);
+  g_autoptr(WsyncCheckpoint) orig = open_ck(orig_dir);
+  g_autoptr(WsyncCheckpoint) back = open_ck(back_dir);
 
   *widened = 0;
   g_assert_cmpuint(wsync_checkpoint_n_tensors(orig), ==, wsync_checkpoint_n_tensors(back));

@@ -495,8 +495,8 @@ test_refused(void)
     const char *message;
     gint64 value; /* set to this integer, 0: removed */
   } cases[] = {
-      {"intermediate_size", "config.json: field \"intermediate_size\" is missing\n"},
-      {"num_attention_heads", "config.json: field \"num_attention_heads\" is missing\n"},
+      {"intermediate_size", "config.json: field \"intermediate_size\" is missing\n", 0},
+      {"num_attention_heads", "config.json: field \"num_attention_heads\" is missing\n", 0},
       {"attention_bias", "config.json: field \"attention_bias\" must be true or false, not 1\n",
        1},
       /* head_dim absent: hidden_size / num_attention_heads, which must divide */

@@ -2,7 +2,8 @@
 # wsync benchmark: `make bench` (not part of make check).
 #
 # Builds, in a tmpfs (default /dev/shm), a checkpoint with the real Qwen3-30B-A3B layer
-# shapes (LAYERS layers, default 2: about 3.7 GB), then times in the same run, each
+# shapes (LAYERS layers, default 2: about 3.7 GB), split into files at a --part-size
+# scaled from the default as the bytes are (see below), then times in the same run, each
 # paired PAIRS times (default 5) with `cp -r` of the same bytes (the run's source):
 #   wsync convert --target vllm at tp 1 and at tp 4,
 #   wsync convert of the tp 4 rank files back to hf (read back),
@@ -103,25 +104,59 @@ peer() {
 
 echo "building a Qwen3-30B-A3B-shaped checkpoint with $layers layers in $base ..."
 $W synth --config "$top/configs/qwen3-30b-a3b.json" --layers "$layers" "$base/src"
-printf 'checkpoint: %.2f GB in %s files\n' "$(calc "$(bytes_of "$base/src") / 1e9")" \
-  "$(ls "$base/src" | wc -l)"
+
+# The checkpoint is $layers of the model's 48 layers.  At full size (61 GB), at the
+# default --part-size (5G), every rank's output is several files (a tp 1 output 13), and
+# wsync writes different files at once.  It cannot speed up the writing of one file: a
+# tmpfs write holds the file's inode lock while the kernel copies, so writes to one file
+# run one at a time, wsync's as cp's.  To keep the full model's shape at this scale, the
+# runs pass --part-size scaled as the bytes are ($part below, PART_SIZE to override):
+# about as many files per rank as the full model has.  The first run is repeated at the
+# default part size, where each rank is one file, to show the difference.
+part=${PART_SIZE:-$("$python" - "$top/configs/qwen3-30b-a3b.json" "$base/src" <<'EOF'
+import glob, json, os, re, struct, sys
+full_layers = json.load(open(sys.argv[1]))["num_hidden_layers"]
+in_layers, other, layers = 0, 0, set()
+for path in glob.glob(os.path.join(sys.argv[2], "*.safetensors")):
+    with open(path, "rb") as f:
+        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    for name, t in header.items():
+        if name != "__metadata__":
+            nbytes = t["data_offsets"][1] - t["data_offsets"][0]
+            layer = re.search(r"\.layers\.(\d+)\.", name)
+            in_layers += nbytes if layer else 0
+            other += 0 if layer else nbytes
+            layers.update([layer.group(1)] if layer else [])
+full = other + in_layers / len(layers) * full_layers
+print(int(5 * 2**30 * (other + in_layers) / full))
+EOF
+)}
+# the checkpoint split the same way (the real one is 16 files of about 4 GB)
+$W convert "$base/src" "$base/split" --target hf --part-size "$part"
+rm -rf "$base/src" && mv "$base/split" "$base/src"
+printf 'checkpoint: %.2f GB in %s safetensors files; runs at --part-size %s\n' \
+  "$(calc "$(bytes_of "$base/src") / 1e9")" "$(ls "$base/src"/*.safetensors | wc -l)" \
+  "$(numfmt --to=iec "$part")"
 printf '%-34s %8s %8s %6s %7s %7s %10s %8s\n' "run (median of $pairs pairs)" "wsync s" \
   "cp -r s" "ratio" "user s" "sys s" "private" "cp cpu s"
 
-pair "convert --target vllm tp 1" "$base/src" "$base/tp1" convert "$base/src" "$base/tp1" \
+pair "convert --target vllm tp 1, 5G" "$base/src" "$base/tp1" convert "$base/src" "$base/tp1" \
   --target vllm --tp 1
 rm -rf "$base/tp1"
+pair "convert --target vllm tp 1" "$base/src" "$base/tp1" convert "$base/src" "$base/tp1" \
+  --target vllm --tp 1 --part-size "$part"
+rm -rf "$base/tp1"
 pair "convert --target vllm tp 4" "$base/src" "$base/tp4" convert "$base/src" "$base/tp4" \
-  --target vllm --tp 4
+  --target vllm --tp 4 --part-size "$part"
 t_vllm4=$t_median
 if [ -n "$t_vllm4" ]; then
-  $W plan "$base/src" --target vllm --tp 4 --json >"$base/plan-vllm4.json"
+  $W plan "$base/src" --target vllm --tp 4 --part-size "$part" --json >"$base/plan-vllm4.json"
   peer "numpy peer (vllm tp 4)" peer_numpy.py numpy python3-numpy "$base/plan-vllm4.json" \
     "$base/src" "$base/tp4" "$t_vllm4"
   peer "torch peer (vllm tp 4)" peer_torch.py torch python3-torch "$base/plan-vllm4.json" \
     "$base/src" "$base/tp4" "$t_vllm4"
   pair "tp 4 rank files -> hf" "$base/tp4" "$base/back" convert "$base/tp4" "$base/back" \
-    --target hf
+    --target hf --part-size "$part"
   [ -z "$t_median" ] || { $W verify "$base/src" "$base/back" >/dev/null && echo "round trip: bit-exact"; }
 fi
 rm -rf "$base/tp4" "$base/back"
@@ -129,22 +164,22 @@ rm -rf "$base/tp4" "$base/back"
 # vllm-ascend (plugin npu-ascend): the kernel format, routed experts transposed into the
 # processed layout, or the sharded-state format, the loader layout.
 pair "vllm-ascend kernel tp 1" "$base/src" "$base/asc" convert "$base/src" "$base/asc" \
-  --target vllm-ascend --format kernel --tp 1
+  --target vllm-ascend --format kernel --tp 1 --part-size "$part"
 rm -rf "$base/asc"
 pair "vllm-ascend sharded-state tp 1" "$base/src" "$base/asc" convert "$base/src" "$base/asc" \
-  --target vllm-ascend --format sharded-state --tp 1
+  --target vllm-ascend --format sharded-state --tp 1 --part-size "$part"
 rm -rf "$base/asc"
 pair "vllm-ascend kernel tp 4" "$base/src" "$base/asc" convert "$base/src" "$base/asc" \
-  --target vllm-ascend --format kernel --tp 4
+  --target vllm-ascend --format kernel --tp 4 --part-size "$part"
 t_asc4=$t_median
 if [ -n "$t_asc4" ]; then
-  $W plan "$base/src" --target vllm-ascend --format kernel --tp 4 --json >"$base/plan-asc4.json"
+  $W plan "$base/src" --target vllm-ascend --format kernel --tp 4 --part-size "$part" --json >"$base/plan-asc4.json"
   peer "numpy peer (ascend kernel tp 4)" peer_numpy.py numpy python3-numpy \
     "$base/plan-asc4.json" "$base/src" "$base/asc" "$t_asc4"
   peer "torch peer (ascend kernel tp 4)" peer_torch.py torch python3-torch \
     "$base/plan-asc4.json" "$base/src" "$base/asc" "$t_asc4"
   pair "vllm-ascend tp 4 -> hf" "$base/asc" "$base/back" convert "$base/asc" "$base/back" \
-    --target hf
+    --target hf --part-size "$part"
   [ -z "$t_median" ] || { $W verify "$base/src" "$base/back" >/dev/null && echo "round trip (vllm-ascend): bit-exact"; }
 fi
 rm -rf "$base/asc" "$base/back"
@@ -154,9 +189,10 @@ rm -rf "$base/asc" "$base/back"
 # is cp -r of those shard files
 if room_for "$(bytes_of "$base/src")"; then
   echo "sharding it as FSDP2 x EP (DCP format A, 4 ranks) ..."
-  "$python" "$top/tests/make-dcp-fixtures.py" --shard-ep "$base"/src/model-00001-of-*.safetensors \
+  "$python" "$top/tests/make-dcp-fixtures.py" --shard-ep "$base"/src/model-*-of-*.safetensors \
     "$base/dcp"
-  pair "merge (FSDP2 x EP shards)" "$base/dcp/a" "$base/merged" merge "$base/dcp/a" "$base/merged"
+  pair "merge (FSDP2 x EP shards)" "$base/dcp/a" "$base/merged" merge "$base/dcp/a" "$base/merged" \
+    --part-size "$part"
   [ -z "$t_median" ] || { $W verify "$base/src" "$base/merged" >/dev/null && echo "merge: bit-exact"; }
   rm -rf "$base/dcp" "$base/merged"
 else

@@ -3,9 +3,11 @@
 
 Usage: make-dcp-fixtures.py OUTDIR          (every fixture below, into OUTDIR)
        make-dcp-fixtures.py --seeds OUTDIR  (the fuzz seed corpus, tests/data/dcp-fuzz-seeds)
-       make-dcp-fixtures.py --shard-ep FILE OUTDIR
+       make-dcp-fixtures.py --shard-ep FILE... OUTDIR
                                             (as --shard, format A only, experts whole on
-                                             their expert-parallel rank: the benchmark)
+                                             their expert-parallel rank, each FILE's
+                                             tensors in its own output part, as the
+                                             checkpoint's files split them: the benchmark)
        make-dcp-fixtures.py --shard FILE OUTDIR
                                             (FILE, a safetensors file, as FSDP2 over 4
                                              ranks would save it: OUTDIR/a in format A,
@@ -856,33 +858,39 @@ def read_safetensors(path):
 EXPERT = re.compile(r"\.experts\.(\d+)\.")
 
 
-def shard_file(path, out, ep=False, formats="ab"):
-    """Every tensor as FSDP2 shards it on 4 ranks: Shard(0), uneven splits and empty
-    last shards included (docs/dcp.md §4); scalars whole on rank 0.  With ep, each
-    per-expert tensor lives whole on one rank (expert parallelism: torchtitan's HF
-    export, docs/dcp.md §4) and the rest is FSDP2-sharded."""
+def shard_file(paths, out, ep=False, formats="ab"):
+    """Every tensor of the safetensors files PATHS as FSDP2 shards it on 4 ranks:
+    Shard(0), uneven splits and empty last shards included (docs/dcp.md §4); scalars
+    whole on rank 0.  With ep, each per-expert tensor lives whole on one rank (expert
+    parallelism: torchtitan's HF export, docs/dcp.md §4) and the rest is FSDP2-sharded.
+    The I-th file's tensors go to output part I (format A's -model-I-of-N)."""
     model = []
-    for name, dtype, shape, data in read_safetensors(path):
-        t = T.__new__(T)
-        t.name, t.dtype, t.shape, t.data, t.part = name, dtype, list(shape), data, 1
-        m = EXPERT.search(name) if ep else None
-        if m:
-            t.boxes_a = [(int(m.group(1)) % 4, [0] * len(shape), list(shape))]
-        else:
-            t.boxes_a = shard(shape, 4) if shape else [(0, [], [])]
-        t.boxes_b = t.boxes_a
-        model.append(t)
+    for part, path in enumerate(paths, 1):
+        for name, dtype, shape, data in read_safetensors(path):
+            model.append(sharded_tensor(name, dtype, shape, data, part, ep))
     if "a" in formats:
-        write_format_a(os.path.join(out, "a"), model, 1)
+        write_format_a(os.path.join(out, "a"), model, len(paths))
     if "b" in formats:
         write_format_b(os.path.join(out, "b"), model, enum_style="name")
 
 
+def sharded_tensor(name, dtype, shape, data, part, ep):
+    t = T.__new__(T)
+    t.name, t.dtype, t.shape, t.data, t.part = name, dtype, list(shape), data, part
+    m = EXPERT.search(name) if ep else None
+    if m:
+        t.boxes_a = [(int(m.group(1)) % 4, [0] * len(shape), list(shape))]
+    else:
+        t.boxes_a = shard(shape, 4) if shape else [(0, [], [])]
+    t.boxes_b = t.boxes_a
+    return t
+
+
 def main(argv):
     if len(argv) == 4 and argv[1] == "--shard":
-        shard_file(argv[2], argv[3])
-    elif len(argv) == 4 and argv[1] == "--shard-ep":
-        shard_file(argv[2], argv[3], ep=True, formats="a")
+        shard_file([argv[2]], argv[3])
+    elif len(argv) >= 4 and argv[1] == "--shard-ep":
+        shard_file(argv[2:-1], argv[-1], ep=True, formats="a")
     elif len(argv) == 3 and argv[1] == "--seeds":
         make_seeds(argv[2])
     elif len(argv) == 2:

@@ -106,10 +106,10 @@ echo "building a Qwen3-30B-A3B-shaped checkpoint with $layers layers in $base ..
 $W synth --config "$top/configs/qwen3-30b-a3b.json" --layers "$layers" "$base/src"
 
 # The checkpoint is $layers of the model's 48 layers.  At full size (61 GB), at the
-# default --part-size (5G), every rank's output is several files (a tp 1 output 13), and
-# wsync writes different files at once.  It cannot speed up the writing of one file: a
-# tmpfs write holds the file's inode lock while the kernel copies, so writes to one file
-# run one at a time, wsync's as cp's.  To keep the full model's shape at this scale, the
+# default --part-size (5G), every rank's output is several files (a tp 1 output about
+# 12), and wsync writes different files at once.  It cannot speed up the writing of one
+# file: a tmpfs write holds the file's inode lock while the kernel copies (mm/shmem.c,
+# shmem_file_write_iter), so writes to one file run one at a time, wsync's as cp's.  To keep the full model's shape at this scale, the
 # runs pass --part-size scaled as the bytes are ($part below, PART_SIZE to override):
 # about as many files per rank as the full model has.  The first run is repeated at the
 # default part size, where each rank is one file, to show the difference.

@@ -106,7 +106,8 @@ struct _WsyncLayoutTensor {
   /* filled by the planner */
   guint part;
   guint64 nbytes;
-  GArray *ops; /* Op */
+  GArray *ops;     /* StoredOp: read them with layout_tensor_op() */
+  GArray *op_axes; /* guint64: the ops' axes, 4 x ndim each (see StoredOp) */
 };
 
 typedef struct {
@@ -156,6 +157,22 @@ typedef struct {
   const Fill *fill;
 } Op;
 
+/* An op as a layout tensor keeps it: only its ndim axes are stored, in the tensor's
+ * op_axes (a whole model has tens of thousands of ops per rank; an Op with all
+ * WSYNC_MAX_DIMS axes is ~700 bytes, this is 56 plus 32 per axis). */
+typedef struct {
+  guint8 kind;        /* OpKind */
+  guint8 ndim;
+  WsyncDtype src_dtype;
+  guint axes;         /* index in op_axes of its extent, dst_stride, src_stride and
+                       * lbox offset, ndim values each (lbox's extent is the extent) */
+  guint64 dst_origin;
+  guint64 src_origin;
+  const Source *source;
+  const WsyncLogicalTensor *lt;
+  const Fill *fill;
+} StoredOp;
+
 /* model.c */
 WsyncModel *wsync_model_new(JsonObject *config, const char *model_type);
 void wsync_model_free(WsyncModel *m);
@@ -165,6 +182,12 @@ WsyncLayout *wsync_layout_new(WsyncModel *m, WsyncContext *ctx, const char *targ
                               const char *format, guint tp, guint ep, guint rank, guint world,
                               gboolean reading);
 void wsync_layout_free(WsyncLayout *layout);
+
+/* Appends @op to the ops of @lt, keeping only its ndim axes. */
+void layout_tensor_add_op(WsyncLayoutTensor *lt, const Op *op);
+
+/* Sets @op to op @i of @lt, whole (axes past its ndim are zero). */
+void layout_tensor_op(const WsyncLayoutTensor *lt, guint i, Op *op);
 
 /* The box of a tensor of @shape that a strided walk from @origin covers, or FALSE when
  * the walk is not a box of it. */

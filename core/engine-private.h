@@ -183,6 +183,11 @@ WsyncLayout *wsync_layout_new(WsyncModel *m, WsyncContext *ctx, const char *targ
                               gboolean reading);
 void wsync_layout_free(WsyncLayout *layout);
 
+/* Empties the placements of every tensor of @layout, once nothing reads them again:
+ * bound to sources (an input layout) or resolved into ops (an output layout).  A whole
+ * model's placements cost several MiB per layout. */
+void layout_forget_placements(WsyncLayout *layout);
+
 /* Appends @op to the ops of @lt, keeping only its ndim axes. */
 void layout_tensor_add_op(WsyncLayoutTensor *lt, const Op *op);
 

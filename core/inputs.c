@@ -294,6 +294,7 @@ bind_layout(WsyncPlan *plan, WsyncLayout *layout, GHashTable *names, GPtrArray *
     if (!bind_tensor(plan, lt, t, error))
       return FALSE;
   }
+  layout_forget_placements(layout); /* the sources say all that they said */
   return TRUE;
 }
 
@@ -574,6 +575,7 @@ plan_bind_chunked(WsyncPlan *plan, GPtrArray *globals, GError **error)
                             GPOINTER_TO_UINT(g_hash_table_lookup(first_input, lt->name)), error))
       return FALSE;
   }
+  layout_forget_placements(layout); /* the sources say all that they said */
   return check_bound(plan, missing, error);
 }
 

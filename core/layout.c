@@ -148,6 +148,18 @@ layout_tensor_free(gpointer data)
 }
 
 void
+layout_forget_placements(WsyncLayout *layout)
+{
+  for (guint i = 0; i < layout->tensors->len; i++) {
+    WsyncLayoutTensor *t = layout->tensors->pdata[i];
+    if (t->placements->len == 0)
+      continue;
+    g_array_unref(t->placements); /* not set_size: that would keep the storage */
+    t->placements = g_array_new(FALSE, TRUE, sizeof(Placement));
+  }
+}
+
+void
 layout_tensor_add_op(WsyncLayoutTensor *lt, const Op *op)
 {
   StoredOp stored = {.kind = op->kind, .ndim = op->ndim, .src_dtype = op->src_dtype,

@@ -380,6 +380,7 @@ resolve_layout(WsyncPlan *plan, WsyncLayout *layout, GError **error)
     if (!prove_coverage(layout, lt, error))
       return FALSE;
   }
+  layout_forget_placements(layout); /* the ops say all that they said */
   return TRUE;
 }
 

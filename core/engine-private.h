@@ -19,8 +19,11 @@ typedef enum {
 
 typedef struct {
   SourceKind kind;
-  WsyncBox box;          /* in the logical tensor's coordinates */
-  WsyncRegion region;    /* inside the input tensor */
+  guint ndim;            /* of its box and region: read them with source_geometry() */
+  guint64 origin;        /* of its region */
+  guint64 *axes;         /* owned: the box's offset and extent, the region's stride, ndim
+                          * each (a whole model has ~19k sources: all WSYNC_MAX_DIMS axes
+                          * inline would cost ~400 bytes each) */
   const WsyncTensor *input;
   guint input_index;     /* index into the plan's input list */
   const char *undescribed; /* SOURCE_UNDESCRIBED: the input layout's name for it */
@@ -174,6 +177,14 @@ typedef struct {
 } StoredOp;
 
 /* model.c */
+
+/* Sets the box of @src (in the logical tensor's coordinates) and its region (inside the
+ * input tensor). */
+void source_set_geometry(Source *src, const WsyncBox *box, const WsyncRegion *region);
+
+/* Reads them back, whole (axes past ndim are zero). */
+void source_geometry(const Source *src, WsyncBox *box, WsyncRegion *region);
+
 WsyncModel *wsync_model_new(JsonObject *config, const char *model_type);
 void wsync_model_free(WsyncModel *m);
 

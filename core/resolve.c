@@ -217,10 +217,13 @@ resolve_placement(WsyncPlan *plan, WsyncLayout *layout, WsyncLayoutTensor *lt,
   for (guint s = 0; s < vt->sources->len && uncovered->len > 0; s++) {
     const Source *src = &g_array_index(vt->sources, Source, s);
     g_autoptr(GArray) left = g_array_new(FALSE, FALSE, sizeof(WsyncBox));
+    WsyncBox src_box;
+    WsyncRegion src_region;
+    source_geometry(src, &src_box, &src_region);
     for (guint u = 0; u < uncovered->len; u++) {
       const WsyncBox *ub = &g_array_index(uncovered, WsyncBox, u);
       WsyncBox inter;
-      if (!wsync_box_intersect(ub, &src->box, &inter)) {
+      if (!wsync_box_intersect(ub, &src_box, &inter)) {
         g_array_append_val(left, *ub);
         continue;
       }
@@ -236,8 +239,8 @@ resolve_placement(WsyncPlan *plan, WsyncLayout *layout, WsyncLayoutTensor *lt,
       memcpy(op.extent, inter.extent, sizeof op.extent);
       op.dst_origin = region_element(&pl->region, &pl->box, &inter);
       memcpy(op.dst_stride, pl->region.stride, sizeof op.dst_stride);
-      op.src_origin = region_element(&src->region, &src->box, &inter);
-      memcpy(op.src_stride, src->region.stride, sizeof op.src_stride);
+      op.src_origin = region_element(&src_region, &src_box, &inter);
+      memcpy(op.src_stride, src_region.stride, sizeof op.src_stride);
       layout_tensor_add_op(lt, &op);
       plan_box_subtract(ub, &inter, left);
     }

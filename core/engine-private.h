@@ -19,8 +19,11 @@ typedef enum {
 
 typedef struct {
   SourceKind kind;
-  WsyncBox box;          /* in the logical tensor's coordinates */
-  WsyncRegion region;    /* inside the input tensor */
+  guint ndim;            /* of its box and region: read them with source_geometry() */
+  guint64 origin;        /* of its region */
+  guint64 *axes;         /* owned: the box's offset and extent, the region's stride, ndim
+                          * each (a whole model has ~19k sources: all WSYNC_MAX_DIMS axes
+                          * inline would cost ~400 bytes each) */
   const WsyncTensor *input;
   guint input_index;     /* index into the plan's input list */
   const char *undescribed; /* SOURCE_UNDESCRIBED: the input layout's name for it */
@@ -106,7 +109,8 @@ struct _WsyncLayoutTensor {
   /* filled by the planner */
   guint part;
   guint64 nbytes;
-  GArray *ops; /* Op */
+  GArray *ops;     /* StoredOp: read them with layout_tensor_op() */
+  GArray *op_axes; /* guint64: the ops' axes, 4 x ndim each (see StoredOp) */
 };
 
 typedef struct {
@@ -156,7 +160,31 @@ typedef struct {
   const Fill *fill;
 } Op;
 
+/* An op as a layout tensor keeps it: only its ndim axes are stored, in the tensor's
+ * op_axes (a whole model has tens of thousands of ops per rank; an Op with all
+ * WSYNC_MAX_DIMS axes is ~700 bytes, this is 56 plus 32 per axis). */
+typedef struct {
+  guint8 kind;        /* OpKind */
+  guint8 ndim;
+  WsyncDtype src_dtype;
+  guint axes;         /* index in op_axes of its extent, dst_stride, src_stride and
+                       * lbox offset, ndim values each (lbox's extent is the extent) */
+  guint64 dst_origin;
+  guint64 src_origin;
+  const Source *source;
+  const WsyncLogicalTensor *lt;
+  const Fill *fill;
+} StoredOp;
+
 /* model.c */
+
+/* Sets the box of @src (in the logical tensor's coordinates) and its region (inside the
+ * input tensor). */
+void source_set_geometry(Source *src, const WsyncBox *box, const WsyncRegion *region);
+
+/* Reads them back, whole (axes past ndim are zero). */
+void source_geometry(const Source *src, WsyncBox *box, WsyncRegion *region);
+
 WsyncModel *wsync_model_new(JsonObject *config, const char *model_type);
 void wsync_model_free(WsyncModel *m);
 
@@ -165,6 +193,17 @@ WsyncLayout *wsync_layout_new(WsyncModel *m, WsyncContext *ctx, const char *targ
                               const char *format, guint tp, guint ep, guint rank, guint world,
                               gboolean reading);
 void wsync_layout_free(WsyncLayout *layout);
+
+/* Empties the placements of every tensor of @layout, once nothing reads them again:
+ * bound to sources (an input layout) or resolved into ops (an output layout).  A whole
+ * model's placements cost several MiB per layout. */
+void layout_forget_placements(WsyncLayout *layout);
+
+/* Appends @op to the ops of @lt, keeping only its ndim axes. */
+void layout_tensor_add_op(WsyncLayoutTensor *lt, const Op *op);
+
+/* Sets @op to op @i of @lt, whole (axes past its ndim are zero). */
+void layout_tensor_op(const WsyncLayoutTensor *lt, guint i, Op *op);
 
 /* The box of a tensor of @shape that a strided walk from @origin covers, or FALSE when
  * the walk is not a box of it. */

@@ -305,7 +305,9 @@ slab_is_runs(const Slab *slab)
   const WsyncLayoutTensor *lt = slab->lt;
 
   for (guint i = 0; i < lt->ops->len; i++) {
-    const Op *op = &g_array_index(lt->ops, Op, i);
+    Op op_buf;
+    const Op *op = &op_buf;
+    layout_tensor_op(lt, i, &op_buf);
     WsyncBox inter;
     Op part;
     guint64 s, d, n;
@@ -368,7 +370,9 @@ write_runs(Executor *ex, const Slab *slab, guint64 pos)
   const WsyncLayoutTensor *lt = slab->lt;
 
   for (guint i = 0; i < lt->ops->len; i++) {
-    const Op *op = &g_array_index(lt->ops, Op, i);
+    Op op_buf;
+    const Op *op = &op_buf;
+    layout_tensor_op(lt, i, &op_buf);
     Op part;
     guint64 s, d, n, in_pos;
     int in_fd;
@@ -393,7 +397,8 @@ typedef struct {
   Executor *ex;
   const Slab *slab;
   guint8 *buf;
-  const Op *op; /* the op running, for the message of a fault */
+  const Op *op; /* the op running, for the message of a fault: NULL or &current */
+  Op current;   /* read from the tensor's ops here, as it outlives a fault */
 } Staging;
 
 /* Every op and fill of the slab's tensor, cut to the slab, into the staging buffer. */
@@ -406,8 +411,9 @@ stage_cb(gpointer data)
   gsize esize = wsync_dtype_size(lt->dtype);
 
   for (guint i = 0; i < lt->ops->len; i++) {
-    const Op *op = &g_array_index(lt->ops, Op, i);
+    const Op *op = &st->current;
     Op part;
+    layout_tensor_op(lt, i, &st->current);
     st->op = op;
     if (op->kind == OP_FILL)
       copy_fill_window(st->buf, slab->first, op->fill, &slab->box, esize, lt->ndim, lt->shape);
@@ -419,24 +425,27 @@ stage_cb(gpointer data)
 }
 
 /* A tensor of sub-byte elements can only be copied whole, byte for byte: an op that
- * takes all of one input tensor of the same dtype and size into all of it. */
-static const Op *
-whole_packed_copy(const WsyncLayoutTensor *lt)
+ * takes all of one input tensor of the same dtype and size into all of it.  Sets @op to
+ * it, or returns FALSE. */
+static gboolean
+whole_packed_copy(const WsyncLayoutTensor *lt, Op *op)
 {
-  const Op *op = lt->ops->len == 1 ? &g_array_index(lt->ops, Op, 0) : NULL;
   guint64 stride = 1;
 
-  if (op == NULL || op->kind != OP_COPY || op->source->kind != SOURCE_INPUT ||
+  if (lt->ops->len != 1)
+    return FALSE;
+  layout_tensor_op(lt, 0, op);
+  if (op->kind != OP_COPY || op->source->kind != SOURCE_INPUT ||
       op->src_dtype != lt->dtype || op->source->input->nbytes != lt->nbytes ||
       op->src_origin != 0 || op->dst_origin != 0 || op->ndim != lt->ndim)
-    return NULL;
+    return FALSE;
   for (guint d = lt->ndim; d > 0; d--) {
     if (op->extent[d - 1] != lt->shape[d - 1] || op->src_stride[d - 1] != stride ||
         op->dst_stride[d - 1] != stride)
-      return NULL;
+      return FALSE;
     stride *= lt->shape[d - 1];
   }
-  return op;
+  return TRUE;
 }
 
 static gboolean
@@ -448,9 +457,9 @@ write_slab(Executor *ex, guint thread, const Slab *slab)
   if (!safetensors_writer_file_offset(slab->file->writer, lt->name, &pos))
     g_return_val_if_reached(FALSE);
   if (wsync_dtype_size(lt->dtype) == 0) {
-    const Op *op = whole_packed_copy(lt);
-    if (op != NULL)
-      return write_bytes(ex, slab, op, op->source->input->data, lt->nbytes, pos);
+    Op op;
+    if (whole_packed_copy(lt, &op))
+      return write_bytes(ex, slab, &op, op.source->input->data, lt->nbytes, pos);
     g_autofree char *name = wsync_printable(lt->name);
     record_error(ex, g_error_new(WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
                                  "tensor \"%s\": %s elements share bytes, so wsync copies such "
@@ -471,7 +480,7 @@ write_slab(Executor *ex, guint thread, const Slab *slab)
   }
   if (ex->buffers[thread] == NULL)
     ex->buffers[thread] = g_malloc(ex->slab_max);
-  Staging st = {ex, slab, ex->buffers[thread], NULL};
+  Staging st = {.ex = ex, .slab = slab, .buf = ex->buffers[thread], .op = NULL};
   const void *address = NULL;
   if (!wsync_run_guarded(stage_cb, &st, &address)) {
     record_shrunk_source(ex, slab, st.op);

@@ -270,10 +270,10 @@ bind_tensor(WsyncPlan *plan, WsyncLayoutTensor *lt, const WsyncTensor *t, GError
   state->runtime_only = lt->placements->len == 0;
   for (guint p = 0; p < lt->placements->len; p++) {
     Placement *pl = &g_array_index(lt->placements, Placement, p);
-    Source s = {.kind = SOURCE_INPUT, .box = pl->box, .region = pl->region, .input = t,
-                .input_index = input_index(plan, t)};
+    Source s = {.kind = SOURCE_INPUT, .input = t, .input_index = input_index(plan, t)};
     if (!adopt_dtype(pl->lt, t, error))
       return FALSE;
+    source_set_geometry(&s, &pl->box, &pl->region);
     g_array_append_val(pl->lt->sources, s);
     g_ptr_array_add(state->logical, pl->lt);
   }
@@ -294,6 +294,7 @@ bind_layout(WsyncPlan *plan, WsyncLayout *layout, GHashTable *names, GPtrArray *
     if (!bind_tensor(plan, lt, t, error))
       return FALSE;
   }
+  layout_forget_placements(layout); /* the sources say all that they said */
   return TRUE;
 }
 
@@ -391,8 +392,11 @@ plan_bind_generated(WsyncPlan *plan)
   for (guint i = 0; i < plan->model->logical->len; i++) {
     WsyncLogicalTensor *vt = plan->model->logical->pdata[i];
     Source s = {.kind = SOURCE_GENERATED};
-    wsync_box_whole(&s.box, vt->ndim, vt->shape);
-    wsync_region_row_major(&s.region, vt->ndim, vt->shape, NULL);
+    WsyncBox box;
+    WsyncRegion region;
+    wsync_box_whole(&box, vt->ndim, vt->shape);
+    wsync_region_row_major(&region, vt->ndim, vt->shape, NULL);
+    source_set_geometry(&s, &box, &region);
     g_array_append_val(vt->sources, s);
   }
 }
@@ -495,20 +499,23 @@ bind_tensor_chunks(WsyncPlan *plan, WsyncLayoutTensor *lt, const WsyncDcpTensor 
       }
       if (!wsync_box_intersect(&tb, &chunk->box, &ib) || wsync_box_volume(&ib) == 0)
         continue;
-      Source src = {.kind = SOURCE_INPUT, .box = pl->box, .input = state->tensor,
+      Source src = {.kind = SOURCE_INPUT, .input = state->tensor,
                     .input_index = first_input + c};
+      WsyncBox box = pl->box;
+      WsyncRegion region = {0};
       for (guint d = 0; d < g->ndim; d++)
-        src.region.origin += (ib.offset[d] - chunk->box.offset[d]) * chunk->region.stride[d];
+        region.origin += (ib.offset[d] - chunk->box.offset[d]) * chunk->region.stride[d];
       for (guint k = 0; k < pl->box.ndim; k++) {
         gint d = axis_of[k];
-        src.region.stride[k] = d >= 0 ? chunk->region.stride[d] : 0;
+        region.stride[k] = d >= 0 ? chunk->region.stride[d] : 0;
         if (d >= 0) {
-          src.box.offset[k] = pl->box.offset[k] + ib.offset[d] - tb.offset[d];
-          src.box.extent[k] = ib.extent[d];
+          box.offset[k] = pl->box.offset[k] + ib.offset[d] - tb.offset[d];
+          box.extent[k] = ib.extent[d];
         }
       }
       if (!adopt_dtype(pl->lt, state->tensor, error))
         return FALSE;
+      source_set_geometry(&src, &box, &region);
       g_array_append_val(pl->lt->sources, src);
       g_ptr_array_add(state->logical, pl->lt);
     }
@@ -524,8 +531,8 @@ bind_undescribed(WsyncLayoutTensor *lt)
 {
   for (guint p = 0; p < lt->placements->len; p++) {
     const Placement *pl = &g_array_index(lt->placements, Placement, p);
-    Source src = {.kind = SOURCE_UNDESCRIBED, .box = pl->box, .region = pl->region,
-                  .undescribed = lt->name};
+    Source src = {.kind = SOURCE_UNDESCRIBED, .undescribed = lt->name};
+    source_set_geometry(&src, &pl->box, &pl->region);
     g_array_append_val(pl->lt->sources, src);
   }
 }
@@ -574,6 +581,7 @@ plan_bind_chunked(WsyncPlan *plan, GPtrArray *globals, GError **error)
                             GPOINTER_TO_UINT(g_hash_table_lookup(first_input, lt->name)), error))
       return FALSE;
   }
+  layout_forget_placements(layout); /* the sources say all that they said */
   return check_bound(plan, missing, error);
 }
 

@@ -142,7 +142,61 @@ layout_tensor_free(gpointer data)
   g_free(t->state);
   if (t->ops)
     g_array_unref(t->ops);
+  if (t->op_axes)
+    g_array_unref(t->op_axes);
   g_free(t);
+}
+
+void
+layout_forget_placements(WsyncLayout *layout)
+{
+  for (guint i = 0; i < layout->tensors->len; i++) {
+    WsyncLayoutTensor *t = layout->tensors->pdata[i];
+    if (t->placements->len == 0)
+      continue;
+    g_array_unref(t->placements); /* not set_size: that would keep the storage */
+    t->placements = g_array_new(FALSE, TRUE, sizeof(Placement));
+  }
+}
+
+void
+layout_tensor_add_op(WsyncLayoutTensor *lt, const Op *op)
+{
+  StoredOp stored = {.kind = op->kind, .ndim = op->ndim, .src_dtype = op->src_dtype,
+                     .axes = lt->op_axes->len, .dst_origin = op->dst_origin,
+                     .src_origin = op->src_origin, .source = op->source, .lt = op->lt,
+                     .fill = op->fill};
+
+  g_assert(op->ndim <= WSYNC_MAX_DIMS);
+  g_array_append_vals(lt->op_axes, op->extent, op->ndim);
+  g_array_append_vals(lt->op_axes, op->dst_stride, op->ndim);
+  g_array_append_vals(lt->op_axes, op->src_stride, op->ndim);
+  g_array_append_vals(lt->op_axes, op->lbox.offset, op->ndim);
+  g_array_append_val(lt->ops, stored);
+}
+
+void
+layout_tensor_op(const WsyncLayoutTensor *lt, guint i, Op *op)
+{
+  const StoredOp *stored = &g_array_index(lt->ops, StoredOp, i);
+  const guint64 *axes = &g_array_index(lt->op_axes, guint64, stored->axes);
+  guint n = stored->ndim;
+
+  memset(op, 0, sizeof *op);
+  op->kind = stored->kind;
+  op->ndim = n;
+  op->src_dtype = stored->src_dtype;
+  op->dst_origin = stored->dst_origin;
+  op->src_origin = stored->src_origin;
+  op->source = stored->source;
+  op->lt = stored->lt;
+  op->fill = stored->fill;
+  memcpy(op->extent, axes, n * sizeof(guint64));
+  memcpy(op->dst_stride, axes + n, n * sizeof(guint64));
+  memcpy(op->src_stride, axes + 2 * n, n * sizeof(guint64));
+  op->lbox.ndim = n;
+  memcpy(op->lbox.offset, axes + 3 * n, n * sizeof(guint64));
+  memcpy(op->lbox.extent, axes, n * sizeof(guint64));
 }
 
 WsyncLayout *

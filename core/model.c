@@ -247,6 +247,51 @@ wsync_config_get_dtype(const WsyncConfigSection *sections, guint n_sections, Wsy
 
 /* ------------------------------------------------------------------ the model */
 
+void
+source_set_geometry(Source *src, const WsyncBox *box, const WsyncRegion *region)
+{
+  guint n = box->ndim;
+
+  g_free(src->axes);
+  src->ndim = n;
+  src->origin = region->origin;
+  src->axes = g_new(guint64, 3 * MAX(n, 1));
+  memcpy(src->axes, box->offset, n * sizeof(guint64));
+  memcpy(src->axes + n, box->extent, n * sizeof(guint64));
+  memcpy(src->axes + 2 * n, region->stride, n * sizeof(guint64));
+}
+
+void
+source_geometry(const Source *src, WsyncBox *box, WsyncRegion *region)
+{
+  guint n = src->ndim;
+
+  memset(box, 0, sizeof *box);
+  memset(region, 0, sizeof *region);
+  box->ndim = n;
+  memcpy(box->offset, src->axes, n * sizeof(guint64));
+  memcpy(box->extent, src->axes + n, n * sizeof(guint64));
+  region->origin = src->origin;
+  memcpy(region->stride, src->axes + 2 * n, n * sizeof(guint64));
+}
+
+static void
+source_clear(gpointer data)
+{
+  Source *src = data;
+
+  g_free(src->axes);
+}
+
+static GArray *
+sources_new(void)
+{
+  GArray *sources = g_array_new(FALSE, TRUE, sizeof(Source));
+
+  g_array_set_clear_func(sources, source_clear);
+  return sources;
+}
+
 static void
 logical_free(gpointer data)
 {
@@ -461,7 +506,7 @@ spare_tensor(WsyncModel *m)
     m->spare_tensor = g_new0(WsyncLogicalTensor, 1);
     m->spare_tensor->name = g_strdup("(spare)");
     m->spare_tensor->ndim = 1;
-    m->spare_tensor->sources = g_array_new(FALSE, TRUE, sizeof(Source));
+    m->spare_tensor->sources = sources_new();
   }
   return m->spare_tensor;
 }
@@ -497,7 +542,7 @@ wsync_model_add_tensor(WsyncModel *m, const char *name, WsyncDtype dtype, guint 
   lt->ndim = ndim;
   memcpy(lt->shape, shape, ndim * sizeof(guint64));
   lt->ordinal = m->logical->len;
-  lt->sources = g_array_new(FALSE, TRUE, sizeof(Source));
+  lt->sources = sources_new();
   g_ptr_array_add(m->logical, lt);
   g_hash_table_insert(m->logical_by_name, lt->name, lt);
   return lt;

@@ -67,7 +67,9 @@ print_tensor(WsyncPlan *plan, const WsyncLayoutTensor *lt, FILE *out)
           wsync_dtype_name(lt->dtype), shape, lt->nbytes, lt->made_by ? lt->made_by : "?",
           lt->state ? "  state " : "", lt->state ? lt->state : "");
   for (guint i = 0; i < lt->ops->len; i++) {
-    const Op *op = &g_array_index(lt->ops, Op, i);
+    Op op_buf;
+    const Op *op = &op_buf;
+    layout_tensor_op(lt, i, &op_buf);
     WsyncBox ob;
     g_autofree char *obox = op_output_box(lt, op, &ob) ? wsync_box_format(&ob) : g_strdup("?");
     if (op->kind == OP_FILL) {
@@ -236,8 +238,11 @@ add_tensor_json(WsyncPlan *plan, JsonBuilder *b, const WsyncLayout *layout,
     json_builder_add_null_value(b);
   json_builder_set_member_name(b, "ops");
   json_builder_begin_array(b);
-  for (guint i = 0; i < lt->ops->len; i++)
-    add_op_json(plan, b, lt, &g_array_index(lt->ops, Op, i));
+  for (guint i = 0; i < lt->ops->len; i++) {
+    Op op;
+    layout_tensor_op(lt, i, &op);
+    add_op_json(plan, b, lt, &op);
+  }
   json_builder_end_array(b);
   json_builder_end_object(b);
 }

@@ -234,7 +234,9 @@ piece_items(const WsyncPlan *plan, const RankFile *file, const RankPiece *piece,
   const WsyncLayoutTensor *lt = piece->tensor->lt;
 
   for (guint i = 0; i < lt->ops->len; i++) {
-    const Op *op = &g_array_index(lt->ops, Op, i);
+    Op op_buf;
+    const Op *op = &op_buf;
+    layout_tensor_op(lt, i, &op_buf);
     RankItem item = {.plan = plan, .dtype = lt->dtype, .at = at, .file = file->name,
                      .tensor = lt->name};
     if (op->kind == OP_FILL) {

@@ -217,10 +217,13 @@ resolve_placement(WsyncPlan *plan, WsyncLayout *layout, WsyncLayoutTensor *lt,
   for (guint s = 0; s < vt->sources->len && uncovered->len > 0; s++) {
     const Source *src = &g_array_index(vt->sources, Source, s);
     g_autoptr(GArray) left = g_array_new(FALSE, FALSE, sizeof(WsyncBox));
+    WsyncBox src_box;
+    WsyncRegion src_region;
+    source_geometry(src, &src_box, &src_region);
     for (guint u = 0; u < uncovered->len; u++) {
       const WsyncBox *ub = &g_array_index(uncovered, WsyncBox, u);
       WsyncBox inter;
-      if (!wsync_box_intersect(ub, &src->box, &inter)) {
+      if (!wsync_box_intersect(ub, &src_box, &inter)) {
         g_array_append_val(left, *ub);
         continue;
       }
@@ -236,9 +239,9 @@ resolve_placement(WsyncPlan *plan, WsyncLayout *layout, WsyncLayoutTensor *lt,
       memcpy(op.extent, inter.extent, sizeof op.extent);
       op.dst_origin = region_element(&pl->region, &pl->box, &inter);
       memcpy(op.dst_stride, pl->region.stride, sizeof op.dst_stride);
-      op.src_origin = region_element(&src->region, &src->box, &inter);
-      memcpy(op.src_stride, src->region.stride, sizeof op.src_stride);
-      g_array_append_val(lt->ops, op);
+      op.src_origin = region_element(&src_region, &src_box, &inter);
+      memcpy(op.src_stride, src_region.stride, sizeof op.src_stride);
+      layout_tensor_add_op(lt, &op);
       plan_box_subtract(ub, &inter, left);
     }
     g_array_set_size(uncovered, 0);
@@ -272,8 +275,11 @@ prove_coverage(WsyncLayout *layout, WsyncLayoutTensor *lt, GError **error)
   guint64 total = 0;
 
   for (guint i = 0; i < lt->ops->len; i++) {
-    Op *op = &g_array_index(lt->ops, Op, i);
+    Op op_buf;
+    const Op *op = &op_buf;
     WsyncBox b;
+
+    layout_tensor_op(lt, i, &op_buf);
     if (op->kind == OP_FILL)
       b = op->fill->box;
     else if (!wsync_tensor_box_of(lt->ndim, lt->shape, op->ndim, op->extent, op->dst_origin,
@@ -359,7 +365,8 @@ resolve_layout(WsyncPlan *plan, WsyncLayout *layout, GError **error)
       continue;
     }
     i++;
-    lt->ops = g_array_new(FALSE, TRUE, sizeof(Op));
+    lt->ops = g_array_new(FALSE, TRUE, sizeof(StoredOp));
+    lt->op_axes = g_array_new(FALSE, FALSE, sizeof(guint64));
     if (!wsync_dtype_nbytes(lt->dtype, tensor_numel(lt), &lt->nbytes)) {
       g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_PLUGIN, "tensor \"%s\": size overflows",
                   lt->name);
@@ -371,11 +378,12 @@ resolve_layout(WsyncPlan *plan, WsyncLayout *layout, GError **error)
         return FALSE;
     for (guint f = 0; f < lt->fills->len; f++) {
       Op op = {.kind = OP_FILL, .fill = &g_array_index(lt->fills, Fill, f)};
-      g_array_append_val(lt->ops, op);
+      layout_tensor_add_op(lt, &op);
     }
     if (!prove_coverage(layout, lt, error))
       return FALSE;
   }
+  layout_forget_placements(layout); /* the ops say all that they said */
   return TRUE;
 }
 

@@ -759,7 +759,9 @@ slot_copy_bytes(const Slot *slot)
   guint64 bytes = 0;
 
   for (guint i = 0; i < slot->lt->ops->len; i++) {
-    const Op *op = &g_array_index(slot->lt->ops, Op, i);
+    Op op_buf;
+    const Op *op = &op_buf;
+    layout_tensor_op(slot->lt, i, &op_buf);
     if (op->kind == OP_COPY)
       bytes += copy_op_bytes(op, slot->lt->dtype);
   }
@@ -936,7 +938,9 @@ make_inputs(WsyncSession *s, GHashTable *slot_of, GError **error)
       WsyncLayoutTensor *lt = layout->tensors->pdata[t];
       Slot *slot = g_hash_table_lookup(slot_of, lt);
       for (guint o = 0; o < lt->ops->len; o++) {
-        const Op *op = &g_array_index(lt->ops, Op, o);
+        Op op_buf;
+        const Op *op = &op_buf;
+        layout_tensor_op(lt, o, &op_buf);
         if (op->kind != OP_COPY || copy_op_bytes(op, lt->dtype) == 0)
           continue;
         Input *in = &g_array_index(s->inputs, Input, op->source->input_index);
@@ -1033,7 +1037,9 @@ apply_fills(GPtrArray *slots, guint8 *base, guint64 base_offset)
     const Slot *slot = slots->pdata[i];
     const WsyncLayoutTensor *lt = slot->lt;
     for (guint o = 0; o < lt->ops->len; o++) {
-      const Op *op = &g_array_index(lt->ops, Op, o);
+      Op op_buf;
+      const Op *op = &op_buf;
+      layout_tensor_op(lt, o, &op_buf);
       if (op->kind == OP_FILL)
         copy_fill(base + (slot->offset - base_offset), op->fill, wsync_dtype_size(lt->dtype),
                   lt->ndim, lt->shape);

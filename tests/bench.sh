@@ -161,6 +161,17 @@ if [ -n "$t_vllm4" ]; then
 fi
 rm -rf "$base/tp4" "$base/back"
 
+# The planner's memory on the whole model: a header-only checkpoint with all 48 layers
+# (bench/sparse_checkpoint.py; the data a hole), planned at tp 1 and tp 4.
+"$python" "$top/bench/sparse_checkpoint.py" "$base/src" "$base/whole" \
+  "$(sed -n 's/.*"num_hidden_layers": *\([0-9]*\).*/\1/p' "$top/configs/qwen3-30b-a3b.json")" >/dev/null
+for tp in 1 4; do
+  read -r w wu ws wp <<<"$(measure $W plan "$base/whole" --target vllm --tp "$tp" | tail -n 1)"
+  printf '%-34s %8.2f %8s %6s %7.2f %7.2f %6.1f MiB\n' "plan, whole model (48 layers) tp $tp" \
+    "$w" "" "" "$wu" "$ws" "$(calc "$wp / 1024")"
+done
+rm -rf "$base/whole"
+
 # vllm-ascend (plugin npu-ascend): the kernel format, routed experts transposed into the
 # processed layout, or the sharded-state format, the loader layout.
 pair "vllm-ascend kernel tp 1" "$base/src" "$base/asc" convert "$base/src" "$base/asc" \

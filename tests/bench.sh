@@ -10,7 +10,8 @@
 #   wsync convert --target vllm-ascend in both formats, and back to hf,
 #   wsync merge of the checkpoint sharded as FSDP2 x EP would save it,
 # and the peers of bench/ (a numpy script and a torch script doing the same conversion,
-# see their headers), once each, against wsync's median in this run.
+# see their headers), once each, against wsync's median in this run, and the planner
+# alone on a header-only checkpoint of the whole model (its memory).
 #
 # For each run it prints the median over the pairs of wsync's time, of cp's, and of the
 # ratio wsync / cp (each pair's ratio; the pairs alternate which goes first), wsync's

@@ -46,6 +46,7 @@ TP_SIZES = [1, 2, 4, 8]
 PLUGIN_CONFS = ["10-hf.conf", "20-vllm.conf", "30-qwen3_moe.conf", "31-qwen3_5_moe.conf",
                 "32-llama.conf", "40-npu-ascend.conf"]
 MAX_DIAGNOSTICS = 6
+SMALL_PART = "16K"  # several parts per rank for the tiny configs
 
 
 def env_path(name, fallback):
@@ -69,16 +70,18 @@ def config_path(config):
 
 class Case:
     def __init__(self, config, tp, ep, target, platform, fmt, version, era, persistent,
-                 refusal=None):
+                 refusal=None, part_size=None):
         self.config, self.tp, self.ep = config, tp, ep
         self.target, self.platform, self.fmt = target, platform, fmt
         self.version, self.era, self.persistent = version, era, persistent
         self.refusal = refusal  # None, or (why vLLM refuses, a fragment the message must hold)
+        self.part_size = part_size  # --part-size, or None for the default
 
     def name(self):
         what = "refused: " if self.refusal else ""
-        return "%s%s --target %s --format %s vllm-version %s --tp %d --ep %d" % (
-            what, self.config, self.target, self.fmt, self.version, self.tp, self.ep)
+        parts = " --part-size %s" % self.part_size if self.part_size else ""
+        return "%s%s --target %s --format %s vllm-version %s --tp %d --ep %d%s" % (
+            what, self.config, self.target, self.fmt, self.version, self.tp, self.ep, parts)
 
 
 def write_conf_dirs(root):
@@ -158,6 +161,13 @@ def plan_cases(configs):
         for target, platform in TARGETS:
             cases.append(Case("tiny-qwen3.5-moe", 2, 4, target, platform, "kernel", version,
                               era, persistent))
+    # Several files per rank, as every rank of a real model has at the default 5G: the
+    # loaders glob a rank's parts and read them in turn (docs/vllm.md §6, §7).
+    for config, tp, ep in (("tiny-qwen3-moe", 2, 2), ("tiny-qwen3.5-moe", 2, 1)):
+        for target, platform in TARGETS:
+            for fmt in FORMATS:
+                cases.append(Case(config, tp, ep, target, platform, fmt, "latest", "D", False,
+                                  part_size=SMALL_PART))
     return cases
 
 
@@ -165,7 +175,8 @@ def run_case(case, work, synth_dirs, conf_dirs, serial):
     dst = os.path.join(work, "out-%s" % serial)
     r = wsync(conf_dirs[case.version], "convert", synth_dirs[case.config], dst,
               "--target", case.target, "--format", case.fmt, "--tp", str(case.tp),
-              "--ep", str(case.ep), "--threads", "1", "-q")
+              "--ep", str(case.ep), "--threads", "1", "-q",
+              *(["--part-size", case.part_size] if case.part_size else []))
     return r, dst
 
 
@@ -197,6 +208,21 @@ def rank_files(dst, fmt, ranks):
                          "file set per %s)"
                          % (name, fmt, "TP rank" if fmt == "sharded-state" else "worker"))
     return stray
+
+
+def parts_problems(case, dst):
+    """With a small --part-size, every rank must have several parts (else the case
+    would prove nothing about reading a rank's parts in turn)."""
+    if not case.part_size:
+        return []
+    counts = {}
+    for name in os.listdir(dst):
+        m = re.match(r"^(model|kernel)-rank-(\d+)-part-\d+\.safetensors$", name)
+        if m:
+            counts[int(m.group(2))] = counts.get(int(m.group(2)), 0) + 1
+    return ["rank %d has %d file(s) at --part-size %s, want several" % (r, n, case.part_size)
+            for r, n in sorted(counts.items()) if n < 2] or \
+        ([] if counts else ["no rank files at --part-size %s" % case.part_size])
 
 
 def value_problems(fname, key, tensor, want):
@@ -276,9 +302,10 @@ def check_case(case, result, dst, configs, checkpoints):
         return ["exit status %d: %s" % (result.returncode, result.stderr.strip()[:500])]
     cfg, checkpoint = configs[case.config], checkpoints[case.config]
     try:
+        problems = parts_problems(case, dst)
         if case.fmt == "sharded-state":
-            return check_sharded_state(case, cfg, checkpoint, dst)
-        return check_kernel(case, cfg, checkpoint, dst)
+            return problems + check_sharded_state(case, cfg, checkpoint, dst)
+        return problems + check_kernel(case, cfg, checkpoint, dst)
     except vr.ReplayError as e:
         return ["replay of vLLM's weight loaders on the checkpoint: %s" % e]
     except ValueError as e:  # a file the safetensors reader refuses

@@ -10,8 +10,9 @@
 #   wsync convert --target vllm-ascend in both formats, and back to hf,
 #   wsync merge of the checkpoint sharded as FSDP2 x EP would save it,
 # and the peers of bench/ (a numpy script and a torch script doing the same conversion,
-# see their headers), once each, against wsync's median in this run, and the planner
-# alone on a header-only checkpoint of the whole model (its memory).
+# see their headers), PEER_RUNS times each (default 3), their median against wsync's
+# median in this run, and the planner alone on a header-only checkpoint of the whole
+# model (its memory).
 #
 # For each run it prints the median over the pairs of wsync's time, of cp's, and of the
 # ratio wsync / cp (each pair's ratio; the pairs alternate which goes first), wsync's
@@ -25,6 +26,7 @@ build=${WSYNC_BUILD_DIR:-$top}
 W="$build/wsync --conf-dir $top/conf.d --plugin-dir $build/plugins/.libs -q"
 layers=${LAYERS:-2}
 pairs=${PAIRS:-5}
+peer_runs=${PEER_RUNS:-3}
 python=${PYTHON:-/usr/bin/python3}
 base=${BENCH_DIR:-/dev/shm}/wsync-bench.$$
 trap 'rm -rf "$base"' EXIT
@@ -79,10 +81,14 @@ pair() {
     "$(printf '%s\n' "${cpcpu[@]}" | median)"
 }
 
-# peer LABEL SCRIPT MODULE PACKAGE PLAN SRC WSYNC-OUT WSYNC-SECONDS: one run of a peer of
-# bench/, checked tensor by tensor against wsync's files, and how much slower it is.
+# peer LABEL SCRIPT MODULE PACKAGE PLAN SRC WSYNC-OUT WSYNC-SECONDS: PEER_RUNS runs of a
+# peer of bench/ (its files checked tensor by tensor against wsync's after the first),
+# and how much slower its median is than wsync's.  A peer's time is mostly faults on
+# fresh memory (gigabytes of arrays, then of files), which this kind of machine serves
+# at very different speeds from one run to the next: one run would be luck.
 peer() {
-  local label=$1 script=$2 module=$3 package=$4 plan=$5 src=$6 ref=$7 t_wsync=$8 out f
+  local label=$1 script=$2 module=$3 package=$4 plan=$5 src=$6 ref=$7 t_wsync=$8 f i
+  local -a walls=() users=() syss=() peaks=()
   if ! "$python" -c "import $module" 2>/dev/null; then
     printf '%-34s skipped: %s has no %s (Debian: apt-get install %s)\n' "$label" "$python" \
       "$module" "$package"
@@ -92,15 +98,23 @@ peer() {
     printf '%-34s skipped: the tmpfs has not the room for it\n' "$label"
     return
   fi
-  out=$(measure "$python" "$top/bench/$script" "$plan" "$src" "$base/peer")
-  for f in "$ref"/*.safetensors; do
-    $W verify "$f" "$base/peer/$(basename "$f")" >/dev/null ||
-      { echo "$label: its $(basename "$f") differs from wsync's" >&2; exit 1; }
+  for ((i = 0; i < peer_runs; i++)); do
+    read -r w wu ws wp <<<"$(measure "$python" "$top/bench/$script" "$plan" "$src" "$base/peer")"
+    walls+=("$w"); users+=("$wu"); syss+=("$ws"); peaks+=("$wp")
+    if ((i == 0)); then
+      for f in "$ref"/*.safetensors; do
+        $W verify "$f" "$base/peer/$(basename "$f")" >/dev/null ||
+          { echo "$label: its $(basename "$f") differs from wsync's" >&2; exit 1; }
+      done
+    fi
+    rm -rf "$base/peer"
   done
-  rm -rf "$base/peer"
-  read -r w wu ws wp <<<"$out"
-  printf '%-34s %8.2f %8s %6s %7.2f %7.2f %6.1f MiB  wsync %.1fx faster\n' "$label" "$w" "" "" \
-    "$wu" "$ws" "$(calc "$wp / 1024")" "$(calc "$w / $t_wsync")"
+  w=$(printf '%s\n' "${walls[@]}" | median)
+  printf '%-34s %8.2f %8s %6s %7.2f %7.2f %6.1f MiB  wsync %.1fx faster (median of %d)\n' \
+    "$label" "$w" "" "" "$(printf '%s\n' "${users[@]}" | median)" \
+    "$(printf '%s\n' "${syss[@]}" | median)" \
+    "$(calc "$(printf '%s\n' "${peaks[@]}" | sort -g | tail -1) / 1024")" \
+    "$(calc "$w / $t_wsync")" "$peer_runs"
 }
 
 echo "building a Qwen3-30B-A3B-shaped checkpoint with $layers layers in $base ..."

@@ -178,17 +178,19 @@ row_elements(const WsyncLayoutTensor *lt)
   return n;
 }
 
-/* @op limited to the rows [@from, @to) of its output tensor, with its destination
- * relative to row @from: the op writes a box of the tensor (the planner proved it), and
- * the op's axis that walks the tensor's first axis, if any, is cut to the rows.  FALSE
- * when the op writes none of them. */
+/* Sets @item's cut of @op to the rows [@from, @to) of its output tensor, with its
+ * destination relative to row @from: the op writes a box of the tensor (the planner
+ * proved it), and the op's axis that walks the tensor's first axis, if any, is cut to
+ * the rows.  FALSE when the op writes none of them. */
 static gboolean
-clip_op(const WsyncLayoutTensor *lt, const Op *op, guint64 from, guint64 to, Op *out)
+clip_op(const WsyncLayoutTensor *lt, const Op *op, guint64 from, guint64 to, RankItem *item)
 {
   WsyncBox box;
   guint64 stride = row_elements(lt);
 
-  *out = *op;
+  item->cut_axis = RANK_ITEM_UNCUT;
+  item->dst_origin = op->dst_origin;
+  item->src_origin = op->src_origin;
   if (lt->ndim == 0)
     return TRUE; /* a scalar is one row */
   gboolean is_box = wsync_tensor_box_of(lt->ndim, lt->shape, op->ndim, op->extent, op->dst_origin,
@@ -201,14 +203,26 @@ clip_op(const WsyncLayoutTensor *lt, const Op *op, guint64 from, guint64 to, Op 
   for (guint k = 0; k < op->ndim && !cut; k++)
     if (op->extent[k] > 1 && op->dst_stride[k] == stride) { /* that axis (layout.c) */
       guint64 skip = lo - box.offset[0];
-      out->extent[k] = hi - lo;
-      out->dst_origin += skip * stride;
-      out->src_origin += skip * op->src_stride[k];
+      item->cut_axis = k;
+      item->cut_extent = hi - lo;
+      item->dst_origin += skip * stride;
+      item->src_origin += skip * op->src_stride[k];
       cut = TRUE;
     }
   g_assert(cut);
-  out->dst_origin -= from * stride;
+  item->dst_origin -= from * stride;
   return TRUE;
+}
+
+/* Sets @op to @item's copy op, limited to the item's rows (see clip_op()). */
+static void
+rank_item_op(const RankItem *item, Op *op)
+{
+  layout_tensor_op(item->lt, item->op, op);
+  if (item->cut_axis != RANK_ITEM_UNCUT)
+    op->extent[item->cut_axis] = item->cut_extent;
+  op->dst_origin = item->dst_origin;
+  op->src_origin = item->src_origin;
 }
 
 /* @fill limited to the rows [@from, @to), relative to row @from. */
@@ -237,27 +251,25 @@ piece_items(const WsyncPlan *plan, const RankFile *file, const RankPiece *piece,
     Op op_buf;
     const Op *op = &op_buf;
     layout_tensor_op(lt, i, &op_buf);
-    RankItem item = {.plan = plan, .dtype = lt->dtype, .at = at, .file = file->name,
-                     .tensor = lt->name};
+    RankItem item = {.plan = plan, .lt = lt, .op = i, .from = piece->from, .to = piece->to,
+                     .at = at, .file = file->name};
     if (op->kind == OP_FILL) {
-      if (!clip_fill(lt, op->fill, piece->from, piece->to, &item.fill))
+      Fill fill;
+      if (!clip_fill(lt, op->fill, piece->from, piece->to, &fill))
         continue;
       item.is_fill = TRUE;
-      item.ndim = lt->ndim;
-      memcpy(item.shape, lt->shape, sizeof item.shape);
-      if (lt->ndim > 0)
-        item.shape[0] = piece->to - piece->from;
-      item.bytes = wsync_box_volume(&item.fill.box) * wsync_dtype_size(lt->dtype);
+      item.bytes = wsync_box_volume(&fill.box) * wsync_dtype_size(lt->dtype);
       g_array_append_val(items, item);
       continue;
     }
-    if (copy_op_bytes(op, lt->dtype) == 0 ||
-        !clip_op(lt, op, piece->from, piece->to, &item.op))
+    if (copy_op_bytes(op, lt->dtype) == 0 || !clip_op(lt, op, piece->from, piece->to, &item))
       continue;
     /* cut along the op's first axis into runs of at most RANK_ITEM_BYTES, as the executor
      * does, so that one big tensor keeps every thread busy */
-    guint64 bytes = copy_op_bytes(&item.op, lt->dtype);
-    guint64 outer = item.op.ndim ? item.op.extent[0] : 1;
+    Op clipped;
+    rank_item_op(&item, &clipped);
+    guint64 bytes = copy_op_bytes(&clipped, lt->dtype);
+    guint64 outer = clipped.ndim ? clipped.extent[0] : 1;
     guint64 per_outer = MAX(bytes / MAX(outer, 1), 1);
     guint64 step = MAX(RANK_ITEM_BYTES / per_outer, 1);
     for (guint64 from = 0; from < outer; from += step) {
@@ -292,27 +304,41 @@ run_item(gpointer data)
 {
   const Run *run = data;
   const RankItem *item = run->item;
+  const WsyncLayoutTensor *lt = item->lt;
   guint8 *dst = run->base + item->at;
+  Op op;
 
+  layout_tensor_op(lt, item->op, &op);
   if (item->is_fill) {
-    copy_fill(dst, &item->fill, wsync_dtype_size(item->dtype), item->ndim, item->shape);
+    Fill fill;
+    guint64 shape[WSYNC_MAX_DIMS];
+    gboolean some = clip_fill(lt, op.fill, item->from, item->to, &fill);
+    g_assert(some); /* piece_items() kept it */
+    memcpy(shape, lt->shape, sizeof shape);
+    if (lt->ndim > 0)
+      shape[0] = item->to - item->from; /* the rows written */
+    copy_fill(dst, &fill, wsync_dtype_size(lt->dtype), lt->ndim, shape);
     return;
   }
-  const Source *source = item->op.source;
-  copy_op(item->plan, &item->op, item->outer_from, item->outer_to,
-          source->kind == SOURCE_INPUT ? source->input->data : NULL, dst, item->dtype);
+  rank_item_op(item, &op);
+  copy_op(item->plan, &op, item->outer_from, item->outer_to,
+          op.source->kind == SOURCE_INPUT ? op.source->input->data : NULL, dst, lt->dtype);
 }
 
 gboolean
 rank_item_run_of_input(const RankItem *item, const guint8 **src, guint64 *at, guint64 *nbytes)
 {
   guint64 src_offset, dst_offset;
+  Op op;
 
-  if (item->is_fill || item->op.source->kind != SOURCE_INPUT ||
-      !copy_op_run(&item->op, item->outer_from, item->outer_to, item->dtype, &src_offset,
+  if (item->is_fill)
+    return FALSE;
+  rank_item_op(item, &op);
+  if (op.source->kind != SOURCE_INPUT ||
+      !copy_op_run(&op, item->outer_from, item->outer_to, item->lt->dtype, &src_offset,
                    &dst_offset, nbytes))
     return FALSE;
-  *src = item->op.source->input->data + src_offset;
+  *src = op.source->input->data + src_offset;
   *at = item->at + dst_offset;
   return TRUE;
 }
@@ -326,13 +352,17 @@ rank_item_run(const RankItem *item, guint8 *base, GError **error)
   if (wsync_run_guarded(run_item, &run, &address))
     return TRUE;
   /* as the executor says it (core/exec.c): the input's file when the address lies in it */
-  const WsyncTensor *in = !item->is_fill && item->op.source->kind == SOURCE_INPUT
-                              ? item->op.source->input
-                              : NULL;
+  const Source *source = NULL;
+  if (!item->is_fill) {
+    Op op;
+    layout_tensor_op(item->lt, item->op, &op);
+    source = op.source;
+  }
+  const WsyncTensor *in = source != NULL && source->kind == SOURCE_INPUT ? source->input : NULL;
   gboolean reading = in != NULL && (const guint8 *)address >= in->data &&
                      (const guint8 *)address < in->data + in->nbytes;
   g_autofree char *file = wsync_printable(reading ? in->file : item->file);
-  g_autofree char *tensor = wsync_printable(reading ? in->name : item->tensor);
+  g_autofree char *tensor = wsync_printable(reading ? in->name : item->lt->name);
   g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO,
               "cannot %s %s: the file shrank while wsync was %s it (tensor \"%s\")",
               reading ? "read" : "write", file, reading ? "reading" : "writing", tensor);

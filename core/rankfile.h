@@ -73,18 +73,23 @@ GPtrArray *rank_file_cut(const RankFile *file, guint64 max_bytes);
  * its fills limited to them. */
 typedef struct {
   const WsyncPlan *plan;
+  const WsyncLayoutTensor *lt; /* the output tensor (its name for messages) */
+  guint op;          /* op @op of @lt: kept as a reference, rebuilt on the stack when the
+                      * item runs (a whole Op is ~700 bytes) */
   gboolean is_fill;
-  Op op;            /* a copy: the plan's op, its origins moved to the range's rows */
+  guint64 from, to;  /* the range's rows of @lt */
+  /* a copy: the op limited to those rows */
+  guint cut_axis;    /* the op's axis cut to the rows (RANK_ITEM_UNCUT: none) */
+  guint64 cut_extent; /* its extent then */
+  guint64 dst_origin; /* the op's origins moved to the rows, the destination relative to */
+  guint64 src_origin; /* row @from */
   guint64 outer_from, outer_to; /* the rows of the op's first axis this item runs */
-  Fill fill;        /* a fill: its box limited to the rows, relative to them */
-  guint ndim;       /* a fill: the shape of the rows written */
-  guint64 shape[WSYNC_MAX_DIMS];
-  WsyncDtype dtype; /* the output tensor's */
   guint64 at;       /* where the tensor's first row in the range is, from the range's start */
   guint64 bytes;    /* output bytes the item writes */
-  const char *file; /* the rank file and tensor, for messages */
-  const char *tensor;
+  const char *file; /* the rank file, for messages */
 } RankItem;
+
+#define RANK_ITEM_UNCUT G_MAXUINT
 
 #define RANK_ITEM_BYTES (8u << 20)
 

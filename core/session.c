@@ -127,11 +127,18 @@ struct _Bucket {
   gboolean delivered;
 };
 
-/* A copy op of the plan that reads an input, and where it writes. */
+/* A copy op of the plan that reads an input, and where it writes: a reference to the op
+ * (a whole model has tens of thousands per rank; a full Op is ~700 bytes), rebuilt on
+ * the stack by target_op() once per work item. */
 typedef struct {
-  Op op; /* the plan's, without its leading axes of extent 1 (cut into rows) */
-  Slot *slot;
+  Slot *slot;       /* its output tensor's: the op is op @op of slot->lt */
+  guint op;
+  guint64 rows;      /* of its first axis once its leading axes of extent 1 are dropped */
+  guint64 row_bytes; /* the bytes one of those rows writes */
 } Target;
+
+/* The ops of a work item rebuilt on the stack (more go on the heap, once per item). */
+#define ITEM_OPS_ON_STACK 8
 
 /* One work item of a push: the same rows of one or more copy ops that read the input's
  * rows alike (e.g. the TP ranks' column slices of a row-parallel weight): each slice of
@@ -821,26 +828,31 @@ op_drop_leading_units(Op *op)
   memmove(op->dst_stride, op->dst_stride + k, op->ndim * sizeof op->dst_stride[0]);
 }
 
-static guint64
-target_rows(const Target *target)
+/* Sets @op to @target's op, without its leading axes of extent 1 (cut into rows). */
+static void
+target_op(const Target *target, Op *op)
 {
-  return target->op.ndim ? target->op.extent[0] : 1;
+  layout_tensor_op(target->slot->lt, target->op, op);
+  op_drop_leading_units(op);
 }
 
-/* The bytes one row of @target's first axis writes. */
-static guint64
-target_row_bytes(const Target *target)
+/* A target of the copy op @op (op @index of @slot's tensor, leading units dropped). */
+static Target
+target_new(Slot *slot, guint index, const Op *op)
 {
-  return MAX(copy_op_bytes(&target->op, target->slot->lt->dtype) / target_rows(target), 1);
+  Target target = {slot, index, op->ndim ? op->extent[0] : 1, 0};
+
+  target.row_bytes = MAX(copy_op_bytes(op, slot->lt->dtype) / target.rows, 1);
+  return target;
 }
 
 /* Whether @a and @b read the input's rows alike: as many rows, the same source stride
  * along them. */
 static gboolean
-same_rows(const Target *a, const Target *b)
+same_rows(const Op *a, const Op *b)
 {
-  return a->op.ndim > 0 && b->op.ndim > 0 && a->op.extent[0] == b->op.extent[0] &&
-         a->op.src_stride[0] == b->op.src_stride[0];
+  return a->ndim > 0 && b->ndim > 0 && a->extent[0] == b->extent[0] &&
+         a->src_stride[0] == b->src_stride[0];
 }
 
 /* The work of @in's push: consecutive copy ops that read the rows alike form a group,
@@ -852,10 +864,16 @@ make_items(Input *in, guint threads)
 {
   for (guint t = 0, u; t < in->targets->len; t = u) {
     const Target *first = &g_array_index(in->targets, Target, t);
-    guint64 rows = target_rows(first), row_bytes = target_row_bytes(first);
-    for (u = t + 1;
-         u < in->targets->len && same_rows(first, &g_array_index(in->targets, Target, u)); u++)
-      row_bytes += target_row_bytes(&g_array_index(in->targets, Target, u));
+    guint64 rows = first->rows, row_bytes = first->row_bytes;
+    Op first_op, op;
+    target_op(first, &first_op);
+    for (u = t + 1; u < in->targets->len; u++) {
+      const Target *next = &g_array_index(in->targets, Target, u);
+      target_op(next, &op);
+      if (!same_rows(&first_op, &op))
+        break;
+      row_bytes += next->row_bytes;
+    }
     guint64 step = MAX(CHUNK_BYTES / row_bytes, 1);
     if (threads > 1)
       step = MIN(step, MAX((rows + threads - 1) / threads, 1));
@@ -900,9 +918,10 @@ make_blocks(WsyncSession *s)
     const Input *in = &g_array_index(s->inputs, Input, i);
     for (guint t = 0; t < in->targets->len; t++) {
       const Target *target = &g_array_index(in->targets, Target, t);
-      const Op *op = &target->op;
-      copy_op_runs(op, 0, op->ndim ? op->extent[0] : 1, target->slot->lt->dtype,
-                   count_block_writes, target->slot);
+      Op op;
+      target_op(target, &op);
+      copy_op_runs(&op, 0, target->rows, target->slot->lt->dtype, count_block_writes,
+                   target->slot);
     }
   }
 }
@@ -944,8 +963,8 @@ make_inputs(WsyncSession *s, GHashTable *slot_of, GError **error)
         if (op->kind != OP_COPY || copy_op_bytes(op, lt->dtype) == 0)
           continue;
         Input *in = &g_array_index(s->inputs, Input, op->source->input_index);
-        Target target = {*op, slot};
-        op_drop_leading_units(&target.op);
+        op_drop_leading_units(&op_buf);
+        Target target = target_new(slot, o, op);
         g_array_append_val(in->targets, target);
         if (slot->bucket != NULL && !g_ptr_array_find(in->buckets, slot->bucket, NULL))
           g_ptr_array_add(in->buckets, slot->bucket);
@@ -1455,16 +1474,24 @@ run_item(gpointer data, guint index)
   Push *push = data;
   const Item *it = &g_array_index(push->items, Item, index);
   const WsyncPlan *plan = push->s->plan;
+  Op stack_ops[ITEM_OPS_ON_STACK];
+  g_autofree Op *heap_ops = NULL;
+  Op *ops = stack_ops;
 
+  /* the item's ops, whole, once: the slices below run each of them many times */
+  if (it->n_targets > ITEM_OPS_ON_STACK)
+    ops = heap_ops = g_new(Op, it->n_targets);
+  for (guint k = 0; k < it->n_targets; k++)
+    target_op(&it->targets[k], &ops[k]);
   /* caller sink: the item's rows of each op, then what they fill of its bucket */
   for (guint k = 0; k < it->n_targets; k++) {
     const Slot *slot = it->targets[k].slot;
     Bucket *bucket = slot->bucket;
     if (bucket == NULL)
       continue;
-    copy_op(plan, &it->targets[k].op, it->from, it->to, push->src,
+    copy_op(plan, &ops[k], it->from, it->to, push->src,
             bucket->data + (slot->offset - bucket->file_offset), slot->lt->dtype);
-    gint64 bytes = (gint64)((it->to - it->from) * target_row_bytes(&it->targets[k]));
+    gint64 bytes = (gint64)((it->to - it->from) * it->targets[k].row_bytes);
     if (__atomic_sub_fetch(&bucket->remaining, bytes, __ATOMIC_ACQ_REL) == 0) {
       g_mutex_lock(&push->lock);
       g_ptr_array_add(push->filled, bucket);
@@ -1476,7 +1503,7 @@ run_item(gpointer data, guint index)
   for (guint64 from = it->from; from < it->to; from += it->slice) {
     guint64 to = MIN(from + it->slice, it->to);
     for (guint k = 0; k < it->n_targets; k++) {
-      const Op *op = &it->targets[k].op;
+      const Op *op = &ops[k];
       const Slot *slot = it->targets[k].slot;
       if (slot->bucket != NULL)
         continue;

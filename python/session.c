@@ -20,7 +20,7 @@
 typedef struct {
   WsyncDtype dtype;
   guint ndim;
-  guint64 shape[WSYNC_MAX_DIMS]; /* a shard's sizes */
+  guint64 shape[]; /* a shard's sizes, ndim of them (a whole model describes ~19k) */
 } Described;
 
 typedef struct {
@@ -440,18 +440,19 @@ out:
   return status;
 }
 
-/* "name" for a whole tensor, "name@o0,o1,..." for a shard. */
+/* "name" for a whole tensor, "name@o0,o1,..." for a shard.  A copy of its exact length:
+ * a GString's buffer is rounded up (a whole model's keys would cost MiBs more). */
 static char *
 described_key(const char *name, guint ndim, const guint64 *offsets)
 {
-  GString *key = g_string_new(name);
+  g_autoptr(GString) key = g_string_new(name);
 
   if (offsets != NULL) {
     g_string_append_c(key, '@');
     for (guint d = 0; d < ndim; d++)
       g_string_append_printf(key, d ? ",%" G_GUINT64_FORMAT : "%" G_GUINT64_FORMAT, offsets[d]);
   }
-  return g_string_free(key, FALSE);
+  return g_strndup(key->str, key->len);
 }
 
 /* One item of describe(): (name, dtype, shape) or (name, dtype, shape, offsets,
@@ -517,7 +518,7 @@ describe_parsed(SessionObject *self, PyObject *name_obj, PyObject *dtype_obj, Py
     wsync_py_raise(error);
     return FALSE;
   }
-  Described *d = g_new0(Described, 1);
+  Described *d = g_malloc0(sizeof *d + ndim * sizeof d->shape[0]);
   d->dtype = dtype;
   d->ndim = ndim;
   memcpy(d->shape, shape, ndim * sizeof shape[0]);

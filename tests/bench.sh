@@ -11,8 +11,8 @@
 #   wsync merge of the checkpoint sharded as FSDP2 x EP would save it,
 # and the peers of bench/ (a numpy script and a torch script doing the same conversion,
 # see their headers), PEER_RUNS times each (default 3), their median against wsync's
-# median in this run, and the planner alone on a header-only checkpoint of the whole
-# model (its memory).
+# median in this run, and the planner alone and a session's set-up on a header-only
+# checkpoint of the whole model (their memory).
 #
 # For each run it prints the median over the pairs of wsync's time, of cp's, and of the
 # ratio wsync / cp (each pair's ratio; the pairs alternate which goes first), wsync's
@@ -185,6 +185,15 @@ for tp in 1 4; do
   printf '%-34s %8.2f %8s %6s %7.2f %7.2f %6.1f MiB\n' "plan, whole model (48 layers) tp $tp" \
     "$w" "" "" "$wu" "$ws" "$(calc "$wp / 1024")"
 done
+# ... and a session's (bench/session_setup.py: every tensor described, the session
+# planned, no step), when the Python module is built
+if [ -f "$build/python/.libs/_wsync.so" ]; then
+  for tp in 1 4; do
+    PYTHONPATH="$top/python:$build/python/.libs${PYTHONPATH:+:$PYTHONPATH}" \
+      WSYNC_BENCH_CONF_DIR="$top/conf.d" WSYNC_BENCH_PLUGIN_DIR="$build/plugins/.libs" \
+      "${WSYNC_PYTHON:-python3}" "$top/bench/session_setup.py" "$base/whole" "$tp" dir
+  done
+fi
 rm -rf "$base/whole"
 
 # vllm-ascend (plugin npu-ascend): the kernel format, routed experts transposed into the

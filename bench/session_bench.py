@@ -17,13 +17,10 @@ page faults per steady step (median), and the peak private memory (RssAnon) the 
 beyond the arrays, sampled every 5 ms.
 """
 
-import json
 import os
 import resource
 import statistics
-import struct
 import sys
-import threading
 import time
 
 try:
@@ -32,51 +29,22 @@ except ImportError:
     print("session from Python: skipped (no numpy for %s)" % sys.executable)
     sys.exit(0)
 import wsync
+from benchlib import PeakSampler, rss_anon_kib, safetensors_headers
 
 DTYPES = {"BF16": numpy.uint16, "F16": numpy.float16, "F32": numpy.float32,
           "F64": numpy.float64, "I64": numpy.int64, "I32": numpy.int32, "U8": numpy.uint8}
-
-
-def rss_anon_kib():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1])
-    return 0
-
-
-class PeakSampler(threading.Thread):
-    def __init__(self):
-        super().__init__(daemon=True)
-        self.peak = rss_anon_kib()
-        self.done = threading.Event()
-
-    def run(self):
-        while not self.done.wait(0.005):
-            self.peak = max(self.peak, rss_anon_kib())
-
-    def stop(self):
-        self.done.set()
-        self.join()
-        self.peak = max(self.peak, rss_anon_kib())
-        return self.peak
 
 
 def load_arrays(src):
     """{name: array} of every tensor of the checkpoint, read into private memory, and
     {name: safetensors dtype}."""
     arrays, dtypes = {}, {}
-    for file in sorted(os.listdir(src)):
-        if not file.endswith(".safetensors"):
-            continue
-        with open(os.path.join(src, file), "rb") as f:
-            n = struct.unpack("<Q", f.read(8))[0]
-            header = json.loads(f.read(n))
-            header.pop("__metadata__", None)
+    for path, start, header in safetensors_headers(src):
+        with open(path, "rb") as f:
             for name, h in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
                 a, b = h["data_offsets"]
                 array = numpy.empty(h["shape"], dtype=DTYPES[h["dtype"]])
-                f.seek(8 + n + a)
+                f.seek(start + a)
                 f.readinto(memoryview(array).cast("B"))
                 assert array.nbytes == b - a
                 arrays[name] = array

@@ -9,35 +9,17 @@ which plans it; no step is begun and nothing is pushed.  Prints the private memo
 WSYNC_BENCH_CONF_DIR and WSYNC_BENCH_PLUGIN_DIR point at an uninstalled build's conf.d
 and plugins, as for bench/session_bench.py.
 """
-import json
 import os
-import struct
 import sys
-import threading
 
 import wsync
-
-
-def rss_anon_kib():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1])
-    return 0
+from benchlib import PeakSampler, rss_anon_kib, safetensors_headers
 
 
 def described(src):
     """(name, dtype, shape) of every tensor of SRC's safetensors files, by name."""
-    tensors = []
-    for file in sorted(os.listdir(src)):
-        if not file.endswith(".safetensors"):
-            continue
-        with open(os.path.join(src, file), "rb") as f:
-            n = struct.unpack("<Q", f.read(8))[0]
-            header = json.loads(f.read(n))
-        header.pop("__metadata__", None)
-        tensors += [(name, h["dtype"], tuple(h["shape"])) for name, h in header.items()]
-    return sorted(tensors)
+    return sorted((name, h["dtype"], tuple(h["shape"]))
+                  for _, _, header in safetensors_headers(src) for name, h in header.items())
 
 
 def main(argv):
@@ -48,24 +30,17 @@ def main(argv):
     options = {k: v for k, v in (("conf_dir", os.environ.get("WSYNC_BENCH_CONF_DIR")),
                                  ("plugin_dir", os.environ.get("WSYNC_BENCH_PLUGIN_DIR"))) if v}
     out = os.path.join(src, "never-created") if sink == "dir" else (lambda bucket: None)
-    peak, done = [0], threading.Event()
-
-    def sample():
-        while not done.wait(0.002):
-            peak[0] = max(peak[0], rss_anon_kib())
-
     base = rss_anon_kib()
-    sampler = threading.Thread(target=sample, daemon=True)
+    sampler = PeakSampler(0.002)
     sampler.start()
     session = wsync.Session(os.path.join(src, "config.json"), target="vllm", tp=tp, out=out,
                             threads=2, **options)
     session.describe(tensors)
     after = rss_anon_kib()
-    done.set()
-    sampler.join()
+    peak = sampler.stop()
     print("session set-up, vllm tp %d, %s sink, %d tensors: private memory +%d KiB after "
           "planning, peak +%d KiB" % (tp, "directory" if sink == "dir" else "caller", len(tensors),
-                                      after - base, max(peak[0], after) - base))
+                                      after - base, peak - base))
     session.close()
 
 

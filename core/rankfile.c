@@ -308,10 +308,10 @@ run_item(gpointer data)
   guint8 *dst = run->base + item->at;
   Op op;
 
-  layout_tensor_op(lt, item->op, &op);
   if (item->is_fill) {
     Fill fill;
     guint64 shape[WSYNC_MAX_DIMS];
+    layout_tensor_op(lt, item->op, &op);
     gboolean some = clip_fill(lt, op.fill, item->from, item->to, &fill);
     g_assert(some); /* piece_items() kept it */
     memcpy(shape, lt->shape, sizeof shape);

@@ -199,6 +199,11 @@ void wsync_layout_free(WsyncLayout *layout);
  * model's placements cost several MiB per layout. */
 void layout_forget_placements(WsyncLayout *layout);
 
+/* Empties the tensors of @layout, keeping what it dropped: what an input layout still
+ * says once its tensors are bound to sources (a whole model's layout tensors cost about
+ * 150 KiB per layer). */
+void layout_forget_tensors(WsyncLayout *layout);
+
 /* Appends @op to the ops of @lt, keeping only its ndim axes. */
 void layout_tensor_add_op(WsyncLayoutTensor *lt, const Op *op);
 

@@ -294,7 +294,8 @@ bind_layout(WsyncPlan *plan, WsyncLayout *layout, GHashTable *names, GPtrArray *
     if (!bind_tensor(plan, lt, t, error))
       return FALSE;
   }
-  layout_forget_placements(layout); /* the sources say all that they said */
+  /* the sources say all that the tensors said; resolving reads only what was dropped */
+  layout_forget_tensors(layout);
   return TRUE;
 }
 
@@ -581,7 +582,12 @@ plan_bind_chunked(WsyncPlan *plan, GPtrArray *globals, GError **error)
                             GPOINTER_TO_UINT(g_hash_table_lookup(first_input, lt->name)), error))
       return FALSE;
   }
-  layout_forget_placements(layout); /* the sources say all that they said */
+  /* the sources say all that the tensors said; a session's undescribed sources keep the
+   * names of its tensors */
+  if (plan->kind == PLAN_SESSION)
+    layout_forget_placements(layout);
+  else
+    layout_forget_tensors(layout);
   return check_bound(plan, missing, error);
 }
 

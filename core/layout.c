@@ -160,6 +160,14 @@ layout_forget_placements(WsyncLayout *layout)
 }
 
 void
+layout_forget_tensors(WsyncLayout *layout)
+{
+  g_hash_table_remove_all(layout->by_name);
+  g_ptr_array_unref(layout->tensors); /* not set_size: that would keep the storage */
+  layout->tensors = g_ptr_array_new_with_free_func(layout_tensor_free);
+}
+
+void
 layout_tensor_add_op(WsyncLayoutTensor *lt, const Op *op)
 {
   StoredOp stored = {.kind = op->kind, .ndim = op->ndim, .src_dtype = op->src_dtype,

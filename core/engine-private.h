@@ -162,18 +162,23 @@ typedef struct {
 
 /* An op as a layout tensor keeps it: only its ndim axes are stored, in the tensor's
  * op_axes (a whole model has tens of thousands of ops per rank; an Op with all
- * WSYNC_MAX_DIMS axes is ~700 bytes, this is 56 plus 32 per axis). */
+ * WSYNC_MAX_DIMS axes is ~700 bytes, this is 48 plus 8 per axis).  An op's extent and
+ * strides are those of the op before it more often than not (a rank's slice of each
+ * expert in turn): such ops share one copy of them. */
 typedef struct {
   guint8 kind;        /* OpKind */
   guint8 ndim;
   WsyncDtype src_dtype;
-  guint axes;         /* index in op_axes of its extent, dst_stride, src_stride and
-                       * lbox offset, ndim values each (lbox's extent is the extent) */
+  guint geometry;     /* index in op_axes of its extent, dst_stride and src_stride, ndim
+                       * values each (lbox's extent is the extent) */
+  guint lbox;         /* index in op_axes of its lbox offset, ndim values */
   guint64 dst_origin;
   guint64 src_origin;
-  const Source *source;
   const WsyncLogicalTensor *lt;
-  const Fill *fill;
+  union {
+    const Source *source; /* OP_COPY */
+    const Fill *fill;     /* OP_FILL */
+  } from;
 } StoredOp;
 
 /* model.c */

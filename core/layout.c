@@ -167,18 +167,41 @@ layout_forget_tensors(WsyncLayout *layout)
   layout->tensors = g_ptr_array_new_with_free_func(layout_tensor_free);
 }
 
+/* The index in @lt's op_axes of @op's extent and strides: the previous op's, when they
+ * are the same, else a new copy. */
+static guint
+op_geometry(WsyncLayoutTensor *lt, const Op *op)
+{
+  guint n = op->ndim;
+
+  if (lt->ops->len > 0) {
+    const StoredOp *prev = &g_array_index(lt->ops, StoredOp, lt->ops->len - 1);
+    const guint64 *axes = &g_array_index(lt->op_axes, guint64, prev->geometry);
+    if (prev->ndim == n && memcmp(axes, op->extent, n * sizeof(guint64)) == 0 &&
+        memcmp(axes + n, op->dst_stride, n * sizeof(guint64)) == 0 &&
+        memcmp(axes + 2 * n, op->src_stride, n * sizeof(guint64)) == 0)
+      return prev->geometry;
+  }
+  g_array_append_vals(lt->op_axes, op->extent, n);
+  g_array_append_vals(lt->op_axes, op->dst_stride, n);
+  g_array_append_vals(lt->op_axes, op->src_stride, n);
+  return lt->op_axes->len - 3 * n;
+}
+
 void
 layout_tensor_add_op(WsyncLayoutTensor *lt, const Op *op)
 {
   StoredOp stored = {.kind = op->kind, .ndim = op->ndim, .src_dtype = op->src_dtype,
-                     .axes = lt->op_axes->len, .dst_origin = op->dst_origin,
-                     .src_origin = op->src_origin, .source = op->source, .lt = op->lt,
-                     .fill = op->fill};
+                     .dst_origin = op->dst_origin, .src_origin = op->src_origin, .lt = op->lt};
 
   g_assert(op->ndim <= WSYNC_MAX_DIMS);
-  g_array_append_vals(lt->op_axes, op->extent, op->ndim);
-  g_array_append_vals(lt->op_axes, op->dst_stride, op->ndim);
-  g_array_append_vals(lt->op_axes, op->src_stride, op->ndim);
+  g_assert(lt->op_axes->len + 4 * op->ndim <= G_MAXUINT);
+  if (op->kind == OP_FILL)
+    stored.from.fill = op->fill;
+  else
+    stored.from.source = op->source;
+  stored.geometry = op_geometry(lt, op);
+  stored.lbox = lt->op_axes->len;
   g_array_append_vals(lt->op_axes, op->lbox.offset, op->ndim);
   g_array_append_val(lt->ops, stored);
 }
@@ -187,7 +210,7 @@ void
 layout_tensor_op(const WsyncLayoutTensor *lt, guint i, Op *op)
 {
   const StoredOp *stored = &g_array_index(lt->ops, StoredOp, i);
-  const guint64 *axes = &g_array_index(lt->op_axes, guint64, stored->axes);
+  const guint64 *geometry = &g_array_index(lt->op_axes, guint64, stored->geometry);
   guint n = stored->ndim;
 
   memset(op, 0, sizeof *op);
@@ -196,15 +219,18 @@ layout_tensor_op(const WsyncLayoutTensor *lt, guint i, Op *op)
   op->src_dtype = stored->src_dtype;
   op->dst_origin = stored->dst_origin;
   op->src_origin = stored->src_origin;
-  op->source = stored->source;
   op->lt = stored->lt;
-  op->fill = stored->fill;
-  memcpy(op->extent, axes, n * sizeof(guint64));
-  memcpy(op->dst_stride, axes + n, n * sizeof(guint64));
-  memcpy(op->src_stride, axes + 2 * n, n * sizeof(guint64));
+  if (stored->kind == OP_FILL)
+    op->fill = stored->from.fill;
+  else
+    op->source = stored->from.source;
+  memcpy(op->extent, geometry, n * sizeof(guint64));
+  memcpy(op->dst_stride, geometry + n, n * sizeof(guint64));
+  memcpy(op->src_stride, geometry + 2 * n, n * sizeof(guint64));
   op->lbox.ndim = n;
-  memcpy(op->lbox.offset, axes + 3 * n, n * sizeof(guint64));
-  memcpy(op->lbox.extent, axes, n * sizeof(guint64));
+  memcpy(op->lbox.offset, &g_array_index(lt->op_axes, guint64, stored->lbox),
+         n * sizeof(guint64));
+  memcpy(op->lbox.extent, geometry, n * sizeof(guint64));
 }
 
 WsyncLayout *

@@ -80,11 +80,25 @@ struct _WsyncModel {
   char *remapper; /* "entry (plugin)" that described the model */
 };
 
+/* Which box of which logical tensor a layout tensor holds, and where: the whole form,
+ * read with layout_tensor_placement(). */
 typedef struct {
   WsyncLogicalTensor *lt;
   WsyncBox box;
   WsyncRegion region;
 } Placement;
+
+/* A placement as a layout tensor keeps it: only its ndim axes are stored, in the
+ * tensor's placement_axes (a whole model has tens of thousands of placements per rank; a
+ * Placement with all WSYNC_MAX_DIMS axes is 408 bytes, this is 24 plus 24 per axis).  A
+ * region has a stride per box axis: any past the box's ndim are never read. */
+typedef struct {
+  WsyncLogicalTensor *lt;
+  guint ndim;     /* of its box */
+  guint axes;     /* index in placement_axes of its box's offset and extent and its
+                   * region's stride, ndim values each */
+  guint64 origin; /* of its region */
+} StoredPlacement;
 
 typedef struct {
   WsyncBox box;
@@ -98,7 +112,8 @@ struct _WsyncLayoutTensor {
   WsyncDtype dtype;
   guint ndim;
   guint64 shape[WSYNC_MAX_DIMS];
-  GArray *placements; /* Placement */
+  GArray *placements; /* StoredPlacement: read them with layout_tensor_placement() */
+  GArray *placement_axes; /* guint64: the placements' axes, 3 x ndim each */
   GArray *fills;      /* Fill */
   char *made_by;      /* "entry (plugin)" */
   const WsyncParam *param; /* the param a target built it for, or NULL */
@@ -203,6 +218,12 @@ void wsync_layout_free(WsyncLayout *layout);
  * bound to sources (an input layout) or resolved into ops (an output layout).  A whole
  * model's placements cost several MiB per layout. */
 void layout_forget_placements(WsyncLayout *layout);
+
+/* The number of placements of @lt. */
+guint layout_tensor_n_placements(const WsyncLayoutTensor *lt);
+
+/* Sets @out to placement @i of @lt, whole (axes past its box's ndim are zero). */
+void layout_tensor_placement(const WsyncLayoutTensor *lt, guint i, Placement *out);
 
 /* Empties the tensors of @layout, keeping what it dropped: what an input layout still
  * says once its tensors are bound to sources (a whole model's layout tensors cost about

@@ -267,9 +267,11 @@ bind_tensor(WsyncPlan *plan, WsyncLayoutTensor *lt, const WsyncTensor *t, GError
     return FALSE;
   }
   state->bound = TRUE;
-  state->runtime_only = lt->placements->len == 0;
-  for (guint p = 0; p < lt->placements->len; p++) {
-    Placement *pl = &g_array_index(lt->placements, Placement, p);
+  state->runtime_only = layout_tensor_n_placements(lt) == 0;
+  for (guint p = 0; p < layout_tensor_n_placements(lt); p++) {
+    Placement placement;
+    const Placement *pl = &placement;
+    layout_tensor_placement(lt, p, &placement);
     Source s = {.kind = SOURCE_INPUT, .input = t, .input_index = input_index(plan, t)};
     if (!adopt_dtype(pl->lt, t, error))
       return FALSE;
@@ -487,9 +489,11 @@ bind_tensor_chunks(WsyncPlan *plan, WsyncLayoutTensor *lt, const WsyncDcpTensor 
     const WsyncDcpChunk *chunk = &g_array_index(g->chunks, WsyncDcpChunk, c);
     InputState *state = &g_array_index(plan->inputs, InputState, first_input + c);
     state->bound = TRUE;
-    state->runtime_only = lt->placements->len == 0;
-    for (guint p = 0; p < lt->placements->len; p++) {
-      const Placement *pl = &g_array_index(lt->placements, Placement, p);
+    state->runtime_only = layout_tensor_n_placements(lt) == 0;
+    for (guint p = 0; p < layout_tensor_n_placements(lt); p++) {
+      Placement placement;
+      const Placement *pl = &placement;
+      layout_tensor_placement(lt, p, &placement);
       WsyncBox tb, ib;
       gint axis_of[WSYNC_MAX_DIMS];
       if (!placement_axes(lt, pl, &tb, axis_of)) {
@@ -530,8 +534,10 @@ bind_tensor_chunks(WsyncPlan *plan, WsyncLayoutTensor *lt, const WsyncDcpTensor 
 static void
 bind_undescribed(WsyncLayoutTensor *lt)
 {
-  for (guint p = 0; p < lt->placements->len; p++) {
-    const Placement *pl = &g_array_index(lt->placements, Placement, p);
+  for (guint p = 0; p < layout_tensor_n_placements(lt); p++) {
+    Placement placement;
+    const Placement *pl = &placement;
+    layout_tensor_placement(lt, p, &placement);
     Source src = {.kind = SOURCE_UNDESCRIBED, .undescribed = lt->name};
     source_set_geometry(&src, &pl->box, &pl->region);
     g_array_append_val(pl->lt->sources, src);

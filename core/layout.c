@@ -135,6 +135,7 @@ layout_tensor_free(gpointer data)
 
   g_free(t->name);
   g_array_unref(t->placements);
+  g_array_unref(t->placement_axes);
   for (guint i = 0; i < t->fills->len; i++)
     g_free(g_array_index(t->fills, Fill, i).reason);
   g_array_unref(t->fills);
@@ -152,11 +153,47 @@ layout_forget_placements(WsyncLayout *layout)
 {
   for (guint i = 0; i < layout->tensors->len; i++) {
     WsyncLayoutTensor *t = layout->tensors->pdata[i];
-    if (t->placements->len == 0)
+    if (layout_tensor_n_placements(t) == 0)
       continue;
-    g_array_unref(t->placements); /* not set_size: that would keep the storage */
-    t->placements = g_array_new(FALSE, TRUE, sizeof(Placement));
+    /* not set_size: that would keep the storage */
+    g_array_unref(t->placements);
+    g_array_unref(t->placement_axes);
+    t->placements = g_array_new(FALSE, FALSE, sizeof(StoredPlacement));
+    t->placement_axes = g_array_new(FALSE, FALSE, sizeof(guint64));
   }
+}
+
+guint
+layout_tensor_n_placements(const WsyncLayoutTensor *lt)
+{
+  return lt->placements->len;
+}
+
+void
+layout_tensor_placement(const WsyncLayoutTensor *lt, guint i, Placement *out)
+{
+  const StoredPlacement *stored = &g_array_index(lt->placements, StoredPlacement, i);
+  const guint64 *axes = &g_array_index(lt->placement_axes, guint64, stored->axes);
+  guint n = stored->ndim;
+
+  memset(out, 0, sizeof *out);
+  out->lt = stored->lt;
+  out->box.ndim = n;
+  memcpy(out->box.offset, axes, n * sizeof(guint64));
+  memcpy(out->box.extent, axes + n, n * sizeof(guint64));
+  out->region.origin = stored->origin;
+  memcpy(out->region.stride, axes + 2 * n, n * sizeof(guint64));
+}
+
+/* Sets the region of placement @i of @lt (a region has the axes of its box, which stays). */
+static void
+layout_tensor_set_region(WsyncLayoutTensor *lt, guint i, const WsyncRegion *region)
+{
+  StoredPlacement *stored = &g_array_index(lt->placements, StoredPlacement, i);
+  guint64 *axes = &g_array_index(lt->placement_axes, guint64, stored->axes);
+
+  stored->origin = region->origin;
+  memcpy(axes + 2 * stored->ndim, region->stride, stored->ndim * sizeof(guint64));
 }
 
 void
@@ -389,7 +426,8 @@ wsync_layout_add_tensor(WsyncLayout *layout, const char *name, WsyncDtype dtype,
   t->dtype = dtype;
   t->ndim = ndim;
   memcpy(t->shape, shape, ndim * sizeof(guint64));
-  t->placements = g_array_new(FALSE, TRUE, sizeof(Placement));
+  t->placements = g_array_new(FALSE, FALSE, sizeof(StoredPlacement));
+  t->placement_axes = g_array_new(FALSE, FALSE, sizeof(guint64));
   t->fills = g_array_new(FALSE, TRUE, sizeof(Fill));
   t->made_by = g_strdup(layout->current_entry);
   g_ptr_array_add(layout->tensors, t);
@@ -401,10 +439,17 @@ void
 wsync_layout_place(WsyncLayout *layout, WsyncLayoutTensor *tensor, WsyncLogicalTensor *lt,
                    const WsyncBox *box, const WsyncRegion *region)
 {
-  Placement p = {lt, *box, *region};
+  guint n = box->ndim;
+  StoredPlacement stored = {.lt = lt, .ndim = n, .axes = tensor->placement_axes->len,
+                            .origin = region->origin};
 
   (void)layout;
-  g_array_append_val(tensor->placements, p);
+  g_return_if_fail(n <= WSYNC_MAX_DIMS);
+  g_assert(tensor->placement_axes->len + 3 * n <= G_MAXUINT);
+  g_array_append_vals(tensor->placement_axes, box->offset, n);
+  g_array_append_vals(tensor->placement_axes, box->extent, n);
+  g_array_append_vals(tensor->placement_axes, region->stride, n);
+  g_array_append_val(tensor->placements, stored);
 }
 
 void
@@ -507,22 +552,24 @@ wsync_layout_tensor_permute_last2(WsyncLayoutTensor *t)
    * swap, element (.., i, j) of the old tensor is element (.., j, i) of the new one:
    * strides along the old axes a and b become the new row-major strides of b and a. */
   guint64 old_stride_a = t->shape[b], new_stride_b = t->shape[a];
-  for (guint i = 0; i < t->placements->len; i++) {
-    Placement *p = &g_array_index(t->placements, Placement, i);
+  for (guint i = 0; i < layout_tensor_n_placements(t); i++) {
+    Placement p;
+    layout_tensor_placement(t, i, &p);
     guint64 outer_stride = t->shape[a] * t->shape[b];
     /* decompose the origin into (outer, i, j) of the old tensor */
-    guint64 outer = p->region.origin / outer_stride;
-    guint64 rem = p->region.origin % outer_stride;
+    guint64 outer = p.region.origin / outer_stride;
+    guint64 rem = p.region.origin % outer_stride;
     guint64 oi = rem / old_stride_a, oj = rem % old_stride_a;
-    p->region.origin = outer * outer_stride + oj * new_stride_b + oi;
-    for (guint k = 0; k < p->box.ndim; k++) {
-      guint64 s = p->region.stride[k];
+    p.region.origin = outer * outer_stride + oj * new_stride_b + oi;
+    for (guint k = 0; k < p.box.ndim; k++) {
+      guint64 s = p.region.stride[k];
       if (s % outer_stride == 0 && s >= outer_stride)
         continue; /* an outer axis: unchanged */
       /* within one matrix: s = di*old_stride_a + dj */
       guint64 di = s / old_stride_a, dj = s % old_stride_a;
-      p->region.stride[k] = dj * new_stride_b + di;
+      p.region.stride[k] = dj * new_stride_b + di;
     }
+    layout_tensor_set_region(t, i, &p.region);
   }
   for (guint i = 0; i < t->fills->len; i++) {
     Fill *f = &g_array_index(t->fills, Fill, i);

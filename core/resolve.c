@@ -343,8 +343,10 @@ dropped_by_source(WsyncPlan *plan, const WsyncLogicalTensor *vt)
 static const char *
 omitted_rule(WsyncPlan *plan, const WsyncLayoutTensor *lt)
 {
-  for (guint p = 0; p < lt->placements->len; p++) {
-    const WsyncLogicalTensor *vt = g_array_index(lt->placements, Placement, p).lt;
+  for (guint p = 0; p < layout_tensor_n_placements(lt); p++) {
+    Placement pl;
+    layout_tensor_placement(lt, p, &pl);
+    const WsyncLogicalTensor *vt = pl.lt;
     if (vt->sources->len == 0)
       return dropped_by_source(plan, vt);
   }
@@ -372,10 +374,12 @@ resolve_layout(WsyncPlan *plan, WsyncLayout *layout, GError **error)
                   lt->name);
       return FALSE;
     }
-    for (guint p = 0; p < lt->placements->len; p++)
-      if (!resolve_placement(plan, layout, lt,
-                             &g_array_index(lt->placements, Placement, p), error))
+    for (guint p = 0; p < layout_tensor_n_placements(lt); p++) {
+      Placement pl;
+      layout_tensor_placement(lt, p, &pl);
+      if (!resolve_placement(plan, layout, lt, &pl, error))
         return FALSE;
+    }
     for (guint f = 0; f < lt->fills->len; f++) {
       Op op = {.kind = OP_FILL, .fill = &g_array_index(lt->fills, Fill, f)};
       layout_tensor_add_op(lt, &op);

@@ -111,11 +111,10 @@ struct _WsyncLayoutTensor {
   char *name;
   WsyncDtype dtype;
   guint ndim;
-  guint64 shape[WSYNC_MAX_DIMS];
   GArray *placements; /* StoredPlacement: read them with layout_tensor_placement() */
   GArray *placement_axes; /* guint64: the placements' axes, 3 x ndim each */
-  GArray *fills;      /* Fill */
-  char *made_by;      /* "entry (plugin)" */
+  GArray *fills;      /* Fill, or NULL for none */
+  const char *made_by; /* "entry (plugin)", interned (a few distinct ones per plan) */
   const WsyncParam *param; /* the param a target built it for, or NULL */
   gboolean permuted;  /* a hook swapped its last two axes */
   char *state;        /* its layout state, for the plan, or NULL */
@@ -126,6 +125,9 @@ struct _WsyncLayoutTensor {
   guint64 nbytes;
   GArray *ops;     /* StoredOp: read them with layout_tensor_op() */
   GArray *op_axes; /* guint64: the ops' axes, 4 x ndim each (see StoredOp) */
+  /* its ndim axes, allocated with it (a whole model has tens of thousands of layout
+   * tensors per rank, nearly all of 1 to 3 axes) */
+  guint64 shape[];
 };
 
 typedef struct {

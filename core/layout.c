@@ -136,10 +136,10 @@ layout_tensor_free(gpointer data)
   g_free(t->name);
   g_array_unref(t->placements);
   g_array_unref(t->placement_axes);
-  for (guint i = 0; i < t->fills->len; i++)
+  for (guint i = 0; t->fills != NULL && i < t->fills->len; i++)
     g_free(g_array_index(t->fills, Fill, i).reason);
-  g_array_unref(t->fills);
-  g_free(t->made_by);
+  if (t->fills)
+    g_array_unref(t->fills);
   g_free(t->state);
   if (t->ops)
     g_array_unref(t->ops);
@@ -421,15 +421,14 @@ wsync_layout_add_tensor(WsyncLayout *layout, const char *name, WsyncDtype dtype,
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE, "tensor \"%s\" has %u axes", name, ndim);
     return NULL;
   }
-  t = g_new0(WsyncLayoutTensor, 1);
+  t = g_malloc0(sizeof *t + ndim * sizeof t->shape[0]);
   t->name = g_strdup(name);
   t->dtype = dtype;
   t->ndim = ndim;
   memcpy(t->shape, shape, ndim * sizeof(guint64));
   t->placements = g_array_new(FALSE, FALSE, sizeof(StoredPlacement));
   t->placement_axes = g_array_new(FALSE, FALSE, sizeof(guint64));
-  t->fills = g_array_new(FALSE, TRUE, sizeof(Fill));
-  t->made_by = g_strdup(layout->current_entry);
+  t->made_by = g_intern_string(layout->current_entry);
   g_ptr_array_add(layout->tensors, t);
   g_hash_table_insert(layout->by_name, t->name, t);
   return t;
@@ -489,6 +488,8 @@ wsync_layout_fill(WsyncLayout *layout, WsyncLayoutTensor *tensor, const WsyncBox
   (void)layout;
   memcpy(fill.value, value, fill.value_len);
   fill.reason = g_strdup(reason);
+  if (tensor->fills == NULL)
+    tensor->fills = g_array_new(FALSE, TRUE, sizeof(Fill));
   g_array_append_val(tensor->fills, fill);
 }
 
@@ -536,9 +537,9 @@ wsync_layout_tensor_set_state(WsyncLayout *layout, WsyncLayoutTensor *tensor, co
   tensor->state = g_strdup(state);
   if (layout->current_entry != NULL && tensor->made_by != NULL &&
       strstr(tensor->made_by, layout->current_entry) == NULL) {
-    char *by = g_strdup_printf("%s, then %s", tensor->made_by, layout->current_entry);
-    g_free(tensor->made_by);
-    tensor->made_by = by;
+    g_autofree char *by =
+        g_strdup_printf("%s, then %s", tensor->made_by, layout->current_entry);
+    tensor->made_by = g_intern_string(by);
   }
 }
 
@@ -571,7 +572,7 @@ wsync_layout_tensor_permute_last2(WsyncLayoutTensor *t)
     }
     layout_tensor_set_region(t, i, &p.region);
   }
-  for (guint i = 0; i < t->fills->len; i++) {
+  for (guint i = 0; t->fills != NULL && i < t->fills->len; i++) {
     Fill *f = &g_array_index(t->fills, Fill, i);
     guint64 o = f->box.offset[a], e = f->box.extent[a];
     f->box.offset[a] = f->box.offset[b];

@@ -310,11 +310,11 @@ run_item(gpointer data)
 
   if (item->is_fill) {
     Fill fill;
-    guint64 shape[WSYNC_MAX_DIMS];
+    guint64 shape[WSYNC_MAX_DIMS] = {0};
     layout_tensor_op(lt, item->op, &op);
     gboolean some = clip_fill(lt, op.fill, item->from, item->to, &fill);
     g_assert(some); /* piece_items() kept it */
-    memcpy(shape, lt->shape, sizeof shape);
+    memcpy(shape, lt->shape, lt->ndim * sizeof shape[0]);
     if (lt->ndim > 0)
       shape[0] = item->to - item->from; /* the rows written */
     copy_fill(dst, &fill, wsync_dtype_size(lt->dtype), lt->ndim, shape);

@@ -380,7 +380,7 @@ resolve_layout(WsyncPlan *plan, WsyncLayout *layout, GError **error)
       if (!resolve_placement(plan, layout, lt, &pl, error))
         return FALSE;
     }
-    for (guint f = 0; f < lt->fills->len; f++) {
+    for (guint f = 0; lt->fills != NULL && f < lt->fills->len; f++) {
       Op op = {.kind = OP_FILL, .fill = &g_array_index(lt->fills, Fill, f)};
       layout_tensor_add_op(lt, &op);
     }

@@ -727,7 +727,7 @@ make_manifests(WsyncSession *s)
                               .file = file->name,
                               .offset = slot->offset,
                               .nbytes = slot->lt->nbytes};
-      memcpy(e.shape, slot->lt->shape, sizeof e.shape);
+      memcpy(e.shape, slot->lt->shape, slot->lt->ndim * sizeof e.shape[0]);
       g_array_append_val(m, e);
     }
   }

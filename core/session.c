@@ -80,6 +80,14 @@ typedef struct {
 } Described;
 
 /* One rank file. */
+/* A block of the checksum that pushes write only part of (or none of: the header's, a
+ * fill's), and how many of its bytes they write.  Every other block is written whole:
+ * a whole model has about a million blocks and a few partial ones per file. */
+typedef struct {
+  guint64 block;
+  gint32 writes;
+} PartialBlock;
+
 typedef struct {
   guint rank;
   guint part;
@@ -94,8 +102,9 @@ typedef struct {
   guint8 *map; /* the whole file */
   /* the checksum's blocks (directory sink), BLOCK_BYTES each, the last one short */
   guint64 n_blocks;
-  gint32 *block_writes; /* bytes pushes write into each block in a step */
-  gint32 *block_left;   /* of those, not yet written in the open step (atomic) */
+  GArray *partial_blocks; /* PartialBlock: the blocks pushes do not wholly write */
+  gint32 *block_left;   /* bytes pushes write into each block, not yet written in the
+                         * open step (atomic) */
   guint64 *block_sums;  /* each block's XXH3-64, little-endian */
   char checksum[17];    /* of the last commit, 16 hex digits */
 } OutFile;
@@ -391,7 +400,8 @@ outfile_free(gpointer data)
   g_free(f->name);
   g_free(f->header);
   g_free(f->path);
-  g_free(f->block_writes);
+  if (f->partial_blocks)
+    g_array_unref(f->partial_blocks);
   g_free(f->block_left);
   g_free(f->block_sums);
   g_ptr_array_unref(f->slots);
@@ -888,6 +898,7 @@ make_items(Input *in, guint threads)
   }
 }
 
+/* Counts, in block_left, the bytes a target's runs write into each block. */
 static void
 count_block_writes(gpointer data, guint64 offset, guint64 length)
 {
@@ -896,10 +907,41 @@ count_block_writes(gpointer data, guint64 offset, guint64 length)
 
   while (length > 0) {
     guint64 block = pos >> BLOCK_SHIFT, n = MIN(length, ((block + 1) << BLOCK_SHIFT) - pos);
-    f->block_writes[block] += (gint32)n;
+    f->block_left[block] += (gint32)n;
     pos += n;
     length -= n;
   }
+}
+
+/* The bytes of block @b of @f (the last one is short). */
+static gint32
+block_bytes(const OutFile *f, guint64 b)
+{
+  return (gint32)MIN((guint64)BLOCK_BYTES, f->size - (b << BLOCK_SHIFT));
+}
+
+/* Sets every block's count of bytes the step's pushes write. */
+static void
+reset_block_left(OutFile *f)
+{
+  for (guint64 b = 0; b < f->n_blocks; b++)
+    f->block_left[b] = block_bytes(f, b);
+  for (guint i = 0; i < f->partial_blocks->len; i++) {
+    const PartialBlock *p = &g_array_index(f->partial_blocks, PartialBlock, i);
+    f->block_left[p->block] = p->writes;
+  }
+}
+
+/* Keeps the blocks whose count, in block_left, is not the whole block. */
+static void
+find_partial_blocks(OutFile *f)
+{
+  f->partial_blocks = g_array_new(FALSE, FALSE, sizeof(PartialBlock));
+  for (guint64 b = 0; b < f->n_blocks; b++)
+    if (f->block_left[b] != block_bytes(f, b)) {
+      PartialBlock p = {b, f->block_left[b]};
+      g_array_append_val(f->partial_blocks, p);
+    }
 }
 
 /* Directory sink: the checksum's blocks of every file, and how many bytes pushes write
@@ -910,7 +952,6 @@ make_blocks(WsyncSession *s)
   for (guint i = 0; i < s->files->len; i++) {
     OutFile *f = s->files->pdata[i];
     f->n_blocks = (f->size + BLOCK_BYTES - 1) >> BLOCK_SHIFT;
-    f->block_writes = g_new0(gint32, f->n_blocks);
     f->block_left = g_new0(gint32, f->n_blocks);
     f->block_sums = g_new0(guint64, f->n_blocks);
   }
@@ -924,6 +965,8 @@ make_blocks(WsyncSession *s)
                    target->slot);
     }
   }
+  for (guint i = 0; i < s->files->len; i++)
+    find_partial_blocks(s->files->pdata[i]);
 }
 
 /* Every copy op of every output reads one input: it becomes a target of that input's
@@ -1104,9 +1147,11 @@ create_file(WsyncSession *s, OutFile *f, GError **error)
     goto fail;
   apply_fills(f->slots, f->map, 0);
   /* what no push writes (the header, fills) is the same at every step */
-  for (guint64 b = 0; b < f->n_blocks; b++)
-    if (f->block_writes[b] == 0)
-      f->block_sums[b] = block_sum(f->map, f->size, b);
+  for (guint i = 0; i < f->partial_blocks->len; i++) {
+    const PartialBlock *p = &g_array_index(f->partial_blocks, PartialBlock, i);
+    if (p->writes == 0)
+      f->block_sums[p->block] = block_sum(f->map, f->size, p->block);
+  }
   if (rename(tmp, f->path) != 0) {
     wsync_set_io_error(error, errno, f->path, "rename into place");
     goto fail;
@@ -1409,7 +1454,7 @@ wsync_session_begin(WsyncSession *s, guint64 version, GError **error)
     ((Bucket *)s->buckets->pdata[i])->delivered = FALSE;
   for (guint i = 0; s->out_dir != NULL && i < s->files->len; i++) {
     OutFile *f = s->files->pdata[i];
-    memcpy(f->block_left, f->block_writes, f->n_blocks * sizeof *f->block_left);
+    reset_block_left(f);
   }
   s->serial++;
   s->version = version;

@@ -124,7 +124,8 @@ struct _WsyncLayoutTensor {
   guint part;
   guint64 nbytes;
   GArray *ops;     /* StoredOp: read them with layout_tensor_op() */
-  GArray *op_axes; /* guint64: the ops' axes, 4 x ndim each (see StoredOp) */
+  GArray *op_axes; /* guint64: the ops' axes (see StoredOp): each op's lbox offset, and
+                    * extent and strides shared by runs of ops */
   /* its ndim axes, allocated with it (a whole model has tens of thousands of layout
    * tensors per rank, nearly all of 1 to 3 axes) */
   guint64 shape[];

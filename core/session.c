@@ -79,7 +79,6 @@ typedef struct {
   guint first_input; /* its first chunk's index among the plan's inputs */
 } Described;
 
-/* One rank file. */
 /* A block of the checksum that pushes write only part of (or none of: the header's, a
  * fill's), and how many of its bytes they write.  Every other block is written whole:
  * a whole model has about a million blocks and a few partial ones per file. */
@@ -88,6 +87,7 @@ typedef struct {
   gint32 writes;
 } PartialBlock;
 
+/* One rank file. */
 typedef struct {
   guint rank;
   guint part;

@@ -88,16 +88,16 @@ typedef struct {
   WsyncRegion region;
 } Placement;
 
-/* A placement as a layout tensor keeps it: only its ndim axes are stored, in the
- * tensor's placement_axes (a whole model has tens of thousands of placements per rank; a
- * Placement with all WSYNC_MAX_DIMS axes is 408 bytes, this is 24 plus 24 per axis).  A
- * region has a stride per box axis: any past the box's ndim are never read. */
+/* A placement as a layout tensor keeps it: only its ndim axes are stored (a whole model
+ * has tens of thousands of placements per rank; a Placement with all WSYNC_MAX_DIMS axes
+ * is 408 bytes, this is 32 plus 24 per axis).  Both live in the layout's arena (see
+ * WsyncLayout).  A region has a stride per box axis: any past the box's ndim are never
+ * read. */
 typedef struct {
   WsyncLogicalTensor *lt;
-  guint ndim;     /* of its box */
-  guint axes;     /* index in placement_axes of its box's offset and extent and its
-                   * region's stride, ndim values each */
+  guint64 *axes;  /* its box's offset and extent and its region's stride, ndim each */
   guint64 origin; /* of its region */
+  guint ndim;     /* of its box */
 } StoredPlacement;
 
 typedef struct {
@@ -111,8 +111,9 @@ struct _WsyncLayoutTensor {
   char *name;
   WsyncDtype dtype;
   guint ndim;
-  GArray *placements; /* StoredPlacement: read them with layout_tensor_placement() */
-  GArray *placement_axes; /* guint64: the placements' axes, 3 x ndim each */
+  StoredPlacement *placements; /* in the layout's arena: read them with
+                                * layout_tensor_placement() */
+  guint n_placements, placements_cap;
   GArray *fills;      /* Fill, or NULL for none */
   const char *made_by; /* "entry (plugin)", interned (a few distinct ones per plan) */
   const WsyncParam *param; /* the param a target built it for, or NULL */
@@ -153,6 +154,12 @@ struct _WsyncLayout {
   const char *current_entry; /* "entry (plugin)" running now */
   GPtrArray *notes;          /* char*: what the builders said for the plan, or NULL */
   char *needs_hook;          /* why a post-load hook must finish this layout, or NULL */
+  /* The placements of its tensors and their axes, bump-allocated in blocks and freed
+   * together (layout_forget_placements()): a whole model's input layout has a placement
+   * or two per tensor, and an allocation each cost more than the placements did. */
+  GPtrArray *arena; /* blocks, owned */
+  guint8 *arena_next;
+  gsize arena_left;
 };
 
 /* One operation that produces part of an output tensor. */
@@ -228,10 +235,16 @@ guint layout_tensor_n_placements(const WsyncLayoutTensor *lt);
 /* Sets @out to placement @i of @lt, whole (axes past its box's ndim are zero). */
 void layout_tensor_placement(const WsyncLayoutTensor *lt, guint i, Placement *out);
 
-/* Empties the tensors of @layout, keeping what it dropped: what an input layout still
- * says once its tensors are bound to sources (a whole model's layout tensors cost about
- * 150 KiB per layer). */
-void layout_forget_tensors(WsyncLayout *layout);
+/* Hands the tensors of @layout to the caller, leaving the layout none (what it dropped
+ * stays): what an input layout still says once its tensors are bound to sources.
+ * Reading binds each tensor and frees it at once with layout_tensor_release(), so that a
+ * whole model's input layout and its sources are not held together; the array frees
+ * what is left when it goes.  Their placements stay in the layout's arena until
+ * layout_forget_placements(). */
+GPtrArray *layout_take_tensors(WsyncLayout *layout);
+
+/* Frees tensor @i of @tensors (from layout_take_tensors()) now. */
+void layout_tensor_release(GPtrArray *tensors, guint i);
 
 /* Appends @op to the ops of @lt, keeping only its ndim axes. */
 void layout_tensor_add_op(WsyncLayoutTensor *lt, const Op *op);

@@ -286,18 +286,20 @@ static gboolean
 bind_layout(WsyncPlan *plan, WsyncLayout *layout, GHashTable *names, GPtrArray *missing,
             GError **error)
 {
-  for (guint i = 0; i < layout->tensors->len; i++) {
-    WsyncLayoutTensor *lt = layout->tensors->pdata[i];
+  /* the sources say all that the tensors said (resolving reads only what the layout
+   * dropped): each tensor goes once bound */
+  g_autoptr(GPtrArray) tensors = layout_take_tensors(layout);
+
+  for (guint i = 0; i < tensors->len; i++) {
+    WsyncLayoutTensor *lt = tensors->pdata[i];
     const WsyncTensor *t = g_hash_table_lookup(names, lt->name);
-    if (t == NULL) {
+    if (t == NULL)
       g_ptr_array_add(missing, g_strdup(lt->name));
-      continue;
-    }
-    if (!bind_tensor(plan, lt, t, error))
+    else if (!bind_tensor(plan, lt, t, error))
       return FALSE;
+    layout_tensor_release(tensors, i);
   }
-  /* the sources say all that the tensors said; resolving reads only what was dropped */
-  layout_forget_tensors(layout);
+  layout_forget_placements(layout);
   return TRUE;
 }
 
@@ -544,6 +546,32 @@ bind_undescribed(WsyncLayoutTensor *lt)
   }
 }
 
+/* Binds each of @tensors (of the input layout) to the chunks of the global tensor of its
+ * name in @names.  Outside a session each tensor is released once bound (@tensors is
+ * then the layout's, taken with layout_take_tensors()). */
+static gboolean
+bind_globals(WsyncPlan *plan, GPtrArray *tensors, GHashTable *names, GHashTable *first_input,
+             GPtrArray *missing, GError **error)
+{
+  gboolean session = plan->kind == PLAN_SESSION;
+
+  for (guint i = 0; i < tensors->len; i++) {
+    WsyncLayoutTensor *lt = tensors->pdata[i];
+    const WsyncDcpTensor *g = g_hash_table_lookup(names, lt->name);
+    if (g == NULL && session)
+      bind_undescribed(lt);
+    else if (g == NULL)
+      g_ptr_array_add(missing, g_strdup(lt->name));
+    else if (!bind_tensor_chunks(plan, lt, g,
+                                 GPOINTER_TO_UINT(g_hash_table_lookup(first_input, lt->name)),
+                                 error))
+      return FALSE;
+    if (!session)
+      layout_tensor_release(tensors, i);
+  }
+  return TRUE;
+}
+
 /* Global tensors (WsyncDcpTensor*) hold the published names of the model, each as
  * chunks that are boxes of it: they are read through the layout of the target that
  * reads unclaimed files (the Hugging Face layout), chunk by chunk.  A sharded checkpoint
@@ -573,27 +601,18 @@ plan_bind_chunked(WsyncPlan *plan, GPtrArray *globals, GError **error)
   if (layout == NULL)
     return FALSE;
   g_ptr_array_add(plan->input_layouts, layout);
-  for (guint i = 0; i < layout->tensors->len; i++) {
-    WsyncLayoutTensor *lt = layout->tensors->pdata[i];
-    const WsyncDcpTensor *g = g_hash_table_lookup(names, lt->name);
-    if (g == NULL && plan->kind == PLAN_SESSION) {
-      bind_undescribed(lt);
-      continue;
-    }
-    if (g == NULL) {
-      g_ptr_array_add(missing, g_strdup(lt->name));
-      continue;
-    }
-    if (!bind_tensor_chunks(plan, lt, g,
-                            GPOINTER_TO_UINT(g_hash_table_lookup(first_input, lt->name)), error))
+  if (plan->kind == PLAN_SESSION) {
+    /* a session's undescribed sources keep the names of its tensors */
+    if (!bind_globals(plan, layout->tensors, names, first_input, missing, error))
       return FALSE;
-  }
-  /* the sources say all that the tensors said; a session's undescribed sources keep the
-   * names of its tensors */
-  if (plan->kind == PLAN_SESSION)
     layout_forget_placements(layout);
-  else
-    layout_forget_tensors(layout);
+  } else {
+    /* the sources say all that the tensors said: each tensor goes once bound */
+    g_autoptr(GPtrArray) tensors = layout_take_tensors(layout);
+    if (!bind_globals(plan, tensors, names, first_input, missing, error))
+      return FALSE;
+    layout_forget_placements(layout);
+  }
   return check_bound(plan, missing, error);
 }
 

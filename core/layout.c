@@ -133,9 +133,9 @@ layout_tensor_free(gpointer data)
 {
   WsyncLayoutTensor *t = data;
 
+  if (t == NULL) /* released (layout_tensor_release()) */
+    return;
   g_free(t->name);
-  g_array_unref(t->placements);
-  g_array_unref(t->placement_axes);
   for (guint i = 0; t->fills != NULL && i < t->fills->len; i++)
     g_free(g_array_index(t->fills, Fill, i).reason);
   if (t->fills)
@@ -148,32 +148,59 @@ layout_tensor_free(gpointer data)
   g_free(t);
 }
 
+/* Blocks of the arena: big enough that their overhead does not count, small enough to
+ * come from the heap (glibc maps 128 KiB and more on their own). */
+#define ARENA_BLOCK (64 * 1024)
+
+/* @size bytes from @layout's arena, aligned for guint64 and pointers. */
+static gpointer
+layout_arena_alloc(WsyncLayout *layout, gsize size)
+{
+  gpointer p;
+
+  size = (size + 7) & ~(gsize)7;
+  if (size > ARENA_BLOCK / 4) { /* a block of its own, not a block's worth of waste */
+    p = g_malloc(size);
+    g_ptr_array_add(layout->arena, p);
+    return p;
+  }
+  if (size > layout->arena_left) {
+    layout->arena_next = g_malloc(ARENA_BLOCK);
+    layout->arena_left = ARENA_BLOCK;
+    g_ptr_array_add(layout->arena, layout->arena_next);
+  }
+  p = layout->arena_next;
+  layout->arena_next += size;
+  layout->arena_left -= size;
+  return p;
+}
+
 void
 layout_forget_placements(WsyncLayout *layout)
 {
   for (guint i = 0; i < layout->tensors->len; i++) {
     WsyncLayoutTensor *t = layout->tensors->pdata[i];
-    if (layout_tensor_n_placements(t) == 0)
-      continue;
-    /* not set_size: that would keep the storage */
-    g_array_unref(t->placements);
-    g_array_unref(t->placement_axes);
-    t->placements = g_array_new(FALSE, FALSE, sizeof(StoredPlacement));
-    t->placement_axes = g_array_new(FALSE, FALSE, sizeof(guint64));
+    t->placements = NULL;
+    t->n_placements = t->placements_cap = 0;
   }
+  /* not set_size: that would keep the storage */
+  g_ptr_array_unref(layout->arena);
+  layout->arena = g_ptr_array_new_with_free_func(g_free);
+  layout->arena_next = NULL;
+  layout->arena_left = 0;
 }
 
 guint
 layout_tensor_n_placements(const WsyncLayoutTensor *lt)
 {
-  return lt->placements->len;
+  return lt->n_placements;
 }
 
 void
 layout_tensor_placement(const WsyncLayoutTensor *lt, guint i, Placement *out)
 {
-  const StoredPlacement *stored = &g_array_index(lt->placements, StoredPlacement, i);
-  const guint64 *axes = &g_array_index(lt->placement_axes, guint64, stored->axes);
+  const StoredPlacement *stored = &lt->placements[i];
+  const guint64 *axes = stored->axes;
   guint n = stored->ndim;
 
   memset(out, 0, sizeof *out);
@@ -189,20 +216,29 @@ layout_tensor_placement(const WsyncLayoutTensor *lt, guint i, Placement *out)
 static void
 layout_tensor_set_region(WsyncLayoutTensor *lt, guint i, const WsyncRegion *region)
 {
-  StoredPlacement *stored = &g_array_index(lt->placements, StoredPlacement, i);
-  guint64 *axes = &g_array_index(lt->placement_axes, guint64, stored->axes);
+  StoredPlacement *stored = &lt->placements[i];
 
   stored->origin = region->origin;
-  memcpy(axes + 2 * stored->ndim, region->stride, stored->ndim * sizeof(guint64));
+  memcpy(stored->axes + 2 * stored->ndim, region->stride, stored->ndim * sizeof(guint64));
+}
+
+GPtrArray *
+layout_take_tensors(WsyncLayout *layout)
+{
+  GPtrArray *tensors = layout->tensors;
+
+  g_hash_table_remove_all(layout->by_name);
+  layout->tensors = g_ptr_array_new_with_free_func(layout_tensor_free);
+  return tensors;
 }
 
 void
-layout_forget_tensors(WsyncLayout *layout)
+layout_tensor_release(GPtrArray *tensors, guint i)
 {
-  g_hash_table_remove_all(layout->by_name);
-  g_ptr_array_unref(layout->tensors); /* not set_size: that would keep the storage */
-  layout->tensors = g_ptr_array_new_with_free_func(layout_tensor_free);
+  layout_tensor_free(tensors->pdata[i]);
+  tensors->pdata[i] = NULL;
 }
+
 
 /* The index in @lt's op_axes of @op's extent and strides: the previous op's, when they
  * are the same, else a new copy. */
@@ -290,6 +326,7 @@ wsync_layout_new(WsyncModel *m, WsyncContext *ctx, const char *target, const cha
   layout->dropped = g_array_new(FALSE, TRUE, sizeof(DroppedParam));
   layout->omitted = g_array_new(FALSE, TRUE, sizeof(DroppedParam));
   layout->metadata = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+  layout->arena = g_ptr_array_new_with_free_func(g_free);
   return layout;
 }
 
@@ -303,6 +340,7 @@ wsync_layout_free(WsyncLayout *layout)
   g_free(layout->needs_hook);
   g_hash_table_unref(layout->by_name);
   g_ptr_array_unref(layout->tensors);
+  g_ptr_array_unref(layout->arena);
   for (guint i = 0; i < layout->dropped->len; i++)
     g_free(g_array_index(layout->dropped, DroppedParam, i).rule);
   g_array_unref(layout->dropped);
@@ -426,8 +464,6 @@ wsync_layout_add_tensor(WsyncLayout *layout, const char *name, WsyncDtype dtype,
   t->dtype = dtype;
   t->ndim = ndim;
   memcpy(t->shape, shape, ndim * sizeof(guint64));
-  t->placements = g_array_new(FALSE, FALSE, sizeof(StoredPlacement));
-  t->placement_axes = g_array_new(FALSE, FALSE, sizeof(guint64));
   t->made_by = g_intern_string(layout->current_entry);
   g_ptr_array_add(layout->tensors, t);
   g_hash_table_insert(layout->by_name, t->name, t);
@@ -439,16 +475,26 @@ wsync_layout_place(WsyncLayout *layout, WsyncLayoutTensor *tensor, WsyncLogicalT
                    const WsyncBox *box, const WsyncRegion *region)
 {
   guint n = box->ndim;
-  StoredPlacement stored = {.lt = lt, .ndim = n, .axes = tensor->placement_axes->len,
-                            .origin = region->origin};
+  StoredPlacement *stored;
 
-  (void)layout;
   g_return_if_fail(n <= WSYNC_MAX_DIMS);
-  g_assert(tensor->placement_axes->len + 3 * n <= G_MAXUINT);
-  g_array_append_vals(tensor->placement_axes, box->offset, n);
-  g_array_append_vals(tensor->placement_axes, box->extent, n);
-  g_array_append_vals(tensor->placement_axes, region->stride, n);
-  g_array_append_val(tensor->placements, stored);
+  if (tensor->n_placements == tensor->placements_cap) {
+    /* doubled: what it leaves behind goes with the arena */
+    guint cap = tensor->placements_cap ? 2 * tensor->placements_cap : 1;
+    StoredPlacement *grown = layout_arena_alloc(layout, cap * sizeof *grown);
+    if (tensor->n_placements > 0)
+      memcpy(grown, tensor->placements, tensor->n_placements * sizeof *grown);
+    tensor->placements = grown;
+    tensor->placements_cap = cap;
+  }
+  stored = &tensor->placements[tensor->n_placements++];
+  stored->lt = lt;
+  stored->ndim = n;
+  stored->origin = region->origin;
+  stored->axes = layout_arena_alloc(layout, MAX(3 * n, 1) * sizeof(guint64));
+  memcpy(stored->axes, box->offset, n * sizeof(guint64));
+  memcpy(stored->axes + n, box->extent, n * sizeof(guint64));
+  memcpy(stored->axes + 2 * n, region->stride, n * sizeof(guint64));
 }
 
 void

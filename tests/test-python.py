@@ -939,6 +939,37 @@ def vllm_worker_rank_index():
     assert callable(WsyncWorkerExtension.wsync_load)
 
 
+@test
+def vllm_worker_replica_hint():
+    """A data-parallel worker without expert parallelism that finds an expert tensor of
+    the wrong shape (vLLM slices experts over dp*tp there) is told why and what works;
+    every other refusal is left as it is."""
+    from wsync.vllm_worker import replica_shape_hint
+    need_numpy()
+    out = converted(synth("tiny-qwen3-moe"), "vllm", "kernel", 2, 1)
+    # rank 0's parameters as a dp 2 x tp 2 worker holds them: experts sliced over 4
+    params = {}
+    for name, (dtype, shape, _) in read_safetensors(os.path.join(out, rank_files(out)[0]))[1].items():
+        if name.endswith("w13_weight"):
+            shape = (shape[0], shape[1] // 2, shape[2])
+        elif name.endswith("w2_weight"):
+            shape = (shape[0], shape[1], shape[2] // 2)
+        params[name] = numpy.zeros(shape, dtype=NUMPY_DTYPES[dtype])
+    e = expect_error("but the buffer holds 16384 bytes", wsync.load_rank, out, 0, params,
+                     require_commit=False, verify=False, **KW)
+    hinted = replica_shape_hint(str(e), 2, 2, False)
+    assert hinted.startswith(str(e) + " (vLLM with 2 data-parallel replicas and no expert "
+                             "parallelism slices MoE experts over 4 ranks, which wsync does "
+                             "not write"), hinted
+    assert hinted.endswith("write the files with --ep 4)"), hinted
+    assert replica_shape_hint(str(e), 2, 2, True) == str(e)
+    assert replica_shape_hint(str(e), 2, 1, False) == str(e)
+    assert replica_shape_hint(str(e), 2, 1, False, pcp_size=2).endswith("--ep 4)")
+    assert replica_shape_hint(str(e), 2, 2, False, pcp_size=2).endswith("--ep 8)")
+    assert replica_shape_hint("no parameter or buffer of that name", 2, 2, False) == \
+        "no parameter or buffer of that name"
+
+
 # ------------------------------------------------------------------ the commands
 
 @test

@@ -19,7 +19,7 @@ This module cannot run without vLLM; its logic is wsync.load_rank (tested) and
 rank_file_index below (tested).
 """
 
-from wsync import load_rank
+from wsync import Error, load_rank
 
 
 def rank_file_index(tp_rank, tp_size, expert_parallel=False, dp_rank=0, pcp_rank=0, pcp_size=1):
@@ -27,10 +27,37 @@ def rank_file_index(tp_rank, tp_size, expert_parallel=False, dp_rank=0, pcp_rank
 
     With expert parallelism the EP rank, vLLM's flattened rank
     dp_rank*pcp*tp + pcp_rank*tp + tp_rank (files of `--format kernel --ep dp*pcp*tp`);
-    else the TP rank (every data-parallel replica loads the same files)."""
+    else the TP rank (every data-parallel replica loads the same files, which fit only
+    where the replicas hold the same shapes: see replica_shape_hint)."""
     if expert_parallel:
         return dp_rank * pcp_size * tp_size + pcp_rank * tp_size + tp_rank
     return tp_rank
+
+
+# How load_rank refuses a tensor of the wrong size: a torch parameter's shape, a
+# buffer's size or shape (wsync/__init__.py _check_torch, python/buffer.c).
+_SIZE_REFUSALS = ("but the parameter has shape", "but the buffer has shape",
+                  "but the buffer holds")
+
+
+def replica_shape_hint(message, tp_size, dp_size, expert_parallel, pcp_size=1):
+    """message, with the likely cause added where a worker of several data-parallel (or
+    prefill-context-parallel) replicas without expert parallelism finds a tensor of the
+    wrong size.
+
+    vLLM then slices every MoE layer's experts over dp*pcp*tp ranks, not tp (reference
+    note vllm-layouts.md section 5: "Without EP but with DP > 1, MoE experts are
+    TP-sliced over dp * tp"; FusedMoEParallelConfig.make, docs/vllm.md section 4), a
+    layout no wsync target writes, while the TP-rank files a replica loads slice them
+    over tp.  load_rank refuses the first such tensor before copying anything; this says
+    why and what works instead."""
+    flat = dp_size * pcp_size * tp_size
+    if expert_parallel or flat <= tp_size or not any(f in message for f in _SIZE_REFUSALS):
+        return message
+    return (f"{message} (vLLM with {dp_size * pcp_size} data-parallel replicas and no "
+            f"expert parallelism slices MoE experts over {flat} ranks, which wsync does not "
+            f"write: start vLLM with --enable-expert-parallel and write the files with "
+            f"--ep {flat})")
 
 
 class WsyncWorkerExtension:
@@ -54,5 +81,19 @@ class WsyncWorkerExtension:
         record.  version and digest, when given, must be the record's."""
         runner = self.model_runner
         model = runner.get_model() if hasattr(runner, "get_model") else runner.model
-        return load_rank(dir, self.wsync_rank(), model, version=version, digest=digest,
-                         verify=verify)
+        try:
+            return load_rank(dir, self.wsync_rank(), model, version=version, digest=digest,
+                             verify=verify)
+        except Error as e:
+            from vllm.distributed import parallel_state as ps
+
+            parallel = self.vllm_config.parallel_config
+            hinted = replica_shape_hint(
+                str(e), ps.get_tensor_model_parallel_world_size(), parallel.data_parallel_size,
+                bool(parallel.enable_expert_parallel),
+                getattr(parallel, "prefill_context_parallel_size", 1) or 1)
+            if hinted == str(e):
+                raise
+            error = Error(hinted)
+            error.exit_status = getattr(e, "exit_status", 3)
+            raise error from e

@@ -112,9 +112,11 @@ typedef enum {
 } ExpertMap;
 
 /* The release table: each row a range of releases, [first, last] (last NULL: open), the
- * era they name by, their expert map, and whether the row was checked against the
- * source (§5 gives the evidence and its confidence).  Versions the table marks as
- * unverified use their era with a note in the plan. */
+ * era they name by, their expert map, and whether the row is verified.  The team's
+ * reference note vllm-layouts.md rates each mapping (§0, its era table, and §8: before
+ * v0.24.0 medium/low confidence, v0.24.0 on high; v0.25 and v0.26 not verified);
+ * docs/vllm.md §5 gives the evidence.  Versions the table marks as unverified use their
+ * era with a note in the plan. */
 typedef struct {
   const char *label; /* the range, for people */
   const char *first;
@@ -131,19 +133,22 @@ static const Release releases[] = {
      "with vLLM #32082 (2026-01-23) (§5)"},
     {"0.20.x", "0.20.0", "0.20.999", &era_b, MAP_PERSISTENT, FALSE,
      "the era B release range is low confidence (§5)"},
-    {"0.21.0 to 0.23.x", "0.21.0", "0.23.999", &era_c, MAP_PERSISTENT, TRUE, NULL},
+    {"0.21.0 to 0.23.x", "0.21.0", "0.23.999", &era_c, MAP_PERSISTENT, FALSE,
+     "the era C release range is medium-high confidence: vllm-ascend #11081 keeps v0.23.0 "
+     "on that path, and the releases before 0.24.0 map to their eras with medium or low "
+     "confidence (§5)"},
     {"0.24.x", "0.24.0", "0.24.999", &era_d, MAP_PERSISTENT, TRUE, NULL},
-    {"0.25.x", "0.25.0", "0.25.999", &era_d, MAP_PERSISTENT, TRUE, NULL},
-    {"0.26.0 to 0.27.0", "0.26.0", "0.27.0", &era_d, MAP_UNKNOWN, FALSE,
-     "0.26.0 to 0.27.0 were not checked; whether they keep the expert map persistent is "
+    {"0.25.0 to 0.27.0", "0.25.0", "0.27.0", &era_d, MAP_UNKNOWN, FALSE,
+     "0.25.0 to 0.27.0 were not checked; whether they keep the expert map persistent is "
      "not known (§5)"},
     {"0.27.1 to 0.27.x", "0.27.1", "0.27.999", &era_d, MAP_ABSENT, TRUE, NULL},
     {"0.28.0 and later", "0.28.0", NULL, &era_d, MAP_ABSENT, FALSE,
      "releases after 0.27.x are assumed to name like 0.27.1"},
 };
 
-/* The default, "latest": the newest verified row. */
-#define LATEST_RELEASE (&releases[6])
+/* The default, "latest": the release of the newest verified row (the vLLM that
+ * vLLM-Ascend HEAD targets); find_release() looks it up like any other version. */
+#define LATEST_VERSION "0.27.1"
 
 #define VERSION_PARTS 4
 
@@ -206,7 +211,7 @@ find_release(const char *text, const char **why)
   guint64 v[VERSION_PARTS];
 
   if (g_strcmp0(text, "latest") == 0)
-    return LATEST_RELEASE;
+    text = LATEST_VERSION;
   if (!parse_version(text, v)) {
     *why = VERSION_RULE;
     return NULL;
@@ -1351,7 +1356,7 @@ help_text(const char *target)
     g_string_append_printf(h, "      %-18s era %s  router mlp.%s%s\n", row->label, row->era->name,
                            row->era->router, row->verified ? "" : "  (not verified)");
   }
-  g_string_append(h, "      latest (default)   as 0.27.1\n");
+  g_string_append(h, "      latest (default)   as " LATEST_VERSION "\n");
   return g_string_free(h, FALSE);
 }
 

@@ -239,6 +239,8 @@ static const Naming namings[] = {
     {"0.20.0", 'B', "mlp.gate.weight", "mlp.experts.", TRUE},
     {"0.22.0", 'C', "mlp.experts.runner.gate.weight", "mlp.experts.", TRUE},
     {"0.24.0", 'D', "mlp.experts.gate.weight", "mlp.experts.routed_experts.", TRUE},
+    /* its expert map is not known: sharded-state with EP is refused (test_refuse_sharded_state) */
+    {"0.25.0", 'D', "mlp.experts.gate.weight", "mlp.experts.routed_experts.", FALSE},
     {"0.27.1", 'D', "mlp.experts.gate.weight", "mlp.experts.routed_experts.", FALSE},
     {"latest", 'D', "mlp.experts.gate.weight", "mlp.experts.routed_experts.", FALSE},
 };
@@ -652,6 +654,7 @@ test_kernel_format(void)
   check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 0, NULL, "kernel"});
   check_case(&(Case){"tiny-qwen3-moe-tied.json", FALSE, "0.18.1", TRUE, 4, 0, NULL, "kernel"});
   check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.24.0", TRUE, 2, 2, counts, "kernel"});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.25.0", TRUE, 2, 2, counts, "kernel"});
 }
 
 /* attn-scales = false: no scale buffers (check_scales insists they are absent). */
@@ -937,6 +940,34 @@ test_plan_format_and_era(void)
   assert_has(r.out, "vllm-version 0.20.0: naming era B of releases 0.20.x (");
   assert_has(r.out, "; not verified: the era B release range is low confidence");
   run_clear(&r);
+  /* era C: the reference note rates its release range medium-high, not verified */
+  r = run_wsync("plan", src, "--conf-dir", conf_dir("0.22.0", TRUE), "--plugin-dir", pdir,
+                "--target", "vllm", "--tp", "2", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_assert_cmpstr(r.err, ==, "");
+  assert_has(r.out, "note: vllm-version 0.22.0: naming era C of releases 0.21.0 to 0.23.x "
+                    "(FusedMoE.runner is a module holding the router); not verified: the era C "
+                    "release range is medium-high confidence: vllm-ascend #11081 keeps v0.23.0 "
+                    "on that path, and the releases before 0.24.0 map to their eras with "
+                    "medium or low confidence (§5)\n");
+  run_clear(&r);
+  /* 0.25.0 without EP: era D names, with the note that the release was not checked */
+  r = run_wsync("plan", src, "--conf-dir", conf_dir("0.25.0", TRUE), "--plugin-dir", pdir,
+                "--target", "vllm", "--tp", "2", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_assert_cmpstr(r.err, ==, "");
+  assert_has(r.out, "wsync.vllm-era=D wsync.vllm-version=0.25.0 ");
+  assert_has(r.out, "note: vllm-version 0.25.0: naming era D of releases 0.25.0 to 0.27.0 (");
+  assert_has(r.out, "; not verified: 0.25.0 to 0.27.0 were not checked; whether they keep "
+                    "the expert map persistent is not known (§5)\n");
+  run_clear(&r);
+  /* the verified releases carry no such note */
+  r = run_wsync("plan", src, "--conf-dir", conf_dir("0.24.0", TRUE), "--plugin-dir", pdir,
+                "--target", "vllm", "--tp", "2", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  assert_has(r.out, "note: vllm-version 0.24.0: naming era D of releases 0.24.x (");
+  g_assert_null(strstr(r.out, "not verified"));
+  run_clear(&r);
 }
 
 /* convert --help names each format's consumer and shows the release table of the
@@ -959,8 +990,19 @@ test_help(void)
   assert_has(r.out, "    --format kernel: for a live weight update in kernel format "
                     "(start_weight_update\n      or reload_weights with "
                     "is_checkpoint_format=false, by release);");
-  assert_has(r.out, "      0.21.0 to 0.23.x   era C  router mlp.experts.runner.gate.weight\n");
-  assert_has(r.out, "      latest (default)   as 0.27.1\n");
+  assert_has(r.out, "    vllm-version (conf.d, plugin \"vllm\") chooses the naming era:\n"
+                    "      0.17 to 0.19.x     era A  router mlp.experts._gate.weight  "
+                    "(not verified)\n"
+                    "      0.20.x             era B  router mlp.gate.weight  (not verified)\n"
+                    "      0.21.0 to 0.23.x   era C  router mlp.experts.runner.gate.weight  "
+                    "(not verified)\n"
+                    "      0.24.x             era D  router mlp.experts.gate.weight\n"
+                    "      0.25.0 to 0.27.0   era D  router mlp.experts.gate.weight  "
+                    "(not verified)\n"
+                    "      0.27.1 to 0.27.x   era D  router mlp.experts.gate.weight\n"
+                    "      0.28.0 and later   era D  router mlp.experts.gate.weight  "
+                    "(not verified)\n"
+                    "      latest (default)   as 0.27.1\n");
   run_clear(&r);
 }
 
@@ -989,9 +1031,22 @@ test_refuse_sharded_state(void)
                     "is not known");
   g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
   run_clear(&r);
-  /* without EP the same release is fine, and so is its kernel format with EP */
+  /* 0.25 too: the reference note leaves its expert map unverified */
+  r = run_wsync("convert", src, dst, "--conf-dir", conf_dir("0.25.0", TRUE), "--plugin-dir",
+                pdir, "--target", "vllm", "--tp", "2", "--ep", "2", NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==,
+                  "wsync: vllm-version 0.25.0: whether its sharded_state files hold the expert "
+                  "map is not known (0.25.0 to 0.27.0 were not checked; whether they keep the "
+                  "expert map persistent is not known (§5)); with --ep use a verified release "
+                  "or --format kernel\n");
+  g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+  run_clear(&r);
+  /* without EP the same releases are fine, and so is their kernel format with EP */
   g_free(convert_format(src, conf_dir("0.26.0", TRUE), "sharded-state", 2, 0, -1));
   g_free(convert_format(src, conf_dir("0.26.0", TRUE), "kernel", 2, 2, -1));
+  g_free(convert_format(src, conf_dir("0.25.0", TRUE), "sharded-state", 2, 0, -1));
+  g_free(convert_format(src, conf_dir("0.25.0", TRUE), "kernel", 2, 2, -1));
 }
 
 /* --format names one of the target's formats; the Hugging Face targets have none. */

@@ -1148,8 +1148,9 @@ check_sharded_state(Rank *r, GError **error)
   if (r->ep > 1 && r->release->map == MAP_UNKNOWN)
     return wsync_fail(error, WSYNC_ERROR_USAGE,
                       "vllm-version %s: whether its sharded_state files hold the expert map "
-                      "is not known (%s); with --ep use a verified release or --format kernel",
-                      r->version, r->release->why);
+                      "is not known (releases %s were not checked, §5); with --ep use a "
+                      "verified release or --format kernel",
+                      r->version, r->release->label);
   return TRUE;
 }
 

@@ -1037,9 +1037,8 @@ test_refuse_sharded_state(void)
   g_assert_cmpint(r.status, ==, 2);
   g_assert_cmpstr(r.err, ==,
                   "wsync: vllm-version 0.25.0: whether its sharded_state files hold the expert "
-                  "map is not known (0.25.0 to 0.27.0 were not checked; whether they keep the "
-                  "expert map persistent is not known (§5)); with --ep use a verified release "
-                  "or --format kernel\n");
+                  "map is not known (releases 0.25.0 to 0.27.0 were not checked, §5); with "
+                  "--ep use a verified release or --format kernel\n");
   g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
   run_clear(&r);
   /* without EP the same releases are fine, and so is their kernel format with EP */

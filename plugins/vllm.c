@@ -997,7 +997,11 @@ runtime_of_param(Rank *r, const WsyncParam *param, Runtime *rt, GError **error)
 }
 
 /* Sequence-parallel MoE (§9: EP with tp > 1 and dp > 1, i.e. ep > tp > 1): the shared
- * expert is built with disable_tp and every rank holds it whole. */
+ * expert is built with disable_tp and every rank holds it whole.  ep > tp is taken to
+ * mean dp > 1 (ep = dp*pcp*tp, vllm-layouts.md §7): with prefill context parallelism
+ * and one data-parallel replica (pcp > 1, dp = 1) vLLM keeps the shared expert
+ * TP-sliced (§3.4: replicated only with "EP + TP>1 + DP>1"), which these files do not
+ * hold; load_rank refuses them there at the first shared-expert tensor. */
 static gboolean
 shared_expert_is_whole(const Rank *r, const WsyncParam *param)
 {

@@ -6,6 +6,7 @@
  * (docs/hf-checkpoints.md §6).  Option `rope-format`:
  *
  *   transformers5  rope_scaling + rope_theta + partial_rotary_factor -> rope_parameters
+ *                  (a top-level partial_rotary_factor stays, as Transformers 5 saves it)
  *   transformers4  rope_parameters -> rope_theta, rope_scaling, partial_rotary_factor
  *   keep           neither
  *
@@ -14,20 +15,30 @@
  * The top-level object is converted when it carries RoPE keys, and `text_config` (the
  * nested text model of Qwen3.5 and other multimodal configs) is converted the same way.
  *
- * The Transformers 5 form is what Transformers 5 itself builds on load, in
- * `RotaryEmbeddingConfigMixin.convert_rope_params_to_dict()` and
- * `standardize_rope_params()` (transformers/modeling_rope_utils.py):
+ * The Transformers 5 form is what Transformers 5 itself builds on load: the reference
+ * note hf-qwen.md §4 ("RoPE configuration: Transformers 4 → 5", its conversion
+ * algorithm), after `RotaryEmbeddingConfigMixin.convert_rope_params_to_dict()` and
+ * `standardize_rope_params()` in transformers/modeling_rope_utils.py, which
+ * `PreTrainedConfig.__post_init__` runs (docs/hf-checkpoints.md §6):
  *
- *   1. the old `rope_scaling` dict becomes the new dict;
- *   2. `rope_theta` goes in with setdefault, defaulting to 10000.0;
- *   3. `partial_rotary_factor` goes in too;
+ *   1. `rope_parameters = rope_scaling or rope_parameters or {}`: a non-empty
+ *      `rope_scaling` is taken whole and `rope_parameters` is not read;
+ *   2. `rope_theta` goes in with setdefault, defaulting to 10000.0 (`default_theta`);
+ *   3. `partial_rotary_factor` goes in with setdefault.  It is read without popping, so
+ *      a top-level one stays where it is as well.  Qwen3.5 and Qwen3-Next default it to
+ *      0.25 (`kwargs.setdefault` in their configs' `__post_init__`);
  *   4. `rope_type` defaults to the legacy `type`, else "default";
  *   5. llama3, yarn and longrope get `original_max_position_embeddings`: the top-level
  *      attribute if there is one (Phi-3 keeps it there), else `max_position_embeddings`.
  *
- * Where Transformers would silently prefer one of two different values (a top-level
- * `rope_theta` and another one inside the dict, `type` against `rope_type`), this
- * plugin refuses the config instead: writing either value could change the model.
+ * Where a config gives one setting two different values (a top-level `rope_theta`,
+ * `partial_rotary_factor` or `original_max_position_embeddings` and another one inside
+ * the dict, `type` against `rope_type`), Transformers silently keeps one of them; this
+ * plugin refuses the config instead.  Transformers 4 reads the top-level keys where 5
+ * reads the dict, and a dict with two types contradicts itself: writing either value
+ * could change the model for some reader.  A
+ * `rope_parameters` beside a non-empty `rope_scaling` is no such case: Transformers 4
+ * reads only `rope_scaling`, and Transformers 5 takes it whole (step 1).
  *
  * Transformers 4 output writes `rope_type` only, never the legacy `type`: Transformers
  * 4 reads `rope_scaling.get("rope_type", rope_scaling.get("type"))`, Qwen3's own configs
@@ -43,8 +54,8 @@
  * sorted keys, converts back and forth to exactly itself.
  *
  * Numbers are moved as they are, so an integer stays an integer and a float a float.
- * The only number made up is the default `rope_theta`, the float 10000.0 of
- * Transformers' `default_theta`.
+ * The only numbers made up are Transformers' defaults: `rope_theta` 10000.0
+ * (`default_theta`) and, for Qwen3.5 and Qwen3-Next only, `partial_rotary_factor` 0.25.
  */
 #include <string.h>
 
@@ -66,6 +77,13 @@ typedef struct {
  * built. */
 static const char *const known_types[] = {"default", "linear", "dynamic", "yarn",
                                           "longrope", "llama3", NULL};
+
+/* The config classes whose __post_init__ does kwargs.setdefault("partial_rotary_factor",
+ * 0.25) (hf-qwen.md §4 step 3; configuration_qwen3_next.py, configuration_qwen3_5.py,
+ * configuration_qwen3_5_moe.py; docs/hf-checkpoints.md §3): Qwen3-Next, and the text
+ * configs of Qwen3.5 and Qwen3.5-MoE, which hold their RoPE settings. */
+static const char *const quarter_rotary_types[] = {"qwen3_next", "qwen3_5_text",
+                                                   "qwen3_5_moe_text", NULL};
 
 /* The types for which standardize_rope_params() fills original_max_position_embeddings. */
 static const char *const types_with_original_max[] = {"llama3", "yarn", "longrope", NULL};
@@ -208,6 +226,7 @@ typedef struct {
   const char *where;  /* "" or "text_config.", prefixed to key names in messages */
   JsonObject *params; /* the Transformers 5 dict being built */
   const char *source; /* the key params came from, for messages */
+  const char *model_type; /* the config class's model_type, or NULL */
 } Rope;
 
 /* Checks a `type` or `rope_type` value and returns its canonical name. */
@@ -288,51 +307,26 @@ rope_dict_copy(Rope *rope, const char *key, GError **error)
   return copy;
 }
 
-/* Adds the keys of @scaling missing from rope->params; a key in both must agree.
- * (Transformers 5 would take rope_scaling and drop rope_parameters unread.) */
+/* TRUE when @obj's rope_scaling is absent, null or {}: the cases in which
+ * `rope_scaling or rope_parameters` falls through to rope_parameters. */
 static gboolean
-merge_scaling(Rope *rope, JsonObject *scaling, GError **error)
+scaling_is_empty(JsonObject *obj)
 {
-  g_autoptr(GList) names = json_object_get_members(scaling);
+  JsonNode *node = json_object_get_member(obj, "rope_scaling");
 
-  for (GList *l = names; l != NULL; l = l->next) {
-    JsonNode *theirs = json_object_get_member(scaling, l->data);
-    JsonNode *ours = json_object_get_member(rope->params, l->data);
-    g_autofree char *their_key = g_strconcat("rope_scaling.", l->data, NULL);
-    g_autofree char *our_key = g_strconcat("rope_parameters.", l->data, NULL);
-
-    if (ours == NULL)
-      dict_add(rope->params, l->data, json_node_copy(theirs));
-    else if (!json_node_equal(ours, theirs))
-      return conflict(error, rope->where, their_key, theirs, our_key, ours);
-  }
-  return TRUE;
+  return node == NULL || JSON_NODE_HOLDS_NULL(node) ||
+         (JSON_NODE_HOLDS_OBJECT(node) && json_object_get_size(json_node_get_object(node)) == 0);
 }
 
-/* Step 1: rope_parameters and rope_scaling, the latter's keys merged in. */
+/* Step 1, `rope_parameters = rope_scaling or rope_parameters or {}`
+ * (hf-qwen.md §4; convert_rope_params_to_dict()): a non-empty rope_scaling is taken
+ * whole and rope_parameters is not read, so none of its keys survive. */
 static gboolean
 gather_dicts(Rope *rope, GError **error)
 {
-  JsonObject *scaling;
-  gboolean ok = TRUE;
-
-  rope->params = rope_dict_copy(rope, "rope_parameters", error);
-  if (rope->params == NULL)
-    return FALSE;
-  scaling = rope_dict_copy(rope, "rope_scaling", error);
-  if (scaling == NULL)
-    return FALSE;
-  if (json_object_get_size(rope->params) == 0) {
-    /* Taken whole, so that its key order stays as it is. */
-    json_object_unref(rope->params);
-    rope->params = json_object_ref(scaling);
-    rope->source = "rope_scaling";
-  } else {
-    rope->source = "rope_parameters";
-    ok = merge_scaling(rope, scaling, error);
-  }
-  json_object_unref(scaling);
-  return ok;
+  rope->source = scaling_is_empty(rope->obj) ? "rope_parameters" : "rope_scaling";
+  rope->params = rope_dict_copy(rope, rope->source, error);
+  return rope->params != NULL;
 }
 
 /* Steps 2, 3 and 5: a top-level number goes into the dict (setdefault in Transformers,
@@ -400,6 +394,10 @@ gather(Rope *rope, GError **error)
   }
   if (!gather_top_level(rope, "partial_rotary_factor", error))
     return FALSE;
+  /* Only in the dict: no top-level key is made up. */
+  if (!json_object_has_member(rope->params, "partial_rotary_factor") &&
+      rope->model_type != NULL && g_strv_contains(quarter_rotary_types, rope->model_type))
+    dict_add(rope->params, "partial_rotary_factor", json_node_init_double(json_node_alloc(), 0.25));
   if (!json_object_has_member(rope->params, "rope_type"))
     dict_add(rope->params, "rope_type", json_node_init_string(json_node_alloc(), "default"));
   return gather_original_max(rope, error);
@@ -408,15 +406,15 @@ gather(Rope *rope, GError **error)
 /* ------------------------------------------------------------------ writing */
 
 /* Removes the RoPE keys and returns where the first of rope_parameters, rope_scaling
- * and rope_theta was: the keys written go there. */
+ * and rope_theta was: the keys written go there.  A top-level partial_rotary_factor
+ * stays: Transformers 5 reads it without popping it (hf-qwen.md §4 step 3), so it keeps
+ * it beside the dict's copy, and Transformers 4 reads it there. */
 static int
 remove_rope_keys(JsonObject *obj)
 {
   static const char *const anchors[] = {"rope_parameters", "rope_scaling", "rope_theta"};
   int at = -1;
 
-  /* First, so that the index found below is the one to insert at. */
-  drop_member(obj, "partial_rotary_factor");
   for (guint i = 0; i < G_N_ELEMENTS(anchors); i++) {
     int k = member_index(obj, anchors[i]);
     if (k >= 0 && (at < 0 || k < at))
@@ -455,7 +453,12 @@ write_transformers4(JsonObject *obj, JsonObject *params)
 
   insert_member(obj, "rope_scaling", scaling, at);
   insert_member(obj, "rope_theta", theta, at < 0 ? -1 : at + 1);
-  if (factor != NULL) {
+  if (factor == NULL)
+    return;
+  if (json_object_has_member(obj, "partial_rotary_factor")) {
+    /* Already at the top level, with the same value (gather() checked). */
+    json_node_unref(factor);
+  } else {
     /* Its sorted place in a Transformers-saved config, else next to the others. */
     int k = sorted_index(obj, "partial_rotary_factor");
     insert_member(obj, "partial_rotary_factor", factor, k >= 0 ? k : at);
@@ -488,19 +491,22 @@ has_rope_keys(JsonObject *obj)
          json_object_has_member(obj, "rope_scaling") || json_object_has_member(obj, "rope_theta");
 }
 
-/* Works out the new RoPE dict for one object without touching it.  *params is left NULL
- * when there is nothing to write: no RoPE keys, a per-layer-type dict for
- * transformers5, or a config already in the Transformers 4 form for transformers4
- * (still checked, so a bad one is refused in either direction). */
+/* Works out the new RoPE dict for one object, whose config class is @model_type,
+ * without touching it.  *params is left NULL when there is nothing to write: no RoPE
+ * keys, a per-layer-type dict for transformers5, or a config already in the
+ * Transformers 4 form for transformers4 (still checked, so a bad one is refused in
+ * either direction). */
 static gboolean
-plan(JsonObject *obj, const char *where, RopeFormat format, JsonObject **params, GError **error)
+plan(JsonObject *obj, const char *where, const char *model_type, RopeFormat format,
+     JsonObject **params, GError **error)
 {
-  Rope rope = {obj, where, NULL, NULL};
+  Rope rope = {obj, where, NULL, NULL, model_type};
 
   *params = NULL;
   if (format == ROPE_KEEP || !has_rope_keys(obj))
     return TRUE;
-  if (is_per_layer_type(obj)) {
+  /* A non-empty rope_scaling replaces a per-layer-type dict like any other (step 1). */
+  if (scaling_is_empty(obj) && is_per_layer_type(obj)) {
     if (format == ROPE_TRANSFORMERS5)
       return TRUE;
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
@@ -542,6 +548,33 @@ text_config(JsonObject *root)
   return node != NULL && JSON_NODE_HOLDS_OBJECT(node) ? json_node_get_object(node) : NULL;
 }
 
+/* @obj's model_type, or NULL when it has no string one. */
+static const char *
+model_type_of(JsonObject *obj)
+{
+  JsonNode *node = json_object_get_member(obj, "model_type");
+
+  if (node == NULL || !JSON_NODE_HOLDS_VALUE(node) ||
+      json_node_get_value_type(node) != G_TYPE_STRING)
+    return NULL;
+  return json_node_get_string(node);
+}
+
+/* The class text_config is built as: a Qwen3.5 root builds its own family's text config
+ * class from the dict (its sub_configs), whatever the dict's model_type; any other root
+ * is taken at text_config's own model_type. */
+static const char *
+text_model_type(JsonObject *root, JsonObject *text)
+{
+  const char *outer = model_type_of(root);
+
+  if (g_strcmp0(outer, "qwen3_5") == 0)
+    return "qwen3_5_text";
+  if (g_strcmp0(outer, "qwen3_5_moe") == 0)
+    return "qwen3_5_moe_text";
+  return model_type_of(text);
+}
+
 /* Both objects are planned before either is changed, so a config that is refused is
  * left as it was. */
 static gboolean
@@ -556,9 +589,10 @@ rope_patch(JsonNode *config, gpointer user_data, GError **error)
   }
   root = json_node_get_object(config);
   text = text_config(root);
-  if (!plan(root, "", compat->format, &root_params, error))
+  if (!plan(root, "", model_type_of(root), compat->format, &root_params, error))
     return FALSE;
-  if (text != NULL && !plan(text, "text_config.", compat->format, &text_params, error)) {
+  if (text != NULL && !plan(text, "text_config.", text_model_type(root, text), compat->format,
+                            &text_params, error)) {
     g_clear_pointer(&root_params, json_object_unref);
     return FALSE;
   }

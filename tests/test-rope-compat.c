@@ -278,7 +278,9 @@ test_llama3(void)
                   "\"rope_type\":\"llama3\"},\"rope_theta\":500000.0}");
 }
 
-/* Qwen3.5: already Transformers 5 style, nested in text_config, with M-RoPE keys. */
+/* Qwen3.5: already Transformers 5 style, nested in text_config, with M-RoPE keys.  Back
+ * to Transformers 5, the top-level partial_rotary_factor the Transformers 4 form has
+ * stays there (hf-qwen.md §4 step 3): the result is the Hub file plus that one line. */
 static void
 test_qwen35(void)
 {
@@ -289,7 +291,9 @@ test_qwen35(void)
   assert_fixture("qwen3.5-35b-a3b.json", ROPE_TRANSFORMERS4,
                  "qwen3.5-35b-a3b.transformers4.json");
   assert_fixture("qwen3.5-35b-a3b.transformers4.json", ROPE_TRANSFORMERS5,
-                 "qwen3.5-35b-a3b.transformers5.json");
+                 "qwen3.5-35b-a3b.transformers4.transformers5.json");
+  assert_fixture("qwen3.5-35b-a3b.transformers4.transformers5.json", ROPE_TRANSFORMERS4,
+                 "qwen3.5-35b-a3b.transformers4.json");
   assert_keep_is_identity("qwen3.5-35b-a3b.json");
   g_assert_nonnull(strstr(t4, "    \"partial_rotary_factor\" : 0.25,\n"));
   g_assert_nonnull(strstr(t4, "    \"rope_scaling\" : {\n"
@@ -302,6 +306,47 @@ test_qwen35(void)
                               "      \"rope_type\" : \"default\"\n"
                               "    },\n"
                               "    \"rope_theta\" : 10000000,\n"));
+}
+
+/* The bundled Qwen3.6-27B config, as Transformers 5 saved it: text_config has
+ * partial_rotary_factor both at its top level and in rope_parameters.  transformers5
+ * changes nothing; transformers4 leaves the top-level one in place and takes the dict's
+ * copy out; and back again gives the file. */
+static void
+test_qwen36_both_places(void)
+{
+  g_autofree char *path = g_test_build_filename(G_TEST_DIST, "..", "configs", "qwen3.6-27b.json",
+                                                NULL);
+  g_autofree char *text = NULL, *want = NULL, *t5 = NULL, *t4 = NULL, *back = NULL;
+  g_autoptr(GError) error = NULL;
+  g_autoptr(JsonNode) node = NULL;
+
+  g_file_get_contents(path, &text, NULL, &error);
+  g_assert_no_error(error);
+  node = parse(text);
+  want = render(node);
+  t5 = convert(text, ROPE_TRANSFORMERS5, TRUE);
+  g_assert_cmpstr(t5, ==, want);
+  t4 = convert(text, ROPE_TRANSFORMERS4, TRUE);
+  g_assert_nonnull(strstr(t4, "    \"pad_token_id\" : null,\n"
+                              "    \"partial_rotary_factor\" : 0.25,\n"
+                              "    \"rms_norm_eps\" : 9.9999999999999995e-07,\n"
+                              "    \"rope_scaling\" : {\n"
+                              "      \"mrope_interleaved\" : true,\n"
+                              "      \"mrope_section\" : [\n"
+                              "        11,\n"
+                              "        11,\n"
+                              "        10\n"
+                              "      ],\n"
+                              "      \"rope_type\" : \"default\"\n"
+                              "    },\n"
+                              "    \"rope_theta\" : 10000000,\n"
+                              "    \"tie_word_embeddings\" : false,\n"));
+  g_assert_null(strstr(t4, "rope_parameters"));
+  back = convert(t4, ROPE_TRANSFORMERS5, TRUE);
+  g_assert_cmpstr(back, ==, want);
+  assert_idempotent(text, ROPE_TRANSFORMERS5, TRUE);
+  assert_idempotent(text, ROPE_TRANSFORMERS4, TRUE);
 }
 
 /* ------------------------------------------------------------------ single rules */
@@ -344,7 +389,10 @@ test_key_order(void)
                   "\"rope_theta\":10000.0}}");
 }
 
-/* partial_rotary_factor moves into rope_parameters and back out (Qwen3-Next style). */
+/* partial_rotary_factor is copied into rope_parameters and stays at the top level too,
+ * as Transformers 5 reads it without popping it (hf-qwen.md §4 step 3: "the v5 repr of
+ * Qwen3-Next shows it in both places"); back to Transformers 4 only the top-level one is
+ * left (Qwen3-Next style). */
 static void
 test_partial_rotary_factor(void)
 {
@@ -352,6 +400,10 @@ test_partial_rotary_factor(void)
       "{\"head_dim\":256,\"partial_rotary_factor\":0.25,\"rms_norm_eps\":1e-06,"
       "\"rope_scaling\":null,\"rope_theta\":10000000,\"vocab_size\":151936}";
   static const char next5[] =
+      "{\"head_dim\":256,\"partial_rotary_factor\":0.25,\"rms_norm_eps\":9.9999999999999995e-07,"
+      "\"rope_parameters\":{\"partial_rotary_factor\":0.25,\"rope_theta\":10000000,"
+      "\"rope_type\":\"default\"},\"vocab_size\":151936}";
+  static const char next5_dict_only[] =
       "{\"head_dim\":256,\"rms_norm_eps\":9.9999999999999995e-07,\"rope_parameters\":"
       "{\"partial_rotary_factor\":0.25,\"rope_theta\":10000000,\"rope_type\":\"default\"},"
       "\"vocab_size\":151936}";
@@ -359,23 +411,128 @@ test_partial_rotary_factor(void)
   g_autofree char *original_text = json_to_string(original, FALSE);
 
   assert_converts(ROPE_TRANSFORMERS5, next4, next5);
-  /* Sorted config: back at its sorted place, so the round trip is exact. */
   assert_converts(ROPE_TRANSFORMERS4, next5, original_text);
+  /* Only in the dict (Qwen3.5's Hub form): transformers5 adds no top-level key. */
+  assert_converts(ROPE_TRANSFORMERS5, next5_dict_only, next5_dict_only);
+  /* Sorted config: back at its sorted place, so the round trip is exact. */
+  assert_converts(ROPE_TRANSFORMERS4, next5_dict_only, original_text);
   /* Unsorted config: just before rope_scaling. */
   assert_converts(ROPE_TRANSFORMERS4,
                   "{\"b\":1,\"rope_parameters\":{\"rope_type\":\"default\","
                   "\"partial_rotary_factor\":0.5,\"rope_theta\":10000.0},\"a\":0}",
                   "{\"b\":1,\"partial_rotary_factor\":0.5,\"rope_scaling\":null,"
                   "\"rope_theta\":10000.0,\"a\":0}");
-  /* In both places with the same value, as Transformers 5 saves it. */
+  /* In both places with the same value, as Transformers 5 saves it: both stay. */
   assert_converts(ROPE_TRANSFORMERS5,
                   "{\"partial_rotary_factor\":0.25,\"rope_parameters\":{\"partial_rotary_factor\":"
                   "0.25,\"rope_theta\":10000000,\"rope_type\":\"default\"}}",
-                  "{\"rope_parameters\":{\"partial_rotary_factor\":0.25,\"rope_theta\":10000000,"
-                  "\"rope_type\":\"default\"}}");
+                  "{\"partial_rotary_factor\":0.25,\"rope_parameters\":{\"partial_rotary_factor\":"
+                  "0.25,\"rope_theta\":10000000,\"rope_type\":\"default\"}}");
+  assert_converts(ROPE_TRANSFORMERS4,
+                  "{\"partial_rotary_factor\":0.25,\"rope_parameters\":{\"partial_rotary_factor\":"
+                  "0.25,\"rope_theta\":10000000,\"rope_type\":\"default\"}}",
+                  "{\"partial_rotary_factor\":0.25,\"rope_scaling\":null,\"rope_theta\":10000000}");
+  /* Unsorted, the top-level one keeps its place both ways. */
+  assert_converts(ROPE_TRANSFORMERS5,
+                  "{\"rope_theta\":10000.0,\"z\":1,\"partial_rotary_factor\":0.5,\"a\":2}",
+                  "{\"rope_parameters\":{\"partial_rotary_factor\":0.5,\"rope_theta\":10000.0,"
+                  "\"rope_type\":\"default\"},\"z\":1,\"partial_rotary_factor\":0.5,\"a\":2}");
+  assert_converts(ROPE_TRANSFORMERS4,
+                  "{\"rope_parameters\":{\"partial_rotary_factor\":0.5,\"rope_theta\":10000.0,"
+                  "\"rope_type\":\"default\"},\"z\":1,\"partial_rotary_factor\":0.5,\"a\":2}",
+                  "{\"rope_scaling\":null,\"rope_theta\":10000.0,\"z\":1,"
+                  "\"partial_rotary_factor\":0.5,\"a\":2}");
   /* Alone it is no RoPE setting (standardize_rope_params()'s case 0). */
   assert_converts(ROPE_TRANSFORMERS5, "{\"partial_rotary_factor\":0.5}",
                   "{\"partial_rotary_factor\":0.5}");
+}
+
+/* Both rope_scaling and rope_parameters: `rope_parameters = rope_scaling or
+ * rope_parameters or {}` (hf-qwen.md §4 step 1), so a non-empty rope_scaling is taken
+ * whole and every key of rope_parameters is gone, whatever it says; an empty or null
+ * rope_scaling leaves rope_parameters in charge. */
+static void
+test_scaling_wins(void)
+{
+  static const char both[] =
+      "{\"max_position_embeddings\":131072,\"rope_parameters\":{\"rope_type\":\"linear\","
+      "\"factor\":4.0,\"mrope_section\":[16,24,24],\"rope_theta\":5000000.0},"
+      "\"rope_scaling\":{\"type\":\"yarn\",\"factor\":2.0},\"rope_theta\":1000000.0}";
+
+  assert_converts(ROPE_TRANSFORMERS5, both,
+                  "{\"max_position_embeddings\":131072,\"rope_parameters\":{\"rope_type\":\"yarn\","
+                  "\"factor\":2.0,\"rope_theta\":1000000.0,"
+                  "\"original_max_position_embeddings\":131072}}");
+  assert_converts(ROPE_TRANSFORMERS4, both,
+                  "{\"max_position_embeddings\":131072,\"rope_scaling\":{\"rope_type\":\"yarn\","
+                  "\"factor\":2.0,\"original_max_position_embeddings\":131072},"
+                  "\"rope_theta\":1000000.0}");
+  /* rope_parameters is not read at all: not even its form is checked. */
+  assert_converts(ROPE_TRANSFORMERS5,
+                  "{\"rope_parameters\":\"nonsense\",\"rope_scaling\":{\"rope_type\":\"linear\","
+                  "\"factor\":2.0}}",
+                  "{\"rope_parameters\":{\"rope_type\":\"linear\",\"factor\":2.0,"
+                  "\"rope_theta\":10000.0}}");
+  /* {} and null are falsy: rope_parameters is taken. */
+  assert_converts(ROPE_TRANSFORMERS5,
+                  "{\"rope_parameters\":{\"rope_type\":\"linear\",\"factor\":4.0},"
+                  "\"rope_scaling\":{},\"rope_theta\":1000000.0}",
+                  "{\"rope_parameters\":{\"rope_type\":\"linear\",\"factor\":4.0,"
+                  "\"rope_theta\":1000000.0}}");
+  assert_converts(ROPE_TRANSFORMERS4,
+                  "{\"rope_parameters\":{\"rope_type\":\"linear\",\"factor\":4.0},"
+                  "\"rope_scaling\":null}",
+                  "{\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":4.0},"
+                  "\"rope_theta\":10000.0}");
+  /* The dict taken is still checked: a wrong rope_scaling is refused, whatever
+   * rope_parameters says. */
+  assert_refused(ROPE_TRANSFORMERS5,
+                 "{\"rope_parameters\":{\"rope_type\":\"default\"},\"rope_scaling\":\"yarn\"}",
+                 "rope_scaling must be an object or null, not \"yarn\"", NULL);
+}
+
+/* Qwen3.5 and Qwen3-Next default partial_rotary_factor to 0.25 before the conversion
+ * (hf-qwen.md §4 step 3), so it goes into the dict when the config has none; other
+ * models get none, and no top-level key is made up. */
+static void
+test_quarter_rotary_default(void)
+{
+  assert_converts(ROPE_TRANSFORMERS5,
+                  "{\"model_type\":\"qwen3_next\",\"rope_scaling\":null,\"rope_theta\":10000000}",
+                  "{\"model_type\":\"qwen3_next\",\"rope_parameters\":{\"partial_rotary_factor\":"
+                  "0.25,\"rope_theta\":10000000,\"rope_type\":\"default\"}}");
+  assert_converts(ROPE_TRANSFORMERS4,
+                  "{\"model_type\":\"qwen3_next\",\"rope_parameters\":{\"rope_theta\":10000000,"
+                  "\"rope_type\":\"default\"}}",
+                  "{\"model_type\":\"qwen3_next\",\"partial_rotary_factor\":0.25,"
+                  "\"rope_scaling\":null,\"rope_theta\":10000000}");
+  /* A Qwen3.5 text_config, named by itself or only by its root. */
+  assert_converts(ROPE_TRANSFORMERS5,
+                  "{\"model_type\":\"qwen3_5_moe\",\"text_config\":{\"rope_parameters\":"
+                  "{\"mrope_section\":[11,11,10],\"rope_theta\":10000000,"
+                  "\"rope_type\":\"default\"}}}",
+                  "{\"model_type\":\"qwen3_5_moe\",\"text_config\":{\"rope_parameters\":"
+                  "{\"mrope_section\":[11,11,10],\"partial_rotary_factor\":0.25,"
+                  "\"rope_theta\":10000000,\"rope_type\":\"default\"}}}");
+  assert_converts(ROPE_TRANSFORMERS4,
+                  "{\"text_config\":{\"model_type\":\"qwen3_5_text\",\"rope_parameters\":"
+                  "{\"rope_theta\":10000000,\"rope_type\":\"default\"}}}",
+                  "{\"text_config\":{\"model_type\":\"qwen3_5_text\",\"partial_rotary_factor\":"
+                  "0.25,\"rope_scaling\":null,\"rope_theta\":10000000}}");
+  /* A value the config gives is kept. */
+  assert_converts(ROPE_TRANSFORMERS5,
+                  "{\"model_type\":\"qwen3_next\",\"partial_rotary_factor\":0.5,"
+                  "\"rope_theta\":1.0}",
+                  "{\"model_type\":\"qwen3_next\",\"partial_rotary_factor\":0.5,"
+                  "\"rope_parameters\":{\"partial_rotary_factor\":0.5,\"rope_theta\":1.0,"
+                  "\"rope_type\":\"default\"}}");
+  /* Not Qwen3.5 or Qwen3-Next: nothing added; the Qwen3.5 root itself has no default. */
+  assert_converts(ROPE_TRANSFORMERS5, "{\"model_type\":\"qwen3_moe\",\"rope_theta\":1.0}",
+                  "{\"model_type\":\"qwen3_moe\",\"rope_parameters\":{\"rope_theta\":1.0,"
+                  "\"rope_type\":\"default\"}}");
+  assert_converts(ROPE_TRANSFORMERS5, "{\"model_type\":\"qwen3_5\",\"rope_theta\":1.0}",
+                  "{\"model_type\":\"qwen3_5\",\"rope_parameters\":{\"rope_theta\":1.0,"
+                  "\"rope_type\":\"default\"}}");
 }
 
 /* Qwen2-VL's "type": "mrope" is default RoPE, as its Transformers 4 config class says;
@@ -429,6 +586,12 @@ test_per_layer_type(void)
 
   assert_converts(ROPE_TRANSFORMERS5, gemma, gemma);
   assert_refused(ROPE_TRANSFORMERS4, gemma, "rope_parameters is keyed by layer type", NULL);
+  /* A non-empty rope_scaling replaces it like any other rope_parameters. */
+  assert_converts(ROPE_TRANSFORMERS5,
+                  "{\"rope_parameters\":{\"full_attention\":{\"rope_type\":\"default\"}},"
+                  "\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":2.0}}",
+                  "{\"rope_parameters\":{\"rope_type\":\"linear\",\"factor\":2.0,"
+                  "\"rope_theta\":10000.0}}");
 }
 
 /* ------------------------------------------------------------------ errors */
@@ -465,10 +628,11 @@ test_conflicts(void)
   assert_refused(ROPE_TRANSFORMERS5,
                  "{\"rope_scaling\":{\"type\":\"linear\",\"rope_type\":\"yarn\",\"factor\":2.0}}",
                  "rope_scaling.type is \"linear\" but rope_scaling.rope_type is \"yarn\"", NULL);
-  assert_refused(ROPE_TRANSFORMERS5,
-                 "{\"rope_parameters\":{\"rope_type\":\"linear\",\"factor\":4.0},"
-                 "\"rope_scaling\":{\"factor\":2.0}}",
-                 "rope_scaling.factor is 2.0 but rope_parameters.factor is 4.0", NULL);
+  assert_refused(ROPE_TRANSFORMERS4,
+                 "{\"partial_rotary_factor\":0.5,\"rope_parameters\":{\"partial_rotary_factor\":"
+                 "0.25}}",
+                 "partial_rotary_factor is 0.5 but rope_parameters.partial_rotary_factor is 0.25",
+                 NULL);
   assert_refused(ROPE_TRANSFORMERS5,
                  "{\"partial_rotary_factor\":0.5,\"rope_parameters\":{\"partial_rotary_factor\":"
                  "0.25}}",
@@ -645,9 +809,12 @@ main(int argc, char **argv)
   g_test_add_func("/rope-compat/sorted-dict", test_sorted_dict);
   g_test_add_func("/rope-compat/llama3", test_llama3);
   g_test_add_func("/rope-compat/qwen3.5/nested", test_qwen35);
+  g_test_add_func("/rope-compat/qwen3.6/both-places", test_qwen36_both_places);
   g_test_add_func("/rope-compat/ignore-keys-removed", test_ignore_keys_removed);
   g_test_add_func("/rope-compat/key-order", test_key_order);
   g_test_add_func("/rope-compat/partial-rotary-factor", test_partial_rotary_factor);
+  g_test_add_func("/rope-compat/partial-rotary-factor/qwen-default", test_quarter_rotary_default);
+  g_test_add_func("/rope-compat/scaling-wins", test_scaling_wins);
   g_test_add_func("/rope-compat/legacy-type", test_legacy_type);
   g_test_add_func("/rope-compat/levels", test_levels);
   g_test_add_func("/rope-compat/per-layer-type", test_per_layer_type);

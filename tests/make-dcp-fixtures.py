@@ -901,6 +901,10 @@ def make_seeds(out):
             if name in wanted:
                 write(os.path.join(out, "blob-%s.bin" % wanted[name]), blob)
                 write(os.path.join(out, "pickle-%s.bin" % wanted[name]), pkl)
+        # One rank's __R.metadata of a use_collectives=False save (only its own chunks).
+        write_format_b_per_rank(os.path.join(tmp, "ranks"), rank_model(False), enum_style="name")
+        shutil.copy(os.path.join(tmp, "ranks", "__1.metadata"),
+                    os.path.join(out, "metadata-rank-1.bin"))
         # Every form of a layout and a memory-format member, alone, for the pickle target.
         write(os.path.join(out, "pickle-forms.bin"), dumps(
             (STRIDED, CONTIGUOUS["value"], CONTIGUOUS["name"], torch_layout("torch.sparse_coo")),

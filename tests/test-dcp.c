@@ -1113,6 +1113,21 @@ test_seeds_parse(void)
     const WsyncDcpTensor *t = wsync_dcp_tensor(dcp, 0);
     g_assert_null(chunk(t, 0)->data);
   }
+  /* Rank 1's own metadata of a use_collectives=False save: its chunks only. */
+  g_autoptr(GBytes) rank1 = seed("metadata-rank-1.bin");
+  gsize rank1_len;
+  const guint8 *rank1_data = g_bytes_get_data(rank1, &rank1_len);
+  GError *rank1_error = NULL;
+  g_autoptr(WsyncDcp) one =
+      wsync_dcp_parse_metadata(rank1_data, rank1_len, "__1.metadata", &rank1_error);
+  g_assert_no_error(rank1_error);
+  g_assert_cmpuint(wsync_dcp_n_tensors(one), ==, 4);
+  g_assert_cmpuint(wsync_dcp_n_skipped(one), ==, 0);
+  const WsyncDcpTensor *embed = wsync_dcp_lookup(one, "model.embed_tokens.weight");
+  g_assert_cmpuint(embed->shape[0], ==, 5);
+  g_assert_cmpuint(embed->chunks->len, ==, 1);
+  g_assert_cmpuint(chunk(embed, 0)->box.offset[0], ==, 3);
+
   g_autoptr(GBytes) shard = seed("shard-newest.bin");
   gsize len;
   const guint8 *data = g_bytes_get_data(shard, &len);

@@ -100,7 +100,8 @@ typedef struct {
  * @ndim: number of axes (0 for a scalar)
  * @shape: the global shape
  * @chunks: (element-type WsyncDcpChunk): its chunks, in file order (format A: files by
- *   shard number, then data order) or in `.metadata` order (format B)
+ *   shard number, then data order) or in `.metadata` order (format B; per-rank metadata:
+ *   rank by rank, each in its file's order)
  * @part: format A: the output file index I of `shard-S-model-I-of-N` (1-based), the same
  *   for all the tensor's files; 0 when unknown (format B)
  * @n_parts: format A: N; 0 when unknown

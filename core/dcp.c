@@ -34,12 +34,15 @@ dtype_is_whole_bytes(WsyncDtype dtype)
 typedef struct {
   char *relative_path;
   guint64 offset, length;
+  const char *meta; /* per-rank metadata: the __R.metadata that recorded it (owned by the
+                     * checkpoint's meta_files); NULL: the checkpoint's own `where` */
 } StorageRef;
 
 typedef struct {
   WsyncDcpTensor t;
   GArray *refs; /* format B: StorageRef per chunk; NULL for format A */
   gboolean shape_stored; /* format B: t.shape is TensorStorageMetadata.size */
+  const char *meta;      /* per-rank metadata: the first __R.metadata that lists it */
 } Tensor;
 
 typedef struct {
@@ -57,6 +60,7 @@ struct _WsyncDcp {
   GPtrArray *shards;    /* format A: WsyncSafetensors* */
   GHashTable *maps;     /* format B: relative path -> MappedFile* */
   GPtrArray *skipped;   /* format B: names of BytesStorageMetadata entries */
+  GPtrArray *meta_files; /* format B, per-rank metadata: the __R.metadata paths, by rank */
 };
 
 static void
@@ -106,6 +110,7 @@ dcp_new(const char *dir, const char *where, WsyncDcpFormat format)
   dcp->shards = g_ptr_array_new_with_free_func(shard_free);
   dcp->maps = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, mapped_file_free);
   dcp->skipped = g_ptr_array_new_with_free_func(g_free);
+  dcp->meta_files = g_ptr_array_new_with_free_func(g_free);
   return dcp;
 }
 
@@ -119,6 +124,7 @@ wsync_dcp_free(WsyncDcp *dcp)
   g_ptr_array_unref(dcp->shards);
   g_hash_table_destroy(dcp->maps);
   g_ptr_array_unref(dcp->skipped);
+  g_ptr_array_unref(dcp->meta_files);
   g_free(dcp->dir);
   g_free(dcp->where);
   g_free(dcp);
@@ -717,7 +723,7 @@ read_tensor_metadata(WsyncDcp *dcp, const char *fqn, const WsyncPickleValue *tsm
                        "a DCP extension); only plain torch.save archives are supported",
                        box, p);
     }
-    StorageRef ref = {g_strdup(e->ref.relative_path), e->ref.offset, e->ref.length};
+    StorageRef ref = {g_strdup(e->ref.relative_path), e->ref.offset, e->ref.length, NULL};
     g_array_append_val(t->t.chunks, chunk);
     g_array_append_val(t->refs, ref);
   }
@@ -1252,17 +1258,18 @@ relative_path_ok(const char *p)
   return *p != '\0' && strcmp(p, ".") != 0 && strcmp(p, "..") != 0 && strchr(p, '/') == NULL;
 }
 
-/* Maps DIR/@relative_path once.  Errors name the tensor and chunk. */
+/* Maps DIR/@relative_path once.  Errors name @where (the metadata that recorded the
+ * chunk), the tensor and the chunk. */
 static MappedFile *
-get_map(WsyncDcp *dcp, const char *relative_path, const char *fqn, const char *box,
-        GError **error)
+get_map(WsyncDcp *dcp, const char *relative_path, const char *where, const char *fqn,
+        const char *box, GError **error)
 {
   MappedFile *mf = g_hash_table_lookup(dcp->maps, relative_path);
   if (mf)
     return mf;
   g_autofree char *prel = wsync_json_printable(relative_path);
   if (!relative_path_ok(relative_path)) {
-    bad_input(error, dcp->where, fqn,
+    bad_input(error, where, fqn,
               "chunk %s: relative_path \"%s\" is not a file name inside the checkpoint", box, prel);
     return NULL;
   }
@@ -1271,7 +1278,7 @@ get_map(WsyncDcp *dcp, const char *relative_path, const char *fqn, const char *b
   if (fd < 0) {
     int errsv = errno;
     if (errsv == ENOENT)
-      bad_input(error, dcp->where, fqn, "chunk %s: its data file \"%s\" is missing", box, prel);
+      bad_input(error, where, fqn, "chunk %s: its data file \"%s\" is missing", box, prel);
     else
       wsync_set_io_error(error, errsv, path, "open");
     return NULL;
@@ -1283,8 +1290,8 @@ get_map(WsyncDcp *dcp, const char *relative_path, const char *fqn, const char *b
     return NULL;
   }
   if (!S_ISREG(sb.st_mode) || (guint64)sb.st_size > G_MAXSIZE) {
-    bad_input(error, dcp->where, fqn, "chunk %s: \"%s\" is not a regular file that can be mapped",
-              box, prel);
+    bad_input(error, where, fqn, "chunk %s: \"%s\" is not a regular file that can be mapped", box,
+              prel);
     close(fd);
     return NULL;
   }
@@ -1306,7 +1313,29 @@ get_map(WsyncDcp *dcp, const char *relative_path, const char *fqn, const char *b
   return mf;
 }
 
-/* Binds every chunk of a parsed .metadata to its bytes. */
+/* Does @mf hold a safetensors blob at @offset rather than a torch.save archive?
+ * SerializationFormat.SAFETENSORS with a plain FileSystemWriter writes no archive per
+ * tensor but one safetensors blob after the file's non-tensor items, and records the
+ * stream position before that blob as every tensor's offset (docs/dcp.md §3).  The two
+ * cannot be confused: a torch.save archive begins with a zip local header ("PK\3\4"), a
+ * safetensors file with its header's length (8 bytes, little-endian) and then the JSON
+ * header's '{'. */
+static gboolean
+holds_safetensors_blob(const MappedFile *mf, guint64 offset)
+{
+  if (mf->data == NULL || offset > mf->len || mf->len - offset < 10)
+    return FALSE;
+  const guint8 *p = mf->data + offset;
+  if (memcmp(p, "PK\003\004", 4) == 0)
+    return FALSE;
+  guint64 n = 0;
+  for (guint i = 8; i > 0; i--)
+    n = n << 8 | p[i - 1];
+  return n >= 2 && n <= mf->len - offset - 8 && p[8] == '{';
+}
+
+/* Binds every chunk of a parsed .metadata (or of the merged per-rank metadata) to its
+ * bytes. */
 static gboolean
 resolve_chunks(WsyncDcp *dcp, GError **error)
 {
@@ -1316,13 +1345,21 @@ resolve_chunks(WsyncDcp *dcp, GError **error)
     for (guint c = 0; c < t->t.chunks->len; c++) {
       WsyncDcpChunk *chunk = &g_array_index(t->t.chunks, WsyncDcpChunk, c);
       const StorageRef *ref = &g_array_index(t->refs, StorageRef, c);
+      const char *where = ref->meta ? ref->meta : dcp->where;
       g_autofree char *box = wsync_box_format(&chunk->box);
-      MappedFile *mf = get_map(dcp, ref->relative_path, t->t.name, box, error);
+      MappedFile *mf = get_map(dcp, ref->relative_path, where, t->t.name, box, error);
       if (mf == NULL)
         return FALSE;
       g_autofree char *pname = wsync_json_printable(mf->path);
+      if (holds_safetensors_blob(mf, ref->offset))
+        return bad_input(error, mf->path, t->t.name,
+                         "chunk %s: a safetensors blob at byte %" G_GUINT64_FORMAT
+                         ", not a torch.save archive: the checkpoint was written with "
+                         "SerializationFormat.SAFETENSORS, which wsync does not read (it reads "
+                         "the default TORCH_SAVE, and HuggingFaceStorageWriter's shards)",
+                         box, ref->offset);
       if (ref->offset > mf->len || ref->length > mf->len - ref->offset)
-        return bad_input(error, dcp->where, t->t.name,
+        return bad_input(error, where, t->t.name,
                          "chunk %s: bytes [%" G_GUINT64_FORMAT ", %" G_GUINT64_FORMAT
                          ") pass the end of %s (%" G_GSIZE_FORMAT " bytes)",
                          box, ref->offset, ref->offset + ref->length, pname, mf->len);
@@ -1356,10 +1393,10 @@ resolve_chunks(WsyncDcp *dcp, GError **error)
   return TRUE;
 }
 
+/* Maps and parses one format B metadata file. */
 static WsyncDcp *
-open_b(const char *dir, GError **error)
+parse_metadata_file(const char *path, GError **error)
 {
-  g_autofree char *path = g_build_filename(dir, WSYNC_DCP_METADATA_NAME, NULL);
   g_autoptr(GMappedFile) mf = NULL;
   GError *local = NULL;
   mf = g_mapped_file_new(path, FALSE, &local);
@@ -1370,13 +1407,201 @@ open_b(const char *dir, GError **error)
   }
   const guint8 *data = (const guint8 *)g_mapped_file_get_contents(mf);
   gsize len = g_mapped_file_get_length(mf);
-  g_autoptr(WsyncDcp) dcp =
-      wsync_dcp_parse_metadata(data ? data : (const guint8 *)"", len, path, error);
+  return wsync_dcp_parse_metadata(data ? data : (const guint8 *)"", len, path, error);
+}
+
+static WsyncDcp *
+open_b(const char *dir, GError **error)
+{
+  g_autofree char *path = g_build_filename(dir, WSYNC_DCP_METADATA_NAME, NULL);
+  g_autoptr(WsyncDcp) dcp = parse_metadata_file(path, error);
   if (dcp == NULL)
     return NULL;
   g_free(dcp->dir);
   dcp->dir = g_strdup(dir);
   if (!resolve_chunks(dcp, error))
+    return NULL;
+  return g_steal_pointer(&dcp);
+}
+
+/* ================================================================ format B, per-rank metadata */
+
+/* A rank as torch writes it in a file name (f"__{rank}..."): decimal, no sign, no
+ * leading zero. */
+static gboolean
+parse_rank(const char **p, guint *rank)
+{
+  guint64 v = 0;
+  guint digits = 0;
+  const char *s = *p;
+  while (g_ascii_isdigit(s[digits])) {
+    if (digits == 9)
+      return FALSE;
+    v = v * 10 + (guint64)(s[digits++] - '0');
+  }
+  if (digits == 0 || (digits > 1 && s[0] == '0'))
+    return FALSE;
+  *rank = (guint)v;
+  *p = s + digits;
+  return TRUE;
+}
+
+/* "__R.metadata": the metadata rank R writes with use_collectives=False. */
+static gboolean
+parse_rank_metadata_name(const char *name, guint *rank)
+{
+  const char *p = name;
+  return g_str_has_prefix(p, "__") && (p += 2, parse_rank(&p, rank)) &&
+         strcmp(p, WSYNC_DCP_RANK_METADATA_SUFFIX) == 0;
+}
+
+/* "__R_K.distcp": file K of rank R (docs/dcp.md §3). */
+static gboolean
+parse_data_file_name(const char *name, guint *rank)
+{
+  const char *p = name;
+  guint k;
+  return g_str_has_prefix(p, "__") && (p += 2, parse_rank(&p, rank)) && *p++ == '_' &&
+         parse_rank(&p, &k) && strcmp(p, ".distcp") == 0;
+}
+
+static gint
+compare_guint(gconstpointer x, gconstpointer y)
+{
+  guint a = *(const guint *)x, b = *(const guint *)y;
+  return a < b ? -1 : a > b;
+}
+
+/* The ranks of @dir's __R.metadata files and of its __R_K.distcp files, each sorted,
+ * without repeats.  An unreadable directory has none. */
+static void
+list_ranks(const char *dir, GArray *meta_ranks, GArray *data_ranks)
+{
+  GDir *d = g_dir_open(dir, 0, NULL);
+  if (d == NULL)
+    return;
+  const char *name;
+  guint r;
+  while ((name = g_dir_read_name(d)) != NULL) {
+    if (parse_rank_metadata_name(name, &r))
+      g_array_append_val(meta_ranks, r);
+    else if (parse_data_file_name(name, &r))
+      g_array_append_val(data_ranks, r);
+  }
+  g_dir_close(d);
+  GArray *both[] = {meta_ranks, data_ranks};
+  for (guint k = 0; k < 2; k++) {
+    GArray *a = both[k];
+    g_array_sort(a, compare_guint);
+    guint n = 0;
+    for (guint i = 0; i < a->len; i++)
+      if (n == 0 || g_array_index(a, guint, i) != g_array_index(a, guint, n - 1))
+        g_array_index(a, guint, n++) = g_array_index(a, guint, i);
+    g_array_set_size(a, n);
+  }
+}
+
+/* Adds the tensors and chunks of one rank's parsed metadata (@one, read from @meta) to
+ * @all.  The ranks must agree on a tensor's dtype and global shape. */
+static gboolean
+merge_rank(WsyncDcp *all, WsyncDcp *one, const char *meta, GError **error)
+{
+  for (guint i = 0; i < one->tensors->len; i++) {
+    const Tensor *src = &g_array_index(one->tensors, Tensor, i);
+    gboolean created;
+    Tensor *t = tensor_get(all, src->t.name, &created);
+    if (created) {
+      t->t.dtype = src->t.dtype;
+      t->t.ndim = src->t.ndim;
+      memcpy(t->t.shape, src->t.shape, sizeof t->t.shape);
+      t->shape_stored = TRUE;
+      t->meta = meta;
+      t->refs = g_array_new(FALSE, TRUE, sizeof(StorageRef));
+      g_array_set_clear_func(t->refs, storage_ref_clear);
+    } else {
+      g_autofree char *first = wsync_json_printable(t->meta);
+      if (t->t.dtype != src->t.dtype)
+        return bad_input(error, meta, src->t.name, "dtype %s, but %s in %s",
+                         wsync_dtype_name(src->t.dtype), wsync_dtype_name(t->t.dtype), first);
+      gboolean same = t->t.ndim == src->t.ndim;
+      for (guint d = 0; same && d < t->t.ndim; d++)
+        same = t->t.shape[d] == src->t.shape[d];
+      if (!same) {
+        g_autofree char *here = wsync_shape_format(src->t.ndim, src->t.shape);
+        g_autofree char *there = wsync_shape_format(t->t.ndim, t->t.shape);
+        return bad_input(error, meta, src->t.name,
+                         "global shape %s, but %s in %s: the ranks' metadata disagree", here,
+                         there, first);
+      }
+    }
+    for (guint c = 0; c < src->t.chunks->len; c++) {
+      const StorageRef *from = &g_array_index(src->refs, StorageRef, c);
+      StorageRef ref = {g_strdup(from->relative_path), from->offset, from->length, meta};
+      g_array_append_val(t->t.chunks, g_array_index(src->t.chunks, WsyncDcpChunk, c));
+      g_array_append_val(t->refs, ref);
+    }
+  }
+  for (guint i = 0; i < one->skipped->len; i++) {
+    const char *name = g_ptr_array_index(one->skipped, i);
+    gboolean seen = FALSE;
+    for (guint j = 0; j < all->skipped->len && !seen; j++)
+      seen = strcmp(g_ptr_array_index(all->skipped, j), name) == 0;
+    if (!seen)
+      g_ptr_array_add(all->skipped, g_strdup(name));
+  }
+  return TRUE;
+}
+
+/* Refuses a missing rank: torch names every rank's metadata __R.metadata, from rank 0
+ * (filesystem.py's _get_metadata_path), so the ranks must be 0, 1, ..., n-1, and a rank
+ * that wrote data files wrote its metadata too. */
+static gboolean
+check_ranks(const char *dir, GArray *meta_ranks, GArray *data_ranks, GError **error)
+{
+  guint n = meta_ranks->len;
+  guint last = g_array_index(meta_ranks, guint, n - 1);
+  for (guint k = 0; k < n; k++)
+    if (g_array_index(meta_ranks, guint, k) != k) {
+      g_autofree char *name = g_strdup_printf("__%u" WSYNC_DCP_RANK_METADATA_SUFFIX, k);
+      g_autofree char *path = g_build_filename(dir, name, NULL);
+      return bad_input(error, path, NULL,
+                       "missing, but __%u" WSYNC_DCP_RANK_METADATA_SUFFIX
+                       " is there: a checkpoint saved with use_collectives=False has one "
+                       "__R.metadata per rank, from __0.metadata on",
+                       last);
+    }
+  for (guint k = 0; k < data_ranks->len; k++) {
+    guint r = g_array_index(data_ranks, guint, k);
+    if (r >= n) {
+      g_autofree char *name = g_strdup_printf("__%u" WSYNC_DCP_RANK_METADATA_SUFFIX, r);
+      g_autofree char *path = g_build_filename(dir, name, NULL);
+      return bad_input(error, path, NULL,
+                       "missing, but rank %u's data files (__%u_K.distcp) are there: a "
+                       "checkpoint saved with use_collectives=False has one __R.metadata per "
+                       "rank",
+                       r, r);
+    }
+  }
+  return TRUE;
+}
+
+/* Format B saved with use_collectives=False: every rank's __R.metadata, merged. */
+static WsyncDcp *
+open_b_ranks(const char *dir, GArray *meta_ranks, GArray *data_ranks, GError **error)
+{
+  if (!check_ranks(dir, meta_ranks, data_ranks, error))
+    return NULL;
+  g_autofree char *where = g_build_filename(dir, "__*" WSYNC_DCP_RANK_METADATA_SUFFIX, NULL);
+  g_autoptr(WsyncDcp) dcp = dcp_new(dir, where, WSYNC_DCP_FORMAT_TORCH_SAVE);
+  for (guint r = 0; r < meta_ranks->len; r++) {
+    g_autofree char *name = g_strdup_printf("__%u" WSYNC_DCP_RANK_METADATA_SUFFIX, r);
+    char *path = g_build_filename(dir, name, NULL);
+    g_ptr_array_add(dcp->meta_files, path);
+    g_autoptr(WsyncDcp) one = parse_metadata_file(path, error);
+    if (one == NULL || !merge_rank(dcp, one, path, error))
+      return NULL;
+  }
+  if (!finish_tensors(dcp, error) || !resolve_chunks(dcp, error))
     return NULL;
   return g_steal_pointer(&dcp);
 }
@@ -1412,7 +1637,12 @@ wsync_dcp_detect(const char *dir)
   if (!g_file_test(dir, G_FILE_TEST_IS_DIR))
     return FALSE;
   g_autofree char *sub = g_build_filename(dir, WSYNC_DCP_SHARDED_DIR, NULL);
-  return has_metadata(dir) || has_shards(dir) || has_shards(sub);
+  if (has_metadata(dir) || has_shards(dir) || has_shards(sub))
+    return TRUE;
+  g_autoptr(GArray) meta_ranks = g_array_new(FALSE, FALSE, sizeof(guint));
+  g_autoptr(GArray) data_ranks = g_array_new(FALSE, FALSE, sizeof(guint));
+  list_ranks(dir, meta_ranks, data_ranks);
+  return meta_ranks->len > 0 || data_ranks->len > 0;
 }
 
 WsyncDcp *
@@ -1431,17 +1661,30 @@ wsync_dcp_open(const char *dir, GError **error)
   g_autofree char *sub = g_build_filename(dir, WSYNC_DCP_SHARDED_DIR, NULL);
   g_autoptr(GArray) here = list_shards(dir);
   g_autoptr(GArray) below = list_shards(sub);
-  gboolean meta = has_metadata(dir);
+  g_autoptr(GArray) meta_ranks = g_array_new(FALSE, FALSE, sizeof(guint));
+  g_autoptr(GArray) data_ranks = g_array_new(FALSE, FALSE, sizeof(guint));
+  list_ranks(dir, meta_ranks, data_ranks);
+  gboolean meta = has_metadata(dir), per_rank = meta_ranks->len > 0;
 
-  if (meta && (here->len || below->len)) {
+  if (meta && per_rank) {
     bad_input(error, dir, NULL,
-              "holds both a .metadata (the default DCP format) and "
+              "holds both a .metadata and per-rank __R.metadata files (a save with "
+              "use_collectives=False); which one is the checkpoint is ambiguous (torch would "
+              "take .metadata)");
+    return NULL;
+  }
+  if ((meta || per_rank) && (here->len || below->len)) {
+    bad_input(error, dir, NULL,
+              "holds both %s (the default DCP format) and "
               "shard-*-model-*-of-*.safetensors files (Hugging Face mode); which one is the "
-              "checkpoint is ambiguous");
+              "checkpoint is ambiguous",
+              meta ? "a .metadata" : "__R.metadata files");
     return NULL;
   }
   if (meta)
     return open_b(dir, error);
+  if (per_rank)
+    return open_b_ranks(dir, meta_ranks, data_ranks, error);
   if (here->len && below->len) {
     bad_input(error, dir, NULL,
               "holds shard-*-model-*-of-*.safetensors files both directly and in sharded/; which "
@@ -1452,9 +1695,15 @@ wsync_dcp_open(const char *dir, GError **error)
     return open_a(dir, dir, here, error);
   if (below->len)
     return open_a(dir, sub, below, error);
+  if (data_ranks->len) {
+    bad_input(error, dir, NULL,
+              "holds __R_K.distcp data files but no .metadata and no __R.metadata: the "
+              "checkpoint's metadata is missing");
+    return NULL;
+  }
   bad_input(error, dir, NULL,
-            "not a sharded checkpoint: no .metadata and no shard-S-model-I-of-N.safetensors files "
-            "(in it or in sharded/)");
+            "not a sharded checkpoint: no .metadata, no __R.metadata and no "
+            "shard-S-model-I-of-N.safetensors files (in it or in sharded/)");
   return NULL;
 }
 
@@ -1551,13 +1800,6 @@ check_replica(Coverage *cv, guint i, guint j, const WsyncBox *on)
                    "chunk %s (%s) and chunk %s (%s) overlap on %s but differ at element %s: "
                    "replicas must be byte-identical",
                    ba, fa, bb, fb, bo, el);
-}
-
-static gint
-compare_uint(gconstpointer x, gconstpointer y)
-{
-  guint a = *(const guint *)x, b = *(const guint *)y;
-  return a < b ? -1 : a > b;
 }
 
 static gint
@@ -1748,7 +1990,7 @@ wsync_dcp_check_tensor(const WsyncDcp *dcp, const WsyncDcpTensor *t, GError **er
    * left, in row-major order. */
   if (!overlap && sum == volume)
     return TRUE;
-  g_array_sort(reps, compare_uint);
+  g_array_sort(reps, compare_guint);
   g_autoptr(GArray) left = g_array_new(FALSE, FALSE, sizeof(WsyncBox));
   if (!uncovered_boxes(&cv, &whole, (const guint *)(gconstpointer)reps->data, reps->len, left))
     return FALSE;

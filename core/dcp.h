@@ -28,6 +28,17 @@
  *   `data/0` entry must be stored (not compressed), so a chunk's bytes are a plain range
  *   of the mapped file.  The global shape is `TensorStorageMetadata.size`.
  *   `BytesStorageMetadata` entries (non-tensor values) are skipped and listed.
+ *   A `.distcp` written with `SerializationFormat.SAFETENSORS` (a safetensors blob where
+ *   the archive should be) is refused by name.
+ * - Format B saved with `use_collectives=False`: no `.metadata`, but one
+ *   `__{rank}.metadata` per rank, each a whole `Metadata` that lists only that rank's
+ *   chunks and `storage_data` (docs/dcp.md §3).  torch itself never merges them (each
+ *   rank loads its own); here every rank's file is read and their chunks are merged, in
+ *   rank order, each bound through its own rank's `storage_data`.  Ranks must run from 0
+ *   without a gap, and a `__R_K.distcp` data file needs its `__R.metadata`; the ranks
+ *   must agree on every tensor's dtype and global shape.  Nothing is deduplicated across
+ *   ranks (each rank writes its own copy of a replicated tensor): copies are compared
+ *   byte for byte by the coverage check.
  *
  * Nothing is copied: chunks point into read-only maps that live as long as the
  * #WsyncDcp.  wsync_dcp_open() reads headers and metadata only; the proof that the chunks
@@ -51,6 +62,9 @@ G_BEGIN_DECLS
 
 /** The name of format B's metadata file. */
 #define WSYNC_DCP_METADATA_NAME ".metadata"
+/** How format B names a rank's own metadata when saved with `use_collectives=False`:
+ * `__` + the rank in decimal + this suffix (`__0.metadata`, `__1.metadata`, ...). */
+#define WSYNC_DCP_RANK_METADATA_SUFFIX ".metadata"
 /** The subdirectory format A's shards may be in. */
 #define WSYNC_DCP_SHARDED_DIR "sharded"
 /** The most entries a torch.save archive of one chunk may have (torch writes 7). */
@@ -86,7 +100,8 @@ typedef struct {
  * @ndim: number of axes (0 for a scalar)
  * @shape: the global shape
  * @chunks: (element-type WsyncDcpChunk): its chunks, in file order (format A: files by
- *   shard number, then data order) or in `.metadata` order (format B)
+ *   shard number, then data order) or in `.metadata` order (format B; per-rank metadata:
+ *   rank by rank, each in its file's order)
  * @part: format A: the output file index I of `shard-S-model-I-of-N` (1-based), the same
  *   for all the tensor's files; 0 when unknown (format B)
  * @n_parts: format A: N; 0 when unknown
@@ -120,8 +135,9 @@ typedef struct _WsyncDcp WsyncDcp;
  * wsync_dcp_detect:
  * @dir: a directory
  *
- * Cheap test, for choosing a reader: does @dir hold a `.metadata` file, or a file named
- * `shard-S-model-I-of-N.safetensors` (directly or in `@dir/sharded`)?  Opens no file.
+ * Cheap test, for choosing a reader: does @dir hold a `.metadata` file, a per-rank
+ * `__R.metadata` file, or a file named `shard-S-model-I-of-N.safetensors` (directly or in
+ * `@dir/sharded`)?  Opens no file.
  *
  * Returns: %TRUE when @dir looks like a sharded checkpoint.
  */
@@ -133,13 +149,15 @@ gboolean wsync_dcp_detect(const char *dir);
  *   shards may be given too)
  * @error: return location for a #WSYNC_ERROR_BAD_INPUT or #WSYNC_ERROR_IO error
  *
- * Reads the headers (format A) or the `.metadata` and every chunk's archive directory and
- * `data.pkl` (format B), maps the data files and validates everything that does not
- * need the data: names, dtypes (one per tensor, and for format B the archive's storage
- * class against `TensorProperties.dtype`), shapes, chunk sizes against the archive's
- * size, strides and storage offsets inside the storage, byte ranges inside the files,
- * one output part per tensor.  A directory with both a `.metadata` and shard files, or
- * with shard files both in @dir and in `@dir/sharded`, is refused as ambiguous.
+ * Reads the headers (format A) or the `.metadata` (or every `__R.metadata`) and every
+ * chunk's archive directory and `data.pkl` (format B), maps the data files and validates
+ * everything that does not need the data: names, dtypes (one per tensor, and for format
+ * B the archive's storage class against `TensorProperties.dtype`), shapes (for per-rank
+ * metadata: the same in every rank's file), chunk sizes against the archive's size,
+ * strides and storage offsets inside the storage, byte ranges inside the files, one
+ * output part per tensor, no rank's metadata missing.  A directory that holds more than
+ * one of a `.metadata`, `__R.metadata` files and shard files, or shard files both in @dir
+ * and in `@dir/sharded`, is refused as ambiguous.
  *
  * Returns: (transfer full) (nullable): the checkpoint, or %NULL with @error set.
  */

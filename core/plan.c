@@ -213,7 +213,7 @@ plan_merge(WsyncContext *ctx, const char *src, const WsyncPlanOptions *opts, GEr
   if (!wsync_dcp_detect(src)) {
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
                 "%s: not a sharded checkpoint (no shard-*-model-*-of-*.safetensors, here or in "
-                "sharded/, and no .metadata)",
+                "sharded/, no .metadata, no __R.metadata and no __R_K.distcp)",
                 src);
     return NULL;
   }

@@ -225,6 +225,20 @@ def good_model():
     return ts
 
 
+def rank_model(collective):
+    """FSDP2 Shard(0) over 2 ranks (uneven: 3 + 2 rows; 1 + an empty shard at offset 1)
+    and a plain tensor, which every rank saves (docs/dcp.md §3): saved with
+    use_collectives=False no plan is deduplicated across ranks, so each rank writes its
+    own copy; the collective save (.metadata) keeps one."""
+    norm = [(0, [0], [4]), (1, [0], [4])]
+    return [
+        T(41, "model.embed_tokens.weight", "BF16", [5, 4], shard([5, 4], 2)),
+        T(42, "model.layers.0.mlp.down_proj.weight", "F32", [4, 6], shard([4, 6], 2)),
+        T(43, "model.norm.weight", "BF16", [4], dedup(norm) if collective else norm),
+        T(44, "model.tiny", "I64", [1, 3], shard([1, 3], 2)),
+    ]
+
+
 def flat_model():
     """A tensor whose chunks are on ranks 0, 2 and 3 (rank 1 holds nothing: no file)."""
     return [
@@ -678,16 +692,23 @@ ZIP64 = ("lm_head.weight", 0)            # zip64 local header
 def write_format_b(root, model, protocol=4, enum_style="value", path_style="parts",
                    corrupt=None, drop=None, zstd=None, deflate=None, big=None, wrong_dtype=None,
                    oob=None, evil=False, missing=None, bad_stride=None, layout_of=None,
-                   mem_format_of=None, blobs=None):
-    """Writes .metadata and __R_K.distcp.  enum_style: how the memory format is pickled
-    ("value" or "name", see enum_member).  Options name (tensor, rank) chunks to spoil;
-    layout_of and mem_format_of map tensor names to what their TensorProperties hold
-    instead; blobs, when a list, receives (name, archive bytes, data.pkl bytes)."""
+                   mem_format_of=None, blobs=None, metadata_name=".metadata", shape_of=None,
+                   serialization="torch_save"):
+    """Writes .metadata (or metadata_name) and __R_K.distcp.  enum_style: how the memory
+    format is pickled ("value" or "name", see enum_member).  Options name (tensor, rank)
+    chunks to spoil; layout_of and mem_format_of map tensor names to what their
+    TensorProperties hold instead, shape_of to the global size recorded; blobs, when a
+    list, receives (name, archive bytes, data.pkl bytes).  serialization="safetensors"
+    writes as FileSystemWriter(serialization_format=SerializationFormat.SAFETENSORS)
+    does (docs/dcp.md §3): no archive per chunk, but one safetensors blob per file after
+    its non-tensor items, and every tensor's _StorageInfo holds the position before that
+    blob and numel * element size."""
     os.makedirs(root, exist_ok=True)
     ranks = sorted({r for t in model for r, _, _ in t.boxes_b})
     sdm, storage, planner = {}, {}, {}
     stored = set()  # (fqn, offsets): storage_data is keyed by MetadataIndex(fqn, offsets)
     files = collections.defaultdict(bytearray)
+    pending = collections.defaultdict(list)  # serialization="safetensors": file -> tensors
     n_items = collections.Counter()
     if 0 in ranks and not evil:
         # A non-tensor value first, as DCP writes BYTE_IO items before tensors.
@@ -723,6 +744,12 @@ def write_format_b(root, model, protocol=4, enum_style="value", path_style="part
                 offset, store = 2, b"\xee" * (2 * es) + data
             if bad_stride == (t.name, rank):
                 stride = [2 * s for s in stride]
+            if serialization == "safetensors":
+                fname = "__%d_0.distcp" % rank
+                storage[metadata_index(t.name, off)] = storage_info(fname, len(files[fname]),
+                                                                    len(data))
+                pending[fname].append((t.name, t.dtype, ext, data, off))
+                continue
             blob, pkl = torch_save(t.dtype, ext, stride, offset, store,
                                    deflate=deflate == (t.name, rank),
                                    byteorder="big" if big == (t.name, rank) else "little",
@@ -741,7 +768,8 @@ def write_format_b(root, model, protocol=4, enum_style="value", path_style="part
         props = tensor_properties(DTYPES[t.dtype][1], (layout_of or {}).get(t.name, STRIDED),
                                   (mem_format_of or {}).get(t.name, CONTIGUOUS[enum_style]))
         sdm[t.name] = dataclass(META, "TensorStorageMetadata",
-                                {"properties": props, "size": torch_size(t.shape),
+                                {"properties": props,
+                                 "size": torch_size((shape_of or {}).get(t.name, t.shape)),
                                  "chunks": chunks})
         planner[t.name] = tuple(t.name.split("."))
     if evil:
@@ -752,10 +780,39 @@ def write_format_b(root, model, protocol=4, enum_style="value", path_style="part
     md = dataclass(META, "Metadata", {
         "state_dict_metadata": sdm, "planner_data": planner, "storage_data": storage,
         "storage_meta": storage_meta, "version": "1.0.0"})
-    write(os.path.join(root, ".metadata"), dumps(md, protocol))
+    for fname, items in sorted(pending.items()):
+        info = {name: {"logical_fqn": name, "saved_offsets": off}
+                for name, _, _, _, off in items}
+        files[fname] += safetensors_bytes(
+            [item[:4] for item in items],
+            {"DCP_SHARDING_INFO": json.dumps(info), "DCP_VERSION": "1.0", "format": "pt"})
+    write(os.path.join(root, metadata_name), dumps(md, protocol))
     for fname, data in files.items():
         if fname != missing:
             write(os.path.join(root, fname), bytes(data))
+
+
+def write_format_b_per_rank(root, model, drop_meta=None, shape_of=None, **kw):
+    """Format B as save(..., use_collectives=False) writes it (docs/dcp.md §3): no
+    .metadata; each rank R plans alone and writes its own __R_K.distcp and __R.metadata,
+    a Metadata of its own chunks and storage_data only (the non-tensor value on rank 0,
+    the coordinator).  drop_meta leaves that rank's metadata out; shape_of maps
+    (tensor, rank) to another global size recorded in that rank's metadata."""
+    ranks = sorted({r for t in model for r, _, _ in t.boxes_b})
+    for rank in ranks:
+        mine = []
+        for t in model:
+            boxes = [b for b in t.boxes_b if b[0] == rank]
+            if boxes:
+                u = T.__new__(T)
+                u.name, u.dtype, u.shape, u.data, u.part = t.name, t.dtype, t.shape, t.data, t.part
+                u.boxes_a = u.boxes_b = boxes
+                mine.append(u)
+        shapes = {name: shape for (name, r), shape in (shape_of or {}).items() if r == rank}
+        name = "__%d.metadata" % rank if rank != drop_meta else "__%d.metadata.dropped" % rank
+        write_format_b(root, mine, metadata_name=name, shape_of=shapes, **kw)
+        if rank == drop_meta:
+            os.remove(os.path.join(root, name))
 
 
 # ---------------------------------------------------------------- all fixtures
@@ -803,6 +860,19 @@ def make_all(out):
                    mem_format_of={norm: Reduce(getattr_, (TORCH_SIZE, "TORCH_CONTIGUOUS_FORMAT"))})
     write_format_b(os.path.join(out, "b-enum-value"), good,
                    mem_format_of={norm: Reduce(MEM_FORMAT, (7,))})
+    # Saved with use_collectives=False (one __R.metadata per rank), and the same model
+    # saved collectively (.metadata), which must merge to the same bytes.
+    per_rank, collective = rank_model(False), rank_model(True)
+    write_source(os.path.join(out, "ranks.safetensors"), per_rank)
+    write_format_b(os.path.join(out, "ranks-b"), collective, enum_style="name")
+    write_format_b_per_rank(os.path.join(out, "ranks-b-per-rank"), per_rank, enum_style="name")
+    write_format_b_per_rank(os.path.join(out, "ranks-missing-meta"), per_rank, drop_meta=1)
+    write_format_b_per_rank(os.path.join(out, "ranks-missing-meta0"), per_rank, drop_meta=0)
+    write_format_b_per_rank(os.path.join(out, "ranks-shape-disagree"), per_rank,
+                            shape_of={("model.embed_tokens.weight", 1): [6, 4]})
+    write_format_b_per_rank(os.path.join(out, "ranks-ambiguous"), per_rank)
+    write_format_b(os.path.join(out, "ranks-ambiguous"), collective)
+    write_format_b(os.path.join(out, "b-safetensors"), collective, serialization="safetensors")
     # Both formats in one directory.
     write_format_b(os.path.join(out, "ambiguous"), flat)
     write_format_a(os.path.join(out, "ambiguous"), flat, 1, subdir=None)
@@ -831,6 +901,10 @@ def make_seeds(out):
             if name in wanted:
                 write(os.path.join(out, "blob-%s.bin" % wanted[name]), blob)
                 write(os.path.join(out, "pickle-%s.bin" % wanted[name]), pkl)
+        # One rank's __R.metadata of a use_collectives=False save (only its own chunks).
+        write_format_b_per_rank(os.path.join(tmp, "ranks"), rank_model(False), enum_style="name")
+        shutil.copy(os.path.join(tmp, "ranks", "__1.metadata"),
+                    os.path.join(out, "metadata-rank-1.bin"))
         # Every form of a layout and a memory-format member, alone, for the pickle target.
         write(os.path.join(out, "pickle-forms.bin"), dumps(
             (STRIDED, CONTIGUOUS["value"], CONTIGUOUS["name"], torch_layout("torch.sparse_coo")),

@@ -132,8 +132,11 @@ test_detect(void)
 {
   g_autofree char *a = fixture("good-a"), *b = fixture("good-b"), *flat = fixture("flat-a");
   g_autofree char *file = fixture("good.safetensors"), *none = fixture("nowhere");
+  g_autofree char *per_rank = fixture("ranks-b-per-rank"), *no0 = fixture("ranks-missing-meta0");
   g_assert_true(wsync_dcp_detect(a));
   g_assert_true(wsync_dcp_detect(b));
+  g_assert_true(wsync_dcp_detect(per_rank)); /* __0.metadata, __1.metadata */
+  g_assert_true(wsync_dcp_detect(no0));      /* __1.metadata only: refused by the reader */
   g_assert_true(wsync_dcp_detect(flat));
   g_assert_false(wsync_dcp_detect(fixtures));
   g_assert_false(wsync_dcp_detect(file));
@@ -307,6 +310,86 @@ test_b_flat(void)
   compare_with_source(dcp, "flat.safetensors");
 }
 
+/* Saved with use_collectives=False: __0.metadata and __1.metadata, each with its own
+ * rank's chunks, merged; the same model saved collectively (.metadata, the plain tensor
+ * deduplicated) gives the same bytes. */
+static void
+test_b_per_rank(void)
+{
+  g_autoptr(WsyncDcp) dcp = open_good("ranks-b-per-rank");
+  g_assert_cmpint(wsync_dcp_format(dcp), ==, WSYNC_DCP_FORMAT_TORCH_SAVE);
+  compare_with_source(dcp, "ranks.safetensors");
+  g_assert_cmpuint(wsync_dcp_n_skipped(dcp), ==, 1);
+  g_assert_cmpstr(wsync_dcp_skipped(dcp, 0), ==, "train_state");
+  /* Shard(0), 3 + 2 rows: rank 0's chunk first, each in its own rank's file. */
+  const WsyncDcpTensor *embed = wsync_dcp_lookup(dcp, "model.embed_tokens.weight");
+  g_assert_cmpuint(embed->chunks->len, ==, 2);
+  g_assert_cmpuint(chunk(embed, 0)->box.offset[0], ==, 0);
+  g_assert_cmpuint(chunk(embed, 0)->box.extent[0], ==, 3);
+  g_assert_cmpuint(chunk(embed, 1)->box.offset[0], ==, 3);
+  g_assert_cmpuint(chunk(embed, 1)->box.extent[0], ==, 2);
+  g_assert_true(g_str_has_suffix(chunk(embed, 0)->file, "/__0_0.distcp"));
+  g_assert_true(g_str_has_prefix(strrchr(chunk(embed, 1)->file, '/'), "/__1_"));
+  /* The plain tensor: one copy per rank, both kept (and compared by the coverage check). */
+  const WsyncDcpTensor *norm = wsync_dcp_lookup(dcp, "model.norm.weight");
+  g_assert_cmpuint(norm->chunks->len, ==, 2);
+  g_assert_true(g_str_has_suffix(chunk(norm, 0)->file, "/__0_0.distcp"));
+  g_assert_true(g_str_has_prefix(strrchr(chunk(norm, 1)->file, '/'), "/__1_"));
+  /* Rank 1's empty shard of a one-row tensor, at offset 1. */
+  const WsyncDcpTensor *tiny = wsync_dcp_lookup(dcp, "model.tiny");
+  g_assert_cmpuint(tiny->chunks->len, ==, 2);
+  g_assert_cmpuint(chunk(tiny, 1)->box.offset[0], ==, 1);
+  g_assert_cmpuint(chunk(tiny, 1)->box.extent[0], ==, 0);
+
+  g_autoptr(WsyncDcp) collective = open_good("ranks-b");
+  compare_with_source(collective, "ranks.safetensors");
+  g_assert_cmpuint(wsync_dcp_lookup(collective, "model.norm.weight")->chunks->len, ==, 1);
+}
+
+/* Through the command: both saves merge to the same files, byte for byte, and to the
+ * unsharded source. */
+static void
+test_merge_per_rank_cli(void)
+{
+  const char *names[] = {"ranks-b", "ranks-b-per-rank"};
+  g_autofree char *conf = hf_conf_dir();
+  g_autofree char *source = fixture("ranks.safetensors");
+  char *dst[2];
+  for (guint i = 0; i < 2; i++) {
+    g_autofree char *path = fixture(names[i]);
+    dst[i] = g_build_filename(conf, names[i], NULL);
+    TestRun run = test_run("merge", path, dst[i], "--conf-dir", conf, "--plugin-dir",
+                           test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR"), NULL);
+    if (run.status != 0)
+      g_error("merge %s: exit %d: %s", names[i], run.status, run.err);
+    test_run_clear(&run);
+    run = test_run("verify", source, dst[i], "--conf-dir", conf, NULL);
+    g_assert_cmpint(run.status, ==, 0);
+    g_assert_cmpstr(run.out, ==, "equal: 4 tensors, 168 bytes\n");
+    test_run_clear(&run);
+  }
+  guint n = 0;
+  GError *error = NULL;
+  GDir *dir = g_dir_open(dst[0], 0, &error);
+  g_assert_no_error(error);
+  for (const char *name; (name = g_dir_read_name(dir)) != NULL; n++) {
+    g_autofree char *p0 = g_build_filename(dst[0], name, NULL);
+    g_autofree char *p1 = g_build_filename(dst[1], name, NULL);
+    g_autofree char *b0 = NULL, *b1 = NULL;
+    gsize n0 = 0, n1 = 0;
+    g_assert_true(g_file_get_contents(p0, &b0, &n0, NULL));
+    if (!g_file_get_contents(p1, &b1, &n1, NULL))
+      g_error("merging the per-rank save wrote no %s", name);
+    if (n0 != n1 || memcmp(b0, b1, n0) != 0)
+      g_error("%s differs between the collective and the per-rank save", name);
+  }
+  g_dir_close(dir);
+  g_assert_cmpuint(n, >, 0);
+  for (guint i = 0; i < 2; i++)
+    g_free(dst[i]);
+  test_rmtree(conf);
+}
+
 /* ================================================================ refusals */
 
 typedef struct {
@@ -393,6 +476,32 @@ static const Refusal refusals[] = {
       "data.pkl: size [4], stride [2] and storage offset 0 reach element 6 of a storage of 4",
       NULL}},
     {"ambiguous", TRUE, {"holds both a .metadata", "ambiguous", NULL}},
+    {"ranks-missing-meta", TRUE,
+     {"ranks-missing-meta/__1.metadata: missing, but rank 1's data files (__1_K.distcp) are "
+      "there: a checkpoint saved with use_collectives=False has one __R.metadata per rank",
+      NULL},
+     TRUE},
+    {"ranks-missing-meta0", TRUE,
+     {"ranks-missing-meta0/__0.metadata: missing, but __1.metadata is there: a checkpoint "
+      "saved with use_collectives=False has one __R.metadata per rank, from __0.metadata on",
+      NULL},
+     TRUE},
+    {"ranks-shape-disagree", TRUE,
+     {"ranks-shape-disagree/__1.metadata: tensor \"model.embed_tokens.weight\": global shape "
+      "[6, 4], but [5, 4] in ",
+      "ranks-shape-disagree/__0.metadata: the ranks' metadata disagree", NULL},
+     TRUE},
+    {"ranks-ambiguous", TRUE,
+     {"ranks-ambiguous: holds both a .metadata and per-rank __R.metadata files (a save with "
+      "use_collectives=False); which one is the checkpoint is ambiguous (torch would take "
+      ".metadata)",
+      NULL}},
+    {"b-safetensors", TRUE,
+     {"b-safetensors/__0_0.distcp: tensor \"model.embed_tokens.weight\": chunk [0:3, 0:4]: a "
+      "safetensors blob at byte 24, not a torch.save archive: the checkpoint was written with "
+      "SerializationFormat.SAFETENSORS, which wsync does not read",
+      NULL},
+     TRUE},
     {"good.safetensors", TRUE, {"not a directory", NULL}},
 };
 
@@ -467,11 +576,26 @@ test_not_a_checkpoint(void)
   GError *error = NULL;
   g_autoptr(WsyncDcp) dcp = wsync_dcp_open(fixtures, &error);
   g_assert_null(dcp);
-  const char *const frags[] = {"not a sharded checkpoint: no .metadata and no "
+  const char *const frags[] = {"not a sharded checkpoint: no .metadata, no __R.metadata and no "
                                "shard-S-model-I-of-N.safetensors files",
                                NULL};
   check_error(error, frags);
   g_clear_error(&error);
+
+  /* Data files alone: detected (a DCP directory), refused with what is missing. */
+  g_autofree char *tmp = test_tmpdir();
+  g_autofree char *from = fixture("ranks-b-per-rank/__0_0.distcp");
+  g_autofree char *to = g_build_filename(tmp, "__0_0.distcp", NULL);
+  test_copy(from, to);
+  g_assert_true(wsync_dcp_detect(tmp));
+  dcp = wsync_dcp_open(tmp, &error);
+  g_assert_null(dcp);
+  const char *const data_frags[] = {"holds __R_K.distcp data files but no .metadata and no "
+                                    "__R.metadata: the checkpoint's metadata is missing",
+                                    NULL};
+  check_error(error, data_frags);
+  g_clear_error(&error);
+  test_rmtree(tmp);
 
   g_autofree char *none = fixture("nowhere");
   dcp = wsync_dcp_open(none, &error);
@@ -989,6 +1113,21 @@ test_seeds_parse(void)
     const WsyncDcpTensor *t = wsync_dcp_tensor(dcp, 0);
     g_assert_null(chunk(t, 0)->data);
   }
+  /* Rank 1's own metadata of a use_collectives=False save: its chunks only. */
+  g_autoptr(GBytes) rank1 = seed("metadata-rank-1.bin");
+  gsize rank1_len;
+  const guint8 *rank1_data = g_bytes_get_data(rank1, &rank1_len);
+  GError *rank1_error = NULL;
+  g_autoptr(WsyncDcp) one =
+      wsync_dcp_parse_metadata(rank1_data, rank1_len, "__1.metadata", &rank1_error);
+  g_assert_no_error(rank1_error);
+  g_assert_cmpuint(wsync_dcp_n_tensors(one), ==, 4);
+  g_assert_cmpuint(wsync_dcp_n_skipped(one), ==, 0);
+  const WsyncDcpTensor *embed = wsync_dcp_lookup(one, "model.embed_tokens.weight");
+  g_assert_cmpuint(embed->shape[0], ==, 5);
+  g_assert_cmpuint(embed->chunks->len, ==, 1);
+  g_assert_cmpuint(chunk(embed, 0)->box.offset[0], ==, 3);
+
   g_autoptr(GBytes) shard = seed("shard-newest.bin");
   gsize len;
   const guint8 *data = g_bytes_get_data(shard, &len);
@@ -1083,6 +1222,7 @@ main(int argc, char **argv)
   g_test_add_func("/dcp/b/good-protocol-2", test_b_protocol2);
   g_test_add_func("/dcp/b/good-protocol-5", test_b_protocol5);
   g_test_add_func("/dcp/b/flat", test_b_flat);
+  g_test_add_func("/dcp/b/per-rank-metadata", test_b_per_rank);
   for (guint i = 0; i < G_N_ELEMENTS(refusals); i++) {
     g_autofree char *name = g_strdup_printf("/dcp/refuse/%s", refusals[i].fixture);
     g_test_add_data_func(name, &refusals[i], test_refusal);
@@ -1092,6 +1232,7 @@ main(int argc, char **argv)
     }
   }
   g_test_add_func("/dcp/cli/merge", test_merge_cli);
+  g_test_add_func("/dcp/cli/merge-per-rank-metadata", test_merge_per_rank_cli);
   g_test_add_func("/dcp/refuse/not-a-checkpoint", test_not_a_checkpoint);
   g_test_add_func("/dcp/refuse/both-shard-dirs", test_both_shard_dirs);
   g_test_add_func("/dcp/refuse/parts-disagree", test_parts_disagree);

@@ -34,6 +34,7 @@ struct _WsyncLogicalTensor {
   WsyncDtype dtype;           /* the input's once bound, else as published */
   WsyncDtype published_dtype; /* as the model publishes it */
   gboolean dtype_from_input;  /* set once a source fixed it */
+  gboolean dtype_follows_input; /* published in the input's dtype: checkpoints differ */
   guint ndim;
   guint64 shape[WSYNC_MAX_DIMS];
   guint ordinal;

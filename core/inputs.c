@@ -232,12 +232,38 @@ rank_inputs(WsyncPlan *plan, guint rank, GHashTable **names, GHashTable **metada
   return TRUE;
 }
 
-/* The dtype of a logical tensor is the dtype its input holds it in. */
+/* The dtype a checkpoint publishes @vt in, for a tensor whose dtype follows its input:
+ * the one the input's rank records (its file held it in an engine's dtype), else the
+ * dtype @t holds it in.  @layout: the input layout that names @t, or NULL. */
 static gboolean
-adopt_dtype(WsyncLogicalTensor *vt, const WsyncTensor *t, GError **error)
+input_published_dtype(WsyncLayout *layout, const WsyncLogicalTensor *vt, const WsyncTensor *t,
+                      WsyncDtype *dtype, GError **error)
 {
+  g_autofree char *key = g_strconcat(WSYNC_PUBLISHED_DTYPE_KEY, vt->name, NULL);
+  const char *recorded = layout != NULL ? wsync_layout_get_input_metadata(layout, key) : NULL;
+
+  *dtype = t->dtype;
+  if (recorded != NULL && !wsync_dtype_from_name(recorded, dtype)) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "%s: tensor \"%s\": metadata %s is \"%s\", not a dtype", t->file, t->name, key,
+                recorded);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* The dtype of a logical tensor is the dtype its input holds it in; a tensor whose dtype
+ * follows its input is also published in the input's (wsync_logical_set_dtype_follows_input()). */
+static gboolean
+adopt_dtype(WsyncLayout *layout, WsyncLogicalTensor *vt, const WsyncTensor *t, GError **error)
+{
+  WsyncDtype published = vt->published_dtype;
+
+  if (vt->dtype_follows_input && !input_published_dtype(layout, vt, t, &published, error))
+    return FALSE;
   if (!vt->dtype_from_input) {
     vt->dtype = t->dtype;
+    vt->published_dtype = published;
     vt->dtype_from_input = TRUE;
     return TRUE;
   }
@@ -247,11 +273,20 @@ adopt_dtype(WsyncLogicalTensor *vt, const WsyncTensor *t, GError **error)
                 wsync_dtype_name(t->dtype), vt->name, wsync_dtype_name(vt->dtype));
     return FALSE;
   }
+  if (published != vt->published_dtype) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "%s: tensor \"%s\" records %s as the published dtype of %s but other parts "
+                "record %s",
+                t->file, t->name, wsync_dtype_name(published), vt->name,
+                wsync_dtype_name(vt->published_dtype));
+    return FALSE;
+  }
   return TRUE;
 }
 
 static gboolean
-bind_tensor(WsyncPlan *plan, WsyncLayoutTensor *lt, const WsyncTensor *t, GError **error)
+bind_tensor(WsyncPlan *plan, WsyncLayout *layout, WsyncLayoutTensor *lt, const WsyncTensor *t,
+            GError **error)
 {
   InputState *state = &g_array_index(plan->inputs, InputState, input_index(plan, t));
   gboolean same = lt->ndim == t->ndim;
@@ -273,7 +308,7 @@ bind_tensor(WsyncPlan *plan, WsyncLayoutTensor *lt, const WsyncTensor *t, GError
     const Placement *pl = &placement;
     layout_tensor_placement(lt, p, &placement);
     Source s = {.kind = SOURCE_INPUT, .input = t, .input_index = input_index(plan, t)};
-    if (!adopt_dtype(pl->lt, t, error))
+    if (!adopt_dtype(layout, pl->lt, t, error))
       return FALSE;
     source_set_geometry(&s, &pl->box, &pl->region);
     g_array_append_val(pl->lt->sources, s);
@@ -295,7 +330,7 @@ bind_layout(WsyncPlan *plan, WsyncLayout *layout, GHashTable *names, GPtrArray *
     const WsyncTensor *t = g_hash_table_lookup(names, lt->name);
     if (t == NULL)
       g_ptr_array_add(missing, g_strdup(lt->name));
-    else if (!bind_tensor(plan, lt, t, error))
+    else if (!bind_tensor(plan, layout, lt, t, error))
       return FALSE;
     layout_tensor_release(tensors, i);
   }
@@ -520,7 +555,7 @@ bind_tensor_chunks(WsyncPlan *plan, WsyncLayoutTensor *lt, const WsyncDcpTensor 
           box.extent[k] = ib.extent[d];
         }
       }
-      if (!adopt_dtype(pl->lt, state->tensor, error))
+      if (!adopt_dtype(NULL, pl->lt, state->tensor, error))
         return FALSE;
       source_set_geometry(&src, &box, &region);
       g_array_append_val(pl->lt->sources, src);

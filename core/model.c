@@ -566,6 +566,14 @@ wsync_logical_get_published_dtype(const WsyncLogicalTensor *lt)
   return lt->published_dtype;
 }
 
+void
+wsync_logical_set_dtype_follows_input(WsyncLogicalTensor *lt, WsyncDtype fallback)
+{
+  /* (declared before any input binds it: the builders run first) */
+  lt->dtype = lt->published_dtype = fallback;
+  lt->dtype_follows_input = TRUE;
+}
+
 guint
 wsync_logical_get_ndim(const WsyncLogicalTensor *lt)
 {
@@ -899,6 +907,7 @@ wsync_model_add_linear_attention(WsyncModel *m, const char *module,
   WsyncLogicalTensor *qkv = wsync_model_add_tensor(m, qkv_name, m->dtype, 2, qkv_shape);
   WsyncLogicalTensor *conv = wsync_model_add_tensor(m, conv_name, m->dtype, 3, conv_shape);
   WsyncPart parts[3];
+  WsyncParam *a_log, *norm;
 
   /* q, k, v rows of in_proj_qkv and channels of conv1d, split by key and value heads */
   parts[0] = rows(qkv, 0, kd, a->key_dim);
@@ -915,12 +924,16 @@ wsync_model_add_linear_attention(WsyncModel *m, const char *module,
   parts[1] = rows(conv, kd, kd, a->key_dim);
   parts[2] = rows(conv, 2 * kd, vd, a->value_dim);
   wsync_model_add_param(m, block, conv_name, WSYNC_PARAM_COLUMN, WSYNC_ROLE_LINEAR_CONV, 3, parts);
-  /* A_log and the gated norm are published in F32 (docs/hf-checkpoints.md §3) */
-  whole_in(m, block, "A_log", WSYNC_DTYPE_F32, WSYNC_PARAM_COLUMN, WSYNC_ROLE_LINEAR_A_LOG, 1,
-           FALSE, 1, &a->value_heads);
+  /* A_log and the gated norm: in the dtype the caller says, or their input's */
+  a_log = whole_in(m, block, "A_log", a->a_log_norm_dtype, WSYNC_PARAM_COLUMN,
+                   WSYNC_ROLE_LINEAR_A_LOG, 1, FALSE, 1, &a->value_heads);
   vector(m, block, "dt_bias", WSYNC_PARAM_COLUMN, WSYNC_ROLE_LINEAR_DT_BIAS, a->value_heads, 1);
-  whole_in(m, block, "norm.weight", WSYNC_DTYPE_F32, WSYNC_PARAM_REPLICATED,
-           WSYNC_ROLE_LINEAR_NORM, 1, FALSE, 1, &a->value_dim);
+  norm = whole_in(m, block, "norm.weight", a->a_log_norm_dtype, WSYNC_PARAM_REPLICATED,
+                  WSYNC_ROLE_LINEAR_NORM, 1, FALSE, 1, &a->value_dim);
+  if (a->a_log_norm_dtype_varies) {
+    wsync_logical_set_dtype_follows_input(a_log->parts[0].lt, a->a_log_norm_dtype);
+    wsync_logical_set_dtype_follows_input(norm->parts[0].lt, a->a_log_norm_dtype);
+  }
   matrix(m, block, "out_proj.weight", WSYNC_PARAM_ROW, WSYNC_ROLE_LINEAR_OUT, a->hidden, vd, 1,
          FALSE);
   return block;

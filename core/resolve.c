@@ -162,8 +162,27 @@ plan_target_world(const PlanTarget *t, guint tp, guint ep)
   return t->info->world != NULL ? t->info->world(tp, ep, t->user_data) : 1;
 }
 
+/* A layout written holds some tensor whose dtype follows its input in another dtype
+ * than published (an engine's): its files record the published one, which reading them
+ * back restores (wsync_logical_set_dtype_follows_input()). */
+static void
+record_published_dtypes(WsyncLayout *layout)
+{
+  for (guint i = 0; i < layout->tensors->len; i++) {
+    WsyncLayoutTensor *t = layout->tensors->pdata[i];
+    for (guint p = 0; p < layout_tensor_n_placements(t); p++) {
+      Placement pl;
+      layout_tensor_placement(t, p, &pl);
+      if (pl.lt->dtype_follows_input && pl.lt->published_dtype != t->dtype) {
+        g_autofree char *key = g_strconcat(WSYNC_PUBLISHED_DTYPE_KEY, pl.lt->name, NULL);
+        wsync_layout_set_metadata(layout, key, wsync_dtype_name(pl.lt->published_dtype));
+      }
+    }
+  }
+}
+
 /* Builds one rank's layout of target @t with its build function, then the target's
- * hooks. */
+ * hooks; a layout to write records the published dtypes it does not keep. */
 WsyncLayout *
 plan_build_layout(WsyncPlan *plan, const PlanTarget *t, const char *format, guint tp,
                   guint ep, guint rank, gboolean reading, GHashTable *input_names,
@@ -185,6 +204,8 @@ plan_build_layout(WsyncPlan *plan, const PlanTarget *t, const char *format, guin
     return NULL;
   if (!run_hooks(plan, layout, error))
     return NULL;
+  if (!reading)
+    record_published_dtypes(layout);
   return g_steal_pointer(&layout);
 }
 

@@ -127,6 +127,11 @@ read_linear(Qwen35 *c, GError **error)
   WsyncLinearAttention *a = &c->linear;
 
   a->hidden = c->hidden;
+  /* A_log and linear_attn.norm are F32 in Qwen3.5-4B and 35B-A3B but BF16 in Qwen3.6-27B,
+   * and no config field tells them apart: they keep their input's dtype, and synth
+   * publishes them in F32, as Qwen3.5-4B and 35B-A3B do (docs/hf-checkpoints.md §3). */
+  a->a_log_norm_dtype = WSYNC_DTYPE_F32;
+  a->a_log_norm_dtype_varies = TRUE;
   if (!any_linear(c))
     return TRUE;
   if (!wsync_config_get_uint(&c->text, "linear_num_key_heads", 1, SIZE, &a->key_heads, error) ||

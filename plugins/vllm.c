@@ -922,28 +922,41 @@ own_name(const Rank *r, const WsyncParam *param)
 
 /* The dtype vLLM holds a tensor in: the source's, except where vLLM creates the
  * parameter in its own dtype (§9.3): A_log in float32 (vLLM #37810), RMSNormGated in the
- * model dtype; loading casts to it (§2 "Dtype on load").  The plan says so. */
+ * model dtype; loading casts to it (§2 "Dtype on load").  The plan says which cast, if
+ * any, that takes from the dtype the tensor is read in (a checkpoint may publish either
+ * in BF16 or F32; the files then record the published dtype, see
+ * wsync_logical_set_dtype_follows_input()). */
 static WsyncDtype
 runtime_dtype(Rank *r, const WsyncParam *param)
 {
   WsyncDtype model = wsync_model_get_dtype(wsync_layout_get_model(r->layout));
+  WsyncDtype source = wsync_logical_get_dtype(param->parts[0].lt);
   g_autofree char *note = NULL;
 
   if (param->role == WSYNC_ROLE_LINEAR_A_LOG) {
-    note = g_strdup_printf("%s: vLLM holds A_log in float32 (vLLM #37810); a BF16 checkpoint "
-                           "value is widened exactly",
-                           param->name);
+    note = source != WSYNC_DTYPE_F32
+               ? g_strdup_printf("%s: vLLM holds A_log in float32 (vLLM #37810): the %s "
+                                 "value is widened exactly",
+                                 param->name, wsync_dtype_name(source))
+               : g_strdup_printf("%s: vLLM holds A_log in float32 (vLLM #37810), as read",
+                                 param->name);
     wsync_layout_add_note(r->layout, note);
     return WSYNC_DTYPE_F32;
   }
   if (param->role == WSYNC_ROLE_LINEAR_NORM) {
-    note = model != WSYNC_DTYPE_F32
-               ? g_strdup_printf("%s: vLLM's RMSNormGated is created in the model dtype: an F32 "
-                                 "checkpoint value is rounded to %s to nearest-even, as "
-                                 "torch's copy_ does",
-                                 param->name, wsync_dtype_name(model))
-               : g_strdup_printf("%s: vLLM's RMSNormGated is created in the model dtype, F32",
-                                 param->name);
+    note = source != model
+               ? g_strdup_printf("%s: vLLM's RMSNormGated is created in the model dtype: the %s "
+                                 "value is %s",
+                                 param->name, wsync_dtype_name(source),
+                                 model == WSYNC_DTYPE_F32
+                                     ? "widened exactly"
+                                     : model == WSYNC_DTYPE_BF16
+                                           ? "rounded to BF16 to nearest-even, as torch's "
+                                             "copy_ does"
+                                           : "rounded to nearest-even, as torch's copy_ does")
+               : g_strdup_printf("%s: vLLM's RMSNormGated is created in the model dtype, %s, "
+                                 "as read",
+                                 param->name, wsync_dtype_name(model));
     wsync_layout_add_note(r->layout, note);
     return model;
   }

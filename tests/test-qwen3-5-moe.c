@@ -239,6 +239,7 @@ typedef struct {
   gboolean moe, tied, gate, vision;
   guint64 H, nh, nkv, hd, V, L, nk, nv, dk, dv, K, E, I, Is, Id, mtp;
   gboolean linear[128];
+  WsyncDtype alog_norm; /* of A_log and linear_attn.norm: F32, or BF16 as in Qwen3.6-27B */
   /* vision */
   guint64 depth, D, heads, Iv, patch, temporal, merge, in_ch, pos, out;
 } Model;
@@ -263,6 +264,9 @@ read_model(const char *config)
   Model m = {0};
 
   m.moe = strcmp(json_object_get_string_member(o, "model_type"), "qwen3_5_moe") == 0;
+  /* what synth publishes: no config field tells a BF16 checkpoint (Qwen3.6-27B) from an
+   * F32 one (docs/hf-checkpoints.md §3) */
+  m.alog_norm = WSYNC_DTYPE_F32;
   m.tied = json_object_get_boolean_member_with_default(t, "tie_word_embeddings", FALSE);
   m.gate = json_object_get_boolean_member_with_default(t, "attn_output_gate", TRUE);
   m.H = member_uint(t, "hidden_size");
@@ -364,9 +368,9 @@ spec_layer(GPtrArray *a, const Model *m, const char *p, gboolean linear, gboolea
     spec(a, BF, 2, m->nv, m->H, 0, p, "linear_attn.in_proj_b.weight");
     spec(a, BF, 2, m->nv, m->H, 0, p, "linear_attn.in_proj_a.weight");
     spec(a, BF, 3, 2 * kd + vd, 1, m->K, p, "linear_attn.conv1d.weight");
-    spec(a, F32, 1, m->nv, 0, 0, p, "linear_attn.A_log");
+    spec(a, m->alog_norm, 1, m->nv, 0, 0, p, "linear_attn.A_log");
     spec(a, BF, 1, m->nv, 0, 0, p, "linear_attn.dt_bias");
-    spec(a, F32, 1, m->dv, 0, 0, p, "linear_attn.norm.weight");
+    spec(a, m->alog_norm, 1, m->dv, 0, 0, p, "linear_attn.norm.weight");
     spec(a, BF, 2, m->H, vd, 0, p, "linear_attn.out_proj.weight");
   } else {
     spec(a, BF, 2, g * m->nh * m->hd, m->H, 0, p, "self_attn.q_proj.weight");
@@ -984,7 +988,8 @@ check_case(const Case *c)
 #define DENSE "tiny-qwen3.5.json"
 
 /* synth writes the published form: main experts fused, MTP experts per expert, A_log and
- * the linear-attention norm in F32, no lm_head when tied (docs/hf-checkpoints.md §3). */
+ * the linear-attention norm in F32 (the dtype of Qwen3.5's checkpoints: the config cannot
+ * tell Qwen3.6-27B's BF16 from it), no lm_head when tied (docs/hf-checkpoints.md §3). */
 static void
 test_hf_published(void)
 {
@@ -1206,7 +1211,16 @@ static const guint16 alog_cases[] = {0x3F80u, 0xC0A0u, 0x0001u, 0x8000u, 0x7F7Fu
 typedef enum {
   CAST_INPUT,  /* norm F32 from norm_cases, A_log BF16 from alog_cases */
   EXACT_INPUT, /* norm F32 with values BF16 holds exactly, A_log F32 unchanged */
+  BF16_INPUT,  /* A_log and norm BF16, as Qwen3.6-27B publishes them: the high half of
+                * synth's F32 value (which encodes its origin) */
 } HandMade;
+
+static gboolean
+is_alog_or_norm(const char *name)
+{
+  return g_str_has_suffix(name, ".linear_attn.A_log") ||
+         g_str_has_suffix(name, ".linear_attn.norm.weight");
+}
 
 /* A checkpoint by hand: the tensors of @src, with linear_attn.norm.weight and A_log
  * replaced as @kind says, in one file model.safetensors, with src's config.json. */
@@ -1229,6 +1243,8 @@ hand_made(const char *src, HandMade kind)
     WsyncDtype dtype = t->dtype;
     if (kind == CAST_INPUT && g_str_has_suffix(t->name, ".linear_attn.A_log"))
       dtype = WSYNC_DTYPE_BF16;
+    if (kind == BF16_INPUT && is_alog_or_norm(t->name))
+      dtype = WSYNC_DTYPE_BF16;
     g_assert_true(wsync_safetensors_writer_add(w, t->name, dtype, t->ndim, t->shape, &error));
   }
   g_assert_true(wsync_safetensors_writer_begin(w, file, &error));
@@ -1237,7 +1253,13 @@ hand_made(const char *src, HandMade kind)
     const WsyncTensor *t = wsync_checkpoint_tensor(in, i);
     guint8 *data = wsync_safetensors_writer_data(w, t->name, &error);
     g_assert_no_error(error);
-    if (g_str_has_suffix(t->name, ".linear_attn.norm.weight")) {
+    if (kind == BF16_INPUT && is_alog_or_norm(t->name)) {
+      g_assert_cmpint(t->dtype, ==, WSYNC_DTYPE_F32);
+      for (guint64 e = 0; e < t->numel; e++) {
+        guint16 v = GUINT16_TO_LE((guint16)(get32(t->data + 4 * e) >> 16));
+        memcpy(data + 2 * e, &v, 2);
+      }
+    } else if (g_str_has_suffix(t->name, ".linear_attn.norm.weight")) {
       g_assert_cmpint(t->dtype, ==, WSYNC_DTYPE_F32);
       for (guint64 e = 0; e < t->numel; e++) {
         guint32 v = kind == CAST_INPUT ? norm_cases[k++ % G_N_ELEMENTS(norm_cases)].f32
@@ -1306,9 +1328,10 @@ check_cast_values(const char *src, const char *rank_dir, guint tp, const Model *
     rank_files_clear(&ranks[r]);
 }
 
-/* Reading rank files back to "hf": the checkpoint is @orig again, except that the casts
- * come back widened: the rounded norm as its BF16 value in F32 (the F32 value it was
- * rounded from is lost), a BF16 A_log as F32 (the published dtype; exact). */
+/* Reading rank files back to "hf": the checkpoint is @orig again, dtype for dtype (the
+ * rank files record the published dtype of what vLLM holds in another), except that an
+ * F32 norm vLLM rounded to BF16 comes back as its BF16 value in F32 (the F32 value it
+ * was rounded from is lost); @widened counts those norms that changed. */
 static void
 assert_read_back(const char *orig_dir, const char *back_dir, guint *widened)
 {
@@ -1325,9 +1348,10 @@ assert_read_back(const char *orig_dir, const char *back_dir, guint *widened)
       g_error("read back lacks %s", a->name);
     g_assert_cmpuint(a->ndim, ==, b->ndim);
     g_assert_cmpmem(a->shape, sizeof(guint64) * a->ndim, b->shape, sizeof(guint64) * b->ndim);
-    if (norm) {
-      g_assert_cmpint(a->dtype, ==, WSYNC_DTYPE_F32);
-      g_assert_cmpint(b->dtype, ==, WSYNC_DTYPE_F32);
+    if (a->dtype != b->dtype)
+      g_error("%s: read back as %s, published as %s", a->name, wsync_dtype_name(b->dtype),
+              wsync_dtype_name(a->dtype));
+    if (norm && a->dtype == WSYNC_DTYPE_F32) {
       for (guint64 e = 0; e < a->numel; e++) {
         guint32 want = (guint32)round_to_bf16(get32(a->data + 4 * e)) << 16;
         if (get32(b->data + 4 * e) != want)
@@ -1335,13 +1359,6 @@ assert_read_back(const char *orig_dir, const char *back_dir, guint *widened)
                   get32(b->data + 4 * e), want);
       }
       *widened += memcmp(a->data, b->data, a->nbytes) != 0;
-    } else if (a->dtype != b->dtype) {
-      g_assert_true(g_str_has_suffix(a->name, ".linear_attn.A_log"));
-      g_assert_cmpint(a->dtype, ==, WSYNC_DTYPE_BF16);
-      g_assert_cmpint(b->dtype, ==, WSYNC_DTYPE_F32);
-      for (guint64 e = 0; e < a->numel; e++)
-        g_assert_true(elem_ok(b, e, a, e));
-      (*widened)++;
     } else if (memcmp(a->data, b->data, a->nbytes) != 0)
       g_error("%s does not read back bit-exact", a->name);
   }
@@ -1443,6 +1460,142 @@ test_round_trip_mtp_omitted(void)
   test_run_clear(&r);
 }
 
+/* ------------------------------------------------------------------ tests: published dtypes */
+
+/* The key under which a rank file records the published dtype of layer @l's @suffix. */
+static char *
+record_key(guint64 l, const char *suffix)
+{
+  return g_strdup_printf(WSYNC_PUBLISHED_DTYPE_KEY "model.language_model.layers.%" G_GUINT64_FORMAT
+                         ".%s", l, suffix);
+}
+
+/* @dir's files (a checkpoint) are bit for bit, dtype for dtype, @src's: a BF16 or
+ * F32 A_log / norm stays as published. */
+static void
+assert_same_checkpoint(const char *src, const char *dir)
+{
+  g_autoptr(WsyncCheckpoint) a_ck = open_ck(src);
+  g_autoptr(WsyncCheckpoint) b_ck = open_ck(dir);
+
+  g_assert_cmpuint(wsync_checkpoint_n_tensors(a_ck), ==, wsync_checkpoint_n_tensors(b_ck));
+  for (guint i = 0; i < wsync_checkpoint_n_tensors(a_ck); i++) {
+    const WsyncTensor *a = wsync_checkpoint_tensor(a_ck, i);
+    const WsyncTensor *b = wsync_checkpoint_lookup(b_ck, a->name);
+    if (b == NULL)
+      g_error("%s lacks %s", dir, a->name);
+    if (a->dtype != b->dtype)
+      g_error("%s: %s in %s, %s in %s", a->name, wsync_dtype_name(a->dtype), src,
+              wsync_dtype_name(b->dtype), dir);
+    g_assert_cmpuint(a->ndim, ==, b->ndim);
+    g_assert_cmpmem(a->shape, sizeof(guint64) * a->ndim, b->shape, sizeof(guint64) * b->ndim);
+    if (memcmp(a->data, b->data, a->nbytes) != 0)
+      g_error("%s differs between %s and %s", a->name, src, dir);
+  }
+}
+
+/* A Qwen3.6-27B-shaped checkpoint (the dense qwen3_5 config) with A_log and
+ * linear_attn.norm in BF16: "hf" keeps them BF16, byte for byte; vLLM holds A_log in F32
+ * (the BF16 value widened exactly) and the norm in BF16 as read, and every rank file
+ * records A_log's published dtype, so reading the ranks back to "hf" gives the
+ * checkpoint again, bit-exact; the same through vllm-ascend. */
+static void
+test_dtype_bf16_kept(void)
+{
+  const char *config = variant(DENSE, "nomtp");
+  Model m = read_model(config);
+  g_autofree char *src = hand_made(synth(config, FALSE), BF16_INPUT);
+  g_autofree char *hf = convert(src, CONF, "hf", 0, 0);
+  static const char *const targets[] = {"vllm", "vllm-ascend"};
+
+  assert_same_checkpoint(src, hf);
+  for (guint i = 0; i < G_N_ELEMENTS(targets); i++) {
+    g_autofree char *dst = convert(src, CONF, targets[i], 2, 0);
+    g_autofree char *back = convert(dst, CONF, "hf", 0, 0);
+    RankFiles ranks[2];
+    g_assert_cmpuint(open_ranks_of(dst, "sharded-state", ranks, 2), ==, 2);
+    for (guint r = 0; r < 2; r++) {
+      for (guint64 l = 0; l < m.L; l++) {
+        g_autofree char *key = record_key(l, "linear_attn.A_log");
+        g_autofree char *norm_key =
+            record_key(l, "linear_attn.norm.weight");
+        g_autofree char *an = rt_name(l, "linear_attn.A_log");
+        g_autofree char *nn = rt_name(l, "linear_attn.norm.weight");
+        if (!m.linear[l])
+          continue;
+        g_assert_cmpint(rank_lookup(&ranks[r], an)->dtype, ==, WSYNC_DTYPE_F32);
+        g_assert_cmpint(rank_lookup(&ranks[r], nn)->dtype, ==, WSYNC_DTYPE_BF16);
+        assert_metadata(&ranks[r], key, "BF16");
+        assert_metadata(&ranks[r], norm_key, NULL);
+      }
+      rank_files_clear(&ranks[r]);
+    }
+    assert_same_checkpoint(src, back);
+  }
+}
+
+/* A Qwen3.5-35B-A3B-shaped checkpoint (synth of the MoE config: A_log and norm F32):
+ * "hf" keeps them F32; the rank files record the norm's F32 (vLLM rounds it to BF16) and
+ * nothing for A_log (vLLM holds the F32 as read). */
+static void
+test_dtype_f32_kept(void)
+{
+  const char *config = variant(MOE, "nomtp");
+  const char *src = synth(config, FALSE);
+  g_autofree char *hf = convert(src, CONF, "hf", 0, 0);
+  g_autofree char *dst = convert(src, CONF, "vllm", 2, 0);
+  g_autofree char *key = record_key(0, "linear_attn.A_log");
+  g_autofree char *norm_key =
+      record_key(0, "linear_attn.norm.weight");
+  g_autoptr(WsyncCheckpoint) in = open_ck(src);
+  RankFiles ranks[2];
+  g_autofree char *a_log = ck_name(0, "linear_attn.A_log");
+
+  g_assert_cmpint(wsync_checkpoint_lookup(in, a_log)->dtype, ==, WSYNC_DTYPE_F32);
+  assert_same_checkpoint(src, hf);
+  g_assert_cmpuint(open_ranks_of(dst, "sharded-state", ranks, 2), ==, 2);
+  for (guint r = 0; r < 2; r++) {
+    assert_metadata(&ranks[r], key, NULL);
+    assert_metadata(&ranks[r], norm_key, "F32");
+    rank_files_clear(&ranks[r]);
+  }
+}
+
+/* A rank file that records a published dtype that is no dtype is refused: exit 3, one
+ * line naming the file, the tensor and the value. */
+static void
+test_dtype_record_refused(void)
+{
+  g_autofree char *src = hand_made(synth(variant(DENSE, "nomtp"), FALSE), BF16_INPUT);
+  g_autofree char *dst = convert(src, CONF, "vllm", 1, 0);
+  g_autofree char *file = g_build_filename(dst, "model-rank-0-part-0.safetensors", NULL);
+  g_autofree char *key = record_key(0, "linear_attn.A_log");
+  g_autofree char *back = new_path("refused");
+  g_autofree char *data = NULL;
+  gsize len;
+  char *at;
+  Run r;
+
+  g_assert_true(g_file_get_contents(file, &data, &len, NULL));
+  /* "BF16" -> "BX16", same length: the header stays valid JSON of the same size */
+  /* (past the header's 8-byte length, which holds NUL bytes) */
+  at = g_strstr_len(data + 8, (gssize)len - 8, key);
+  g_assert_nonnull(at);
+  at = strstr(at + strlen(key), "BF16");
+  g_assert_nonnull(at);
+  at[1] = 'X';
+  g_assert_true(g_file_set_contents(file, data, (gssize)len, NULL));
+  r = run_wsync("convert", dst, back, "--conf-dir", CONF, "--plugin-dir", plugin_dir(),
+                "--target", "hf", NULL);
+  g_assert_cmpint(r.status, ==, 3);
+  assert_has(r.err, "model-rank-0-part-0.safetensors: tensor "
+                    "\"language_model.model.layers.0.linear_attn.A_log\": metadata "
+                    "wsync.published-dtype.model.language_model.layers.0.linear_attn.A_log is "
+                    "\"BX16\", not a dtype");
+  g_assert_false(g_file_test(back, G_FILE_TEST_EXISTS));
+  test_run_clear(&r);
+}
+
 /* ------------------------------------------------------------------ tests: the plan */
 
 static void
@@ -1453,10 +1606,10 @@ test_plan_text(void)
 
   g_assert_cmpint(r.status, ==, 0);
   assert_has(r.out, "note: model.language_model.layers.0.linear_attn.A_log: vLLM holds A_log in "
-                    "float32 (vLLM #37810); a BF16 checkpoint value is widened exactly");
+                    "float32 (vLLM #37810), as read\n");
   assert_has(r.out, "note: model.language_model.layers.0.linear_attn.norm.weight: vLLM's "
-                    "RMSNormGated is created in the model dtype: an F32 checkpoint value is "
-                    "rounded to BF16 to nearest-even, as torch's copy_ does");
+                    "RMSNormGated is created in the model dtype: the F32 value is rounded to "
+                    "BF16 to nearest-even, as torch's copy_ does");
   assert_has(r.out, "dropped mtp.fc.weight by rule vllm-skips-mtp");
   assert_has(r.out, "dropped mtp.layers.0.mlp.experts.gate by rule vllm-skips-mtp");
   assert_has(r.out, "dropped mtp.layers.0.mlp.experts.down by rule vllm-skips-mtp");
@@ -1498,6 +1651,8 @@ test_plan_json(void)
                 "--tp", "2", NULL);
   g_assert_cmpint(r.status, ==, 0);
   assert_has(r.out, "<- model.language_model.layers.0.linear_attn.A_log[4:8] cast BF16->F32");
+  assert_has(r.out, "note: model.language_model.layers.0.linear_attn.A_log: vLLM holds A_log in "
+                    "float32 (vLLM #37810): the BF16 value is widened exactly");
   test_run_clear(&r);
 }
 
@@ -1777,11 +1932,11 @@ plan_json(const char *src, const char *target, const char *tp)
  * plugin maps every tensor of it, "hf" writes it back tensor for tensor, and vllm at @tp
  * has the shapes of docs/vllm.md §9.3, §9.4. */
 static void
-check_real_config(const char *name, guint expect_tensors, const char *tp)
+check_real_config(const char *name, guint expect_tensors, const char *tp, WsyncDtype alog_norm)
 {
   g_autofree char *config = config_path(name);
   Model m = read_model(name);
-  g_autoptr(GPtrArray) specs = published(&m, TRUE, FALSE);
+  g_autoptr(GPtrArray) specs = NULL;
   g_autofree char *src = NULL;
   g_autoptr(JsonNode) hf = NULL;
   g_autoptr(JsonNode) vllm = NULL;
@@ -1789,6 +1944,8 @@ check_real_config(const char *name, guint expect_tensors, const char *tp)
   guint64 kd = m.nk * m.dk, vd = m.nv * m.dv;
   JsonArray *ranks;
 
+  m.alog_norm = alog_norm; /* as the checkpoint publishes them (docs/hf-checkpoints.md §3) */
+  specs = published(&m, TRUE, FALSE);
   g_assert_cmpuint(specs->len, ==, expect_tensors);
   src = sparse_checkpoint(specs, config);
   hf = plan_json(src, "hf", NULL);
@@ -1796,11 +1953,17 @@ check_real_config(const char *name, guint expect_tensors, const char *tp)
   g_assert_cmpuint(json_array_get_length(json_object_get_array_member(
                        json_array_get_object_element(ranks, 0), "tensors")),
                    ==, expect_tensors);
+  assert_plan_shape(hf, 0, "model.language_model.layers.0.linear_attn.A_log",
+                    wsync_dtype_name(alog_norm), 1, (guint64[]){m.nv});
+  assert_plan_shape(hf, 0, "model.language_model.layers.0.linear_attn.norm.weight",
+                    wsync_dtype_name(alog_norm), 1, (guint64[]){m.dv});
   vllm = plan_json(src, "vllm", tp);
   assert_plan_shape(vllm, 0, "language_model.model.layers.0.linear_attn.in_proj_qkvz.weight",
                     "BF16", 2, (guint64[]){(2 * kd + 2 * vd) / t, m.H});
   assert_plan_shape(vllm, 0, "language_model.model.layers.0.linear_attn.A_log", "F32", 1,
                     (guint64[]){m.nv / t});
+  assert_plan_shape(vllm, 0, "language_model.model.layers.0.linear_attn.norm.weight", "BF16", 1,
+                    (guint64[]){m.dv});
   assert_plan_shape(vllm, 0, "language_model.model.layers.3.self_attn.qkv_proj.weight", "BF16", 2,
                     (guint64[]){(2 * m.nh / t + 2 * MAX(m.nkv / t, 1)) * m.hd, m.H});
   assert_plan_shape(vllm, 0, "visual.blocks.0.attn.qkv.weight", "BF16", 2,
@@ -1812,13 +1975,13 @@ check_real_config(const char *name, guint expect_tensors, const char *tp)
 static void
 test_real_qwen3_5_35b_a3b(void)
 {
-  check_real_config("qwen3.5-35b-a3b.json", 1811, "4");
+  check_real_config("qwen3.5-35b-a3b.json", 1811, "4", WSYNC_DTYPE_F32);
 }
 
 static void
 test_real_qwen3_6_27b(void)
 {
-  check_real_config("qwen3.6-27b.json", 1199, "8");
+  check_real_config("qwen3.6-27b.json", 1199, "8", WSYNC_DTYPE_BF16);
 }
 
 int
@@ -1846,6 +2009,9 @@ main(int argc, char **argv)
   g_test_add_func("/qwen3_5_moe/vllm/language-model-only", test_vllm_language_model_only);
   g_test_add_func("/qwen3_5_moe/casts", test_casts);
   g_test_add_func("/qwen3_5_moe/round-trip/widened", test_round_trip);
+  g_test_add_func("/qwen3_5_moe/dtype/bf16-kept", test_dtype_bf16_kept);
+  g_test_add_func("/qwen3_5_moe/dtype/f32-kept", test_dtype_f32_kept);
+  g_test_add_func("/qwen3_5_moe/dtype/record-refused", test_dtype_record_refused);
   g_test_add_func("/qwen3_5_moe/round-trip/exact", test_round_trip_exact);
   g_test_add_func("/qwen3_5_moe/round-trip/mtp-omitted", test_round_trip_mtp_omitted);
   g_test_add_func("/qwen3_5_moe/plan/text", test_plan_text);

@@ -322,8 +322,37 @@ WSYNC_API WsyncLogicalTensor *wsync_model_add_tensor(WsyncModel *m, const char *
 WSYNC_API const char *wsync_logical_get_name(const WsyncLogicalTensor *lt);
 /** wsync_logical_get_dtype: Returns: its dtype: the input's once bound, else as published. */
 WSYNC_API WsyncDtype wsync_logical_get_dtype(const WsyncLogicalTensor *lt);
-/** wsync_logical_get_published_dtype: Returns: the dtype the model is published in. */
+/**
+ * wsync_logical_get_published_dtype:
+ *
+ * Returns: the dtype the model is published in: as declared, or, for a tensor whose dtype
+ * follows its input (wsync_logical_set_dtype_follows_input()), the input's once bound.
+ */
 WSYNC_API WsyncDtype wsync_logical_get_published_dtype(const WsyncLogicalTensor *lt);
+
+/**
+ * WSYNC_PUBLISHED_DTYPE_KEY:
+ *
+ * The `__metadata__` key prefix (followed by the logical tensor's name) under which an
+ * output file records the published dtype of a tensor whose dtype follows its input,
+ * where the file holds it in another dtype (an engine's runtime dtype), e.g.
+ * `wsync.published-dtype.model.layers.0.linear_attn.A_log` = `BF16`.
+ */
+#define WSYNC_PUBLISHED_DTYPE_KEY "wsync.published-dtype."
+
+/**
+ * wsync_logical_set_dtype_follows_input:
+ * @lt: a logical tensor
+ * @fallback: its published dtype where no input tells (synth)
+ *
+ * Declares that checkpoints of one config publish @lt in different dtypes, so the config
+ * cannot say which: its published dtype becomes the dtype its input holds it in, or the
+ * dtype the input file records under %WSYNC_PUBLISHED_DTYPE_KEY (a rank file that held it
+ * in an engine's dtype), and @fallback where there is no input.  Every output that holds
+ * it in another dtype than published records the published one the same way, so reading
+ * the output back restores it.
+ */
+WSYNC_API void wsync_logical_set_dtype_follows_input(WsyncLogicalTensor *lt, WsyncDtype fallback);
 /** wsync_logical_get_ndim: Returns: its number of axes. */
 WSYNC_API guint wsync_logical_get_ndim(const WsyncLogicalTensor *lt);
 /** wsync_logical_get_shape: Returns: (transfer none) (array length=ndim): its shape. */
@@ -742,13 +771,19 @@ WSYNC_API WsyncBlock *wsync_model_add_moe(WsyncModel *m, const char *module,
  * @key_dim: dk, per key head
  * @value_dim: dv, per value head
  * @conv_kernel: the short convolution's kernel size K
+ * @a_log_norm_dtype: the dtype `A_log` and `norm.weight` are published in (where no input
+ *   tells, if @a_log_norm_dtype_varies)
+ * @a_log_norm_dtype_varies: checkpoints of one config differ in that dtype: `A_log` and
+ *   `norm.weight` follow their input (wsync_logical_set_dtype_follows_input())
  * @reserved: room for growth; zero
  *
  * The shape of a Gated DeltaNet block, as Qwen3.5 publishes it.
  */
 typedef struct {
   guint64 hidden, key_heads, value_heads, key_dim, value_dim, conv_kernel;
-  gpointer reserved[2];
+  WsyncDtype a_log_norm_dtype;
+  gboolean a_log_norm_dtype_varies;
+  gpointer reserved[1];
 } WsyncLinearAttention;
 
 /**
@@ -759,7 +794,7 @@ typedef struct {
  *
  * `in_proj_qkv` [2kd+vd, H] (parts q, k, v), `in_proj_z` [vd, H], `in_proj_b`,
  * `in_proj_a` [nv, H], `conv1d` [2kd+vd, 1, K] (q, k, v channel blocks), `A_log` [nv] and
- * `norm` [dv] published in F32, `dt_bias` [nv], `out_proj` [H, vd]; kd = nk*dk,
+ * `norm` [dv] in @spec's a_log_norm_dtype, `dt_bias` [nv], `out_proj` [H, vd]; kd = nk*dk,
  * vd = nv*dv; q/k split by key heads, v/z/b/a by value heads.
  *
  * Returns: (transfer none): the block.

@@ -924,15 +924,18 @@ wsync_model_add_linear_attention(WsyncModel *m, const char *module,
   parts[1] = rows(conv, kd, kd, a->key_dim);
   parts[2] = rows(conv, 2 * kd, vd, a->value_dim);
   wsync_model_add_param(m, block, conv_name, WSYNC_PARAM_COLUMN, WSYNC_ROLE_LINEAR_CONV, 3, parts);
-  /* A_log and the gated norm: in the dtype the caller says, or their input's */
-  a_log = whole_in(m, block, "A_log", a->a_log_norm_dtype, WSYNC_PARAM_COLUMN,
+  /* A_log and the gated norm: in the dtype the caller says (zero, the reserved field of
+   * a caller built against an older header: F32, as they were then), or their input's */
+  WsyncDtype a_log_norm_dtype =
+      a->a_log_norm_dtype == WSYNC_DTYPE_BOOL ? WSYNC_DTYPE_F32 : a->a_log_norm_dtype;
+  a_log = whole_in(m, block, "A_log", a_log_norm_dtype, WSYNC_PARAM_COLUMN,
                    WSYNC_ROLE_LINEAR_A_LOG, 1, FALSE, 1, &a->value_heads);
   vector(m, block, "dt_bias", WSYNC_PARAM_COLUMN, WSYNC_ROLE_LINEAR_DT_BIAS, a->value_heads, 1);
-  norm = whole_in(m, block, "norm.weight", a->a_log_norm_dtype, WSYNC_PARAM_REPLICATED,
+  norm = whole_in(m, block, "norm.weight", a_log_norm_dtype, WSYNC_PARAM_REPLICATED,
                   WSYNC_ROLE_LINEAR_NORM, 1, FALSE, 1, &a->value_dim);
   if (a->a_log_norm_dtype_varies) {
-    wsync_logical_set_dtype_follows_input(a_log->parts[0].lt, a->a_log_norm_dtype);
-    wsync_logical_set_dtype_follows_input(norm->parts[0].lt, a->a_log_norm_dtype);
+    wsync_logical_set_dtype_follows_input(a_log->parts[0].lt, a_log_norm_dtype);
+    wsync_logical_set_dtype_follows_input(norm->parts[0].lt, a_log_norm_dtype);
   }
   matrix(m, block, "out_proj.weight", WSYNC_PARAM_ROW, WSYNC_ROLE_LINEAR_OUT, a->hidden, vd, 1,
          FALSE);

@@ -772,7 +772,8 @@ WSYNC_API WsyncBlock *wsync_model_add_moe(WsyncModel *m, const char *module,
  * @value_dim: dv, per value head
  * @conv_kernel: the short convolution's kernel size K
  * @a_log_norm_dtype: the dtype `A_log` and `norm.weight` are published in (where no input
- *   tells, if @a_log_norm_dtype_varies)
+ *   tells, if @a_log_norm_dtype_varies); zero (%WSYNC_DTYPE_BOOL, what a caller built when
+ *   this was reserved space leaves) means F32
  * @a_log_norm_dtype_varies: checkpoints of one config differ in that dtype: `A_log` and
  *   `norm.weight` follow their input (wsync_logical_set_dtype_follows_input())
  * @reserved: room for growth; zero

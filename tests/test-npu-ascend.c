@@ -1125,7 +1125,7 @@ plan_notes(const char *target, const char *format)
 
 /* The kernel format writes ND weights, which not every vLLM-Ascend deployment runs: the
  * plan of that format (and of no other) says which ones it serves, once, in text and
- * --json. */
+ * --json, and so does the target's help. */
 static void
 test_plan_nd_note(void)
 {
@@ -1165,6 +1165,15 @@ test_plan_nd_note(void)
     }
     g_assert_cmpuint(found, ==, cases[i].noted ? 1 : 0);
   }
+  /* convert --help says the same of the target's kernel format */
+  r = run_wsync("convert", "--help", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  assert_has(r.out, "      --ep); parameters only;\n"
+                    "      experts transposed as vLLM-Ascend runs them; every weight in ND "
+                    "format,\n      which serves A2/A3 with weight_nz_mode 0 or 1 and "
+                    "enable_fused_mc2 off,\n      not 310P, fused MC2 or weight_nz_mode=2 "
+                    "(docs/vllm-ascend.md §4)\n");
+  test_run_clear(&r);
 }
 
 /* The deprecated option still only takes its two old values. */

@@ -26,10 +26,22 @@
  * Dense linear weights (qkv_proj, o_proj, gate_up_proj, down_proj, the router, shared
  * experts) stay [out, in]: AscendUnquantizedLinearMethod does not transpose them (§4).
  *
- * ND, not NZ: every weight is written in ND format (plain row-major).  vLLM-Ascend casts
- * BF16/FP16 weights to the FRACTAL_NZ format only with `weight_nz_mode=2`; the default
- * mode 1 casts quantized weights only, and RL deployments force mode 0 (`rl_config`;
- * wake_up and start_weight_update refuse NZ), so BF16 weights stay ND there (§4).
+ * ND, not NZ: every weight is written in ND format (plain row-major).  Which format
+ * vLLM-Ascend runs a weight in depends on the deployment (§3, §4):
+ *
+ *   A2/A3        maybe_trans_nz casts BF16/FP16 weights to FRACTAL_NZ only with
+ *                `weight_nz_mode=2`; the default mode 1 casts quantized weights only, and
+ *                RL deployments force mode 0 (`rl_config`; wake_up and start_weight_update
+ *                refuse any non-zero mode), so BF16 weights stay ND there
+ *   fused MC2    with `enable_fused_mc2` (off by default) the routed experts are cast to
+ *                FRACTAL_NZ whatever the mode, or the MoE kernel runs per-expert copies
+ *                of them (w13_weight_list / w2_weight_list)
+ *   310P         maybe_trans_nz always casts (experts and dense linears alike)
+ *
+ * So the kernel format serves A2/A3 with weight_nz_mode 0 or 1 and without fused MC2; it
+ * does not serve fused MC2, 310P or weight_nz_mode=2.  wsync cannot see the deployment:
+ * the plan of a kernel-format output says this in a note.  The sharded-state format
+ * holds the loader layout, which vLLM-Ascend's own process_weights_after_loading casts.
  *
  * Layout state is data
  * --------------------
@@ -135,6 +147,15 @@ recorded_state(WsyncLayout *layout, const char *key, MoeLayout fallback, MoeLayo
   return FALSE;
 }
 
+/* The deployments an ND kernel-format file serves (see the top of this file): a note,
+ * not an error, since the plan cannot know which one will load the files. */
+#define NOTE_KERNEL_ND                                                                     \
+  "format kernel on vllm-ascend: every weight is written in ND format, which serves "     \
+  "A2/A3 with weight_nz_mode 0 or 1 (the default) and enable_fused_mc2 off (the "         \
+  "default); it does not serve 310P (which casts weights to FRACTAL_NZ), fused MC2 "      \
+  "(enable_fused_mc2: the MoE kernel runs the experts in FRACTAL_NZ or from per-expert "  \
+  "copies) or weight_nz_mode=2 (BF16/FP16 in FRACTAL_NZ) (docs/vllm-ascend.md §3, §4)"
+
 /* After the vllm plugin built a rank (in the loader layout): puts the expert tensors
  * into the processed layout where they are to be (writing: the kernel format) or are
  * (reading: the files' metadata), and records every state. */
@@ -147,6 +168,8 @@ processed_experts(WsyncLayout *layout, gpointer user_data, GError **error)
   MoeLayout rank_state = kernel ? MOE_PROCESSED : MOE_PREPROCESSED;
 
   (void)user_data;
+  if (kernel && !reading)
+    wsync_layout_add_note(layout, NOTE_KERNEL_ND);
   /* Rank files that record no state hold the loader layout. */
   if (reading && !recorded_state(layout, KEY_MOE_LAYOUT, MOE_PREPROCESSED, &rank_state, error))
     return FALSE;

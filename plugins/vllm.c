@@ -1200,10 +1200,14 @@ static void
 add_notes(Rank *r)
 {
   g_autofree char *consumer =
-      r->kernel ? g_strdup("format kernel: each rank's files are a live weight update "
-                           "(start_weight_update with is_checkpoint_format=false, or "
-                           "reload_weights with is_checkpoint_format=False in later vLLM): "
-                           "every tensor a parameter, in the layout the kernels run on")
+      r->kernel ? g_strdup("format kernel: each rank's files are a live weight update in "
+                           "kernel format, every tensor a parameter in the layout the "
+                           "kernels run on, copied by model.get_parameter(name).copy_ as "
+                           "reload_weights with is_checkpoint_format=False (vLLM #32133 on, "
+                           "through collective_rpc) and wsync_load (wsync.vllm_worker) do; "
+                           "start_weight_update takes is_checkpoint_format=false only in "
+                           "vLLM #39212 to #44353 and vLLM-Ascend #9152 to #12876 "
+                           "(docs/vllm.md §7)")
                 : g_strdup_printf("format sharded-state: load with `vllm serve DIR "
                                   "--load-format sharded_state --tensor-parallel-size %u`",
                                   r->tp);
@@ -1357,12 +1361,17 @@ help_text(const char *target)
       "    --format sharded-state (the default): for `vllm serve DIR --load-format\n"
       "      sharded_state --tensor-parallel-size N`; model-rank-{tp_rank}-part-{p}.safetensors;\n"
       "      the loader layout%s; ep <= tp only\n"
-      "    --format kernel: for a live weight update in kernel format (start_weight_update\n"
-      "      or reload_weights with is_checkpoint_format=false, by release);\n"
+      "    --format kernel: for a live weight update in kernel format, copied by\n"
+      "      get_parameter(name).copy_ (reload_weights with is_checkpoint_format=False,\n"
+      "      or wsync_load; start_weight_update takes is_checkpoint_format=false only\n"
+      "      in vLLM #39212 to #44353 and vLLM-Ascend #9152 to #12876);\n"
       "      kernel-rank-{rank}-part-{p}.safetensors, one set per worker (the EP rank with\n"
       "      --ep); parameters only%s\n",
       ascend ? " (experts not transposed)" : "",
-      ascend ? ";\n      experts transposed as vLLM-Ascend runs them" : "");
+      ascend ? ";\n      experts transposed as vLLM-Ascend runs them; every weight in ND format,\n"
+               "      which serves A2/A3 with weight_nz_mode 0 or 1 and enable_fused_mc2 off,\n"
+               "      not 310P, fused MC2 or weight_nz_mode=2 (docs/vllm-ascend.md §4)"
+             : "");
   if (ascend) {
     g_string_append(h, "    names as vllm's (vllm-version), but in era D the router is\n"
                        "      mlp.experts._gate.weight\n");

@@ -1099,6 +1099,83 @@ test_plan(void)
   assert_plan_transposes(src, CONF, "vllm-ascend", "sharded-state", 2, 0, FALSE);
 }
 
+/* The plan's notes, as --json lists them, of SRC -> @target in @format at tp 2. */
+static GPtrArray *
+plan_notes(const char *target, const char *format)
+{
+  Run r = run_wsync("plan", synth(TINY, FALSE), "--conf-dir", CONF, "--plugin-dir",
+                    plugin_dir(), "--target", target, "--format", format, "--tp", "2", "--json",
+                    NULL);
+  g_autoptr(JsonParser) parser = json_parser_new();
+  GError *error = NULL;
+  GPtrArray *notes = g_ptr_array_new_with_free_func(g_free);
+  JsonArray *list;
+
+  if (r.status != 0)
+    g_error("plan -> %s %s: exit %d\n%s", target, format, r.status, r.err);
+  json_parser_load_from_data(parser, r.out, -1, &error);
+  g_assert_no_error(error);
+  list = json_object_get_array_member(json_node_get_object(json_parser_get_root(parser)),
+                                      "notes");
+  for (guint i = 0; i < json_array_get_length(list); i++)
+    g_ptr_array_add(notes, g_strdup(json_array_get_string_element(list, i)));
+  test_run_clear(&r);
+  return notes;
+}
+
+/* The kernel format writes ND weights, which not every vLLM-Ascend deployment runs: the
+ * plan of that format (and of no other) says which ones it serves, once, in text and
+ * --json, and so does the target's help. */
+static void
+test_plan_nd_note(void)
+{
+  static const char note[] =
+      "format kernel on vllm-ascend: every weight is written in ND format, which serves "
+      "A2/A3 with weight_nz_mode 0 or 1 (the default) and enable_fused_mc2 off (the "
+      "default); it does not serve 310P (which casts weights to FRACTAL_NZ), fused MC2 "
+      "(enable_fused_mc2: the MoE kernel runs the experts in FRACTAL_NZ or from per-expert "
+      "copies) or weight_nz_mode=2 (BF16/FP16 in FRACTAL_NZ) (docs/vllm-ascend.md §3, "
+      "§4)";
+  static const struct {
+    const char *target, *format;
+    gboolean noted;
+  } cases[] = {{"vllm-ascend", "kernel", TRUE},
+               {"vllm-ascend", "sharded-state", FALSE},
+               {"vllm", "kernel", FALSE}};
+  g_autofree char *line = g_strdup_printf("\nnote: %s\n", note);
+  Run r = run_wsync("plan", synth(TINY, FALSE), "--conf-dir", CONF, "--plugin-dir",
+                    plugin_dir(), "--target", "vllm-ascend", "--format", "kernel", "--tp", "2",
+                    NULL);
+
+  g_assert_cmpint(r.status, ==, 0);
+  assert_has(r.out, line);
+  /* two ranks say it, the plan prints it once */
+  g_assert_null(strstr(strstr(r.out, line) + 1, line));
+  test_run_clear(&r);
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_autoptr(GPtrArray) notes = plan_notes(cases[i].target, cases[i].format);
+    guint found = 0;
+
+    g_assert_cmpuint(notes->len, >, 0); /* the vllm plugin's notes are there */
+    for (guint k = 0; k < notes->len; k++) {
+      const char *text = notes->pdata[k];
+      found += strcmp(text, note) == 0;
+      if (!cases[i].noted && strstr(text, "FRACTAL_NZ") != NULL)
+        g_error("plan -> %s %s notes NZ: %s", cases[i].target, cases[i].format, text);
+    }
+    g_assert_cmpuint(found, ==, cases[i].noted ? 1 : 0);
+  }
+  /* convert --help says the same of the target's kernel format */
+  r = run_wsync("convert", "--help", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  assert_has(r.out, "      --ep); parameters only;\n"
+                    "      experts transposed as vLLM-Ascend runs them; every weight in ND "
+                    "format,\n      which serves A2/A3 with weight_nz_mode 0 or 1 and "
+                    "enable_fused_mc2 off,\n      not 310P, fused MC2 or weight_nz_mode=2 "
+                    "(docs/vllm-ascend.md §4)\n");
+  test_run_clear(&r);
+}
+
 /* The deprecated option still only takes its two old values. */
 static void
 test_bad_option(void)
@@ -1427,6 +1504,7 @@ main(int argc, char **argv)
   g_test_add_func("/npu-ascend/state/bad-record", test_bad_recorded_state);
   g_test_add_func("/npu-ascend/transpose/paths-identical", test_transpose_paths_identical);
   g_test_add_func("/npu-ascend/plan", test_plan);
+  g_test_add_func("/npu-ascend/plan/nd-note", test_plan_nd_note);
   g_test_add_func("/npu-ascend/config/bad-option", test_bad_option);
   g_test_add_func("/npu-ascend/config/deprecated-option", test_deprecated_option);
   g_test_add_func("/npu-ascend/config/shipped", test_shipped_conf);

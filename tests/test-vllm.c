@@ -934,9 +934,13 @@ test_plan_format_and_era(void)
   g_assert_cmpint(r.status, ==, 0);
   assert_has(r.out, "\"format\" : \"kernel\"");
   assert_has(r.out, "\"wsync.vllm-era\" : \"B\"");
-  assert_has(r.out, "format kernel: each rank's files are a live weight update "
-                    "(start_weight_update with is_checkpoint_format=false, or reload_weights "
-                    "with is_checkpoint_format=False in later vLLM)");
+  assert_has(r.out, "format kernel: each rank's files are a live weight update in kernel "
+                    "format, every tensor a parameter in the layout the kernels run on, "
+                    "copied by model.get_parameter(name).copy_ as reload_weights with "
+                    "is_checkpoint_format=False (vLLM #32133 on, through collective_rpc) and "
+                    "wsync_load (wsync.vllm_worker) do; start_weight_update takes "
+                    "is_checkpoint_format=false only in vLLM #39212 to #44353 and "
+                    "vLLM-Ascend #9152 to #12876 (docs/vllm.md §7)\"");
   assert_has(r.out, "vllm-version 0.20.0: naming era B of releases 0.20.x (");
   assert_has(r.out, "; not verified: the era B release range is low confidence");
   run_clear(&r);
@@ -987,9 +991,11 @@ test_help(void)
                     "under vLLM's names\n"
                     "    --format sharded-state (the default): for `vllm serve DIR "
                     "--load-format\n      sharded_state --tensor-parallel-size N`;");
-  assert_has(r.out, "    --format kernel: for a live weight update in kernel format "
-                    "(start_weight_update\n      or reload_weights with "
-                    "is_checkpoint_format=false, by release);");
+  assert_has(r.out, "    --format kernel: for a live weight update in kernel format, "
+                    "copied by\n      get_parameter(name).copy_ (reload_weights with "
+                    "is_checkpoint_format=False,\n      or wsync_load; start_weight_update "
+                    "takes is_checkpoint_format=false only\n      in vLLM #39212 to #44353 "
+                    "and vLLM-Ascend #9152 to #12876);\n");
   assert_has(r.out, "    vllm-version (conf.d, plugin \"vllm\") chooses the naming era:\n"
                     "      0.17 to 0.19.x     era A  router mlp.experts._gate.weight  "
                     "(not verified)\n"

@@ -5,7 +5,8 @@ Usage: make-dcp-fixtures.py OUTDIR          (every fixture below, into OUTDIR)
        make-dcp-fixtures.py --seeds OUTDIR  (the fuzz seed corpus, tests/data/dcp-fuzz-seeds)
        make-dcp-fixtures.py --shard-ep FILE... OUTDIR
                                             (as --shard, format A only, experts whole on
-                                             their expert-parallel rank, each FILE's
+                                             their expert-parallel rank, a contiguous
+                                             range of experts per rank, each FILE's
                                              tensors in its own output part, as the
                                              checkpoint's files split them: the benchmark)
        make-dcp-fixtures.py --shard FILE OUTDIR
@@ -936,24 +937,48 @@ def shard_file(paths, out, ep=False, formats="ab"):
     """Every tensor of the safetensors files PATHS as FSDP2 shards it on 4 ranks:
     Shard(0), uneven splits and empty last shards included (docs/dcp.md §4); scalars
     whole on rank 0.  With ep, each per-expert tensor lives whole on one rank (expert
-    parallelism: torchtitan's HF export, docs/dcp.md §4) and the rest is FSDP2-sharded.
+    parallelism: torchtitan's HF export, docs/dcp.md §4; the experts Shard(0) on an ep
+    mesh of 4, so rank r holds the contiguous range chunk(E, 4, r) of each layer's E
+    experts) and the rest is FSDP2-sharded.
     The I-th file's tensors go to output part I (format A's -model-I-of-N)."""
+    files = [(part, read_safetensors(path)) for part, path in enumerate(paths, 1)]
+    n_experts = collections.Counter()  # the tensor name's part before ".experts." -> E
+    for _, tensors in files:
+        for name, _, _, _ in tensors:
+            m = EXPERT.search(name) if ep else None
+            if m:
+                key = name[:m.start()]
+                n_experts[key] = max(n_experts[key], int(m.group(1)) + 1)
     model = []
-    for part, path in enumerate(paths, 1):
-        for name, dtype, shape, data in read_safetensors(path):
-            model.append(sharded_tensor(name, dtype, shape, data, part, ep))
+    for part, tensors in files:
+        for name, dtype, shape, data in tensors:
+            model.append(sharded_tensor(name, dtype, shape, data, part, n_experts))
     if "a" in formats:
         write_format_a(os.path.join(out, "a"), model, len(paths))
     if "b" in formats:
         write_format_b(os.path.join(out, "b"), model, enum_style="name")
 
 
-def sharded_tensor(name, dtype, shape, data, part, ep):
+def expert_rank(e, n_experts, world):
+    """The rank holding expert e when the experts are Shard(0) on an ep mesh of `world`
+    (docs/dcp.md §4): torch.chunk of the expert axis, so each rank holds a contiguous
+    range of experts."""
+    for r in range(world):
+        size, off = chunk(n_experts, world, r)
+        if off <= e < off + size:
+            return r
+    raise ValueError("expert %d of %d" % (e, n_experts))
+
+
+def sharded_tensor(name, dtype, shape, data, part, n_experts):
+    """n_experts maps a name's part before ".experts." to its number of experts (empty:
+    no expert parallelism)."""
     t = T.__new__(T)
     t.name, t.dtype, t.shape, t.data, t.part = name, dtype, list(shape), data, part
-    m = EXPERT.search(name) if ep else None
-    if m:
-        t.boxes_a = [(int(m.group(1)) % 4, [0] * len(shape), list(shape))]
+    m = EXPERT.search(name)
+    if m and name[:m.start()] in n_experts:
+        rank = expert_rank(int(m.group(1)), n_experts[name[:m.start()]], 4)
+        t.boxes_a = [(rank, [0] * len(shape), list(shape))]
     else:
         t.boxes_a = shard(shape, 4) if shape else [(0, [], [])]
     t.boxes_b = t.boxes_a

@@ -24,11 +24,15 @@ Python 3 standard library only; no torch.  The files follow docs/dcp.md:
 * format B (the default): .metadata, a pickle (protocol 2, 4 or 5) of
   torch.distributed.checkpoint.metadata.Metadata as docs/dcp.md §3 describes it (the
   layout as torch.serialization._get_layout('torch.strided'), the memory format
-  pickled by value or by name, as Pythons 3.11.7 and 3.11.2 do), and __R_K.distcp files
-  holding one torch.save zip archive per chunk (docs/dcp.md §3): archive/data.pkl
-  (protocol 2, _rebuild_tensor_v2 with a persistent id, or _rebuild_tensor_v3 with an
-  UntypedStorage for float8 and uint16), archive/data/0 stored and 64-byte aligned by
-  padding the local header's extra field, as torch's writer does;
+  pickled by value or by name, as Pythons 3.11.7 and 3.11.2 do, storage_data keyed by
+  MetadataIndex objects whose state is {fqn, index, offset} with index the chunk's
+  position in its tensor's chunks, or {fqn, index: None} for the non-tensor value), and
+  __R_K.distcp files holding one torch.save zip archive per chunk (docs/dcp.md §3):
+  archive/data.pkl (protocol 2, _rebuild_tensor_v2 with a persistent id, or
+  _rebuild_tensor_v3 with an UntypedStorage for float8 and uint16), archive/data/0
+  stored and 64-byte aligned by padding the local header's extra field, as torch's
+  writer does; rank 0's non-tensor value (BYTE_IO) is a torch.save archive too, with no
+  data/K record;
 * the unsharded source of each model as a plain safetensors file, to compare bit for bit.
 
 Every byte written depends only on the arguments, never on the Python that runs this
@@ -587,8 +591,14 @@ def tensor_properties(dtype_name, layout, mem_format):
                      (TORCH_DTYPE[dtype_name], layout, False, mem_format, False))
 
 
-def metadata_index(fqn, offset=None):
-    state = {"fqn": fqn, "index": None}
+def metadata_index(fqn, offset=None, index=None):
+    """A storage_data key.  MetadataIndex.__init__ sets fqn, then index, then offset only
+    when it is not None (metadata.py @ 57ba412974d8), so the pickled __dict__ is
+    {fqn, index, offset} for a tensor chunk and {fqn, index} for a BYTE_IO item (offset
+    left at the class default, not in the state).  create_default_global_save_plan
+    rewrites a tensor chunk's index to the chunk's position in its tensor's chunks
+    (dataclasses.replace, which calls __init__ again); BYTE_IO items keep index None."""
+    state = {"fqn": fqn, "index": index}
     if offset is not None:
         state["offset"] = torch_size(offset)
     return dataclass(META, "MetadataIndex", state)
@@ -664,22 +674,34 @@ def zip_archive(entries):
     return bytes(out + central + end)
 
 
+def torch_save_archive(pkl, storages=(), byteorder="little"):
+    """torch.save's zip archive written to a stream (DCP's "archive/" prefix): data.pkl,
+    .format_version, .storage_alignment and byteorder, then one data/K record per
+    storage (storages: (data, align, deflate, zip64)), then the writer's end records."""
+    return zip_archive(
+        [("archive/data.pkl", pkl, 0, False, False),
+         ("archive/.format_version", b"1", 0, False, False),
+         ("archive/.storage_alignment", b"64", 0, False, False),
+         ("archive/byteorder", byteorder.encode(), 0, False, False)]
+        + [("archive/data/%d" % k,) + tuple(st) for k, st in enumerate(storages)]
+        + [("archive/version", b"3\n", 0, False, False),
+           ("archive/.data/serialization_id", b"1234567890" * 4, 0, False, False)])
+
+
 def torch_save(dt, size, stride, storage_offset, storage, deflate=False, byteorder="little",
                zip64=False, storage_dtype=None):
-    """A torch.save archive of one tensor (DCP's "archive/" prefix)."""
+    """A torch.save archive of one tensor."""
     es, tname, scls = DTYPES[storage_dtype or dt]
     n_storage = len(storage) if scls is None else len(storage) // es
     pkl = dumps(rebuild_tensor(scls, n_storage, storage_offset, size, stride, tname), 2)
-    blob = zip_archive([
-        ("archive/data.pkl", pkl, 0, False, False),
-        ("archive/.format_version", b"1", 0, False, False),
-        ("archive/.storage_alignment", b"64", 0, False, False),
-        ("archive/byteorder", byteorder.encode(), 0, False, False),
-        ("archive/data/0", storage, 64, deflate, zip64),
-        ("archive/version", b"3\n", 0, False, False),
-        ("archive/.data/serialization_id", b"1234567890" * 4, 0, False, False),
-    ])
+    blob = torch_save_archive(pkl, [(storage, 64, deflate, zip64)], byteorder)
     return blob, pkl
+
+
+def torch_save_object(obj):
+    """A torch.save archive of a value without tensors (no data/K record): what the
+    default planner's resolve_data writes into the BytesIO of a BYTE_IO item."""
+    return torch_save_archive(dumps(obj, 2))
 
 
 # ---------------------------------------------------------------- format B
@@ -694,7 +716,7 @@ def write_format_b(root, model, protocol=4, enum_style="value", path_style="part
                    corrupt=None, drop=None, zstd=None, deflate=None, big=None, wrong_dtype=None,
                    oob=None, evil=False, missing=None, bad_stride=None, layout_of=None,
                    mem_format_of=None, blobs=None, metadata_name=".metadata", shape_of=None,
-                   serialization="torch_save"):
+                   serialization="torch_save", index_hints=True):
     """Writes .metadata (or metadata_name) and __R_K.distcp.  enum_style: how the memory
     format is pickled ("value" or "name", see enum_member).  Options name (tensor, rank)
     chunks to spoil; layout_of and mem_format_of map tensor names to what their
@@ -703,7 +725,9 @@ def write_format_b(root, model, protocol=4, enum_style="value", path_style="part
     writes as FileSystemWriter(serialization_format=SerializationFormat.SAFETENSORS)
     does (docs/dcp.md §3): no archive per chunk, but one safetensors blob per file after
     its non-tensor items, and every tensor's _StorageInfo holds the position before that
-    blob and numel * element size."""
+    blob and numel * element size.  index_hints=False leaves every storage_data key's
+    index None, as create_default_global_save_plan(rewrite_index_hints=False) does
+    (torch_xla's SPMDSavePlanner calls it so); torch's DefaultSavePlanner rewrites them."""
     os.makedirs(root, exist_ok=True)
     ranks = sorted({r for t in model for r, _, _ in t.boxes_b})
     sdm, storage, planner = {}, {}, {}
@@ -712,8 +736,9 @@ def write_format_b(root, model, protocol=4, enum_style="value", path_style="part
     pending = collections.defaultdict(list)  # serialization="safetensors": file -> tensors
     n_items = collections.Counter()
     if 0 in ranks and not evil:
-        # A non-tensor value first, as DCP writes BYTE_IO items before tensors.
-        raw = dumps({"step": 10}, 4)
+        # A non-tensor value first, as DCP writes BYTE_IO items before tensors: the
+        # planner's torch.save of it, written raw.
+        raw = torch_save_object({"step": 10})
         files["__0_0.distcp"] += raw
         sdm["train_state"] = dataclass(META, "BytesStorageMetadata", None)
         storage[metadata_index("train_state")] = storage_info("__0_0.distcp", 0, len(raw))
@@ -729,6 +754,7 @@ def write_format_b(root, model, protocol=4, enum_style="value", path_style="part
                 off = [o + 1 for o in off]  # recorded one step off; the bytes are right
             chunks.append(dataclass(META, "ChunkStorageMetadata",
                                     {"offsets": torch_size(off), "sizes": torch_size(ext)}))
+            index = len(chunks) - 1 if index_hints else None  # the chunk's position
             if (t.name, tuple(off)) in stored:
                 continue  # the same chunk listed twice: one archive (storage is keyed by offsets)
             stored.add((t.name, tuple(off)))
@@ -747,8 +773,8 @@ def write_format_b(root, model, protocol=4, enum_style="value", path_style="part
                 stride = [2 * s for s in stride]
             if serialization == "safetensors":
                 fname = "__%d_0.distcp" % rank
-                storage[metadata_index(t.name, off)] = storage_info(fname, len(files[fname]),
-                                                                    len(data))
+                storage[metadata_index(t.name, off, index)] = storage_info(
+                    fname, len(files[fname]), len(data))
                 pending[fname].append((t.name, t.dtype, ext, data, off))
                 continue
             blob, pkl = torch_save(t.dtype, ext, stride, offset, store,
@@ -763,8 +789,8 @@ def write_format_b(root, model, protocol=4, enum_style="value", path_style="part
             n_items[rank] += 1
             fname = "__%d_%d.distcp" % (rank, k)
             transform = ["stream.zstd/1"] if zstd == (t.name, rank) else None
-            storage[metadata_index(t.name, off)] = storage_info(fname, len(files[fname]),
-                                                                len(blob), transform)
+            storage[metadata_index(t.name, off, index)] = storage_info(
+                fname, len(files[fname]), len(blob), transform)
             files[fname] += blob
         props = tensor_properties(DTYPES[t.dtype][1], (layout_of or {}).get(t.name, STRIDED),
                                   (mem_format_of or {}).get(t.name, CONTIGUOUS[enum_style]))
@@ -831,6 +857,9 @@ def make_all(out):
     write_format_b(os.path.join(out, "good-b-p2"), good, protocol=2, enum_style="name")
     write_format_b(os.path.join(out, "good-b-p5"), good, protocol=5, path_style="local")
     write_format_b(os.path.join(out, "flat-b"), flat, enum_style="name")
+    # Tolerance: storage_data keys whose index hint was never rewritten (None for every
+    # chunk), as create_default_global_save_plan(rewrite_index_hints=False) leaves them.
+    write_format_b(os.path.join(out, "good-b-no-index-hints"), good, index_hints=False)
 
     # Refusals.
     write_format_a(os.path.join(out, "a-missing-shard"), good, 2, skip=(1, 1))

@@ -43,7 +43,8 @@ Python releases.  tests/test-dcp.c checks that --seeds reproduces the committed 
 The weights are synthetic and encoded: every element's bytes depend on the tensor and
 the element's index, so a misplaced chunk shows.  Shard boxes follow docs/dcp.md §4
 (torch.chunk semantics, FSDP2 Shard(0) with an empty last shard, FSDP2 x EP with
-_StridedShard + Shard on a 2 x 2 mesh, Shard(1), Replicate, dim 0 smaller than the world).
+_StridedShard + Shard on a 2 x 2 mesh, FSDP2 x EP with Shard(1) + Shard(0) when
+efsdp * ep > E, Shard(1), Replicate, dim 0 smaller than the world).
 """
 import collections
 import json
@@ -169,6 +170,21 @@ def strided_ep(shape, efsdp, ep):
     return out
 
 
+def shard1_ep(shape, efsdp, ep):
+    """(Shard(1), Shard(0)) on the mesh (efsdp, ep): torchtitan's FSDP placement of the
+    experts when efsdp * ep > E (docs/dcp.md §4), the experts Shard(0) on ep and FSDP
+    on the next axis.  The two placements shard different axes, so each rank's box is
+    its ep chunk of axis 0 by its efsdp chunk of axis 1."""
+    out = []
+    for i in range(efsdp):
+        for j in range(ep):
+            s_ep, o_ep = chunk(shape[0], ep, j)
+            s, o = chunk(shape[1], efsdp, i)
+            out.append((i * ep + j, [o_ep, o] + [0] * (len(shape) - 2),
+                        [s_ep, s] + list(shape[2:])))
+    return out
+
+
 def dedup(boxes):
     """DCP keeps one write item per (fqn, offsets), in one rank's plan (docs/dcp.md §4:
     the least-loaded plan, or the lowest rank with save_to_lowest_rank); here the lowest
@@ -226,6 +242,10 @@ def good_model():
         # Two chunks of one tensor in one rank's file (keys fqn.__dcp_shard_k).
         T(21, "model.layers.0.mlp.down.weight", "BF16", [8, 4],
           [(0, [0, 0], [4, 4]), (0, [4, 0], [4, 4])], part=2),
+        # FSDP2 x EP with 2 experts on a 2 x 2 mesh (efsdp * ep = 4 > 2): rank (i, j) =
+        # 2i + j holds expert j, rows [3i, 3i + 3) of axis 1.
+        T(22, "model.layers.1.mlp.experts.w1", "F32", [2, 6, 4], shard1_ep([2, 6, 4], 2, 2),
+          part=2),
     ]
     return ts
 

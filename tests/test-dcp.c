@@ -143,6 +143,24 @@ test_detect(void)
   g_assert_false(wsync_dcp_detect(none));
 }
 
+/* FSDP2 x EP with efsdp * ep > E (2 experts, 2 x 2 mesh): (Shard(1), Shard(0)), so rank
+ * (i, j) = 2i + j holds expert j, rows [3i, 3i + 3) of axis 1. */
+static void
+check_shard1_ep(const WsyncDcp *dcp)
+{
+  const WsyncDcpTensor *t = wsync_dcp_lookup(dcp, "model.layers.1.mlp.experts.w1");
+  g_assert_cmpuint(t->chunks->len, ==, 4);
+  for (guint r = 0; r < 4; r++) {
+    const WsyncDcpChunk *c = chunk(t, r);
+    g_assert_cmpuint(c->box.offset[0], ==, r % 2);
+    g_assert_cmpuint(c->box.extent[0], ==, 1);
+    g_assert_cmpuint(c->box.offset[1], ==, 3 * (r / 2));
+    g_assert_cmpuint(c->box.extent[1], ==, 3);
+    g_assert_cmpuint(c->box.offset[2], ==, 0);
+    g_assert_cmpuint(c->box.extent[2], ==, 4);
+  }
+}
+
 static void
 test_a_good(void)
 {
@@ -164,6 +182,7 @@ test_a_good(void)
   g_assert_cmpuint(chunk(w1, 1)->box.offset[0], ==, 4);
   g_assert_cmpuint(chunk(w1, 2)->box.offset[0], ==, 2);
   g_assert_cmpuint(chunk(w1, 3)->box.offset[0], ==, 6);
+  check_shard1_ep(dcp);
   /* The empty last shard of an uneven split: offset = dim size, extent 0. */
   const WsyncDcpTensor *q = wsync_dcp_lookup(dcp, "model.layers.0.self_attn.q_proj.weight");
   g_assert_cmpuint(q->chunks->len, ==, 4);
@@ -226,6 +245,7 @@ check_good_b(const char *name)
   g_assert_cmpint(wsync_dcp_lookup(dcp, "model.u16")->dtype, ==, WSYNC_DTYPE_U16);
   g_assert_cmpint(wsync_dcp_lookup(dcp, "model.mask")->dtype, ==, WSYNC_DTYPE_BOOL);
   g_assert_cmpint(wsync_dcp_lookup(dcp, "model.position_ids")->dtype, ==, WSYNC_DTYPE_I64);
+  check_shard1_ep(dcp);
 }
 
 /* The dims of a torch.Size (REDUCE(torch.Size, ((d0, ...),))). */
@@ -639,12 +659,13 @@ test_refusal_cli(gconstpointer data)
   test_rmtree(conf);
 }
 
-/* Both pickling styles of the memory format, through the command: merge exits 0 and
- * gives back the unsharded source, bit for bit. */
+/* Both pickling styles of the memory format, protocols 2, 4 and 5 (pathlib._local), and
+ * format A, through the command: merge exits 0 and gives back the unsharded source, bit
+ * for bit. */
 static void
 test_merge_cli(void)
 {
-  const char *names[] = {"good-b", "good-b-by-name", "good-b-p2"};
+  const char *names[] = {"good-b", "good-b-by-name", "good-b-p2", "good-b-p5", "good-a"};
   g_autofree char *source = fixture("good.safetensors");
   for (guint i = 0; i < G_N_ELEMENTS(names); i++) {
     g_autofree char *path = fixture(names[i]);
@@ -657,7 +678,7 @@ test_merge_cli(void)
     test_run_clear(&run);
     run = test_run("verify", source, dst, "--conf-dir", conf, NULL);
     g_assert_cmpint(run.status, ==, 0);
-    g_assert_cmpstr(run.out, ==, "equal: 21 tensors, 1552 bytes\n");
+    g_assert_cmpstr(run.out, ==, "equal: 22 tensors, 1744 bytes\n");
     test_run_clear(&run);
     test_rmtree(conf);
   }
@@ -1202,7 +1223,7 @@ test_seeds_parse(void)
     GError *error = NULL;
     g_autoptr(WsyncDcp) dcp = wsync_dcp_parse_metadata(data, len, names[i], &error);
     g_assert_no_error(error);
-    g_assert_cmpuint(wsync_dcp_n_tensors(dcp), ==, 21);
+    g_assert_cmpuint(wsync_dcp_n_tensors(dcp), ==, 22);
     const WsyncDcpTensor *t = wsync_dcp_tensor(dcp, 0);
     g_assert_null(chunk(t, 0)->data);
   }

@@ -5,7 +5,8 @@ Usage: make-dcp-fixtures.py OUTDIR          (every fixture below, into OUTDIR)
        make-dcp-fixtures.py --seeds OUTDIR  (the fuzz seed corpus, tests/data/dcp-fuzz-seeds)
        make-dcp-fixtures.py --shard-ep FILE... OUTDIR
                                             (as --shard, format A only, experts whole on
-                                             their expert-parallel rank, each FILE's
+                                             their expert-parallel rank, a contiguous
+                                             range of experts per rank, each FILE's
                                              tensors in its own output part, as the
                                              checkpoint's files split them: the benchmark)
        make-dcp-fixtures.py --shard FILE OUTDIR
@@ -23,11 +24,15 @@ Python 3 standard library only; no torch.  The files follow docs/dcp.md:
 * format B (the default): .metadata, a pickle (protocol 2, 4 or 5) of
   torch.distributed.checkpoint.metadata.Metadata as docs/dcp.md §3 describes it (the
   layout as torch.serialization._get_layout('torch.strided'), the memory format
-  pickled by value or by name, as Pythons 3.11.7 and 3.11.2 do), and __R_K.distcp files
-  holding one torch.save zip archive per chunk (docs/dcp.md §3): archive/data.pkl
-  (protocol 2, _rebuild_tensor_v2 with a persistent id, or _rebuild_tensor_v3 with an
-  UntypedStorage for float8 and uint16), archive/data/0 stored and 64-byte aligned by
-  padding the local header's extra field, as torch's writer does;
+  pickled by value or by name, as Pythons 3.11.7 and 3.11.2 do, storage_data keyed by
+  MetadataIndex objects whose state is {fqn, index, offset} with index the chunk's
+  position in its tensor's chunks, or {fqn, index: None} for the non-tensor value), and
+  __R_K.distcp files holding one torch.save zip archive per chunk (docs/dcp.md §3):
+  archive/data.pkl (protocol 2, _rebuild_tensor_v2 with a persistent id, or
+  _rebuild_tensor_v3 with an UntypedStorage for float8 and uint16), archive/data/0
+  stored and 64-byte aligned by padding the local header's extra field, as torch's
+  writer does; rank 0's non-tensor value (BYTE_IO) is a torch.save archive too, with no
+  data/K record;
 * the unsharded source of each model as a plain safetensors file, to compare bit for bit.
 
 Every byte written depends only on the arguments, never on the Python that runs this
@@ -38,7 +43,8 @@ Python releases.  tests/test-dcp.c checks that --seeds reproduces the committed 
 The weights are synthetic and encoded: every element's bytes depend on the tensor and
 the element's index, so a misplaced chunk shows.  Shard boxes follow docs/dcp.md §4
 (torch.chunk semantics, FSDP2 Shard(0) with an empty last shard, FSDP2 x EP with
-_StridedShard + Shard on a 2 x 2 mesh, Shard(1), Replicate, dim 0 smaller than the world).
+_StridedShard + Shard on a 2 x 2 mesh, FSDP2 x EP with Shard(1) + Shard(0) when
+efsdp * ep > E, Shard(1), Replicate, dim 0 smaller than the world).
 """
 import collections
 import json
@@ -164,6 +170,21 @@ def strided_ep(shape, efsdp, ep):
     return out
 
 
+def shard1_ep(shape, efsdp, ep):
+    """(Shard(1), Shard(0)) on the mesh (efsdp, ep): torchtitan's FSDP placement of the
+    experts when efsdp * ep > E (docs/dcp.md §4), the experts Shard(0) on ep and FSDP
+    on the next axis.  The two placements shard different axes, so each rank's box is
+    its ep chunk of axis 0 by its efsdp chunk of axis 1."""
+    out = []
+    for i in range(efsdp):
+        for j in range(ep):
+            s_ep, o_ep = chunk(shape[0], ep, j)
+            s, o = chunk(shape[1], efsdp, i)
+            out.append((i * ep + j, [o_ep, o] + [0] * (len(shape) - 2),
+                        [s_ep, s] + list(shape[2:])))
+    return out
+
+
 def dedup(boxes):
     """DCP keeps one write item per (fqn, offsets), in one rank's plan (docs/dcp.md §4:
     the least-loaded plan, or the lowest rank with save_to_lowest_rank); here the lowest
@@ -221,6 +242,10 @@ def good_model():
         # Two chunks of one tensor in one rank's file (keys fqn.__dcp_shard_k).
         T(21, "model.layers.0.mlp.down.weight", "BF16", [8, 4],
           [(0, [0, 0], [4, 4]), (0, [4, 0], [4, 4])], part=2),
+        # FSDP2 x EP with 2 experts on a 2 x 2 mesh (efsdp * ep = 4 > 2): rank (i, j) =
+        # 2i + j holds expert j, rows [3i, 3i + 3) of axis 1.
+        T(22, "model.layers.1.mlp.experts.w1", "F32", [2, 6, 4], shard1_ep([2, 6, 4], 2, 2),
+          part=2),
     ]
     return ts
 
@@ -586,8 +611,14 @@ def tensor_properties(dtype_name, layout, mem_format):
                      (TORCH_DTYPE[dtype_name], layout, False, mem_format, False))
 
 
-def metadata_index(fqn, offset=None):
-    state = {"fqn": fqn, "index": None}
+def metadata_index(fqn, offset=None, index=None):
+    """A storage_data key.  MetadataIndex.__init__ sets fqn, then index, then offset only
+    when it is not None (metadata.py @ 57ba412974d8), so the pickled __dict__ is
+    {fqn, index, offset} for a tensor chunk and {fqn, index} for a BYTE_IO item (offset
+    left at the class default, not in the state).  create_default_global_save_plan
+    rewrites a tensor chunk's index to the chunk's position in its tensor's chunks
+    (dataclasses.replace, which calls __init__ again); BYTE_IO items keep index None."""
+    state = {"fqn": fqn, "index": index}
     if offset is not None:
         state["offset"] = torch_size(offset)
     return dataclass(META, "MetadataIndex", state)
@@ -663,22 +694,34 @@ def zip_archive(entries):
     return bytes(out + central + end)
 
 
+def torch_save_archive(pkl, storages=(), byteorder="little"):
+    """torch.save's zip archive written to a stream (DCP's "archive/" prefix): data.pkl,
+    .format_version, .storage_alignment and byteorder, then one data/K record per
+    storage (storages: (data, align, deflate, zip64)), then the writer's end records."""
+    return zip_archive(
+        [("archive/data.pkl", pkl, 0, False, False),
+         ("archive/.format_version", b"1", 0, False, False),
+         ("archive/.storage_alignment", b"64", 0, False, False),
+         ("archive/byteorder", byteorder.encode(), 0, False, False)]
+        + [("archive/data/%d" % k,) + tuple(st) for k, st in enumerate(storages)]
+        + [("archive/version", b"3\n", 0, False, False),
+           ("archive/.data/serialization_id", b"1234567890" * 4, 0, False, False)])
+
+
 def torch_save(dt, size, stride, storage_offset, storage, deflate=False, byteorder="little",
                zip64=False, storage_dtype=None):
-    """A torch.save archive of one tensor (DCP's "archive/" prefix)."""
+    """A torch.save archive of one tensor."""
     es, tname, scls = DTYPES[storage_dtype or dt]
     n_storage = len(storage) if scls is None else len(storage) // es
     pkl = dumps(rebuild_tensor(scls, n_storage, storage_offset, size, stride, tname), 2)
-    blob = zip_archive([
-        ("archive/data.pkl", pkl, 0, False, False),
-        ("archive/.format_version", b"1", 0, False, False),
-        ("archive/.storage_alignment", b"64", 0, False, False),
-        ("archive/byteorder", byteorder.encode(), 0, False, False),
-        ("archive/data/0", storage, 64, deflate, zip64),
-        ("archive/version", b"3\n", 0, False, False),
-        ("archive/.data/serialization_id", b"1234567890" * 4, 0, False, False),
-    ])
+    blob = torch_save_archive(pkl, [(storage, 64, deflate, zip64)], byteorder)
     return blob, pkl
+
+
+def torch_save_object(obj):
+    """A torch.save archive of a value without tensors (no data/K record): what the
+    default planner's resolve_data writes into the BytesIO of a BYTE_IO item."""
+    return torch_save_archive(dumps(obj, 2))
 
 
 # ---------------------------------------------------------------- format B
@@ -693,7 +736,7 @@ def write_format_b(root, model, protocol=4, enum_style="value", path_style="part
                    corrupt=None, drop=None, zstd=None, deflate=None, big=None, wrong_dtype=None,
                    oob=None, evil=False, missing=None, bad_stride=None, layout_of=None,
                    mem_format_of=None, blobs=None, metadata_name=".metadata", shape_of=None,
-                   serialization="torch_save"):
+                   serialization="torch_save", index_hints=True):
     """Writes .metadata (or metadata_name) and __R_K.distcp.  enum_style: how the memory
     format is pickled ("value" or "name", see enum_member).  Options name (tensor, rank)
     chunks to spoil; layout_of and mem_format_of map tensor names to what their
@@ -702,7 +745,9 @@ def write_format_b(root, model, protocol=4, enum_style="value", path_style="part
     writes as FileSystemWriter(serialization_format=SerializationFormat.SAFETENSORS)
     does (docs/dcp.md §3): no archive per chunk, but one safetensors blob per file after
     its non-tensor items, and every tensor's _StorageInfo holds the position before that
-    blob and numel * element size."""
+    blob and numel * element size.  index_hints=False leaves every storage_data key's
+    index None, as create_default_global_save_plan(rewrite_index_hints=False) does
+    (torch_xla's SPMDSavePlanner calls it so); torch's DefaultSavePlanner rewrites them."""
     os.makedirs(root, exist_ok=True)
     ranks = sorted({r for t in model for r, _, _ in t.boxes_b})
     sdm, storage, planner = {}, {}, {}
@@ -711,8 +756,9 @@ def write_format_b(root, model, protocol=4, enum_style="value", path_style="part
     pending = collections.defaultdict(list)  # serialization="safetensors": file -> tensors
     n_items = collections.Counter()
     if 0 in ranks and not evil:
-        # A non-tensor value first, as DCP writes BYTE_IO items before tensors.
-        raw = dumps({"step": 10}, 4)
+        # A non-tensor value first, as DCP writes BYTE_IO items before tensors: the
+        # planner's torch.save of it, written raw.
+        raw = torch_save_object({"step": 10})
         files["__0_0.distcp"] += raw
         sdm["train_state"] = dataclass(META, "BytesStorageMetadata", None)
         storage[metadata_index("train_state")] = storage_info("__0_0.distcp", 0, len(raw))
@@ -728,6 +774,7 @@ def write_format_b(root, model, protocol=4, enum_style="value", path_style="part
                 off = [o + 1 for o in off]  # recorded one step off; the bytes are right
             chunks.append(dataclass(META, "ChunkStorageMetadata",
                                     {"offsets": torch_size(off), "sizes": torch_size(ext)}))
+            index = len(chunks) - 1 if index_hints else None  # the chunk's position
             if (t.name, tuple(off)) in stored:
                 continue  # the same chunk listed twice: one archive (storage is keyed by offsets)
             stored.add((t.name, tuple(off)))
@@ -746,8 +793,8 @@ def write_format_b(root, model, protocol=4, enum_style="value", path_style="part
                 stride = [2 * s for s in stride]
             if serialization == "safetensors":
                 fname = "__%d_0.distcp" % rank
-                storage[metadata_index(t.name, off)] = storage_info(fname, len(files[fname]),
-                                                                    len(data))
+                storage[metadata_index(t.name, off, index)] = storage_info(
+                    fname, len(files[fname]), len(data))
                 pending[fname].append((t.name, t.dtype, ext, data, off))
                 continue
             blob, pkl = torch_save(t.dtype, ext, stride, offset, store,
@@ -762,8 +809,8 @@ def write_format_b(root, model, protocol=4, enum_style="value", path_style="part
             n_items[rank] += 1
             fname = "__%d_%d.distcp" % (rank, k)
             transform = ["stream.zstd/1"] if zstd == (t.name, rank) else None
-            storage[metadata_index(t.name, off)] = storage_info(fname, len(files[fname]),
-                                                                len(blob), transform)
+            storage[metadata_index(t.name, off, index)] = storage_info(
+                fname, len(files[fname]), len(blob), transform)
             files[fname] += blob
         props = tensor_properties(DTYPES[t.dtype][1], (layout_of or {}).get(t.name, STRIDED),
                                   (mem_format_of or {}).get(t.name, CONTIGUOUS[enum_style]))
@@ -830,6 +877,9 @@ def make_all(out):
     write_format_b(os.path.join(out, "good-b-p2"), good, protocol=2, enum_style="name")
     write_format_b(os.path.join(out, "good-b-p5"), good, protocol=5, path_style="local")
     write_format_b(os.path.join(out, "flat-b"), flat, enum_style="name")
+    # Tolerance: storage_data keys whose index hint was never rewritten (None for every
+    # chunk), as create_default_global_save_plan(rewrite_index_hints=False) leaves them.
+    write_format_b(os.path.join(out, "good-b-no-index-hints"), good, index_hints=False)
 
     # Refusals.
     write_format_a(os.path.join(out, "a-missing-shard"), good, 2, skip=(1, 1))
@@ -936,24 +986,48 @@ def shard_file(paths, out, ep=False, formats="ab"):
     """Every tensor of the safetensors files PATHS as FSDP2 shards it on 4 ranks:
     Shard(0), uneven splits and empty last shards included (docs/dcp.md §4); scalars
     whole on rank 0.  With ep, each per-expert tensor lives whole on one rank (expert
-    parallelism: torchtitan's HF export, docs/dcp.md §4) and the rest is FSDP2-sharded.
+    parallelism: torchtitan's HF export, docs/dcp.md §4; the experts Shard(0) on an ep
+    mesh of 4, so rank r holds the contiguous range chunk(E, 4, r) of each layer's E
+    experts) and the rest is FSDP2-sharded.
     The I-th file's tensors go to output part I (format A's -model-I-of-N)."""
+    files = [(part, read_safetensors(path)) for part, path in enumerate(paths, 1)]
+    n_experts = collections.Counter()  # the tensor name's part before ".experts." -> E
+    for _, tensors in files:
+        for name, _, _, _ in tensors:
+            m = EXPERT.search(name) if ep else None
+            if m:
+                key = name[:m.start()]
+                n_experts[key] = max(n_experts[key], int(m.group(1)) + 1)
     model = []
-    for part, path in enumerate(paths, 1):
-        for name, dtype, shape, data in read_safetensors(path):
-            model.append(sharded_tensor(name, dtype, shape, data, part, ep))
+    for part, tensors in files:
+        for name, dtype, shape, data in tensors:
+            model.append(sharded_tensor(name, dtype, shape, data, part, n_experts))
     if "a" in formats:
         write_format_a(os.path.join(out, "a"), model, len(paths))
     if "b" in formats:
         write_format_b(os.path.join(out, "b"), model, enum_style="name")
 
 
-def sharded_tensor(name, dtype, shape, data, part, ep):
+def expert_rank(e, n_experts, world):
+    """The rank holding expert e when the experts are Shard(0) on an ep mesh of `world`
+    (docs/dcp.md §4): torch.chunk of the expert axis, so each rank holds a contiguous
+    range of experts."""
+    for r in range(world):
+        size, off = chunk(n_experts, world, r)
+        if off <= e < off + size:
+            return r
+    raise ValueError("expert %d of %d" % (e, n_experts))
+
+
+def sharded_tensor(name, dtype, shape, data, part, n_experts):
+    """n_experts maps a name's part before ".experts." to its number of experts (empty:
+    no expert parallelism)."""
     t = T.__new__(T)
     t.name, t.dtype, t.shape, t.data, t.part = name, dtype, list(shape), data, part
-    m = EXPERT.search(name) if ep else None
-    if m:
-        t.boxes_a = [(int(m.group(1)) % 4, [0] * len(shape), list(shape))]
+    m = EXPERT.search(name)
+    if m and name[:m.start()] in n_experts:
+        rank = expert_rank(int(m.group(1)), n_experts[name[:m.start()]], 4)
+        t.boxes_a = [(rank, [0] * len(shape), list(shape))]
     else:
         t.boxes_a = shard(shape, 4) if shape else [(0, [], [])]
     t.boxes_b = t.boxes_a

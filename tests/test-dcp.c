@@ -143,6 +143,24 @@ test_detect(void)
   g_assert_false(wsync_dcp_detect(none));
 }
 
+/* FSDP2 x EP with efsdp * ep > E (2 experts, 2 x 2 mesh): (Shard(1), Shard(0)), so rank
+ * (i, j) = 2i + j holds expert j, rows [3i, 3i + 3) of axis 1. */
+static void
+check_shard1_ep(const WsyncDcp *dcp)
+{
+  const WsyncDcpTensor *t = wsync_dcp_lookup(dcp, "model.layers.1.mlp.experts.w1");
+  g_assert_cmpuint(t->chunks->len, ==, 4);
+  for (guint r = 0; r < 4; r++) {
+    const WsyncDcpChunk *c = chunk(t, r);
+    g_assert_cmpuint(c->box.offset[0], ==, r % 2);
+    g_assert_cmpuint(c->box.extent[0], ==, 1);
+    g_assert_cmpuint(c->box.offset[1], ==, 3 * (r / 2));
+    g_assert_cmpuint(c->box.extent[1], ==, 3);
+    g_assert_cmpuint(c->box.offset[2], ==, 0);
+    g_assert_cmpuint(c->box.extent[2], ==, 4);
+  }
+}
+
 static void
 test_a_good(void)
 {
@@ -164,6 +182,7 @@ test_a_good(void)
   g_assert_cmpuint(chunk(w1, 1)->box.offset[0], ==, 4);
   g_assert_cmpuint(chunk(w1, 2)->box.offset[0], ==, 2);
   g_assert_cmpuint(chunk(w1, 3)->box.offset[0], ==, 6);
+  check_shard1_ep(dcp);
   /* The empty last shard of an uneven split: offset = dim size, extent 0. */
   const WsyncDcpTensor *q = wsync_dcp_lookup(dcp, "model.layers.0.self_attn.q_proj.weight");
   g_assert_cmpuint(q->chunks->len, ==, 4);
@@ -226,6 +245,89 @@ check_good_b(const char *name)
   g_assert_cmpint(wsync_dcp_lookup(dcp, "model.u16")->dtype, ==, WSYNC_DTYPE_U16);
   g_assert_cmpint(wsync_dcp_lookup(dcp, "model.mask")->dtype, ==, WSYNC_DTYPE_BOOL);
   g_assert_cmpint(wsync_dcp_lookup(dcp, "model.position_ids")->dtype, ==, WSYNC_DTYPE_I64);
+  check_shard1_ep(dcp);
+}
+
+/* The dims of a torch.Size (REDUCE(torch.Size, ((d0, ...),))). */
+static const WsyncPickleValue *
+size_dims(const WsyncPickleValue *v)
+{
+  g_assert_true(wsync_pickle_is_instance(v, WSYNC_PG_SIZE));
+  g_assert_cmpuint(wsync_pickle_n_items(v->args), ==, 1);
+  const WsyncPickleValue *dims = wsync_pickle_item(v->args, 0);
+  g_assert_cmpint(dims->kind, ==, WSYNC_PICKLE_TUPLE);
+  return dims;
+}
+
+static void
+assert_same_dims(const WsyncPickleValue *a, const WsyncPickleValue *b)
+{
+  const WsyncPickleValue *da = size_dims(a), *db = size_dims(b);
+  g_assert_cmpuint(wsync_pickle_n_items(da), ==, wsync_pickle_n_items(db));
+  for (guint d = 0; d < wsync_pickle_n_items(da); d++)
+    g_assert_cmpint(wsync_pickle_item(da, d)->integer, ==, wsync_pickle_item(db, d)->integer);
+}
+
+/* The storage_data of fixture @name's metadata @md, as torch's MetadataIndex pickles:
+ * every key's BUILD state is the __dict__ that MetadataIndex.__init__ fills, in its
+ * order: {fqn, index, offset} for a tensor chunk, index the chunk's position in its
+ * tensor's chunks (create_default_global_save_plan), or None when @index_hints is FALSE
+ * (rewrite_index_hints=False); {fqn, index: None} for the non-tensor value, whose bytes
+ * are a torch.save zip archive exactly filling its byte range. */
+static void
+check_storage_keys(const char *name, const WsyncPickleValue *md, gboolean index_hints)
+{
+  const WsyncPickleValue *sdm = wsync_pickle_dict_lookup(md->state, "state_dict_metadata");
+  const WsyncPickleValue *sd = wsync_pickle_dict_lookup(md->state, "storage_data");
+  guint n_bytes_io = 0;
+  g_assert_cmpuint(wsync_pickle_n_items(sd), >, 0);
+  for (guint i = 0; i < wsync_pickle_n_items(sd); i++) {
+    const WsyncPickleValue *k = wsync_pickle_dict_key(sd, i);
+    g_assert_true(wsync_pickle_is_instance(k, WSYNC_PG_METADATA_INDEX));
+    g_assert_true(k->newobj);
+    const WsyncPickleValue *st = k->state;
+    g_assert_cmpint(st->kind, ==, WSYNC_PICKLE_DICT);
+    g_assert_cmpstr(wsync_pickle_dict_key(st, 0)->str, ==, "fqn");
+    g_assert_cmpstr(wsync_pickle_dict_key(st, 1)->str, ==, "index");
+    const WsyncPickleValue *fqn = wsync_pickle_dict_value(st, 0);
+    const WsyncPickleValue *index = wsync_pickle_dict_value(st, 1);
+    const WsyncPickleValue *tsm = wsync_pickle_dict_lookup(sdm, fqn->str);
+    g_assert_nonnull(tsm);
+    if (wsync_pickle_is_instance(tsm, WSYNC_PG_BYTES_STORAGE_METADATA)) {
+      n_bytes_io++;
+      g_assert_cmpuint(wsync_pickle_n_items(st), ==, 2); /* no offset */
+      g_assert_cmpint(index->kind, ==, WSYNC_PICKLE_NONE);
+      const WsyncPickleValue *info = wsync_pickle_dict_value(sd, i)->state;
+      const WsyncPickleValue *rp = wsync_pickle_dict_lookup(info, "relative_path");
+      guint64 off = (guint64)wsync_pickle_dict_lookup(info, "offset")->integer;
+      guint64 len = (guint64)wsync_pickle_dict_lookup(info, "length")->integer;
+      g_autofree char *path = g_build_filename(fixtures, name, rp->str, NULL);
+      g_autofree char *data = NULL;
+      gsize flen = 0;
+      g_assert_true(g_file_get_contents(path, &data, &flen, NULL));
+      g_assert_cmpuint(off + len, <=, flen);
+      g_assert_cmpuint(len, >, 22);
+      g_assert_cmpmem(data + off, 4, "PK\x03\x04", 4);
+      g_assert_cmpmem(data + off + len - 22, 4, "PK\x05\x06", 4); /* no comment */
+      g_assert_nonnull(memmem(data + off, len, "archive/data.pkl", 16));
+      g_assert_null(memmem(data + off, len, "archive/data/0", 14)); /* no storage */
+      continue;
+    }
+    g_assert_cmpuint(wsync_pickle_n_items(st), ==, 3);
+    g_assert_cmpstr(wsync_pickle_dict_key(st, 2)->str, ==, "offset");
+    const WsyncPickleValue *offset = wsync_pickle_dict_value(st, 2);
+    const WsyncPickleValue *chunks = wsync_pickle_dict_lookup(tsm->state, "chunks");
+    if (!index_hints) {
+      g_assert_cmpint(index->kind, ==, WSYNC_PICKLE_NONE);
+      continue;
+    }
+    g_assert_cmpint(index->kind, ==, WSYNC_PICKLE_INT);
+    g_assert_cmpint(index->integer, >=, 0);
+    g_assert_cmpint(index->integer, <, wsync_pickle_n_items(chunks));
+    const WsyncPickleValue *ch = wsync_pickle_item(chunks, (guint)index->integer);
+    assert_same_dims(wsync_pickle_dict_lookup(ch->state, "offsets"), offset);
+  }
+  g_assert_cmpuint(n_bytes_io, ==, 1);
 }
 
 /* The .metadata of fixture @name pickles the layout as real torch does
@@ -233,7 +335,7 @@ check_good_b(const char *name)
  * (builtins.getattr, as Python 3.11.2 does; __builtin__ at protocol 2) or by value (as
  * Python 3.11.7 does), and the reader takes both as the same member. */
 static void
-check_metadata_forms(const char *name, const char *getattr_global)
+check_metadata_forms(const char *name, const char *getattr_global, gboolean index_hints)
 {
   g_autofree char *path = g_build_filename(fixtures, name, ".metadata", NULL);
   g_autofree char *data = NULL;
@@ -252,6 +354,7 @@ check_metadata_forms(const char *name, const char *getattr_global)
   g_assert_no_error(error);
   const WsyncPickleValue *md = wsync_pickle_root(pk);
   g_assert_true(wsync_pickle_is_instance(md, WSYNC_PG_METADATA));
+  check_storage_keys(name, md, index_hints);
   const WsyncPickleValue *sdm = wsync_pickle_dict_lookup(md->state, "state_dict_metadata");
   guint n_tensors = 0;
   for (guint i = 0; i < wsync_pickle_n_items(sdm); i++) {
@@ -277,35 +380,45 @@ check_metadata_forms(const char *name, const char *getattr_global)
 static void
 test_b_good(void)
 {
-  check_metadata_forms("good-b", NULL);
+  check_metadata_forms("good-b", NULL, TRUE);
   check_good_b("good-b"); /* protocol 4, by value, pathlib.PosixPath */
 }
 
 static void
 test_b_by_name(void)
 {
-  check_metadata_forms("good-b-by-name", "\x8c\x08" "builtins\x94\x8c\x07" "getattr");
+  check_metadata_forms("good-b-by-name", "\x8c\x08" "builtins\x94\x8c\x07" "getattr", TRUE);
   check_good_b("good-b-by-name"); /* protocol 4, by name */
 }
 
 static void
 test_b_protocol2(void)
 {
-  check_metadata_forms("good-b-p2", "c__builtin__\ngetattr\n");
+  check_metadata_forms("good-b-p2", "c__builtin__\ngetattr\n", TRUE);
   check_good_b("good-b-p2"); /* protocol 2, by name */
 }
 
 static void
 test_b_protocol5(void)
 {
-  check_metadata_forms("good-b-p5", NULL);
+  check_metadata_forms("good-b-p5", NULL, TRUE);
   check_good_b("good-b-p5"); /* protocol 5, by value, pathlib._local.PosixPath */
+}
+
+/* Tolerance: index hints never rewritten (every key's index None), as
+ * create_default_global_save_plan(rewrite_index_hints=False) leaves them; the reader
+ * finds chunks by (fqn, offset) alone. */
+static void
+test_b_no_index_hints(void)
+{
+  check_metadata_forms("good-b-no-index-hints", NULL, FALSE);
+  check_good_b("good-b-no-index-hints");
 }
 
 static void
 test_b_flat(void)
 {
-  check_metadata_forms("flat-b", "getattr");
+  check_metadata_forms("flat-b", "getattr", TRUE);
   g_autoptr(WsyncDcp) dcp = open_good("flat-b");
   compare_with_source(dcp, "flat.safetensors");
 }
@@ -498,7 +611,7 @@ static const Refusal refusals[] = {
       NULL}},
     {"b-safetensors", TRUE,
      {"b-safetensors/__0_0.distcp: tensor \"model.embed_tokens.weight\": chunk [0:3, 0:4]: a "
-      "safetensors blob at byte 24, not a torch.save archive: the checkpoint was written with "
+      "safetensors blob at byte 803, not a torch.save archive: the checkpoint was written with "
       "SerializationFormat.SAFETENSORS, which wsync does not read",
       NULL},
      TRUE},
@@ -546,12 +659,13 @@ test_refusal_cli(gconstpointer data)
   test_rmtree(conf);
 }
 
-/* Both pickling styles of the memory format, through the command: merge exits 0 and
- * gives back the unsharded source, bit for bit. */
+/* Both pickling styles of the memory format, protocols 2, 4 and 5 (pathlib._local), and
+ * format A, through the command: merge exits 0 and gives back the unsharded source, bit
+ * for bit. */
 static void
 test_merge_cli(void)
 {
-  const char *names[] = {"good-b", "good-b-by-name", "good-b-p2"};
+  const char *names[] = {"good-b", "good-b-by-name", "good-b-p2", "good-b-p5", "good-a"};
   g_autofree char *source = fixture("good.safetensors");
   for (guint i = 0; i < G_N_ELEMENTS(names); i++) {
     g_autofree char *path = fixture(names[i]);
@@ -564,7 +678,7 @@ test_merge_cli(void)
     test_run_clear(&run);
     run = test_run("verify", source, dst, "--conf-dir", conf, NULL);
     g_assert_cmpint(run.status, ==, 0);
-    g_assert_cmpstr(run.out, ==, "equal: 21 tensors, 1552 bytes\n");
+    g_assert_cmpstr(run.out, ==, "equal: 22 tensors, 1744 bytes\n");
     test_run_clear(&run);
     test_rmtree(conf);
   }
@@ -1109,7 +1223,7 @@ test_seeds_parse(void)
     GError *error = NULL;
     g_autoptr(WsyncDcp) dcp = wsync_dcp_parse_metadata(data, len, names[i], &error);
     g_assert_no_error(error);
-    g_assert_cmpuint(wsync_dcp_n_tensors(dcp), ==, 21);
+    g_assert_cmpuint(wsync_dcp_n_tensors(dcp), ==, 22);
     const WsyncDcpTensor *t = wsync_dcp_tensor(dcp, 0);
     g_assert_null(chunk(t, 0)->data);
   }
@@ -1221,6 +1335,7 @@ main(int argc, char **argv)
   g_test_add_func("/dcp/b/good-protocol-4-by-name", test_b_by_name);
   g_test_add_func("/dcp/b/good-protocol-2", test_b_protocol2);
   g_test_add_func("/dcp/b/good-protocol-5", test_b_protocol5);
+  g_test_add_func("/dcp/b/no-index-hints", test_b_no_index_hints);
   g_test_add_func("/dcp/b/flat", test_b_flat);
   g_test_add_func("/dcp/b/per-rank-metadata", test_b_per_rank);
   for (guint i = 0; i < G_N_ELEMENTS(refusals); i++) {

@@ -281,7 +281,7 @@ then
         [ -n "${rank[$p]}" ] || continue
         while read -r k v rest; do
           [ "$k" = RssAnon: ] && [ "$v" -gt "${peak[${rank[$p]}]:-0}" ] && peak[${rank[$p]}]=$v
-        done < /proc/"$p"/status 2>/dev/null || true
+        done 2>/dev/null < /proc/"$p"/status || true # (quiet first: it may have exited)
       done
       sleep 0.05
     done

@@ -1218,6 +1218,16 @@ add_notes(Rank *r)
 
   wsync_layout_add_note(r->layout, consumer);
   wsync_layout_add_note(r->layout, era);
+  /* vllm-layouts.md §5: the attention scales are persistent buffers in every release the
+   * reference covers, and the loader raises ValueError("Missing keys ...") for any key
+   * the file lacks */
+  if (!r->kernel && !r->attn_scales)
+    wsync_layout_add_note(r->layout,
+                          "attn-scales = false: these files lack each attention layer's "
+                          "_k_scale, _v_scale, _q_scale and _prob_scale, which vLLM's "
+                          "sharded_state loader requires (it refuses the files with "
+                          "\"Missing keys\"); they serve only a loader that does not "
+                          "expect them");
 }
 
 /* The build function of both targets: every param of the model, for one rank. */

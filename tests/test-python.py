@@ -970,6 +970,20 @@ def vllm_worker_replica_hint():
         "no parameter or buffer of that name"
 
 
+@test
+def vllm_worker_replica_hint_only_experts():
+    """The replica hint is about MoE experts (vLLM slices only them over dp*pcp*tp): a
+    refusal of another tensor's shape, or of a dtype, is left as it is.  (Reviewer's test:
+    today both get the hint.)"""
+    from wsync.vllm_worker import replica_shape_hint
+    dense = ('model.layers.0.self_attn.qkv_proj.weight is BF16 [48, 64], but the parameter '
+             'has shape [24, 64]')
+    assert replica_shape_hint(dense, 2, 2, False) == dense, replica_shape_hint(dense, 2, 2, False)
+    dtype = ('model.layers.0.mlp.experts.w13_weight is BF16 [4, 32, 64], but the buffer holds '
+             'F32 elements')
+    assert replica_shape_hint(dtype, 2, 2, False) == dtype, replica_shape_hint(dtype, 2, 2, False)
+
+
 # ------------------------------------------------------------------ the commands
 
 @test

@@ -1596,6 +1596,45 @@ test_dtype_record_refused(void)
   test_run_clear(&r);
 }
 
+/* A rank file that records a published dtype no float it holds converts to (BOOL) is
+ * refused where it is read, whatever the target: exit 3, one line naming the file and the
+ * record; nothing is written, and the record is not carried into new rank files.
+ * (Reviewer's test: today vllm -> vllm exits 0 and writes the BOOL record again, and
+ * vllm -> hf fails at resolve with a line that names neither the file nor the record.) */
+static void
+test_dtype_record_not_float(void)
+{
+  g_autofree char *src = hand_made(synth(variant(DENSE, "nomtp"), FALSE), BF16_INPUT);
+  g_autofree char *dst = convert(src, CONF, "vllm", 1, 0);
+  g_autofree char *file = g_build_filename(dst, "model-rank-0-part-0.safetensors", NULL);
+  g_autofree char *key = record_key(0, "linear_attn.A_log");
+  g_autofree char *data = NULL;
+  static const char *const targets[] = {"hf", "vllm"};
+  gsize len;
+  char *at;
+
+  g_assert_true(g_file_get_contents(file, &data, &len, NULL));
+  /* "BF16" -> "BOOL", same length: the header stays valid JSON of the same size */
+  at = g_strstr_len(data + 8, (gssize)len - 8, key);
+  g_assert_nonnull(at);
+  at = strstr(at + strlen(key), "BF16");
+  g_assert_nonnull(at);
+  memcpy(at, "BOOL", 4);
+  g_assert_true(g_file_set_contents(file, data, (gssize)len, NULL));
+  for (guint i = 0; i < G_N_ELEMENTS(targets); i++) {
+    g_autofree char *back = new_path("refused");
+    Run r = run_wsync("convert", dst, back, "--conf-dir", CONF, "--plugin-dir", plugin_dir(),
+                      "--target", targets[i], NULL);
+    g_assert_cmpint(r.status, ==, 3);
+    assert_has(r.err, "model-rank-0-part-0.safetensors: tensor "
+                      "\"language_model.model.layers.0.linear_attn.A_log\": metadata "
+                      "wsync.published-dtype.model.language_model.layers.0.linear_attn.A_log is "
+                      "\"BOOL\"");
+    g_assert_false(g_file_test(back, G_FILE_TEST_EXISTS));
+    test_run_clear(&r);
+  }
+}
+
 /* ------------------------------------------------------------------ tests: the plan */
 
 static void
@@ -2012,6 +2051,7 @@ main(int argc, char **argv)
   g_test_add_func("/qwen3_5_moe/dtype/bf16-kept", test_dtype_bf16_kept);
   g_test_add_func("/qwen3_5_moe/dtype/f32-kept", test_dtype_f32_kept);
   g_test_add_func("/qwen3_5_moe/dtype/record-refused", test_dtype_record_refused);
+  g_test_add_func("/qwen3_5_moe/dtype/record-not-float", test_dtype_record_not_float);
   g_test_add_func("/qwen3_5_moe/round-trip/exact", test_round_trip_exact);
   g_test_add_func("/qwen3_5_moe/round-trip/mtp-omitted", test_round_trip_mtp_omitted);
   g_test_add_func("/qwen3_5_moe/plan/text", test_plan_text);

@@ -1399,6 +1399,12 @@ parse_metadata_file(const char *path, GError **error)
 {
   g_autoptr(GMappedFile) mf = NULL;
   GError *local = NULL;
+  /* not a regular file (a directory, a FIFO that would block): bad input, said once */
+  if (g_file_test(path, G_FILE_TEST_EXISTS) && !g_file_test(path, G_FILE_TEST_IS_REGULAR)) {
+    g_autofree char *p = wsync_json_printable(path);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: not a regular file", p);
+    return NULL;
+  }
   mf = g_mapped_file_new(path, FALSE, &local);
   if (mf == NULL) {
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO, "cannot read %s: %s", path, local->message);

@@ -12,6 +12,7 @@
 
 #include <string.h>
 
+#include "json-check.h"
 #include "plan-private.h"
 
 /* ------------------------------------------------------------------ step 2: bind inputs */
@@ -237,16 +238,28 @@ rank_inputs(WsyncPlan *plan, guint rank, GHashTable **names, GHashTable **metada
  * dtype @t holds it in.  @layout: the input layout that names @t, or NULL. */
 static gboolean
 input_published_dtype(WsyncLayout *layout, const WsyncLogicalTensor *vt, const WsyncTensor *t,
-                      WsyncDtype *dtype, GError **error)
+                      WsyncDtype *dtype, gboolean *recorded_out, GError **error)
 {
   g_autofree char *key = g_strconcat(WSYNC_PUBLISHED_DTYPE_KEY, vt->name, NULL);
   const char *recorded = layout != NULL ? wsync_layout_get_input_metadata(layout, key) : NULL;
 
   *dtype = t->dtype;
-  if (recorded != NULL && !wsync_dtype_from_name(recorded, dtype)) {
+  *recorded_out = recorded != NULL;
+  if (recorded == NULL)
+    return TRUE;
+  if (!wsync_dtype_from_name(recorded, dtype)) {
+    g_autofree char *p = wsync_json_printable(recorded);
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                "%s: tensor \"%s\": metadata %s is \"%s\", not a dtype", t->file, t->name, key,
-                recorded);
+                "%s: tensor \"%s\": metadata %s is \"%s\", not a dtype", t->file, t->name, key, p);
+    return FALSE;
+  }
+  /* only a float dtype the tensor can be cast back to (resolve.c's casts) is a record
+   * wsync writes: anything else would be carried into new files, or fail far from here */
+  if (*dtype != WSYNC_DTYPE_BF16 && *dtype != WSYNC_DTYPE_F16 && *dtype != WSYNC_DTYPE_F32) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "%s: tensor \"%s\": metadata %s is \"%s\", not a dtype it can be published in "
+                "(BF16, F16 or F32)",
+                t->file, t->name, key, recorded);
     return FALSE;
   }
   return TRUE;
@@ -258,8 +271,10 @@ static gboolean
 adopt_dtype(WsyncLayout *layout, WsyncLogicalTensor *vt, const WsyncTensor *t, GError **error)
 {
   WsyncDtype published = vt->published_dtype;
+  gboolean recorded = FALSE;
 
-  if (vt->dtype_follows_input && !input_published_dtype(layout, vt, t, &published, error))
+  if (vt->dtype_follows_input &&
+      !input_published_dtype(layout, vt, t, &published, &recorded, error))
     return FALSE;
   if (!vt->dtype_from_input) {
     vt->dtype = t->dtype;
@@ -274,10 +289,13 @@ adopt_dtype(WsyncLayout *layout, WsyncLogicalTensor *vt, const WsyncTensor *t, G
     return FALSE;
   }
   if (published != vt->published_dtype) {
+    g_autofree char *here =
+        recorded ? g_strdup_printf("records %s as the published dtype of %s",
+                                   wsync_dtype_name(published), vt->name)
+                 : g_strdup_printf("holds %s and records no published dtype of %s",
+                                   wsync_dtype_name(published), vt->name);
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                "%s: tensor \"%s\" records %s as the published dtype of %s but other parts "
-                "record %s",
-                t->file, t->name, wsync_dtype_name(published), vt->name,
+                "%s: tensor \"%s\" %s, but other parts make it %s", t->file, t->name, here,
                 wsync_dtype_name(vt->published_dtype));
     return FALSE;
   }

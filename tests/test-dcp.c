@@ -711,6 +711,19 @@ test_not_a_checkpoint(void)
   g_clear_error(&error);
   test_rmtree(tmp);
 
+  /* A rank's metadata that is not a regular file: bad input, named once. */
+  g_autofree char *odd = test_tmpdir();
+  g_autofree char *odd_meta = g_build_filename(odd, "__0.metadata", NULL);
+  g_assert_cmpint(g_mkdir(odd_meta, 0700), ==, 0);
+  g_assert_true(wsync_dcp_detect(odd));
+  dcp = wsync_dcp_open(odd, &error);
+  g_assert_null(dcp);
+  g_assert_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT);
+  g_autofree char *odd_want = g_strdup_printf("%s: not a regular file", odd_meta);
+  g_assert_cmpstr(error->message, ==, odd_want);
+  g_clear_error(&error);
+  test_rmtree(odd);
+
   g_autofree char *none = fixture("nowhere");
   dcp = wsync_dcp_open(none, &error);
   g_assert_null(dcp);

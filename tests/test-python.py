@@ -958,9 +958,9 @@ def vllm_worker_replica_hint():
     e = expect_error("but the buffer holds 16384 bytes", wsync.load_rank, out, 0, params,
                      require_commit=False, verify=False, **KW)
     hinted = replica_shape_hint(str(e), 2, 2, False)
-    assert hinted.startswith(str(e) + " (vLLM with 2 data-parallel replicas and no expert "
-                             "parallelism slices MoE experts over 4 ranks, which wsync does "
-                             "not write"), hinted
+    assert hinted.startswith(str(e) + " (vLLM without expert parallelism slices MoE experts "
+                             "over dp*pcp*tp = 4 ranks, not over the 2 TP ranks the files are "
+                             "written for, a layout wsync does not write"), hinted
     assert hinted.endswith("write the files with --ep 4)"), hinted
     assert replica_shape_hint(str(e), 2, 2, True) == str(e)
     assert replica_shape_hint(str(e), 2, 1, False) == str(e)

@@ -1596,6 +1596,38 @@ test_dtype_record_refused(void)
   test_run_clear(&r);
 }
 
+/* Ranks that disagree on a published dtype are refused where the second is read: here
+ * rank 1's files lose their record (its key renamed, same length), so its F32 A_log says
+ * F32 while rank 0 records BF16. */
+static void
+test_dtype_records_disagree(void)
+{
+  g_autofree char *src = hand_made(synth(variant(DENSE, "nomtp"), FALSE), BF16_INPUT);
+  g_autofree char *dst = convert(src, CONF, "vllm", 2, 0);
+  g_autofree char *file = g_build_filename(dst, "model-rank-1-part-0.safetensors", NULL);
+  g_autofree char *key = record_key(0, "linear_attn.A_log");
+  g_autofree char *back = new_path("refused");
+  g_autofree char *data = NULL;
+  gsize len;
+  char *at;
+  Run r;
+
+  g_assert_true(g_file_get_contents(file, &data, &len, NULL));
+  at = g_strstr_len(data + 8, (gssize)len - 8, key);
+  g_assert_nonnull(at);
+  at[strlen(WSYNC_PUBLISHED_DTYPE_KEY) - 2] = 'X'; /* wsync.published-dtypX.… */
+  g_assert_true(g_file_set_contents(file, data, (gssize)len, NULL));
+  r = run_wsync("convert", dst, back, "--conf-dir", CONF, "--plugin-dir", plugin_dir(),
+                "--target", "hf", NULL);
+  g_assert_cmpint(r.status, ==, 3);
+  assert_has(r.err, "model-rank-1-part-0.safetensors: tensor "
+                    "\"language_model.model.layers.0.linear_attn.A_log\" holds F32 and records "
+                    "no published dtype of model.language_model.layers.0.linear_attn.A_log, but "
+                    "other parts make it BF16\n");
+  g_assert_false(g_file_test(back, G_FILE_TEST_EXISTS));
+  test_run_clear(&r);
+}
+
 /* A rank file that records a published dtype no float it holds converts to (BOOL) is
  * refused where it is read, whatever the target: exit 3, one line naming the file and the
  * record; nothing is written, and the record is not carried into new rank files.
@@ -2052,6 +2084,7 @@ main(int argc, char **argv)
   g_test_add_func("/qwen3_5_moe/dtype/f32-kept", test_dtype_f32_kept);
   g_test_add_func("/qwen3_5_moe/dtype/record-refused", test_dtype_record_refused);
   g_test_add_func("/qwen3_5_moe/dtype/record-not-float", test_dtype_record_not_float);
+  g_test_add_func("/qwen3_5_moe/dtype/records-disagree", test_dtype_records_disagree);
   g_test_add_func("/qwen3_5_moe/round-trip/exact", test_round_trip_exact);
   g_test_add_func("/qwen3_5_moe/round-trip/mtp-omitted", test_round_trip_mtp_omitted);
   g_test_add_func("/qwen3_5_moe/plan/text", test_plan_text);

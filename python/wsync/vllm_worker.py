@@ -19,6 +19,8 @@ This module cannot run without vLLM; its logic is wsync.load_rank (tested) and
 rank_file_index below (tested).
 """
 
+import re
+
 from wsync import Error, load_rank
 
 
@@ -35,9 +37,11 @@ def rank_file_index(tp_rank, tp_size, expert_parallel=False, dp_rank=0, pcp_rank
 
 
 # How load_rank refuses a tensor of the wrong size: a torch parameter's shape, a
-# buffer's size or shape (wsync/__init__.py _check_torch, python/buffer.c).
-_SIZE_REFUSALS = ("but the parameter has shape", "but the buffer has shape",
-                  "but the buffer holds")
+# buffer's size ("... (N bytes), but the buffer holds M bytes") or shape
+# (wsync/__init__.py _check_torch, python/buffer.c); not its dtype.
+_SIZE_REFUSALS = (re.compile(r", but the parameter has shape \["),
+                  re.compile(r", but the buffer has shape \["),
+                  re.compile(r" bytes\), but the buffer holds \d+ bytes"))
 
 
 def replica_shape_hint(message, tp_size, dp_size, expert_parallel, pcp_size=1):
@@ -52,12 +56,13 @@ def replica_shape_hint(message, tp_size, dp_size, expert_parallel, pcp_size=1):
     over tp.  load_rank refuses the first such tensor before copying anything; this says
     why and what works instead."""
     flat = dp_size * pcp_size * tp_size
-    if expert_parallel or flat <= tp_size or not any(f in message for f in _SIZE_REFUSALS):
+    if (expert_parallel or flat <= tp_size or ".experts." not in message
+            or not any(f.search(message) for f in _SIZE_REFUSALS)):
         return message
-    return (f"{message} (vLLM with {dp_size * pcp_size} data-parallel replicas and no "
-            f"expert parallelism slices MoE experts over {flat} ranks, which wsync does not "
-            f"write: start vLLM with --enable-expert-parallel and write the files with "
-            f"--ep {flat})")
+    return (f"{message} (vLLM without expert parallelism slices MoE experts over "
+            f"dp*pcp*tp = {flat} ranks, not over the {tp_size} TP ranks the files are "
+            f"written for, a layout wsync does not write: start vLLM with "
+            f"--enable-expert-parallel and write the files with --ep {flat})")
 
 
 class WsyncWorkerExtension:

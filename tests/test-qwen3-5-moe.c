@@ -1561,110 +1561,95 @@ test_dtype_f32_kept(void)
   }
 }
 
+/* A tp @tp vllm conversion of a BF16 A_log checkpoint whose rank @rank file has the first
+ * @from at or after A_log's record key (in the key or in its value) replaced by @to, of
+ * the same length, so that the header stays valid JSON of the same size.  Returns the
+ * conversion's directory. */
+static char *
+patched_record(guint tp, guint rank, const char *from, const char *to)
+{
+  g_autofree char *src = hand_made(synth(variant(DENSE, "nomtp"), FALSE), BF16_INPUT);
+  char *dst = convert(src, CONF, "vllm", tp, 0);
+  g_autofree char *name = g_strdup_printf("model-rank-%u-part-0.safetensors", rank);
+  g_autofree char *file = g_build_filename(dst, name, NULL);
+  g_autofree char *key = record_key(0, "linear_attn.A_log");
+  g_autofree char *data = NULL;
+  gsize len;
+  char *at;
+
+  g_assert_cmpuint(strlen(from), ==, strlen(to));
+  g_assert_true(g_file_get_contents(file, &data, &len, NULL));
+  /* past the header's 8-byte length, which holds NUL bytes */
+  at = g_strstr_len(data + 8, (gssize)len - 8, key);
+  g_assert_nonnull(at);
+  at = strstr(at, from);
+  g_assert_nonnull(at);
+  memcpy(at, to, strlen(to));
+  g_assert_true(g_file_set_contents(file, data, (gssize)len, NULL));
+  return dst;
+}
+
+/* Converting @dst to @target is refused: exit 3, @fragment on stderr, nothing written. */
+static void
+assert_convert_refused(const char *dst, const char *target, const char *fragment)
+{
+  g_autofree char *back = new_path("refused");
+  Run r = run_wsync("convert", dst, back, "--conf-dir", CONF, "--plugin-dir", plugin_dir(),
+                    "--target", target, NULL);
+
+  g_assert_cmpint(r.status, ==, 3);
+  assert_has(r.err, fragment);
+  g_assert_false(g_file_test(back, G_FILE_TEST_EXISTS));
+  test_run_clear(&r);
+}
+
 /* A rank file that records a published dtype that is no dtype is refused: exit 3, one
  * line naming the file, the tensor and the value. */
 static void
 test_dtype_record_refused(void)
 {
-  g_autofree char *src = hand_made(synth(variant(DENSE, "nomtp"), FALSE), BF16_INPUT);
-  g_autofree char *dst = convert(src, CONF, "vllm", 1, 0);
-  g_autofree char *file = g_build_filename(dst, "model-rank-0-part-0.safetensors", NULL);
-  g_autofree char *key = record_key(0, "linear_attn.A_log");
-  g_autofree char *back = new_path("refused");
-  g_autofree char *data = NULL;
-  gsize len;
-  char *at;
-  Run r;
+  g_autofree char *dst = patched_record(1, 0, "BF16", "BX16");
 
-  g_assert_true(g_file_get_contents(file, &data, &len, NULL));
-  /* "BF16" -> "BX16", same length: the header stays valid JSON of the same size */
-  /* (past the header's 8-byte length, which holds NUL bytes) */
-  at = g_strstr_len(data + 8, (gssize)len - 8, key);
-  g_assert_nonnull(at);
-  at = strstr(at + strlen(key), "BF16");
-  g_assert_nonnull(at);
-  at[1] = 'X';
-  g_assert_true(g_file_set_contents(file, data, (gssize)len, NULL));
-  r = run_wsync("convert", dst, back, "--conf-dir", CONF, "--plugin-dir", plugin_dir(),
-                "--target", "hf", NULL);
-  g_assert_cmpint(r.status, ==, 3);
-  assert_has(r.err, "model-rank-0-part-0.safetensors: tensor "
-                    "\"language_model.model.layers.0.linear_attn.A_log\": metadata "
-                    "wsync.published-dtype.model.language_model.layers.0.linear_attn.A_log is "
-                    "\"BX16\", not a dtype");
-  g_assert_false(g_file_test(back, G_FILE_TEST_EXISTS));
-  test_run_clear(&r);
+  assert_convert_refused(dst, "hf",
+                         "model-rank-0-part-0.safetensors: tensor "
+                         "\"language_model.model.layers.0.linear_attn.A_log\": metadata "
+                         "wsync.published-dtype.model.language_model.layers.0.linear_attn.A_log "
+                         "is \"BX16\", not a dtype");
 }
 
 /* Ranks that disagree on a published dtype are refused where the second is read: here
- * rank 1's files lose their record (its key renamed, same length), so its F32 A_log says
- * F32 while rank 0 records BF16. */
+ * rank 1's files lose their record (its key renamed), so its F32 A_log says F32 while
+ * rank 0 records BF16. */
 static void
 test_dtype_records_disagree(void)
 {
-  g_autofree char *src = hand_made(synth(variant(DENSE, "nomtp"), FALSE), BF16_INPUT);
-  g_autofree char *dst = convert(src, CONF, "vllm", 2, 0);
-  g_autofree char *file = g_build_filename(dst, "model-rank-1-part-0.safetensors", NULL);
-  g_autofree char *key = record_key(0, "linear_attn.A_log");
-  g_autofree char *back = new_path("refused");
-  g_autofree char *data = NULL;
-  gsize len;
-  char *at;
-  Run r;
+  g_autofree char *dst = patched_record(2, 1, "published-dtype.", "published-dtypX.");
 
-  g_assert_true(g_file_get_contents(file, &data, &len, NULL));
-  at = g_strstr_len(data + 8, (gssize)len - 8, key);
-  g_assert_nonnull(at);
-  at[strlen(WSYNC_PUBLISHED_DTYPE_KEY) - 2] = 'X'; /* wsync.published-dtypX.… */
-  g_assert_true(g_file_set_contents(file, data, (gssize)len, NULL));
-  r = run_wsync("convert", dst, back, "--conf-dir", CONF, "--plugin-dir", plugin_dir(),
-                "--target", "hf", NULL);
-  g_assert_cmpint(r.status, ==, 3);
-  assert_has(r.err, "model-rank-1-part-0.safetensors: tensor "
-                    "\"language_model.model.layers.0.linear_attn.A_log\" holds F32 and records "
-                    "no published dtype of model.language_model.layers.0.linear_attn.A_log, but "
-                    "other parts make it BF16\n");
-  g_assert_false(g_file_test(back, G_FILE_TEST_EXISTS));
-  test_run_clear(&r);
+  assert_convert_refused(dst, "hf",
+                         "model-rank-1-part-0.safetensors: tensor "
+                         "\"language_model.model.layers.0.linear_attn.A_log\" holds F32 and "
+                         "records no published dtype of "
+                         "model.language_model.layers.0.linear_attn.A_log, but other parts make "
+                         "it BF16\n");
 }
 
 /* A rank file that records a published dtype no float it holds converts to (BOOL) is
  * refused where it is read, whatever the target: exit 3, one line naming the file and the
- * record; nothing is written, and the record is not carried into new rank files.
- * (Reviewer's test: today vllm -> vllm exits 0 and writes the BOOL record again, and
- * vllm -> hf fails at resolve with a line that names neither the file nor the record.) */
+ * record; nothing is written, and the record is not carried into new rank files (it was
+ * written again by vllm -> vllm, and vllm -> hf failed at resolve with a line that named
+ * neither the file nor the record). */
 static void
 test_dtype_record_not_float(void)
 {
-  g_autofree char *src = hand_made(synth(variant(DENSE, "nomtp"), FALSE), BF16_INPUT);
-  g_autofree char *dst = convert(src, CONF, "vllm", 1, 0);
-  g_autofree char *file = g_build_filename(dst, "model-rank-0-part-0.safetensors", NULL);
-  g_autofree char *key = record_key(0, "linear_attn.A_log");
-  g_autofree char *data = NULL;
+  g_autofree char *dst = patched_record(1, 0, "BF16", "BOOL");
   static const char *const targets[] = {"hf", "vllm"};
-  gsize len;
-  char *at;
 
-  g_assert_true(g_file_get_contents(file, &data, &len, NULL));
-  /* "BF16" -> "BOOL", same length: the header stays valid JSON of the same size */
-  at = g_strstr_len(data + 8, (gssize)len - 8, key);
-  g_assert_nonnull(at);
-  at = strstr(at + strlen(key), "BF16");
-  g_assert_nonnull(at);
-  memcpy(at, "BOOL", 4);
-  g_assert_true(g_file_set_contents(file, data, (gssize)len, NULL));
-  for (guint i = 0; i < G_N_ELEMENTS(targets); i++) {
-    g_autofree char *back = new_path("refused");
-    Run r = run_wsync("convert", dst, back, "--conf-dir", CONF, "--plugin-dir", plugin_dir(),
-                      "--target", targets[i], NULL);
-    g_assert_cmpint(r.status, ==, 3);
-    assert_has(r.err, "model-rank-0-part-0.safetensors: tensor "
-                      "\"language_model.model.layers.0.linear_attn.A_log\": metadata "
-                      "wsync.published-dtype.model.language_model.layers.0.linear_attn.A_log is "
-                      "\"BOOL\"");
-    g_assert_false(g_file_test(back, G_FILE_TEST_EXISTS));
-    test_run_clear(&r);
-  }
+  for (guint i = 0; i < G_N_ELEMENTS(targets); i++)
+    assert_convert_refused(dst, targets[i],
+                           "model-rank-0-part-0.safetensors: tensor "
+                           "\"language_model.model.layers.0.linear_attn.A_log\": metadata "
+                           "wsync.published-dtype.model.language_model.layers.0.linear_attn."
+                           "A_log is \"BOOL\"");
 }
 
 /* ------------------------------------------------------------------ tests: the plan */

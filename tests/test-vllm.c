@@ -751,23 +751,6 @@ test_round_trip_other_convention(void)
   open_ranks(dst, ranks, G_N_ELEMENTS(ranks));
   assert_metadata(&ranks[0], "wsync.vllm-version", "0.18.1");
   assert_metadata(&ranks[0], "wsync.attn-scales", "false");
-  /* the plan says what such files lack, and who refuses them */
-  {
-    const char *pdir = test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR");
-    Run r = run_wsync("plan", src, "--conf-dir", conf_dir("0.18.1", FALSE), "--plugin-dir", pdir,
-                      "--target", "vllm", "--tp", "2", NULL);
-    g_assert_cmpint(r.status, ==, 0);
-    assert_has(r.out, "note: attn-scales = false: these files lack each attention layer's "
-                      "_k_scale, _v_scale, _q_scale and _prob_scale, which vLLM's sharded_state "
-                      "loader requires (it refuses the files with \"Missing keys\"); they serve "
-                      "only a loader that does not expect them\n");
-    run_clear(&r);
-    r = run_wsync("plan", src, "--conf-dir", conf_dir("0.18.1", TRUE), "--plugin-dir", pdir,
-                  "--target", "vllm", "--tp", "2", NULL);
-    g_assert_cmpint(r.status, ==, 0);
-    g_assert_null(strstr(r.out, "attn-scales = false"));
-    run_clear(&r);
-  }
   for (guint r = 0; r < G_N_ELEMENTS(ranks); r++)
     rank_files_clear(&ranks[r]);
   round_trip(src, dst, DEFAULT_CONF);
@@ -782,6 +765,29 @@ test_round_trip_other_convention(void)
 }
 
 /* ------------------------------------------------------------------ tests: plan, refusals */
+
+/* A sharded-state plan without the attention scales says what its files lack and that
+ * vLLM's sharded_state loader refuses them (vllm-layouts.md §5); with them, nothing. */
+static void
+test_plan_attn_scales_off(void)
+{
+  const char *src = synth("tiny-qwen3-moe.json", FALSE);
+  const char *pdir = test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR");
+  Run r = run_wsync("plan", src, "--conf-dir", conf_dir("0.18.1", FALSE), "--plugin-dir", pdir,
+                    "--target", "vllm", "--tp", "2", NULL);
+
+  g_assert_cmpint(r.status, ==, 0);
+  assert_has(r.out, "note: attn-scales = false: these files lack each attention layer's "
+                    "_k_scale, _v_scale, _q_scale and _prob_scale, which vLLM's sharded_state "
+                    "loader requires (it refuses the files with \"Missing keys\"); they serve "
+                    "only a loader that does not expect them\n");
+  run_clear(&r);
+  r = run_wsync("plan", src, "--conf-dir", conf_dir("0.18.1", TRUE), "--plugin-dir", pdir,
+                "--target", "vllm", "--tp", "2", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_assert_null(strstr(r.out, "attn-scales = false"));
+  run_clear(&r);
+}
 
 static void
 test_plan_json(void)
@@ -1190,6 +1196,7 @@ main(int argc, char **argv)
   g_test_add_func("/vllm/plan/format-and-era", test_plan_format_and_era);
   g_test_add_func("/vllm/help", test_help);
   g_test_add_func("/vllm/refuse/sharded-state", test_refuse_sharded_state);
+  g_test_add_func("/vllm/plan/attn-scales-off", test_plan_attn_scales_off);
   g_test_add_func("/vllm/refuse/format", test_refuse_format);
   g_test_add_func("/vllm/refuse/legacy-rank-files", test_refuse_legacy_rank_files);
   g_test_add_func("/vllm/config/shipped", test_shipped_conf);

@@ -22,6 +22,20 @@ execute(WsyncCli *cli, WsyncPlan *plan, const char *dst, gboolean force, GError 
   return wsync_plan_execute(plan, dst, flags, error);
 }
 
+/* What convert and merge say when done: the bytes written, then the plan's notes (how to
+ * load the output, the engine's naming era, rounded tensors), which a user who never
+ * runs `wsync plan` would otherwise not see. */
+static void
+print_written(WsyncPlan *plan, const char *dst)
+{
+  guint n_notes;
+  const char *const *notes = wsync_plan_get_notes(plan, &n_notes);
+
+  printf("wrote %s: %" G_GUINT64_FORMAT " bytes\n", dst, wsync_plan_total_bytes(plan));
+  for (guint i = 0; i < n_notes; i++)
+    printf("note: %s\n", notes[i]);
+}
+
 #define LAYOUT_ENTRIES(a)                                                                       \
   {"target", 't', 0, G_OPTION_ARG_STRING, &(a).target,                                          \
    "Target layout (the targets of the selected plugins: see below)", "T"},          \
@@ -105,7 +119,7 @@ cmd_convert(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
     g_autoptr(JsonNode) root = wsync_plan_to_json(plan);
     cli_print_json(root);
   } else if (!cli->quiet)
-    printf("wrote %s: %" G_GUINT64_FORMAT " bytes\n", dst, wsync_plan_total_bytes(plan));
+    print_written(plan, dst);
   return WSYNC_EXIT_OK;
 }
 
@@ -233,6 +247,6 @@ cmd_merge(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
     g_autoptr(JsonNode) root = wsync_plan_to_json(plan);
     cli_print_json(root);
   } else if (!cli->quiet)
-    printf("wrote %s: %" G_GUINT64_FORMAT " bytes\n", argv[2], wsync_plan_total_bytes(plan));
+    print_written(plan, argv[2]);
   return WSYNC_EXIT_OK;
 }

@@ -65,6 +65,8 @@ struct _WsyncPlan {
   guint out_tp, out_ep, out_world;
   GPtrArray *outputs; /* WsyncLayout*, one per rank written */
   GPtrArray *notes;   /* char*: what targets and hooks said about the plan, once each */
+  GHashTable *lossy_casts; /* WsyncLogicalTensor* -> WsyncDtype it is rounded to, while
+                            * the outputs are resolved (the notes then say it) */
   const volatile sig_atomic_t *interrupted; /* wsync_plan_set_interrupt() */
 };
 

@@ -56,6 +56,8 @@ wsync_plan_free(WsyncPlan *plan)
     g_ptr_array_unref(plan->claimants);
   if (plan->notes)
     g_ptr_array_unref(plan->notes);
+  if (plan->lossy_casts)
+    g_hash_table_unref(plan->lossy_casts);
   g_free(plan->in.label);
   g_free(plan->out.label);
   g_free(plan->in_format);
@@ -77,6 +79,14 @@ wsync_plan_total_bytes(WsyncPlan *plan)
       total += ((WsyncLayoutTensor *)layout->tensors->pdata[i])->nbytes;
   }
   return total;
+}
+
+const char *const *
+wsync_plan_get_notes(WsyncPlan *plan, guint *n_notes)
+{
+  g_return_val_if_fail(plan != NULL && n_notes != NULL, NULL);
+  *n_notes = plan->notes != NULL ? plan->notes->len : 0;
+  return plan->notes != NULL ? (const char *const *)plan->notes->pdata : NULL;
 }
 
 /* "converter NAME (plugin PLUGIN)" */

@@ -220,6 +220,14 @@ cast_is_supported(WsyncDtype from, WsyncDtype to)
          (to == WSYNC_DTYPE_BF16 || to == WSYNC_DTYPE_F16 || to == WSYNC_DTYPE_F32);
 }
 
+/* Every cast but to F32 can change a value: F32 and F16 lose mantissa bits in BF16, F32
+ * and BF16 lose range in F16. */
+static gboolean
+cast_is_lossy(WsyncDtype from, WsyncDtype to)
+{
+  return from != to && to != WSYNC_DTYPE_F32;
+}
+
 static gboolean
 resolve_placement(WsyncPlan *plan, WsyncLayout *layout, WsyncLayoutTensor *lt,
                   const Placement *pl, GError **error)
@@ -234,6 +242,8 @@ resolve_placement(WsyncPlan *plan, WsyncLayout *layout, WsyncLayoutTensor *lt,
                 wsync_dtype_name(lt->dtype));
     return FALSE;
   }
+  if (cast_is_lossy(vt->dtype, lt->dtype) && !g_hash_table_contains(plan->lossy_casts, vt))
+    g_hash_table_insert(plan->lossy_casts, vt, GINT_TO_POINTER(lt->dtype));
   g_array_append_val(uncovered, pl->box);
   for (guint s = 0; s < vt->sources->len && uncovered->len > 0; s++) {
     const Source *src = &g_array_index(vt->sources, Source, s);
@@ -507,6 +517,52 @@ collect_notes(WsyncPlan *plan, WsyncLayout *layout)
       g_ptr_array_add(plan->notes, g_strdup(layout->notes->pdata[i]));
 }
 
+static gint
+compare_ordinals(gconstpointer a, gconstpointer b)
+{
+  const WsyncLogicalTensor *x = *(WsyncLogicalTensor *const *)a;
+  const WsyncLogicalTensor *y = *(WsyncLogicalTensor *const *)b;
+  return (x->ordinal > y->ordinal) - (x->ordinal < y->ordinal);
+}
+
+/* One note per kind of lossy cast, with a count and the first tensor, in the model's
+ * order: a trainer's F32 master weights written as BF16 are rounded, which the plan
+ * shows op by op but a user of convert would otherwise not learn. */
+static void
+note_lossy_casts(WsyncPlan *plan)
+{
+  g_autoptr(GPtrArray) cast = g_ptr_array_new();
+  GHashTableIter iter;
+  gpointer vt;
+
+  g_hash_table_iter_init(&iter, plan->lossy_casts);
+  while (g_hash_table_iter_next(&iter, &vt, NULL))
+    g_ptr_array_add(cast, vt);
+  g_ptr_array_sort(cast, compare_ordinals);
+  for (guint i = 0; i < cast->len; i++) {
+    const WsyncLogicalTensor *first = cast->pdata[i];
+    WsyncDtype to = GPOINTER_TO_INT(g_hash_table_lookup(plan->lossy_casts, first));
+    guint count = 0;
+    if (first == NULL) /* counted with an earlier one */
+      continue;
+    for (guint j = i; j < cast->len; j++) {
+      const WsyncLogicalTensor *vt = cast->pdata[j];
+      if (vt != NULL && vt->dtype == first->dtype &&
+          GPOINTER_TO_INT(g_hash_table_lookup(plan->lossy_casts, vt)) == (gint)to) {
+        count++;
+        if (j > i)
+          cast->pdata[j] = NULL;
+      }
+    }
+    g_ptr_array_add(plan->notes,
+                    g_strdup_printf("%u tensor%s cast %s->%s, rounded to nearest even (the "
+                                    "first: %s): the %s layout holds them in %s",
+                                    count, count == 1 ? "" : "s", wsync_dtype_name(first->dtype),
+                                    wsync_dtype_name(to), first->name, plan->target,
+                                    wsync_dtype_name(to)));
+  }
+}
+
 gboolean
 plan_build_outputs(WsyncPlan *plan, const WsyncPlanOptions *opts, GError **error)
 {
@@ -528,6 +584,7 @@ plan_build_outputs(WsyncPlan *plan, const WsyncPlanOptions *opts, GError **error
   plan->out_world = world;
   plan->outputs = g_ptr_array_new_with_free_func(plan_layout_unref);
   plan->notes = g_ptr_array_new_with_free_func(g_free);
+  plan->lossy_casts = g_hash_table_new(NULL, NULL);
   for (guint r = 0; r < world; r++) {
     if (opts->rank >= 0 && (guint)opts->rank != r)
       continue;
@@ -541,5 +598,7 @@ plan_build_outputs(WsyncPlan *plan, const WsyncPlanOptions *opts, GError **error
       return FALSE;
     assign_parts(layout, opts->part_size ? opts->part_size : G_MAXUINT64);
   }
+  note_lossy_casts(plan);
+  g_clear_pointer(&plan->lossy_casts, g_hash_table_unref);
   return TRUE;
 }

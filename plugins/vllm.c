@@ -925,7 +925,8 @@ own_name(const Rank *r, const WsyncParam *param)
  * model dtype; loading casts to it (§2 "Dtype on load").  The plan says which cast, if
  * any, that takes from the dtype the tensor is read in (a checkpoint may publish either
  * in BF16 or F32; the files then record the published dtype, see
- * wsync_logical_set_dtype_follows_input()). */
+ * wsync_logical_set_dtype_follows_input()).  The note names no layer: said once for every
+ * layer, it stays one line of `wsync convert`'s output however deep the model. */
 static WsyncDtype
 runtime_dtype(Rank *r, const WsyncParam *param)
 {
@@ -935,28 +936,31 @@ runtime_dtype(Rank *r, const WsyncParam *param)
 
   if (param->role == WSYNC_ROLE_LINEAR_A_LOG) {
     note = source != WSYNC_DTYPE_F32
-               ? g_strdup_printf("%s: vLLM holds A_log in float32 (vLLM #37810): the %s "
-                                 "value is widened exactly",
-                                 param->name, wsync_dtype_name(source))
-               : g_strdup_printf("%s: vLLM holds A_log in float32 (vLLM #37810), as read",
-                                 param->name);
+               ? g_strdup_printf("linear_attn.A_log of every linear-attention layer: vLLM "
+                                 "holds A_log in float32 (vLLM #37810): the %s value is "
+                                 "widened exactly",
+                                 wsync_dtype_name(source))
+               : g_strdup("linear_attn.A_log of every linear-attention layer: vLLM holds "
+                          "A_log in float32 (vLLM #37810), as read");
     wsync_layout_add_note(r->layout, note);
     return WSYNC_DTYPE_F32;
   }
   if (param->role == WSYNC_ROLE_LINEAR_NORM) {
     note = source != model
-               ? g_strdup_printf("%s: vLLM's RMSNormGated is created in the model dtype: the %s "
+               ? g_strdup_printf("linear_attn.norm.weight of every linear-attention layer: "
+                                 "vLLM's RMSNormGated is created in the model dtype: the %s "
                                  "value is %s",
-                                 param->name, wsync_dtype_name(source),
+                                 wsync_dtype_name(source),
                                  model == WSYNC_DTYPE_F32
                                      ? "widened exactly"
                                      : model == WSYNC_DTYPE_BF16
                                            ? "rounded to BF16 to nearest-even, as torch's "
                                              "copy_ does"
                                            : "rounded to nearest-even, as torch's copy_ does")
-               : g_strdup_printf("%s: vLLM's RMSNormGated is created in the model dtype, %s, "
+               : g_strdup_printf("linear_attn.norm.weight of every linear-attention layer: "
+                                 "vLLM's RMSNormGated is created in the model dtype, %s, "
                                  "as read",
-                                 param->name, wsync_dtype_name(model));
+                                 wsync_dtype_name(model));
     wsync_layout_add_note(r->layout, note);
     return model;
   }

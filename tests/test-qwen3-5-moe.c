@@ -1661,11 +1661,16 @@ test_plan_text(void)
                     "--target", "vllm", "--tp", "2", NULL);
 
   g_assert_cmpint(r.status, ==, 0);
-  assert_has(r.out, "note: model.language_model.layers.0.linear_attn.A_log: vLLM holds A_log in "
-                    "float32 (vLLM #37810), as read\n");
-  assert_has(r.out, "note: model.language_model.layers.0.linear_attn.norm.weight: vLLM's "
+  assert_has(r.out, "note: linear_attn.A_log of every linear-attention layer: vLLM holds A_log "
+                    "in float32 (vLLM #37810), as read\n");
+  assert_has(r.out, "note: linear_attn.norm.weight of every linear-attention layer: vLLM's "
                     "RMSNormGated is created in the model dtype: the F32 value is rounded to "
-                    "BF16 to nearest-even, as torch's copy_ does");
+                    "BF16 to nearest-even, as torch's copy_ does\n");
+  /* said once, not per layer */
+  g_assert_null(strstr(r.out, "note: model.language_model.layers."));
+  assert_has(r.out, "note: 3 tensors cast F32->BF16, rounded to nearest even (the first: "
+                    "model.language_model.layers.0.linear_attn.norm.weight): the vllm layout "
+                    "holds them in BF16\n");
   assert_has(r.out, "dropped mtp.fc.weight by rule vllm-skips-mtp");
   assert_has(r.out, "dropped mtp.layers.0.mlp.experts.gate by rule vllm-skips-mtp");
   assert_has(r.out, "dropped mtp.layers.0.mlp.experts.down by rule vllm-skips-mtp");
@@ -1707,8 +1712,55 @@ test_plan_json(void)
                 "--tp", "2", NULL);
   g_assert_cmpint(r.status, ==, 0);
   assert_has(r.out, "<- model.language_model.layers.0.linear_attn.A_log[4:8] cast BF16->F32");
-  assert_has(r.out, "note: model.language_model.layers.0.linear_attn.A_log: vLLM holds A_log in "
-                    "float32 (vLLM #37810): the BF16 value is widened exactly");
+  assert_has(r.out, "note: linear_attn.A_log of every linear-attention layer: vLLM holds A_log "
+                    "in float32 (vLLM #37810): the BF16 value is widened exactly");
+  test_run_clear(&r);
+}
+
+/* convert says what the plan's notes say, after the bytes it wrote: how to load the
+ * files, the naming era, the rounded tensors; -q says nothing.  The JSON report of both
+ * carries them already (test_plan_json). */
+static void
+test_convert_notes(void)
+{
+  const char *src = synth(MOE, FALSE);
+  g_autofree char *dst = new_path("noted");
+  Run plan = run_wsync("plan", src, "--conf-dir", CONF, "--plugin-dir", plugin_dir(),
+                       "--target", "vllm", "--tp", "2", NULL);
+  g_autoptr(GString) notes = g_string_new(NULL);
+  g_auto(GStrv) lines = NULL;
+
+  g_assert_cmpint(plan.status, ==, 0);
+  lines = g_strsplit(plan.out, "\n", -1);
+  for (guint i = 0; lines[i] != NULL; i++)
+    if (g_str_has_prefix(lines[i], "note: "))
+      g_string_append_printf(notes, "%s\n", lines[i]);
+  test_run_clear(&plan);
+  g_assert_cmpstr(notes->str, !=, "");
+
+  Run r = run_wsync("convert", src, dst, "--conf-dir", CONF, "--plugin-dir", plugin_dir(),
+                    "--target", "vllm", "--tp", "2", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_autofree char *wrote = g_strdup_printf("wrote %s: 868080 bytes\n", dst);
+  g_autofree char *want = g_strconcat(wrote, notes->str, NULL);
+  g_assert_cmpstr(r.out, ==, want);
+  assert_has(r.out, "note: format sharded-state: load with `vllm serve DIR --load-format "
+                    "sharded_state --tensor-parallel-size 2`\n");
+  assert_has(r.out, "note: 3 tensors cast F32->BF16, rounded to nearest even");
+  test_run_clear(&r);
+
+  r = run_wsync("convert", src, dst, "--conf-dir", CONF, "--plugin-dir", plugin_dir(),
+                "--target", "vllm", "--tp", "2", "-q", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_assert_cmpstr(r.out, ==, "");
+  test_run_clear(&r);
+
+  /* back to "hf": A_log and the norms return to F32 exactly, nothing is rounded */
+  g_autofree char *back = new_path("noted-back");
+  r = run_wsync("convert", dst, back, "--conf-dir", CONF, "--plugin-dir", plugin_dir(),
+                "--target", "hf", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_assert_null(strstr(r.out, "rounded"));
   test_run_clear(&r);
 }
 
@@ -2074,6 +2126,7 @@ main(int argc, char **argv)
   g_test_add_func("/qwen3_5_moe/round-trip/mtp-omitted", test_round_trip_mtp_omitted);
   g_test_add_func("/qwen3_5_moe/plan/text", test_plan_text);
   g_test_add_func("/qwen3_5_moe/plan/json", test_plan_json);
+  g_test_add_func("/qwen3_5_moe/convert/notes", test_convert_notes);
   g_test_add_func("/qwen3_5_moe/refuse/key-heads", test_refuse_key_heads);
   g_test_add_func("/qwen3_5_moe/refuse/heads", test_refuse_heads);
   g_test_add_func("/qwen3_5_moe/refuse/configs", test_refuse_configs);

@@ -179,6 +179,20 @@ WSYNC_API void wsync_plan_print(WsyncPlan *plan, FILE *out);
  */
 WSYNC_API JsonNode *wsync_plan_to_json(WsyncPlan *plan);
 
+/**
+ * wsync_plan_get_notes:
+ * @plan: a plan
+ * @n_notes: (out): how many notes there are
+ *
+ * What the targets, the hooks and the planner said about the plan, each once, in the
+ * order said: how to load the output, which naming rules of the engine apply, which
+ * tensors are rounded by a cast.  `wsync plan` and `wsync convert` print them as "note:"
+ * lines.
+ *
+ * Returns: (transfer none) (array length=n_notes): the notes, valid as long as @plan.
+ */
+WSYNC_API const char *const *wsync_plan_get_notes(WsyncPlan *plan, guint *n_notes);
+
 /** wsync_plan_total_bytes: Returns: the bytes of tensor data the plan writes. */
 WSYNC_API guint64 wsync_plan_total_bytes(WsyncPlan *plan);
 

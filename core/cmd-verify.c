@@ -124,8 +124,11 @@ find_record_difference(WsyncCheckpoint *a, WsyncCheckpoint *b, Difference *diff)
   for (guint i = 0; i < wsync_checkpoint_n_tensors(a); i++) {
     const WsyncTensor *ta = wsync_checkpoint_tensor(a, i);
     const WsyncTensor *tb = wsync_checkpoint_tensor(b, i);
-    guint fa = GPOINTER_TO_UINT(g_hash_table_lookup(numbers_a, ta->file)) - 1;
-    guint fb = GPOINTER_TO_UINT(g_hash_table_lookup(numbers_b, tb->file)) - 1;
+    guint na = GPOINTER_TO_UINT(g_hash_table_lookup(numbers_a, ta->file));
+    guint nb = GPOINTER_TO_UINT(g_hash_table_lookup(numbers_b, tb->file));
+    if (na == 0 || nb == 0)
+      continue; /* (every tensor is in one of its checkpoint's files) */
+    guint fa = na - 1, fb = nb - 1;
     gint64 pair = (gint64)fa * n_b + fb;
     if (g_hash_table_contains(compared, &pair))
       continue;

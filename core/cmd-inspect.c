@@ -1,10 +1,32 @@
-/* wsync inspect PATH: the tensors of a safetensors file or a checkpoint directory. */
+/* wsync inspect PATH: the tensors of a safetensors file or a checkpoint directory, and
+ * each file's __metadata__. */
 #include "config.h"
 
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
+
+/* A file's __metadata__ (none: nothing), under the table: "metadata of FILE:", then
+ * "  KEY=VALUE" in key order.  Metadata is whatever the file says: every key and value
+ * is printed printable, one line each. */
+static void
+print_metadata(const WsyncSafetensors *st)
+{
+  GHashTable *metadata = wsync_safetensors_metadata(st);
+  g_autoptr(GList) keys = g_list_sort(g_hash_table_get_keys(metadata), (GCompareFunc)strcmp);
+  g_autofree char *path = NULL;
+
+  if (keys == NULL)
+    return;
+  path = wsync_printable(wsync_safetensors_path(st));
+  printf("metadata of %s:\n", path);
+  for (GList *k = keys; k != NULL; k = k->next) {
+    g_autofree char *key = wsync_printable(k->data);
+    g_autofree char *value = wsync_printable(g_hash_table_lookup(metadata, k->data));
+    printf("  %s=%s\n", key, value);
+  }
+}
 
 static void
 print_text(WsyncCheckpoint *ck)
@@ -32,6 +54,8 @@ print_text(WsyncCheckpoint *ck)
   printf("%u tensors, %" G_GUINT64_FORMAT " bytes in %u file%s\n", n,
          wsync_checkpoint_total_bytes(ck), wsync_checkpoint_n_files(ck),
          wsync_checkpoint_n_files(ck) == 1 ? "" : "s");
+  for (guint f = 0; f < wsync_checkpoint_n_files(ck); f++)
+    print_metadata(wsync_checkpoint_file(ck, f));
 }
 
 static void

@@ -2,10 +2,15 @@
  *
  * A and B are each a safetensors file or a checkpoint directory.  They are equal when
  * they hold the same tensor names and, name by name, the same dtype, the same shape
- * and the same bytes; how the tensors are split into files does not matter.  The first
- * difference is reported on one line and the exit status is 1: names missing on
- * either side come first (the first such name in name order), then the tensors in
- * name order, each checked for dtype, then shape, then data.
+ * and the same bytes; how the tensors are split into files does not matter.  The files
+ * that hold a tensor on each side must also carry the same published-dtype records
+ * (WSYNC_PUBLISHED_DTYPE_KEY): they change the dtype the tensors read back in.  No other
+ * metadata is compared (version stamps and the like differ between runs that wrote
+ * the same tensors).  The first difference is reported on one line and the exit status
+ * is 1: names missing on either side come first (the first such name in name order),
+ * then the records (of the files of the tensors in name order, each pair of files once,
+ * the keys in key order), then the tensors in name order, each checked for dtype, then
+ * shape, then data.
  *
  * "tensors" and "bytes" (in the text when equal, always in --json) count what was
  * compared and found equal: everything when the checkpoints are equal, the tensors
@@ -30,6 +35,7 @@ typedef enum {
   DIFF_DTYPE,
   DIFF_SHAPE,
   DIFF_DATA,
+  DIFF_RECORD,
 } DiffKind;
 
 static const char *const diff_kind_names[] = {
@@ -39,17 +45,21 @@ static const char *const diff_kind_names[] = {
     [DIFF_DTYPE] = "dtype",
     [DIFF_SHAPE] = "shape",
     [DIFF_DATA] = "data",
+    [DIFF_RECORD] = "metadata",
 };
 
 typedef struct {
   DiffKind kind;
-  const char *name;               /* the tensor */
+  const char *name;               /* the tensor (NULL for DIFF_RECORD) */
   const WsyncTensor *a, *b;       /* NULL on the side it is missing from */
   gboolean whole_bytes;           /* DIFF_DATA: elements of 1 byte or more */
   guint64 byte;                   /* DIFF_DATA: first differing byte in the tensor */
   guint64 element;                /* DIFF_DATA, whole_bytes: the element holding it */
   guint64 index[WSYNC_MAX_DIMS];  /* ... and its index, one entry per dimension */
   guint element_size;             /* ... in bytes */
+  const char *key;                /* DIFF_RECORD: the metadata key */
+  const char *file_a, *file_b;    /* ... the two files that disagree on it */
+  const char *value_a, *value_b;  /* ... its values, NULL where it is absent */
 } Difference;
 
 typedef struct {
@@ -83,6 +93,55 @@ find_missing(WsyncCheckpoint *a, WsyncCheckpoint *b, Difference *diff)
     }
     i++;
     j++;
+  }
+  return FALSE;
+}
+
+/* @ck's files by path: index + 1 (a tensor names its file by path). */
+static GHashTable *
+file_numbers(WsyncCheckpoint *ck)
+{
+  GHashTable *numbers = g_hash_table_new(g_str_hash, g_str_equal);
+
+  for (guint f = 0; f < wsync_checkpoint_n_files(ck); f++)
+    g_hash_table_insert(numbers, (gpointer)wsync_safetensors_path(wsync_checkpoint_file(ck, f)),
+                        GUINT_TO_POINTER(f + 1));
+  return numbers;
+}
+
+/* The first published-dtype record on which a file of A and a file of B that hold the
+ * same tensor disagree.  Files are paired through the tensors they hold (the names are
+ * the same on both sides, both sorted), so how the tensors are split into files still
+ * does not matter; each pair is compared once. */
+static gboolean
+find_record_difference(WsyncCheckpoint *a, WsyncCheckpoint *b, Difference *diff)
+{
+  g_autoptr(GHashTable) numbers_a = file_numbers(a);
+  g_autoptr(GHashTable) numbers_b = file_numbers(b);
+  g_autoptr(GHashTable) compared = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, NULL);
+  gint64 n_b = wsync_checkpoint_n_files(b);
+
+  for (guint i = 0; i < wsync_checkpoint_n_tensors(a); i++) {
+    const WsyncTensor *ta = wsync_checkpoint_tensor(a, i);
+    const WsyncTensor *tb = wsync_checkpoint_tensor(b, i);
+    guint na = GPOINTER_TO_UINT(g_hash_table_lookup(numbers_a, ta->file));
+    guint nb = GPOINTER_TO_UINT(g_hash_table_lookup(numbers_b, tb->file));
+    if (na == 0 || nb == 0)
+      continue; /* (every tensor is in one of its checkpoint's files) */
+    guint fa = na - 1, fb = nb - 1;
+    gint64 pair = (gint64)fa * n_b + fb;
+    if (g_hash_table_contains(compared, &pair))
+      continue;
+    g_hash_table_add(compared, g_memdup2(&pair, sizeof pair));
+    GHashTable *ma = wsync_safetensors_metadata(wsync_checkpoint_file(a, fa));
+    GHashTable *mb = wsync_safetensors_metadata(wsync_checkpoint_file(b, fb));
+    const char *key = wsync_published_dtype_first_difference(ma, mb);
+    if (key != NULL) {
+      *diff = (Difference){.kind = DIFF_RECORD, .key = key, .file_a = ta->file,
+                           .file_b = tb->file, .value_a = g_hash_table_lookup(ma, key),
+                           .value_b = g_hash_table_lookup(mb, key)};
+      return TRUE;
+    }
   }
   return FALSE;
 }
@@ -138,12 +197,11 @@ tensor_differs(const WsyncTensor *a, const WsyncTensor *b, Difference *diff)
   return TRUE;
 }
 
+/* Compares the tensors of @a and @b, which have the same names: it touches the
+ * memory maps, so it runs guarded and allocates nothing. */
 static void
-verify(WsyncCheckpoint *a, WsyncCheckpoint *b, Verdict *v)
+verify_tensors(WsyncCheckpoint *a, WsyncCheckpoint *b, Verdict *v)
 {
-  *v = (Verdict){0};
-  if (find_missing(a, b, &v->diff))
-    return;
   /* The same names, both sorted: tensor i of A and tensor i of B share a name. */
   for (guint i = 0; i < wsync_checkpoint_n_tensors(a); i++) {
     const WsyncTensor *ta = wsync_checkpoint_tensor(a, i);
@@ -154,6 +212,15 @@ verify(WsyncCheckpoint *a, WsyncCheckpoint *b, Verdict *v)
     v->n_bytes += ta->nbytes;
   }
   v->diff.kind = DIFF_NONE;
+}
+
+/* A record's value in the one-line output: quoted, or "absent". */
+static char *
+record_text(const char *value)
+{
+  g_autofree char *p = value != NULL ? printable(value) : NULL;
+
+  return p != NULL ? g_strdup_printf("\"%s\"", p) : g_strdup("absent");
 }
 
 /* The @size bytes of an element as one little-endian number: "0x3f80". */
@@ -209,7 +276,27 @@ print_text(WsyncCheckpoint *a, WsyncCheckpoint *b, const Verdict *v)
              name, d->byte, d->a->data[d->byte], d->b->data[d->byte]);
     }
     return;
+  case DIFF_RECORD: {
+    g_autofree char *key = printable(d->key);
+    g_autofree char *fa = printable(d->file_a);
+    g_autofree char *fb = printable(d->file_b);
+    g_autofree char *va = record_text(d->value_a);
+    g_autofree char *vb = record_text(d->value_b);
+    printf("differ: metadata \"%s\": %s in A (%s), %s in B (%s)\n", key, va, fa, vb, fb);
+    return;
   }
+  }
+}
+
+/* JSON member @name: @value, or null. */
+static void
+add_string_or_null(JsonBuilder *jb, const char *name, const char *value)
+{
+  json_builder_set_member_name(jb, name);
+  if (value != NULL)
+    json_builder_add_string_value(jb, value);
+  else
+    json_builder_add_null_value(jb);
 }
 
 static void
@@ -231,8 +318,7 @@ print_json(const Verdict *v)
   } else {
     gboolean located = d->kind == DIFF_DATA && d->whole_bytes;
     json_builder_begin_object(jb);
-    json_builder_set_member_name(jb, "tensor");
-    json_builder_add_string_value(jb, d->name);
+    add_string_or_null(jb, "tensor", d->name);
     json_builder_set_member_name(jb, "kind");
     json_builder_add_string_value(jb, diff_kind_names[d->kind]);
     json_builder_set_member_name(jb, "element");
@@ -253,6 +339,13 @@ print_json(const Verdict *v)
       json_builder_set_member_name(jb, "byte");
       json_builder_add_int_value(jb, (gint64)d->byte);
     }
+    if (d->kind == DIFF_RECORD) {
+      add_string_or_null(jb, "key", d->key);
+      add_string_or_null(jb, "file_a", d->file_a);
+      add_string_or_null(jb, "value_a", d->value_a);
+      add_string_or_null(jb, "file_b", d->file_b);
+      add_string_or_null(jb, "value_b", d->value_b);
+    }
     json_builder_end_object(jb);
   }
   json_builder_end_object(jb);
@@ -269,7 +362,7 @@ static void
 compare_cb(gpointer data)
 {
   Comparison *c = data;
-  verify(c->a, c->b, c->v);
+  verify_tensors(c->a, c->b, c->v);
 }
 
 /* The tensor of @ck whose bytes hold @address, or NULL. */
@@ -309,11 +402,13 @@ cmd_verify(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   if (b == NULL)
     return cli_fail(error);
 
-  /* the tensors are read through memory maps: a file truncated meanwhile is an I/O
-   * error naming it, not SIGBUS */
+  /* names and records come from the headers; then the tensors are read through memory
+   * maps: a file truncated meanwhile is an I/O error naming it, not SIGBUS */
+  v = (Verdict){0};
   Comparison c = {a, b, &v};
   const void *address = NULL;
-  if (!wsync_run_guarded(compare_cb, &c, &address)) {
+  gboolean headers_differ = find_missing(a, b, &v.diff) || find_record_difference(a, b, &v.diff);
+  if (!headers_differ && !wsync_run_guarded(compare_cb, &c, &address)) {
     const WsyncTensor *t = tensor_at(a, address);
     t = t ? t : tensor_at(b, address);
     g_set_error(&error, WSYNC_ERROR, WSYNC_ERROR_IO,

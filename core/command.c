@@ -136,6 +136,21 @@ wsync_checkpoint_to_json(WsyncCheckpoint *ck)
   for (guint f = 0; f < wsync_checkpoint_n_files(ck); f++)
     json_builder_add_string_value(b, wsync_safetensors_path(wsync_checkpoint_file(ck, f)));
   json_builder_end_array(b);
+  json_builder_set_member_name(b, "metadata");
+  json_builder_begin_object(b);
+  for (guint f = 0; f < wsync_checkpoint_n_files(ck); f++) {
+    const WsyncSafetensors *st = wsync_checkpoint_file(ck, f);
+    GHashTable *metadata = wsync_safetensors_metadata(st);
+    g_autoptr(GList) keys = g_list_sort(g_hash_table_get_keys(metadata), (GCompareFunc)strcmp);
+    json_builder_set_member_name(b, wsync_safetensors_path(st));
+    json_builder_begin_object(b);
+    for (GList *k = keys; k != NULL; k = k->next) {
+      json_builder_set_member_name(b, k->data);
+      json_builder_add_string_value(b, g_hash_table_lookup(metadata, k->data));
+    }
+    json_builder_end_object(b);
+  }
+  json_builder_end_object(b);
   json_builder_set_member_name(b, "tensors");
   json_builder_begin_array(b);
   for (guint i = 0; i < n; i++) {

@@ -145,7 +145,8 @@ struct _WsyncLayout {
   guint tp, ep, rank, world;
   gboolean reading;
   GHashTable *input_names;    /* reading: name -> WsyncTensor* of this rank */
-  GHashTable *input_metadata; /* reading: first file's __metadata__ */
+  GHashTable *input_metadata; /* reading: first file's __metadata__ (inputs.c: the
+                               * rank's files agree on its published-dtype records) */
   GPtrArray *tensors;         /* WsyncLayoutTensor*, owned */
   GHashTable *by_name;
   GArray *dropped; /* DroppedParam */

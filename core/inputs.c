@@ -196,12 +196,49 @@ detect_input_layout(WsyncPlan *plan, GError **error)
   return TRUE;
 }
 
+/* A value of a record in a message: quoted and printable, or "absent". */
+static char *
+record_text(const char *value)
+{
+  g_autofree char *p = value != NULL ? wsync_json_printable(value) : NULL;
+
+  return p != NULL ? g_strdup_printf("\"%s\"", p) : g_strdup("absent");
+}
+
+/* Every file of a rank carries the rank's published-dtype records (exec.c writes the
+ * layout's metadata into each), and the rank is read with its first file's: a file
+ * @st that says otherwise than @first is refused rather than silently overruled. */
+static gboolean
+check_same_records(WsyncPlan *plan, const WsyncSafetensors *first, const WsyncSafetensors *st,
+                   guint rank, GError **error)
+{
+  GHashTable *ours = wsync_safetensors_metadata(st), *theirs = wsync_safetensors_metadata(first);
+  const char *key = wsync_published_dtype_first_difference(ours, theirs);
+
+  if (key == NULL)
+    return TRUE;
+  g_autofree char *pkey = wsync_json_printable(key);
+  g_autofree char *here = record_text(g_hash_table_lookup(ours, key));
+  g_autofree char *there = record_text(g_hash_table_lookup(theirs, key));
+  g_autofree char *group = input_file(plan, st)->target != NULL
+                               ? g_strdup_printf("rank %u", rank)
+                               : g_strdup("the checkpoint");
+  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+              "%s: metadata %s is %s, but %s in %s, another file of %s: the files of a rank "
+              "must record the same published dtypes",
+              wsync_safetensors_path(st), pkey, here, there, wsync_safetensors_path(first),
+              group);
+  return FALSE;
+}
+
 /* The input tensors and first file's metadata of one rank (every file when the input
- * has no ranks). */
+ * has no ranks); the rank's other files must carry the same published-dtype records. */
 static gboolean
 rank_inputs(WsyncPlan *plan, guint rank, GHashTable **names, GHashTable **metadata,
             GError **error)
 {
+  const WsyncSafetensors *first = NULL;
+
   *names = g_hash_table_new(g_str_hash, g_str_equal);
   *metadata = NULL;
   for (guint f = 0; f < wsync_checkpoint_n_files(plan->input); f++) {
@@ -217,8 +254,12 @@ rank_inputs(WsyncPlan *plan, guint rank, GHashTable **names, GHashTable **metada
     }
     if (file_rank != rank)
       continue;
-    if (*metadata == NULL)
+    if (first == NULL) {
+      first = st;
       *metadata = g_hash_table_ref(wsync_safetensors_metadata(st));
+    } else if (!check_same_records(plan, first, st, rank, error)) {
+      return FALSE;
+    }
     for (guint i = 0; i < wsync_safetensors_n_tensors(st); i++) {
       const WsyncTensor *t = wsync_safetensors_tensor(st, i);
       g_hash_table_insert(*names, (gpointer)t->name, (gpointer)t);

@@ -11,10 +11,11 @@ const WsyncCommand wsync_commands[] = {
     {"plugins", "", "List the loaded plugins and everything each registered.", cmd_plugins, NULL},
     {"inspect", "PATH",
      "List the tensors (name, dtype, shape, bytes) of a safetensors file or a checkpoint "
-     "directory.",
+     "directory, and each file's metadata.",
      cmd_inspect, NULL},
     {"verify", "A B",
-     "Compare two checkpoints tensor by tensor, bit-exact; exit 0 when equal, 1 when not.",
+     "Compare two checkpoints tensor by tensor, bit-exact, and their published-dtype records "
+     "(no other metadata); exit 0 when equal, 1 when not.",
      cmd_verify, NULL},
     {"plan", "SRC",
      "Show, without writing, every output tensor, where its bytes come from and what makes "

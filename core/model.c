@@ -574,6 +574,39 @@ wsync_logical_set_dtype_follows_input(WsyncLogicalTensor *lt, WsyncDtype fallbac
   lt->dtype_follows_input = TRUE;
 }
 
+/* Adds @table's published-dtype keys to @keys. */
+static void
+add_record_keys(GHashTable *table, GPtrArray *keys)
+{
+  GHashTableIter it;
+  gpointer key;
+
+  g_hash_table_iter_init(&it, table);
+  while (g_hash_table_iter_next(&it, &key, NULL))
+    if (g_str_has_prefix(key, WSYNC_PUBLISHED_DTYPE_KEY))
+      g_ptr_array_add(keys, key);
+}
+
+static gint
+compare_key_pointers(gconstpointer a, gconstpointer b)
+{
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+const char *
+wsync_published_dtype_first_difference(GHashTable *a, GHashTable *b)
+{
+  g_autoptr(GPtrArray) keys = g_ptr_array_new();
+
+  add_record_keys(a, keys);
+  add_record_keys(b, keys);
+  g_ptr_array_sort(keys, compare_key_pointers);
+  for (guint i = 0; i < keys->len; i++)
+    if (g_strcmp0(g_hash_table_lookup(a, keys->pdata[i]), g_hash_table_lookup(b, keys->pdata[i])) != 0)
+      return keys->pdata[i];
+  return NULL;
+}
+
 guint
 wsync_logical_get_ndim(const WsyncLogicalTensor *lt)
 {

@@ -401,7 +401,7 @@ py_merge(PyObject *self, PyObject *args, PyObject *kwargs)
 PyDoc_STRVAR(inspect_doc,
 "inspect(path, *, conf_dir=None, plugin_dir=None) -> dict\n\n"
 "`wsync inspect PATH --json`: the tensors (name, dtype, shape, bytes, file) of a\n"
-"safetensors file or a checkpoint directory, with totals.");
+"safetensors file or a checkpoint directory, with totals, and each file's metadata.");
 
 static PyObject *
 py_inspect(PyObject *self, PyObject *args, PyObject *kwargs)

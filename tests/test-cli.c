@@ -346,15 +346,19 @@ typedef struct {
 #define T_NORM {"norm", WSYNC_DTYPE_U8, 1, {5}, 3}           /* 5 bytes */
 #define T_EXTRA {"extra", WSYNC_DTYPE_U8, 1, {2}, 4}         /* 2 bytes */
 
-/* Writes DIR/FILE with @n tensors; when @flip_name is set, byte @flip_byte of that
- * tensor is inverted.  Returns the path. */
+/* Writes DIR/FILE with @n tensors and the __metadata__ @metadata (key, value, ...,
+ * NULL; NULL for none); when @flip_name is set, byte @flip_byte of that tensor is
+ * inverted.  Returns the path. */
 static char *
-write_tensors(const char *dir, const char *file, const TestTensor *tensors, guint n,
-              const char *flip_name, guint64 flip_byte)
+write_tensors_md(const char *dir, const char *file, const TestTensor *tensors, guint n,
+                 const char *flip_name, guint64 flip_byte, const char *const *metadata)
 {
   g_autoptr(WsyncSafetensorsWriter) w = wsync_safetensors_writer_new();
   char *path = g_build_filename(dir, file, NULL);
   GError *error = NULL;
+
+  for (guint k = 0; metadata != NULL && metadata[k] != NULL; k += 2)
+    wsync_safetensors_writer_set_metadata(w, metadata[k], metadata[k + 1]);
 
   for (guint t = 0; t < n; t++)
     g_assert_true(wsync_safetensors_writer_add(w, tensors[t].name, tensors[t].dtype,
@@ -374,6 +378,13 @@ write_tensors(const char *dir, const char *file, const TestTensor *tensors, guin
   g_assert_true(wsync_safetensors_writer_finish(w, &error));
   g_assert_no_error(error);
   return path;
+}
+
+static char *
+write_tensors(const char *dir, const char *file, const TestTensor *tensors, guint n,
+              const char *flip_name, guint64 flip_byte)
+{
+  return write_tensors_md(dir, file, tensors, n, flip_name, flip_byte, NULL);
 }
 
 /* The three tensors of the reference checkpoint A. */
@@ -615,6 +626,147 @@ test_verify_json(void)
   test_rmtree(conf);
 }
 
+/* The reference tensors with @metadata (key, value, ..., NULL). */
+static char *
+write_reference_md(const char *dir, const char *file, const char *const *metadata)
+{
+  const TestTensor tensors[] = {T_EMBED, T_LAYER, T_NORM};
+  return write_tensors_md(dir, file, tensors, G_N_ELEMENTS(tensors), NULL, 0, metadata);
+}
+
+#define RECORD "wsync.published-dtype.layer.0.w"
+
+/* The same tensors whose files record another published dtype differ; other metadata
+ * (a version stamp) is not compared. */
+static void
+test_verify_records(void)
+{
+  g_autofree char *dir = test_tmpdir();
+  g_autofree char *conf = test_tmpdir();
+  const char *const md_a[] = {RECORD, "BF16", "wsync.version", "1", NULL};
+  const char *const md_b[] = {RECORD, "F32", "wsync.version", "1", NULL};
+  const char *const md_c[] = {RECORD, "BF16", "wsync.version", "2", "format", "pt", NULL};
+  const char *const md_d[] = {"wsync.version", "1", NULL};
+  g_autofree char *a = write_reference_md(dir, "a.safetensors", md_a);
+  g_autofree char *b = write_reference_md(dir, "b.safetensors", md_b);
+  g_autofree char *c = write_reference_md(dir, "c.safetensors", md_c);
+  g_autofree char *d = write_reference_md(dir, "d.safetensors", md_d);
+  g_autofree char *ab = g_strdup_printf(
+      "differ: metadata \"" RECORD "\": \"BF16\" in A (%s), \"F32\" in B (%s)\n", a, b);
+  g_autofree char *ad = g_strdup_printf(
+      "differ: metadata \"" RECORD "\": \"BF16\" in A (%s), absent in B (%s)\n", a, d);
+  g_autofree char *da = g_strdup_printf(
+      "differ: metadata \"" RECORD "\": absent in A (%s), \"BF16\" in B (%s)\n", d, a);
+
+  expect_verify(conf, a, b, 1, ab);
+  expect_verify(conf, a, d, 1, ad);
+  expect_verify(conf, d, a, 1, da);
+  expect_verify(conf, a, c, 0, "equal: 3 tensors, 53 bytes\n");
+
+  /* A record difference comes after a missing name, before any tensor's data */
+  const TestTensor flipped[] = {T_EMBED, T_LAYER, T_NORM};
+  g_autofree char *e = write_tensors_md(dir, "e.safetensors", flipped, 3, "embed", 0, md_b);
+  g_autofree char *ae = g_strdup_printf(
+      "differ: metadata \"" RECORD "\": \"BF16\" in A (%s), \"F32\" in B (%s)\n", a, e);
+  expect_verify(conf, a, e, 1, ae);
+  const TestTensor fewer[] = {T_EMBED, T_LAYER};
+  g_autofree char *f = write_tensors_md(dir, "f.safetensors", fewer, 2, NULL, 0, md_b);
+  g_autofree char *af = g_strdup_printf("differ: tensor \"norm\" only in A (%s)\n", a);
+  expect_verify(conf, a, f, 1, af);
+
+  /* Files are paired by the tensors they hold: a sharded B whose second shard (norm)
+   * lacks the record differs there, against A's one file */
+  g_autofree char *ck = g_build_filename(dir, "ck", NULL);
+  g_assert_cmpint(g_mkdir(ck, 0755), ==, 0);
+  const TestTensor shard1[] = {T_LAYER, T_EMBED};
+  const TestTensor shard2[] = {T_NORM};
+  g_free(write_tensors_md(ck, "1.safetensors", shard1, 2, NULL, 0, md_a));
+  g_autofree char *s2 = write_tensors_md(ck, "2.safetensors", shard2, 1, NULL, 0, md_d);
+  g_autofree char *as = g_strdup_printf(
+      "differ: metadata \"" RECORD "\": \"BF16\" in A (%s), absent in B (%s)\n", a, s2);
+  expect_verify(conf, a, ck, 1, as);
+
+  /* --json: kind "metadata", no tensor, the key, both files and both values */
+  Run r = run_verify(conf, d, a, TRUE);
+  g_assert_cmpint(r.status, ==, 1);
+  g_assert_cmpstr(r.err, ==, "");
+  g_autoptr(JsonParser) p = json_parser_new();
+  JsonObject *root = parse_object(p, r.out);
+  g_assert_false(json_object_get_boolean_member(root, "equal"));
+  g_assert_cmpint(json_object_get_int_member(root, "tensors"), ==, 0);
+  g_assert_cmpint(json_object_get_int_member(root, "bytes"), ==, 0);
+  JsonObject *diff = json_object_get_object_member(root, "difference");
+  g_assert_cmpuint(json_object_get_size(diff), ==, 9);
+  g_assert_true(json_object_get_null_member(diff, "tensor"));
+  g_assert_cmpstr(json_object_get_string_member(diff, "kind"), ==, "metadata");
+  g_assert_true(json_object_get_null_member(diff, "element"));
+  g_assert_true(json_object_get_null_member(diff, "index"));
+  g_assert_cmpstr(json_object_get_string_member(diff, "key"), ==, RECORD);
+  g_assert_cmpstr(json_object_get_string_member(diff, "file_a"), ==, d);
+  g_assert_true(json_object_get_null_member(diff, "value_a"));
+  g_assert_cmpstr(json_object_get_string_member(diff, "file_b"), ==, a);
+  g_assert_cmpstr(json_object_get_string_member(diff, "value_b"), ==, "BF16");
+  run_clear(&r);
+  test_rmtree(dir);
+  test_rmtree(conf);
+}
+
+/* Each file's __metadata__, after the totals: "metadata of FILE:" and one "  KEY=VALUE"
+ * line per key, in key order, control characters escaped; a file without metadata has no
+ * block.  --json: "metadata" by file, every file, the values as they are. */
+static void
+test_inspect_metadata(void)
+{
+  g_autofree char *dir = test_tmpdir();
+  g_autofree char *conf = test_tmpdir();
+  g_autofree char *small = write_small_file(dir);
+  const TestTensor tensors[] = {T_LAYER};
+  const char *const md[] = {RECORD, "BF16", "note", "two\nlines \x1b[31mred", "format", "pt",
+                            NULL};
+  g_autofree char *with = write_tensors_md(dir, "with.safetensors", tensors, 1, NULL, 0, md);
+  g_autofree char *expect = g_strdup_printf("NAME       DTYPE  SHAPE   BYTES\n"
+                                            "layer.0.w  F32    [2, 3]  24\n"
+                                            "layer.a    BF16   [2, 3]  12\n"
+                                            "layer.b    F32    [4]     16\n"
+                                            "3 tensors, 52 bytes in 2 files\n"
+                                            "metadata of %s:\n"
+                                            "  format=pt\n"
+                                            "  note=two\\x0alines \\x1b[31mred\n"
+                                            "  " RECORD "=BF16\n",
+                                            with);
+  GError *error = NULL;
+
+  Run r = run_wsync("inspect", "--conf-dir", conf, dir, NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_assert_cmpstr(r.out, ==, expect);
+  g_assert_cmpstr(r.err, ==, "");
+  run_clear(&r);
+
+  r = run_wsync("--json", "inspect", "--conf-dir", conf, dir, NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_assert_false(test_has_control(r.out, TRUE));
+  g_autoptr(JsonParser) parser = json_parser_new();
+  json_parser_load_from_data(parser, r.out, -1, &error);
+  g_assert_no_error(error);
+  JsonObject *metadata =
+      json_object_get_object_member(json_node_get_object(json_parser_get_root(parser)), "metadata");
+  g_assert_cmpuint(json_object_get_size(metadata), ==, 2);
+  g_assert_cmpuint(json_object_get_size(json_object_get_object_member(metadata, small)), ==, 0);
+  JsonObject *of_with = json_object_get_object_member(metadata, with);
+  g_assert_cmpuint(json_object_get_size(of_with), ==, 3);
+  g_assert_cmpstr(json_object_get_string_member(of_with, RECORD), ==, "BF16");
+  g_assert_cmpstr(json_object_get_string_member(of_with, "note"), ==, "two\nlines \x1b[31mred");
+  g_assert_cmpstr(json_object_get_string_member(of_with, "format"), ==, "pt");
+  /* keys sorted */
+  const char *format_at = strstr(r.out, "\"format\"");
+  const char *note_at = strstr(r.out, "\"note\"");
+  const char *record_at = strstr(r.out, "\"" RECORD "\"");
+  g_assert_true(format_at != NULL && format_at < note_at && note_at < record_at);
+  run_clear(&r);
+  test_rmtree(dir);
+  test_rmtree(conf);
+}
+
 static void
 test_verify_usage_errors(void)
 {
@@ -757,6 +909,7 @@ main(int argc, char **argv)
   g_test_add_func("/cli/config-error", test_config_error_exit_2);
   g_test_add_func("/cli/inspect", test_inspect_text_and_json);
   g_test_add_func("/cli/inspect-bad-input", test_inspect_bad_input_exit_3);
+  g_test_add_func("/cli/inspect-metadata", test_inspect_metadata);
   g_test_add_func("/cli/config-patchers", test_config_runs_patchers_in_order);
   g_test_add_func("/cli/verify/equal", test_verify_equal_files);
   g_test_add_func("/cli/verify/file-vs-sharded-dir", test_verify_file_vs_sharded_dir);
@@ -765,6 +918,7 @@ main(int argc, char **argv)
   g_test_add_func("/cli/verify/shape", test_verify_shape_differs);
   g_test_add_func("/cli/verify/missing", test_verify_missing_tensor);
   g_test_add_func("/cli/verify/json", test_verify_json);
+  g_test_add_func("/cli/verify/records", test_verify_records);
   g_test_add_func("/cli/verify/usage-errors", test_verify_usage_errors);
   g_test_add_func("/cli/verify/bad-input", test_verify_bad_input);
   return g_test_run();

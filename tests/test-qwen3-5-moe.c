@@ -200,9 +200,11 @@ synth(const char *config, gboolean fused)
   return dir;
 }
 
-/* `wsync convert SRC DST --target TARGET [--tp TP] [--ep EP]`; returns DST. */
+/* `wsync convert SRC DST --target TARGET [--tp TP] [--ep EP] [--part-size SIZE]`;
+ * returns DST. */
 static char *
-convert(const char *src, const char *conf, const char *target, guint tp, guint ep)
+convert_parts(const char *src, const char *conf, const char *target, guint tp, guint ep,
+              const char *part_size)
 {
   g_autoptr(GPtrArray) args = g_ptr_array_new_with_free_func(g_free);
   char *dst = new_path(target);
@@ -229,8 +231,18 @@ convert(const char *src, const char *conf, const char *target, guint tp, guint e
     g_ptr_array_add(args, g_strdup("--format"));
     g_ptr_array_add(args, g_strdup("kernel"));
   }
+  if (part_size != NULL) {
+    g_ptr_array_add(args, g_strdup("--part-size"));
+    g_ptr_array_add(args, g_strdup(part_size));
+  }
   run_ok(args);
   return dst;
+}
+
+static char *
+convert(const char *src, const char *conf, const char *target, guint tp, guint ep)
+{
+  return convert_parts(src, conf, target, tp, ep, NULL);
 }
 
 /* ------------------------------------------------------------------ the model, from config.json */
@@ -1561,17 +1573,32 @@ test_dtype_f32_kept(void)
   }
 }
 
-/* A tp @tp vllm conversion of a BF16 A_log checkpoint whose rank @rank file has the first
- * @from at or after A_log's record key (in the key or in its value) replaced by @to, of
- * the same length, so that the header stays valid JSON of the same size.  Returns the
- * conversion's directory. */
+/* A tp @tp vllm conversion of a BF16 A_log checkpoint (Qwen3.6-27B-shaped: every rank
+ * file records A_log's BF16), in files of at most @part_size (NULL: the default, one file
+ * per rank).  Returns the conversion's directory. */
 static char *
-patched_record(guint tp, guint rank, const char *from, const char *to)
+bf16_ranks(guint tp, const char *part_size)
 {
   g_autofree char *src = hand_made(synth(variant(DENSE, "nomtp"), FALSE), BF16_INPUT);
-  char *dst = convert(src, CONF, "vllm", tp, 0);
-  g_autofree char *name = g_strdup_printf("model-rank-%u-part-0.safetensors", rank);
-  g_autofree char *file = g_build_filename(dst, name, NULL);
+
+  return convert_parts(src, CONF, "vllm", tp, 0, part_size);
+}
+
+/* The path of part @part of rank @rank in @dir. */
+static char *
+rank_file(const char *dir, guint rank, guint part)
+{
+  g_autofree char *name = g_strdup_printf("model-rank-%u-part-%u.safetensors", rank, part);
+
+  return g_build_filename(dir, name, NULL);
+}
+
+/* Replaces, in @file, the first @from at or after layer 0's A_log record key (in the key
+ * or in its value, or in a key after it) by @to, of the same length, so that the header
+ * stays valid JSON of the same size. */
+static void
+patch_record(const char *file, const char *from, const char *to)
+{
   g_autofree char *key = record_key(0, "linear_attn.A_log");
   g_autofree char *data = NULL;
   gsize len;
@@ -1586,6 +1613,16 @@ patched_record(guint tp, guint rank, const char *from, const char *to)
   g_assert_nonnull(at);
   memcpy(at, to, strlen(to));
   g_assert_true(g_file_set_contents(file, data, (gssize)len, NULL));
+}
+
+/* bf16_ranks(@tp) whose rank @rank file has patch_record(@from, @to) applied. */
+static char *
+patched_record(guint tp, guint rank, const char *from, const char *to)
+{
+  char *dst = bf16_ranks(tp, NULL);
+  g_autofree char *file = rank_file(dst, rank, 0);
+
+  patch_record(file, from, to);
   return dst;
 }
 
@@ -1650,6 +1687,233 @@ test_dtype_record_not_float(void)
                            "\"language_model.model.layers.0.linear_attn.A_log\": metadata "
                            "wsync.published-dtype.model.language_model.layers.0.linear_attn."
                            "A_log is \"BOOL\"");
+}
+
+/* ------------------------------------------------------------------ tests: records seen and compared */
+
+static gint
+compare_lines(gconstpointer a, gconstpointer b)
+{
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* What `wsync inspect` prints of bf16_ranks(2)'s rank @rank file in @dir: the vllm
+ * stamps and one A_log record per linear-attention layer of @m, in key order.  @n_keys:
+ * how many keys. */
+static char *
+metadata_block(const char *dir, guint rank, const Model *m, guint *n_keys)
+{
+  g_autoptr(GPtrArray) lines = g_ptr_array_new_with_free_func(g_free);
+  g_autofree char *file = rank_file(dir, rank, 0);
+  GString *block = g_string_new(NULL);
+  static const char *const stamps[] = {
+      "format=pt", "wsync.attn-scales=true", "wsync.ep=1", "wsync.format=sharded-state",
+      "wsync.target=vllm", "wsync.tp=2", "wsync.vllm-era=D", "wsync.vllm-version=latest",
+      "wsync.world=2"};
+
+  for (guint i = 0; i < G_N_ELEMENTS(stamps); i++)
+    g_ptr_array_add(lines, g_strdup_printf("  %s\n", stamps[i]));
+  g_ptr_array_add(lines, g_strdup_printf("  wsync.rank=%u\n", rank));
+  for (guint64 l = 0; l < m->L; l++) {
+    if (!m->linear[l])
+      continue;
+    g_autofree char *key = record_key(l, "linear_attn.A_log");
+    g_ptr_array_add(lines, g_strdup_printf("  %s=BF16\n", key));
+  }
+  g_ptr_array_sort(lines, compare_lines);
+  g_string_append_printf(block, "metadata of %s:\n", file);
+  for (guint i = 0; i < lines->len; i++)
+    g_string_append(block, lines->pdata[i]);
+  *n_keys = lines->len;
+  return g_string_free(block, FALSE);
+}
+
+/* `wsync inspect` shows a rank file's records: the text lists every file's metadata
+ * after the totals, key by key in key order; --json has it under "metadata", by file. */
+static void
+test_records_inspect(void)
+{
+  Model m = read_model(variant(DENSE, "nomtp"));
+  g_autofree char *dst = bf16_ranks(2, NULL);
+  g_autofree char *key0 = record_key(0, "linear_attn.A_log");
+  guint n_keys;
+  g_autofree char *block0 = metadata_block(dst, 0, &m, &n_keys);
+  g_autofree char *block1 = metadata_block(dst, 1, &m, &n_keys);
+  g_autofree char *tail = g_strconcat(" bytes in 2 files\n", block0, block1, NULL);
+  GError *error = NULL;
+
+  g_assert_cmpuint(n_keys, >, 11); /* the stamps and two records at least */
+  Run r = run_wsync("inspect", dst, "--conf-dir", CONF, "--plugin-dir", plugin_dir(), NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_assert_cmpstr(r.err, ==, "");
+  if (!g_str_has_suffix(r.out, tail))
+    g_error("inspect %s ends:\n%s\nnot:\n%s", dst, r.out + MAX(0, (gssize)strlen(r.out) - (gssize)strlen(tail)), tail);
+  g_assert_true(g_str_has_prefix(r.out, "NAME "));
+  test_run_clear(&r);
+
+  r = run_wsync("--json", "inspect", dst, "--conf-dir", CONF, "--plugin-dir", plugin_dir(), NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_autoptr(JsonParser) parser = json_parser_new();
+  json_parser_load_from_data(parser, r.out, -1, &error);
+  g_assert_no_error(error);
+  JsonObject *metadata =
+      json_object_get_object_member(json_node_get_object(json_parser_get_root(parser)), "metadata");
+  g_assert_cmpuint(json_object_get_size(metadata), ==, 2);
+  for (guint rank = 0; rank < 2; rank++) {
+    g_autofree char *file = rank_file(dst, rank, 0);
+    g_autofree char *rank_text = g_strdup_printf("%u", rank);
+    JsonObject *md = json_object_get_object_member(metadata, file);
+    g_assert_nonnull(md);
+    g_assert_cmpuint(json_object_get_size(md), ==, n_keys);
+    g_assert_cmpstr(json_object_get_string_member(md, key0), ==, "BF16");
+    g_assert_cmpstr(json_object_get_string_member(md, "wsync.rank"), ==, rank_text);
+    g_assert_cmpstr(json_object_get_string_member(md, "format"), ==, "pt");
+  }
+  test_run_clear(&r);
+}
+
+/* `wsync verify A B` on rank files, with its whole output and exit status. */
+static void
+expect_verify(const char *a, const char *b, int status, const char *out)
+{
+  Run r = run_wsync("verify", a, b, "--conf-dir", CONF, "--plugin-dir", plugin_dir(), NULL);
+
+  g_assert_cmpstr(r.out, ==, out);
+  g_assert_cmpstr(r.err, ==, "");
+  g_assert_cmpint(r.status, ==, status);
+  test_run_clear(&r);
+}
+
+/* Two sets of rank files with the same tensors, byte for byte, that read back to
+ * different dtypes (one records A_log as BF16, the other as F32) differ: exit 1, one
+ * line naming the key, both values and both files; in --json a "metadata" difference. */
+static void
+test_records_verify_differ(void)
+{
+  g_autofree char *a = bf16_ranks(2, NULL);
+  g_autofree char *b = patched_record(2, 0, "BF16\"", "F32\" ");
+  g_autofree char *key = record_key(0, "linear_attn.A_log");
+  g_autofree char *fa = rank_file(a, 0, 0);
+  g_autofree char *fb = rank_file(b, 0, 0);
+  g_autofree char *line = g_strdup_printf("differ: metadata \"%s\": \"BF16\" in A (%s), \"F32\" in B (%s)\n",
+                                          key, fa, fb);
+  GError *error = NULL;
+
+  expect_verify(a, b, 1, line);
+
+  Run r = run_wsync("--json", "verify", a, b, "--conf-dir", CONF, "--plugin-dir", plugin_dir(),
+                    NULL);
+  g_assert_cmpint(r.status, ==, 1);
+  g_assert_cmpstr(r.err, ==, "");
+  g_autoptr(JsonParser) parser = json_parser_new();
+  json_parser_load_from_data(parser, r.out, -1, &error);
+  g_assert_no_error(error);
+  JsonObject *root = json_node_get_object(json_parser_get_root(parser));
+  g_assert_false(json_object_get_boolean_member(root, "equal"));
+  g_assert_cmpint(json_object_get_int_member(root, "tensors"), ==, 0);
+  JsonObject *diff = json_object_get_object_member(root, "difference");
+  g_assert_cmpstr(json_object_get_string_member(diff, "kind"), ==, "metadata");
+  g_assert_true(json_object_get_null_member(diff, "tensor"));
+  g_assert_true(json_object_get_null_member(diff, "element"));
+  g_assert_cmpstr(json_object_get_string_member(diff, "key"), ==, key);
+  g_assert_cmpstr(json_object_get_string_member(diff, "file_a"), ==, fa);
+  g_assert_cmpstr(json_object_get_string_member(diff, "value_a"), ==, "BF16");
+  g_assert_cmpstr(json_object_get_string_member(diff, "file_b"), ==, fb);
+  g_assert_cmpstr(json_object_get_string_member(diff, "value_b"), ==, "F32");
+  test_run_clear(&r);
+}
+
+/* A record one side has and the other lacks (rank 1's key renamed) differs, either way
+ * round; in --json the absent value is null. */
+static void
+test_records_verify_one_side(void)
+{
+  g_autofree char *a = bf16_ranks(2, NULL);
+  g_autofree char *b = patched_record(2, 1, "published-dtype.", "published-dtypX.");
+  g_autofree char *key = record_key(0, "linear_attn.A_log");
+  g_autofree char *fa = rank_file(a, 1, 0);
+  g_autofree char *fb = rank_file(b, 1, 0);
+  g_autofree char *ab = g_strdup_printf("differ: metadata \"%s\": \"BF16\" in A (%s), absent in B (%s)\n",
+                                        key, fa, fb);
+  g_autofree char *ba = g_strdup_printf("differ: metadata \"%s\": absent in A (%s), \"BF16\" in B (%s)\n",
+                                        key, fb, fa);
+  GError *error = NULL;
+
+  expect_verify(a, b, 1, ab);
+  expect_verify(b, a, 1, ba);
+
+  Run r = run_wsync("--json", "verify", b, a, "--conf-dir", CONF, "--plugin-dir", plugin_dir(),
+                    NULL);
+  g_assert_cmpint(r.status, ==, 1);
+  g_autoptr(JsonParser) parser = json_parser_new();
+  json_parser_load_from_data(parser, r.out, -1, &error);
+  g_assert_no_error(error);
+  JsonObject *diff = json_object_get_object_member(
+      json_node_get_object(json_parser_get_root(parser)), "difference");
+  g_assert_cmpstr(json_object_get_string_member(diff, "kind"), ==, "metadata");
+  g_assert_true(json_object_get_null_member(diff, "value_a"));
+  g_assert_cmpstr(json_object_get_string_member(diff, "value_b"), ==, "BF16");
+  test_run_clear(&r);
+}
+
+/* Equal records are equal, split into other parts or not; other metadata (a version
+ * stamp) is not compared. */
+static void
+test_records_verify_equal(void)
+{
+  g_autofree char *a = bf16_ranks(2, NULL);
+  g_autofree char *b = bf16_ranks(2, "64K");
+  g_autofree char *c = patched_record(2, 0, "latest", "lateXt");
+  g_autofree char *last_part = rank_file(b, 1, 2);
+  /* every tensor of both ranks, compared and equal */
+  Run r = run_wsync("--json", "inspect", a, "--conf-dir", CONF, "--plugin-dir", plugin_dir(),
+                    NULL);
+  g_autoptr(JsonParser) parser = json_parser_new();
+  GError *error = NULL;
+  g_assert_cmpint(r.status, ==, 0);
+  json_parser_load_from_data(parser, r.out, -1, &error);
+  g_assert_no_error(error);
+  JsonObject *root = json_node_get_object(json_parser_get_root(parser));
+  g_autofree char *equal = g_strdup_printf(
+      "equal: %" G_GINT64_FORMAT " tensors, %" G_GINT64_FORMAT " bytes\n",
+      json_object_get_int_member(root, "total_tensors"),
+      json_object_get_int_member(root, "total_bytes"));
+  test_run_clear(&r);
+
+  g_assert_true(g_file_test(last_part, G_FILE_TEST_EXISTS));
+  expect_verify(a, a, 0, equal);
+  expect_verify(a, b, 0, equal);
+  expect_verify(b, a, 0, equal);
+  expect_verify(a, c, 0, equal);
+}
+
+/* A rank whose files disagree on a record is refused on read-back (it was read with its
+ * first file's): exit 3, one line naming both files, the key and both values. */
+static void
+test_records_rank_files_disagree(void)
+{
+  g_autofree char *key = record_key(0, "linear_attn.A_log");
+  g_autofree char *dst = bf16_ranks(2, "64K");
+  g_autofree char *part0 = rank_file(dst, 0, 0);
+  g_autofree char *part1 = rank_file(dst, 0, 1);
+
+  patch_record(part1, "BF16\"", "F32\" ");
+  g_autofree char *expect = g_strdup_printf(
+      "wsync: %s: metadata %s is \"F32\", but \"BF16\" in %s, another file of rank 0: the files "
+      "of a rank must record the same published dtypes\n",
+      part1, key, part0);
+  assert_convert_refused(dst, "hf", expect);
+
+  /* a record that a later file of rank 1 lacks */
+  g_autofree char *dst2 = bf16_ranks(2, "64K");
+  g_autofree char *r1p0 = rank_file(dst2, 1, 0);
+  g_autofree char *r1p2 = rank_file(dst2, 1, 2);
+  patch_record(r1p2, "published-dtype.", "published-dtypX.");
+  g_autofree char *expect2 = g_strdup_printf(
+      "wsync: %s: metadata %s is absent, but \"BF16\" in %s, another file of rank 1: the files "
+      "of a rank must record the same published dtypes\n",
+      r1p2, key, r1p0);
+  assert_convert_refused(dst2, "hf", expect2);
 }
 
 /* ------------------------------------------------------------------ tests: the plan */
@@ -2122,6 +2386,11 @@ main(int argc, char **argv)
   g_test_add_func("/qwen3_5_moe/dtype/record-refused", test_dtype_record_refused);
   g_test_add_func("/qwen3_5_moe/dtype/record-not-float", test_dtype_record_not_float);
   g_test_add_func("/qwen3_5_moe/dtype/records-disagree", test_dtype_records_disagree);
+  g_test_add_func("/qwen3_5_moe/records/inspect", test_records_inspect);
+  g_test_add_func("/qwen3_5_moe/records/verify-differ", test_records_verify_differ);
+  g_test_add_func("/qwen3_5_moe/records/verify-one-side", test_records_verify_one_side);
+  g_test_add_func("/qwen3_5_moe/records/verify-equal", test_records_verify_equal);
+  g_test_add_func("/qwen3_5_moe/records/rank-files-disagree", test_records_rank_files_disagree);
   g_test_add_func("/qwen3_5_moe/round-trip/exact", test_round_trip_exact);
   g_test_add_func("/qwen3_5_moe/round-trip/mtp-omitted", test_round_trip_mtp_omitted);
   g_test_add_func("/qwen3_5_moe/plan/text", test_plan_text);

@@ -132,9 +132,11 @@ WSYNC_API gboolean wsync_plan_args_resolve(WsyncContext *ctx, const WsyncPlanArg
  * wsync_checkpoint_to_json:
  * @ck: a checkpoint
  *
- * What `wsync inspect --json` prints: `{"path", "files": [...], "tensors": [{"name",
- * "dtype", "shape", "bytes", "file"}...], "total_tensors", "total_bytes"}`, the tensors
- * in the order of wsync_checkpoint_tensor().
+ * What `wsync inspect --json` prints: `{"path", "files": [...], "metadata": {FILE:
+ * {KEY: VALUE...}...}, "tensors": [{"name", "dtype", "shape", "bytes", "file"}...],
+ * "total_tensors", "total_bytes"}`: "metadata" has every file's `__metadata__` (an empty
+ * object for a file without), keys sorted; the tensors in the order of
+ * wsync_checkpoint_tensor().
  *
  * Returns: (transfer full): the description.
  */

@@ -341,6 +341,21 @@ WSYNC_API WsyncDtype wsync_logical_get_published_dtype(const WsyncLogicalTensor 
 #define WSYNC_PUBLISHED_DTYPE_KEY "wsync.published-dtype."
 
 /**
+ * wsync_published_dtype_first_difference:
+ * @a: (element-type utf8 utf8): one file's `__metadata__`
+ * @b: (element-type utf8 utf8): another file's
+ *
+ * Compares the records of two files under %WSYNC_PUBLISHED_DTYPE_KEY, the only metadata
+ * that changes what a file's tensors mean when read back (other keys, such as version
+ * stamps, are not looked at).
+ *
+ * Returns: (transfer none) (nullable): the first such key, in strcmp() order, that one
+ *   file has and the other lacks or holds with another value (owned by @a or @b); %NULL
+ *   when the records are the same.
+ */
+WSYNC_API const char *wsync_published_dtype_first_difference(GHashTable *a, GHashTable *b);
+
+/**
  * wsync_logical_set_dtype_follows_input:
  * @lt: a logical tensor
  * @fallback: its published dtype where no input tells (synth)

@@ -51,9 +51,12 @@
  *   vllm-version  the vLLM release the files are for ("0.24.0", "v0.24.0", "0.18"), or
  *                 "latest" (the default: the newest naming era of the table)
  *   attn-scales   emit the attention scale buffers that sharded_state expects (§6)
+ *   all2all-backend, prefill-context-parallel-size
+ *                 the deployment's vLLM launch flags: with EP they decide whether the
+ *                 shared expert is whole (use_sequence_parallel_moe, §9.4)
  *
  * Rank files record their target, format, parallel layout, rank, the vLLM version and
- * era, and attn-scales in `__metadata__`; files read back are named and laid out as they
+ * era, attn-scales and, with EP, the two deployment options in `__metadata__`; files read back are named and laid out as they
  * record, whatever the options say.
  */
 #include <stdarg.h>

@@ -51,9 +51,12 @@
  *   vllm-version  the vLLM release the files are for ("0.24.0", "v0.24.0", "0.18"), or
  *                 "latest" (the default: the newest naming era of the table)
  *   attn-scales   emit the attention scale buffers that sharded_state expects (§6)
+ *   all2all-backend, prefill-context-parallel-size
+ *                 the deployment's vLLM launch flags: with EP they decide whether the
+ *                 shared expert is whole (use_sequence_parallel_moe, §9.4)
  *
  * Rank files record their target, format, parallel layout, rank, the vLLM version and
- * era, and attn-scales in `__metadata__`; files read back are named and laid out as they
+ * era, attn-scales and, with EP, the two deployment options in `__metadata__`; files read back are named and laid out as they
  * record, whatever the options say.
  */
 #include <stdarg.h>
@@ -111,6 +114,57 @@ typedef enum {
   MAP_UNKNOWN, /* the table does not know: sharded-state with EP is refused */
 } ExpertMap;
 
+/* use_sequence_parallel_moe of a range of releases (§9.4): vLLM builds the shared
+ * expert with disable_tp (whole on every rank) when the all2all backend, after the
+ * renames ParallelConfig.__post_init__ makes ("naive", "pplx" -> allgather_reducescatter),
+ * is in the property's list, EP is on, tp > 1 and dp > 1. */
+typedef struct {
+  const char *const *listed;  /* in the list */
+  const char *const *unknown; /* whether these are in the list is not known */
+  gboolean dp_known;          /* FALSE: whether these releases require dp > 1 is not known */
+  const char *why;            /* why something is not known */
+} SequenceParallelRule;
+
+/* Every name ParallelConfig.all2all_backend has accepted (the All2AllBackend literal of
+ * vLLM main, with "mori" of #28664 to #41751); a release refuses the names it lacks. */
+static const char *const all2all_backends[] = {
+    "allgather_reducescatter", "naive", "pplx", "deepep_high_throughput", "deepep_low_latency",
+    "deepep_v2", "mori", "mori_high_throughput", "mori_low_latency", "nixl_ep",
+    "flashinfer_all2allv", "flashinfer_nvlink_two_sided", "flashinfer_nvlink_one_sided", NULL};
+
+#define DEFAULT_ALL2ALL_BACKEND "allgather_reducescatter"
+
+/* Before 0.24.0: main's list from #26732 (2025-10-13) to #41751 (2026-05-27), with
+ * "mori" from #28664, "nixl_ep" from #35627, "naive" listed until #36294 and renamed
+ * after, so listed whichever a release accepts; "pplx" was a backend of its own until
+ * #33724 (2026-02-26), renamed after, and these releases' tag commits were not read. */
+static const char *const sp_listed_before_0_24[] = {
+    "allgather_reducescatter", "naive", "deepep_high_throughput", "deepep_low_latency", "mori",
+    "mori_high_throughput", "mori_low_latency", "nixl_ep", NULL};
+static const char *const sp_unknown_before_0_24[] = {"pplx", NULL};
+/* 0.24.0 on: main's list from #41751 (2026-05-27) until #51924 (2026-08-18). */
+static const char *const sp_listed[] = {
+    "allgather_reducescatter", "naive", "pplx", "deepep_high_throughput", "deepep_low_latency",
+    "mori_high_throughput", "mori_low_latency", "nixl_ep", NULL};
+static const char *const sp_unknown_none[] = {NULL};
+/* #51924 (2026-08-18) added flashinfer_nvlink_one_sided after v0.27.1's cut. */
+static const char *const sp_unknown_after_0_27[] = {"flashinfer_nvlink_one_sided", NULL};
+
+static const SequenceParallelRule sp_before_0_24 = {
+    sp_listed_before_0_24, sp_unknown_before_0_24, TRUE,
+    "whether a release before 0.24.0 renames \"pplx\" to allgather_reducescatter (#33724, "
+    "2026-02-26) is not known"};
+static const SequenceParallelRule sp_pinned = {sp_listed, sp_unknown_none, TRUE, NULL};
+static const SequenceParallelRule sp_0_25 = {
+    sp_listed, sp_unknown_none, FALSE,
+    "releases 0.25.0 to 0.27.0 were cut while vLLM main had dropped the rule's dp > 1 "
+    "(#47070 to #47902, 2026-07-05 to 07-07, and #48036 to #48849, 07-14 to 07-17) and their "
+    "tag commits were not read"};
+static const SequenceParallelRule sp_after_0_27 = {
+    sp_listed, sp_unknown_after_0_27, TRUE,
+    "whether releases after 0.27.x list flashinfer_nvlink_one_sided (#51924, 2026-08-18) is "
+    "not known"};
+
 /* The release table: each row a range of releases, [first, last] (last NULL: open), the
  * era they name by, their expert map, and whether the row is verified.  The team's
  * reference note vllm-layouts.md rates each mapping (§0, its era table, and §8: before
@@ -125,25 +179,26 @@ typedef struct {
   ExpertMap map;
   gboolean verified;
   const char *why; /* why unverified */
+  const SequenceParallelRule *sp;
 } Release;
 
 static const Release releases[] = {
     {"0.17 to 0.19.x", "0.17.0", "0.19.999", &era_a, MAP_PERSISTENT, FALSE,
      "the era A release range is medium confidence, and Qwen3-MoE's router alias only came "
-     "with vLLM #32082 (2026-01-23) (§5)"},
+     "with vLLM #32082 (2026-01-23) (§5)", &sp_before_0_24},
     {"0.20.x", "0.20.0", "0.20.999", &era_b, MAP_PERSISTENT, FALSE,
-     "the era B release range is low confidence (§5)"},
+     "the era B release range is low confidence (§5)", &sp_before_0_24},
     {"0.21.0 to 0.23.x", "0.21.0", "0.23.999", &era_c, MAP_PERSISTENT, FALSE,
      "the era C release range is medium-high confidence: vllm-ascend #11081 keeps v0.23.0 "
      "on that path, and the releases before 0.24.0 map to their eras with medium or low "
-     "confidence (§5)"},
-    {"0.24.x", "0.24.0", "0.24.999", &era_d, MAP_PERSISTENT, TRUE, NULL},
+     "confidence (§5)", &sp_before_0_24},
+    {"0.24.x", "0.24.0", "0.24.999", &era_d, MAP_PERSISTENT, TRUE, NULL, &sp_pinned},
     {"0.25.0 to 0.27.0", "0.25.0", "0.27.0", &era_d, MAP_UNKNOWN, FALSE,
      "0.25.0 to 0.27.0 were not checked; whether they keep the expert map persistent is "
-     "not known (§5)"},
-    {"0.27.1 to 0.27.x", "0.27.1", "0.27.999", &era_d, MAP_ABSENT, TRUE, NULL},
+     "not known (§5)", &sp_0_25},
+    {"0.27.1 to 0.27.x", "0.27.1", "0.27.999", &era_d, MAP_ABSENT, TRUE, NULL, &sp_pinned},
     {"0.28.0 and later", "0.28.0", NULL, &era_d, MAP_ABSENT, FALSE,
-     "releases after 0.27.x are assumed to name like 0.27.1"},
+     "releases after 0.27.x are assumed to name like 0.27.1", &sp_after_0_27},
 };
 
 /* The default, "latest": the release of the newest verified row (the vLLM that
@@ -239,6 +294,59 @@ validate_version(cfg_t *cfg, cfg_opt_t *opt)
   return -1;
 }
 
+static gboolean
+is_all2all_backend(const char *name)
+{
+  return name != NULL && g_strv_contains(all2all_backends, name);
+}
+
+/* "a, b or c", for messages */
+static char *
+all2all_backend_names(void)
+{
+  g_autofree char *head = NULL;
+  guint n = g_strv_length((GStrv)all2all_backends);
+
+  head = g_strjoinv(", ", (GStrv)all2all_backends);
+  *strrchr(head, ',') = '\0';
+  return g_strdup_printf("%s or %s", head, all2all_backends[n - 1]);
+}
+
+#define ALL2ALL_RULE "all2all-backend must be one of vLLM's --all2all-backend names"
+
+static int
+validate_all2all_backend(cfg_t *cfg, cfg_opt_t *opt)
+{
+  const char *value;
+  g_autofree char *names = NULL;
+
+  if (cfg_opt_size(opt) == 0)
+    return 0;
+  value = cfg_opt_getnstr(opt, cfg_opt_size(opt) - 1);
+  if (is_all2all_backend(value))
+    return 0;
+  names = all2all_backend_names();
+  cfg_error(cfg, ALL2ALL_RULE " (%s), not \"%s\"", names, value != NULL ? value : "");
+  return -1;
+}
+
+#define MAX_PCP 65535
+
+static int
+validate_pcp(cfg_t *cfg, cfg_opt_t *opt)
+{
+  long value;
+
+  if (cfg_opt_size(opt) == 0)
+    return 0;
+  value = cfg_opt_getnint(opt, cfg_opt_size(opt) - 1);
+  if (value >= 1 && value <= MAX_PCP)
+    return 0;
+  cfg_error(cfg, "prefill-context-parallel-size must be a whole number from 1 to %d, not %ld",
+            MAX_PCP, value);
+  return -1;
+}
+
 /* ------------------------------------------------------------------ settings and ranks */
 
 /* vLLM's WeightsMapper of a model class: prefixes of the published names it renames
@@ -253,7 +361,9 @@ typedef struct {
   const char *target; /* static */
   char *version;      /* vllm-version as configured */
   gboolean attn_scales;
-  char *help;         /* the target's help text */
+  char *all2all_backend; /* vLLM's --all2all-backend */
+  guint pcp;             /* vLLM's --prefill-context-parallel-size */
+  char *help;            /* the target's help text */
 } VllmSettings;
 
 /* One rank being built. */
@@ -269,6 +379,10 @@ typedef struct {
   const char *version;
   const Release *release;
   gboolean attn_scales;
+  const char *all2all_backend;
+  guint pcp;           /* prefill-context-parallel size */
+  guint dp;            /* data-parallel replicas: ep / (pcp * tp) with EP, else 1 */
+  gboolean legacy_sp;  /* rank files that record no all2all-backend (see read_deployment) */
   const Prefix *prefixes; /* how vLLM renames the model's modules, or NULL */
 } Rank;
 
@@ -278,6 +392,7 @@ free_settings(gpointer data)
   VllmSettings *settings = data;
 
   g_free(settings->version);
+  g_free(settings->all2all_backend);
   g_free(settings->help);
   g_free(settings);
 }
@@ -1013,27 +1128,91 @@ runtime_of_param(Rank *r, const WsyncParam *param, Runtime *rt, GError **error)
   return TRUE;
 }
 
-/* Sequence-parallel MoE (§9: EP with tp > 1 and dp > 1, i.e. ep > tp > 1): the shared
- * expert is built with disable_tp and every rank holds it whole.  ep > tp is taken to
- * mean dp > 1 (ep = dp*pcp*tp, vllm-layouts.md §7): with prefill context parallelism
- * and one data-parallel replica (pcp > 1, dp = 1) vLLM keeps the shared expert
- * TP-sliced (§3.4: replicated only with "EP + TP>1 + DP>1"), which these files do not
- * hold; load_rank refuses them there at the first shared-expert tensor. */
+typedef enum { SHARED_SLICED, SHARED_WHOLE, SHARED_NOT_KNOWN } SharedLayout;
+
 static gboolean
-shared_expert_is_whole(const Rank *r, const WsyncParam *param)
+is_shared_expert(const WsyncParam *param)
 {
-  return r->ep > r->tp && r->tp > 1 &&
-         (param->role == WSYNC_ROLE_SHARED_GATE || param->role == WSYNC_ROLE_SHARED_DOWN);
+  return param->role == WSYNC_ROLE_SHARED_GATE || param->role == WSYNC_ROLE_SHARED_DOWN;
 }
+
+/* Whether vLLM's ParallelConfig.use_sequence_parallel_moe holds (§9.4): then the shared
+ * expert MLP is built with disable_tp=is_sequence_parallel and every rank holds it whole;
+ * else it is TP-sliced by rank % tp like any MLP (§4).  @why says why, for the plan (a
+ * note) or, when the release's rule is not known for these settings, the error; NULL
+ * when there is nothing to say (no EP, or tp 1). */
+static SharedLayout
+shared_expert_layout(const Rank *r, char **why)
+{
+  const SequenceParallelRule *rule = r->release->sp;
+  const char *backend = r->all2all_backend;
+  gboolean listed = g_strv_contains(rule->listed, backend);
+  gboolean unknown = g_strv_contains(rule->unknown, backend);
+  g_autofree char *sizes = g_strdup_printf("ep %u = dp %u * pcp %u * tp %u", r->ep, r->dp, r->pcp,
+                                           r->tp);
+
+  *why = NULL;
+  if (r->ep == 1 || r->tp == 1)
+    return SHARED_SLICED;
+  if (r->legacy_sp) { /* with EP, written by the rule of an earlier wsync: ep > tp > 1 */
+    *why = g_strdup_printf("the shared expert is %s as rank files of an earlier wsync (no "
+                           "wsync.all2all-backend recorded) hold it: whole when ep > tp > 1",
+                           r->ep > r->tp ? "whole" : "TP-sliced");
+    return r->ep > r->tp ? SHARED_WHOLE : SHARED_SLICED;
+  }
+  if (unknown || (!rule->dp_known && r->dp == 1 && listed)) {
+    *why = g_strdup_printf("vllm-version %s: whether vLLM builds the shared expert whole "
+                           "(use_sequence_parallel_moe) with all2all-backend \"%s\" and %s is "
+                           "not known: %s (docs/vllm.md §9.4)",
+                           r->version, backend, sizes, rule->why);
+    return SHARED_NOT_KNOWN;
+  }
+  if (listed && r->dp > 1) {
+    *why = g_strdup_printf("sequence-parallel MoE (%s, all2all-backend \"%s\"): vLLM's "
+                           "use_sequence_parallel_moe holds (the backend is in vllm-version "
+                           "%s's list, tp > 1, dp > 1), so it builds the shared expert with "
+                           "disable_tp, whole on every rank",
+                           sizes, backend, r->version);
+    return SHARED_WHOLE;
+  }
+  if (!listed)
+    *why = g_strdup_printf("the shared expert stays TP-sliced (%s): all2all-backend \"%s\" is "
+                           "not in vllm-version %s's use_sequence_parallel_moe list, so vLLM "
+                           "keeps disable_tp off",
+                           sizes, backend, r->version);
+  else
+    *why = g_strdup_printf("the shared expert stays TP-sliced (%s): vLLM's "
+                           "use_sequence_parallel_moe needs dp > 1, and one data-parallel "
+                           "replica (prefill-context-parallel-size %u) keeps disable_tp off",
+                           sizes, r->pcp);
+  return SHARED_SLICED;
+}
+
+/* vLLM-Ascend replaces the linear layers, and from #13946 (182b75ea84ff) they replicate a
+ * shared expert only with additional_config enable_shared_expert_dp, whatever
+ * disable_tp says (docs/vllm-ascend.md §2). */
+#define ASCEND_SHARED_NOTE                                                                    \
+  "vllm-ascend: the shared expert follows vLLM's use_sequence_parallel_moe here; vLLM-Ascend " \
+  "from #13946 replicates it only with additional_config enable_shared_expert_dp (EP on, "   \
+  "tp > 1) and else keeps it TP-sliced, which these files match only when the two agree "    \
+  "(docs/vllm-ascend.md §2)"
 
 /* One runtime tensor, by its kind. */
 static gboolean
 emit_runtime(Rank *r, Runtime *rt, GError **error)
 {
-  if (shared_expert_is_whole(r, rt->param)) {
-    wsync_layout_add_note(r->layout, "sequence-parallel MoE (ep > tp > 1): vLLM builds the "
-                                     "shared expert with disable_tp, whole on every rank");
-    return emit_replicated(r, rt, error);
+  if (is_shared_expert(rt->param)) {
+    g_autofree char *why = NULL;
+    SharedLayout shared = shared_expert_layout(r, &why);
+
+    if (shared == SHARED_NOT_KNOWN)
+      return wsync_fail(error, WSYNC_ERROR_CONFIG, "vllm: %s: %s", rt->name, why);
+    if (why != NULL)
+      wsync_layout_add_note(r->layout, why);
+    if (why != NULL && r->ascend)
+      wsync_layout_add_note(r->layout, ASCEND_SHARED_NOTE);
+    if (shared == SHARED_WHOLE)
+      return emit_replicated(r, rt, error);
   }
   switch (rt->kind) {
   case WSYNC_PARAM_REPLICATED:
@@ -1097,6 +1276,8 @@ handle_param(Rank *r, const WsyncParam *param, GError **error)
 #define KEY_VERSION "wsync.vllm-version"
 #define KEY_ERA "wsync.vllm-era"
 #define KEY_SCALES "wsync.attn-scales"
+#define KEY_ALL2ALL "wsync.all2all-backend"
+#define KEY_PCP "wsync.prefill-context-parallel-size"
 
 static gboolean
 bad_metadata(GError **error, const char *key, const char *value, const char *want)
@@ -1106,18 +1287,46 @@ bad_metadata(GError **error, const char *key, const char *value, const char *wan
   return FALSE;
 }
 
-/* The naming rules of the files: when reading rank files, the version and attn-scales
- * they record (and the era they record must be the one the table gives that version);
- * when writing, the options. */
+/* The deployment the files were written for, as they record it: the all2all backend
+ * and the prefill-context-parallel size.  Files without EP record neither (they hold the
+ * shared expert TP-sliced), nor do those of an earlier wsync, which hold it as its rule
+ * had it: whole when ep > tp > 1. */
+static gboolean
+read_deployment(Rank *r, GError **error)
+{
+  const char *backend = wsync_layout_get_input_metadata(r->layout, KEY_ALL2ALL);
+  const char *pcp = wsync_layout_get_input_metadata(r->layout, KEY_PCP);
+  guint64 value;
+
+  if (backend == NULL) {
+    r->legacy_sp = TRUE;
+    return TRUE;
+  }
+  if (!is_all2all_backend(backend))
+    return bad_metadata(error, KEY_ALL2ALL, backend, "one of vLLM's --all2all-backend names");
+  if (pcp == NULL || !g_ascii_string_to_unsigned(pcp, 10, 1, MAX_PCP, &value, NULL))
+    return bad_metadata(error, KEY_PCP, pcp, "a number from 1");
+  r->all2all_backend = backend;
+  r->pcp = (guint)value;
+  return TRUE;
+}
+
+/* The naming rules of the files: when reading rank files, the version, attn-scales and
+ * deployment they record (and the era they record must be the one the table gives that
+ * version); when writing, the options. */
 static gboolean
 choose_convention(Rank *r, const VllmSettings *settings, GError **error)
 {
   const char *version = settings->version, *why = NULL;
 
   r->attn_scales = settings->attn_scales;
+  r->all2all_backend = settings->all2all_backend;
+  r->pcp = settings->pcp;
   if (wsync_layout_is_reading(r->layout)) {
     const char *era = wsync_layout_get_input_metadata(r->layout, KEY_ERA);
     const char *scales = wsync_layout_get_input_metadata(r->layout, KEY_SCALES);
+    if (!read_deployment(r, error))
+      return FALSE;
     version = wsync_layout_get_input_metadata(r->layout, KEY_VERSION);
     r->release = find_release(version, &why);
     if (r->release == NULL)
@@ -1148,6 +1357,26 @@ check_parallel(Rank *r, GError **error)
     return wsync_fail(error, WSYNC_ERROR_USAGE, "rank %u is outside the %u ranks of tp %u ep %u",
                       r->rank, r->world, r->tp, r->ep);
   r->t = r->rank % r->tp;
+  return TRUE;
+}
+
+/* With EP vLLM's expert-parallel group is dp*pcp*tp ranks (§4), so the number of
+ * data-parallel replicas, which decides the shared expert's layout (§9.4), is
+ * ep / (pcp * tp); it must be a whole number. */
+static gboolean
+check_replicas(Rank *r, GError **error)
+{
+  r->dp = 1;
+  if (r->ep == 1)
+    return TRUE;
+  if (r->ep % (r->pcp * r->tp) != 0)
+    return wsync_fail(error, WSYNC_ERROR_CONFIG,
+                      "ep %u is not a whole number of data-parallel replicas of "
+                      "prefill-context-parallel-size %u * tp %u (vLLM's expert-parallel group "
+                      "is dp*pcp*tp ranks): set prefill-context-parallel-size and --ep as the "
+                      "deployment's --prefill-context-parallel-size and dp*pcp*tp",
+                      r->ep, r->pcp, r->tp);
+  r->dp = r->ep / (r->pcp * r->tp);
   return TRUE;
 }
 
@@ -1197,6 +1426,12 @@ set_metadata(Rank *r)
   wsync_layout_set_metadata(r->layout, KEY_VERSION, r->version);
   wsync_layout_set_metadata(r->layout, KEY_ERA, r->release->era->name);
   wsync_layout_set_metadata(r->layout, KEY_SCALES, r->attn_scales ? "true" : "false");
+  /* only with EP, where they decide the shared expert (§9.4); files read back keep what
+   * they record */
+  if (r->ep > 1 && !r->legacy_sp) {
+    wsync_layout_set_metadata(r->layout, KEY_ALL2ALL, r->all2all_backend);
+    set_metadata_uint(r, KEY_PCP, r->pcp);
+  }
 }
 
 /* What the plan says about the files: who reads them, and by which naming rules. */
@@ -1248,7 +1483,7 @@ build_rank(WsyncLayout *layout, gpointer user_data, GError **error)
   guint n = wsync_layout_n_params(layout);
 
   if (!check_parallel(&r, error) || !choose_convention(&r, settings, error) ||
-      !check_sharded_state(&r, error))
+      !check_replicas(&r, error) || !check_sharded_state(&r, error))
     return FALSE;
   r.prefixes = prefixes_of(wsync_layout_get_model(layout));
   /* vllm-ascend's kernel format is this layout finished by another plugin's post-load
@@ -1360,6 +1595,31 @@ static cfg_opt_t options[] = {
          "buffers and its sharded_state loader refuses files that lack them; turn off only "
          "for a loader that does not expect them.",
          "")},
+    {.name = "all2all-backend",
+     .type = CFGT_STR,
+     .flags = CFGF_NONE,
+     .def.string = DEFAULT_ALL2ALL_BACKEND,
+     .validcb = validate_all2all_backend,
+     .comment = WSYNC_OPTION_DOC(
+         "The deployment's vLLM --all2all-backend. With expert parallelism, tp > 1 and more "
+         "than one data-parallel replica, vLLM holds the shared expert of Qwen3.5-MoE and "
+         "Qwen3-Next whole on every rank when this backend is in its sequence-parallel MoE "
+         "list (use_sequence_parallel_moe), and TP-sliced otherwise.",
+         "allgather_reducescatter (vLLM's default), naive, pplx, deepep_high_throughput, "
+         "deepep_low_latency, deepep_v2, mori, mori_high_throughput, mori_low_latency, "
+         "nixl_ep, flashinfer_all2allv, flashinfer_nvlink_two_sided or "
+         "flashinfer_nvlink_one_sided")},
+    {.name = "prefill-context-parallel-size",
+     .type = CFGT_INT,
+     .flags = CFGF_NONE,
+     .def.number = 1,
+     .validcb = validate_pcp,
+     .comment = WSYNC_OPTION_DOC(
+         "The deployment's vLLM --prefill-context-parallel-size. With expert parallelism "
+         "vLLM's expert-parallel group is dp*pcp*tp ranks, so --ep / (this * --tp) is the "
+         "number of data-parallel replicas, which must be whole and decides whether the "
+         "shared expert is whole (more than one replica) or TP-sliced.",
+         "a whole number from 1")},
     CFG_END()};
 
 /* The help `wsync convert --help` shows for the target: formats, their consumers and
@@ -1402,13 +1662,15 @@ help_text(const char *target)
 }
 
 static VllmSettings *
-settings_new(const char *target, const char *version, gboolean attn_scales)
+settings_new(const char *target, cfg_t *cfg)
 {
   VllmSettings *settings = g_new0(VllmSettings, 1);
 
   settings->target = target;
-  settings->version = g_strdup(version);
-  settings->attn_scales = attn_scales;
+  settings->version = g_strdup(cfg_getstr(cfg, "vllm-version"));
+  settings->attn_scales = cfg_getbool(cfg, "attn-scales");
+  settings->all2all_backend = g_strdup(cfg_getstr(cfg, "all2all-backend"));
+  settings->pcp = (guint)cfg_getint(cfg, "prefill-context-parallel-size");
   settings->help = help_text(target);
   return settings;
 }
@@ -1417,8 +1679,7 @@ static gboolean
 add_target(WsyncPlugin *plugin, const char *name, const char *description, cfg_t *cfg,
            GError **error)
 {
-  VllmSettings *settings =
-      settings_new(name, cfg_getstr(cfg, "vllm-version"), cfg_getbool(cfg, "attn-scales"));
+  VllmSettings *settings = settings_new(name, cfg);
   WsyncTargetInfo info = {.name = name,
                           .description = description,
                           .help = settings->help,
@@ -1437,13 +1698,25 @@ vllm_register(WsyncPlugin *plugin, GError **error)
 {
   cfg_t *cfg = wsync_plugin_get_options(plugin);
   const char *version = cfg_getstr(cfg, "vllm-version"), *why = NULL;
+  const char *backend = cfg_getstr(cfg, "all2all-backend");
+  long pcp = cfg_getint(cfg, "prefill-context-parallel-size");
 
-  /* The validator has seen every value a file set; this catches anything else. */
+  /* The validators have seen every value a file set; this catches anything else. */
   if (find_release(version, &why) == NULL) {
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG, "%s, not \"%s\"", why,
                 version != NULL ? version : "");
     return FALSE;
   }
+  if (!is_all2all_backend(backend)) {
+    g_autofree char *names = all2all_backend_names();
+    return wsync_fail(error, WSYNC_ERROR_CONFIG, ALL2ALL_RULE " (%s), not \"%s\"", names,
+                      backend != NULL ? backend : "");
+  }
+  if (pcp < 1 || pcp > MAX_PCP)
+    return wsync_fail(error, WSYNC_ERROR_CONFIG,
+                      "prefill-context-parallel-size must be a whole number from 1 to %d, "
+                      "not %ld",
+                      MAX_PCP, pcp);
   return add_target(plugin, "vllm", "each vLLM TP/EP rank's tensors under vLLM's names", cfg,
                     error) &&
          add_target(plugin, "vllm-ascend",

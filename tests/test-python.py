@@ -984,6 +984,36 @@ def vllm_worker_replica_hint_only_experts():
     assert replica_shape_hint(dtype, 2, 2, False) == dtype, replica_shape_hint(dtype, 2, 2, False)
 
 
+@test
+def vllm_worker_shared_expert_hint():
+    """An expert-parallel worker that finds a shared-expert tensor of the wrong size is
+    told which vllm options make the files match (docs/vllm.md section 9.4); other
+    tensors, dtypes and workers without EP or with tp 1 are left alone."""
+    from wsync.vllm_worker import shared_expert_hint
+    name = "language_model.model.layers.0.mlp.experts._shared_experts._layer.gate_up_proj.weight"
+    size = name + " is BF16 [64, 64], but the parameter has shape [32, 64]"
+    hinted = shared_expert_hint(size, 2, 1, True, pcp_size=2)
+    assert hinted == (size + " (the files hold the shared expert whole or TP-sliced as the "
+                      "vllm plugin's options all2all-backend and prefill-context-parallel-size "
+                      "decide, by vLLM's use_sequence_parallel_moe: this worker runs with "
+                      "--all2all-backend allgather_reducescatter, --prefill-context-parallel-"
+                      "size 2, data-parallel size 1 and tp 2: write the files with "
+                      "all2all-backend = \"allgather_reducescatter\" and "
+                      "prefill-context-parallel-size = 2 in the plugin \"vllm\" section of "
+                      "the configuration, and --ep 4)"), hinted
+    assert "--all2all-backend pplx," in shared_expert_hint(size, 2, 2, True, 1, "pplx")
+    assert shared_expert_hint(size, 2, 2, False) == size
+    assert shared_expert_hint(size, 1, 4, True) == size
+    gate = ("language_model.model.layers.0.mlp.experts._shared_experts._layer.expert_gate."
+            "weight is BF16 [1, 64], but the parameter has shape [1, 32]")
+    assert shared_expert_hint(gate, 2, 2, True) == gate
+    dtype = name + " is BF16 [64, 64], but the buffer holds F32 elements"
+    assert shared_expert_hint(dtype, 2, 2, True) == dtype
+    routed = ("language_model.model.layers.0.mlp.experts.routed_experts.w13_weight is BF16 "
+              "[2, 64, 64], but the parameter has shape [2, 32, 64]")
+    assert shared_expert_hint(routed, 2, 2, True) == routed
+
+
 # ------------------------------------------------------------------ the commands
 
 @test

@@ -56,26 +56,33 @@ plugin_dir(void)
   return test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR");
 }
 
-/* A conf.d selecting qwen3_5_moe (with @language_model_only) and vllm (defaults:
- * vllm-version latest, attn-scales true). */
+/* A conf.d selecting qwen3_5_moe (with @language_model_only) and vllm with the settings
+ * @vllm ("" for the defaults: vllm-version latest, attn-scales true, all2all-backend
+ * allgather_reducescatter, prefill-context-parallel-size 1). */
 static const char *
-conf_dir(gboolean language_model_only)
+conf_dir_with(gboolean language_model_only, const char *vllm)
 {
-  g_autofree char *key = g_strdup_printf("conf|%d", language_model_only);
+  g_autofree char *key = g_strdup_printf("conf|%d|%s", language_model_only, vllm);
   char *dir = g_hash_table_lookup(made, key);
 
   if (dir == NULL) {
     g_autofree char *text = g_strdup_printf("plugin \"hf\" {}\nplugin \"qwen3_5_moe\" {\n"
                                             "  language-model-only = %s\n"
                                             "}\n"
-                                            "plugin \"vllm\" {}\n",
-                                            language_model_only ? "true" : "false");
+                                            "plugin \"vllm\" {\n%s}\n",
+                                            language_model_only ? "true" : "false", vllm);
     dir = new_path("conf");
     g_assert_cmpint(g_mkdir(dir, 0755), ==, 0);
     g_free(test_write(dir, "10-test.conf", text));
     g_hash_table_insert(made, g_strdup(key), dir);
   }
   return dir;
+}
+
+static const char *
+conf_dir(gboolean language_model_only)
+{
+  return conf_dir_with(language_model_only, "");
 }
 
 #define CONF conf_dir(FALSE)
@@ -786,6 +793,27 @@ check_gate_up_down(Oracle *o, guint64 l, const char *mlp, const char *rt_mlp, gu
   check_row_as(o, dn, d_o);
 }
 
+/* Whether the rank being checked holds the shared expert whole: set by check_rank() from
+ * its case (the Oracle is oracle.h's RankCheck, which has no room for it). */
+static gboolean shared_expert_whole;
+
+/* vLLM's ParallelConfig.use_sequence_parallel_moe at v0.27.1 (docs/vllm.md §9.4): the
+ * backend, after __post_init__ renames "naive" and "pplx" to allgather_reducescatter, in
+ * the list, expert parallelism, tp > 1 and dp > 1, where with EP ep = dp * pcp * tp. */
+static gboolean
+sequence_parallel_moe(guint tp, guint ep, guint pcp, const char *backend)
+{
+  static const char *const listed[] = {"allgather_reducescatter", "naive", "pplx",
+                                       "deepep_high_throughput", "deepep_low_latency",
+                                       "mori_high_throughput", "mori_low_latency", "nixl_ep",
+                                       NULL};
+
+  if (ep <= 1 || tp <= 1)
+    return FALSE;
+  g_assert_cmpuint(ep % (pcp * tp), ==, 0);
+  return ep / (pcp * tp) > 1 && g_strv_contains(listed, backend);
+}
+
 /* The sparse block (docs/vllm.md §9), under the alias winners of naming era D (§5):
  * the MoERunner mlp.experts holds the router as `gate` and the shared expert MLP (with
  * its gate) as `_shared_experts._layer`. */
@@ -800,9 +828,9 @@ check_moe(Oracle *o, guint64 l, const guint64 *expert_counts)
   check_replicated_cast(o, router_i, router_o, WSYNC_DTYPE_BF16);
   check_replicated_cast(o, sg_i, sg_o, WSYNC_DTYPE_BF16);
   /* the shared expert stays TP-sliced by rank % tp, also with EP (§4); with
-   * sequence-parallel MoE (ep > tp > 1, so dp > 1) it is built with disable_tp and every
-   * rank holds it whole (§9.4) */
-  if (o->ep > o->tp && o->tp > 1) {
+   * sequence-parallel MoE it is built with disable_tp and every rank holds it whole
+   * (§9.4) */
+  if (shared_expert_whole) {
     Oracle whole = *o;
     whole.tp = 1;
     whole.t = 0;
@@ -922,7 +950,25 @@ typedef struct {
   guint tp, ep;                 /* ep 0: not given */
   gboolean lm_only;             /* language-model-only = true */
   const guint64 *expert_counts; /* E_loc per rank, or NULL for all */
+  const char *backend;          /* all2all-backend, or NULL for the default */
+  guint pcp;                    /* prefill-context-parallel-size, or 0 for the default */
+  const char *version;          /* vllm-version, or NULL for the default */
 } Case;
+
+/* The plugin "vllm" settings of a case (caller frees). */
+static char *
+case_settings(const Case *c)
+{
+  GString *s = g_string_new(NULL);
+
+  if (c->backend != NULL)
+    g_string_append_printf(s, "  all2all-backend = \"%s\"\n", c->backend);
+  if (c->pcp > 0)
+    g_string_append_printf(s, "  prefill-context-parallel-size = %u\n", c->pcp);
+  if (c->version != NULL)
+    g_string_append_printf(s, "  vllm-version = \"%s\"\n", c->version);
+  return g_string_free(s, FALSE);
+}
 
 /* Every tensor of one rank, and nothing else. */
 static void
@@ -934,6 +980,9 @@ check_rank(const Case *c, const Model *m, WsyncCheckpoint *in, const RankFiles *
   g_autofree char *rk = g_strdup_printf("%u", rank);
   guint n = 0;
 
+  shared_expert_whole = sequence_parallel_moe(
+      o.tp, o.ep, c->pcp > 0 ? c->pcp : 1,
+      c->backend != NULL ? c->backend : "allgather_reducescatter");
   g_assert_cmpuint(rf->files->len, >, 0);
   assert_metadata(rf, "wsync.target", "vllm");
   assert_metadata(rf, "wsync.tp", tp);
@@ -972,7 +1021,8 @@ static char *
 run_case(const Case *c)
 {
   const char *src = c->src != NULL ? c->src : synth(c->config, c->fused);
-  g_autofree char *dst = convert(src, conf_dir(c->lm_only), "vllm", c->tp, c->ep);
+  g_autofree char *settings = case_settings(c);
+  g_autofree char *dst = convert(src, conf_dir_with(c->lm_only, settings), "vllm", c->tp, c->ep);
   guint world = c->ep > 1 ? c->ep : c->tp;
   RankFiles ranks[16];
   Model m = read_model(c->config);
@@ -1102,14 +1152,14 @@ test_hf_fused_to_published(void)
 static void
 test_vllm_tp1(void)
 {
-  check_case(&(Case){MOE, NULL, FALSE, 1, 0, FALSE, NULL});
+  check_case(&(Case){MOE, NULL, FALSE, 1, 0, FALSE, NULL, NULL, 0, NULL});
 }
 
 /* tp 2: the vision tower at tp 2 too (qkv thirds sliced by heads). */
 static void
 test_vllm_tp2(void)
 {
-  check_case(&(Case){MOE, NULL, FALSE, 2, 0, FALSE, NULL});
+  check_case(&(Case){MOE, NULL, FALSE, 2, 0, FALSE, NULL, NULL, 0, NULL});
 }
 
 /* tp 4 > 2 KV heads: each KV head on two ranks; one gated q head per rank; nk 4 and
@@ -1117,7 +1167,7 @@ test_vllm_tp2(void)
 static void
 test_vllm_tp4_kv_replicated(void)
 {
-  check_case(&(Case){MOE, NULL, FALSE, 4, 0, FALSE, NULL});
+  check_case(&(Case){MOE, NULL, FALSE, 4, 0, FALSE, NULL, NULL, 0, NULL});
 }
 
 /* Every expert fused in the input (MTP too), or every expert per expert: same files. */
@@ -1126,8 +1176,8 @@ test_vllm_expert_forms(void)
 {
   g_autofree char *split = convert(synth(MOE, FALSE), CONF, "hf-experts", 0, 0);
 
-  check_case(&(Case){MOE, NULL, TRUE, 2, 0, FALSE, NULL});
-  check_case(&(Case){MOE, split, FALSE, 2, 0, FALSE, NULL});
+  check_case(&(Case){MOE, NULL, TRUE, 2, 0, FALSE, NULL, NULL, 0, NULL});
+  check_case(&(Case){MOE, split, FALSE, 2, 0, FALSE, NULL, NULL, 0, NULL});
 }
 
 /* ep 3 over tp 1 (8 experts: 3, 3, 2) and ep 4 over tp 2 (2 each): whole routed
@@ -1138,17 +1188,210 @@ test_vllm_ep(void)
   static const guint64 counts3[] = {3, 3, 2};
   static const guint64 counts4[] = {2, 2, 2, 2};
 
-  check_case(&(Case){MOE, NULL, FALSE, 1, 3, FALSE, counts3});
-  check_case(&(Case){MOE, NULL, FALSE, 2, 4, FALSE, counts4});
+  check_case(&(Case){MOE, NULL, FALSE, 1, 3, FALSE, counts3, NULL, 0, NULL});
+  check_case(&(Case){MOE, NULL, FALSE, 2, 4, FALSE, counts4, NULL, 0, NULL});
+}
+
+static guint
+count_lines(const char *text)
+{
+  guint n = 0;
+
+  for (const char *p = strchr(text, '\n'); p != NULL; p = strchr(p + 1, '\n'))
+    n++;
+  return n;
+}
+
+/* The shared expert of layer 0 on every rank of @dst (@world ranks, format @format):
+ * gate_up_proj [2*Is/split, H] and down_proj [H, Is/split], split 1 (whole) or tp; the
+ * files record the deployment they are for. */
+static void
+assert_shared_shapes(const char *dst, const char *format, guint world, guint split,
+                     const char *backend, const char *pcp)
+{
+  Model m = read_model(MOE);
+  g_autofree char *gate_up = rt_name(0, "mlp.experts._shared_experts._layer.gate_up_proj.weight");
+  g_autofree char *down = rt_name(0, "mlp.experts._shared_experts._layer.down_proj.weight");
+  RankFiles ranks[8];
+
+  g_assert_cmpuint(open_ranks_of(dst, format, ranks, G_N_ELEMENTS(ranks)), ==, world);
+  for (guint r = 0; r < world; r++) {
+    const WsyncTensor *gu = rank_lookup(&ranks[r], gate_up);
+    const WsyncTensor *dn = rank_lookup(&ranks[r], down);
+
+    g_assert_nonnull(gu);
+    g_assert_nonnull(dn);
+    g_assert_cmpuint(gu->ndim, ==, 2);
+    g_assert_cmpuint(gu->shape[0], ==, 2 * m.Is / split);
+    g_assert_cmpuint(gu->shape[1], ==, m.H);
+    g_assert_cmpuint(dn->ndim, ==, 2);
+    g_assert_cmpuint(dn->shape[0], ==, m.H);
+    g_assert_cmpuint(dn->shape[1], ==, m.Is / split);
+    assert_metadata(&ranks[r], "wsync.all2all-backend", backend);
+    assert_metadata(&ranks[r], "wsync.prefill-context-parallel-size", pcp);
+  }
+  for (guint r = 0; r < G_N_ELEMENTS(ranks); r++)
+    rank_files_clear(&ranks[r]);
+}
+
+/* tp 2, ep 4 (docs/vllm.md §9.4): with the defaults dp = 4 / (1 * 2) = 2 and
+ * allgather_reducescatter is listed, so every rank holds the shared expert whole; with
+ * prefill-context-parallel-size 2 there is one data-parallel replica, and with a backend
+ * outside the list the rule does not hold either: TP-sliced by rank % tp.  "pplx" is
+ * renamed to allgather_reducescatter by ParallelConfig.__post_init__: whole.  Every
+ * element is checked by the oracle (check_moe). */
+static void
+test_vllm_shared_expert(void)
+{
+  static const guint64 counts4[] = {2, 2, 2, 2};
+  static const struct {
+    const char *backend, *recorded;
+    guint pcp, split;
+  } cases[] = {
+      {NULL, "allgather_reducescatter", 0, 1},
+      {NULL, "allgather_reducescatter", 2, 2},
+      {"flashinfer_nvlink_two_sided", "flashinfer_nvlink_two_sided", 0, 2},
+      {"pplx", "pplx", 0, 1},
+  };
+
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_autofree char *dst = run_case(&(Case){MOE, NULL, FALSE, 2, 4, FALSE, counts4,
+                                            cases[i].backend, cases[i].pcp, NULL});
+    g_autofree char *pcp = g_strdup_printf("%u", MAX(cases[i].pcp, 1));
+
+    assert_shared_shapes(dst, "kernel", 4, cases[i].split, cases[i].recorded, pcp);
+  }
+}
+
+/* vllm-version 0.25.0 (docs/vllm.md §9.4): with dp 2 the release's rule holds whether or
+ * not it requires dp > 1, so the shared expert is whole; with one replica (tp 2, ep 2)
+ * it is not known, and the first shared-expert tensor is refused. */
+static void
+test_vllm_shared_expert_unpinned(void)
+{
+  static const guint64 counts4[] = {2, 2, 2, 2};
+  g_autofree char *dst =
+      run_case(&(Case){MOE, NULL, FALSE, 2, 4, FALSE, counts4, NULL, 0, "0.25.0"});
+  g_autofree char *refused = new_path("refused");
+  Run r;
+
+  assert_shared_shapes(dst, "kernel", 4, 1, "allgather_reducescatter", "1");
+  r = run_wsync("convert", synth(MOE, FALSE), refused, "--conf-dir",
+                conf_dir_with(FALSE, "  vllm-version = \"0.25.0\"\n"), "--plugin-dir",
+                plugin_dir(), "--target", "vllm", "--format", "kernel", "--tp", "2", "--ep", "2",
+                NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  assert_has(r.err, "vllm: language_model.model.layers.0.mlp.experts._shared_experts._layer."
+                    "gate_up_proj.weight: vllm-version 0.25.0: whether vLLM builds the shared "
+                    "expert whole (use_sequence_parallel_moe) with all2all-backend "
+                    "\"allgather_reducescatter\" and ep 2 = dp 1 * pcp 1 * tp 2 is not known: "
+                    "releases 0.25.0 to 0.27.0 were cut while vLLM main had dropped the rule's "
+                    "dp > 1");
+  g_assert_cmpuint(count_lines(r.err), ==, 1);
+  g_assert_false(g_file_test(refused, G_FILE_TEST_EXISTS));
+  test_run_clear(&r);
+}
+
+/* Settings vLLM would not start with, or that no deployment has, are refused with exit
+ * status 2, one line, and no output directory. */
+static void
+assert_settings_refused(const char *settings, const char *ep, const char *want)
+{
+  g_autofree char *dst = new_path("refused");
+  Run r = run_wsync("convert", synth(MOE, FALSE), dst, "--conf-dir", conf_dir_with(FALSE, settings),
+                    "--plugin-dir", plugin_dir(), "--target", "vllm", "--format", "kernel",
+                    "--tp", "2", "--ep", ep, NULL);
+
+  g_assert_cmpint(r.status, ==, 2);
+  assert_has(r.err, want);
+  g_assert_cmpuint(count_lines(r.err), ==, 1);
+  g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+  test_run_clear(&r);
+}
+
+static void
+test_refuse_deployment(void)
+{
+  /* dp = 4 / (4 * 2) is not whole */
+  assert_settings_refused("  prefill-context-parallel-size = 4\n", "4",
+                          "ep 4 is not a whole number of data-parallel replicas of "
+                          "prefill-context-parallel-size 4 * tp 2 (vLLM's expert-parallel group "
+                          "is dp*pcp*tp ranks): set prefill-context-parallel-size and --ep as "
+                          "the deployment's --prefill-context-parallel-size and dp*pcp*tp");
+  assert_settings_refused("  prefill-context-parallel-size = 0\n", "4",
+                          "prefill-context-parallel-size must be a whole number from 1 to "
+                          "65535, not 0");
+  assert_settings_refused("  all2all-backend = \"nccl\"\n", "4",
+                          "all2all-backend must be one of vLLM's --all2all-backend names "
+                          "(allgather_reducescatter, naive, pplx, deepep_high_throughput, "
+                          "deepep_low_latency, deepep_v2, mori, mori_high_throughput, "
+                          "mori_low_latency, nixl_ep, flashinfer_all2allv, "
+                          "flashinfer_nvlink_two_sided or flashinfer_nvlink_one_sided), not "
+                          "\"nccl\"");
+}
+
+/* The plan says why the shared expert is whole or TP-sliced, with the numbers; without
+ * EP there is nothing to say. */
+static void
+assert_plan_note(const char *settings, const char *target, const char *ep, const char *want,
+                 const char *absent)
+{
+  Run r = run_wsync("plan", synth(MOE, FALSE), "--conf-dir", conf_dir_with(FALSE, settings),
+                    "--plugin-dir", plugin_dir(), "--target", target, "--format", "kernel",
+                    "--tp", "2", "--ep", ep, NULL);
+
+  if (r.status != 0)
+    g_error("plan --target %s --ep %s: exit %d: %s", target, ep, r.status, r.err);
+  if (want != NULL)
+    assert_has(r.out, want);
+  g_assert_null(strstr(r.out, absent));
+  test_run_clear(&r);
+}
+
+static void
+test_plan_shared_expert(void)
+{
+  assert_plan_note("", "vllm", "4",
+                   "note: sequence-parallel MoE (ep 4 = dp 2 * pcp 1 * tp 2, all2all-backend "
+                   "\"allgather_reducescatter\"): vLLM's use_sequence_parallel_moe holds (the "
+                   "backend is in vllm-version latest's list, tp > 1, dp > 1), so it builds the "
+                   "shared expert with disable_tp, whole on every rank\n",
+                   "vllm-ascend:");
+  assert_plan_note("  prefill-context-parallel-size = 2\n", "vllm", "4",
+                   "note: the shared expert stays TP-sliced (ep 4 = dp 1 * pcp 2 * tp 2): vLLM's "
+                   "use_sequence_parallel_moe needs dp > 1, and one data-parallel replica "
+                   "(prefill-context-parallel-size 2) keeps disable_tp off\n",
+                   "sequence-parallel MoE (");
+  assert_plan_note("  all2all-backend = \"flashinfer_nvlink_two_sided\"\n", "vllm", "4",
+                   "note: the shared expert stays TP-sliced (ep 4 = dp 2 * pcp 1 * tp 2): "
+                   "all2all-backend \"flashinfer_nvlink_two_sided\" is not in vllm-version "
+                   "latest's use_sequence_parallel_moe list, so vLLM keeps disable_tp off\n",
+                   "sequence-parallel MoE (");
+  assert_plan_note("", "vllm", "1", NULL, "use_sequence_parallel_moe");
+  /* vLLM-Ascend's own rule (docs/vllm-ascend.md §2); its sharded-state format needs no
+   * hook: tp 2, ep 2 */
+  {
+    Run r = run_wsync("plan", synth(MOE, FALSE), "--conf-dir", CONF, "--plugin-dir",
+                      plugin_dir(), "--target", "vllm-ascend", "--tp", "2", "--ep", "2", NULL);
+
+    g_assert_cmpint(r.status, ==, 0);
+    assert_has(r.out, "note: the shared expert stays TP-sliced (ep 2 = dp 1 * pcp 1 * tp 2)");
+    assert_has(r.out, "note: vllm-ascend: the shared expert follows vLLM's "
+                      "use_sequence_parallel_moe here; vLLM-Ascend from #13946 replicates it "
+                      "only with additional_config enable_shared_expert_dp (EP on, tp > 1) and "
+                      "else keeps it TP-sliced, which these files match only when the two agree "
+                      "(docs/vllm-ascend.md §2)\n");
+    test_run_clear(&r);
+  }
 }
 
 /* The dense model with tied embeddings: no lm_head anywhere; gate_up_proj/down_proj. */
 static void
 test_vllm_dense_tied(void)
 {
-  check_case(&(Case){DENSE, NULL, FALSE, 1, 0, FALSE, NULL});
-  check_case(&(Case){DENSE, NULL, FALSE, 2, 0, FALSE, NULL});
-  check_case(&(Case){DENSE, NULL, FALSE, 4, 0, FALSE, NULL});
+  check_case(&(Case){DENSE, NULL, FALSE, 1, 0, FALSE, NULL, NULL, 0, NULL});
+  check_case(&(Case){DENSE, NULL, FALSE, 2, 0, FALSE, NULL, NULL, 0, NULL});
+  check_case(&(Case){DENSE, NULL, FALSE, 4, 0, FALSE, NULL, NULL, 0, NULL});
 }
 
 /* Layer types from full_attention_interval (2) when layer_types is absent. */
@@ -1159,7 +1402,7 @@ test_vllm_interval(void)
   Model m = read_model(config);
 
   g_assert_true(m.linear[0] && !m.linear[1] && m.linear[2] && !m.linear[3]);
-  check_case(&(Case){config, NULL, FALSE, 2, 0, FALSE, NULL});
+  check_case(&(Case){config, NULL, FALSE, 2, 0, FALSE, NULL, NULL, 0, NULL});
 }
 
 /* The legacy layer type names read as their new ones (docs/hf-checkpoints.md §3): the
@@ -1185,14 +1428,14 @@ test_vllm_flat(void)
   Model m = read_model(config);
 
   g_assert_false(m.vision);
-  check_case(&(Case){config, NULL, FALSE, 2, 0, FALSE, NULL});
+  check_case(&(Case){config, NULL, FALSE, 2, 0, FALSE, NULL, NULL, 0, NULL});
 }
 
 /* language-model-only: no visual.* at all (check_rank insists), dropped by the rule. */
 static void
 test_vllm_language_model_only(void)
 {
-  check_case(&(Case){MOE, NULL, FALSE, 2, 0, TRUE, NULL});
+  check_case(&(Case){MOE, NULL, FALSE, 2, 0, TRUE, NULL, NULL, 0, NULL});
 }
 
 /* ------------------------------------------------------------------ tests: casts */
@@ -1385,7 +1628,7 @@ test_casts(void)
   const char *config = variant(MOE, "nomtp");
   Model m = read_model(config);
   g_autofree char *src = hand_made(synth(config, FALSE), CAST_INPUT);
-  g_autofree char *dst = run_case(&(Case){config, src, FALSE, 2, 0, FALSE, NULL});
+  g_autofree char *dst = run_case(&(Case){config, src, FALSE, 2, 0, FALSE, NULL, NULL, 0, NULL});
   g_autofree char *back = NULL;
   guint widened;
 
@@ -1403,7 +1646,7 @@ static void
 round_trip(const char *config, guint tp, guint ep, const guint64 *expert_counts)
 {
   const char *src = synth(config, FALSE);
-  g_autofree char *dst = run_case(&(Case){config, NULL, FALSE, tp, ep, FALSE, expert_counts});
+  g_autofree char *dst = run_case(&(Case){config, NULL, FALSE, tp, ep, FALSE, expert_counts, NULL, 0, NULL});
   g_autofree char *back = convert(dst, CONF, "hf", 0, 0);
   guint widened;
 
@@ -1421,6 +1664,21 @@ test_round_trip(void)
   round_trip(variant(DENSE, "nomtp"), 4, 0, NULL);
 }
 
+/* Rank files read back by what they record, whatever the options say: TP-sliced files
+ * of prefill-context-parallel-size 2 read with the defaults give the checkpoint back. */
+static void
+test_round_trip_shared_expert(void)
+{
+  static const guint64 counts4[] = {2, 2, 2, 2};
+  const char *config = variant(MOE, "nomtp");
+  g_autofree char *dst =
+      run_case(&(Case){config, NULL, FALSE, 2, 4, FALSE, counts4, NULL, 2, NULL});
+  g_autofree char *back = convert(dst, CONF, "hf", 0, 0);
+  guint widened;
+
+  assert_read_back(synth(config, FALSE), back, &widened);
+}
+
 /* With norm values BF16 holds exactly no cast changes a byte: `wsync verify` agrees
  * the round trip is bit-exact. */
 static void
@@ -1428,7 +1686,7 @@ test_round_trip_exact(void)
 {
   const char *config = variant(MOE, "nomtp");
   g_autofree char *src = hand_made(synth(config, FALSE), EXACT_INPUT);
-  g_autofree char *dst = run_case(&(Case){config, src, FALSE, 2, 0, FALSE, NULL});
+  g_autofree char *dst = run_case(&(Case){config, src, FALSE, 2, 0, FALSE, NULL, NULL, 0, NULL});
   g_autofree char *back = convert(dst, CONF, "hf", 0, 0);
   Run r = run_wsync("verify", src, back, "--conf-dir", CONF, "--plugin-dir", plugin_dir(), NULL);
 
@@ -2052,7 +2310,7 @@ test_refuse_key_heads(void)
   assert_has(r.err, want);
   test_run_clear(&r);
   /* tp 2 divides it */
-  check_case(&(Case){"tiny-qwen3.5-moe-nk2.json", NULL, FALSE, 2, 0, FALSE, NULL});
+  check_case(&(Case){"tiny-qwen3.5-moe-nk2.json", NULL, FALSE, 2, 0, FALSE, NULL, NULL, 0, NULL});
 }
 
 /* A split that would cut a head is refused, naming the tensor: a gated q head is 2*hd
@@ -2082,7 +2340,7 @@ test_refuse_heads(void)
                  "tp 4 does not divide the 2 units of 32 rows of "
                  "model.visual.blocks.0.attn.qkv.weight");
   /* the text model alone divides by 4 */
-  check_case(&(Case){variant(MOE, "vheads2"), NULL, FALSE, 4, 0, TRUE, NULL});
+  check_case(&(Case){variant(MOE, "vheads2"), NULL, FALSE, 4, 0, TRUE, NULL, NULL, 0, NULL});
 }
 
 /* A config that contradicts itself: exit 3, the config's path and the field. */
@@ -2374,6 +2632,11 @@ main(int argc, char **argv)
   g_test_add_func("/qwen3_5_moe/vllm/tp4-kv-replicated", test_vllm_tp4_kv_replicated);
   g_test_add_func("/qwen3_5_moe/vllm/expert-forms", test_vllm_expert_forms);
   g_test_add_func("/qwen3_5_moe/vllm/ep", test_vllm_ep);
+  g_test_add_func("/qwen3_5_moe/vllm/shared-expert", test_vllm_shared_expert);
+  g_test_add_func("/qwen3_5_moe/vllm/shared-expert-unpinned", test_vllm_shared_expert_unpinned);
+  g_test_add_func("/qwen3_5_moe/refuse/deployment", test_refuse_deployment);
+  g_test_add_func("/qwen3_5_moe/plan/shared-expert", test_plan_shared_expert);
+  g_test_add_func("/qwen3_5_moe/round-trip/shared-expert", test_round_trip_shared_expert);
   g_test_add_func("/qwen3_5_moe/vllm/dense-tied", test_vllm_dense_tied);
   g_test_add_func("/qwen3_5_moe/vllm/interval", test_vllm_interval);
   g_test_add_func("/qwen3_5_moe/vllm/legacy-layer-types", test_vllm_legacy_layer_types);

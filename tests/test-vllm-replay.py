@@ -70,8 +70,9 @@ def config_path(config):
 
 class Case:
     def __init__(self, config, tp, ep, target, platform, fmt, version, era, persistent,
-                 refusal=None, part_size=None):
+                 refusal=None, part_size=None, pcp=1, backend="allgather_reducescatter"):
         self.config, self.tp, self.ep = config, tp, ep
+        self.pcp, self.backend = pcp, backend  # the deployment (docs/vllm.md §9.4)
         self.target, self.platform, self.fmt = target, platform, fmt
         self.version, self.era, self.persistent = version, era, persistent
         self.refusal = refusal  # None, or (why vLLM refuses, a fragment the message must hold)
@@ -80,16 +81,37 @@ class Case:
     def name(self):
         what = "refused: " if self.refusal else ""
         parts = " --part-size %s" % self.part_size if self.part_size else ""
+        if self.conf_key() != self.version:
+            parts += " prefill-context-parallel-size %d all2all-backend %s" % (self.pcp,
+                                                                               self.backend)
         return "%s%s --target %s --format %s vllm-version %s --tp %d --ep %d%s" % (
             what, self.config, self.target, self.fmt, self.version, self.tp, self.ep, parts)
 
+    def conf_key(self):
+        """The conf dir of write_conf_dirs this case runs with."""
+        if (self.pcp, self.backend) == (1, "allgather_reducescatter"):
+            return self.version
+        return "%s|%d|%s" % (self.version, self.pcp, self.backend)
+
+    def parallel(self, tp_rank, ep_rank):
+        return vr.Parallel(self.tp, tp_rank, self.ep, ep_rank, self.pcp, self.backend)
+
+
+# Deployments other than the default, for the shared expert (docs/vllm.md §9.4):
+# (vllm-version, prefill-context-parallel-size, all2all-backend).
+DEPLOYMENTS = [("latest", 2, "allgather_reducescatter"),
+               ("latest", 1, "flashinfer_nvlink_two_sided")]
+
 
 def write_conf_dirs(root):
-    """One conf dir per vllm-version: the plugin sections of conf.d, with vllm-version
-    set."""
+    """One conf dir per vllm-version, and one per deployment of DEPLOYMENTS: the plugin
+    sections of conf.d, with vllm-version (and the deployment's options) set."""
     dirs = {}
-    for version, _, _ in ERAS:
-        d = os.path.join(root, "conf-" + version)
+    settings = [(version, 1, "allgather_reducescatter") for version, _, _ in ERAS]
+    for version, pcp, backend in settings + DEPLOYMENTS:
+        key = version if (pcp, backend) == (1, "allgather_reducescatter") else \
+            "%s|%d|%s" % (version, pcp, backend)
+        d = os.path.join(root, "conf-%d" % len(dirs))
         os.mkdir(d)
         for name in PLUGIN_CONFS:
             with open(os.path.join(CONF_DIR, name)) as f:
@@ -100,9 +122,16 @@ def write_conf_dirs(root):
                 if n != 1:
                     raise SystemExit("Bail out! %s: expected one vllm-version setting, found %d"
                                      % (name, n))
+                text, n = re.subn(r'(?m)^(\s*)prefill-context-parallel-size\s*=\s*\d+',
+                                  r'\1prefill-context-parallel-size = %d' % pcp, text)
+                text, m = re.subn(r'(?m)^(\s*)all2all-backend\s*=\s*"[^"]*"',
+                                  r'\1all2all-backend = "%s"' % backend, text)
+                if (n, m) != (1, 1):
+                    raise SystemExit("Bail out! %s: expected one prefill-context-parallel-size "
+                                     "and one all2all-backend setting" % name)
             with open(os.path.join(d, name), "w") as f:
                 f.write(text)
-        dirs[version] = d
+        dirs[key] = d
     return dirs
 
 
@@ -161,6 +190,12 @@ def plan_cases(configs):
         for target, platform in TARGETS:
             cases.append(Case("tiny-qwen3.5-moe", 2, 4, target, platform, "kernel", version,
                               era, persistent))
+    # The same with one data-parallel replica (prefill-context-parallel-size 2), and with
+    # a backend outside the list: the shared expert TP-sliced (docs/vllm.md §9.4).
+    for version, pcp, backend in DEPLOYMENTS:
+        for target, platform in TARGETS:
+            cases.append(Case("tiny-qwen3.5-moe", 2, 4, target, platform, "kernel", version,
+                              "D", False, pcp=pcp, backend=backend))
     # Several files per rank, as every rank of a real model has at the default 5G: the
     # loaders glob a rank's parts and read them in turn (docs/vllm.md §6, §7).
     for config, tp, ep in (("tiny-qwen3-moe", 2, 2), ("tiny-qwen3.5-moe", 2, 1)):
@@ -173,7 +208,7 @@ def plan_cases(configs):
 
 def run_case(case, work, synth_dirs, conf_dirs, serial):
     dst = os.path.join(work, "out-%s" % serial)
-    r = wsync(conf_dirs[case.version], "convert", synth_dirs[case.config], dst,
+    r = wsync(conf_dirs[case.conf_key()], "convert", synth_dirs[case.config], dst,
               "--target", case.target, "--format", case.fmt, "--tp", str(case.tp),
               "--ep", str(case.ep), "--threads", "1", "-q",
               *(["--part-size", case.part_size] if case.part_size else []))
@@ -239,7 +274,7 @@ def check_sharded_state(case, cfg, checkpoint, dst):
     problems = rank_files(dst, case.fmt, case.tp)
     for r in range(case.tp):
         # The file set of TP rank r; with ep == tp the EP rank equals it (docs/vllm.md §6, §4).
-        par = vr.Parallel(case.tp, r, case.ep, r if case.ep > 1 else 0)
+        par = case.parallel(r, r if case.ep > 1 else 0)
         model = vr.build_model(cfg, par, case.era, case.platform, case.persistent)
         vr.load_checkpoint(model, checkpoint)
         state = vr.filter_subtensors(model.state_dict())
@@ -277,7 +312,7 @@ def check_kernel(case, cfg, checkpoint, dst):
     for r in range(world):
         # Worker r: TP rank r % tp; with EP its EP rank is dp_rank * tp + tp_rank = r
         # (docs/vllm.md §4).
-        par = vr.Parallel(case.tp, r % case.tp, case.ep, r if case.ep > 1 else 0)
+        par = case.parallel(r % case.tp, r if case.ep > 1 else 0)
         model = vr.build_model(cfg, par, case.era, case.platform, case.persistent)
         vr.load_checkpoint(model, checkpoint)
         vr.process_for_kernel(model, case.platform)

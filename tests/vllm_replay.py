@@ -518,13 +518,22 @@ class Parallel:
     """Where one worker sits: TP size and rank, EP size and rank (docs/vllm.md §4: with EP
     the experts are not TP-sliced, moe tp_size = 1, and ep = dp * tp)."""
 
-    def __init__(self, tp, tp_rank, ep=1, ep_rank=0):
+    # ParallelConfig.use_sequence_parallel_moe's list at v0.24.0 and v0.27.1, with the
+    # names __post_init__ renames to allgather_reducescatter (docs/vllm.md §9.4).
+    SEQUENCE_PARALLEL_BACKENDS = ("allgather_reducescatter", "naive", "pplx",
+                                  "deepep_high_throughput", "deepep_low_latency",
+                                  "mori_high_throughput", "mori_low_latency", "nixl_ep")
+
+    def __init__(self, tp, tp_rank, ep=1, ep_rank=0, pcp=1,
+                 all2all_backend="allgather_reducescatter"):
         self.tp, self.tp_rank, self.ep, self.ep_rank = tp, tp_rank, ep, ep_rank
         self.moe_tp = 1 if ep > 1 else tp
         self.moe_tp_rank = 0 if ep > 1 else tp_rank
-        dp = ep // tp if ep > 1 else 1
-        # ParallelConfig.use_sequence_parallel_moe: EP + TP > 1 + DP > 1 (docs/vllm.md §9.4).
-        self.sequence_parallel_moe = ep > 1 and tp > 1 and dp > 1
+        dp = ep // (pcp * tp) if ep > 1 else 1  # with EP, ep = dp * pcp * tp (docs/vllm.md §4)
+        # ParallelConfig.use_sequence_parallel_moe: the backend listed, EP, TP > 1, DP > 1
+        # (docs/vllm.md §9.4).
+        self.sequence_parallel_moe = (all2all_backend in self.SEQUENCE_PARALLEL_BACKENDS
+                                      and ep > 1 and tp > 1 and dp > 1)
 
 
 def divide(numerator, denominator, what):

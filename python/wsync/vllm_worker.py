@@ -65,6 +65,29 @@ def replica_shape_hint(message, tp_size, dp_size, expert_parallel, pcp_size=1):
             f"--enable-expert-parallel and write the files with --ep {flat})")
 
 
+def shared_expert_hint(message, tp_size, dp_size, expert_parallel, pcp_size=1,
+                       all2all_backend="allgather_reducescatter"):
+    """message, with the likely cause added where a worker with expert parallelism finds
+    a shared-expert tensor (gate_up_proj, down_proj) of the wrong size.
+
+    vLLM holds the shared expert whole when ParallelConfig.use_sequence_parallel_moe
+    holds and TP-sliced otherwise (docs/vllm.md section 9.4); wsync decides it from its
+    vllm options all2all-backend and prefill-context-parallel-size, which must be the
+    deployment's.  This says which settings this worker runs with."""
+    if (not expert_parallel or tp_size <= 1 or "shared_expert" not in message
+            or "expert_gate" in message
+            or not any(f.search(message) for f in _SIZE_REFUSALS)):
+        return message
+    flat = dp_size * pcp_size * tp_size
+    return (f"{message} (the files hold the shared expert whole or TP-sliced as the vllm "
+            f"plugin's options all2all-backend and prefill-context-parallel-size decide, by "
+            f"vLLM's use_sequence_parallel_moe: this worker runs with --all2all-backend "
+            f"{all2all_backend}, --prefill-context-parallel-size {pcp_size}, data-parallel "
+            f"size {dp_size} and tp {tp_size}: write the files with all2all-backend = "
+            f"\"{all2all_backend}\" and prefill-context-parallel-size = {pcp_size} in the "
+            f"plugin \"vllm\" section of the configuration, and --ep {flat})")
+
+
 class WsyncWorkerExtension:
     """Mixed into vLLM's worker class by --worker-extension-cls."""
 
@@ -93,10 +116,13 @@ class WsyncWorkerExtension:
             from vllm.distributed import parallel_state as ps
 
             parallel = self.vllm_config.parallel_config
-            hinted = replica_shape_hint(
-                str(e), ps.get_tensor_model_parallel_world_size(), parallel.data_parallel_size,
-                bool(parallel.enable_expert_parallel),
-                getattr(parallel, "prefill_context_parallel_size", 1) or 1)
+            shape = (str(e), ps.get_tensor_model_parallel_world_size(),
+                     parallel.data_parallel_size, bool(parallel.enable_expert_parallel),
+                     getattr(parallel, "prefill_context_parallel_size", 1) or 1)
+            hinted = replica_shape_hint(*shape)
+            if hinted == str(e):
+                hinted = shared_expert_hint(
+                    *shape, getattr(parallel, "all2all_backend", "allgather_reducescatter"))
             if hinted == str(e):
                 raise
             error = Error(hinted)

@@ -54,10 +54,14 @@
  *   all2all-backend, prefill-context-parallel-size
  *                 the deployment's vLLM launch flags: with EP they decide whether the
  *                 shared expert is whole (use_sequence_parallel_moe, §9.4)
+ *   enable-shared-expert-dp
+ *                 vllm-ascend only: vLLM-Ascend's additional_config key, which alone
+ *                 decides its shared expert (docs/vllm-ascend.md §2)
  *
  * Rank files record their target, format, parallel layout, rank, the vLLM version and
- * era, attn-scales and, with EP, the two deployment options in `__metadata__`; files read back are named and laid out as they
- * record, whatever the options say.
+ * era, attn-scales and, with EP, the deployment options (vllm-ascend's also
+ * enable-shared-expert-dp) in `__metadata__`; files read back are named and laid out as
+ * they record, whatever the options say.
  */
 #include <stdarg.h>
 #include <string.h>
@@ -361,10 +365,23 @@ typedef struct {
   const char *target; /* static */
   char *version;      /* vllm-version as configured */
   gboolean attn_scales;
-  char *all2all_backend; /* vLLM's --all2all-backend */
-  guint pcp;             /* vLLM's --prefill-context-parallel-size */
-  char *help;            /* the target's help text */
+  char *all2all_backend;     /* vLLM's --all2all-backend */
+  guint pcp;                 /* vLLM's --prefill-context-parallel-size */
+  gboolean shared_expert_dp; /* vLLM-Ascend's additional_config enable_shared_expert_dp */
+  char *help;                /* the target's help text */
 } VllmSettings;
+
+/* Which rule decides whether the shared expert is whole or TP-sliced. */
+typedef enum {
+  RULE_VLLM,   /* vLLM's use_sequence_parallel_moe (§9.4): target vllm */
+  RULE_ASCEND, /* vLLM-Ascend's enable_shared_expert_dp (docs/vllm-ascend.md §2) */
+  /* vllm-ascend files of a wsync before enable-shared-expert-dp, which applied vLLM's
+   * rule to them: they record all2all-backend but not enable-shared-expert-dp */
+  RULE_ASCEND_AS_VLLM,
+  /* files of a wsync before the deployment options, which record none: whole when
+   * ep > tp > 1 */
+  RULE_LEGACY,
+} SharedRule;
 
 /* One rank being built. */
 typedef struct {
@@ -382,7 +399,8 @@ typedef struct {
   const char *all2all_backend;
   guint pcp;           /* prefill-context-parallel size */
   guint dp;            /* data-parallel replicas: ep / (pcp * tp) with EP, else 1 */
-  gboolean legacy_sp;  /* rank files that record no all2all-backend (see read_deployment) */
+  gboolean shared_expert_dp; /* vLLM-Ascend's enable_shared_expert_dp */
+  SharedRule rule;     /* how the shared expert is laid out (see read_deployment) */
   const Prefix *prefixes; /* how vLLM renames the model's modules, or NULL */
 } Rank;
 
@@ -1139,27 +1157,16 @@ is_shared_expert(const WsyncParam *param)
 /* Whether vLLM's ParallelConfig.use_sequence_parallel_moe holds (§9.4): then the shared
  * expert MLP is built with disable_tp=is_sequence_parallel and every rank holds it whole;
  * else it is TP-sliced by rank % tp like any MLP (§4).  @why says why, for the plan (a
- * note) or, when the release's rule is not known for these settings, the error; NULL
- * when there is nothing to say (no EP, or tp 1). */
+ * note) or, when the release's rule is not known for these settings, the error.  EP is
+ * on and tp > 1. */
 static SharedLayout
-shared_expert_layout(const Rank *r, char **why)
+vllm_shared_layout(const Rank *r, const char *sizes, char **why)
 {
   const SequenceParallelRule *rule = r->release->sp;
   const char *backend = r->all2all_backend;
   gboolean listed = g_strv_contains(rule->listed, backend);
   gboolean unknown = g_strv_contains(rule->unknown, backend);
-  g_autofree char *sizes = g_strdup_printf("ep %u = dp %u * pcp %u * tp %u", r->ep, r->dp, r->pcp,
-                                           r->tp);
 
-  *why = NULL;
-  if (r->ep == 1 || r->tp == 1)
-    return SHARED_SLICED;
-  if (r->legacy_sp) { /* with EP, written by the rule of an earlier wsync: ep > tp > 1 */
-    *why = g_strdup_printf("the shared expert is %s as rank files of an earlier wsync (no "
-                           "wsync.all2all-backend recorded) hold it: whole when ep > tp > 1",
-                           r->ep > r->tp ? "whole" : "TP-sliced");
-    return r->ep > r->tp ? SHARED_WHOLE : SHARED_SLICED;
-  }
   if (unknown || (!rule->dp_known && r->dp == 1 && listed)) {
     *why = g_strdup_printf("vllm-version %s: whether vLLM builds the shared expert whole "
                            "(use_sequence_parallel_moe) with all2all-backend \"%s\" and %s is "
@@ -1188,14 +1195,86 @@ shared_expert_layout(const Rank *r, char **why)
   return SHARED_SLICED;
 }
 
-/* vLLM-Ascend replaces the linear layers, and from #13946 (182b75ea84ff) they replicate a
- * shared expert only with additional_config enable_shared_expert_dp, whatever
- * disable_tp says (docs/vllm-ascend.md §2). */
-#define ASCEND_SHARED_NOTE                                                                    \
-  "vllm-ascend: the shared expert follows vLLM's use_sequence_parallel_moe here; vLLM-Ascend " \
-  "from #13946 replicates it only with additional_config enable_shared_expert_dp (EP on, "   \
-  "tp > 1) and else keeps it TP-sliced, which these files match only when the two agree "    \
-  "(docs/vllm-ascend.md §2)"
+/* The newest vLLM release whose vLLM-Ascend was read for the shared expert's rule: main
+ * at 182b75ea84ff targets it (docs/vllm-ascend.md §1, §2). */
+#define ASCEND_READ_UP_TO "0.27.1"
+
+/* Whether vllm-version @text is a release after ASCEND_READ_UP_TO. */
+static gboolean
+after_ascend_read(const char *text)
+{
+  guint64 v[VERSION_PARTS], last[VERSION_PARTS];
+
+  if (g_strcmp0(text, "latest") == 0)
+    text = LATEST_VERSION;
+  return parse_version(text, v) && parse_version(ASCEND_READ_UP_TO, last) &&
+         compare_versions(v, last) > 0;
+}
+
+/* vLLM-Ascend's rule (docs/vllm-ascend.md §2): its linear layers replicate a
+ * shared-expert linear exactly when shared_expert_dp_enabled(), i.e. additional_config
+ * enable_shared_expert_dp with EP on and tp > 1.  vLLM's use_sequence_parallel_moe does
+ * not decide it in any vLLM-Ascend read: until #13946 the platform set all2all_backend
+ * to flashinfer_all2allv, which turns it off, and from #13946 get_parallel_op ignores
+ * disable_tp for a shared expert.  Until #13946 FlashComm1 and vLLM's SP compile pass
+ * replicated it too; both are off by default and assumed off.  EP is on and tp > 1. */
+static SharedLayout
+ascend_shared_layout(const Rank *r, const char *sizes, char **why)
+{
+  g_autofree char *unverified =
+      after_ascend_read(r->version)
+          ? g_strdup_printf("; not verified for vllm-version %s: vLLM-Ascend was read up to "
+                            "the one for vLLM " ASCEND_READ_UP_TO,
+                            r->version)
+          : g_strdup("");
+
+  *why = g_strdup_printf(
+      "vllm-ascend: the shared expert %s (%s, enable-shared-expert-dp = %s): vLLM-Ascend "
+      "replicates a shared-expert linear only with additional_config enable_shared_expert_dp, "
+      "EP and tp > 1, whatever vLLM's use_sequence_parallel_moe says (until #13946 also with "
+      "FlashComm1 or the SP compile pass on, which this assumes off) (docs/vllm-ascend.md "
+      "§2)%s",
+      r->shared_expert_dp ? "is whole on every rank" : "stays TP-sliced", sizes,
+      r->shared_expert_dp ? "true" : "false", unverified);
+  return r->shared_expert_dp ? SHARED_WHOLE : SHARED_SLICED;
+}
+
+/* Whether the shared expert is whole on every rank or TP-sliced by rank % tp, by the
+ * rule of the target (or of the files read back).  @why says why, for the plan (a note)
+ * or the error; NULL when there is nothing to say (no EP, or tp 1: TP-sliced by every
+ * rule, and tp 1 holds it whole anyway). */
+static SharedLayout
+shared_expert_layout(const Rank *r, char **why)
+{
+  g_autofree char *sizes = g_strdup_printf("ep %u = dp %u * pcp %u * tp %u", r->ep, r->dp, r->pcp,
+                                           r->tp);
+  g_autofree char *vllm_why = NULL;
+  SharedLayout layout;
+
+  *why = NULL;
+  if (r->ep == 1 || r->tp == 1)
+    return SHARED_SLICED;
+  switch (r->rule) {
+  case RULE_LEGACY: /* with EP, written by the rule of an earlier wsync: ep > tp > 1 */
+    *why = g_strdup_printf("the shared expert is %s as rank files of an earlier wsync (no "
+                           "wsync.all2all-backend recorded) hold it: whole when ep > tp > 1",
+                           r->ep > r->tp ? "whole" : "TP-sliced");
+    return r->ep > r->tp ? SHARED_WHOLE : SHARED_SLICED;
+  case RULE_ASCEND:
+    return ascend_shared_layout(r, sizes, why);
+  case RULE_ASCEND_AS_VLLM:
+    layout = vllm_shared_layout(r, sizes, &vllm_why);
+    *why = g_strdup_printf("vllm-ascend rank files of an earlier wsync (no "
+                           "wsync.enable-shared-expert-dp recorded) hold the shared expert by "
+                           "vLLM's rule, which vLLM-Ascend does not follow (docs/vllm-ascend.md "
+                           "§2): %s",
+                           vllm_why);
+    return layout;
+  case RULE_VLLM:
+    break;
+  }
+  return vllm_shared_layout(r, sizes, why);
+}
 
 /* One runtime tensor, by its kind. */
 static gboolean
@@ -1209,8 +1288,6 @@ emit_runtime(Rank *r, Runtime *rt, GError **error)
       return wsync_fail(error, WSYNC_ERROR_CONFIG, "vllm: %s: %s", rt->name, why);
     if (why != NULL)
       wsync_layout_add_note(r->layout, why);
-    if (why != NULL && r->ascend)
-      wsync_layout_add_note(r->layout, ASCEND_SHARED_NOTE);
     if (shared == SHARED_WHOLE)
       return emit_replicated(r, rt, error);
   }
@@ -1278,6 +1355,7 @@ handle_param(Rank *r, const WsyncParam *param, GError **error)
 #define KEY_SCALES "wsync.attn-scales"
 #define KEY_ALL2ALL "wsync.all2all-backend"
 #define KEY_PCP "wsync.prefill-context-parallel-size"
+#define KEY_SHARED_EXPERT_DP "wsync.enable-shared-expert-dp"
 
 static gboolean
 bad_metadata(GError **error, const char *key, const char *value, const char *want)
@@ -1288,18 +1366,21 @@ bad_metadata(GError **error, const char *key, const char *value, const char *wan
 }
 
 /* The deployment the files were written for, as they record it: the all2all backend
- * and the prefill-context-parallel size.  Files without EP record neither (they hold the
- * shared expert TP-sliced), nor do those of an earlier wsync, which hold it as its rule
- * had it: whole when ep > tp > 1. */
+ * and the prefill-context-parallel size, and vllm-ascend's enable-shared-expert-dp.
+ * Files without EP record none (they hold the shared expert TP-sliced).  Files of an
+ * earlier wsync hold it as its rule had it: those that record no all2all backend whole
+ * when ep > tp > 1; vllm-ascend files that record the backend but not
+ * enable-shared-expert-dp by vLLM's rule. */
 static gboolean
 read_deployment(Rank *r, GError **error)
 {
   const char *backend = wsync_layout_get_input_metadata(r->layout, KEY_ALL2ALL);
   const char *pcp = wsync_layout_get_input_metadata(r->layout, KEY_PCP);
+  const char *sedp = wsync_layout_get_input_metadata(r->layout, KEY_SHARED_EXPERT_DP);
   guint64 value;
 
-  if (backend == NULL) {
-    r->legacy_sp = TRUE;
+  if (backend == NULL && (!r->ascend || sedp == NULL)) {
+    r->rule = RULE_LEGACY;
     return TRUE;
   }
   if (!is_all2all_backend(backend))
@@ -1308,6 +1389,16 @@ read_deployment(Rank *r, GError **error)
     return bad_metadata(error, KEY_PCP, pcp, "a number from 1");
   r->all2all_backend = backend;
   r->pcp = (guint)value;
+  r->rule = RULE_VLLM; /* the vllm target ignores enable-shared-expert-dp */
+  if (!r->ascend)
+    return TRUE;
+  r->rule = RULE_ASCEND;
+  if (sedp == NULL)
+    r->rule = RULE_ASCEND_AS_VLLM;
+  else if (strcmp(sedp, "true") == 0 || strcmp(sedp, "false") == 0)
+    r->shared_expert_dp = strcmp(sedp, "true") == 0;
+  else
+    return bad_metadata(error, KEY_SHARED_EXPERT_DP, sedp, "\"true\" or \"false\"");
   return TRUE;
 }
 
@@ -1322,6 +1413,8 @@ choose_convention(Rank *r, const VllmSettings *settings, GError **error)
   r->attn_scales = settings->attn_scales;
   r->all2all_backend = settings->all2all_backend;
   r->pcp = settings->pcp;
+  r->shared_expert_dp = settings->shared_expert_dp;
+  r->rule = r->ascend ? RULE_ASCEND : RULE_VLLM;
   if (wsync_layout_is_reading(r->layout)) {
     const char *era = wsync_layout_get_input_metadata(r->layout, KEY_ERA);
     const char *scales = wsync_layout_get_input_metadata(r->layout, KEY_SCALES);
@@ -1426,12 +1519,15 @@ set_metadata(Rank *r)
   wsync_layout_set_metadata(r->layout, KEY_VERSION, r->version);
   wsync_layout_set_metadata(r->layout, KEY_ERA, r->release->era->name);
   wsync_layout_set_metadata(r->layout, KEY_SCALES, r->attn_scales ? "true" : "false");
-  /* only with EP, where they decide the shared expert (§9.4); files read back keep what
-   * they record */
-  if (r->ep > 1 && !r->legacy_sp) {
+  /* only with EP, where they decide the shared expert (§9.4, docs/vllm-ascend.md §2);
+   * files read back keep what they record */
+  if (r->ep > 1 && r->rule != RULE_LEGACY) {
     wsync_layout_set_metadata(r->layout, KEY_ALL2ALL, r->all2all_backend);
     set_metadata_uint(r, KEY_PCP, r->pcp);
   }
+  if (r->ep > 1 && r->rule == RULE_ASCEND)
+    wsync_layout_set_metadata(r->layout, KEY_SHARED_EXPERT_DP,
+                              r->shared_expert_dp ? "true" : "false");
 }
 
 /* What the plan says about the files: who reads them, and by which naming rules. */
@@ -1620,6 +1716,18 @@ static cfg_opt_t options[] = {
          "number of data-parallel replicas, which must be whole and decides whether the "
          "shared expert is whole (more than one replica) or TP-sliced.",
          "a whole number from 1")},
+    {.name = "enable-shared-expert-dp",
+     .type = CFGT_BOOL,
+     .flags = CFGF_NONE,
+     .def.boolean = cfg_false,
+     .comment = WSYNC_OPTION_DOC(
+         "For the vllm-ascend target: the deployment's vLLM-Ascend additional_config "
+         "enable_shared_expert_dp (default false, as vLLM-Ascend's). vLLM-Ascend holds the "
+         "shared expert of Qwen3.5-MoE and Qwen3-Next whole on every rank exactly when it is "
+         "on with expert parallelism and tp > 1, and TP-sliced otherwise, whatever "
+         "all2all-backend says. The vllm target ignores it, so setting it for a vllm "
+         "deployment is harmless.",
+         "")},
     CFG_END()};
 
 /* The help `wsync convert --help` shows for the target: formats, their consumers and
@@ -1648,7 +1756,10 @@ help_text(const char *target)
              : "");
   if (ascend) {
     g_string_append(h, "    names as vllm's (vllm-version), but in era D the router is\n"
-                       "      mlp.experts._gate.weight\n");
+                       "      mlp.experts._gate.weight\n"
+                       "    with --ep and tp > 1 the shared expert is whole only with\n"
+                       "      enable-shared-expert-dp (conf.d, plugin \"vllm\"), as vLLM-Ascend\n"
+                       "      holds it (docs/vllm-ascend.md §2)\n");
     return g_string_free(h, FALSE);
   }
   g_string_append(h, "    vllm-version (conf.d, plugin \"vllm\") chooses the naming era:\n");
@@ -1671,6 +1782,7 @@ settings_new(const char *target, cfg_t *cfg)
   settings->attn_scales = cfg_getbool(cfg, "attn-scales");
   settings->all2all_backend = g_strdup(cfg_getstr(cfg, "all2all-backend"));
   settings->pcp = (guint)cfg_getint(cfg, "prefill-context-parallel-size");
+  settings->shared_expert_dp = cfg_getbool(cfg, "enable-shared-expert-dp");
   settings->help = help_text(target);
   return settings;
 }

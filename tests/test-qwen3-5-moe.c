@@ -56,7 +56,8 @@ plugin_dir(void)
   return test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR");
 }
 
-/* A conf.d selecting qwen3_5_moe (with @language_model_only) and vllm with the settings
+/* A conf.d selecting qwen3_5_moe (with @language_model_only), npu-ascend (the hook of
+ * vllm-ascend's kernel format) and vllm with the settings
  * @vllm ("" for the defaults: vllm-version latest, attn-scales true, all2all-backend
  * allgather_reducescatter, prefill-context-parallel-size 1). */
 static const char *
@@ -69,7 +70,8 @@ conf_dir_with(gboolean language_model_only, const char *vllm)
     g_autofree char *text = g_strdup_printf("plugin \"hf\" {}\nplugin \"qwen3_5_moe\" {\n"
                                             "  language-model-only = %s\n"
                                             "}\n"
-                                            "plugin \"vllm\" {\n%s}\n",
+                                            "plugin \"vllm\" {\n%s}\n"
+                                            "plugin \"npu-ascend\" {}\n",
                                             language_model_only ? "true" : "false", vllm);
     dir = new_path("conf");
     g_assert_cmpint(g_mkdir(dir, 0755), ==, 0);
@@ -739,6 +741,37 @@ expert_share(Oracle *o, guint64 *first, guint64 *count, guint64 *ip, guint64 *of
   }
 }
 
+/* Whether the rank being checked is a vllm-ascend rank: its router's name, and in the
+ * kernel format its experts in vLLM-Ascend's processed layout.  Set by check_rank() from
+ * its case (the Oracle is oracle.h's RankCheck, which has no room for it). */
+static gboolean ascend_rank;
+
+/* vLLM-Ascend's processed layout (docs/vllm-ascend.md §3): w13_weight [E_loc, H, 2Ip],
+ * columns [gate | up], and w2_weight [E_loc, Ip, H], the loader layout transposed. */
+static void
+check_experts_processed(Oracle *o, const char *w13, const char *w2, guint64 first,
+                        guint64 count, guint64 ip, guint64 off, guint64 l)
+{
+  const Model *m = model_of(o);
+  const WsyncTensor *out = output(o, w13, WSYNC_DTYPE_BF16, 3, (guint64[]){count, m->H, 2 * ip});
+
+  for (guint64 j = 0; j < count; j++)
+    for (guint half = 0; half < 2; half++) {
+      ExpertSrc s = expert_src(o, l, half, first + j);
+      for (guint64 r = 0; r < ip; r++)
+        for (guint64 h = 0; h < m->H; h++)
+          same_elem(o, out, (j * m->H + h) * 2 * ip + half * ip + r, s.t,
+                    s.base + (off + r) * s.row_stride + h);
+    }
+  out = output(o, w2, WSYNC_DTYPE_BF16, 3, (guint64[]){count, ip, m->H});
+  for (guint64 j = 0; j < count; j++) {
+    ExpertSrc s = expert_src(o, l, 2, first + j);
+    for (guint64 h = 0; h < m->H; h++)
+      for (guint64 c = 0; c < ip; c++)
+        same_elem(o, out, (j * ip + c) * m->H + h, s.t, s.base + h * s.row_stride + off + c);
+  }
+}
+
 /* w13_weight [E_loc, 2Ip, H] (gate rows then up rows) and w2_weight [E_loc, H, Ip]
  * under language_model.model.layers.L.mlp.experts.routed_experts (vLLM >= 0.24.0, naming
  * era D, the default; docs/vllm.md §5). */
@@ -753,6 +786,10 @@ check_experts(Oracle *o, guint64 l, guint64 expect_count)
 
   expert_share(o, &first, &count, &ip, &off);
   g_assert_cmpuint(count, ==, expect_count);
+  if (ascend_rank && o->kernel) {
+    check_experts_processed(o, w13, w2, first, count, ip, off, l);
+    return;
+  }
   out = output(o, w13, WSYNC_DTYPE_BF16, 3, (guint64[]){count, 2 * ip, m->H});
   for (guint64 j = 0; j < count; j++)
     for (guint half = 0; half < 2; half++) {
@@ -797,6 +834,16 @@ check_gate_up_down(Oracle *o, guint64 l, const char *mlp, const char *rt_mlp, gu
  * its case (the Oracle is oracle.h's RankCheck, which has no room for it). */
 static gboolean shared_expert_whole;
 
+/* vLLM-Ascend's rule (docs/vllm-ascend.md §2): get_parallel_op replicates a
+ * shared-expert linear only when shared_expert_dp_enabled(), additional_config
+ * enable_shared_expert_dp with expert parallelism and tp > 1; vLLM's
+ * use_sequence_parallel_moe does not decide it. */
+static gboolean
+ascend_shared_expert_dp(guint tp, guint ep, gboolean enable_shared_expert_dp)
+{
+  return enable_shared_expert_dp && ep > 1 && tp > 1;
+}
+
 /* vLLM's ParallelConfig.use_sequence_parallel_moe at v0.27.1 (docs/vllm.md §9.4): the
  * backend, after __post_init__ renames "naive" and "pplx" to allgather_reducescatter, in
  * the list, expert parallelism, tp > 1 and dp > 1, where with EP ep = dp * pcp * tp. */
@@ -820,7 +867,10 @@ sequence_parallel_moe(guint tp, guint ep, guint pcp, const char *backend)
 static void
 check_moe(Oracle *o, guint64 l, const guint64 *expert_counts)
 {
-  g_autofree char *router_o = rt_name(l, "mlp.experts.gate.weight");
+  /* vLLM-Ascend's MoE runner also holds the router as _gate, the smaller name
+   * (docs/vllm-ascend.md §2) */
+  g_autofree char *router_o =
+      rt_name(l, ascend_rank ? "mlp.experts._gate.weight" : "mlp.experts.gate.weight");
   g_autofree char *router_i = ck_name(l, "mlp.gate.weight");
   g_autofree char *sg_o = rt_name(l, "mlp.experts._shared_experts._layer.expert_gate.weight");
   g_autofree char *sg_i = ck_name(l, "mlp.shared_expert_gate.weight");
@@ -953,7 +1003,15 @@ typedef struct {
   const char *backend;          /* all2all-backend, or NULL for the default */
   guint pcp;                    /* prefill-context-parallel-size, or 0 for the default */
   const char *version;          /* vllm-version, or NULL for the default */
+  const char *target;           /* "vllm-ascend", or NULL for "vllm" */
+  gboolean shared_expert_dp;    /* enable-shared-expert-dp = true */
 } Case;
+
+static const char *
+case_target(const Case *c)
+{
+  return c->target != NULL ? c->target : "vllm";
+}
 
 /* The plugin "vllm" settings of a case (caller frees). */
 static char *
@@ -967,6 +1025,8 @@ case_settings(const Case *c)
     g_string_append_printf(s, "  prefill-context-parallel-size = %u\n", c->pcp);
   if (c->version != NULL)
     g_string_append_printf(s, "  vllm-version = \"%s\"\n", c->version);
+  if (c->shared_expert_dp)
+    g_string_append(s, "  enable-shared-expert-dp = true\n");
   return g_string_free(s, FALSE);
 }
 
@@ -980,11 +1040,14 @@ check_rank(const Case *c, const Model *m, WsyncCheckpoint *in, const RankFiles *
   g_autofree char *rk = g_strdup_printf("%u", rank);
   guint n = 0;
 
-  shared_expert_whole = sequence_parallel_moe(
-      o.tp, o.ep, c->pcp > 0 ? c->pcp : 1,
-      c->backend != NULL ? c->backend : "allgather_reducescatter");
+  ascend_rank = strcmp(case_target(c), "vllm-ascend") == 0;
+  shared_expert_whole =
+      ascend_rank ? ascend_shared_expert_dp(o.tp, o.ep, c->shared_expert_dp)
+                  : sequence_parallel_moe(o.tp, o.ep, c->pcp > 0 ? c->pcp : 1,
+                                          c->backend != NULL ? c->backend
+                                                             : "allgather_reducescatter");
   g_assert_cmpuint(rf->files->len, >, 0);
-  assert_metadata(rf, "wsync.target", "vllm");
+  assert_metadata(rf, "wsync.target", case_target(c));
   assert_metadata(rf, "wsync.tp", tp);
   assert_metadata(rf, "wsync.rank", rk);
   /* A tied LM head is the embedding module registered twice; the kept name is the
@@ -1022,7 +1085,8 @@ run_case(const Case *c)
 {
   const char *src = c->src != NULL ? c->src : synth(c->config, c->fused);
   g_autofree char *settings = case_settings(c);
-  g_autofree char *dst = convert(src, conf_dir_with(c->lm_only, settings), "vllm", c->tp, c->ep);
+  g_autofree char *dst =
+      convert(src, conf_dir_with(c->lm_only, settings), case_target(c), c->tp, c->ep);
   guint world = c->ep > 1 ? c->ep : c->tp;
   RankFiles ranks[16];
   Model m = read_model(c->config);
@@ -1152,14 +1216,14 @@ test_hf_fused_to_published(void)
 static void
 test_vllm_tp1(void)
 {
-  check_case(&(Case){MOE, NULL, FALSE, 1, 0, FALSE, NULL, NULL, 0, NULL});
+  check_case(&(Case){MOE, NULL, FALSE, 1, 0, FALSE, NULL, NULL, 0, NULL, NULL, FALSE});
 }
 
 /* tp 2: the vision tower at tp 2 too (qkv thirds sliced by heads). */
 static void
 test_vllm_tp2(void)
 {
-  check_case(&(Case){MOE, NULL, FALSE, 2, 0, FALSE, NULL, NULL, 0, NULL});
+  check_case(&(Case){MOE, NULL, FALSE, 2, 0, FALSE, NULL, NULL, 0, NULL, NULL, FALSE});
 }
 
 /* tp 4 > 2 KV heads: each KV head on two ranks; one gated q head per rank; nk 4 and
@@ -1167,7 +1231,7 @@ test_vllm_tp2(void)
 static void
 test_vllm_tp4_kv_replicated(void)
 {
-  check_case(&(Case){MOE, NULL, FALSE, 4, 0, FALSE, NULL, NULL, 0, NULL});
+  check_case(&(Case){MOE, NULL, FALSE, 4, 0, FALSE, NULL, NULL, 0, NULL, NULL, FALSE});
 }
 
 /* Every expert fused in the input (MTP too), or every expert per expert: same files. */
@@ -1176,8 +1240,8 @@ test_vllm_expert_forms(void)
 {
   g_autofree char *split = convert(synth(MOE, FALSE), CONF, "hf-experts", 0, 0);
 
-  check_case(&(Case){MOE, NULL, TRUE, 2, 0, FALSE, NULL, NULL, 0, NULL});
-  check_case(&(Case){MOE, split, FALSE, 2, 0, FALSE, NULL, NULL, 0, NULL});
+  check_case(&(Case){MOE, NULL, TRUE, 2, 0, FALSE, NULL, NULL, 0, NULL, NULL, FALSE});
+  check_case(&(Case){MOE, split, FALSE, 2, 0, FALSE, NULL, NULL, 0, NULL, NULL, FALSE});
 }
 
 /* ep 3 over tp 1 (8 experts: 3, 3, 2) and ep 4 over tp 2 (2 each): whole routed
@@ -1188,8 +1252,8 @@ test_vllm_ep(void)
   static const guint64 counts3[] = {3, 3, 2};
   static const guint64 counts4[] = {2, 2, 2, 2};
 
-  check_case(&(Case){MOE, NULL, FALSE, 1, 3, FALSE, counts3, NULL, 0, NULL});
-  check_case(&(Case){MOE, NULL, FALSE, 2, 4, FALSE, counts4, NULL, 0, NULL});
+  check_case(&(Case){MOE, NULL, FALSE, 1, 3, FALSE, counts3, NULL, 0, NULL, NULL, FALSE});
+  check_case(&(Case){MOE, NULL, FALSE, 2, 4, FALSE, counts4, NULL, 0, NULL, NULL, FALSE});
 }
 
 static guint
@@ -1204,10 +1268,11 @@ count_lines(const char *text)
 
 /* The shared expert of layer 0 on every rank of @dst (@world ranks, format @format):
  * gate_up_proj [2*Is/split, H] and down_proj [H, Is/split], split 1 (whole) or tp; the
- * files record the deployment they are for. */
+ * files record the deployment they are for (@sedp: wsync.enable-shared-expert-dp, NULL
+ * for none). */
 static void
 assert_shared_shapes(const char *dst, const char *format, guint world, guint split,
-                     const char *backend, const char *pcp)
+                     const char *backend, const char *pcp, const char *sedp)
 {
   Model m = read_model(MOE);
   g_autofree char *gate_up = rt_name(0, "mlp.experts._shared_experts._layer.gate_up_proj.weight");
@@ -1229,6 +1294,7 @@ assert_shared_shapes(const char *dst, const char *format, guint world, guint spl
     g_assert_cmpuint(dn->shape[1], ==, m.Is / split);
     assert_metadata(&ranks[r], "wsync.all2all-backend", backend);
     assert_metadata(&ranks[r], "wsync.prefill-context-parallel-size", pcp);
+    assert_metadata(&ranks[r], "wsync.enable-shared-expert-dp", sedp);
   }
   for (guint r = 0; r < G_N_ELEMENTS(ranks); r++)
     rank_files_clear(&ranks[r]);
@@ -1256,10 +1322,10 @@ test_vllm_shared_expert(void)
 
   for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
     g_autofree char *dst = run_case(&(Case){MOE, NULL, FALSE, 2, 4, FALSE, counts4,
-                                            cases[i].backend, cases[i].pcp, NULL});
+                                            cases[i].backend, cases[i].pcp, NULL, NULL, FALSE});
     g_autofree char *pcp = g_strdup_printf("%u", MAX(cases[i].pcp, 1));
 
-    assert_shared_shapes(dst, "kernel", 4, cases[i].split, cases[i].recorded, pcp);
+    assert_shared_shapes(dst, "kernel", 4, cases[i].split, cases[i].recorded, pcp, NULL);
   }
 }
 
@@ -1271,11 +1337,11 @@ test_vllm_shared_expert_unpinned(void)
 {
   static const guint64 counts4[] = {2, 2, 2, 2};
   g_autofree char *dst =
-      run_case(&(Case){MOE, NULL, FALSE, 2, 4, FALSE, counts4, NULL, 0, "0.25.0"});
+      run_case(&(Case){MOE, NULL, FALSE, 2, 4, FALSE, counts4, NULL, 0, "0.25.0", NULL, FALSE});
   g_autofree char *refused = new_path("refused");
   Run r;
 
-  assert_shared_shapes(dst, "kernel", 4, 1, "allgather_reducescatter", "1");
+  assert_shared_shapes(dst, "kernel", 4, 1, "allgather_reducescatter", "1", NULL);
   r = run_wsync("convert", synth(MOE, FALSE), refused, "--conf-dir",
                 conf_dir_with(FALSE, "  vllm-version = \"0.25.0\"\n"), "--plugin-dir",
                 plugin_dir(), "--target", "vllm", "--format", "kernel", "--tp", "2", "--ep", "2",
@@ -1287,6 +1353,73 @@ test_vllm_shared_expert_unpinned(void)
                     "\"allgather_reducescatter\" and ep 2 = dp 1 * pcp 1 * tp 2 is not known: "
                     "releases 0.25.0 to 0.27.0 were cut while vLLM main had dropped the rule's "
                     "dp > 1");
+  g_assert_cmpuint(count_lines(r.err), ==, 1);
+  g_assert_false(g_file_test(refused, G_FILE_TEST_EXISTS));
+  test_run_clear(&r);
+}
+
+/* vLLM-Ascend holds the shared expert by its own rule (docs/vllm-ascend.md §2): tp 2,
+ * ep 4 with the defaults (allgather_reducescatter, dp 2: vLLM's use_sequence_parallel_moe
+ * holds) is TP-sliced by rank % tp; with enable-shared-expert-dp whole on every rank.  The
+ * vllm target ignores the option (whole by vLLM's rule, nothing recorded).  With tp 2, ep 2
+ * (dp 1, where vLLM's rule does not hold) in the sharded-state format the option still
+ * makes it whole.  Every element is checked by the oracle (check_moe). */
+static void
+test_ascend_shared_expert(void)
+{
+  static const guint64 counts4[] = {2, 2, 2, 2};
+  static const guint64 counts2[] = {4, 4};
+  static const struct {
+    const char *target;
+    gboolean sedp;
+    guint split;
+    const char *recorded;
+  } cases[] = {
+      {"vllm-ascend", FALSE, 2, "false"},
+      {"vllm-ascend", TRUE, 1, "true"},
+      {"vllm", TRUE, 1, NULL},
+  };
+
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_autofree char *dst = run_case(&(Case){MOE, NULL, FALSE, 2, 4, FALSE, counts4, NULL, 0, NULL,
+                                            cases[i].target, cases[i].sedp});
+
+    assert_shared_shapes(dst, "kernel", 4, cases[i].split, "allgather_reducescatter", "1",
+                         cases[i].recorded);
+  }
+  {
+    g_autofree char *dst = run_case(
+        &(Case){MOE, NULL, FALSE, 2, 2, FALSE, counts2, NULL, 0, NULL, "vllm-ascend", TRUE});
+
+    assert_shared_shapes(dst, "sharded-state", 2, 1, "allgather_reducescatter", "1", "true");
+  }
+}
+
+/* Where vLLM's own rule is not known (vllm-version 0.28.0 with
+ * flashinfer_nvlink_one_sided, docs/vllm.md §9.4) the vllm target refuses, and
+ * vllm-ascend, which does not follow vLLM's rule, writes the shared expert TP-sliced. */
+static void
+test_ascend_shared_expert_vllm_unknown(void)
+{
+  static const guint64 counts4[] = {2, 2, 2, 2};
+  g_autofree char *dst = run_case(&(Case){MOE, NULL, FALSE, 2, 4, FALSE, counts4,
+                                          "flashinfer_nvlink_one_sided", 0, "0.28.0",
+                                          "vllm-ascend", FALSE});
+  g_autofree char *refused = new_path("refused");
+  Run r;
+
+  assert_shared_shapes(dst, "kernel", 4, 2, "flashinfer_nvlink_one_sided", "1", "false");
+  r = run_wsync("convert", synth(MOE, FALSE), refused, "--conf-dir",
+                conf_dir_with(FALSE, "  all2all-backend = \"flashinfer_nvlink_one_sided\"\n"
+                                     "  vllm-version = \"0.28.0\"\n"),
+                "--plugin-dir", plugin_dir(), "--target", "vllm", "--format", "kernel", "--tp",
+                "2", "--ep", "4", NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  assert_has(r.err, "vllm: language_model.model.layers.0.mlp.experts._shared_experts._layer."
+                    "gate_up_proj.weight: vllm-version 0.28.0: whether vLLM builds the shared "
+                    "expert whole (use_sequence_parallel_moe) with all2all-backend "
+                    "\"flashinfer_nvlink_one_sided\" and ep 4 = dp 2 * pcp 1 * tp 2 is not "
+                    "known: whether releases after 0.27.x list flashinfer_nvlink_one_sided");
   g_assert_cmpuint(count_lines(r.err), ==, 1);
   g_assert_false(g_file_test(refused, G_FILE_TEST_EXISTS));
   test_run_clear(&r);
@@ -1368,30 +1501,42 @@ test_plan_shared_expert(void)
                    "latest's use_sequence_parallel_moe list, so vLLM keeps disable_tp off\n",
                    "sequence-parallel MoE (");
   assert_plan_note("", "vllm", "1", NULL, "use_sequence_parallel_moe");
-  /* vLLM-Ascend's own rule (docs/vllm-ascend.md §2); its sharded-state format needs no
-   * hook: tp 2, ep 2 */
-  {
-    Run r = run_wsync("plan", synth(MOE, FALSE), "--conf-dir", CONF, "--plugin-dir",
-                      plugin_dir(), "--target", "vllm-ascend", "--tp", "2", "--ep", "2", NULL);
-
-    g_assert_cmpint(r.status, ==, 0);
-    assert_has(r.out, "note: the shared expert stays TP-sliced (ep 2 = dp 1 * pcp 1 * tp 2)");
-    assert_has(r.out, "note: vllm-ascend: the shared expert follows vLLM's "
-                      "use_sequence_parallel_moe here; vLLM-Ascend from #13946 replicates it "
-                      "only with additional_config enable_shared_expert_dp (EP on, tp > 1) and "
-                      "else keeps it TP-sliced, which these files match only when the two agree "
-                      "(docs/vllm-ascend.md §2)\n");
-    test_run_clear(&r);
-  }
+  /* vLLM-Ascend's own rule (docs/vllm-ascend.md §2), not vLLM's */
+  assert_plan_note("", "vllm-ascend", "4",
+                   "note: vllm-ascend: the shared expert stays TP-sliced (ep 4 = dp 2 * pcp 1 * "
+                   "tp 2, enable-shared-expert-dp = false): vLLM-Ascend replicates a "
+                   "shared-expert linear only with additional_config enable_shared_expert_dp, "
+                   "EP and tp > 1, whatever vLLM's use_sequence_parallel_moe says (until #13946 "
+                   "also with FlashComm1 or the SP compile pass on, which this assumes off) "
+                   "(docs/vllm-ascend.md §2)\n",
+                   "use_sequence_parallel_moe holds");
+  assert_plan_note("  enable-shared-expert-dp = true\n", "vllm-ascend", "4",
+                   "note: vllm-ascend: the shared expert is whole on every rank (ep 4 = dp 2 * "
+                   "pcp 1 * tp 2, enable-shared-expert-dp = true): vLLM-Ascend replicates a "
+                   "shared-expert linear only with additional_config enable_shared_expert_dp, "
+                   "EP and tp > 1, whatever vLLM's use_sequence_parallel_moe says (until #13946 "
+                   "also with FlashComm1 or the SP compile pass on, which this assumes off) "
+                   "(docs/vllm-ascend.md §2)\n",
+                   "stays TP-sliced");
+  /* after the last vLLM-Ascend read, the rule is assumed */
+  assert_plan_note("  vllm-version = \"0.28.0\"\n", "vllm-ascend", "4",
+                   "(docs/vllm-ascend.md §2); not verified for vllm-version 0.28.0: "
+                   "vLLM-Ascend was read up to the one for vLLM 0.27.1\n",
+                   "use_sequence_parallel_moe holds");
+  /* the vllm target ignores the option, and says nothing of vLLM-Ascend */
+  assert_plan_note("  enable-shared-expert-dp = true\n", "vllm", "4",
+                   "note: sequence-parallel MoE (ep 4 = dp 2 * pcp 1 * tp 2", "vllm-ascend:");
+  assert_plan_note("  enable-shared-expert-dp = true\n", "vllm-ascend", "1", NULL,
+                   "enable-shared-expert-dp =");
 }
 
 /* The dense model with tied embeddings: no lm_head anywhere; gate_up_proj/down_proj. */
 static void
 test_vllm_dense_tied(void)
 {
-  check_case(&(Case){DENSE, NULL, FALSE, 1, 0, FALSE, NULL, NULL, 0, NULL});
-  check_case(&(Case){DENSE, NULL, FALSE, 2, 0, FALSE, NULL, NULL, 0, NULL});
-  check_case(&(Case){DENSE, NULL, FALSE, 4, 0, FALSE, NULL, NULL, 0, NULL});
+  check_case(&(Case){DENSE, NULL, FALSE, 1, 0, FALSE, NULL, NULL, 0, NULL, NULL, FALSE});
+  check_case(&(Case){DENSE, NULL, FALSE, 2, 0, FALSE, NULL, NULL, 0, NULL, NULL, FALSE});
+  check_case(&(Case){DENSE, NULL, FALSE, 4, 0, FALSE, NULL, NULL, 0, NULL, NULL, FALSE});
 }
 
 /* Layer types from full_attention_interval (2) when layer_types is absent. */
@@ -1402,7 +1547,7 @@ test_vllm_interval(void)
   Model m = read_model(config);
 
   g_assert_true(m.linear[0] && !m.linear[1] && m.linear[2] && !m.linear[3]);
-  check_case(&(Case){config, NULL, FALSE, 2, 0, FALSE, NULL, NULL, 0, NULL});
+  check_case(&(Case){config, NULL, FALSE, 2, 0, FALSE, NULL, NULL, 0, NULL, NULL, FALSE});
 }
 
 /* The legacy layer type names read as their new ones (docs/hf-checkpoints.md §3): the
@@ -1428,14 +1573,14 @@ test_vllm_flat(void)
   Model m = read_model(config);
 
   g_assert_false(m.vision);
-  check_case(&(Case){config, NULL, FALSE, 2, 0, FALSE, NULL, NULL, 0, NULL});
+  check_case(&(Case){config, NULL, FALSE, 2, 0, FALSE, NULL, NULL, 0, NULL, NULL, FALSE});
 }
 
 /* language-model-only: no visual.* at all (check_rank insists), dropped by the rule. */
 static void
 test_vllm_language_model_only(void)
 {
-  check_case(&(Case){MOE, NULL, FALSE, 2, 0, TRUE, NULL, NULL, 0, NULL});
+  check_case(&(Case){MOE, NULL, FALSE, 2, 0, TRUE, NULL, NULL, 0, NULL, NULL, FALSE});
 }
 
 /* ------------------------------------------------------------------ tests: casts */
@@ -1628,7 +1773,7 @@ test_casts(void)
   const char *config = variant(MOE, "nomtp");
   Model m = read_model(config);
   g_autofree char *src = hand_made(synth(config, FALSE), CAST_INPUT);
-  g_autofree char *dst = run_case(&(Case){config, src, FALSE, 2, 0, FALSE, NULL, NULL, 0, NULL});
+  g_autofree char *dst = run_case(&(Case){config, src, FALSE, 2, 0, FALSE, NULL, NULL, 0, NULL, NULL, FALSE});
   g_autofree char *back = NULL;
   guint widened;
 
@@ -1646,7 +1791,7 @@ static void
 round_trip(const char *config, guint tp, guint ep, const guint64 *expert_counts)
 {
   const char *src = synth(config, FALSE);
-  g_autofree char *dst = run_case(&(Case){config, NULL, FALSE, tp, ep, FALSE, expert_counts, NULL, 0, NULL});
+  g_autofree char *dst = run_case(&(Case){config, NULL, FALSE, tp, ep, FALSE, expert_counts, NULL, 0, NULL, NULL, FALSE});
   g_autofree char *back = convert(dst, CONF, "hf", 0, 0);
   guint widened;
 
@@ -1672,11 +1817,116 @@ test_round_trip_shared_expert(void)
   static const guint64 counts4[] = {2, 2, 2, 2};
   const char *config = variant(MOE, "nomtp");
   g_autofree char *dst =
-      run_case(&(Case){config, NULL, FALSE, 2, 4, FALSE, counts4, NULL, 2, NULL});
+      run_case(&(Case){config, NULL, FALSE, 2, 4, FALSE, counts4, NULL, 2, NULL, NULL, FALSE});
   g_autofree char *back = convert(dst, CONF, "hf", 0, 0);
   guint widened;
 
   assert_read_back(synth(config, FALSE), back, &widened);
+}
+
+/* Rewrites every rank file of @dir with metadata @key set to @value, or without @key
+ * when @value is NULL (files as another wsync wrote them). */
+static void
+edit_file_metadata(const char *dir, const char *key, const char *value)
+{
+  g_autoptr(GPtrArray) names = g_ptr_array_new_with_free_func(g_free);
+  GDir *d = g_dir_open(dir, 0, NULL);
+  const char *name;
+
+  g_assert_nonnull(d);
+  while ((name = g_dir_read_name(d)) != NULL)
+    if ((g_str_has_prefix(name, "model-rank-") || g_str_has_prefix(name, "kernel-rank-")) &&
+        g_str_has_suffix(name, ".safetensors"))
+      g_ptr_array_add(names, g_build_filename(dir, name, NULL));
+  g_dir_close(d);
+  g_assert_cmpuint(names->len, >, 0);
+  for (guint f = 0; f < names->len; f++) {
+    const char *path = names->pdata[f];
+    g_autofree char *tmp = g_strconcat(path, ".new", NULL);
+    g_autoptr(WsyncSafetensors) st = NULL;
+    g_autoptr(WsyncSafetensorsWriter) w = NULL;
+    GError *error = NULL;
+    GHashTableIter it;
+    gpointer k, v;
+
+    st = wsync_safetensors_open(path, &error);
+    g_assert_no_error(error);
+    w = wsync_safetensors_writer_new();
+    g_hash_table_iter_init(&it, wsync_safetensors_metadata(st));
+    while (g_hash_table_iter_next(&it, &k, &v))
+      if (strcmp(k, key) != 0)
+        wsync_safetensors_writer_set_metadata(w, k, v);
+    if (value != NULL)
+      wsync_safetensors_writer_set_metadata(w, key, value);
+    for (guint i = 0; i < wsync_safetensors_n_tensors(st); i++) {
+      const WsyncTensor *t = wsync_safetensors_tensor(st, i);
+      wsync_safetensors_writer_add(w, t->name, t->dtype, t->ndim, t->shape, &error);
+      g_assert_no_error(error);
+    }
+    wsync_safetensors_writer_begin(w, tmp, &error);
+    g_assert_no_error(error);
+    for (guint i = 0; i < wsync_safetensors_n_tensors(st); i++) {
+      const WsyncTensor *t = wsync_safetensors_tensor(st, i);
+      if (t->nbytes > 0)
+        wsync_safetensors_writer_pwrite(w, t->name, 0, t->data, t->nbytes, &error);
+      g_assert_no_error(error);
+    }
+    wsync_safetensors_writer_finish(w, &error);
+    g_assert_no_error(error);
+    g_assert_cmpint(g_rename(tmp, path), ==, 0);
+  }
+}
+
+/* Reading @dst back to "hf" with the default options fails: exit 3, one line holding
+ * @want, no output. */
+static void
+assert_read_back_refused(const char *dst, const char *want)
+{
+  g_autofree char *back = new_path("refused");
+  Run r = run_wsync("convert", dst, back, "--conf-dir", CONF, "--plugin-dir", plugin_dir(),
+                    "--target", "hf", NULL);
+
+  g_assert_cmpint(r.status, ==, 3);
+  assert_has(r.err, want);
+  g_assert_cmpuint(count_lines(r.err), ==, 1);
+  g_assert_false(g_file_test(back, G_FILE_TEST_EXISTS));
+  test_run_clear(&r);
+}
+
+/* vllm-ascend rank files read back by what they record, with the default options
+ * (enable-shared-expert-dp false): the TP-sliced and the whole shared expert both give
+ * the checkpoint back.  Files of the wsync before the option record all2all-backend but
+ * not enable-shared-expert-dp, and were written by vLLM's rule (here: whole); without the
+ * record the whole files read back so, and TP-sliced ones are refused.  A record other
+ * than true or false is refused. */
+static void
+test_round_trip_ascend_shared_expert(void)
+{
+  static const guint64 counts4[] = {2, 2, 2, 2};
+  const char *config = variant(MOE, "nomtp");
+  g_autofree char *sliced = run_case(&(Case){config, NULL, FALSE, 2, 4, FALSE, counts4, NULL, 0,
+                                             NULL, "vllm-ascend", FALSE});
+  g_autofree char *whole = run_case(&(Case){config, NULL, FALSE, 2, 4, FALSE, counts4, NULL, 0,
+                                            NULL, "vllm-ascend", TRUE});
+  const char *dirs[] = {sliced, whole};
+  guint widened;
+
+  for (guint i = 0; i < G_N_ELEMENTS(dirs); i++) {
+    g_autofree char *back = convert(dirs[i], CONF, "hf", 0, 0);
+    assert_read_back(synth(config, FALSE), back, &widened);
+  }
+  edit_file_metadata(whole, "wsync.enable-shared-expert-dp", NULL);
+  {
+    g_autofree char *back = convert(whole, CONF, "hf", 0, 0);
+    assert_read_back(synth(config, FALSE), back, &widened);
+  }
+  edit_file_metadata(sliced, "wsync.enable-shared-expert-dp", "yes");
+  assert_read_back_refused(sliced, "metadata wsync.enable-shared-expert-dp is \"yes\", not "
+                                   "\"true\" or \"false\"");
+  edit_file_metadata(sliced, "wsync.enable-shared-expert-dp", NULL);
+  assert_read_back_refused(sliced, "-part-0.safetensors: tensor \"language_model.model.layers.0."
+                                   "mlp.experts._shared_experts._layer.gate_up_proj.weight\" has "
+                                   "shape [32, 64] but the config says [64, 64]");
 }
 
 /* With norm values BF16 holds exactly no cast changes a byte: `wsync verify` agrees
@@ -1686,7 +1936,7 @@ test_round_trip_exact(void)
 {
   const char *config = variant(MOE, "nomtp");
   g_autofree char *src = hand_made(synth(config, FALSE), EXACT_INPUT);
-  g_autofree char *dst = run_case(&(Case){config, src, FALSE, 2, 0, FALSE, NULL, NULL, 0, NULL});
+  g_autofree char *dst = run_case(&(Case){config, src, FALSE, 2, 0, FALSE, NULL, NULL, 0, NULL, NULL, FALSE});
   g_autofree char *back = convert(dst, CONF, "hf", 0, 0);
   Run r = run_wsync("verify", src, back, "--conf-dir", CONF, "--plugin-dir", plugin_dir(), NULL);
 
@@ -2310,7 +2560,7 @@ test_refuse_key_heads(void)
   assert_has(r.err, want);
   test_run_clear(&r);
   /* tp 2 divides it */
-  check_case(&(Case){"tiny-qwen3.5-moe-nk2.json", NULL, FALSE, 2, 0, FALSE, NULL, NULL, 0, NULL});
+  check_case(&(Case){"tiny-qwen3.5-moe-nk2.json", NULL, FALSE, 2, 0, FALSE, NULL, NULL, 0, NULL, NULL, FALSE});
 }
 
 /* A split that would cut a head is refused, naming the tensor: a gated q head is 2*hd
@@ -2340,7 +2590,7 @@ test_refuse_heads(void)
                  "tp 4 does not divide the 2 units of 32 rows of "
                  "model.visual.blocks.0.attn.qkv.weight");
   /* the text model alone divides by 4 */
-  check_case(&(Case){variant(MOE, "vheads2"), NULL, FALSE, 4, 0, TRUE, NULL, NULL, 0, NULL});
+  check_case(&(Case){variant(MOE, "vheads2"), NULL, FALSE, 4, 0, TRUE, NULL, NULL, 0, NULL, NULL, FALSE});
 }
 
 /* A config that contradicts itself: exit 3, the config's path and the field. */
@@ -2634,9 +2884,14 @@ main(int argc, char **argv)
   g_test_add_func("/qwen3_5_moe/vllm/ep", test_vllm_ep);
   g_test_add_func("/qwen3_5_moe/vllm/shared-expert", test_vllm_shared_expert);
   g_test_add_func("/qwen3_5_moe/vllm/shared-expert-unpinned", test_vllm_shared_expert_unpinned);
+  g_test_add_func("/qwen3_5_moe/vllm-ascend/shared-expert", test_ascend_shared_expert);
+  g_test_add_func("/qwen3_5_moe/vllm-ascend/shared-expert-vllm-unknown",
+                  test_ascend_shared_expert_vllm_unknown);
   g_test_add_func("/qwen3_5_moe/refuse/deployment", test_refuse_deployment);
   g_test_add_func("/qwen3_5_moe/plan/shared-expert", test_plan_shared_expert);
   g_test_add_func("/qwen3_5_moe/round-trip/shared-expert", test_round_trip_shared_expert);
+  g_test_add_func("/qwen3_5_moe/round-trip/ascend-shared-expert",
+                  test_round_trip_ascend_shared_expert);
   g_test_add_func("/qwen3_5_moe/vllm/dense-tied", test_vllm_dense_tied);
   g_test_add_func("/qwen3_5_moe/vllm/interval", test_vllm_interval);
   g_test_add_func("/qwen3_5_moe/vllm/legacy-layer-types", test_vllm_legacy_layer_types);

@@ -19,6 +19,7 @@ Environment (set by Makefile.am's AM_TESTS_ENVIRONMENT): WSYNC_TEST_BINARY,
 WSYNC_TEST_BUILT_PLUGIN_DIR, WSYNC_TEST_CONF_DIR, G_TEST_SRCDIR."""
 
 import concurrent.futures
+import itertools
 import json
 import os
 import re
@@ -68,11 +69,16 @@ def config_path(config):
     return path if os.path.exists(path) else os.path.join(TEST_CONFIG_DIR, config + ".json")
 
 
+DEFAULT_DEPLOYMENT = (1, "allgather_reducescatter", False)
+
+
 class Case:
     def __init__(self, config, tp, ep, target, platform, fmt, version, era, persistent,
-                 refusal=None, part_size=None, pcp=1, backend="allgather_reducescatter"):
+                 refusal=None, part_size=None, pcp=1, backend="allgather_reducescatter",
+                 sedp=False):
         self.config, self.tp, self.ep = config, tp, ep
-        self.pcp, self.backend = pcp, backend  # the deployment (docs/vllm.md §9.4)
+        # the deployment (docs/vllm.md §9.4, docs/vllm-ascend.md §2)
+        self.pcp, self.backend, self.sedp = pcp, backend, sedp
         self.target, self.platform, self.fmt = target, platform, fmt
         self.version, self.era, self.persistent = version, era, persistent
         self.refusal = refusal  # None, or (why vLLM refuses, a fragment the message must hold)
@@ -84,33 +90,40 @@ class Case:
         if self.conf_key() != self.version:
             parts += " prefill-context-parallel-size %d all2all-backend %s" % (self.pcp,
                                                                                self.backend)
+            parts += " enable-shared-expert-dp %s" % ("true" if self.sedp else "false")
         return "%s%s --target %s --format %s vllm-version %s --tp %d --ep %d%s" % (
             what, self.config, self.target, self.fmt, self.version, self.tp, self.ep, parts)
 
     def conf_key(self):
         """The conf dir of write_conf_dirs this case runs with."""
-        if (self.pcp, self.backend) == (1, "allgather_reducescatter"):
-            return self.version
-        return "%s|%d|%s" % (self.version, self.pcp, self.backend)
+        return conf_key(self.version, self.pcp, self.backend, self.sedp)
 
     def parallel(self, tp_rank, ep_rank):
-        return vr.Parallel(self.tp, tp_rank, self.ep, ep_rank, self.pcp, self.backend)
+        return vr.Parallel(self.tp, tp_rank, self.ep, ep_rank, self.pcp, self.backend,
+                           self.sedp)
 
 
-# Deployments other than the default, for the shared expert (docs/vllm.md §9.4):
-# (vllm-version, prefill-context-parallel-size, all2all-backend).
-DEPLOYMENTS = [("latest", 2, "allgather_reducescatter"),
-               ("latest", 1, "flashinfer_nvlink_two_sided")]
+def conf_key(version, pcp, backend, sedp):
+    if (pcp, backend, sedp) == DEFAULT_DEPLOYMENT:
+        return version
+    return "%s|%d|%s|%s" % (version, pcp, backend, sedp)
+
+
+# Deployments other than the default, for the shared expert (docs/vllm.md §9.4,
+# docs/vllm-ascend.md §2): (vllm-version, prefill-context-parallel-size, all2all-backend,
+# enable-shared-expert-dp).
+DEPLOYMENTS = [("latest", 2, "allgather_reducescatter", False),
+               ("latest", 1, "flashinfer_nvlink_two_sided", False),
+               ("latest", 1, "allgather_reducescatter", True)]
 
 
 def write_conf_dirs(root):
     """One conf dir per vllm-version, and one per deployment of DEPLOYMENTS: the plugin
     sections of conf.d, with vllm-version (and the deployment's options) set."""
     dirs = {}
-    settings = [(version, 1, "allgather_reducescatter") for version, _, _ in ERAS]
-    for version, pcp, backend in settings + DEPLOYMENTS:
-        key = version if (pcp, backend) == (1, "allgather_reducescatter") else \
-            "%s|%d|%s" % (version, pcp, backend)
+    settings = [(version,) + DEFAULT_DEPLOYMENT for version, _, _ in ERAS]
+    for version, pcp, backend, sedp in settings + DEPLOYMENTS:
+        key = conf_key(version, pcp, backend, sedp)
         d = os.path.join(root, "conf-%d" % len(dirs))
         os.mkdir(d)
         for name in PLUGIN_CONFS:
@@ -126,9 +139,13 @@ def write_conf_dirs(root):
                                   r'\1prefill-context-parallel-size = %d' % pcp, text)
                 text, m = re.subn(r'(?m)^(\s*)all2all-backend\s*=\s*"[^"]*"',
                                   r'\1all2all-backend = "%s"' % backend, text)
-                if (n, m) != (1, 1):
-                    raise SystemExit("Bail out! %s: expected one prefill-context-parallel-size "
-                                     "and one all2all-backend setting" % name)
+                text, k = re.subn(r'(?m)^(\s*)enable-shared-expert-dp\s*=\s*\w+',
+                                  r'\1enable-shared-expert-dp = %s'
+                                  % ("true" if sedp else "false"), text)
+                if (n, m, k) != (1, 1, 1):
+                    raise SystemExit("Bail out! %s: expected one prefill-context-parallel-size, "
+                                     "one all2all-backend and one enable-shared-expert-dp "
+                                     "setting" % name)
             with open(os.path.join(d, name), "w") as f:
                 f.write(text)
         dirs[key] = d
@@ -185,17 +202,25 @@ def plan_cases(configs):
         cases.append(Case("tiny-qwen3.5-moe", 1, 2, target, platform, "kernel", "latest", "D",
                           False))
     # ep = 2*tp with tp > 1 on a model with a shared expert: sequence-parallel MoE, the
-    # shared expert full on every worker (docs/vllm.md §9.4).
+    # shared expert full on every worker on vLLM (docs/vllm.md §9.4), TP-sliced on
+    # vLLM-Ascend, which replicates it only with enable_shared_expert_dp
+    # (docs/vllm-ascend.md §2).
     for version, era, persistent in (ERAS[0], ERAS[-1]):
         for target, platform in TARGETS:
             cases.append(Case("tiny-qwen3.5-moe", 2, 4, target, platform, "kernel", version,
                               era, persistent))
     # The same with one data-parallel replica (prefill-context-parallel-size 2), and with
-    # a backend outside the list: the shared expert TP-sliced (docs/vllm.md §9.4).
-    for version, pcp, backend in DEPLOYMENTS:
+    # a backend outside the list: the shared expert TP-sliced (docs/vllm.md §9.4); with
+    # enable-shared-expert-dp whole on both (vllm ignores it; docs/vllm-ascend.md §2).
+    for version, pcp, backend, sedp in DEPLOYMENTS:
         for target, platform in TARGETS:
             cases.append(Case("tiny-qwen3.5-moe", 2, 4, target, platform, "kernel", version,
-                              "D", False, pcp=pcp, backend=backend))
+                              "D", False, pcp=pcp, backend=backend, sedp=sedp))
+    # vLLM-Ascend with enable_shared_expert_dp and one data-parallel replica (tp 2, ep 2,
+    # where vLLM's rule does not hold): whole, in both formats (docs/vllm-ascend.md §2).
+    for fmt in FORMATS:
+        cases.append(Case("tiny-qwen3.5-moe", 2, 2, "vllm-ascend", "ascend", fmt, "latest", "D",
+                          False, sedp=True))
     # Several files per rank, as every rank of a real model has at the default 5G: the
     # loaders glob a rank's parts and read them in turn (docs/vllm.md §6, §7).
     for config, tp, ep in (("tiny-qwen3-moe", 2, 2), ("tiny-qwen3.5-moe", 2, 1)):
@@ -477,6 +502,43 @@ CONTROLS = [
 ]
 
 
+# Files written for one deployment, loaded by another: (what, the case the files are
+# written by, the case that loads them, a fragment the replay must report).  The whole
+# shared expert the vllm-ascend target wrote before enable-shared-expert-dp (vLLM's rule,
+# docs/vllm.md §9.4) is what it writes now with the option on; vLLM-Ascend with the
+# option off must refuse it, and the TP-sliced files with it on (docs/vllm-ascend.md §2).
+SHARED_GATE_UP = L0 + "mlp.experts._shared_experts._layer.gate_up_proj.weight"
+CROSS_CONTROLS = [
+    ("a whole shared expert (vllm-ascend files of vLLM's rule) on vLLM-Ascend without "
+     "enable_shared_expert_dp",
+     Case("tiny-qwen3.5-moe", 2, 4, "vllm-ascend", "ascend", "kernel", "latest", "D", False,
+          sedp=True),
+     Case("tiny-qwen3.5-moe", 2, 4, "vllm-ascend", "ascend", "kernel", "latest", "D", False),
+     SHARED_GATE_UP + ": BF16 [64, 64], the parameter is BF16 [32, 64]"),
+    ("a TP-sliced shared expert on vLLM-Ascend with enable_shared_expert_dp",
+     Case("tiny-qwen3.5-moe", 2, 4, "vllm-ascend", "ascend", "kernel", "latest", "D", False),
+     Case("tiny-qwen3.5-moe", 2, 4, "vllm-ascend", "ascend", "kernel", "latest", "D", False,
+          sedp=True),
+     SHARED_GATE_UP + ": BF16 [32, 64], the parameter is BF16 [64, 64]"),
+]
+
+
+def run_cross_controls(work, synth_dirs, conf_dirs, configs, checkpoints):
+    """Runs CROSS_CONTROLS; yields (ok, name, diagnostics)."""
+    for serial, (what, written, loaded, fragment) in enumerate(CROSS_CONTROLS):
+        result, dst = run_case(written, work, synth_dirs, conf_dirs, "cross-%d" % serial)
+        if result.returncode != 0:
+            yield False, "control: %s" % what, ["exit status %d: %s" % (
+                result.returncode, result.stderr.strip()[:300])]
+            continue
+        problems = check_case(loaded, result, dst, configs, checkpoints)
+        shutil.rmtree(dst, ignore_errors=True)
+        caught = any(fragment in p for p in problems)
+        diag = [] if caught else ["the replay did not report %r; it reported: %s"
+                                  % (fragment, problems[:3] or "nothing")]
+        yield caught, "control: %s is caught (%s)" % (what, fragment), diag
+
+
 def run_controls(work, synth_dirs, conf_dirs, configs, checkpoints):
     """Runs CONTROLS (each on CONTROL_BASE unless it names its own); yields (ok, name,
     diagnostics)."""
@@ -552,7 +614,7 @@ def main(argv):
                 return 1
             checkpoints[config] = read_checkpoint(synth_dirs[config])
         cases = plan_cases(configs)
-        print("1..%d" % (len(cases) + len(CONTROLS)))
+        print("1..%d" % (len(cases) + len(CONTROLS) + len(CROSS_CONTROLS)))
         sys.stdout.flush()
         failures = 0
         # One conversion runs ahead in a thread while this one checks the previous
@@ -580,8 +642,10 @@ def main(argv):
                     print("ok %d - %s" % (number, case.name()))
                 sys.stdout.flush()
         number = len(cases)
-        for caught, name, diag in run_controls(work, synth_dirs, conf_dirs, configs,
-                                               checkpoints):
+        controls = itertools.chain(
+            run_controls(work, synth_dirs, conf_dirs, configs, checkpoints),
+            run_cross_controls(work, synth_dirs, conf_dirs, configs, checkpoints))
+        for caught, name, diag in controls:
             number += 1
             print("%s %d - %s" % ("ok" if caught else "not ok", number, name))
             for line in diag:

@@ -516,7 +516,10 @@ def filter_subtensors(tensors):
 
 class Parallel:
     """Where one worker sits: TP size and rank, EP size and rank (docs/vllm.md §4: with EP
-    the experts are not TP-sliced, moe tp_size = 1, and ep = dp * tp)."""
+    the experts are not TP-sliced, moe tp_size = 1, and ep = dp * tp), and the deployment
+    settings that decide the shared expert: vLLM's all2all backend and prefill context
+    parallelism (docs/vllm.md §9.4), vLLM-Ascend's enable_shared_expert_dp
+    (docs/vllm-ascend.md §2)."""
 
     # ParallelConfig.use_sequence_parallel_moe's list at v0.24.0 and v0.27.1, with the
     # names __post_init__ renames to allgather_reducescatter (docs/vllm.md §9.4).
@@ -525,7 +528,7 @@ class Parallel:
                                   "mori_high_throughput", "mori_low_latency", "nixl_ep")
 
     def __init__(self, tp, tp_rank, ep=1, ep_rank=0, pcp=1,
-                 all2all_backend="allgather_reducescatter"):
+                 all2all_backend="allgather_reducescatter", enable_shared_expert_dp=False):
         self.tp, self.tp_rank, self.ep, self.ep_rank = tp, tp_rank, ep, ep_rank
         self.moe_tp = 1 if ep > 1 else tp
         self.moe_tp_rank = 0 if ep > 1 else tp_rank
@@ -534,6 +537,9 @@ class Parallel:
         # (docs/vllm.md §9.4).
         self.sequence_parallel_moe = (all2all_backend in self.SEQUENCE_PARALLEL_BACKENDS
                                       and ep > 1 and tp > 1 and dp > 1)
+        # AscendConfig.enable_shared_expert_dp: the additional_config key, EP and TP > 1
+        # (docs/vllm-ascend.md §2).
+        self.shared_expert_dp = bool(enable_shared_expert_dp) and ep > 1 and tp > 1
 
 
 def divide(numerator, denominator, what):
@@ -848,8 +854,11 @@ def moe_block(cfg, par, era, platform, map_persistent):
         seg = block.add_module("shared_expert_gate", replicated_linear(h, 1, dtype))
         # With sequence-parallel MoE the shared expert MLP is built with
         # disable_tp=is_sequence_parallel: gate_up_proj and down_proj full
-        # (docs/vllm.md §9.4).
-        shared_par = Parallel(1, 0) if par.sequence_parallel_moe else par
+        # (docs/vllm.md §9.4).  vLLM-Ascend's linear layers replicate a shared-expert
+        # linear only with shared-expert DP; vLLM's use_sequence_parallel_moe never
+        # reaches them (docs/vllm-ascend.md §2).
+        whole = par.shared_expert_dp if platform == "ascend" else par.sequence_parallel_moe
+        shared_par = Parallel(1, 0) if whole else par
         shared = block.add_module("shared_expert",
                                   dense_mlp(h, cfg.shared_inter, shared_par, dtype))
         shared.add_module("expert_gate", seg)

@@ -1012,6 +1012,16 @@ def vllm_worker_shared_expert_hint():
     routed = ("language_model.model.layers.0.mlp.experts.routed_experts.w13_weight is BF16 "
               "[2, 64, 64], but the parameter has shape [2, 32, 64]")
     assert shared_expert_hint(routed, 2, 2, True) == routed
+    # vLLM-Ascend: its own rule, named by its own option
+    ascend = shared_expert_hint(size, 2, 2, True, 1, "flashinfer_all2allv", False)
+    assert ascend == (size + " (vLLM-Ascend holds the shared expert whole only with "
+                      "additional_config enable_shared_expert_dp, and this worker runs with it "
+                      "off: write the files for target vllm-ascend with "
+                      "enable-shared-expert-dp = false in the plugin \"vllm\" section of the "
+                      "configuration, and --ep 4)"), ascend
+    assert "it on: " in shared_expert_hint(size, 2, 2, True, 1, "x", True)
+    assert "= true in" in shared_expert_hint(size, 2, 2, True, 1, "x", True)
+    assert shared_expert_hint(routed, 2, 2, True, 1, "x", True) == routed
 
 
 # ------------------------------------------------------------------ the commands

@@ -66,19 +66,31 @@ def replica_shape_hint(message, tp_size, dp_size, expert_parallel, pcp_size=1):
 
 
 def shared_expert_hint(message, tp_size, dp_size, expert_parallel, pcp_size=1,
-                       all2all_backend="allgather_reducescatter"):
+                       all2all_backend="allgather_reducescatter", ascend_shared_expert_dp=None):
     """message, with the likely cause added where a worker with expert parallelism finds
     a shared-expert tensor (gate_up_proj, down_proj) of the wrong size.
 
     vLLM holds the shared expert whole when ParallelConfig.use_sequence_parallel_moe
     holds and TP-sliced otherwise (docs/vllm.md section 9.4); wsync decides it from its
     vllm options all2all-backend and prefill-context-parallel-size, which must be the
-    deployment's.  This says which settings this worker runs with."""
+    deployment's.  This says which settings this worker runs with.
+
+    On vLLM-Ascend (ascend_shared_expert_dp not None: its additional_config
+    enable_shared_expert_dp as get_ascend_config() reads it) the rule is Ascend's own:
+    whole only with that option (docs/vllm-ascend.md section 2), which wsync's option
+    enable-shared-expert-dp must then match."""
     if (not expert_parallel or tp_size <= 1 or "shared_expert" not in message
             or "expert_gate" in message
             or not any(f.search(message) for f in _SIZE_REFUSALS)):
         return message
     flat = dp_size * pcp_size * tp_size
+    if ascend_shared_expert_dp is not None:
+        value = "true" if ascend_shared_expert_dp else "false"
+        return (f"{message} (vLLM-Ascend holds the shared expert whole only with "
+                f"additional_config enable_shared_expert_dp, and this worker runs with it "
+                f"{'on' if ascend_shared_expert_dp else 'off'}: write the files for target "
+                f"vllm-ascend with enable-shared-expert-dp = {value} in the plugin \"vllm\" "
+                f"section of the configuration, and --ep {flat})")
     return (f"{message} (the files hold the shared expert whole or TP-sliced as the vllm "
             f"plugin's options all2all-backend and prefill-context-parallel-size decide, by "
             f"vLLM's use_sequence_parallel_moe: this worker runs with --all2all-backend "
@@ -86,6 +98,16 @@ def shared_expert_hint(message, tp_size, dp_size, expert_parallel, pcp_size=1,
             f"size {dp_size} and tp {tp_size}: write the files with all2all-backend = "
             f"\"{all2all_backend}\" and prefill-context-parallel-size = {pcp_size} in the "
             f"plugin \"vllm\" section of the configuration, and --ep {flat})")
+
+
+def _ascend_shared_expert_dp():
+    """vLLM-Ascend's enable_shared_expert_dp (additional_config, EP on), or None when
+    this is not vLLM-Ascend (vllm_ascend/ascend_config.py get_ascend_config())."""
+    try:
+        from vllm_ascend.ascend_config import get_ascend_config
+    except ImportError:
+        return None
+    return bool(getattr(get_ascend_config(), "enable_shared_expert_dp", False))
 
 
 class WsyncWorkerExtension:
@@ -122,7 +144,8 @@ class WsyncWorkerExtension:
             hinted = replica_shape_hint(*shape)
             if hinted == str(e):
                 hinted = shared_expert_hint(
-                    *shape, getattr(parallel, "all2all_backend", "allgather_reducescatter"))
+                    *shape, getattr(parallel, "all2all_backend", "allgather_reducescatter"),
+                    _ascend_shared_expert_dp())
             if hinted == str(e):
                 raise
             error = Error(hinted)

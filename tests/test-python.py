@@ -979,6 +979,14 @@ def vllm_worker_replica_hint_only_experts():
     dense = ('model.layers.0.self_attn.qkv_proj.weight is BF16 [48, 64], but the parameter '
              'has shape [24, 64]')
     assert replica_shape_hint(dense, 2, 2, False) == dense, replica_shape_hint(dense, 2, 2, False)
+    # era D keeps the router and the shared expert under mlp.experts.: not sliced over dp
+    for name in ("language_model.model.layers.0.mlp.experts._shared_experts._layer."
+                 "gate_up_proj.weight", "model.layers.0.mlp.experts.gate.weight"):
+        other = name + " is BF16 [64, 64], but the parameter has shape [32, 64]"
+        assert replica_shape_hint(other, 2, 2, False) == other, other
+    routed = ("language_model.model.layers.0.mlp.experts.routed_experts.w2_weight is BF16 "
+              "[2, 64, 64], but the parameter has shape [2, 64, 32]")
+    assert replica_shape_hint(routed, 2, 2, False).endswith("--ep 4)")
     dtype = ('model.layers.0.mlp.experts.w13_weight is BF16 [4, 32, 64], but the buffer holds '
              'F32 elements')
     assert replica_shape_hint(dtype, 2, 2, False) == dtype, replica_shape_hint(dtype, 2, 2, False)

@@ -44,6 +44,13 @@ _SIZE_REFUSALS = (re.compile(r", but the parameter has shape \["),
                   re.compile(r" bytes\), but the buffer holds \d+ bytes"))
 
 
+# The routed experts' tensors, whatever the naming era (mlp.experts.w13_weight,
+# mlp.experts.routed_experts.w2_weight, ...): not the router or the shared expert, which
+# era D also keeps under mlp.experts. (docs/vllm.md section 5) and vLLM does not slice
+# over the replicas.
+_ROUTED_EXPERTS = re.compile(r"\.experts\.(?:routed_experts\.)?w(?:13|2)_")
+
+
 def replica_shape_hint(message, tp_size, dp_size, expert_parallel, pcp_size=1):
     """message, with the likely cause added where a worker of several data-parallel (or
     prefill-context-parallel) replicas without expert parallelism finds a tensor of the
@@ -56,7 +63,7 @@ def replica_shape_hint(message, tp_size, dp_size, expert_parallel, pcp_size=1):
     over tp.  load_rank refuses the first such tensor before copying anything; this says
     why and what works instead."""
     flat = dp_size * pcp_size * tp_size
-    if (expert_parallel or flat <= tp_size or ".experts." not in message
+    if (expert_parallel or flat <= tp_size or not _ROUTED_EXPERTS.search(message)
             or not any(f.search(message) for f in _SIZE_REFUSALS)):
         return message
     return (f"{message} (vLLM without expert parallelism slices MoE experts over "

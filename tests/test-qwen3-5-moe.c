@@ -1929,6 +1929,49 @@ test_round_trip_ascend_shared_expert(void)
                                    "shape [32, 64] but the config says [64, 64]");
 }
 
+/* Rank files of a wsync before the deployment options record neither all2all-backend,
+ * prefill-context-parallel-size nor enable-shared-expert-dp, and hold the shared expert as
+ * its rule had it: whole when ep > tp > 1 (tp 2, ep 4 here, both targets).  They read back
+ * by that rule whatever the options say, prefill-context-parallel-size = 4 (which ep 4
+ * over tp 2 cannot have) included. */
+static void
+test_round_trip_legacy_shared_expert(void)
+{
+  static const guint64 counts4[] = {2, 2, 2, 2};
+  static const char *const targets[] = {NULL, "vllm-ascend"};
+  const char *config = variant(MOE, "nomtp");
+  const char *confs[] = {CONF, conf_dir_with(FALSE, "  prefill-context-parallel-size = 4\n")};
+  guint widened;
+
+  for (guint t = 0; t < G_N_ELEMENTS(targets); t++) {
+    g_autofree char *dst = run_case(&(Case){config, NULL, FALSE, 2, 4, FALSE, counts4, NULL, 0,
+                                            NULL, targets[t], targets[t] != NULL});
+
+    edit_file_metadata(dst, "wsync.all2all-backend", NULL);
+    edit_file_metadata(dst, "wsync.prefill-context-parallel-size", NULL);
+    edit_file_metadata(dst, "wsync.enable-shared-expert-dp", NULL);
+    for (guint c = 0; c < G_N_ELEMENTS(confs); c++) {
+      g_autofree char *back = convert(dst, confs[c], "hf", 0, 0);
+      assert_read_back(synth(config, FALSE), back, &widened);
+    }
+  }
+}
+
+/* A recorded prefill-context-parallel-size no deployment of the files' ep and tp has
+ * (4 with ep 4 over tp 2) is bad input naming the record, not a configuration error. */
+static void
+test_read_back_pcp_record_refused(void)
+{
+  static const guint64 counts4[] = {2, 2, 2, 2};
+  const char *config = variant(MOE, "nomtp");
+  g_autofree char *dst =
+      run_case(&(Case){config, NULL, FALSE, 2, 4, FALSE, counts4, NULL, 0, NULL, NULL, FALSE});
+
+  edit_file_metadata(dst, "wsync.prefill-context-parallel-size", "4");
+  assert_read_back_refused(dst, "metadata wsync.prefill-context-parallel-size is \"4\", not a "
+                                "size that divides ep 4 / tp 2");
+}
+
 /* With norm values BF16 holds exactly no cast changes a byte: `wsync verify` agrees
  * the round trip is bit-exact. */
 static void
@@ -2892,6 +2935,9 @@ main(int argc, char **argv)
   g_test_add_func("/qwen3_5_moe/round-trip/shared-expert", test_round_trip_shared_expert);
   g_test_add_func("/qwen3_5_moe/round-trip/ascend-shared-expert",
                   test_round_trip_ascend_shared_expert);
+  g_test_add_func("/qwen3_5_moe/round-trip/legacy-shared-expert",
+                  test_round_trip_legacy_shared_expert);
+  g_test_add_func("/qwen3_5_moe/round-trip/pcp-record-refused", test_read_back_pcp_record_refused);
   g_test_add_func("/qwen3_5_moe/vllm/dense-tied", test_vllm_dense_tied);
   g_test_add_func("/qwen3_5_moe/vllm/interval", test_vllm_interval);
   g_test_add_func("/qwen3_5_moe/vllm/legacy-layer-types", test_vllm_legacy_layer_types);

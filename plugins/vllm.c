@@ -1381,6 +1381,7 @@ read_deployment(Rank *r, GError **error)
 
   if (backend == NULL && (!r->ascend || sedp == NULL)) {
     r->rule = RULE_LEGACY;
+    r->pcp = 1; /* that wsync had no prefill context parallelism: not the option's */
     return TRUE;
   }
   if (!is_all2all_backend(backend))
@@ -1462,6 +1463,11 @@ check_replicas(Rank *r, GError **error)
   r->dp = 1;
   if (r->ep == 1)
     return TRUE;
+  if (r->ep % (r->pcp * r->tp) != 0 && wsync_layout_is_reading(r->layout)) {
+    g_autofree char *pcp = g_strdup_printf("%u", r->pcp);
+    g_autofree char *want = g_strdup_printf("a size that divides ep %u / tp %u", r->ep, r->tp);
+    return bad_metadata(error, KEY_PCP, pcp, want);
+  }
   if (r->ep % (r->pcp * r->tp) != 0)
     return wsync_fail(error, WSYNC_ERROR_CONFIG,
                       "ep %u is not a whole number of data-parallel replicas of "

@@ -1721,7 +1721,7 @@ static cfg_opt_t options[] = {
          "vLLM's expert-parallel group is dp*pcp*tp ranks, so --ep / (this * --tp) is the "
          "number of data-parallel replicas, which must be whole and decides whether the "
          "shared expert is whole (more than one replica) or TP-sliced.",
-         "a whole number from 1")},
+         "a whole number from 1 to 65535")},
     {.name = "enable-shared-expert-dp",
      .type = CFGT_BOOL,
      .flags = CFGF_NONE,

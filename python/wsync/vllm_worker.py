@@ -112,9 +112,11 @@ def _ascend_shared_expert_dp():
     this is not vLLM-Ascend (vllm_ascend/ascend_config.py get_ascend_config())."""
     try:
         from vllm_ascend.ascend_config import get_ascend_config
-    except ImportError:
+        config = get_ascend_config()
+    except Exception:  # noqa: BLE001 - not vLLM-Ascend, or not initialised (RuntimeError,
+        # ascend_config.py:1340-1343 @ 182b75ea84ff): the hint must never hide the error
         return None
-    return bool(getattr(get_ascend_config(), "enable_shared_expert_dp", False))
+    return bool(getattr(config, "enable_shared_expert_dp", False))
 
 
 class WsyncWorkerExtension:

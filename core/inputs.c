@@ -231,11 +231,12 @@ check_same_records(WsyncPlan *plan, const WsyncSafetensors *first, const WsyncSa
   return FALSE;
 }
 
-/* The input tensors and first file's metadata of one rank (every file when the input
- * has no ranks); the rank's other files must carry the same published-dtype records. */
+/* The input tensors and first file's metadata (and path) of one rank (every file when
+ * the input has no ranks); the rank's other files must carry the same published-dtype
+ * records. */
 static gboolean
 rank_inputs(WsyncPlan *plan, guint rank, GHashTable **names, GHashTable **metadata,
-            GError **error)
+            const char **first_path, GError **error)
 {
   const WsyncSafetensors *first = NULL;
 
@@ -256,6 +257,7 @@ rank_inputs(WsyncPlan *plan, guint rank, GHashTable **names, GHashTable **metada
       continue;
     if (first == NULL) {
       first = st;
+      *first_path = wsync_safetensors_path(st);
       *metadata = g_hash_table_ref(wsync_safetensors_metadata(st));
     } else if (!check_same_records(plan, first, st, rank, error)) {
       return FALSE;
@@ -272,6 +274,20 @@ rank_inputs(WsyncPlan *plan, guint rank, GHashTable **names, GHashTable **metada
     return FALSE;
   }
   return TRUE;
+}
+
+/* A target that refuses what a rank's files record (wsync_layout_get_input_metadata())
+ * knows the values, not the file they came from: an error about bad input that names no
+ * file of the input is prefixed with the rank's first file, whose metadata the target
+ * read. */
+static void
+name_metadata_file(WsyncPlan *plan, const char *first_path, GError **error)
+{
+  if (error == NULL || *error == NULL || first_path == NULL ||
+      !g_error_matches(*error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT) ||
+      strstr((*error)->message, plan->src) != NULL)
+    return;
+  g_prefix_error(error, "%s: ", first_path);
 }
 
 /* The dtype a checkpoint publishes @vt in, for a tensor whose dtype follows its input:
@@ -470,12 +486,15 @@ plan_bind_inputs(WsyncPlan *plan, GError **error)
   for (guint r = 0; r < plan->in_world; r++) {
     g_autoptr(GHashTable) names = NULL;
     g_autoptr(GHashTable) md = NULL;
-    if (!rank_inputs(plan, r, &names, &md, error))
+    const char *first_path = NULL;
+    if (!rank_inputs(plan, r, &names, &md, &first_path, error))
       return FALSE;
     WsyncLayout *layout = plan_build_layout(plan, &plan->in, plan->in_format, plan->in_tp,
                                        plan->in_ep, r, TRUE, names, md, error);
-    if (layout == NULL)
+    if (layout == NULL) {
+      name_metadata_file(plan, first_path, error);
       return FALSE;
+    }
     g_ptr_array_add(plan->input_layouts, layout);
     if (!bind_layout(plan, layout, names, missing, error))
       return FALSE;

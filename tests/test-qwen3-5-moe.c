@@ -1886,9 +1886,12 @@ assert_read_back_refused(const char *dst, const char *want)
   Run r = run_wsync("convert", dst, back, "--conf-dir", CONF, "--plugin-dir", plugin_dir(),
                     "--target", "hf", NULL);
 
+  g_autofree char *file = g_strdup_printf("wsync: %s/", dst);
+
   g_assert_cmpint(r.status, ==, 3);
   assert_has(r.err, want);
   g_assert_cmpuint(count_lines(r.err), ==, 1);
+  g_assert_true(g_str_has_prefix(r.err, file)); /* it names the file */
   g_assert_false(g_file_test(back, G_FILE_TEST_EXISTS));
   test_run_clear(&r);
 }

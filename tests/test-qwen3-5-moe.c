@@ -37,6 +37,7 @@ typedef TestRun Run;
 #define run_wsync test_run
 #define assert_has test_assert_has
 #define run_ok test_run_ok
+#define edit_file_metadata test_set_rank_file_metadata
 
 /* ------------------------------------------------------------------ fixtures */
 
@@ -1822,59 +1823,6 @@ test_round_trip_shared_expert(void)
   guint widened;
 
   assert_read_back(synth(config, FALSE), back, &widened);
-}
-
-/* Rewrites every rank file of @dir with metadata @key set to @value, or without @key
- * when @value is NULL (files as another wsync wrote them). */
-static void
-edit_file_metadata(const char *dir, const char *key, const char *value)
-{
-  g_autoptr(GPtrArray) names = g_ptr_array_new_with_free_func(g_free);
-  GDir *d = g_dir_open(dir, 0, NULL);
-  const char *name;
-
-  g_assert_nonnull(d);
-  while ((name = g_dir_read_name(d)) != NULL)
-    if ((g_str_has_prefix(name, "model-rank-") || g_str_has_prefix(name, "kernel-rank-")) &&
-        g_str_has_suffix(name, ".safetensors"))
-      g_ptr_array_add(names, g_build_filename(dir, name, NULL));
-  g_dir_close(d);
-  g_assert_cmpuint(names->len, >, 0);
-  for (guint f = 0; f < names->len; f++) {
-    const char *path = names->pdata[f];
-    g_autofree char *tmp = g_strconcat(path, ".new", NULL);
-    g_autoptr(WsyncSafetensors) st = NULL;
-    g_autoptr(WsyncSafetensorsWriter) w = NULL;
-    GError *error = NULL;
-    GHashTableIter it;
-    gpointer k, v;
-
-    st = wsync_safetensors_open(path, &error);
-    g_assert_no_error(error);
-    w = wsync_safetensors_writer_new();
-    g_hash_table_iter_init(&it, wsync_safetensors_metadata(st));
-    while (g_hash_table_iter_next(&it, &k, &v))
-      if (strcmp(k, key) != 0)
-        wsync_safetensors_writer_set_metadata(w, k, v);
-    if (value != NULL)
-      wsync_safetensors_writer_set_metadata(w, key, value);
-    for (guint i = 0; i < wsync_safetensors_n_tensors(st); i++) {
-      const WsyncTensor *t = wsync_safetensors_tensor(st, i);
-      wsync_safetensors_writer_add(w, t->name, t->dtype, t->ndim, t->shape, &error);
-      g_assert_no_error(error);
-    }
-    wsync_safetensors_writer_begin(w, tmp, &error);
-    g_assert_no_error(error);
-    for (guint i = 0; i < wsync_safetensors_n_tensors(st); i++) {
-      const WsyncTensor *t = wsync_safetensors_tensor(st, i);
-      if (t->nbytes > 0)
-        wsync_safetensors_writer_pwrite(w, t->name, 0, t->data, t->nbytes, &error);
-      g_assert_no_error(error);
-    }
-    wsync_safetensors_writer_finish(w, &error);
-    g_assert_no_error(error);
-    g_assert_cmpint(g_rename(tmp, path), ==, 0);
-  }
 }
 
 /* Reading @dst back to "hf" with the default options fails: exit 3, one line holding

@@ -525,6 +525,13 @@ compare_ordinals(gconstpointer a, gconstpointer b)
   return (x->ordinal > y->ordinal) - (x->ordinal < y->ordinal);
 }
 
+/* A kind of lossy cast: from, to, how many logical tensors and the first of them. */
+typedef struct {
+  WsyncDtype from, to;
+  guint count;
+  const WsyncLogicalTensor *first;
+} CastKind;
+
 /* One note per kind of lossy cast, with a count and the first tensor, in the model's
  * order: a trainer's F32 master weights written as BF16 are rounded, which the plan
  * shows op by op but a user of convert would otherwise not learn. */
@@ -532,6 +539,7 @@ static void
 note_lossy_casts(WsyncPlan *plan)
 {
   g_autoptr(GPtrArray) cast = g_ptr_array_new();
+  g_autoptr(GArray) kinds = g_array_new(FALSE, FALSE, sizeof(CastKind));
   GHashTableIter iter;
   gpointer vt;
 
@@ -540,26 +548,24 @@ note_lossy_casts(WsyncPlan *plan)
     g_ptr_array_add(cast, vt);
   g_ptr_array_sort(cast, compare_ordinals);
   for (guint i = 0; i < cast->len; i++) {
-    const WsyncLogicalTensor *first = cast->pdata[i];
-    WsyncDtype to = GPOINTER_TO_INT(g_hash_table_lookup(plan->lossy_casts, first));
-    guint count = 0;
-    if (first == NULL) /* counted with an earlier one */
-      continue;
-    for (guint j = i; j < cast->len; j++) {
-      const WsyncLogicalTensor *vt = cast->pdata[j];
-      if (vt != NULL && vt->dtype == first->dtype &&
-          GPOINTER_TO_INT(g_hash_table_lookup(plan->lossy_casts, vt)) == (gint)to) {
-        count++;
-        if (j > i)
-          cast->pdata[j] = NULL;
-      }
-    }
+    const WsyncLogicalTensor *t = cast->pdata[i];
+    CastKind k = {t->dtype, GPOINTER_TO_INT(g_hash_table_lookup(plan->lossy_casts, t)), 0, t};
+    guint n = 0;
+    while (n < kinds->len && (g_array_index(kinds, CastKind, n).from != k.from ||
+                              g_array_index(kinds, CastKind, n).to != k.to))
+      n++;
+    if (n == kinds->len) /* a few kinds at most: between BF16, F16 and F32 */
+      g_array_append_val(kinds, k);
+    g_array_index(kinds, CastKind, n).count++;
+  }
+  for (guint n = 0; n < kinds->len; n++) {
+    const CastKind *k = &g_array_index(kinds, CastKind, n);
     g_ptr_array_add(plan->notes,
                     g_strdup_printf("%u tensor%s cast %s->%s, rounded to nearest even (the "
                                     "first: %s): the %s layout holds them in %s",
-                                    count, count == 1 ? "" : "s", wsync_dtype_name(first->dtype),
-                                    wsync_dtype_name(to), first->name, plan->target,
-                                    wsync_dtype_name(to)));
+                                    k->count, k->count == 1 ? "" : "s",
+                                    wsync_dtype_name(k->from), wsync_dtype_name(k->to),
+                                    k->first->name, plan->target, wsync_dtype_name(k->to)));
   }
 }
 

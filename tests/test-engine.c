@@ -609,6 +609,58 @@ test_sharded_source(Fixture *f, gconstpointer data)
   run_clear(&r);
 }
 
+/* A trainer's F32 weights written in the config's BF16 are rounded: convert says so in
+ * one note (the 27 logical tensors of the 2-layer model: 3 outside the layers, 12 in
+ * each, the experts one per projection), after the bytes it wrote; widening to F32 is
+ * exact and says nothing. */
+static void
+test_lossy_cast_noted(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *config = tiny_config();
+  g_autofree char *text = NULL;
+  g_autofree char *f32_config = path_in(f, "f32.json");
+  g_autofree char *f32 = path_in(f, "f32");
+  g_autofree char *dst = path_in(f, "rounded");
+  g_autofree char *in_config = g_build_filename(f32, "config.json", NULL);
+
+  g_assert_true(g_file_get_contents(config, &text, NULL, NULL));
+  g_auto(GStrv) halves = g_strsplit(text, "\"bfloat16\"", 2);
+  g_assert_nonnull(halves[1]);
+  g_autofree char *f32_text = g_strconcat(halves[0], "\"float32\"", halves[1], NULL);
+  g_assert_true(g_file_set_contents(f32_config, f32_text, -1, NULL));
+  Run r = run_wsync(f, "synth", "--config", f32_config, f32, "-q", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+  test_copy(config, in_config); /* the F32 tensors, published as BF16 */
+
+  r = run_wsync(f, "convert", f32, dst, "--target", "hf", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_autofree char *want = g_strdup_printf(
+      "wrote %s: 325376 bytes\n"
+      "note: 27 tensors cast F32->BF16, rounded to nearest even (the first: "
+      "model.embed_tokens.weight): the hf layout holds them in BF16\n",
+      dst);
+  g_assert_cmpstr(r.out, ==, want);
+  run_clear(&r);
+
+  /* BF16 to F32 widens exactly: no note */
+  g_assert_true(g_file_set_contents(in_config, f32_text, -1, NULL));
+  g_autofree char *tiny_as_f32 = path_in(f, "tiny-f32");
+  g_autofree char *tiny_config_copy = g_build_filename(tiny_as_f32, "config.json", NULL);
+  g_autofree char *tiny_file = g_build_filename(f->tiny, "model-00001-of-00001.safetensors", NULL);
+  g_autofree char *tiny_file_copy = g_build_filename(tiny_as_f32, "model.safetensors", NULL);
+  g_autofree char *widened = path_in(f, "widened");
+  g_mkdir(tiny_as_f32, 0700);
+  test_copy(tiny_file, tiny_file_copy);
+  g_assert_true(g_file_set_contents(tiny_config_copy, f32_text, -1, NULL));
+  r = run_wsync(f, "convert", tiny_as_f32, widened, "--target", "hf", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_autofree char *wrote = g_strdup_printf("wrote %s: 650752 bytes\n", widened);
+  g_assert_cmpstr(r.out, ==, wrote);
+  run_clear(&r);
+}
+
 #define ADD(path, fn) g_test_add(path, Fixture, NULL, fixture_setup, fn, fixture_teardown)
 
 int
@@ -628,6 +680,7 @@ main(int argc, char **argv)
   ADD("/engine/output/part-size", test_part_size_splits_files);
   ADD("/engine/output/threads", test_threads_give_identical_bytes);
   ADD("/engine/output/slabs", test_slabs_give_identical_bytes);
+  ADD("/engine/output/lossy-cast-noted", test_lossy_cast_noted);
   ADD("/engine/conf/sync-defaults", test_sync_section_defaults);
   ADD("/engine/plan/json", test_plan_json_names_sources);
   ADD("/engine/input/sharded", test_sharded_source);

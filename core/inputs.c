@@ -224,8 +224,8 @@ check_same_records(WsyncPlan *plan, const WsyncSafetensors *first, const WsyncSa
                                ? g_strdup_printf("rank %u", rank)
                                : g_strdup("the checkpoint");
   g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-              "%s: metadata %s is %s, but %s in %s, another file of %s: the files of a rank "
-              "must record the same published dtypes",
+              "%s: metadata %s is %s, but %s in %s, another file of %s: they must record "
+              "the same published dtypes",
               wsync_safetensors_path(st), pkey, here, there, wsync_safetensors_path(first),
               group);
   return FALSE;

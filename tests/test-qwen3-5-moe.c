@@ -2401,8 +2401,8 @@ test_records_rank_files_disagree(void)
 
   patch_record(part1, "BF16\"", "F32\" ");
   g_autofree char *expect = g_strdup_printf(
-      "wsync: %s: metadata %s is \"F32\", but \"BF16\" in %s, another file of rank 0: the files "
-      "of a rank must record the same published dtypes\n",
+      "wsync: %s: metadata %s is \"F32\", but \"BF16\" in %s, another file of rank 0: they "
+      "must record the same published dtypes\n",
       part1, key, part0);
   assert_convert_refused(dst, "hf", expect);
 
@@ -2412,8 +2412,8 @@ test_records_rank_files_disagree(void)
   g_autofree char *r1p2 = rank_file(dst2, 1, 2);
   patch_record(r1p2, "published-dtype.", "published-dtypX.");
   g_autofree char *expect2 = g_strdup_printf(
-      "wsync: %s: metadata %s is absent, but \"BF16\" in %s, another file of rank 1: the files "
-      "of a rank must record the same published dtypes\n",
+      "wsync: %s: metadata %s is absent, but \"BF16\" in %s, another file of rank 1: they "
+      "must record the same published dtypes\n",
       r1p2, key, r1p0);
   assert_convert_refused(dst2, "hf", expect2);
 }

@@ -147,13 +147,13 @@ class WsyncWorkerExtension:
             from vllm.distributed import parallel_state as ps
 
             parallel = self.vllm_config.parallel_config
-            shape = (str(e), ps.get_tensor_model_parallel_world_size(),
+            worker = (str(e), ps.get_tensor_model_parallel_world_size(),
                      parallel.data_parallel_size, bool(parallel.enable_expert_parallel),
                      getattr(parallel, "prefill_context_parallel_size", 1) or 1)
-            hinted = replica_shape_hint(*shape)
+            hinted = replica_shape_hint(*worker)
             if hinted == str(e):
                 hinted = shared_expert_hint(
-                    *shape, getattr(parallel, "all2all_backend", "allgather_reducescatter"),
+                    *worker, getattr(parallel, "all2all_backend", "allgather_reducescatter"),
                     _ascend_shared_expert_dp())
             if hinted == str(e):
                 raise

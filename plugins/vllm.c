@@ -1387,7 +1387,7 @@ read_deployment(Rank *r, GError **error)
   if (!is_all2all_backend(backend))
     return bad_metadata(error, KEY_ALL2ALL, backend, "one of vLLM's --all2all-backend names");
   if (pcp == NULL || !g_ascii_string_to_unsigned(pcp, 10, 1, MAX_PCP, &value, NULL))
-    return bad_metadata(error, KEY_PCP, pcp, "a number from 1");
+    return bad_metadata(error, KEY_PCP, pcp, "a number from 1 to 65535");
   r->all2all_backend = backend;
   r->pcp = (guint)value;
   r->rule = RULE_VLLM; /* the vllm target ignores enable-shared-expert-dp */

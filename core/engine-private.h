@@ -147,6 +147,11 @@ struct _WsyncLayout {
   GHashTable *input_names;    /* reading: name -> WsyncTensor* of this rank */
   GHashTable *input_metadata; /* reading: first file's __metadata__ (inputs.c: the
                                * rank's files agree on its published-dtype records) */
+  GPtrArray *input_files;     /* reading, while the layout is built: the rank's files
+                               * (const WsyncSafetensors*, first first), which must
+                               * record what the target reads alike */
+  char *disagreeing_key;      /* the first key the target read that they do not */
+  guint disagreeing_file;     /* the index in input_files of a file that differs */
   GPtrArray *tensors;         /* WsyncLayoutTensor*, owned */
   GHashTable *by_name;
   GArray *dropped; /* DroppedParam */

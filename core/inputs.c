@@ -205,18 +205,13 @@ record_text(const char *value)
   return p != NULL ? g_strdup_printf("\"%s\"", p) : g_strdup("absent");
 }
 
-/* Every file of a rank carries the rank's published-dtype records (exec.c writes the
- * layout's metadata into each), and the rank is read with its first file's: a file
- * @st that says otherwise than @first is refused rather than silently overruled. */
-static gboolean
-check_same_records(WsyncPlan *plan, const WsyncSafetensors *first, const WsyncSafetensors *st,
-                   guint rank, GError **error)
+/* Refuses @st, a file of @rank that records @key otherwise than @first, the file the rank
+ * is read with: they must record the same @what. */
+static void
+refuse_records(WsyncPlan *plan, const WsyncSafetensors *first, const WsyncSafetensors *st,
+               const char *key, guint rank, const char *what, GError **error)
 {
   GHashTable *ours = wsync_safetensors_metadata(st), *theirs = wsync_safetensors_metadata(first);
-  const char *key = wsync_published_dtype_first_difference(ours, theirs);
-
-  if (key == NULL)
-    return TRUE;
   g_autofree char *pkey = wsync_json_printable(key);
   g_autofree char *here = record_text(g_hash_table_lookup(ours, key));
   g_autofree char *there = record_text(g_hash_table_lookup(theirs, key));
@@ -225,23 +220,47 @@ check_same_records(WsyncPlan *plan, const WsyncSafetensors *first, const WsyncSa
                                : g_strdup("the checkpoint");
   g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
               "%s: metadata %s is %s, but %s in %s, another file of %s: they must record "
-              "the same published dtypes",
+              "the same %s",
               wsync_safetensors_path(st), pkey, here, there, wsync_safetensors_path(first),
-              group);
+              group, what);
+}
+
+void
+plan_refuse_different_records(WsyncPlan *plan, const WsyncSafetensors *first,
+                              const WsyncSafetensors *st, const char *key, guint rank,
+                              GError **error)
+{
+  g_autofree char *what = g_strdup_printf("value, which the %s target reads", plan->in.info->name);
+
+  refuse_records(plan, first, st, key, rank, what, error);
+}
+
+/* Every file of a rank carries the rank's published-dtype records (exec.c writes the
+ * layout's metadata into each), and the rank is read with its first file's: a file
+ * @st that says otherwise than @first is refused rather than silently overruled, even
+ * where no tensor of the model reads the record. */
+static gboolean
+check_same_records(WsyncPlan *plan, const WsyncSafetensors *first, const WsyncSafetensors *st,
+                   guint rank, GError **error)
+{
+  const char *key = wsync_published_dtype_first_difference(wsync_safetensors_metadata(st),
+                                                          wsync_safetensors_metadata(first));
+
+  if (key == NULL)
+    return TRUE;
+  refuse_records(plan, first, st, key, rank, "published dtypes", error);
   return FALSE;
 }
 
-/* The input tensors and first file's metadata (and path) of one rank (every file when
- * the input has no ranks); the rank's other files must carry the same published-dtype
- * records. */
+/* The input tensors and files of one rank (every file when the input has no ranks), the
+ * one whose metadata the rank is read with first; the rank's other files must carry the
+ * same published-dtype records (and whatever else the target reads: plan_build_layout()). */
 static gboolean
-rank_inputs(WsyncPlan *plan, guint rank, GHashTable **names, GHashTable **metadata,
-            const char **first_path, GError **error)
+rank_inputs(WsyncPlan *plan, guint rank, GHashTable **names, GPtrArray **files,
+            GError **error)
 {
-  const WsyncSafetensors *first = NULL;
-
   *names = g_hash_table_new(g_str_hash, g_str_equal);
-  *metadata = NULL;
+  *files = g_ptr_array_new();
   for (guint f = 0; f < wsync_checkpoint_n_files(plan->input); f++) {
     const WsyncSafetensors *st = wsync_checkpoint_file(plan->input, f);
     const InputFile *in = input_file(plan, st);
@@ -255,19 +274,15 @@ rank_inputs(WsyncPlan *plan, guint rank, GHashTable **names, GHashTable **metada
     }
     if (file_rank != rank)
       continue;
-    if (first == NULL) {
-      first = st;
-      *first_path = wsync_safetensors_path(st);
-      *metadata = g_hash_table_ref(wsync_safetensors_metadata(st));
-    } else if (!check_same_records(plan, first, st, rank, error)) {
+    if ((*files)->len > 0 && !check_same_records(plan, (*files)->pdata[0], st, rank, error))
       return FALSE;
-    }
+    g_ptr_array_add(*files, (gpointer)st);
     for (guint i = 0; i < wsync_safetensors_n_tensors(st); i++) {
       const WsyncTensor *t = wsync_safetensors_tensor(st, i);
       g_hash_table_insert(*names, (gpointer)t->name, (gpointer)t);
     }
   }
-  if (*metadata == NULL) {
+  if ((*files)->len == 0) {
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
                 "%s: rank %u of the %u %s ranks has no file", plan->src, rank, plan->in_world,
                 plan->input_target);
@@ -485,14 +500,13 @@ plan_bind_inputs(WsyncPlan *plan, GError **error)
   plan->input_layouts = g_ptr_array_new_with_free_func(plan_layout_unref);
   for (guint r = 0; r < plan->in_world; r++) {
     g_autoptr(GHashTable) names = NULL;
-    g_autoptr(GHashTable) md = NULL;
-    const char *first_path = NULL;
-    if (!rank_inputs(plan, r, &names, &md, &first_path, error))
+    g_autoptr(GPtrArray) files = NULL;
+    if (!rank_inputs(plan, r, &names, &files, error))
       return FALSE;
     WsyncLayout *layout = plan_build_layout(plan, &plan->in, plan->in_format, plan->in_tp,
-                                       plan->in_ep, r, TRUE, names, md, error);
+                                       plan->in_ep, r, TRUE, names, files, error);
     if (layout == NULL) {
-      name_metadata_file(plan, first_path, error);
+      name_metadata_file(plan, wsync_safetensors_path(files->pdata[0]), error);
       return FALSE;
     }
     g_ptr_array_add(plan->input_layouts, layout);

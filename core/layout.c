@@ -354,6 +354,7 @@ wsync_layout_free(WsyncLayout *layout)
     g_hash_table_unref(layout->input_names);
   if (layout->input_metadata)
     g_hash_table_unref(layout->input_metadata);
+  g_free(layout->disagreeing_key);
   g_free(layout);
 }
 
@@ -638,10 +639,34 @@ wsync_layout_set_metadata(WsyncLayout *layout, const char *key, const char *valu
   g_hash_table_insert(layout->metadata, g_strdup(key), g_strdup(value));
 }
 
+/* A target reads a rank's records from its first file; the first of the rank's other
+ * files that holds another value of @key (or lacks it) is remembered, and the layout is
+ * refused once built (plan_build_layout()), rather than read as the first file says. */
+static void
+check_input_files_agree(WsyncLayout *layout, const char *key, const char *value)
+{
+  if (layout->input_files == NULL || layout->disagreeing_key != NULL)
+    return;
+  for (guint i = 1; i < layout->input_files->len; i++) {
+    GHashTable *md = wsync_safetensors_metadata(layout->input_files->pdata[i]);
+    if (g_strcmp0(g_hash_table_lookup(md, key), value) != 0) {
+      layout->disagreeing_key = g_strdup(key);
+      layout->disagreeing_file = i;
+      return;
+    }
+  }
+}
+
 const char *
 wsync_layout_get_input_metadata(WsyncLayout *layout, const char *key)
 {
-  return layout->input_metadata ? g_hash_table_lookup(layout->input_metadata, key) : NULL;
+  const char *value;
+
+  if (layout->input_metadata == NULL)
+    return NULL;
+  value = g_hash_table_lookup(layout->input_metadata, key);
+  check_input_files_agree(layout, key, value);
+  return value;
 }
 
 void

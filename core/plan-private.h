@@ -99,6 +99,11 @@ GPtrArray *plan_claimants(WsyncContext *ctx);
 gboolean plan_recognise(GPtrArray *claimants, const char *file_name, GHashTable *metadata,
                         WsyncRankFile *out, const PlanTarget **which, GError **error);
 gboolean plan_bind_inputs(WsyncPlan *plan, GError **error);
+/* Refuses @st, a file of @rank whose metadata @key differs from @first's, the file the
+ * rank's records are read from (a bad-input error naming both files and values). */
+void plan_refuse_different_records(WsyncPlan *plan, const WsyncSafetensors *first,
+                                   const WsyncSafetensors *st, const char *key, guint rank,
+                                   GError **error);
 gboolean plan_bind_dcp(WsyncPlan *plan, GError **error);
 gboolean plan_bind_chunked(WsyncPlan *plan, GPtrArray *globals, GError **error);
 void plan_bind_generated(WsyncPlan *plan);
@@ -110,7 +115,7 @@ gboolean plan_unclaimed_reader(WsyncPlan *plan, PlanTarget *out, GError **error)
 guint plan_target_world(const PlanTarget *t, guint tp, guint ep);
 WsyncLayout *plan_build_layout(WsyncPlan *plan, const PlanTarget *t, const char *format,
                                guint tp, guint ep, guint rank, gboolean reading,
-                               GHashTable *input_names, GHashTable *input_metadata,
+                               GHashTable *input_names, GPtrArray *input_files,
                                GError **error);
 gboolean plan_build_outputs(WsyncPlan *plan, const WsyncPlanOptions *opts, GError **error);
 gboolean plan_check_inputs_used(WsyncPlan *plan, GError **error);

@@ -186,7 +186,7 @@ record_published_dtypes(WsyncLayout *layout)
 WsyncLayout *
 plan_build_layout(WsyncPlan *plan, const PlanTarget *t, const char *format, guint tp,
                   guint ep, guint rank, gboolean reading, GHashTable *input_names,
-                  GHashTable *input_metadata, GError **error)
+                  GPtrArray *input_files, GError **error)
 {
   g_autoptr(WsyncLayout) layout =
       wsync_layout_new(plan->model, plan->ctx, t->info->name, format, tp, ep, rank,
@@ -195,14 +195,24 @@ plan_build_layout(WsyncPlan *plan, const PlanTarget *t, const char *format, guin
 
   if (input_names)
     layout->input_names = g_hash_table_ref(input_names);
-  if (input_metadata)
-    layout->input_metadata = g_hash_table_ref(input_metadata);
+  if (input_files != NULL && input_files->len > 0) {
+    layout->input_metadata = g_hash_table_ref(wsync_safetensors_metadata(input_files->pdata[0]));
+    layout->input_files = input_files;
+  }
   layout->current_entry = t->label;
-  ok = t->info->build(layout, t->user_data, error);
+  ok = t->info->build(layout, t->user_data, error) && run_hooks(plan, layout, error);
   layout->current_entry = NULL;
-  if (!ok)
+  layout->input_files = NULL;
+  /* files that record what the target read differently are the cause to name, whatever
+   * the target made of the first one's */
+  if (layout->disagreeing_key != NULL) {
+    g_clear_error(error);
+    plan_refuse_different_records(plan, input_files->pdata[0],
+                                  input_files->pdata[layout->disagreeing_file],
+                                  layout->disagreeing_key, rank, error);
     return NULL;
-  if (!run_hooks(plan, layout, error))
+  }
+  if (!ok)
     return NULL;
   if (!reading)
     record_published_dtypes(layout);

@@ -2418,6 +2418,57 @@ test_records_rank_files_disagree(void)
   assert_convert_refused(dst2, "hf", expect2);
 }
 
+/* Replaces the first @from in @file's header by @to, of the same length. */
+static void
+patch_header(const char *file, const char *from, const char *to)
+{
+  g_autofree char *data = NULL;
+  gsize len;
+  char *at;
+
+  g_assert_cmpuint(strlen(from), ==, strlen(to));
+  g_assert_true(g_file_get_contents(file, &data, &len, NULL));
+  at = g_strstr_len(data + 8, (gssize)len - 8, from);
+  g_assert_nonnull(at);
+  memcpy(at, to, strlen(to));
+  g_assert_true(g_file_set_contents(file, data, (gssize)len, NULL));
+}
+
+/* The vllm target reads a rank's deployment records (naming era, release, ...) from its
+ * first file: a later file of the rank that records another value, or none, is refused
+ * (exit 3, both files, the key and both values), not read as the first file says.  A key
+ * the target does not read may differ. */
+static void
+test_records_deployment_disagrees(void)
+{
+  g_autofree char *dst = bf16_ranks(2, "64K");
+  g_autofree char *part0 = rank_file(dst, 0, 0);
+  g_autofree char *part2 = rank_file(dst, 0, 2);
+  patch_header(part2, "\"wsync.vllm-era\":\"D\"", "\"wsync.vllm-era\":\"C\"");
+  g_autofree char *expect = g_strdup_printf(
+      "wsync: %s: metadata wsync.vllm-era is \"C\", but \"D\" in %s, another file of rank 0: "
+      "they must record the same value, which the vllm target reads\n",
+      part2, part0);
+  assert_convert_refused(dst, "hf", expect);
+
+  g_autofree char *dst2 = bf16_ranks(2, "64K");
+  g_autofree char *r1p0 = rank_file(dst2, 1, 0);
+  g_autofree char *r1p1 = rank_file(dst2, 1, 1);
+  patch_header(r1p1, "\"wsync.vllm-version\"", "\"wsync.vllm-versioX\"");
+  g_autofree char *expect2 = g_strdup_printf(
+      "wsync: %s: metadata wsync.vllm-version is absent, but \"latest\" in %s, another file "
+      "of rank 1: they must record the same value, which the vllm target reads\n",
+      r1p1, r1p0);
+  assert_convert_refused(dst2, "hf", expect2);
+
+  /* "format" is the safetensors writer's, which no target reads */
+  g_autofree char *dst3 = bf16_ranks(2, "64K");
+  g_autofree char *r0p1 = rank_file(dst3, 0, 1);
+  patch_header(r0p1, "\"format\":\"pt\"", "\"format\":\"px\"");
+  g_autofree char *back = convert(dst3, CONF, "hf", 0, 0);
+  g_assert_true(g_file_test(back, G_FILE_TEST_IS_DIR));
+}
+
 /* ------------------------------------------------------------------ tests: the plan */
 
 static void
@@ -2906,6 +2957,7 @@ main(int argc, char **argv)
   g_test_add_func("/qwen3_5_moe/records/verify-one-side", test_records_verify_one_side);
   g_test_add_func("/qwen3_5_moe/records/verify-equal", test_records_verify_equal);
   g_test_add_func("/qwen3_5_moe/records/rank-files-disagree", test_records_rank_files_disagree);
+  g_test_add_func("/qwen3_5_moe/records/deployment-disagrees", test_records_deployment_disagrees);
   g_test_add_func("/qwen3_5_moe/round-trip/exact", test_round_trip_exact);
   g_test_add_func("/qwen3_5_moe/round-trip/mtp-omitted", test_round_trip_mtp_omitted);
   g_test_add_func("/qwen3_5_moe/plan/text", test_plan_text);

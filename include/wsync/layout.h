@@ -301,6 +301,11 @@ WSYNC_API void wsync_layout_set_metadata(WsyncLayout *layout, const char *key,
  * @layout: a layout being built to read an input
  * @key: a `__metadata__` key
  *
+ * A rank's records are read from its first file.  Every other file of the rank must
+ * carry the same value of each key a target reads (wsync writes a layout's metadata into
+ * every file of the rank): where one does not, the input is refused, naming both files,
+ * once the layout is built.
+ *
  * Returns: (transfer none) (nullable): the value the input's first file of this rank
  *   carries, or %NULL.
  */

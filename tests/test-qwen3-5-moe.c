@@ -2434,6 +2434,24 @@ patch_header(const char *file, const char *from, const char *to)
   g_assert_true(g_file_set_contents(file, data, (gssize)len, NULL));
 }
 
+/* Rank files of tp 2 whose part @part of rank @rank has patch_header(@from, @to) applied
+ * are refused on read-back: "FILE: metadata @key @values in FIRST, another file of rank
+ * @rank: they must record the same value, which the vllm target reads". */
+static void
+assert_part_disagrees(guint rank, guint part, const char *from, const char *to,
+                      const char *key, const char *values)
+{
+  g_autofree char *dst = bf16_ranks(2, "64K");
+  g_autofree char *first = rank_file(dst, rank, 0);
+  g_autofree char *patched = rank_file(dst, rank, part);
+  patch_header(patched, from, to);
+  g_autofree char *expect = g_strdup_printf(
+      "wsync: %s: metadata %s %s in %s, another file of rank %u: they must record the same "
+      "value, which the vllm target reads\n",
+      patched, key, values, first, rank);
+  assert_convert_refused(dst, "hf", expect);
+}
+
 /* The vllm target reads a rank's deployment records (naming era, release, ...) from its
  * first file: a later file of the rank that records another value, or none, is refused
  * (exit 3, both files, the key and both values), not read as the first file says.  A key
@@ -2441,31 +2459,16 @@ patch_header(const char *file, const char *from, const char *to)
 static void
 test_records_deployment_disagrees(void)
 {
-  g_autofree char *dst = bf16_ranks(2, "64K");
-  g_autofree char *part0 = rank_file(dst, 0, 0);
-  g_autofree char *part2 = rank_file(dst, 0, 2);
-  patch_header(part2, "\"wsync.vllm-era\":\"D\"", "\"wsync.vllm-era\":\"C\"");
-  g_autofree char *expect = g_strdup_printf(
-      "wsync: %s: metadata wsync.vllm-era is \"C\", but \"D\" in %s, another file of rank 0: "
-      "they must record the same value, which the vllm target reads\n",
-      part2, part0);
-  assert_convert_refused(dst, "hf", expect);
-
-  g_autofree char *dst2 = bf16_ranks(2, "64K");
-  g_autofree char *r1p0 = rank_file(dst2, 1, 0);
-  g_autofree char *r1p1 = rank_file(dst2, 1, 1);
-  patch_header(r1p1, "\"wsync.vllm-version\"", "\"wsync.vllm-versioX\"");
-  g_autofree char *expect2 = g_strdup_printf(
-      "wsync: %s: metadata wsync.vllm-version is absent, but \"latest\" in %s, another file "
-      "of rank 1: they must record the same value, which the vllm target reads\n",
-      r1p1, r1p0);
-  assert_convert_refused(dst2, "hf", expect2);
+  assert_part_disagrees(0, 2, "\"wsync.vllm-era\":\"D\"", "\"wsync.vllm-era\":\"C\"",
+                        "wsync.vllm-era", "is \"C\", but \"D\"");
+  assert_part_disagrees(1, 1, "\"wsync.vllm-version\"", "\"wsync.vllm-versioX\"",
+                        "wsync.vllm-version", "is absent, but \"latest\"");
 
   /* "format" is the safetensors writer's, which no target reads */
-  g_autofree char *dst3 = bf16_ranks(2, "64K");
-  g_autofree char *r0p1 = rank_file(dst3, 0, 1);
-  patch_header(r0p1, "\"format\":\"pt\"", "\"format\":\"px\"");
-  g_autofree char *back = convert(dst3, CONF, "hf", 0, 0);
+  g_autofree char *dst = bf16_ranks(2, "64K");
+  g_autofree char *part1 = rank_file(dst, 0, 1);
+  patch_header(part1, "\"format\":\"pt\"", "\"format\":\"px\"");
+  g_autofree char *back = convert(dst, CONF, "hf", 0, 0);
   g_assert_true(g_file_test(back, G_FILE_TEST_IS_DIR));
 }
 

@@ -2095,13 +2095,12 @@ rank_file(const char *dir, guint rank, guint part)
   return g_build_filename(dir, name, NULL);
 }
 
-/* Replaces, in @file, the first @from at or after layer 0's A_log record key (in the key
- * or in its value, or in a key after it) by @to, of the same length, so that the header
- * stays valid JSON of the same size. */
+/* Replaces, in @file's header, the first @from at or after @anchor (NULL: the header's
+ * start) by @to, of the same length, so that the header stays valid JSON of the same
+ * size. */
 static void
-patch_record(const char *file, const char *from, const char *to)
+patch_header_after(const char *file, const char *anchor, const char *from, const char *to)
 {
-  g_autofree char *key = record_key(0, "linear_attn.A_log");
   g_autofree char *data = NULL;
   gsize len;
   char *at;
@@ -2109,12 +2108,22 @@ patch_record(const char *file, const char *from, const char *to)
   g_assert_cmpuint(strlen(from), ==, strlen(to));
   g_assert_true(g_file_get_contents(file, &data, &len, NULL));
   /* past the header's 8-byte length, which holds NUL bytes */
-  at = g_strstr_len(data + 8, (gssize)len - 8, key);
+  at = g_strstr_len(data + 8, (gssize)len - 8, anchor != NULL ? anchor : from);
   g_assert_nonnull(at);
   at = strstr(at, from);
   g_assert_nonnull(at);
   memcpy(at, to, strlen(to));
   g_assert_true(g_file_set_contents(file, data, (gssize)len, NULL));
+}
+
+/* patch_header_after() from layer 0's A_log record key (in the key or in its value, or
+ * in a key after it). */
+static void
+patch_record(const char *file, const char *from, const char *to)
+{
+  g_autofree char *key = record_key(0, "linear_attn.A_log");
+
+  patch_header_after(file, key, from, to);
 }
 
 /* bf16_ranks(@tp) whose rank @rank file has patch_record(@from, @to) applied. */
@@ -2418,23 +2427,7 @@ test_records_rank_files_disagree(void)
   assert_convert_refused(dst2, "hf", expect2);
 }
 
-/* Replaces the first @from in @file's header by @to, of the same length. */
-static void
-patch_header(const char *file, const char *from, const char *to)
-{
-  g_autofree char *data = NULL;
-  gsize len;
-  char *at;
-
-  g_assert_cmpuint(strlen(from), ==, strlen(to));
-  g_assert_true(g_file_get_contents(file, &data, &len, NULL));
-  at = g_strstr_len(data + 8, (gssize)len - 8, from);
-  g_assert_nonnull(at);
-  memcpy(at, to, strlen(to));
-  g_assert_true(g_file_set_contents(file, data, (gssize)len, NULL));
-}
-
-/* Rank files of tp 2 whose part @part of rank @rank has patch_header(@from, @to) applied
+/* Rank files of tp 2 whose part @part of rank @rank has patch_header_after(NULL, @from, @to) applied
  * are refused on read-back: "FILE: metadata @key @values in FIRST, another file of rank
  * @rank: they must record the same value, which the vllm target reads". */
 static void
@@ -2444,7 +2437,7 @@ assert_part_disagrees(guint rank, guint part, const char *from, const char *to,
   g_autofree char *dst = bf16_ranks(2, "64K");
   g_autofree char *first = rank_file(dst, rank, 0);
   g_autofree char *patched = rank_file(dst, rank, part);
-  patch_header(patched, from, to);
+  patch_header_after(patched, NULL, from, to);
   g_autofree char *expect = g_strdup_printf(
       "wsync: %s: metadata %s %s in %s, another file of rank %u: they must record the same "
       "value, which the vllm target reads\n",
@@ -2467,7 +2460,7 @@ test_records_deployment_disagrees(void)
   /* "format" is the safetensors writer's, which no target reads */
   g_autofree char *dst = bf16_ranks(2, "64K");
   g_autofree char *part1 = rank_file(dst, 0, 1);
-  patch_header(part1, "\"format\":\"pt\"", "\"format\":\"px\"");
+  patch_header_after(part1, NULL, "\"format\":\"pt\"", "\"format\":\"px\"");
   g_autofree char *back = convert(dst, CONF, "hf", 0, 0);
   g_assert_true(g_file_test(back, G_FILE_TEST_IS_DIR));
 }

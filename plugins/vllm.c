@@ -1427,6 +1427,8 @@ choose_convention(Rank *r, const VllmSettings *settings, GError **error)
       return bad_metadata(error, KEY_VERSION, version, "a vLLM release wsync knows");
     if (g_strcmp0(era, r->release->era->name) != 0)
       return bad_metadata(error, KEY_ERA, era, r->release->era->name);
+    if (scales != NULL && strcmp(scales, "true") != 0 && strcmp(scales, "false") != 0)
+      return bad_metadata(error, KEY_SCALES, scales, "\"true\" or \"false\"");
     if (scales != NULL)
       r->attn_scales = strcmp(scales, "true") == 0;
   } else if ((r->release = find_release(version, &why)) == NULL) {

@@ -2465,6 +2465,21 @@ test_records_deployment_disagrees(void)
   g_assert_true(g_file_test(back, G_FILE_TEST_IS_DIR));
 }
 
+/* A recorded attn-scales that is neither "true" nor "false" is refused (exit 3, the file
+ * and the value), not read as false. */
+static void
+test_records_attn_scales_refused(void)
+{
+  g_autofree char *dst = bf16_ranks(1, NULL);
+  g_autofree char *file = rank_file(dst, 0, 0);
+
+  patch_header_after(file, NULL, "\"wsync.attn-scales\":\"true\"",
+                     "\"wsync.attn-scales\":\"yes!\"");
+  g_autofree char *expect = g_strdup_printf(
+      "wsync: %s: metadata wsync.attn-scales is \"yes!\", not \"true\" or \"false\"\n", file);
+  assert_convert_refused(dst, "hf", expect);
+}
+
 /* ------------------------------------------------------------------ tests: the plan */
 
 static void
@@ -2954,6 +2969,7 @@ main(int argc, char **argv)
   g_test_add_func("/qwen3_5_moe/records/verify-equal", test_records_verify_equal);
   g_test_add_func("/qwen3_5_moe/records/rank-files-disagree", test_records_rank_files_disagree);
   g_test_add_func("/qwen3_5_moe/records/deployment-disagrees", test_records_deployment_disagrees);
+  g_test_add_func("/qwen3_5_moe/records/attn-scales-refused", test_records_attn_scales_refused);
   g_test_add_func("/qwen3_5_moe/round-trip/exact", test_round_trip_exact);
   g_test_add_func("/qwen3_5_moe/round-trip/mtp-omitted", test_round_trip_mtp_omitted);
   g_test_add_func("/qwen3_5_moe/plan/text", test_plan_text);

@@ -23,12 +23,16 @@ if ! command -v "$cc" >/dev/null 2>&1; then
 fi
 out=$build/fuzz
 mkdir -p "$out/obj" "$out/plugins" "$out/corpus" "$out/seeds"
-pkgs="glib-2.0 gthread-2.0 json-glib-1.0 libconfuse libzip"
+pkgs="glib-2.0 gthread-2.0 json-glib-1.0 libconfuse libzip libxxhash"
 san="-g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined"
 cflags="-std=c11 -I$top/include -I$build -I$top/core $(pkg-config --cflags $pkgs)
   -DWSYNC_PLUGIN_DIR=\"/nonexistent\" -DWSYNC_CONF_DIR=\"/nonexistent\""
 libs="$(pkg-config --libs $pkgs) -lltdl -lm"
 
+if [ -z "$WSYNC_LIB_SOURCES" ]; then
+  echo "make fuzz: WSYNC_LIB_SOURCES is empty: Makefile.am must pass the library's sources" >&2
+  exit 2
+fi
 echo "fuzz: building the instrumented library and plugins in $out"
 objs=
 for src in $WSYNC_LIB_SOURCES; do

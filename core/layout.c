@@ -247,6 +247,8 @@ op_geometry(WsyncLayoutTensor *lt, const Op *op)
 {
   guint n = op->ndim;
 
+  if (n == 0)
+    return lt->op_axes->len; /* a 0-D op has no axes (and op_axes may have no data yet) */
   if (lt->ops->len > 0) {
     const StoredOp *prev = &g_array_index(lt->ops, StoredOp, lt->ops->len - 1);
     const guint64 *axes = &g_array_index(lt->op_axes, guint64, prev->geometry);
@@ -283,7 +285,7 @@ void
 layout_tensor_op(const WsyncLayoutTensor *lt, guint i, Op *op)
 {
   const StoredOp *stored = &g_array_index(lt->ops, StoredOp, i);
-  const guint64 *geometry = &g_array_index(lt->op_axes, guint64, stored->geometry);
+  const guint64 *geometry;
   guint n = stored->ndim;
 
   memset(op, 0, sizeof *op);
@@ -297,6 +299,9 @@ layout_tensor_op(const WsyncLayoutTensor *lt, guint i, Op *op)
     op->fill = stored->from.fill;
   else
     op->source = stored->from.source;
+  if (n == 0)
+    return; /* a 0-D op (a scalar buffer's fill) stored no axes */
+  geometry = &g_array_index(lt->op_axes, guint64, stored->geometry);
   memcpy(op->extent, geometry, n * sizeof(guint64));
   memcpy(op->dst_stride, geometry + n, n * sizeof(guint64));
   memcpy(op->src_stride, geometry + 2 * n, n * sizeof(guint64));

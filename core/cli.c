@@ -56,9 +56,11 @@ cli_parse_checked(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries,
   g_autoptr(GOptionContext) octx = g_option_context_new(cmd->args);
   g_autofree GOptionEntry *globals = global_entries(cli);
   g_autoptr(GError) parse_error = NULL;
-  gboolean help = FALSE;
+  gboolean help = FALSE, version = FALSE;
   GOptionEntry help_entry[] = {
-      {"help", 'h', 0, G_OPTION_ARG_NONE, &help, "Show this help", NULL}, {NULL}};
+      {"help", 'h', 0, G_OPTION_ARG_NONE, &help, "Show this help", NULL},
+      {"version", 0, 0, G_OPTION_ARG_NONE, &version, "Show the version", NULL},
+      {NULL}};
 
   g_option_context_set_help_enabled(octx, FALSE);
   g_option_context_set_summary(octx, cmd->summary);
@@ -75,14 +77,23 @@ cli_parse_checked(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries,
                 cmd->name, parse_error->message, cmd->name);
     return FALSE;
   }
-  if (help) {
-    print_help(cli, cmd, octx);
+  if (help || version) {
+    if (help)
+      print_help(cli, cmd, octx);
+    else
+      cli_print_version();
     /* freed before exit(), which runs no cleanup: memcheck would count them lost */
     g_clear_pointer(&octx, g_option_context_free);
     g_clear_pointer(&globals, g_free);
     exit(WSYNC_EXIT_OK);
   }
   return TRUE;
+}
+
+void
+cli_print_version(void)
+{
+  printf("wsync %s (plugin ABI %d)\n", PACKAGE_VERSION, WSYNC_PLUGIN_ABI_VERSION);
 }
 
 /* One target: its name and formats, its description, its own help. */

@@ -31,8 +31,8 @@ struct _WsyncCommand {
   void (*help_more)(WsyncCli *cli, GString *out);
 };
 
-/* Parses a command's options (plus the global ones); on --help prints and exits 0, on a
- * usage error prints the message and returns FALSE (exit 2). */
+/* Parses a command's options (plus the global ones); on --help or --version prints and
+ * exits 0, on a usage error prints the message and returns FALSE (exit 2). */
 gboolean cli_parse(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries, int *argc,
                    char ***argv);
 
@@ -40,6 +40,10 @@ gboolean cli_parse(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries
  * ... (see wsync CMD --help)") instead of printed. */
 gboolean cli_parse_checked(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries,
                            int *argc, char ***argv, GError **error);
+
+/* Prints "wsync VERSION (plugin ABI N)" on stdout: what --version says, with or without a
+ * command. */
+void cli_print_version(void);
 
 /* Builds the context (configuration, plugins) once; reports refused plugins on stderr. */
 WsyncContext *cli_context(WsyncCli *cli, GError **error);

@@ -22,6 +22,32 @@ test_version(void)
   run_clear(&r);
 }
 
+/* --version is an option of every command, as `wsync --help` lists it: after the command
+ * word too, and before anything else the command would check (its missing arguments). */
+static void
+test_version_on_every_command(void)
+{
+  static const char *const commands[] = {"plugins", "inspect", "verify", "plan", "convert",
+                                         "merge",   "synth",   "env",    "config"};
+
+  for (guint i = 0; i < G_N_ELEMENTS(commands); i++) {
+    Run r = run_wsync(commands[i], "--version", NULL);
+    g_assert_cmpint(r.status, ==, 0);
+    g_assert_cmpstr(r.out, ==, "wsync " PACKAGE_VERSION_FOR_TEST " (plugin ABI 1)\n");
+    g_assert_cmpstr(r.err, ==, "");
+    run_clear(&r);
+  }
+  Run r = run_wsync("--version", "inspect", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_assert_cmpstr(r.out, ==, "wsync " PACKAGE_VERSION_FOR_TEST " (plugin ABI 1)\n");
+  run_clear(&r);
+
+  r = run_wsync("plan", "--help", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  assert_has(r.out, "  --version  ");
+  run_clear(&r);
+}
+
 static void
 test_help_lists_commands_and_exit_codes(void)
 {
@@ -901,6 +927,7 @@ main(int argc, char **argv)
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/cli/env", test_env_exports);
   g_test_add_func("/cli/version", test_version);
+  g_test_add_func("/cli/version-on-every-command", test_version_on_every_command);
   g_test_add_func("/cli/help", test_help_lists_commands_and_exit_codes);
   g_test_add_func("/cli/usage-errors", test_usage_errors);
   g_test_add_func("/cli/sync-not-installed", test_sync_not_installed);

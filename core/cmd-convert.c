@@ -199,7 +199,10 @@ cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
                            pattern != NULL && strcmp(pattern, "index") == 0, &error);
   if (plan == NULL || !execute(cli, plan, argv[1], force, &error))
     return cli_fail(error);
-  if (!cli->quiet)
+  if (cli->json) {
+    g_autoptr(JsonNode) json = wsync_plan_to_json(plan);
+    cli_print_json(json);
+  } else if (!cli->quiet)
     printf("wrote %s: %" G_GUINT64_FORMAT " bytes\n", argv[1], wsync_plan_total_bytes(plan));
   return WSYNC_EXIT_OK;
 }

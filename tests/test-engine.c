@@ -661,6 +661,27 @@ test_lossy_cast_noted(Fixture *f, gconstpointer data)
   run_clear(&r);
 }
 
+/* synth --json prints what convert --json and merge --json print, the plan of what it
+ * wrote, and nothing else on stdout (was the text line "wrote DST: N bytes"). */
+static void
+test_synth_json(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *config = tiny_config();
+  g_autofree char *dst = path_in(f, "synth-json");
+  Run r = run_wsync(f, "synth", "--config", config, dst, "--layers", "1", "--json", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_assert_cmpstr(r.err, ==, "");
+  g_autoptr(JsonParser) parser = json_parser_new();
+  g_assert_true(json_parser_load_from_data(parser, r.out, -1, NULL));
+  JsonObject *root = json_node_get_object(json_parser_get_root(parser));
+  g_assert_cmpstr(json_object_get_string_member(root, "target"), ==, "hf");
+  g_assert_cmpint(json_object_get_int_member(root, "tp"), ==, 1);
+  g_assert_true(json_object_has_member(root, "ranks"));
+  g_assert_true(json_object_has_member(root, "bytes"));
+  run_clear(&r);
+}
+
 #define ADD(path, fn) g_test_add(path, Fixture, NULL, fixture_setup, fn, fixture_teardown)
 
 int
@@ -683,6 +704,7 @@ main(int argc, char **argv)
   ADD("/engine/output/lossy-cast-noted", test_lossy_cast_noted);
   ADD("/engine/conf/sync-defaults", test_sync_section_defaults);
   ADD("/engine/plan/json", test_plan_json_names_sources);
+  ADD("/engine/synth/json", test_synth_json);
   ADD("/engine/input/sharded", test_sharded_source);
   ADD("/engine/output/config-and-other-files", test_config_patchers_and_other_files);
   return g_test_run();

@@ -682,6 +682,28 @@ test_synth_json(Fixture *f, gconstpointer data)
   run_clear(&r);
 }
 
+/* synth --layers N keeps the first N layers; more layers than the model has is refused
+ * (it wrote a model of N layers with a config.json the model never had). */
+static void
+test_synth_layers_beyond_the_model(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *config = tiny_config();
+  g_autofree char *dst = path_in(f, "synth-layers");
+  Run r = run_wsync(f, "synth", "--config", config, dst, "--layers", "3", NULL);
+  g_autofree char *msg = g_strdup_printf(
+      "wsync synth: --layers 3: %s has only 2 layers (see wsync synth --help)\n", config);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==, msg);
+  g_assert_cmpstr(r.out, ==, "");
+  g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+  run_clear(&r);
+  /* all of them is fine */
+  r = run_wsync(f, "synth", "--config", config, dst, "--layers", "2", "-q", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+}
+
 #define ADD(path, fn) g_test_add(path, Fixture, NULL, fixture_setup, fn, fixture_teardown)
 
 int
@@ -705,6 +727,7 @@ main(int argc, char **argv)
   ADD("/engine/conf/sync-defaults", test_sync_section_defaults);
   ADD("/engine/plan/json", test_plan_json_names_sources);
   ADD("/engine/synth/json", test_synth_json);
+  ADD("/engine/synth/layers-beyond-the-model", test_synth_layers_beyond_the_model);
   ADD("/engine/input/sharded", test_sharded_source);
   ADD("/engine/output/config-and-other-files", test_config_patchers_and_other_files);
   return g_test_run();

@@ -607,6 +607,19 @@ test_sharded_source(Fixture *f, gconstpointer data)
   g_assert_cmpint(r.status, ==, 3);
   assert_has(r.err, "not a sharded checkpoint");
   run_clear(&r);
+
+  /* a SRC that does not exist is the I/O error convert and inspect give, not bad input */
+  g_autofree char *missing = path_in(f, "no-such-checkpoint");
+  g_autofree char *msg = g_strdup_printf("wsync: cannot open %s: No such file or directory\n",
+                                         missing);
+  r = run_wsync(f, "merge", missing, reference, NULL);
+  g_assert_cmpint(r.status, ==, 4);
+  g_assert_cmpstr(r.err, ==, msg);
+  run_clear(&r);
+  r = run_wsync(f, "convert", missing, reference, "--target", "hf", NULL);
+  g_assert_cmpint(r.status, ==, 4);
+  g_assert_cmpstr(r.err, ==, msg);
+  run_clear(&r);
 }
 
 /* A trainer's F32 weights written in the config's BF16 are rounded: convert says so in

@@ -717,6 +717,27 @@ test_synth_layers_beyond_the_model(Fixture *f, gconstpointer data)
   run_clear(&r);
 }
 
+/* A DST whose directory takes no new entry: the error names DST, which the user typed,
+ * and then the temporary sibling wsync tried to make (was only ".DST.wsync-XXXXXX").
+ * /proc refuses every mkdir, even root's, so the test holds whoever runs it. */
+static void
+test_unwritable_dst_named(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  if (!g_file_test("/proc/self", G_FILE_TEST_IS_DIR)) {
+    g_test_skip("no /proc");
+    return;
+  }
+  Run r = run_wsync(f, "convert", f->tiny, "/proc/wsync-test-out", "--target", "hf", NULL);
+  g_assert_cmpint(r.status, ==, 4);
+  if (!g_str_has_prefix(r.err, "wsync: cannot write /proc/wsync-test-out: cannot create its "
+                               "temporary sibling /proc/.wsync-test-out.wsync-") ||
+      strchr(r.err, '\n') != r.err + strlen(r.err) - 1)
+    g_error("stderr \"%s\"", r.err);
+  g_assert_cmpstr(r.out, ==, "");
+  run_clear(&r);
+}
+
 #define ADD(path, fn) g_test_add(path, Fixture, NULL, fixture_setup, fn, fixture_teardown)
 
 int
@@ -733,6 +754,7 @@ main(int argc, char **argv)
   ADD("/engine/input/unclaimed-model-type", test_unclaimed_model_type);
   ADD("/engine/input/target-needs-a-hook", test_target_needing_a_hook);
   ADD("/engine/output/atomic", test_existing_dst_untouched_on_failure_replaced_on_success);
+  ADD("/engine/output/unwritable-dst", test_unwritable_dst_named);
   ADD("/engine/output/part-size", test_part_size_splits_files);
   ADD("/engine/output/threads", test_threads_give_identical_bytes);
   ADD("/engine/output/slabs", test_slabs_give_identical_bytes);

@@ -98,6 +98,10 @@ void cli_layout_args_clear(CliLayoutArgs *a);
 gboolean cli_resolve_layout_args(WsyncContext *ctx, const CliLayoutArgs *a,
                                  WsyncPlanOptions *o, GError **error);
 
+/* Why @ctx has no plugin at all (no configuration, or none of its files selects one), or
+ * NULL when it has some: what an empty listing says instead of nothing. */
+char *cli_no_plugin_reason(WsyncCli *cli, WsyncContext *ctx);
+
 /* --help of plan and convert: the targets the configuration's plugins provide. */
 void cli_help_targets(WsyncCli *cli, GString *out);
 

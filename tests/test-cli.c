@@ -153,6 +153,35 @@ test_plugins_text(void)
   test_rmtree(conf);
 }
 
+/* A configuration that selects no plugin (a build tree run without --conf-dir, a conf.d
+ * of other files) leaves plugins and the targets of --help empty: each says why instead
+ * of printing nothing. */
+static void
+test_no_plugin_selected(void)
+{
+  g_autofree char *conf = test_tmpdir();
+  const char *pdir = test_env_dir("WSYNC_TEST_PLUGIN_DIR");
+  Run r = run_wsync("plugins", "--conf-dir", conf, "--plugin-dir", pdir, NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_assert_cmpstr(r.out, ==, "no plugin is selected: no file of the configuration has a "
+                             "plugin section (see wsync.conf(5))\n");
+  g_assert_cmpstr(r.err, ==, "");
+  run_clear(&r);
+
+  r = run_wsync("--json", "plugins", "--conf-dir", conf, "--plugin-dir", pdir, NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_assert_cmpstr(r.out, ==, "{\n  \"plugins\" : []\n}\n");
+  run_clear(&r);
+
+  r = run_wsync("convert", "--help", "--conf-dir", conf, "--plugin-dir", pdir, NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  assert_has(r.out, "Targets (of the plugins the configuration selects):\n"
+                    "  (none: no file of the configuration has a plugin section; see "
+                    "wsync.conf(5))\n");
+  run_clear(&r);
+  test_rmtree(conf);
+}
+
 static void
 test_plugins_json(void)
 {
@@ -933,6 +962,7 @@ main(int argc, char **argv)
   g_test_add_func("/cli/sync-not-installed", test_sync_not_installed);
   g_test_add_func("/cli/plugins-text", test_plugins_text);
   g_test_add_func("/cli/plugins-json", test_plugins_json);
+  g_test_add_func("/cli/no-plugin-selected", test_no_plugin_selected);
   g_test_add_func("/cli/config-error", test_config_error_exit_2);
   g_test_add_func("/cli/inspect", test_inspect_text_and_json);
   g_test_add_func("/cli/inspect-bad-input", test_inspect_bad_input_exit_3);

@@ -56,9 +56,11 @@ cli_parse_checked(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries,
   g_autoptr(GOptionContext) octx = g_option_context_new(cmd->args);
   g_autofree GOptionEntry *globals = global_entries(cli);
   g_autoptr(GError) parse_error = NULL;
-  gboolean help = FALSE;
+  gboolean help = FALSE, version = FALSE;
   GOptionEntry help_entry[] = {
-      {"help", 'h', 0, G_OPTION_ARG_NONE, &help, "Show this help", NULL}, {NULL}};
+      {"help", 'h', 0, G_OPTION_ARG_NONE, &help, "Show this help", NULL},
+      {"version", 0, 0, G_OPTION_ARG_NONE, &version, "Show the version", NULL},
+      {NULL}};
 
   g_option_context_set_help_enabled(octx, FALSE);
   g_option_context_set_summary(octx, cmd->summary);
@@ -75,14 +77,23 @@ cli_parse_checked(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries,
                 cmd->name, parse_error->message, cmd->name);
     return FALSE;
   }
-  if (help) {
-    print_help(cli, cmd, octx);
+  if (help || version) {
+    if (help)
+      print_help(cli, cmd, octx);
+    else
+      cli_print_version();
     /* freed before exit(), which runs no cleanup: memcheck would count them lost */
     g_clear_pointer(&octx, g_option_context_free);
     g_clear_pointer(&globals, g_free);
     exit(WSYNC_EXIT_OK);
   }
   return TRUE;
+}
+
+void
+cli_print_version(void)
+{
+  printf("wsync %s (plugin ABI %d)\n", PACKAGE_VERSION, WSYNC_PLUGIN_ABI_VERSION);
 }
 
 /* One target: its name and formats, its description, its own help. */
@@ -98,9 +109,33 @@ help_target(GString *out, const WsyncTargetInfo *info)
     g_string_append(out, info->help);
 }
 
+static void
+count_plugin(const char *name, WsyncPluginState state, const char *path,
+             const char *description, const char *reason, gpointer user_data)
+{
+  (void)name, (void)state, (void)path, (void)description, (void)reason;
+  (*(guint *)user_data)++;
+}
+
+char *
+cli_no_plugin_reason(WsyncCli *cli, WsyncContext *ctx)
+{
+  guint n = 0;
+
+  wsync_context_foreach_plugin(ctx, count_plugin, &n);
+  if (n > 0)
+    return NULL;
+  /* an uninstalled build run without --conf-dir: the installed default is not there */
+  if (cli->conf_dirs == NULL && !g_file_test(WSYNC_CONF_DIR, G_FILE_TEST_IS_DIR))
+    return g_strdup("there is no configuration: " WSYNC_CONF_DIR " does not exist and no "
+                    "--conf-dir was given");
+  return g_strdup("no file of the configuration has a plugin section");
+}
+
 void
 cli_help_targets(WsyncCli *cli, GString *out)
 {
+  guint n_targets = 0;
   g_autoptr(GError) error = NULL;
   gboolean quiet = cli->quiet;
   WsyncContext *ctx;
@@ -118,8 +153,15 @@ cli_help_targets(WsyncCli *cli, GString *out)
   g_autoptr(GPtrArray) targets =
       wsync_registry_lookup(wsync_context_get_registry(ctx), WSYNC_ENTRY_CONVERTER, NULL);
   for (guint i = 0; i < targets->len; i++)
-    if (wsync_entry_get_target(targets->pdata[i]) != NULL)
+    if (wsync_entry_get_target(targets->pdata[i]) != NULL) {
       help_target(out, wsync_entry_get_target(targets->pdata[i]));
+      n_targets++;
+    }
+  if (n_targets == 0) {
+    g_autofree char *why = cli_no_plugin_reason(cli, ctx);
+    g_string_append_printf(out, "  (none: %s; see wsync.conf(5))\n",
+                           why != NULL ? why : "no selected plugin provides a target");
+  }
 }
 
 static void

@@ -31,8 +31,8 @@ struct _WsyncCommand {
   void (*help_more)(WsyncCli *cli, GString *out);
 };
 
-/* Parses a command's options (plus the global ones); on --help prints and exits 0, on a
- * usage error prints the message and returns FALSE (exit 2). */
+/* Parses a command's options (plus the global ones); on --help or --version prints and
+ * exits 0, on a usage error prints the message and returns FALSE (exit 2). */
 gboolean cli_parse(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries, int *argc,
                    char ***argv);
 
@@ -40,6 +40,10 @@ gboolean cli_parse(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries
  * ... (see wsync CMD --help)") instead of printed. */
 gboolean cli_parse_checked(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries,
                            int *argc, char ***argv, GError **error);
+
+/* Prints "wsync VERSION (plugin ABI N)" on stdout: what --version says, with or without a
+ * command. */
+void cli_print_version(void);
 
 /* Builds the context (configuration, plugins) once; reports refused plugins on stderr. */
 WsyncContext *cli_context(WsyncCli *cli, GError **error);
@@ -93,6 +97,10 @@ void cli_layout_args_clear(CliLayoutArgs *a);
  * core, parts of 5G, every rank). */
 gboolean cli_resolve_layout_args(WsyncContext *ctx, const CliLayoutArgs *a,
                                  WsyncPlanOptions *o, GError **error);
+
+/* Why @ctx has no plugin at all (no configuration, or none of its files selects one), or
+ * NULL when it has some: what an empty listing says instead of nothing. */
+char *cli_no_plugin_reason(WsyncCli *cli, WsyncContext *ctx);
 
 /* --help of plan and convert: the targets the configuration's plugins provide. */
 void cli_help_targets(WsyncCli *cli, GString *out);

@@ -123,15 +123,37 @@ cmd_convert(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   return WSYNC_EXIT_OK;
 }
 
+/* The object of config.json that describes the language model: text_config when there
+ * is one (a multimodal model), else the whole. */
+static JsonObject *
+text_config(JsonObject *root)
+{
+  if (json_object_has_member(root, "text_config") &&
+      JSON_NODE_HOLDS_OBJECT(json_object_get_member(root, "text_config")))
+    return json_object_get_object_member(root, "text_config");
+  return root;
+}
+
+/* The model's num_hidden_layers, or -1 when it is missing or not a number (the model
+ * plugin's checks name that). */
+static gint64
+model_layers(JsonObject *root)
+{
+  JsonObject *text = text_config(root);
+  JsonNode *node = json_object_get_member(text, "num_hidden_layers");
+
+  if (node == NULL || !JSON_NODE_HOLDS_VALUE(node) ||
+      json_node_get_value_type(node) != G_TYPE_INT64)
+    return -1;
+  return json_node_get_int(node);
+}
+
 /* --layers N: the first N layers only (layer_types and mlp_only_layers trimmed too). */
 static void
 trim_layers(JsonObject *root, gint64 layers)
 {
-  JsonObject *text = root;
+  JsonObject *text = text_config(root);
 
-  if (json_object_has_member(root, "text_config") &&
-      JSON_NODE_HOLDS_OBJECT(json_object_get_member(root, "text_config")))
-    text = json_object_get_object_member(root, "text_config");
   json_object_set_int_member(text, "num_hidden_layers", layers);
   if (json_object_has_member(text, "layer_types") &&
       JSON_NODE_HOLDS_ARRAY(json_object_get_member(text, "layer_types"))) {
@@ -153,7 +175,7 @@ cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   gboolean force = FALSE;
   GOptionEntry entries[] = {
       {"config", 'c', 0, G_OPTION_ARG_FILENAME, &config, "The model's config.json", "CONFIG"},
-      {"layers", 0, 0, G_OPTION_ARG_INT, &layers, "Only the first N layers", "N"},
+      {"layers", 0, 0, G_OPTION_ARG_INT, &layers, "Only the first N layers (at most the model's)", "N"},
       {"seed", 0, 0, G_OPTION_ARG_INT64, &seed, "Random seed (default 0)", "S"},
       {"fused-experts", 0, 0, G_OPTION_ARG_NONE, &fused,
        "Experts fused as Transformers 5 holds them (gate_up_proj [E, 2I, H])", NULL},
@@ -186,8 +208,14 @@ cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   g_autoptr(JsonNode) root = wsync_config_load(config, &error);
   if (root == NULL)
     return cli_fail(error);
-  if (layers > 0)
+  if (layers > 0) {
+    /* the first N layers: more than the model has would be a model that does not exist */
+    gint64 have = model_layers(json_node_get_object(root));
+    if (have >= 0 && layers > have)
+      return cli_usage_error(cmd, "--layers %d: %s has only %" G_GINT64_FORMAT " layer%s", layers,
+                             config, have, have == 1 ? "" : "s");
     trim_layers(json_node_get_object(root), layers);
+  }
 
   /* the published layout, or Transformers 5's fused experts (targets of plugin "hf") */
   o.target = fused ? "hf-fused" : "hf";
@@ -199,7 +227,10 @@ cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
                            pattern != NULL && strcmp(pattern, "index") == 0, &error);
   if (plan == NULL || !execute(cli, plan, argv[1], force, &error))
     return cli_fail(error);
-  if (!cli->quiet)
+  if (cli->json) {
+    g_autoptr(JsonNode) json = wsync_plan_to_json(plan);
+    cli_print_json(json);
+  } else if (!cli->quiet)
     printf("wrote %s: %" G_GUINT64_FORMAT " bytes\n", argv[1], wsync_plan_total_bytes(plan));
   return WSYNC_EXIT_OK;
 }

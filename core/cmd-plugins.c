@@ -402,6 +402,9 @@ cmd_plugins(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
     g_autoptr(JsonNode) root = json_builder_get_root(b);
     cli_print_json(root);
   } else {
+    g_autofree char *why = cli_no_plugin_reason(cli, ctx);
+    if (why != NULL)
+      printf("no plugin is selected: %s (see wsync.conf(5))\n", why);
     wsync_context_foreach_plugin(ctx, visit_plugin, &ls);
   }
   return WSYNC_EXIT_OK;

@@ -160,14 +160,17 @@ blank_comments(char *text)
 /* libconfuse 3.3 parses nested blocks by recursion without a limit (a later release
  * added one): a file nesting some 50000 blocks overflows its stack.  Nothing wsync
  * reads nests more than two levels, so deeper text is refused before libconfuse sees
- * it, and so is a quoted string left open.  Runs on text whose comments are blanked;
- * quoted strings are skipped. */
+ * it, and so is a quoted string left open, and a block or list the file ends in (3.3
+ * takes the end of the file for the missing '}').  Runs on text whose comments are
+ * blanked; quoted strings are skipped. */
 #define CONF_MAX_DEPTH 16
 
 static gboolean
 check_nesting(const char *text, const char *source_name, GError **error)
 {
   guint depth = 0, line = 1, quote_line = 0;
+  guint open_line[CONF_MAX_DEPTH + 1]; /* where each block still open began */
+  char open_char[CONF_MAX_DEPTH + 1];
   char quote = 0;
 
   for (const char *p = text; *p != '\0'; p++) {
@@ -190,6 +193,9 @@ check_nesting(const char *text, const char *source_name, GError **error)
       g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG,
                   "%s:%u: blocks nest deeper than %d levels", pname, line, CONF_MAX_DEPTH);
       return FALSE;
+    } else if (*p == '{' || *p == '(') {
+      open_line[depth] = line;
+      open_char[depth] = *p;
     } else if ((*p == '}' || *p == ')') && depth > 0)
       depth--;
   }
@@ -199,6 +205,12 @@ check_nesting(const char *text, const char *source_name, GError **error)
     g_autofree char *pname = wsync_printable(source_name);
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG, "%s:%u: a quoted string is not closed",
                 pname, quote_line);
+    return FALSE;
+  }
+  if (depth > 0) {
+    g_autofree char *pname = wsync_printable(source_name);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG, "%s:%u: the %s opened here is not closed",
+                pname, open_line[depth], open_char[depth] == '{' ? "block" : "list");
     return FALSE;
   }
   return TRUE;

@@ -224,7 +224,13 @@ make_temp(const Dst *d, int *lock_fd, GError **error)
     if (mkdir(path, 0777) != 0) {
       if (errno == EEXIST)
         continue;
-      wsync_set_io_error(error, errno, path, "create");
+      /* DST first: the user typed it, not the hidden name */
+      int errsv = errno;
+      g_autofree char *pdst = wsync_printable(d->path);
+      g_autofree char *ppath = wsync_printable(path);
+      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO,
+                  "cannot write %s: cannot create its temporary sibling %s: %s", pdst, ppath,
+                  g_strerror(errsv));
       return NULL;
     }
     /* Another run's clean-up may see the directory between mkdir and flock, take it for

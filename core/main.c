@@ -108,7 +108,7 @@ main(int argc, char **argv)
   at = find_command(argc, argv);
   if (at == 0) {
     if (has_flag(argc, argv, "--version", NULL)) {
-      printf("wsync %s (plugin ABI %d)\n", PACKAGE_VERSION, WSYNC_PLUGIN_ABI_VERSION);
+      cli_print_version();
       return WSYNC_EXIT_OK;
     }
     if (has_flag(argc, argv, "--help", "-h")) {

@@ -17,7 +17,9 @@
  */
 #include "config.h"
 
+#include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "files.h"
 #include "plan-private.h"
@@ -221,6 +223,11 @@ plan_merge(WsyncContext *ctx, const char *src, const WsyncPlanOptions *opts, GEr
   g_autoptr(WsyncPlan) plan = plan_alloc(ctx, PLAN_MERGE, src, opts);
 
   if (!wsync_dcp_detect(src)) {
+    struct stat st;
+    if (stat(src, &st) != 0) { /* as convert and inspect say it of a SRC not there */
+      wsync_set_io_error(error, errno, src, "open");
+      return NULL;
+    }
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
                 "%s: not a sharded checkpoint (no shard-*-model-*-of-*.safetensors, here or in "
                 "sharded/, no .metadata, no __R.metadata and no __R_K.distcp)",

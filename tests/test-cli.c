@@ -22,6 +22,32 @@ test_version(void)
   run_clear(&r);
 }
 
+/* --version is an option of every command, as `wsync --help` lists it: after the command
+ * word too, and before anything else the command would check (its missing arguments). */
+static void
+test_version_on_every_command(void)
+{
+  static const char *const commands[] = {"plugins", "inspect", "verify", "plan", "convert",
+                                         "merge",   "synth",   "env",    "config"};
+
+  for (guint i = 0; i < G_N_ELEMENTS(commands); i++) {
+    Run r = run_wsync(commands[i], "--version", NULL);
+    g_assert_cmpint(r.status, ==, 0);
+    g_assert_cmpstr(r.out, ==, "wsync " PACKAGE_VERSION_FOR_TEST " (plugin ABI 1)\n");
+    g_assert_cmpstr(r.err, ==, "");
+    run_clear(&r);
+  }
+  Run r = run_wsync("--version", "inspect", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_assert_cmpstr(r.out, ==, "wsync " PACKAGE_VERSION_FOR_TEST " (plugin ABI 1)\n");
+  run_clear(&r);
+
+  r = run_wsync("plan", "--help", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  assert_has(r.out, "  --version  ");
+  run_clear(&r);
+}
+
 static void
 test_help_lists_commands_and_exit_codes(void)
 {
@@ -123,6 +149,35 @@ test_plugins_text(void)
   r = run_wsync("-q", "plugins", "--conf-dir", conf, "--plugin-dir", pdir, NULL);
   g_assert_cmpint(r.status, ==, 0);
   g_assert_cmpstr(r.err, ==, "");
+  run_clear(&r);
+  test_rmtree(conf);
+}
+
+/* A configuration that selects no plugin (a build tree run without --conf-dir, a conf.d
+ * of other files) leaves plugins and the targets of --help empty: each says why instead
+ * of printing nothing. */
+static void
+test_no_plugin_selected(void)
+{
+  g_autofree char *conf = test_tmpdir();
+  const char *pdir = test_env_dir("WSYNC_TEST_PLUGIN_DIR");
+  Run r = run_wsync("plugins", "--conf-dir", conf, "--plugin-dir", pdir, NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_assert_cmpstr(r.out, ==, "no plugin is selected: no file of the configuration has a "
+                             "plugin section (see wsync.conf(5))\n");
+  g_assert_cmpstr(r.err, ==, "");
+  run_clear(&r);
+
+  r = run_wsync("--json", "plugins", "--conf-dir", conf, "--plugin-dir", pdir, NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_assert_cmpstr(r.out, ==, "{\n  \"plugins\" : []\n}\n");
+  run_clear(&r);
+
+  r = run_wsync("convert", "--help", "--conf-dir", conf, "--plugin-dir", pdir, NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  assert_has(r.out, "Targets (of the plugins the configuration selects):\n"
+                    "  (none: no file of the configuration has a plugin section; see "
+                    "wsync.conf(5))\n");
   run_clear(&r);
   test_rmtree(conf);
 }
@@ -855,11 +910,20 @@ test_env_exports(void)
   g_assert_cmpstr(json_object_get_string_member(first, "value"), ==, "server-rival");
   run_clear(&r);
 
-  /* a backend nobody patches: nothing at all */
+  /* a backend nobody patches: nothing on stdout; stderr names the backends that have
+   * settings, since a misspelt backend (or a target's name) looks the same (-q: silent) */
   r = run_wsync("env", "--backend", "cuda", "--mode", "server", "--conf-dir", conf,
                 "--plugin-dir", pdir, NULL);
   g_assert_cmpint(r.status, ==, 0);
   g_assert_cmpstr(r.out, ==, "");
+  g_assert_cmpstr(r.err, ==, "wsync env: no selected plugin has environment settings for "
+                             "backend \"cuda\" (backends that have some: test-backend)\n");
+  run_clear(&r);
+  r = run_wsync("env", "--backend", "cuda", "--mode", "server", "-q", "--conf-dir", conf,
+                "--plugin-dir", pdir, NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_assert_cmpstr(r.out, ==, "");
+  g_assert_cmpstr(r.err, ==, "");
   run_clear(&r);
 
   r = run_wsync("env", "--backend", "test-backend", "--mode", "hybrid", "--conf-dir", conf, NULL);
@@ -901,11 +965,13 @@ main(int argc, char **argv)
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/cli/env", test_env_exports);
   g_test_add_func("/cli/version", test_version);
+  g_test_add_func("/cli/version-on-every-command", test_version_on_every_command);
   g_test_add_func("/cli/help", test_help_lists_commands_and_exit_codes);
   g_test_add_func("/cli/usage-errors", test_usage_errors);
   g_test_add_func("/cli/sync-not-installed", test_sync_not_installed);
   g_test_add_func("/cli/plugins-text", test_plugins_text);
   g_test_add_func("/cli/plugins-json", test_plugins_json);
+  g_test_add_func("/cli/no-plugin-selected", test_no_plugin_selected);
   g_test_add_func("/cli/config-error", test_config_error_exit_2);
   g_test_add_func("/cli/inspect", test_inspect_text_and_json);
   g_test_add_func("/cli/inspect-bad-input", test_inspect_bad_input_exit_3);

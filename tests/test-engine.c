@@ -607,6 +607,19 @@ test_sharded_source(Fixture *f, gconstpointer data)
   g_assert_cmpint(r.status, ==, 3);
   assert_has(r.err, "not a sharded checkpoint");
   run_clear(&r);
+
+  /* a SRC that does not exist is the I/O error convert and inspect give, not bad input */
+  g_autofree char *missing = path_in(f, "no-such-checkpoint");
+  g_autofree char *msg = g_strdup_printf("wsync: cannot open %s: No such file or directory\n",
+                                         missing);
+  r = run_wsync(f, "merge", missing, reference, NULL);
+  g_assert_cmpint(r.status, ==, 4);
+  g_assert_cmpstr(r.err, ==, msg);
+  run_clear(&r);
+  r = run_wsync(f, "convert", missing, reference, "--target", "hf", NULL);
+  g_assert_cmpint(r.status, ==, 4);
+  g_assert_cmpstr(r.err, ==, msg);
+  run_clear(&r);
 }
 
 /* A trainer's F32 weights written in the config's BF16 are rounded: convert says so in
@@ -661,6 +674,70 @@ test_lossy_cast_noted(Fixture *f, gconstpointer data)
   run_clear(&r);
 }
 
+/* synth --json prints what convert --json and merge --json print, the plan of what it
+ * wrote, and nothing else on stdout (was the text line "wrote DST: N bytes"). */
+static void
+test_synth_json(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *config = tiny_config();
+  g_autofree char *dst = path_in(f, "synth-json");
+  Run r = run_wsync(f, "synth", "--config", config, dst, "--layers", "1", "--json", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_assert_cmpstr(r.err, ==, "");
+  g_autoptr(JsonParser) parser = json_parser_new();
+  g_assert_true(json_parser_load_from_data(parser, r.out, -1, NULL));
+  JsonObject *root = json_node_get_object(json_parser_get_root(parser));
+  g_assert_cmpstr(json_object_get_string_member(root, "target"), ==, "hf");
+  g_assert_cmpint(json_object_get_int_member(root, "tp"), ==, 1);
+  g_assert_true(json_object_has_member(root, "ranks"));
+  g_assert_true(json_object_has_member(root, "bytes"));
+  run_clear(&r);
+}
+
+/* synth --layers N keeps the first N layers; more layers than the model has is refused
+ * (it wrote a model of N layers with a config.json the model never had). */
+static void
+test_synth_layers_beyond_the_model(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *config = tiny_config();
+  g_autofree char *dst = path_in(f, "synth-layers");
+  Run r = run_wsync(f, "synth", "--config", config, dst, "--layers", "3", NULL);
+  g_autofree char *msg = g_strdup_printf(
+      "wsync synth: --layers 3: %s has only 2 layers (see wsync synth --help)\n", config);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==, msg);
+  g_assert_cmpstr(r.out, ==, "");
+  g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+  run_clear(&r);
+  /* all of them is fine */
+  r = run_wsync(f, "synth", "--config", config, dst, "--layers", "2", "-q", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+}
+
+/* A DST whose directory takes no new entry: the error names DST, which the user typed,
+ * and then the temporary sibling wsync tried to make (was only ".DST.wsync-XXXXXX").
+ * /proc refuses every mkdir, even root's, so the test holds whoever runs it. */
+static void
+test_unwritable_dst_named(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  if (!g_file_test("/proc/self", G_FILE_TEST_IS_DIR)) {
+    g_test_skip("no /proc");
+    return;
+  }
+  Run r = run_wsync(f, "convert", f->tiny, "/proc/wsync-test-out", "--target", "hf", NULL);
+  g_assert_cmpint(r.status, ==, 4);
+  if (!g_str_has_prefix(r.err, "wsync: cannot write /proc/wsync-test-out: cannot create its "
+                               "temporary sibling /proc/.wsync-test-out.wsync-") ||
+      strchr(r.err, '\n') != r.err + strlen(r.err) - 1)
+    g_error("stderr \"%s\"", r.err);
+  g_assert_cmpstr(r.out, ==, "");
+  run_clear(&r);
+}
+
 #define ADD(path, fn) g_test_add(path, Fixture, NULL, fixture_setup, fn, fixture_teardown)
 
 int
@@ -677,12 +754,15 @@ main(int argc, char **argv)
   ADD("/engine/input/unclaimed-model-type", test_unclaimed_model_type);
   ADD("/engine/input/target-needs-a-hook", test_target_needing_a_hook);
   ADD("/engine/output/atomic", test_existing_dst_untouched_on_failure_replaced_on_success);
+  ADD("/engine/output/unwritable-dst", test_unwritable_dst_named);
   ADD("/engine/output/part-size", test_part_size_splits_files);
   ADD("/engine/output/threads", test_threads_give_identical_bytes);
   ADD("/engine/output/slabs", test_slabs_give_identical_bytes);
   ADD("/engine/output/lossy-cast-noted", test_lossy_cast_noted);
   ADD("/engine/conf/sync-defaults", test_sync_section_defaults);
   ADD("/engine/plan/json", test_plan_json_names_sources);
+  ADD("/engine/synth/json", test_synth_json);
+  ADD("/engine/synth/layers-beyond-the-model", test_synth_layers_beyond_the_model);
   ADD("/engine/input/sharded", test_sharded_source);
   ADD("/engine/output/config-and-other-files", test_config_patchers_and_other_files);
   return g_test_run();

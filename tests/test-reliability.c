@@ -489,6 +489,33 @@ test_deep_conf_file(Fixture *f, gconstpointer data)
   run_clear(&r);
 }
 
+/* A conf.d file whose last block is never closed (a forgotten '}'): libconfuse 3.3 takes
+ * the end of the file for it and the run went on; it is a syntax error, named with the
+ * line of the block left open, and nothing runs. */
+static void
+test_unclosed_conf_block(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *conf = test_write(f->conf, "20-open.conf",
+                                     "# a block left open\nsync {\n  target = \"vllm\"\n"
+                                     "  tp = 2\n");
+  g_autofree char *out = path_in(f, "out");
+
+  Run r = run_wsync(f, "plan", f->tiny, NULL);
+  g_autofree char *msg = g_strdup_printf("%s:2: the block opened here is not closed", conf);
+  assert_refusal(&r, 2, msg);
+  run_clear(&r);
+  r = run_wsync(f, "convert", f->tiny, out, NULL);
+  assert_refusal(&r, 2, msg);
+  run_clear(&r);
+  g_assert_false(g_file_test(out, G_FILE_TEST_EXISTS));
+  /* closed, the same text is good */
+  g_free(test_write(f->conf, "20-open.conf", "sync {\n  target = \"vllm\"\n}\n"));
+  r = run_wsync(f, "plugins", "-q", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+}
+
 /* A source truncated while convert runs: an I/O error, not SIGBUS; the temporary is
  * removed and the previous DST stays. */
 static void
@@ -1220,6 +1247,7 @@ main(int argc, char **argv)
   ADD("/reliability/dst/mode-follows-umask", test_dst_mode_follows_umask);
   ADD("/reliability/crash/deep-config-json", test_deep_config_json);
   ADD("/reliability/crash/deep-conf-file", test_deep_conf_file);
+  ADD("/reliability/conf/unclosed-block", test_unclosed_conf_block);
   ADD("/reliability/crash/source-shrinks", test_source_shrinks_while_converting);
   ADD("/reliability/crash/guarded-map-reads", test_guarded_map_reads);
   ADD("/reliability/crash/full-disk", test_full_disk);

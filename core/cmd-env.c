@@ -54,38 +54,6 @@ print_json(WsyncEnv *env)
   cli_print_json(root);
 }
 
-static gint
-compare_names(gconstpointer a, gconstpointer b)
-{
-  return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* When no env patch serves @backend at all: says so on stderr, with the backends that
- * have some, since a misspelt backend (or a target's name, vllm-ascend for npu-ascend)
- * would otherwise look like a backend that needs nothing. */
-static void
-note_unknown_backend(WsyncContext *ctx, const char *backend)
-{
-  WsyncRegistry *registry = wsync_context_get_registry(ctx);
-  g_autoptr(GPtrArray) serving = wsync_registry_lookup(registry, WSYNC_ENTRY_ENV_PATCH, backend);
-  if (serving->len > 0)
-    return;
-  g_autoptr(GPtrArray) all = wsync_registry_lookup(registry, WSYNC_ENTRY_ENV_PATCH, NULL);
-  g_autoptr(GPtrArray) names = g_ptr_array_new();
-  for (guint i = 0; i < all->len; i++) {
-    const char *serves = wsync_entry_get_serves(all->pdata[i]);
-    if (serves != NULL && !g_ptr_array_find_with_equal_func(names, serves, g_str_equal, NULL))
-      g_ptr_array_add(names, (gpointer)serves);
-  }
-  g_ptr_array_sort(names, compare_names);
-  g_ptr_array_add(names, NULL);
-  g_autofree char *list = g_strjoinv(", ", (char **)names->pdata);
-  cli_error_line("wsync env: no selected plugin has environment settings for backend \"%s\" "
-                 "(%s%s)",
-                 backend, list[0] != '\0' ? "backends that have some: " : "none has any",
-                 list);
-}
-
 int
 cmd_env(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
 {
@@ -114,8 +82,6 @@ cmd_env(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   g_autoptr(WsyncEnv) env = wsync_env_new(backend, mode);
   if (!wsync_env_run(ctx, env, &error))
     return cli_fail(error);
-  if (!cli->quiet)
-    note_unknown_backend(ctx, backend);
   if (cli->json) {
     print_json(env);
     return WSYNC_EXIT_OK;

@@ -656,8 +656,8 @@ column_share(Rank *r, const Runtime *rt, const WsyncPart *part, guint64 *first_r
             : g_strdup("");
     return wsync_fail(error, WSYNC_ERROR_USAGE,
                       "tp %u does not divide the %" G_GUINT64_FORMAT " units of %" G_GUINT64_FORMAT
-                      " rows of %s%s%s",
-                      r->tp, n, total, name, rows_of, hint);
+                      " rows (%" G_GUINT64_FORMAT " rows in all) of %s%s%s",
+                      r->tp, n, unit, total, name, rows_of, hint);
   }
   *first_row = part->start + r->t * (n / r->tp) * unit;
   *rows = n / r->tp * unit;

@@ -2601,7 +2601,7 @@ test_refuse_key_heads(void)
 {
   const char *src = synth("tiny-qwen3.5-moe-nk2.json", FALSE);
   g_autofree char *dst = new_path("refused");
-  const char *want = "tp 4 does not divide the 2 units of 32 rows of "
+  const char *want = "tp 4 does not divide the 2 units of 16 rows (32 rows in all) of "
                      "model.language_model.layers.0.linear_attn.in_proj_qkv.weight";
   Run r = run_wsync("convert", src, dst, "--conf-dir", CONF, "--plugin-dir", plugin_dir(),
                     "--target", "vllm", "--tp", "4", NULL);
@@ -2640,10 +2640,10 @@ static void
 test_refuse_heads(void)
 {
   assert_refused(synth(variant(MOE, "fullfirst"), FALSE), "8",
-                 "tp 8 does not divide the 4 units of 128 rows of "
+                 "tp 8 does not divide the 4 units of 32 rows (128 rows in all) of "
                  "model.language_model.layers.0.self_attn.q_proj.weight");
   assert_refused(synth(variant(MOE, "vheads2"), FALSE), "4",
-                 "tp 4 does not divide the 2 units of 32 rows of "
+                 "tp 4 does not divide the 2 units of 16 rows (32 rows in all) of "
                  "model.visual.blocks.0.attn.qkv.weight");
   /* the text model alone divides by 4 */
   check_case(&(Case){variant(MOE, "vheads2"), NULL, FALSE, 4, 0, TRUE, NULL, NULL, 0, NULL, NULL, FALSE});

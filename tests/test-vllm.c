@@ -846,7 +846,7 @@ static void
 test_refuse_kv_heads(void)
 {
   assert_refused("tiny-qwen3-moe-6heads.json", "3", NULL,
-                 "tp 3 does not divide the 2 units of 32 rows of "
+                 "tp 3 does not divide the 2 units of 16 rows (32 rows in all) of "
                  "model.layers.0.self_attn.k_proj.weight (replicating needs tp to be a "
                  "multiple of 2)");
 }

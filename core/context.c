@@ -361,6 +361,7 @@ plugin_free(gpointer data)
   g_free(plugin->name);
   g_free(plugin->path);
   g_free(plugin->reason);
+  g_free(plugin->selected_by);
   if (plugin->warnings != NULL)
     g_ptr_array_unref(plugin->warnings);
   g_free(plugin);
@@ -475,7 +476,9 @@ open_plugin(WsyncContext *ctx, WsyncPlugin *plugin)
     g_autofree char *dirs = ctx->plugin_dirs->len
                                 ? g_strjoinv(":", (char **)ctx->plugin_dirs->pdata)
                                 : g_strdup("(none)");
-    refuse(plugin, "no %s.so in the plugin path %s", plugin->name, dirs);
+    /* (a misspelt name: say where the configuration names it) */
+    refuse(plugin, "no %s.so in the plugin path %s (selected by %s)", plugin->name, dirs,
+           plugin->selected_by);
     return;
   }
   struct stat st;
@@ -664,6 +667,7 @@ selection_pass(WsyncContext *ctx, GPtrArray *sources, GError **error)
         plugin->name = g_strdup(name);
         plugin->ctx = ctx;
         plugin->enabled = TRUE; /* a section selects its plugin */
+        plugin->selected_by = g_strdup_printf("%s:%d", source->name, section->line);
         g_ptr_array_add(ctx->plugins, plugin);
       }
       if (cfg_size(section, "enabled") > 0)

@@ -397,6 +397,9 @@ test_refuse_missing(Fixture *f, gconstpointer data)
 {
   (void)data;
   expect_refused(f, "nonexistent", "no nonexistent.so in the plugin path");
+  /* a misspelt name: the refusal says which file and line name it */
+  g_autofree char *where = g_strdup_printf(" (selected by %s/10.conf:1)", f->conf);
+  expect_refused(f, "nonexistent", where);
 }
 
 static char *

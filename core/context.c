@@ -477,7 +477,7 @@ open_plugin(WsyncContext *ctx, WsyncPlugin *plugin)
                                 ? g_strjoinv(":", (char **)ctx->plugin_dirs->pdata)
                                 : g_strdup("(none)");
     /* (a misspelt name: say where the configuration names it) */
-    refuse(plugin, "no %s.so in the plugin path %s (selected by %s)", plugin->name, dirs,
+    refuse(plugin, "no %s.so in the plugin path %s (selected in %s)", plugin->name, dirs,
            plugin->selected_by);
     return;
   }
@@ -667,7 +667,8 @@ selection_pass(WsyncContext *ctx, GPtrArray *sources, GError **error)
         plugin->name = g_strdup(name);
         plugin->ctx = ctx;
         plugin->enabled = TRUE; /* a section selects its plugin */
-        plugin->selected_by = g_strdup_printf("%s:%d", source->name, section->line);
+        /* (libconfuse gives a section the line that closes it, not the one naming it) */
+        plugin->selected_by = g_strdup(source->name);
         g_ptr_array_add(ctx->plugins, plugin);
       }
       if (cfg_size(section, "enabled") > 0)

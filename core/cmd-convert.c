@@ -148,6 +148,25 @@ model_layers(JsonObject *root)
   return json_node_get_int(node);
 }
 
+/* mlp_only_layers without the indices of layers past the first @layers (the model
+ * plugins refuse an index that names no layer); anything but a list of integers is left
+ * for them to name. */
+static void
+trim_layer_indices(JsonObject *text, const char *field, gint64 layers)
+{
+  JsonNode *node = json_object_get_member(text, field);
+
+  if (node == NULL || !JSON_NODE_HOLDS_ARRAY(node))
+    return;
+  JsonArray *indices = json_node_get_array(node);
+  for (guint i = json_array_get_length(indices); i-- > 0;) {
+    JsonNode *e = json_array_get_element(indices, i);
+    if (JSON_NODE_HOLDS_VALUE(e) && json_node_get_value_type(e) == G_TYPE_INT64 &&
+        json_node_get_int(e) >= layers)
+      json_array_remove_element(indices, i);
+  }
+}
+
 /* --layers N: the first N layers only (layer_types and mlp_only_layers trimmed too). */
 static void
 trim_layers(JsonObject *root, gint64 layers)
@@ -161,6 +180,7 @@ trim_layers(JsonObject *root, gint64 layers)
     while (json_array_get_length(types) > (guint)layers)
       json_array_remove_element(types, json_array_get_length(types) - 1);
   }
+  trim_layer_indices(text, "mlp_only_layers", layers);
 }
 
 int

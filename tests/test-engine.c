@@ -717,6 +717,48 @@ test_synth_layers_beyond_the_model(Fixture *f, gconstpointer data)
   run_clear(&r);
 }
 
+/* --layers N keeps the entries of mlp_only_layers below N (the model refuses an index
+ * that names no layer): a 2-layer model whose layers are both dense, cut to 1, is one
+ * dense layer. */
+static void
+test_synth_layers_trims_mlp_only(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *tiny = tiny_config();
+  g_autoptr(JsonParser) parser = json_parser_new();
+  GError *error = NULL;
+  json_parser_load_from_file(parser, tiny, &error);
+  g_assert_no_error(error);
+  JsonObject *root = json_node_get_object(json_parser_get_root(parser));
+  JsonArray *dense = json_array_new();
+  json_array_add_int_element(dense, 0);
+  json_array_add_int_element(dense, 1);
+  json_object_set_array_member(root, "mlp_only_layers", dense);
+  g_autofree char *text = json_to_string(json_parser_get_root(parser), TRUE);
+  g_autofree char *config = path_in(f, "dense.json");
+  g_assert_true(g_file_set_contents(config, text, -1, NULL));
+  g_autofree char *dst = path_in(f, "synth-dense");
+
+  Run r = run_wsync(f, "synth", "--config", config, dst, "--layers", "1", "-q", NULL);
+  if (r.status != 0)
+    g_error("exit %d: %s", r.status, r.err);
+  run_clear(&r);
+  g_autofree char *written = g_build_filename(dst, "config.json", NULL);
+  g_autoptr(JsonParser) back = json_parser_new();
+  json_parser_load_from_file(back, written, &error);
+  g_assert_no_error(error);
+  JsonObject *wrote = json_node_get_object(json_parser_get_root(back));
+  JsonArray *kept = json_object_get_array_member(wrote, "mlp_only_layers");
+  g_assert_cmpuint(json_array_get_length(kept), ==, 1);
+  g_assert_cmpint(json_array_get_int_element(kept, 0), ==, 0);
+  g_assert_cmpint(json_object_get_int_member(wrote, "num_hidden_layers"), ==, 1);
+  r = run_wsync(f, "inspect", dst, NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  assert_has(r.out, "model.layers.0.mlp.gate_proj.weight");
+  g_assert_null(strstr(r.out, "experts"));
+  run_clear(&r);
+}
+
 /* A DST whose directory takes no new entry: the error names DST, which the user typed,
  * and then the temporary sibling wsync tried to make (was only ".DST.wsync-XXXXXX").
  * /proc refuses every mkdir, even root's, so the test holds whoever runs it. */
@@ -763,6 +805,7 @@ main(int argc, char **argv)
   ADD("/engine/plan/json", test_plan_json_names_sources);
   ADD("/engine/synth/json", test_synth_json);
   ADD("/engine/synth/layers-beyond-the-model", test_synth_layers_beyond_the_model);
+  ADD("/engine/synth/layers-trims-mlp-only", test_synth_layers_trims_mlp_only);
   ADD("/engine/input/sharded", test_sharded_source);
   ADD("/engine/output/config-and-other-files", test_config_patchers_and_other_files);
   return g_test_run();

@@ -25,7 +25,7 @@ const WsyncCommand wsync_commands[] = {
      cli_help_targets},
     {"sync", "SRC DST",
      "Under mpirun: write the target layout of SRC (read by process 0) into DST on every "
-     "process's host, each process receiving only the bytes of its ranks.",
+     "process's host, each process receiving only the bytes of the ranks it writes.",
      cmd_sync, NULL},
     {"merge", "SRC DST",
      "Consolidate a sharded training checkpoint (PyTorch DCP, FSDP2/EP) into a plain one.",

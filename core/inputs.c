@@ -512,7 +512,11 @@ plan_bind_inputs(WsyncPlan *plan, GError **error)
     g_ptr_array_add(plan->input_layouts, layout);
     if (!bind_layout(plan, layout, names, missing, error))
       return FALSE;
+    /* bound: the rank's names were for its target's build and the binding only (a whole
+     * model's table is ~40 bytes a tensor, alive while the outputs are resolved) */
+    g_clear_pointer(&layout->input_names, g_hash_table_unref);
   }
+  g_clear_pointer(&plan->input_index, g_hash_table_unref); /* likewise */
   return check_bound(plan, missing, error);
 }
 

@@ -248,7 +248,8 @@ op_geometry(WsyncLayoutTensor *lt, const Op *op)
   guint n = op->ndim;
 
   if (n == 0)
-    return lt->op_axes->len; /* a 0-D op has no axes (and op_axes may have no data yet) */
+    return lt->op_axes->len; /* no axes (a fill's box is its Fill's): op_axes may have no
+                              * data yet */
   if (lt->ops->len > 0) {
     const StoredOp *prev = &g_array_index(lt->ops, StoredOp, lt->ops->len - 1);
     const guint64 *axes = &g_array_index(lt->op_axes, guint64, prev->geometry);
@@ -300,7 +301,7 @@ layout_tensor_op(const WsyncLayoutTensor *lt, guint i, Op *op)
   else
     op->source = stored->from.source;
   if (n == 0)
-    return; /* a 0-D op (a scalar buffer's fill) stored no axes */
+    return; /* it stored no axes (a fill: its box is its Fill's) */
   geometry = &g_array_index(lt->op_axes, guint64, stored->geometry);
   memcpy(op->extent, geometry, n * sizeof(guint64));
   memcpy(op->dst_stride, geometry + n, n * sizeof(guint64));

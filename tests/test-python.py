@@ -887,6 +887,35 @@ def load_rank_refusals():
 
 
 @test
+def load_rank_rank_and_directory_refusals():
+    """A rank that is no rank (negative, or past 2^32, which must not wrap around to rank
+    0) is refused by its value, before anything is copied; a directory that does not
+    exist is an I/O error naming it, not "no step is complete" (which a reader would
+    wait on for ever)."""
+    need_numpy()
+    path, _ = committed_dir()
+    want = rank_tensors(path, 0)
+    params = zero_arrays(want)
+    expect_error("rank -1 is not a rank (ranks are numbered from 0)", wsync.load_rank, path, -1,
+                 params, status=2)
+    expect_error("%s: rank 4294967296 is outside the 2 ranks of the commit record"
+                 % os.path.join(path, "wsync-commit.json"), wsync.load_rank, path, 2 ** 32,
+                 params, status=2)
+    expect_error("rank %d is not a rank" % 2 ** 64, wsync.load_rank, path, 2 ** 64, params,
+                 status=2)
+    expect_error("rank must be an int, not str", wsync.load_rank, path, "0", params,
+                 kind=TypeError)
+    assert all(not a.any() for a in params.values()), "copied before refusing"
+    missing = os.path.join(TMP, "no-such-dir")
+    e = expect_error("cannot open %s: No such file or directory" % missing, wsync.load_rank,
+                     missing, 0, params, status=4)
+    assert str(e) == "cannot open %s: No such file or directory" % missing, str(e)
+    a_file = os.path.join(path, "kernel-rank-0-part-0.safetensors")
+    expect_error("cannot open %s: Not a directory" % a_file, wsync.load_rank, a_file, 0, params,
+                 status=4)
+
+
+@test
 def load_rank_torch_refusals():
     """torch: a missing parameter, a wrong dtype or shape: refused, nothing copied."""
     need_torch()

@@ -347,7 +347,10 @@ def check_bad_ranks(job):
     for ranks, fragment in (("0-1", "--ranks \"0-1\" has 1 entries, but 2 processes run"),
                             ("0-1/1-3", "--ranks gives rank 1 to processes 0 and 1"),
                             ("0/1-2", "--ranks gives rank 3 to no process"),
-                            ("0-1/2-7", "\"2-7\" (process 1) is not a rank or a range")):
+                            ("0-1/2-7", "\"2-7\" (process 1) is not a rank or a range"),
+                            # an empty item: no GLib warning, the entry quoted
+                            ("0-1,/2-3", "--ranks: \"0-1,\" (process 0) has an empty item"),
+                            ("0-1/2-3,3", "--ranks gives rank 3 twice to process 1")):
         r = sync([(2, [src, job.path("sync"), "--ranks", ranks] + layout)])
         one_line_from_every_process(c, r, 2, 2, ["process 0: ", fragment])
     return c.problems

@@ -1435,7 +1435,7 @@ static int
 report(Sync *s, const Verdict *v)
 {
   if (v->status == 0) {
-    if (s->me == 0 && !s->cli.quiet)
+    if (s->me == 0 && (s->cli.json || !s->cli.quiet)) /* -q --json: the JSON, as convert */
       print_summary(s);
     return 0;
   }

@@ -232,6 +232,27 @@ on_bucket(const WsyncBucket *bucket, gpointer user_data, GError **error)
   return ok;
 }
 
+/* wsync.Error from the C session's message, with the C functions and options it names
+ * spoken as this module's methods and arguments. */
+static PyObject *
+session_raise(const GError *error)
+{
+  static const char *const words[][2] = {
+      {"(call wsync_session_begin first)", "(call begin() first)"},
+      {"(call wsync_session_plan first)", "(call describe() first)"},
+      {"push each with wsync_session_push_shard", "push each with push(name, shard, offsets=...)"},
+      {"push it with wsync_session_push", "push it without offsets"},
+      {"(out_dir or on_bucket)", "(it was made with out=None: plan, digest and manifests only)"},
+  };
+  g_autoptr(GString) text = g_string_new(error->message);
+  GError python = *error;
+
+  for (guint i = 0; i < G_N_ELEMENTS(words); i++)
+    g_string_replace(text, words[i][0], words[i][1], 0);
+  python.message = text->str;
+  return wsync_py_raise(&python);
+}
+
 /* Raises the exception a failed step brought: the callback's own, else wsync.Error. */
 static PyObject *
 raise_step_error(SessionObject *self, const GError *error)
@@ -243,7 +264,7 @@ raise_step_error(SessionObject *self, const GError *error)
     Py_DECREF(value);
     return NULL;
   }
-  return wsync_py_raise(error);
+  return session_raise(error);
 }
 
 /* ------------------------------------------------------------------ the object */
@@ -515,7 +536,7 @@ describe_parsed(SessionObject *self, PyObject *name_obj, PyObject *dtype_obj, Py
   } else
     ok = wsync_session_describe(self->session, name, dtype, ndim, shape, &error);
   if (!ok) {
-    wsync_py_raise(error);
+    session_raise(error);
     return FALSE;
   }
   Described *d = g_malloc0(sizeof *d + ndim * sizeof d->shape[0]);
@@ -560,7 +581,7 @@ session_describe(SessionObject *self, PyObject *tensors)
   ok = wsync_session_plan(self->session, &error);
   Py_END_ALLOW_THREADS
   if (!ok)
-    return wsync_py_raise(error);
+    return session_raise(error);
   Py_RETURN_NONE;
 }
 
@@ -606,7 +627,7 @@ session_begin(SessionObject *self, PyObject *arg)
   g_rw_lock_writer_unlock(&self->lock);
   Py_END_ALLOW_THREADS
   if (!ok)
-    return error ? wsync_py_raise(error) : (check_open(self), NULL);
+    return error ? session_raise(error) : (check_open(self), NULL);
   Py_RETURN_NONE;
 }
 

@@ -358,6 +358,43 @@ def session_shards():
 
 
 @test
+def session_refusals_speak_python():
+    """The refusals name the Python methods and arguments, not the C functions behind
+    them: a session not yet described, no step open, a shard pushed without its offsets
+    or a whole tensor with offsets, a session without a sink."""
+    need_numpy()
+    src = synth("tiny-qwen3-moe")
+    tensors = arrays(src)
+    name = "model.embed_tokens.weight"
+    norm = "model.norm.weight"
+    s = new_session(src, fresh_dir("sess-python-words"), "vllm", "sharded-state", 2, 1)
+    expect_error('push: tensor "%s": the session has not planned (call describe() first)' % norm,
+                 s.push, norm, tensors[norm], status=2)
+    expect_error("begin: the session has not planned (call describe() first)", s.begin, 1,
+                 status=2)
+    expect_error("commit: the session has not planned (call describe() first)", s.commit,
+                 status=2)
+    shape = tensors[name].shape
+    cut = shape[0] // 2
+    s.describe([d for d in description(src) if d[0] != name] +
+               [(name, "BF16", (cut, shape[1]), (0, 0), shape),
+                (name, "BF16", (shape[0] - cut, shape[1]), (cut, 0), shape)])
+    expect_error('push: tensor "%s": no step is open (call begin() first)' % norm, s.push, norm,
+                 tensors[norm], status=2)
+    s.begin(1)
+    expect_error('push: tensor "%s" was described as 2 shards: push each with '
+                 'push(name, shard, offsets=...)' % name, s.push, name, tensors[name], status=3)
+    expect_error('push: tensor "%s" was described whole: push it without offsets' % norm,
+                 s.push, norm, tensors[norm], offsets=(0,), status=3)
+    s.close()
+    s = new_session(src, None, "vllm", "sharded-state", 2, 1)
+    s.describe(description(src))
+    e = expect_error("begin: the session has no sink (it was made with out=None: plan, digest "
+                     "and manifests only)", s.begin, 1, status=2)
+    assert "wsync_session" not in str(e) and "on_bucket" not in str(e), str(e)
+
+
+@test
 def session_manifest_and_digest():
     """manifest(rank) says where each tensor of the rank files lives; the digest is
     stable for the same description and changes with tp."""

@@ -352,11 +352,14 @@ int_option(PyObject *obj, const char *name, char **out)
     *out = g_strdup(PyUnicode_AsUTF8(obj));
     return *out != NULL;
   }
-  if (!PyLong_Check(obj) || PyBool_Check(obj)) {
+  PyObject *index = PyBool_Check(obj) ? NULL : PyNumber_Index(obj); /* numpy.int64 too */
+  if (index == NULL) {
+    PyErr_Clear();
     PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", name, Py_TYPE(obj)->tp_name);
     return FALSE;
   }
-  *out = g_strdup_printf("%lld", PyLong_AsLongLong(obj));
+  *out = g_strdup_printf("%lld", PyLong_AsLongLong(index));
+  Py_DECREF(index);
   return !PyErr_Occurred();
 }
 
@@ -611,10 +614,12 @@ static PyObject *
 session_begin(SessionObject *self, PyObject *arg)
 {
   g_autoptr(GError) error = NULL;
-  unsigned long long version = PyLong_Check(arg) ? PyLong_AsUnsignedLongLong(arg) : 0;
+  PyObject *index = PyNumber_Index(arg); /* an int, or numpy.int64 */
+  unsigned long long version = index != NULL ? PyLong_AsUnsignedLongLong(index) : 0;
   gboolean ok;
 
-  if (!PyLong_Check(arg) || PyErr_Occurred()) {
+  Py_XDECREF(index);
+  if (index == NULL || PyErr_Occurred()) {
     PyErr_Clear();
     PyErr_SetString(PyExc_TypeError, "begin(version): version is an int >= 0");
     return NULL;

@@ -358,6 +358,29 @@ def session_shards():
 
 
 @test
+def numpy_integers_are_ints():
+    """numpy's integers (shapes of numpy arrays of sizes, ranks and steps counted in
+    numpy) are taken wherever an int is: describe's shapes, tp, begin's version and
+    load_rank's rank."""
+    need_numpy()
+    src = synth("tiny-qwen3-moe")
+    out = fresh_dir("sess-numpy-ints")
+    s = wsync.Session(os.path.join(src, "config.json"), target="vllm", format="kernel",
+                      tp=numpy.int64(2), out=out, **KW)
+    s.describe((name, dtype, numpy.array(shape, dtype="int64"))
+               for name, dtype, shape in description(src))
+    s.begin(numpy.uint32(1))
+    push_all(s, arrays(src))
+    s.commit()
+    s.close()
+    assert_same_files(converted(src, "vllm", "kernel", 2, 1), out)
+    want = rank_tensors(out, 1)
+    params = zero_arrays(want)
+    assert wsync.load_rank(out, numpy.int64(1), params)["version"] == 1
+    assert all(params[n].tobytes() == raw for n, (_, _, raw) in want.items())
+
+
+@test
 def session_refusals_speak_python():
     """The refusals name the Python methods and arguments, not the C functions behind
     them: a session not yet described, no step open, a shard pushed without its offsets

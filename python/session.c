@@ -31,7 +31,7 @@ typedef struct {
   PyObject *callback;   /* the caller sink, or NULL */
   PyObject *sink_error; /* the exception the callback raised, until push/commit re-raise it */
   GThread *in_callback; /* the thread running the callback (they never run at once), or NULL */
-  GHashTable *described; /* "name" or "name@o0,o1,..." -> Described* */
+  GHashTable *described; /* "name", "name@o0,o1,..." or "name@*" (any shard) -> Described* */
 } SessionObject;
 
 static PyTypeObject ManifestEntryType;
@@ -547,6 +547,9 @@ describe_parsed(SessionObject *self, PyObject *name_obj, PyObject *dtype_obj, Py
   d->ndim = ndim;
   memcpy(d->shape, shape, ndim * sizeof shape[0]);
   g_hash_table_replace(self->described, described_key(name, ndim, offsets_obj ? offsets : NULL), d);
+  if (offsets_obj != NULL) /* "name@*": its shards' axes, for push()'s offsets */
+    g_hash_table_replace(self->described, g_strconcat(name, "@*", NULL),
+                         g_memdup2(d, sizeof *d + ndim * sizeof d->shape[0]));
   return TRUE;
 }
 
@@ -663,6 +666,18 @@ session_push(SessionObject *self, PyObject *args, PyObject *kwargs)
     return NULL;
   if (offsets_obj != Py_None && !wsync_py_parse_shape(offsets_obj, name, &n_off, offsets))
     return NULL;
+  if (offsets_obj != Py_None) {
+    /* the session reads as many offsets as the tensor has axes */
+    g_autofree char *any_shard = g_strconcat(name, "@*", NULL);
+    const Described *shard = g_hash_table_lookup(self->described, any_shard);
+    if (shard != NULL && shard->ndim != n_off) {
+      g_autofree char *given = wsync_shape_format(n_off, offsets);
+      return wsync_py_raise_code(WSYNC_ERROR_BAD_INPUT,
+                                 "push: tensor \"%s\": offsets %s have %u ax%s, but its shards "
+                                 "have %u",
+                                 name, given, n_off, n_off == 1 ? "is" : "es", shard->ndim);
+    }
+  }
   g_autofree char *what = g_strdup_printf("push: tensor \"%s\"", name);
   if (!wsync_py_bytes_get(obj, FALSE, what, &b)) {
     wsync_py_bytes_release(&b);

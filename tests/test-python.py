@@ -384,7 +384,8 @@ def numpy_integers_are_ints():
 def session_refusals_speak_python():
     """The refusals name the Python methods and arguments, not the C functions behind
     them: a session not yet described, no step open, a shard pushed without its offsets
-    or a whole tensor with offsets, a session without a sink."""
+    or a whole tensor with offsets, a session without a sink.  Offsets of another
+    number of axes than the shards' are refused as such."""
     need_numpy()
     src = synth("tiny-qwen3-moe")
     tensors = arrays(src)
@@ -407,6 +408,13 @@ def session_refusals_speak_python():
     s.begin(1)
     expect_error('push: tensor "%s" was described as 2 shards: push each with '
                  'push(name, shard, offsets=...)' % name, s.push, name, tensors[name], status=3)
+    # offsets of another number of axes: said so (the C session read past them)
+    e = expect_error('push: tensor "%s": offsets [0] have 1 axis, but its shards have 2'
+                     % name, s.push, name, tensors[name][:cut], offsets=(0,), status=3)
+    assert str(e) == ('push: tensor "%s": offsets [0] have 1 axis, but its shards have 2'
+                      % name), str(e)
+    expect_error('push: tensor "%s": offsets [0, 0, 0] have 3 axes, but its shards have 2'
+                 % name, s.push, name, tensors[name][:cut], offsets=(0, 0, 0), status=3)
     expect_error('push: tensor "%s" was described whole: push it without offsets' % norm,
                  s.push, norm, tensors[norm], offsets=(0,), status=3)
     s.close()

@@ -32,6 +32,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <glib/gstdio.h>
@@ -1177,10 +1178,30 @@ close_files(WsyncSession *s)
   }
 }
 
+/* out_dir is not the directory of the session's config.json: its companion files
+ * (config.json through the config patchers, the tokenizer...) would replace the very
+ * files they are copied from, as convert refuses DST = SRC. */
+static gboolean
+check_not_config_dir(WsyncSession *s, GError **error)
+{
+  g_autofree char *base = g_path_get_basename(s->config_path);
+  g_autofree char *config_dir = g_path_get_dirname(s->config_path);
+  struct stat a, b;
+
+  if (strcmp(base, "config.json") == 0 && stat(config_dir, &a) == 0 &&
+      stat(s->out_dir, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+    return usage_error(error,
+                       "begin: %s is the directory of the session's %s: the output's "
+                       "config.json and companion files would replace it and its neighbours; "
+                       "write the output elsewhere",
+                       s->out_dir, s->config_path);
+  return TRUE;
+}
+
 static gboolean
 create_files(WsyncSession *s, GError **error)
 {
-  if (!check_foreign_files(s, error))
+  if (!check_not_config_dir(s, error) || !check_foreign_files(s, error))
     return FALSE;
   for (guint i = 0; i < s->files->len; i++)
     if (!create_file(s, s->files->pdata[i], error)) {
@@ -1297,22 +1318,22 @@ write_record(WsyncSession *s, GError **error)
 
 /* config.json as `wsync convert` writes it (and, for a checkpoint directory's
  * config.json, the directory's other non-weight files), and the index for a target
- * that writes one. */
+ * that writes one, into @dir. */
 static gboolean
-write_companions(WsyncSession *s, GError **error)
+write_companions_into(WsyncSession *s, const char *dir, GError **error)
 {
   WsyncPlan *plan = s->plan;
   g_autofree char *base = g_path_get_basename(s->config_path);
 
   if (strcmp(base, "config.json") == 0) {
-    g_autofree char *dir = g_path_get_dirname(s->config_path);
-    if (!companion_copy_dir(s->ctx, plan->config, dir, s->out_dir, TRUE, NULL, error))
+    g_autofree char *config_dir = g_path_get_dirname(s->config_path);
+    if (!companion_copy_dir(s->ctx, plan->config, config_dir, dir, TRUE, NULL, error))
       return FALSE;
-  } else if (!companion_write_config(s->ctx, plan->config, NULL, s->out_dir, NULL, error))
+  } else if (!companion_write_config(s->ctx, plan->config, NULL, dir, NULL, error))
     return FALSE;
   if (plan->out.info->writes_index) {
     g_autoptr(GHashTable) weight_map = g_hash_table_new(g_str_hash, g_str_equal);
-    g_autofree char *index = g_build_filename(s->out_dir, WSYNC_INDEX_NAME, NULL);
+    g_autofree char *index = g_build_filename(dir, WSYNC_INDEX_NAME, NULL);
     for (guint i = 0; i < s->slots->len; i++) {
       const Slot *slot = s->slots->pdata[i];
       g_hash_table_insert(weight_map, slot->lt->name, slot->file->name);
@@ -1321,6 +1342,35 @@ write_companions(WsyncSession *s, GError **error)
       return FALSE;
   }
   return TRUE;
+}
+
+/* The companion files, written into a temporary directory inside out_dir and renamed
+ * over their names: the copies refuse to overwrite (convert writes into a new
+ * directory), while out_dir may hold an earlier session's (a restarted trainer's). */
+static gboolean
+write_companions(WsyncSession *s, GError **error)
+{
+  g_autofree char *tmp = g_build_filename(s->out_dir, ".wsync-companions.XXXXXX", NULL);
+  gboolean ok;
+  const char *name;
+
+  if (g_mkdtemp(tmp) == NULL) {
+    wsync_set_io_error(error, errno, tmp, "create");
+    return FALSE;
+  }
+  ok = write_companions_into(s, tmp, error);
+  g_autoptr(GDir) d = g_dir_open(tmp, 0, NULL);
+  while (d != NULL && (name = g_dir_read_name(d)) != NULL) {
+    g_autofree char *from = g_build_filename(tmp, name, NULL);
+    g_autofree char *to = g_build_filename(s->out_dir, name, NULL);
+    if (ok && rename(from, to) != 0) {
+      wsync_set_io_error(error, errno, to, "rename into place");
+      ok = FALSE;
+    }
+    g_unlink(from); /* what a failure left */
+  }
+  g_rmdir(tmp);
+  return ok && wsync_dir_sync(s->out_dir, error);
 }
 
 static gboolean

@@ -472,6 +472,12 @@ parse_ranks(const char *text, guint n, guint world, guint *owner, GError **error
     for (guint i = 0; entries[m][0] != '\0' && items[i] != NULL; i++) {
       g_auto(GStrv) ends = g_strsplit(items[i], "-", 3);
       guint64 a, b;
+      if (items[i][0] == '\0') { /* "0-1," or "0,,2": g_strsplit gives "" no parts */
+        g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
+                    "--ranks: \"%s\" (process %u) has an empty item (a comma too many?)",
+                    entries[m], m);
+        return FALSE;
+      }
       if (g_strv_length(ends) > 2 || !g_ascii_string_to_unsigned(ends[0], 10, 0, world - 1, &a,
                                                                  NULL) ||
           !g_ascii_string_to_unsigned(ends[1] ? ends[1] : ends[0], 10, a, world - 1, &b, NULL)) {
@@ -481,6 +487,11 @@ parse_ranks(const char *text, guint n, guint world, guint *owner, GError **error
         return FALSE;
       }
       for (guint64 r = a; r <= b; r++) {
+        if (owner[r] == m) {
+          g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
+                      "--ranks gives rank %" G_GUINT64_FORMAT " twice to process %u", r, m);
+          return FALSE;
+        }
         if (owner[r] != G_MAXUINT) {
           g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
                       "--ranks gives rank %" G_GUINT64_FORMAT " to processes %u and %u",
@@ -1424,7 +1435,7 @@ static int
 report(Sync *s, const Verdict *v)
 {
   if (v->status == 0) {
-    if (s->me == 0 && !s->cli.quiet)
+    if (s->me == 0 && (s->cli.json || !s->cli.quiet)) /* -q --json: the JSON, as convert */
       print_summary(s);
     return 0;
   }

@@ -487,9 +487,11 @@ wsync_py_parse_shape(PyObject *obj, const char *what, guint *ndim, guint64 *shap
     return FALSE;
   }
   for (Py_ssize_t d = 0; d < n; d++) {
-    PyObject *item = PySequence_Fast_GET_ITEM(seq, d);
-    unsigned long long v = PyLong_Check(item) ? PyLong_AsUnsignedLongLong(item) : (unsigned long long)-1;
-    if (!PyLong_Check(item) || PyErr_Occurred()) {
+    /* any integer with __index__: numpy's shapes and arrays of sizes hold numpy.int64 */
+    PyObject *item = PyNumber_Index(PySequence_Fast_GET_ITEM(seq, d));
+    unsigned long long v = item != NULL ? PyLong_AsUnsignedLongLong(item) : (unsigned long long)-1;
+    Py_XDECREF(item);
+    if (item == NULL || PyErr_Occurred()) {
       PyErr_Clear();
       Py_DECREF(seq);
       PyErr_Format(PyExc_TypeError, "%s: a shape is a sequence of ints >= 0", what);

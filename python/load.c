@@ -252,12 +252,25 @@ record_read(const char *path, char **text, gsize *len, GError **error)
   return TRUE;
 }
 
+/* A mistyped or vanished directory is an error of its own, not "no step is complete",
+ * which a reader would wait on for ever. */
+static gboolean
+directory_exists(const char *dir, GError **error)
+{
+  struct stat sb;
+  int errsv = stat(dir, &sb) < 0 ? errno : S_ISDIR(sb.st_mode) ? 0 : ENOTDIR;
+
+  if (errsv != 0)
+    wsync_set_io_error(error, errsv, dir, "open");
+  return errsv == 0;
+}
+
 /* ------------------------------------------------------------------ the rank's files */
 
 typedef struct {
   PyObject_HEAD
   char *dir;
-  guint rank;
+  guint64 rank; /* as given (any rank beyond a world's is refused by name, not wrapped) */
   char *record_text; /* NULL: no record (require_commit=False) */
   gsize record_len;
   Record record;
@@ -289,7 +302,8 @@ record_files_of_rank(RankFilesObject *self, GPtrArray *paths, GPtrArray *want, G
 
   if (self->rank >= self->record.world) {
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
-                "%s: rank %u is outside the %" G_GUINT64_FORMAT " ranks of the commit record",
+                "%s: rank %" G_GUINT64_FORMAT " is outside the %" G_GUINT64_FORMAT
+                " ranks of the commit record",
                 record_path, self->rank, self->record.world);
     return FALSE;
   }
@@ -302,7 +316,8 @@ record_files_of_rank(RankFilesObject *self, GPtrArray *paths, GPtrArray *want, G
   }
   if (paths->len == 0) {
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                "%s: the commit record lists no file of rank %u", record_path, self->rank);
+                "%s: the commit record lists no file of rank %" G_GUINT64_FORMAT, record_path,
+                self->rank);
     return FALSE;
   }
   return TRUE;
@@ -346,8 +361,8 @@ recognised_files_of_rank(RankFilesObject *self, WsyncContext *ctx, GPtrArray *pa
   }
   if (paths->len == 0) {
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                "%s: no rank file of rank %u (no commit record; the targets of the "
-                "configuration recognise no file of that rank)",
+                "%s: no rank file of rank %" G_GUINT64_FORMAT " (no commit record; the "
+                "targets of the configuration recognise no file of that rank)",
                 self->dir, self->rank);
     return FALSE;
   }
@@ -395,8 +410,8 @@ map_rank_files(RankFilesObject *self, GPtrArray *paths, GPtrArray *want, gboolea
       const WsyncTensor *tensor = wsync_safetensors_tensor(m->st, t);
       if (!g_hash_table_add(seen, (gpointer)tensor->name)) {
         g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                    "%s: tensor \"%s\" is also in another file of rank %u", m->path, tensor->name,
-                    self->rank);
+                    "%s: tensor \"%s\" is also in another file of rank %" G_GUINT64_FORMAT,
+                    m->path, tensor->name, self->rank);
         return FALSE;
       }
       g_ptr_array_add(self->tensors, (gpointer)tensor);
@@ -406,15 +421,42 @@ map_rank_files(RankFilesObject *self, GPtrArray *paths, GPtrArray *want, gboolea
   return TRUE;
 }
 
+/* The rank argument: an int from 0, or any integer with __index__ (numpy.int64).
+ * (PyArg's "I" would wrap -1 to 4294967295 and 2**32 to rank 0, loading another rank's
+ * files without a word.) */
+static gboolean
+rank_number(PyObject *obj, guint64 *rank)
+{
+  PyObject *index = PyNumber_Index(obj);
+
+  if (index == NULL) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "rank must be an int, not %.100s", Py_TYPE(obj)->tp_name);
+    return FALSE;
+  }
+  *rank = PyLong_AsUnsignedLongLong(index);
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    PyObject *text = PyObject_Str(index);
+    wsync_py_raise_code(WSYNC_ERROR_USAGE, "rank %s is not a rank (ranks are numbered from 0)",
+                        text != NULL ? PyUnicode_AsUTF8(text) : "?");
+    Py_XDECREF(text);
+    Py_DECREF(index);
+    return FALSE;
+  }
+  Py_DECREF(index);
+  return TRUE;
+}
+
 PyObject *
 wsync_py_open_rank(PyObject *module, PyObject *args, PyObject *kwargs)
 {
   static char *kwlist[] = {"dir", "rank", "require_commit", "verify", "version", "digest",
                            "conf_dir", "plugin_dir", NULL};
-  PyObject *dir_obj, *dir_bytes = NULL, *version_obj = Py_None, *conf_dir = Py_None,
+  PyObject *dir_obj, *dir_bytes = NULL, *rank_obj, *version_obj = Py_None, *conf_dir = Py_None,
                      *plugin_dir = Py_None;
   const char *digest = NULL;
-  unsigned int rank;
+  guint64 rank;
   int require_commit = 1, verify = 1;
   g_autoptr(GError) error = NULL;
   g_autoptr(GPtrArray) paths = g_ptr_array_new_with_free_func(g_free);
@@ -423,10 +465,10 @@ wsync_py_open_rank(PyObject *module, PyObject *args, PyObject *kwargs)
   gboolean ok;
 
   (void)module;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OI|$ppOzOO:_open_rank", kwlist, &dir_obj, &rank,
-                                   &require_commit, &verify, &version_obj, &digest, &conf_dir,
-                                   &plugin_dir) ||
-      !PyUnicode_FSConverter(dir_obj, &dir_bytes))
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|$ppOzOO:_open_rank", kwlist, &dir_obj,
+                                   &rank_obj, &require_commit, &verify, &version_obj, &digest,
+                                   &conf_dir, &plugin_dir) ||
+      !rank_number(rank_obj, &rank) || !PyUnicode_FSConverter(dir_obj, &dir_bytes))
     return NULL;
   RankFilesObject *self = PyObject_New(RankFilesObject, &WsyncPyRankFilesType);
   if (self == NULL) {
@@ -445,7 +487,8 @@ wsync_py_open_rank(PyObject *module, PyObject *args, PyObject *kwargs)
   /* the record: its bytes now, compared again after the copy */
   g_autofree char *record_path = g_build_filename(self->dir, COMMIT_RECORD, NULL);
   Py_BEGIN_ALLOW_THREADS
-  ok = record_read(record_path, &self->record_text, &self->record_len, &error);
+  ok = directory_exists(self->dir, &error) &&
+       record_read(record_path, &self->record_text, &self->record_len, &error);
   Py_END_ALLOW_THREADS
   if (!ok && error != NULL)
     goto fail;

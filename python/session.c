@@ -31,7 +31,7 @@ typedef struct {
   PyObject *callback;   /* the caller sink, or NULL */
   PyObject *sink_error; /* the exception the callback raised, until push/commit re-raise it */
   GThread *in_callback; /* the thread running the callback (they never run at once), or NULL */
-  GHashTable *described; /* "name" or "name@o0,o1,..." -> Described* */
+  GHashTable *described; /* "name", "name@o0,o1,..." or "name@*" (any shard) -> Described* */
 } SessionObject;
 
 static PyTypeObject ManifestEntryType;
@@ -232,6 +232,27 @@ on_bucket(const WsyncBucket *bucket, gpointer user_data, GError **error)
   return ok;
 }
 
+/* wsync.Error from the C session's message, with the C functions and options it names
+ * spoken as this module's methods and arguments. */
+static PyObject *
+session_raise(const GError *error)
+{
+  static const char *const words[][2] = {
+      {"(call wsync_session_begin first)", "(call begin() first)"},
+      {"(call wsync_session_plan first)", "(call describe() first)"},
+      {"push each with wsync_session_push_shard", "push each with push(name, shard, offsets=...)"},
+      {"push it with wsync_session_push", "push it without offsets"},
+      {"(out_dir or on_bucket)", "(it was made with out=None: plan, digest and manifests only)"},
+  };
+  g_autoptr(GString) text = g_string_new(error->message);
+  GError python = *error;
+
+  for (guint i = 0; i < G_N_ELEMENTS(words); i++)
+    g_string_replace(text, words[i][0], words[i][1], 0);
+  python.message = text->str;
+  return wsync_py_raise(&python);
+}
+
 /* Raises the exception a failed step brought: the callback's own, else wsync.Error. */
 static PyObject *
 raise_step_error(SessionObject *self, const GError *error)
@@ -243,7 +264,7 @@ raise_step_error(SessionObject *self, const GError *error)
     Py_DECREF(value);
     return NULL;
   }
-  return wsync_py_raise(error);
+  return session_raise(error);
 }
 
 /* ------------------------------------------------------------------ the object */
@@ -331,11 +352,14 @@ int_option(PyObject *obj, const char *name, char **out)
     *out = g_strdup(PyUnicode_AsUTF8(obj));
     return *out != NULL;
   }
-  if (!PyLong_Check(obj) || PyBool_Check(obj)) {
+  PyObject *index = PyBool_Check(obj) ? NULL : PyNumber_Index(obj); /* numpy.int64 too */
+  if (index == NULL) {
+    PyErr_Clear();
     PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", name, Py_TYPE(obj)->tp_name);
     return FALSE;
   }
-  *out = g_strdup_printf("%lld", PyLong_AsLongLong(obj));
+  *out = g_strdup_printf("%lld", PyLong_AsLongLong(index));
+  Py_DECREF(index);
   return !PyErr_Occurred();
 }
 
@@ -515,7 +539,7 @@ describe_parsed(SessionObject *self, PyObject *name_obj, PyObject *dtype_obj, Py
   } else
     ok = wsync_session_describe(self->session, name, dtype, ndim, shape, &error);
   if (!ok) {
-    wsync_py_raise(error);
+    session_raise(error);
     return FALSE;
   }
   Described *d = g_malloc0(sizeof *d + ndim * sizeof d->shape[0]);
@@ -523,6 +547,9 @@ describe_parsed(SessionObject *self, PyObject *name_obj, PyObject *dtype_obj, Py
   d->ndim = ndim;
   memcpy(d->shape, shape, ndim * sizeof shape[0]);
   g_hash_table_replace(self->described, described_key(name, ndim, offsets_obj ? offsets : NULL), d);
+  if (offsets_obj != NULL) /* "name@*": its shards' axes, for push()'s offsets */
+    g_hash_table_replace(self->described, g_strconcat(name, "@*", NULL),
+                         g_memdup2(d, sizeof *d + ndim * sizeof d->shape[0]));
   return TRUE;
 }
 
@@ -560,7 +587,7 @@ session_describe(SessionObject *self, PyObject *tensors)
   ok = wsync_session_plan(self->session, &error);
   Py_END_ALLOW_THREADS
   if (!ok)
-    return wsync_py_raise(error);
+    return session_raise(error);
   Py_RETURN_NONE;
 }
 
@@ -590,10 +617,12 @@ static PyObject *
 session_begin(SessionObject *self, PyObject *arg)
 {
   g_autoptr(GError) error = NULL;
-  unsigned long long version = PyLong_Check(arg) ? PyLong_AsUnsignedLongLong(arg) : 0;
+  PyObject *index = PyNumber_Index(arg); /* an int, or numpy.int64 */
+  unsigned long long version = index != NULL ? PyLong_AsUnsignedLongLong(index) : 0;
   gboolean ok;
 
-  if (!PyLong_Check(arg) || PyErr_Occurred()) {
+  Py_XDECREF(index);
+  if (index == NULL || PyErr_Occurred()) {
     PyErr_Clear();
     PyErr_SetString(PyExc_TypeError, "begin(version): version is an int >= 0");
     return NULL;
@@ -606,7 +635,7 @@ session_begin(SessionObject *self, PyObject *arg)
   g_rw_lock_writer_unlock(&self->lock);
   Py_END_ALLOW_THREADS
   if (!ok)
-    return error ? wsync_py_raise(error) : (check_open(self), NULL);
+    return error ? session_raise(error) : (check_open(self), NULL);
   Py_RETURN_NONE;
 }
 
@@ -637,6 +666,18 @@ session_push(SessionObject *self, PyObject *args, PyObject *kwargs)
     return NULL;
   if (offsets_obj != Py_None && !wsync_py_parse_shape(offsets_obj, name, &n_off, offsets))
     return NULL;
+  if (offsets_obj != Py_None) {
+    /* the session reads as many offsets as the tensor has axes */
+    g_autofree char *any_shard = g_strconcat(name, "@*", NULL);
+    const Described *shard = g_hash_table_lookup(self->described, any_shard);
+    if (shard != NULL && shard->ndim != n_off) {
+      g_autofree char *given = wsync_shape_format(n_off, offsets);
+      return wsync_py_raise_code(WSYNC_ERROR_BAD_INPUT,
+                                 "push: tensor \"%s\": offsets %s have %u ax%s, but its shards "
+                                 "have %u",
+                                 name, given, n_off, n_off == 1 ? "is" : "es", shard->ndim);
+    }
+  }
   g_autofree char *what = g_strdup_printf("push: tensor \"%s\"", name);
   if (!wsync_py_bytes_get(obj, FALSE, what, &b)) {
     wsync_py_bytes_release(&b);

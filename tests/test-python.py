@@ -358,6 +358,74 @@ def session_shards():
 
 
 @test
+def numpy_integers_are_ints():
+    """numpy's integers (shapes of numpy arrays of sizes, ranks and steps counted in
+    numpy) are taken wherever an int is: describe's shapes, tp, begin's version and
+    load_rank's rank."""
+    need_numpy()
+    src = synth("tiny-qwen3-moe")
+    out = fresh_dir("sess-numpy-ints")
+    s = wsync.Session(os.path.join(src, "config.json"), target="vllm", format="kernel",
+                      tp=numpy.int64(2), out=out, **KW)
+    s.describe((name, dtype, numpy.array(shape, dtype="int64"))
+               for name, dtype, shape in description(src))
+    s.begin(numpy.uint32(1))
+    push_all(s, arrays(src))
+    s.commit()
+    s.close()
+    assert_same_files(converted(src, "vllm", "kernel", 2, 1), out)
+    want = rank_tensors(out, 1)
+    params = zero_arrays(want)
+    assert wsync.load_rank(out, numpy.int64(1), params)["version"] == 1
+    assert all(params[n].tobytes() == raw for n, (_, _, raw) in want.items())
+
+
+@test
+def session_refusals_speak_python():
+    """The refusals name the Python methods and arguments, not the C functions behind
+    them: a session not yet described, no step open, a shard pushed without its offsets
+    or a whole tensor with offsets, a session without a sink.  Offsets of another
+    number of axes than the shards' are refused as such."""
+    need_numpy()
+    src = synth("tiny-qwen3-moe")
+    tensors = arrays(src)
+    name = "model.embed_tokens.weight"
+    norm = "model.norm.weight"
+    s = new_session(src, fresh_dir("sess-python-words"), "vllm", "sharded-state", 2, 1)
+    expect_error('push: tensor "%s": the session has not planned (call describe() first)' % norm,
+                 s.push, norm, tensors[norm], status=2)
+    expect_error("begin: the session has not planned (call describe() first)", s.begin, 1,
+                 status=2)
+    expect_error("commit: the session has not planned (call describe() first)", s.commit,
+                 status=2)
+    shape = tensors[name].shape
+    cut = shape[0] // 2
+    s.describe([d for d in description(src) if d[0] != name] +
+               [(name, "BF16", (cut, shape[1]), (0, 0), shape),
+                (name, "BF16", (shape[0] - cut, shape[1]), (cut, 0), shape)])
+    expect_error('push: tensor "%s": no step is open (call begin() first)' % norm, s.push, norm,
+                 tensors[norm], status=2)
+    s.begin(1)
+    expect_error('push: tensor "%s" was described as 2 shards: push each with '
+                 'push(name, shard, offsets=...)' % name, s.push, name, tensors[name], status=3)
+    # offsets of another number of axes: said so (the C session read past them)
+    e = expect_error('push: tensor "%s": offsets [0] have 1 axis, but its shards have 2'
+                     % name, s.push, name, tensors[name][:cut], offsets=(0,), status=3)
+    assert str(e) == ('push: tensor "%s": offsets [0] have 1 axis, but its shards have 2'
+                      % name), str(e)
+    expect_error('push: tensor "%s": offsets [0, 0, 0] have 3 axes, but its shards have 2'
+                 % name, s.push, name, tensors[name][:cut], offsets=(0, 0, 0), status=3)
+    expect_error('push: tensor "%s" was described whole: push it without offsets' % norm,
+                 s.push, norm, tensors[norm], offsets=(0,), status=3)
+    s.close()
+    s = new_session(src, None, "vllm", "sharded-state", 2, 1)
+    s.describe(description(src))
+    e = expect_error("begin: the session has no sink (it was made with out=None: plan, digest "
+                     "and manifests only)", s.begin, 1, status=2)
+    assert "wsync_session" not in str(e) and "on_bucket" not in str(e), str(e)
+
+
+@test
 def session_manifest_and_digest():
     """manifest(rank) says where each tensor of the rank files lives; the digest is
     stable for the same description and changes with tp."""
@@ -884,6 +952,35 @@ def load_rank_refusals():
                      zero_arrays(want), status=3)
         expect_error('is not one this reader computes (algorithm "xxh3-64-blocks", block 65536)',
                      wsync.load_rank, other, 0, zero_arrays(want), status=3)
+
+
+@test
+def load_rank_rank_and_directory_refusals():
+    """A rank that is no rank (negative, or past 2^32, which must not wrap around to rank
+    0) is refused by its value, before anything is copied; a directory that does not
+    exist is an I/O error naming it, not "no step is complete" (which a reader would
+    wait on for ever)."""
+    need_numpy()
+    path, _ = committed_dir()
+    want = rank_tensors(path, 0)
+    params = zero_arrays(want)
+    expect_error("rank -1 is not a rank (ranks are numbered from 0)", wsync.load_rank, path, -1,
+                 params, status=2)
+    expect_error("%s: rank 4294967296 is outside the 2 ranks of the commit record"
+                 % os.path.join(path, "wsync-commit.json"), wsync.load_rank, path, 2 ** 32,
+                 params, status=2)
+    expect_error("rank %d is not a rank" % 2 ** 64, wsync.load_rank, path, 2 ** 64, params,
+                 status=2)
+    expect_error("rank must be an int, not str", wsync.load_rank, path, "0", params,
+                 kind=TypeError)
+    assert all(not a.any() for a in params.values()), "copied before refusing"
+    missing = os.path.join(TMP, "no-such-dir")
+    e = expect_error("cannot open %s: No such file or directory" % missing, wsync.load_rank,
+                     missing, 0, params, status=4)
+    assert str(e) == "cannot open %s: No such file or directory" % missing, str(e)
+    a_file = os.path.join(path, "kernel-rank-0-part-0.safetensors")
+    expect_error("cannot open %s: Not a directory" % a_file, wsync.load_rank, a_file, 0, params,
+                 status=4)
 
 
 @test

@@ -494,6 +494,76 @@ test_directory(gconstpointer data)
   }
 }
 
+/* A trainer restarted: a new session into the directory an earlier one wrote (its
+ * config.json, tokenizer and rank files there) commits, replacing them (the copies
+ * refused "File exists" at the first commit, after the whole step was pushed); and an
+ * out_dir that is the directory of the session's config.json is refused at begin. */
+static void
+test_restart(void)
+{
+  const Case c = {"tiny-qwen3-moe.json", "vllm", "kernel", 2, 1};
+  const char *indexed = INDEXED(c.config);
+  const char *expected = convert(indexed, &c);
+  g_autoptr(WsyncCheckpoint) ck = open_checkpoint(indexed);
+  g_autofree char *trainer = new_path("trainer");
+  g_autofree char *out = new_path("session");
+  g_autofree char *from = g_build_filename(indexed, "config.json", NULL);
+  g_autofree char *config = g_build_filename(trainer, "config.json", NULL);
+  Sink sink = {.out_dir = out, .threads = 2};
+  GError *error = NULL;
+
+  g_assert_cmpint(g_mkdir_with_parents(trainer, 0755), ==, 0);
+  test_copy(from, config);
+  for (guint64 run = 1; run <= 2; run++) {
+    g_autofree char *text = g_strdup_printf("{\"run\": %" G_GUINT64_FORMAT "}\n", run);
+    g_free(test_write(trainer, "tokenizer.json", text));
+    g_autoptr(WsyncSession) s = new_session(config, &c, &sink, &error);
+    g_assert_no_error(error);
+    describe_all(s, ck, NULL);
+    g_assert_true(wsync_session_plan(s, &error));
+    g_assert_no_error(error);
+    step(s, run, indexed, (guint32)run);
+    g_autoptr(GHashTable) sums = assert_record(out, s, &c, run);
+    g_autofree char *tokenizer = g_build_filename(out, "tokenizer.json", NULL);
+    g_autoptr(GBytes) got = file_bytes(tokenizer);
+    g_assert_cmpmem(g_bytes_get_data(got, NULL), g_bytes_get_size(got), text, strlen(text));
+  }
+  /* convert's files and the tokenizer, nothing else (no temporary left) */
+  g_autoptr(GPtrArray) want = dir_files(expected);
+  g_autoptr(GPtrArray) have = dir_files(out);
+  g_ptr_array_add(want, g_strdup("tokenizer.json"));
+  g_ptr_array_sort(want, compare_names);
+  g_assert_cmpuint(have->len, ==, want->len);
+  for (guint i = 0; i < want->len; i++) {
+    g_assert_cmpstr(have->pdata[i], ==, want->pdata[i]);
+    g_autofree char *x = g_build_filename(expected, want->pdata[i], NULL);
+    g_autofree char *y = g_build_filename(out, have->pdata[i], NULL);
+    if (g_str_has_suffix(x, ".safetensors"))
+      assert_same_rank_file(x, y);
+    else if (strcmp(want->pdata[i], "config.json") == 0) {
+      g_autoptr(GBytes) bx = file_bytes(x);
+      g_autoptr(GBytes) by = file_bytes(y);
+      g_assert_true(g_bytes_equal(bx, by));
+    }
+  }
+
+  Sink into_config_dir = {.out_dir = trainer};
+  g_autoptr(WsyncSession) s = new_session(config, &c, &into_config_dir, &error);
+  g_assert_no_error(error);
+  describe_all(s, ck, NULL);
+  g_assert_true(wsync_session_plan(s, &error));
+  g_assert_false(wsync_session_begin(s, 1, &error));
+  g_assert_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE);
+  g_autofree char *message = g_strdup_printf(
+      "begin: %s is the directory of the session's %s: the output's config.json and companion "
+      "files would replace it and its neighbours; write the output elsewhere",
+      trainer, config);
+  g_assert_cmpstr(error->message, ==, message);
+  g_clear_error(&error);
+  g_autoptr(GPtrArray) untouched = dir_files(trainer);
+  g_assert_cmpuint(untouched->len, ==, 2); /* config.json, tokenizer.json */
+}
+
 /* The number of 64 KiB blocks of the rank files of @dir that hold only zeros. */
 static guint
 zero_blocks(const char *dir)
@@ -1328,6 +1398,7 @@ main(int argc, char **argv)
   }
   g_test_add_func("/session/unpushed-blocks", test_unpushed_blocks);
   g_test_add_func("/session/steady-state", test_steady_state);
+  g_test_add_func("/session/restart", test_restart);
   g_test_add_func("/session/fused-description", test_fused_description);
   g_test_add_func("/session/shards", test_shards);
   g_test_add_func("/session/caller-sink/buckets", test_caller_sink);

@@ -264,6 +264,27 @@ def check_replaces_own_output(job):
     return c.problems
 
 
+def check_quiet_json(job):
+    """-q --json: the summary on stdout all the same (as convert and plan print their
+    JSON under -q), nothing on stderr."""
+    c = Checks()
+    src = job.synth("tiny-qwen3-moe")
+    dst = job.path("sync")
+    r = sync([(2, [src, dst, "-q", "--json"] + layout_args("vllm", "kernel", 2, 4))])
+    if not c.that(r.returncode == 0, "exit %d: %s" % (r.returncode, r.stderr.strip())):
+        return c.problems
+    c.that(r.stderr == "", "stderr: %r" % r.stderr)
+    try:
+        summary = json.loads(r.stdout)
+    except ValueError:
+        c.that(False, "stdout is not JSON: %r" % r.stdout)
+        return c.problems
+    c.that(summary.get("world") == 4 and
+           [p["ranks"] for p in summary.get("processes", [])] == [[0, 1], [2, 3]],
+           "summary: %r" % summary)
+    return c.problems
+
+
 def existing_dst(job):
     """A DST a previous sync wrote, and a copy of it to compare with."""
     src = job.synth("tiny-qwen3-moe")
@@ -347,7 +368,10 @@ def check_bad_ranks(job):
     for ranks, fragment in (("0-1", "--ranks \"0-1\" has 1 entries, but 2 processes run"),
                             ("0-1/1-3", "--ranks gives rank 1 to processes 0 and 1"),
                             ("0/1-2", "--ranks gives rank 3 to no process"),
-                            ("0-1/2-7", "\"2-7\" (process 1) is not a rank or a range")):
+                            ("0-1/2-7", "\"2-7\" (process 1) is not a rank or a range"),
+                            # an empty item: no GLib warning, the entry quoted
+                            ("0-1,/2-3", "--ranks: \"0-1,\" (process 0) has an empty item"),
+                            ("0-1/2-3,3", "--ranks gives rank 3 twice to process 1")):
         r = sync([(2, [src, job.path("sync"), "--ranks", ranks] + layout)])
         one_line_from_every_process(c, r, 2, 2, ["process 0: ", fragment])
     return c.problems
@@ -436,6 +460,7 @@ def main(argv):
                           lambda: check_two_directories(job)))
             tests.append(("a second sync replaces its own output",
                           lambda: check_replaces_own_output(job)))
+            tests.append(("-q --json prints the summary", lambda: check_quiet_json(job)))
             for name, check in FAULTS:
                 tests.append((name, lambda check=check: check(job)))
         else:

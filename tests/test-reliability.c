@@ -21,19 +21,6 @@
 #include "testutil.h"
 
 typedef TestRun Run;
-/* An AddressSanitizer build (wsync is built with the same flags) reserves more address
- * space than a data size limit allows. */
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN TRUE
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN TRUE
-#endif
-#endif
-#ifndef UNDER_ASAN
-#define UNDER_ASAN FALSE
-#endif
-
 #define assert_has test_assert_has
 #define run_clear test_run_clear
 
@@ -917,7 +904,7 @@ test_companion_files_streamed(Fixture *f, gconstpointer data)
   g_mkdir(runs, 0755);
 
   g_autofree char *out = path_in(f, "out");
-  gboolean limited = g_getenv("WSYNC_TEST_WRAPPER") == NULL && !UNDER_ASAN;
+  gboolean limited = g_getenv("WSYNC_TEST_WRAPPER") == NULL && !TEST_UNDER_ASAN;
   struct rlimit old, lim;
   getrlimit(RLIMIT_DATA, &old);
   lim = old;

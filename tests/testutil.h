@@ -229,6 +229,20 @@ test_assert_has(const char *text, const char *fragment)
     g_error("\"%s\" lacks \"%s\"", text, fragment);
 }
 
+/* TRUE in an AddressSanitizer build (the README's sanitizer run: wsync is built with the
+ * same flags), which reserves more address space than a data size limit allows and
+ * takes page faults of its own. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_UNDER_ASAN TRUE
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_UNDER_ASAN TRUE
+#endif
+#endif
+#ifndef TEST_UNDER_ASAN
+#define TEST_UNDER_ASAN FALSE
+#endif
+
 /* ... and the message is one line without control characters, as every refusal is. */
 #define assert_message_has(error, fragment)                                                   \
   do {                                                                                        \

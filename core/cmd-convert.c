@@ -123,66 +123,6 @@ cmd_convert(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   return WSYNC_EXIT_OK;
 }
 
-/* The object of config.json that describes the language model: text_config when there
- * is one (a multimodal model), else the whole. */
-static JsonObject *
-text_config(JsonObject *root)
-{
-  if (json_object_has_member(root, "text_config") &&
-      JSON_NODE_HOLDS_OBJECT(json_object_get_member(root, "text_config")))
-    return json_object_get_object_member(root, "text_config");
-  return root;
-}
-
-/* The model's num_hidden_layers, or -1 when it is missing or not a number (the model
- * plugin's checks name that). */
-static gint64
-model_layers(JsonObject *root)
-{
-  JsonObject *text = text_config(root);
-  JsonNode *node = json_object_get_member(text, "num_hidden_layers");
-
-  if (node == NULL || !JSON_NODE_HOLDS_VALUE(node) ||
-      json_node_get_value_type(node) != G_TYPE_INT64)
-    return -1;
-  return json_node_get_int(node);
-}
-
-/* mlp_only_layers without the indices of layers past the first @layers (the model
- * plugins refuse an index that names no layer); anything but a list of integers is left
- * for them to name. */
-static void
-trim_layer_indices(JsonObject *text, const char *field, gint64 layers)
-{
-  JsonNode *node = json_object_get_member(text, field);
-
-  if (node == NULL || !JSON_NODE_HOLDS_ARRAY(node))
-    return;
-  JsonArray *indices = json_node_get_array(node);
-  for (guint i = json_array_get_length(indices); i-- > 0;) {
-    JsonNode *e = json_array_get_element(indices, i);
-    if (JSON_NODE_HOLDS_VALUE(e) && json_node_get_value_type(e) == G_TYPE_INT64 &&
-        json_node_get_int(e) >= layers)
-      json_array_remove_element(indices, i);
-  }
-}
-
-/* --layers N: the first N layers only (layer_types and mlp_only_layers trimmed too). */
-static void
-trim_layers(JsonObject *root, gint64 layers)
-{
-  JsonObject *text = text_config(root);
-
-  json_object_set_int_member(text, "num_hidden_layers", layers);
-  if (json_object_has_member(text, "layer_types") &&
-      JSON_NODE_HOLDS_ARRAY(json_object_get_member(text, "layer_types"))) {
-    JsonArray *types = json_object_get_array_member(text, "layer_types");
-    while (json_array_get_length(types) > (guint)layers)
-      json_array_remove_element(types, json_array_get_length(types) - 1);
-  }
-  trim_layer_indices(text, "mlp_only_layers", layers);
-}
-
 int
 cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
 {
@@ -228,13 +168,14 @@ cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   g_autoptr(JsonNode) root = wsync_config_load(config, &error);
   if (root == NULL)
     return cli_fail(error);
-  if (layers > 0) {
-    /* the first N layers: more than the model has would be a model that does not exist */
-    gint64 have = model_layers(json_node_get_object(root));
-    if (have >= 0 && layers > have)
-      return cli_usage_error(cmd, "--layers %d: %s has only %" G_GINT64_FORMAT " layer%s", layers,
-                             config, have, have == 1 ? "" : "s");
-    trim_layers(json_node_get_object(root), layers);
+  /* the first N layers, by the fields the model's remapper declares (a number beyond
+   * the model's is refused: that model does not exist) */
+  guint64 model_layers = 0;
+  if (layers > 0 &&
+      !wsync_config_trim_layers(ctx, root, config, (guint64)layers, &model_layers, &error)) {
+    if (model_layers > 0 && (guint64)layers > model_layers)
+      return cli_usage_error(cmd, "--layers %d: %s", layers, error->message);
+    return cli_fail(error);
   }
 
   /* the published layout, or Transformers 5's fused experts (targets of plugin "hf") */

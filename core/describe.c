@@ -10,12 +10,11 @@
 #include "files.h"
 #include "plan-private.h"
 
-/* The remapper that claims model_type describes the model; a config error it or its
- * building blocks recorded is reported with the config's name. */
-gboolean
-plan_describe(WsyncPlan *plan, const char *config_name, GError **error)
+/* The remapper that claims model_type describes the model of @root; a config error it or
+ * its building blocks recorded is reported with the config's name. */
+static WsyncModel *
+describe_model(WsyncContext *ctx, JsonObject *root, const char *config_name, GError **error)
 {
-  JsonObject *root = json_node_get_object(plan->config);
   JsonNode *type_node = json_object_get_member(root, "model_type");
   /* (json-glib's getters complain on stderr about a member of another type) */
   const char *model_type = type_node != NULL && JSON_NODE_HOLDS_VALUE(type_node) &&
@@ -27,28 +26,114 @@ plan_describe(WsyncPlan *plan, const char *config_name, GError **error)
   if (model_type == NULL) {
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: no \"model_type\" string",
                 config_name);
-    return FALSE;
+    return NULL;
   }
-  remappers = wsync_registry_lookup(wsync_context_get_registry(plan->ctx), WSYNC_ENTRY_REMAPPER,
+  remappers = wsync_registry_lookup(wsync_context_get_registry(ctx), WSYNC_ENTRY_REMAPPER,
                                     model_type);
   if (remappers->len == 0) {
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
                 "%s: model_type \"%s\" is claimed by no loaded plugin (select a model plugin "
                 "in conf.d; see wsync plugins)",
                 config_name, model_type);
-    return FALSE;
+    return NULL;
   }
   const WsyncEntry *entry = remappers->pdata[0];
   WsyncRemapFunc remap = (WsyncRemapFunc)wsync_entry_get_callback(entry);
-  plan->model = wsync_model_new(root, model_type);
-  plan->model->remapper = plan_entry_label(entry);
-  if (!remap(plan->model, wsync_entry_get_user_data(entry), error)) {
+  WsyncModel *model = wsync_model_new(root, model_type);
+  model->remapper = plan_entry_label(entry);
+  if (!remap(model, wsync_entry_get_user_data(entry), error)) {
     g_prefix_error(error, "%s: ", config_name);
+    wsync_model_free(model);
+    return NULL;
+  }
+  if (model->error != NULL) {
+    g_propagate_prefixed_error(error, g_steal_pointer(&model->error), "%s: ", config_name);
+    wsync_model_free(model);
+    return NULL;
+  }
+  return model;
+}
+
+gboolean
+plan_describe(WsyncPlan *plan, const char *config_name, GError **error)
+{
+  plan->model = describe_model(plan->ctx, json_node_get_object(plan->config), config_name, error);
+  return plan->model != NULL;
+}
+
+/* ------------------------------------------------------------------ the first N layers */
+
+/* The declared layer count's field, or NULL when the remapper declared none that the
+ * config holds as an integer. */
+static const LayerField *
+layer_count_field(const WsyncModel *model, gint64 *count)
+{
+  for (guint i = 0; i < model->layer_fields->len; i++) {
+    const LayerField *f = &g_array_index(model->layer_fields, LayerField, i);
+    JsonNode *node = json_object_get_member(f->object, f->key);
+    if (f->kind == WSYNC_LAYER_FIELD_COUNT && node != NULL && JSON_NODE_HOLDS_VALUE(node) &&
+        json_node_get_value_type(node) == G_TYPE_INT64) {
+      *count = json_node_get_int(node);
+      return f;
+    }
+  }
+  return NULL;
+}
+
+/* A per-layer list keeps its first @layers elements; an index list the integers below
+ * @layers (anything else in it is left for the remapper to name). */
+static void
+trim_list(JsonArray *list, WsyncLayerField kind, guint64 layers)
+{
+  for (guint i = json_array_get_length(list); i-- > 0;) {
+    JsonNode *e = json_array_get_element(list, i);
+    gboolean cut = kind == WSYNC_LAYER_FIELD_PER_LAYER
+                       ? i >= layers
+                       : JSON_NODE_HOLDS_VALUE(e) &&
+                             json_node_get_value_type(e) == G_TYPE_INT64 &&
+                             json_node_get_int(e) >= (gint64)layers;
+    if (cut)
+      json_array_remove_element(list, i);
+  }
+}
+
+gboolean
+wsync_config_trim_layers(WsyncContext *ctx, JsonNode *config, const char *config_name,
+                         guint64 layers, guint64 *model_layers, GError **error)
+{
+  g_return_val_if_fail(ctx != NULL && config != NULL && JSON_NODE_HOLDS_OBJECT(config), FALSE);
+  g_return_val_if_fail(config_name != NULL && layers >= 1, FALSE);
+  g_autoptr(WsyncModel) model =
+      describe_model(ctx, json_node_get_object(config), config_name, error);
+  gint64 count = -1;
+
+  if (model_layers != NULL)
+    *model_layers = 0;
+  if (model == NULL)
+    return FALSE;
+  const LayerField *count_field = layer_count_field(model, &count);
+  if (count_field == NULL) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
+                "%s: %s declares no field that counts the model's layers, so its "
+                "config cannot be cut to the first layers",
+                config_name, model->remapper);
     return FALSE;
   }
-  if (plan->model->error != NULL) {
-    g_propagate_prefixed_error(error, g_steal_pointer(&plan->model->error), "%s: ", config_name);
+  if (model_layers != NULL)
+    *model_layers = (guint64)MAX(count, 0);
+  if ((gint64)layers > count) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE, "%s has only %" G_GINT64_FORMAT " layer%s",
+                config_name, count, count == 1 ? "" : "s");
     return FALSE;
+  }
+  for (guint i = 0; i < model->layer_fields->len; i++) {
+    const LayerField *f = &g_array_index(model->layer_fields, LayerField, i);
+    JsonNode *node = json_object_get_member(f->object, f->key);
+    if (f->kind == WSYNC_LAYER_FIELD_COUNT) {
+      if (node != NULL)
+        json_object_set_int_member(f->object, f->key, (gint64)layers);
+    } else if (node != NULL && JSON_NODE_HOLDS_ARRAY(node))
+      trim_list(json_node_get_array(node), f->kind, layers);
   }
   return TRUE;
 }

@@ -60,6 +60,14 @@ typedef struct {
   char *glob;
 } DropRule;
 
+/* A config field the remapper declared as describing the decoder layers
+ * (wsync_model_declare_layer_field()). */
+typedef struct {
+  JsonObject *object; /* the section it is in, a ref */
+  char *key;
+  WsyncLayerField kind;
+} LayerField;
+
 struct _WsyncModel {
   JsonObject *config;
   char *model_type;
@@ -70,6 +78,7 @@ struct _WsyncModel {
   GPtrArray *params; /* WsyncParam*, owned */
   GPtrArray *blocks; /* WsyncBlock*, owned */
   GArray *drop_rules; /* DropRule */
+  GArray *layer_fields; /* LayerField */
   WsyncGroup group;   /* of the blocks declared now */
   char *runtime_drop;
   GError *error;  /* the first config error a builder recorded */

@@ -332,6 +332,15 @@ drop_rule_clear(gpointer data)
   g_free(rule->glob);
 }
 
+static void
+layer_field_clear(gpointer data)
+{
+  LayerField *field = data;
+
+  json_object_unref(field->object);
+  g_free(field->key);
+}
+
 WsyncModel *
 wsync_model_new(JsonObject *config, const char *model_type)
 {
@@ -346,6 +355,8 @@ wsync_model_new(JsonObject *config, const char *model_type)
   m->blocks = g_ptr_array_new_with_free_func(block_free);
   m->drop_rules = g_array_new(FALSE, TRUE, sizeof(DropRule));
   g_array_set_clear_func(m->drop_rules, drop_rule_clear);
+  m->layer_fields = g_array_new(FALSE, TRUE, sizeof(LayerField));
+  g_array_set_clear_func(m->layer_fields, layer_field_clear);
   return m;
 }
 
@@ -362,6 +373,7 @@ wsync_model_free(WsyncModel *m)
   g_ptr_array_unref(m->params);
   g_ptr_array_unref(m->blocks);
   g_array_unref(m->drop_rules);
+  g_array_unref(m->layer_fields);
   g_free(m->runtime_drop);
   g_clear_error(&m->error);
   g_free(m->remapper);
@@ -458,6 +470,16 @@ wsync_model_add_drop_rule(WsyncModel *m, const char *rule, const char *glob)
   DropRule r = {g_strdup(rule), g_strdup(glob)};
 
   g_array_append_val(m->drop_rules, r);
+}
+
+void
+wsync_model_declare_layer_field(WsyncModel *m, const WsyncConfigSection *section,
+                                const char *key, WsyncLayerField kind)
+{
+  g_return_if_fail((guint)kind <= WSYNC_LAYER_FIELD_INDICES);
+  LayerField f = {json_object_ref(section->object), g_strdup(key), kind};
+
+  g_array_append_val(m->layer_fields, f);
 }
 
 void

@@ -58,6 +58,8 @@ read_config(WsyncModel *m, Llama *c, GError **error)
       !wsync_config_get_dtype(&c->root, 1, &dtype, error))
     return FALSE;
   wsync_model_set_dtype(m, dtype);
+  /* what the config of the first N layers changes (synth --layers) */
+  wsync_model_declare_layer_field(m, &c->root, "num_hidden_layers", WSYNC_LAYER_FIELD_COUNT);
   return TRUE;
 }
 

@@ -248,6 +248,10 @@ read_config(WsyncModel *m, Qwen35 *c, GError **error)
       !wsync_config_get_dtype(sections, 2, &dtype, error) || !read_vision(m, c, error))
     return FALSE;
   wsync_model_set_dtype(m, dtype);
+  /* what the config of the first N layers changes (synth --layers); the MTP layers and
+   * the vision blocks are counted apart and stay */
+  wsync_model_declare_layer_field(m, &c->text, "num_hidden_layers", WSYNC_LAYER_FIELD_COUNT);
+  wsync_model_declare_layer_field(m, &c->text, "layer_types", WSYNC_LAYER_FIELD_PER_LAYER);
   return TRUE;
 }
 

@@ -91,6 +91,9 @@ read_config(WsyncModel *m, Qwen3 *c, GError **error)
       !wsync_config_get_dtype(sections, 2, &dtype, error))
     return FALSE;
   wsync_model_set_dtype(m, dtype);
+  /* what the config of the first N layers changes (synth --layers) */
+  wsync_model_declare_layer_field(m, &c->text, "num_hidden_layers", WSYNC_LAYER_FIELD_COUNT);
+  wsync_model_declare_layer_field(m, &c->text, "mlp_only_layers", WSYNC_LAYER_FIELD_INDICES);
   return TRUE;
 }
 

@@ -107,6 +107,31 @@ plugin_conf(void)
   return dir;
 }
 
+/* synth --layers cuts a config by the fields its remapper declares
+ * (wsync_model_declare_layer_field()); the core knows none.  A remapper that declares
+ * no layer count is refused by name, and nothing is written. */
+static void
+test_synth_layers_needs_declared_count(void)
+{
+  g_autofree char *conf = test_tmpdir();
+  g_free(test_write(conf, "10-test.conf", "plugin \"good\" {}\n"));
+  g_autofree char *config =
+      test_write(conf, "config.json", "{\"model_type\": \"qwen3_moe\", \"num_hidden_layers\": 2}");
+  g_autofree char *dst = g_build_filename(conf, "out", NULL);
+  const char *pdir = test_env_dir("WSYNC_TEST_PLUGIN_DIR");
+  Run r = run_wsync("synth", "--conf-dir", conf, "--plugin-dir", pdir, "--config", config, dst,
+                    "--layers", "1", NULL);
+  g_autofree char *expect = g_strdup_printf(
+      "wsync: %s: remapper good-remap (plugin good) declares no field that counts the model's "
+      "layers, so its config cannot be cut to the first layers\n",
+      config);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==, expect);
+  g_assert_cmpstr(r.out, ==, "");
+  g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+  run_clear(&r);
+}
+
 static void
 test_plugins_text(void)
 {
@@ -962,6 +987,7 @@ main(int argc, char **argv)
   g_test_add_func("/cli/sync-not-installed", test_sync_not_installed);
   g_test_add_func("/cli/plugins-text", test_plugins_text);
   g_test_add_func("/cli/plugins-json", test_plugins_json);
+  g_test_add_func("/cli/synth-layers-needs-declared-count", test_synth_layers_needs_declared_count);
   g_test_add_func("/cli/no-plugin-selected", test_no_plugin_selected);
   g_test_add_func("/cli/config-error", test_config_error_exit_2);
   g_test_add_func("/cli/inspect", test_inspect_text_and_json);

@@ -1566,6 +1566,44 @@ test_vllm_legacy_layer_types(void)
   test_run_clear(&r);
 }
 
+/* synth --layers 3 cuts the config by the fields the plugin declares: text_config's
+ * num_hidden_layers and the first three layer_types (a cut from the wrong end would
+ * keep the full-attention layer 3); the MTP layer and the vision tower are counted
+ * apart and stay. */
+static void
+test_synth_layers(void)
+{
+  g_autofree char *config = config_path(MOE);
+  g_autofree char *dst = new_path("synth-layers");
+  Run r = run_wsync("synth", "--config", config, dst, "--layers", "3", "-q", "--conf-dir", CONF,
+                    "--plugin-dir", plugin_dir(), NULL);
+  if (r.status != 0)
+    g_error("synth: exit %d\n%s%s", r.status, r.out, r.err);
+  test_run_clear(&r);
+
+  g_autofree char *written = g_build_filename(dst, "config.json", NULL);
+  g_autoptr(JsonNode) root = load_json(written);
+  g_autoptr(JsonNode) before = load_json(config);
+  JsonObject *text = json_object_get_object_member(json_node_get_object(root), "text_config");
+  JsonArray *types = json_object_get_array_member(text, "layer_types");
+  g_assert_cmpint(json_object_get_int_member(text, "num_hidden_layers"), ==, 3);
+  g_assert_cmpuint(json_array_get_length(types), ==, 3);
+  for (guint i = 0; i < 3; i++)
+    g_assert_cmpstr(json_array_get_string_element(types, i), ==, "linear_attention");
+  g_assert_cmpint(json_object_get_int_member(text, "mtp_num_hidden_layers"), ==, 1);
+  g_assert_true(json_node_equal(
+      json_object_get_member(json_node_get_object(root), "vision_config"),
+      json_object_get_member(json_node_get_object(before), "vision_config")));
+
+  r = run_wsync("inspect", dst, NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_assert_nonnull(strstr(r.out, "model.language_model.layers.2.linear_attn."));
+  g_assert_null(strstr(r.out, "model.language_model.layers.3."));
+  g_assert_nonnull(strstr(r.out, "mtp.layers.0.self_attn.q_proj.weight"));
+  g_assert_nonnull(strstr(r.out, "model.visual.blocks.0."));
+  test_run_clear(&r);
+}
+
 /* A flat (text-only) config: text fields at the root, no vision tower, no MTP. */
 static void
 test_vllm_flat(void)
@@ -2955,6 +2993,7 @@ main(int argc, char **argv)
   g_test_add_func("/qwen3_5_moe/vllm/interval", test_vllm_interval);
   g_test_add_func("/qwen3_5_moe/vllm/legacy-layer-types", test_vllm_legacy_layer_types);
   g_test_add_func("/qwen3_5_moe/vllm/flat", test_vllm_flat);
+  g_test_add_func("/qwen3_5_moe/synth/layers", test_synth_layers);
   g_test_add_func("/qwen3_5_moe/vllm/language-model-only", test_vllm_language_model_only);
   g_test_add_func("/qwen3_5_moe/casts", test_casts);
   g_test_add_func("/qwen3_5_moe/round-trip/widened", test_round_trip);

@@ -855,6 +855,37 @@ WSYNC_API void wsync_model_add_decoder_layer(WsyncModel *m, const char *layers, 
                                              const WsyncDecoderLayer *layer);
 
 /**
+ * WsyncLayerField:
+ * @WSYNC_LAYER_FIELD_COUNT: the number of decoder layers (`num_hidden_layers`)
+ * @WSYNC_LAYER_FIELD_PER_LAYER: a list with one element per decoder layer, in order
+ *   (`layer_types`)
+ * @WSYNC_LAYER_FIELD_INDICES: a list of decoder-layer indices (`mlp_only_layers`)
+ *
+ * What a config field says about the decoder layers (wsync_model_declare_layer_field()).
+ */
+typedef enum {
+  WSYNC_LAYER_FIELD_COUNT,
+  WSYNC_LAYER_FIELD_PER_LAYER,
+  WSYNC_LAYER_FIELD_INDICES,
+} WsyncLayerField;
+
+/**
+ * wsync_model_declare_layer_field:
+ * @m: the model being described
+ * @section: where the field is
+ * @key: the field
+ * @kind: what it says about the decoder layers
+ *
+ * Declares a field of config.json that describes the decoder layers, so that wsync can
+ * write the config of the model's first N layers (wsync_config_trim_layers(), `wsync
+ * synth --layers N`) without knowing the model: the count becomes N, a per-layer list
+ * keeps its first N elements, an index list the indices below N.  A field the config
+ * does not have is skipped.  A model that declares no count cannot be trimmed.
+ */
+WSYNC_API void wsync_model_declare_layer_field(WsyncModel *m, const WsyncConfigSection *section,
+                                               const char *key, WsyncLayerField kind);
+
+/**
  * WsyncRemapFunc:
  * @model: the model to describe
  * @user_data: the data given at registration

@@ -101,6 +101,28 @@ WSYNC_API WsyncPlan *wsync_plan_new_synth(WsyncContext *ctx, JsonNode *config,
                                           const char *config_name, const WsyncPlanOptions *opts,
                                           guint64 seed, gboolean pattern_index, GError **error);
 
+/**
+ * wsync_config_trim_layers:
+ * @ctx: the context
+ * @config: the model's config.json (its root object); rewritten in place
+ * @config_name: what messages call it (its path)
+ * @layers: how many decoder layers to keep, at least 1
+ * @model_layers: (out) (optional): the model's layers as its config counts them, or 0
+ *   when that is not known (the config was refused, or the remapper counts none)
+ * @error: return location for an error
+ *
+ * Rewrites @config to describe the model's first @layers decoder layers, by the fields
+ * the remapper that claims its model_type declared (wsync_model_declare_layer_field()):
+ * what `wsync synth --layers` writes.  Refused (#WSYNC_ERROR_USAGE) when the model has
+ * fewer layers, or when its remapper declares no layer count; a config the remapper
+ * refuses is refused as it would be by wsync_plan_new_synth().
+ *
+ * Returns: %TRUE when @config was rewritten.
+ */
+WSYNC_API gboolean wsync_config_trim_layers(WsyncContext *ctx, JsonNode *config,
+                                            const char *config_name, guint64 layers,
+                                            guint64 *model_layers, GError **error);
+
 /** wsync_plan_free: @plan: (nullable): frees it. */
 WSYNC_API void wsync_plan_free(WsyncPlan *plan);
 

@@ -1418,9 +1418,9 @@ print_summary(Sync *s)
     g_autofree char *ranks = ranks_text(s, p);
     sent += o->received;
     if (o->n_ranks > 0)
-      printf("process %d on %s: ranks %s into %s: %" G_GUINT64_FORMAT " bytes written, %"
+      printf("process %d on %s: rank%s %s into %s: %" G_GUINT64_FORMAT " bytes written, %"
              G_GUINT64_FORMAT " received\n",
-             p, o->host, ranks, o->dst, o->written, o->received);
+             p, o->host, o->n_ranks == 1 ? "" : "s", ranks, o->dst, o->written, o->received);
     else
       printf("process %d on %s: no ranks, %" G_GUINT64_FORMAT " received\n", p, o->host,
              o->received);

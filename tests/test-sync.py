@@ -285,6 +285,29 @@ def check_quiet_json(job):
     return c.problems
 
 
+def check_text_summary(job):
+    """The text summary names each process's ranks, in the singular for one ("rank 0",
+    not "ranks 0"), and ends with the totals line."""
+    c = Checks()
+    src = job.synth("tiny-qwen3-moe")
+    dst = job.path("sync")
+    r = sync([(2, [src, dst, "--ranks", "0/1-3"] + layout_args("vllm", "kernel", 2, 4))])
+    if not c.that(r.returncode == 0, "exit %d: %s" % (r.returncode, r.stderr.strip())):
+        return c.problems
+    lines = r.stdout.splitlines()
+    c.that(len(lines) == 3, "stdout: %r" % r.stdout)
+    if len(lines) == 3:
+        c.that(re.fullmatch(r"process 0 on \S+: rank 0 into %s: \d+ bytes written, 0 received"
+                            % re.escape(dst), lines[0]) is not None, "line 1: %r" % lines[0])
+        c.that(re.fullmatch(r"process 1 on \S+: ranks 1-3 into %s: \d+ bytes written, \d+ "
+                            r"received" % re.escape(dst), lines[1]) is not None,
+               "line 2: %r" % lines[1])
+        c.that(lines[2].startswith("synced 4 ranks of ") and
+               lines[2].endswith(" on 2 processes: %s bytes sent" % lines[1].split()[-2]),
+               "line 3: %r" % lines[2])
+    return c.problems
+
+
 def existing_dst(job):
     """A DST a previous sync wrote, and a copy of it to compare with."""
     src = job.synth("tiny-qwen3-moe")
@@ -461,6 +484,8 @@ def main(argv):
             tests.append(("a second sync replaces its own output",
                           lambda: check_replaces_own_output(job)))
             tests.append(("-q --json prints the summary", lambda: check_quiet_json(job)))
+            tests.append(("the text summary: rank 0, ranks 1-3, the totals",
+                          lambda: check_text_summary(job)))
             for name, check in FAULTS:
                 tests.append((name, lambda check=check: check(job)))
         else:

@@ -7,6 +7,18 @@
 #include "cli.h"
 #include "files.h"
 
+/* A refusal of the override text --rope-format made ("command line:3: rope-format must
+ * be ..."), without the source and line: the user gave a flag, not line 3 of a file. */
+static const char *
+flag_refusal(const char *message)
+{
+  const char *rest = message + strlen("command line:");
+
+  while (g_ascii_isdigit(*rest))
+    rest++;
+  return rest[0] == ':' && rest[1] == ' ' ? rest + 2 : message;
+}
+
 int
 cmd_config(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
 {
@@ -42,6 +54,8 @@ cmd_config(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
                            rope_format);
   }
   ctx = cli_context(cli, &error);
+  if (ctx == NULL && rope_format != NULL && g_str_has_prefix(error->message, "command line:"))
+    return cli_usage_error(cmd, "--rope-format: %s", flag_refusal(error->message));
   if (ctx == NULL)
     return cli_fail(error);
   root = wsync_config_load(argv[1], &error);

@@ -409,6 +409,25 @@ test_config_runs_patchers_in_order(void)
   test_rmtree(dir);
 }
 
+/* A bad --rope-format is refused as the flag it is: the plugin's own check of the value,
+ * without the source and line of the override text the CLI made of it ("command
+ * line:3:"). */
+static void
+test_config_bad_rope_format(void)
+{
+  g_autofree char *conf = test_tmpdir();
+  g_autofree char *in = test_write(conf, "config.json", "{\"model_type\": \"qwen3_moe\"}\n");
+  Run r = run_wsync("config", in, "--rope-format", "bogus", "--conf-dir", conf, "--plugin-dir",
+                    test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR"), NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==,
+                  "wsync config: --rope-format: rope-format must be transformers5, "
+                  "transformers4 or keep, not \"bogus\" (see wsync config --help)\n");
+  g_assert_cmpstr(r.out, ==, "");
+  run_clear(&r);
+  test_rmtree(conf);
+}
+
 /* ---------------------------------------------------------------- verify */
 
 /* A tensor of the verify tests.  Its bytes encode its position: byte i of the tensor
@@ -987,6 +1006,7 @@ main(int argc, char **argv)
   g_test_add_func("/cli/sync-not-installed", test_sync_not_installed);
   g_test_add_func("/cli/plugins-text", test_plugins_text);
   g_test_add_func("/cli/plugins-json", test_plugins_json);
+  g_test_add_func("/cli/config-bad-rope-format", test_config_bad_rope_format);
   g_test_add_func("/cli/synth-layers-needs-declared-count", test_synth_layers_needs_declared_count);
   g_test_add_func("/cli/no-plugin-selected", test_no_plugin_selected);
   g_test_add_func("/cli/config-error", test_config_error_exit_2);

@@ -28,6 +28,26 @@ wsync_py_raise(const GError *error)
 }
 
 PyObject *
+wsync_py_raise_layout_args(const GError *error)
+{
+  static const char *const words[][2] = {
+      {"no --target given", "no target given"}, {"--tp ", "tp "},         {"--ep ", "ep "},
+      {"--threads ", "threads "},              {"--part-size ", "part_size "},
+      {"--rank ", "rank "},
+  };
+  g_autoptr(GString) text = g_string_new(error->message);
+  GError python = *error;
+
+  for (guint i = 0; i < G_N_ELEMENTS(words); i++)
+    if (g_str_has_prefix(text->str, words[i][0])) {
+      g_string_replace(text, words[i][0], words[i][1], 1);
+      break;
+    }
+  python.message = text->str;
+  return wsync_py_raise(&python);
+}
+
+PyObject *
 wsync_py_raise_code(WsyncError code, const char *format, ...)
 {
   va_list args;
@@ -273,7 +293,7 @@ layout_options(WsyncContext *ctx, LayoutKwargs *k, WsyncPlanOptions *o)
                         .ep = k->text[3], .rank = k->text[4], .threads = k->text[5],
                         .part_size = k->text[6]};
   if (!wsync_plan_args_resolve(ctx, &args, o, &error)) {
-    wsync_py_raise(error);
+    wsync_py_raise_layout_args(error);
     return FALSE;
   }
   return TRUE;

@@ -437,7 +437,7 @@ session_init(SessionObject *self, PyObject *args, PyObject *kwargs)
   WsyncPlanArgs given = {.target = text[4], .format = text[5], .tp = text[0], .ep = text[1],
                          .threads = text[2], .part_size = text[3]};
   if (!wsync_plan_args_resolve(self->ctx, &given, &o, &error)) {
-    wsync_py_raise(error);
+    wsync_py_raise_layout_args(error);
     goto out;
   }
   so.target = o.target;

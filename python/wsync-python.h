@@ -23,6 +23,11 @@ extern PyObject *wsync_py_error;
  * the command would end with); returns NULL for `return wsync_py_raise(error);`. */
 PyObject *wsync_py_raise(const GError *error);
 
+/* wsync_py_raise() for a refusal of wsync_plan_args_resolve(), with the options it names
+ * as the command spells them ("--tp", "--part-size") spoken as keyword arguments ("tp",
+ * "part_size"). */
+PyObject *wsync_py_raise_layout_args(const GError *error);
+
 /* Raises wsync.Error with a formatted message and the exit status of @code. */
 PyObject *wsync_py_raise_code(WsyncError code, const char *format, ...) G_GNUC_PRINTF(2, 3);
 

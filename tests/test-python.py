@@ -677,8 +677,14 @@ def session_describe_refusals():
     expect_error("", s.describe, [("x", "BF16")], kind=TypeError)
     expect_error("no loaded plugin provides the target", wsync.Session,
                  os.path.join(src, "config.json"), target="nope", **KW)
-    expect_error("--tp must be a number from 1 to 4096", wsync.Session,
-                 os.path.join(src, "config.json"), target="vllm", tp=0, **KW)
+    # the layout options are named as the keyword arguments they are, not as the
+    # command's flags ("--tp")
+    e = expect_error("tp must be a number from 1 to 4096", wsync.Session,
+                     os.path.join(src, "config.json"), target="vllm", tp=0, **KW)
+    assert "--tp" not in str(e), str(e)
+    e = expect_error("part_size must be a number from 1 to", wsync.plan, src, target="vllm",
+                     part_size=0, **KW)
+    assert "--part-size" not in str(e), str(e)
 
 
 def collect_buckets(src, target, fmt, tp, ep, bucket_bytes, keep=None, order_seed=0):
@@ -1148,7 +1154,7 @@ def commands_as_functions():
     r = run_wsync("plan", src, "--target", "vllm", "--tp", "3")
     e = expect_error(r.stderr.strip()[len("wsync: "):], wsync.plan, src, target="vllm", tp=3, **KW)
     assert e.exit_status == r.returncode, (e.exit_status, r.returncode)
-    expect_error("no --target given", wsync.plan, src, **KW, status=2)
+    expect_error("no target given", wsync.plan, src, **KW, status=2)
     # DST that is not wsync's output is replaced only with force=True, as --force
     other = fresh_dir("py-convert-other")
     os.makedirs(other)

@@ -87,7 +87,6 @@ static const char *const formats[] = {FORMAT_SHARDED_STATE, FORMAT_KERNEL, NULL}
 typedef struct {
   const char *name;
   const char *router;        /* the router's weight */
-  const char *router_ascend; /* vLLM-Ascend's, where its MoE runner adds an alias */
   const char *shared;        /* the shared expert MLP module, with its dot */
   const char *routed;        /* the module holding w13_weight / w2_weight, with its dot */
   const char *map_module;    /* the module that registers the EP expert map */
@@ -95,20 +94,43 @@ typedef struct {
 } NamingEra;
 
 static const NamingEra era_a = {
-    "A", "experts._gate.weight", NULL, "experts._shared_experts.", "experts.", "experts.",
+    "A", "experts._gate.weight", "experts._shared_experts.", "experts.", "experts.",
     "FusedMoE holds the router as _gate and the shared expert as _shared_experts"};
 static const NamingEra era_b = {
-    "B", "gate.weight", NULL, "shared_expert.", "experts.", "experts.",
+    "B", "gate.weight", "shared_expert.", "experts.", "experts.",
     "the MoE runner and shared experts are plain objects: no aliases but the shared "
     "expert's gate"};
 static const NamingEra era_c = {
-    "C", "experts.runner.gate.weight", NULL, "shared_expert.", "experts.", "experts.",
+    "C", "experts.runner.gate.weight", "shared_expert.", "experts.", "experts.",
     "FusedMoE.runner is a module holding the router"};
 static const NamingEra era_d = {
-    "D", "experts.gate.weight", "experts._gate.weight", "experts._shared_experts._layer.",
-    "experts.routed_experts.", "experts.routed_experts.",
+    "D", "experts.gate.weight", "experts._shared_experts._layer.", "experts.routed_experts.",
+    "experts.routed_experts.",
     "the MoERunner is mlp.experts and holds the router, the shared experts and the routed "
     "experts"};
+
+/* vLLM-Ascend replaces vLLM's MoE classes with its own, which register aliases of their
+ * own (docs/vllm-ascend.md §2 "Names by release").  Up to its release for vLLM 0.23.0 its
+ * AscendFusedMoE (mlp.experts) sets `self._gate` and `self._shared_experts` from the
+ * gate= and shared_experts= the model passes, whatever vLLM's era: era A's names.  From
+ * 0.24.0 its AscendMoERunner (mlp.experts) sets `self._gate = gate`; in its releases for
+ * vLLM 0.24 to 0.26 it also sets `self._shared_experts = shared_experts`, the shared
+ * expert MLP itself, which replaces vLLM's SharedExperts wrapper (and its `_layer`);
+ * vLLM-Ascend #13328 dropped that before its lane for 0.27.1. */
+static const NamingEra era_a_ascend = {
+    "A", "experts._gate.weight", "experts._shared_experts.", "experts.", "experts.",
+    "vLLM-Ascend's AscendFusedMoE holds the router as _gate and the shared expert as "
+    "_shared_experts"};
+static const NamingEra era_d_ascend_unwrapped = {
+    "D-unwrapped", "experts._gate.weight", "experts._shared_experts.", "experts.routed_experts.",
+    "experts.routed_experts.",
+    "vLLM-Ascend's AscendMoERunner is mlp.experts and holds the router as _gate, the shared "
+    "expert MLP itself as _shared_experts and the routed experts"};
+static const NamingEra era_d_ascend = {
+    "D", "experts._gate.weight", "experts._shared_experts._layer.", "experts.routed_experts.",
+    "experts.routed_experts.",
+    "vLLM-Ascend's AscendMoERunner is mlp.experts and holds the router as _gate, the shared "
+    "experts and the routed experts"};
 
 /* Whether a release registers the expert map (int32 [E], with EP) as a persistent
  * buffer, which sharded_state then saves and insists on loading (§4, §6). */
@@ -180,6 +202,7 @@ typedef struct {
   const char *first;
   const char *last;
   const NamingEra *era;
+  const NamingEra *ascend_era; /* vLLM-Ascend's names; NULL: no vLLM-Ascend release */
   ExpertMap map;
   gboolean verified;
   const char *why; /* why unverified */
@@ -187,21 +210,26 @@ typedef struct {
 } Release;
 
 static const Release releases[] = {
-    {"0.17 to 0.19.x", "0.17.0", "0.19.999", &era_a, MAP_PERSISTENT, FALSE,
+    {"0.17 to 0.19.x", "0.17.0", "0.19.999", &era_a, &era_a_ascend, MAP_PERSISTENT, FALSE,
      "the era A release range is medium confidence, and Qwen3-MoE's router alias only came "
      "with vLLM #32082 (2026-01-23) (§5)", &sp_before_0_24},
-    {"0.20.x", "0.20.0", "0.20.999", &era_b, MAP_PERSISTENT, FALSE,
+    {"0.20.x", "0.20.0", "0.20.999", &era_b, &era_a_ascend, MAP_PERSISTENT, FALSE,
      "the era B release range is low confidence (§5)", &sp_before_0_24},
-    {"0.21.0 to 0.23.x", "0.21.0", "0.23.999", &era_c, MAP_PERSISTENT, FALSE,
+    {"0.21.0 to 0.23.x", "0.21.0", "0.23.999", &era_c, &era_a_ascend, MAP_PERSISTENT, FALSE,
      "the era C release range is medium-high confidence: vllm-ascend #11081 keeps v0.23.0 "
      "on that path, and the releases before 0.24.0 map to their eras with medium or low "
      "confidence (§5)", &sp_before_0_24},
-    {"0.24.x", "0.24.0", "0.24.999", &era_d, MAP_PERSISTENT, TRUE, NULL, &sp_pinned},
-    {"0.25.0 to 0.27.0", "0.25.0", "0.27.0", &era_d, MAP_UNKNOWN, FALSE,
+    {"0.24.x", "0.24.0", "0.24.999", &era_d, &era_d_ascend_unwrapped, MAP_PERSISTENT, TRUE, NULL,
+     &sp_pinned},
+    {"0.25.0 to 0.26.x", "0.25.0", "0.26.999", &era_d, &era_d_ascend_unwrapped, MAP_UNKNOWN, FALSE,
      "0.25.0 to 0.27.0 were not checked; whether they keep the expert map persistent is "
      "not known (§5)", &sp_0_25},
-    {"0.27.1 to 0.27.x", "0.27.1", "0.27.999", &era_d, MAP_ABSENT, TRUE, NULL, &sp_pinned},
-    {"0.28.0 and later", "0.28.0", NULL, &era_d, MAP_ABSENT, FALSE,
+    {"0.27.0", "0.27.0", "0.27.0", &era_d, NULL, MAP_UNKNOWN, FALSE,
+     "0.25.0 to 0.27.0 were not checked; whether they keep the expert map persistent is "
+     "not known (§5)", &sp_0_25},
+    {"0.27.1 to 0.27.x", "0.27.1", "0.27.999", &era_d, &era_d_ascend, MAP_ABSENT, TRUE, NULL,
+     &sp_pinned},
+    {"0.28.0 and later", "0.28.0", NULL, &era_d, &era_d_ascend, MAP_ABSENT, FALSE,
      "releases after 0.27.x are assumed to name like 0.27.1", &sp_after_0_27},
 };
 
@@ -395,6 +423,7 @@ typedef struct {
   guint t;           /* the rank's tp rank: rank % tp */
   const char *version;
   const Release *release;
+  const NamingEra *naming; /* the release's names on the target's engine */
   gboolean attn_scales;
   const char *all2all_backend;
   guint pcp;           /* prefill-context-parallel size */
@@ -882,7 +911,7 @@ emit_expert_map(Rank *r, const Runtime *rt, guint64 experts, const ExpertShare *
 
   if (r->ep == 1 || r->kernel || r->release->map != MAP_PERSISTENT)
     return TRUE;
-  name = g_strconcat(module, ".", r->release->era->map_module, "_expert_map", NULL);
+  name = g_strconcat(module, ".", r->naming->map_module, "_expert_map", NULL);
   tensor = wsync_layout_add_tensor(r->layout, name, WSYNC_DTYPE_I32, 1, shape, error);
   if (tensor == NULL)
     return FALSE;
@@ -1000,7 +1029,7 @@ static char *
 name_under(const Rank *r, const WsyncBlock *block, Under under, const char *leaf)
 {
   g_autofree char *module = runtime_of(r->prefixes, wsync_block_get_module(block));
-  const NamingEra *era = r->release->era;
+  const NamingEra *era = r->naming;
   const char *middle = under == UNDER_SHARED ? era->shared
                        : under == UNDER_ROUTED ? era->routed
                                                : "";
@@ -1008,14 +1037,11 @@ name_under(const Rank *r, const WsyncBlock *block, Under under, const char *leaf
   return g_strconcat(module, module[0] != '\0' ? "." : "", middle, leaf, NULL);
 }
 
-/* The router in the era's module structure (vLLM-Ascend's runner adds an alias). */
+/* The router in the era's module structure. */
 static char *
 router_name(const Rank *r, const WsyncBlock *block)
 {
-  const NamingEra *era = r->release->era;
-
-  return name_under(r, block, UNDER_BLOCK,
-                    r->ascend && era->router_ascend != NULL ? era->router_ascend : era->router);
+  return name_under(r, block, UNDER_BLOCK, r->naming->router);
 }
 
 /* The alias rule, in one place: of the names vLLM registers a tensor under, the
@@ -1403,9 +1429,39 @@ read_deployment(Rank *r, GError **error)
   return TRUE;
 }
 
+/* The names the release gives on the target's engine: vLLM's era, or vLLM-Ascend's
+ * (NULL where no vLLM-Ascend release targets that vLLM). */
+static gboolean
+choose_naming(Rank *r, GError **error)
+{
+  r->naming = r->ascend ? r->release->ascend_era : r->release->era;
+  if (r->naming == NULL)
+    return wsync_fail(error, WSYNC_ERROR_CONFIG,
+                      "vllm-version %s: no vLLM-Ascend release targets vLLM %s, so its names "
+                      "are not known (docs/vllm-ascend.md §2); set the vLLM release the "
+                      "deployment's vLLM-Ascend targets (0.26.x or 0.27.1)",
+                      r->version, r->release->label);
+  return TRUE;
+}
+
+/* Rank files whose recorded era is not the one the table gives their version.  Files of
+ * the target vllm-ascend that record vLLM's era for it were written by a wsync that named
+ * them as vLLM does, which vLLM-Ascend does not load (docs/vllm-ascend.md §2). */
+static gboolean
+era_mismatch(Rank *r, const char *era, GError **error)
+{
+  if (r->ascend && g_strcmp0(era, r->release->era->name) == 0)
+    return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
+                      "metadata %s is \"%s\", not %s: these vllm-ascend rank files carry "
+                      "vLLM's names for vllm-version %s, which vLLM-Ascend does not load "
+                      "(an earlier wsync); convert again from the Hugging Face checkpoint",
+                      KEY_ERA, era, r->naming->name, r->version);
+  return bad_metadata(error, KEY_ERA, era, r->naming->name);
+}
+
 /* The naming rules of the files: when reading rank files, the version, attn-scales and
  * deployment they record (and the era they record must be the one the table gives that
- * version); when writing, the options. */
+ * version on the target's engine); when writing, the options. */
 static gboolean
 choose_convention(Rank *r, const VllmSettings *settings, GError **error)
 {
@@ -1425,18 +1481,23 @@ choose_convention(Rank *r, const VllmSettings *settings, GError **error)
     r->release = find_release(version, &why);
     if (r->release == NULL)
       return bad_metadata(error, KEY_VERSION, version, "a vLLM release wsync knows");
-    if (g_strcmp0(era, r->release->era->name) != 0)
-      return bad_metadata(error, KEY_ERA, era, r->release->era->name);
+    r->version = version;
+    if (!choose_naming(r, error))
+      return FALSE;
+    if (g_strcmp0(era, r->naming->name) != 0)
+      return era_mismatch(r, era, error);
     if (scales != NULL && strcmp(scales, "true") != 0 && strcmp(scales, "false") != 0)
       return bad_metadata(error, KEY_SCALES, scales, "\"true\" or \"false\"");
     if (scales != NULL)
       r->attn_scales = strcmp(scales, "true") == 0;
-  } else if ((r->release = find_release(version, &why)) == NULL) {
+    return TRUE;
+  }
+  if ((r->release = find_release(version, &why)) == NULL) {
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG, "%s, not \"%s\"", why, version);
     return FALSE;
   }
   r->version = version;
-  return TRUE;
+  return choose_naming(r, error);
 }
 
 /* world = ep if ep > 1 else tp; with EP, ep must be a multiple of tp and the rank's tp
@@ -1525,7 +1586,7 @@ set_metadata(Rank *r)
   set_metadata_uint(r, KEY_RANK, r->rank);
   set_metadata_uint(r, KEY_WORLD, r->world);
   wsync_layout_set_metadata(r->layout, KEY_VERSION, r->version);
-  wsync_layout_set_metadata(r->layout, KEY_ERA, r->release->era->name);
+  wsync_layout_set_metadata(r->layout, KEY_ERA, r->naming->name);
   wsync_layout_set_metadata(r->layout, KEY_SCALES, r->attn_scales ? "true" : "false");
   /* only with EP, where they decide the shared expert (§9.4, docs/vllm-ascend.md §2);
    * files read back keep what they record */
@@ -1556,7 +1617,7 @@ add_notes(Rank *r)
                                   r->tp);
   g_autofree char *era = g_strdup_printf(
       "vllm-version %s: naming era %s of releases %s (%s)%s%s", r->version,
-      r->release->era->name, r->release->label, r->release->era->summary,
+      r->naming->name, r->release->label, r->naming->summary,
       r->release->verified ? "" : "; not verified: ", r->release->verified ? "" : r->release->why);
 
   wsync_layout_add_note(r->layout, consumer);
@@ -1763,8 +1824,20 @@ help_text(const char *target)
                "      not 310P, fused MC2 or weight_nz_mode=2 (docs/vllm-ascend.md §4)"
              : "");
   if (ascend) {
-    g_string_append(h, "    names as vllm's (vllm-version), but in era D the router is\n"
-                       "      mlp.experts._gate.weight\n"
+    g_string_append(h, "    vllm-version (conf.d, plugin \"vllm\") chooses the names vLLM-Ascend's\n"
+                       "      MoE classes give (docs/vllm-ascend.md §2):\n");
+    for (guint i = 0; i < G_N_ELEMENTS(releases); i++) {
+      const Release *row = &releases[i];
+      if (row->ascend_era == NULL)
+        g_string_append_printf(h, "      %-18s no vLLM-Ascend release targets it: refused\n",
+                               row->label);
+      else
+        g_string_append_printf(h, "      %-18s era %s%s\n        router mlp.%s, shared expert mlp.%s*\n",
+                               row->label, row->ascend_era->name,
+                               row->verified ? "" : "  (not verified)", row->ascend_era->router,
+                               row->ascend_era->shared);
+    }
+    g_string_append(h, "      latest (default)   as " LATEST_VERSION "\n"
                        "    with --ep and tp > 1 the shared expert is whole only with\n"
                        "      enable-shared-expert-dp (conf.d, plugin \"vllm\"), as vLLM-Ascend\n"
                        "      holds it (docs/vllm-ascend.md §2)\n");

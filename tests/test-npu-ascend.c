@@ -501,18 +501,21 @@ same_tensor(const WsyncTensor *a, const WsyncTensor *b, guint rank)
   same_tensor_as(a, b, rank);
 }
 
-/* The name vLLM-Ascend keeps for the vllm target's tensor @name: in naming era D its MoE
- * runner also holds the router as `_gate`, the smaller name (docs/vllm-ascend.md §2,
- * docs/vllm.md §5); in the other eras the names are the same. */
+/* The name vLLM-Ascend keeps for the vllm target's tensor @name: in every release its MoE
+ * classes also hold the router as mlp.experts._gate, the smallest name
+ * (docs/vllm-ascend.md §2 "Names by release"); vLLM's own era A names it so too.  Qwen3-MoE
+ * has no shared expert, so nothing else differs. */
 static char *
 ascend_name(const char *version, const char *name)
 {
-  static const char router[] = ".mlp.experts.gate.weight";
-  gboolean era_d = strcmp(version, "latest") == 0 || strcmp(version, "0.24.0") == 0;
+  static const char *const routers[] = {".mlp.experts.gate.weight", ".mlp.gate.weight",
+                                        ".mlp.experts.runner.gate.weight"};
 
-  if (era_d && g_str_has_suffix(name, router))
-    return g_strdup_printf("%.*s.mlp.experts._gate.weight",
-                           (int)(strlen(name) - strlen(router)), name);
+  (void)version;
+  for (guint i = 0; i < G_N_ELEMENTS(routers); i++)
+    if (g_str_has_suffix(name, routers[i]))
+      return g_strdup_printf("%.*s.mlp.experts._gate.weight",
+                             (int)(strlen(name) - strlen(routers[i])), name);
   return g_strdup(name);
 }
 
@@ -957,6 +960,57 @@ test_unrecorded_state(void)
   round_trip(synth(ODD, FALSE), plain, conf_dir(OLD, TRUE));
   asc = convert_ascend(plain, conf_dir(OLD, TRUE), PROCESSED, 1, 0);
   check_ascend(&c, asc, PROCESSED);
+}
+
+/* vLLM-Ascend's AscendFusedMoE holds the router as _gate in the releases for vLLM 0.20 to
+ * 0.23 too (docs/vllm-ascend.md §2 "Names by release"): vllm-ascend files of an earlier
+ * wsync, which named them as vLLM does (era C: mlp.experts.runner.gate.weight), are
+ * refused when read back, saying why; and the vllm-ascend files now hold the router as
+ * _gate. */
+static void
+test_old_ascend_names(void)
+{
+  g_autofree char *vllm = convert(synth(TINY, FALSE), conf_dir("0.22.0", FALSE), "vllm", NULL, 2, 0);
+  g_autofree char *old = copy_dir(vllm);
+  g_autofree char *dst = new_path("refused");
+  g_autofree char *now = NULL;
+  RankFiles ranks[MAX_RANKS];
+  Run r;
+
+  set_file_metadata(old, "wsync.target", "vllm-ascend");
+  r = run_wsync("convert", old, dst, "--conf-dir", conf_dir("0.22.0", TRUE), "--plugin-dir",
+                plugin_dir(), "--target", "hf", NULL);
+  g_assert_cmpint(r.status, ==, 3);
+  assert_has(r.err, "metadata wsync.vllm-era is \"C\", not A: these vllm-ascend rank files "
+                    "carry vLLM's names for vllm-version 0.22.0, which vLLM-Ascend does not "
+                    "load (an earlier wsync); convert again from the Hugging Face checkpoint\n");
+  g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+  test_run_clear(&r);
+
+  now = convert(synth(TINY, FALSE), conf_dir("0.22.0", TRUE), "vllm-ascend", "sharded-state", 2, 0);
+  g_assert_cmpuint(open_ranks(now, ranks), ==, 2);
+  g_assert_cmpstr(g_hash_table_lookup(rank_metadata(&ranks[0]), "wsync.vllm-era"), ==, "A");
+  close_ranks(ranks);
+  round_trip(synth(TINY, FALSE), now, conf_dir("0.22.0", TRUE));
+}
+
+/* No vLLM-Ascend release targets vLLM 0.27.0 (docs/vllm-ascend.md §2): its names are not
+ * known, so the vllm-ascend target refuses it (the vllm target takes it). */
+static void
+test_refuse_ascend_0_27_0(void)
+{
+  g_autofree char *dst = new_path("refused");
+  Run r = run_wsync("convert", synth(TINY, FALSE), dst, "--conf-dir", conf_dir("0.27.0", TRUE),
+                    "--plugin-dir", plugin_dir(), "--target", "vllm-ascend", NULL);
+
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==,
+                  "wsync: vllm-version 0.27.0: no vLLM-Ascend release targets vLLM 0.27.0, so "
+                  "its names are not known (docs/vllm-ascend.md §2); set the vLLM release the "
+                  "deployment's vLLM-Ascend targets (0.26.x or 0.27.1)\n");
+  g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+  test_run_clear(&r);
+  g_free(convert(synth(TINY, FALSE), conf_dir("0.27.0", TRUE), "vllm", NULL, 2, 0));
 }
 
 /* A tensor's own record wins over the rank's: preprocessed files whose rank record says
@@ -1463,6 +1517,8 @@ main(int argc, char **argv)
   g_test_add_func("/npu-ascend/config/deprecated-option", test_deprecated_option);
   g_test_add_func("/npu-ascend/config/shipped", test_shipped_conf);
   g_test_add_func("/npu-ascend/env/colocate", test_env_colocate);
+  g_test_add_func("/npu-ascend/names/old-wsync", test_old_ascend_names);
+  g_test_add_func("/npu-ascend/names/refuse-0.27.0", test_refuse_ascend_0_27_0);
   g_test_add_func("/npu-ascend/env/server", test_env_server);
   g_test_add_func("/npu-ascend/env/existing", test_env_existing);
   g_test_add_func("/npu-ascend/env/alloc-conf", test_env_alloc_conf);

@@ -35,9 +35,12 @@ import vllm_replay as vr  # noqa: E402
 
 # vllm-version values and what each release registers (docs/vllm.md §5): the era of the MoE
 # block's names, and whether _expert_map is a persistent buffer with EP (#47206
-# made it non-persistent after v0.24.0; "latest" is v0.27.1).
+# made it non-persistent after v0.24.0; "latest" is v0.27.1).  The vLLM-Ascend release
+# for 0.24.0 sets its runner's _shared_experts to the shared expert MLP itself
+# (docs/vllm-ascend.md §2 "Names by release"): ASCEND_UNWRAPPED.
 ERAS = [("0.18.1", "A", True), ("0.20.0", "B", True), ("0.22.0", "C", True),
         ("0.24.0", "D", True), ("latest", "D", False)]
+ASCEND_UNWRAPPED = {"0.24.0"}
 TARGETS = [("vllm", "cuda"), ("vllm-ascend", "ascend")]
 FORMATS = ["sharded-state", "kernel"]
 CONFIGS = ["tiny-qwen3-moe", "tiny-qwen3-moe-tied", "tiny-qwen3-moe-8heads", "tiny-qwen3",
@@ -300,7 +303,8 @@ def check_sharded_state(case, cfg, checkpoint, dst):
     for r in range(case.tp):
         # The file set of TP rank r; with ep == tp the EP rank equals it (docs/vllm.md §6, §4).
         par = case.parallel(r, r if case.ep > 1 else 0)
-        model = vr.build_model(cfg, par, case.era, case.platform, case.persistent)
+        model = vr.build_model(cfg, par, case.era, case.platform, case.persistent,
+                               case.version in ASCEND_UNWRAPPED)
         vr.load_checkpoint(model, checkpoint)
         state = vr.filter_subtensors(model.state_dict())
         want = {k: t.tobytes() for k, t in state.items()}
@@ -338,7 +342,8 @@ def check_kernel(case, cfg, checkpoint, dst):
         # Worker r: TP rank r % tp; with EP its EP rank is dp_rank * tp + tp_rank = r
         # (docs/vllm.md §4).
         par = case.parallel(r % case.tp, r if case.ep > 1 else 0)
-        model = vr.build_model(cfg, par, case.era, case.platform, case.persistent)
+        model = vr.build_model(cfg, par, case.era, case.platform, case.persistent,
+                               case.version in ASCEND_UNWRAPPED)
         vr.load_checkpoint(model, checkpoint)
         vr.process_for_kernel(model, case.platform)
         params = list(model.named_parameters())

@@ -984,7 +984,7 @@ test_plan_format_and_era(void)
   g_assert_cmpint(r.status, ==, 0);
   g_assert_cmpstr(r.err, ==, "");
   assert_has(r.out, "wsync.vllm-era=D wsync.vllm-version=0.25.0 ");
-  assert_has(r.out, "note: vllm-version 0.25.0: naming era D of releases 0.25.0 to 0.27.0 (");
+  assert_has(r.out, "note: vllm-version 0.25.0: naming era D of releases 0.25.0 to 0.26.x (");
   assert_has(r.out, "; not verified: 0.25.0 to 0.27.0 were not checked; whether they keep "
                     "the expert map persistent is not known (§5)\n");
   run_clear(&r);
@@ -1026,12 +1026,26 @@ test_help(void)
                     "      0.21.0 to 0.23.x   era C  router mlp.experts.runner.gate.weight  "
                     "(not verified)\n"
                     "      0.24.x             era D  router mlp.experts.gate.weight\n"
-                    "      0.25.0 to 0.27.0   era D  router mlp.experts.gate.weight  "
+                    "      0.25.0 to 0.26.x   era D  router mlp.experts.gate.weight  "
+                    "(not verified)\n"
+                    "      0.27.0             era D  router mlp.experts.gate.weight  "
                     "(not verified)\n"
                     "      0.27.1 to 0.27.x   era D  router mlp.experts.gate.weight\n"
                     "      0.28.0 and later   era D  router mlp.experts.gate.weight  "
                     "(not verified)\n"
                     "      latest (default)   as 0.27.1\n");
+  /* vLLM-Ascend's own MoE classes name the router and the shared expert
+   * (docs/vllm-ascend.md §2 "Names by release") */
+  assert_has(r.out, "      0.21.0 to 0.23.x   era A  (not verified)\n"
+                    "        router mlp.experts._gate.weight, shared expert "
+                    "mlp.experts._shared_experts.*\n"
+                    "      0.24.x             era D-unwrapped\n"
+                    "        router mlp.experts._gate.weight, shared expert "
+                    "mlp.experts._shared_experts.*\n");
+  assert_has(r.out, "      0.27.0             no vLLM-Ascend release targets it: refused\n"
+                    "      0.27.1 to 0.27.x   era D\n"
+                    "        router mlp.experts._gate.weight, shared expert "
+                    "mlp.experts._shared_experts._layer.*\n");
   run_clear(&r);
 }
 
@@ -1066,7 +1080,7 @@ test_refuse_sharded_state(void)
   g_assert_cmpint(r.status, ==, 2);
   g_assert_cmpstr(r.err, ==,
                   "wsync: vllm-version 0.25.0: whether its sharded_state files hold the expert "
-                  "map is not known (releases 0.25.0 to 0.27.0 were not checked, §5); with "
+                  "map is not known (releases 0.25.0 to 0.26.x were not checked, §5); with "
                   "--ep use a verified release or --format kernel\n");
   g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
   run_clear(&r);

@@ -836,15 +836,20 @@ def dense_mlp(hidden, inter, par, dtype, bias=False):
     return m
 
 
-def moe_block(cfg, par, era, platform, map_persistent):
+def moe_block(cfg, par, era, platform, map_persistent, ascend_unwrapped=False):
     """The sparse MoE block (Qwen3MoeSparseMoeBlock, Qwen3NextSparseMoeBlock) with the
     modules each era of vLLM registers twice (docs/vllm.md §5 table):
       A  FusedMoE at mlp.experts also holds _gate and _shared_experts;
       B  no aliases;
       C  FusedMoE.runner is a module holding gate;
-      D  MoERunner *is* mlp.experts: gate, routed_experts, _shared_experts._layer;
-         vLLM-Ascend's AscendMoERunner also holds the router as _gate.
-    The shared expert's expert_gate aliases shared_expert_gate in every era (#26145)."""
+      D  MoERunner *is* mlp.experts: gate, routed_experts, _shared_experts._layer.
+    The shared expert's expert_gate aliases shared_expert_gate in every era (#26145).
+    vLLM-Ascend's own classes add aliases of their own (docs/vllm-ascend.md §2 "Names
+    by release"): in eras A to C its AscendFusedMoE (mlp.experts) holds the router as
+    _gate and the shared expert MLP as _shared_experts; in era D its AscendMoERunner
+    holds the router as _gate and, in the releases for vLLM 0.24 to 0.26
+    (@ascend_unwrapped), sets _shared_experts to the shared expert MLP itself, which
+    replaces the SharedExperts wrapper (nn.Module.__setattr__)."""
     h, dtype = cfg.hidden, cfg.dtype
     block = Module("SparseMoeBlock")
     # docs/vllm.md §8, §9.4
@@ -877,14 +882,16 @@ def moe_block(cfg, par, era, platform, map_persistent):
     elif era == "D":
         experts = Module("MoERunner")
         experts.add_module("gate", gate)
-        if platform == "ascend":
-            experts.add_module("_gate", gate)
         experts.add_module("routed_experts", routed)
         if shared is not None:
             wrapper = experts.add_module("_shared_experts", Module("SharedExperts"))
             wrapper.add_module("_layer", shared)
     else:
         raise ValueError("unknown era %r" % era)
+    if platform == "ascend":
+        experts.add_module("_gate", gate)
+        if shared is not None and (era != "D" or ascend_unwrapped):
+            experts.add_module("_shared_experts", shared)
     block.add_module("experts", experts)
     block.py_routed = routed
     return block
@@ -1038,7 +1045,7 @@ def _gated_delta_net(cfg, par):
     return m
 
 
-def _decoder_layer(cfg, par, i, era, platform, map_persistent):
+def _decoder_layer(cfg, par, i, era, platform, map_persistent, ascend_unwrapped):
     layer = Module("DecoderLayer")
     h, dtype = cfg.hidden, cfg.dtype
     layer.add_module("input_layernorm", norm(h, dtype))
@@ -1051,19 +1058,21 @@ def _decoder_layer(cfg, par, i, era, platform, map_persistent):
     else:
         layer.add_module("self_attn", _full_attention(cfg, par, 2 if cfg.attn_output_gate else 1))
     if cfg.is_sparse(i):
-        layer.add_module("mlp", moe_block(cfg, par, era, platform, map_persistent))
+        layer.add_module("mlp", moe_block(cfg, par, era, platform, map_persistent,
+                                          ascend_unwrapped))
     else:
         layer.add_module("mlp", dense_mlp(h, cfg.inter, par, dtype, cfg.mlp_bias))
     layer.add_module("post_attention_layernorm", norm(h, dtype))
     return layer
 
 
-def _text_model(cfg, par, era, platform, map_persistent):
+def _text_model(cfg, par, era, platform, map_persistent, ascend_unwrapped):
     model = Module("Model")
     model.add_module("embed_tokens", vocab_parallel(cfg.vocab, cfg.hidden, par, cfg.dtype))
     layers = model.add_module("layers", Module("ModuleList"))
     for i in range(cfg.layers):
-        layers.add_module(str(i), _decoder_layer(cfg, par, i, era, platform, map_persistent))
+        layers.add_module(str(i), _decoder_layer(cfg, par, i, era, platform, map_persistent,
+                                                 ascend_unwrapped))
     model.add_module("norm", norm(cfg.hidden, cfg.dtype))
     return model
 
@@ -1108,15 +1117,18 @@ def _vision_tower(vcfg, par, dtype):
     return v
 
 
-def build_model(cfg, par, era, platform="cuda", map_persistent=True):
+def build_model(cfg, par, era, platform="cuda", map_persistent=True, ascend_unwrapped=False):
     """The module tree one vLLM worker builds for @cfg (a ModelConfig).
     era: "A", "B", "C" or "D" (docs/vllm.md §5); platform: "cuda" or "ascend";
-    map_persistent: whether the release registers _expert_map persistent (§5, §6).
+    map_persistent: whether the release registers _expert_map persistent (§5, §6);
+    ascend_unwrapped: on "ascend" in era D, whether the vLLM-Ascend release sets the
+    runner's _shared_experts to the shared expert MLP (docs/vllm-ascend.md §2).
     Raises VllmRefuses where vLLM's divide() would assert.  MTP is not in the model
     (docs/vllm.md §9.1: mtp.* skipped); the vision tower is, by default (§9.5)."""
     root = Module("ForCausalLM")
     if cfg.family in ("qwen3", "llama"):
-        model = root.add_module("model", _text_model(cfg, par, era, platform, map_persistent))
+        model = root.add_module("model", _text_model(cfg, par, era, platform, map_persistent,
+                                                     ascend_unwrapped))
         head = root.add_module("lm_head", Module("ParallelLMHead"))
         if cfg.tied:
             # `lm_head.tie_weights(embed_tokens)`: `layer.weight = embed_tokens.weight`
@@ -1131,7 +1143,8 @@ def build_model(cfg, par, era, platform="cuda", map_persistent=True):
         if cfg.vision is not None:
             root.add_module("visual", _vision_tower(cfg.vision, par, cfg.dtype))
         lm = root.add_module("language_model", Module("ForCausalLM"))
-        model = lm.add_module("model", _text_model(cfg, par, era, platform, map_persistent))
+        model = lm.add_module("model", _text_model(cfg, par, era, platform, map_persistent,
+                                                   ascend_unwrapped))
         if cfg.tied:
             # the same module (docs/vllm.md §9.1)
             lm.add_module("lm_head", model.get_submodule("embed_tokens"))

@@ -220,6 +220,7 @@ typedef struct {
   guint64 done_bytes, total_bytes;
   gboolean progress;
   gint64 last_report; /* monotonic µs of the last progress line */
+  guint64 shown_bytes; /* what it said was written */
   gint failed;        /* set once anything failed: the rest is skipped */
   gint no_copy_range; /* copy_file_range(2) does not work between these file systems */
   const volatile sig_atomic_t *interrupted; /* wsync_plan_set_interrupt() */
@@ -567,6 +568,7 @@ report_progress(Executor *ex, gboolean force)
   if (!ex->progress || ex->total_bytes == 0 || (!force && now - ex->last_report < 500000))
     return;
   ex->last_report = now;
+  ex->shown_bytes = done;
   g_autofree char *d = g_format_size(done), *t = g_format_size(ex->total_bytes);
   fprintf(stderr, "\rwsync: %s of %s written (%u%%)   ", d, t,
           (guint)(100 * done / ex->total_bytes));
@@ -684,9 +686,11 @@ wsync_plan_execute(WsyncPlan *plan, const char *dst_arg, WsyncExecuteFlags flags
        write_outputs(plan, tmp, &ex, weight_map, error);
   if (progress && ok) {
     ex.done_bytes = ex.total_bytes;
-    report_progress(&ex, TRUE);
-    fputc('\n', stderr);
+    if (ex.shown_bytes != ex.total_bytes) /* else the last line said 100% already */
+      report_progress(&ex, TRUE);
   }
+  if (ex.last_report != 0) /* end the progress line, before an error too */
+    fputc('\n', stderr);
   for (guint t = 0; t < ex.n_threads; t++)
     g_free(ex.buffers[t]);
   g_free(ex.buffers);

@@ -67,6 +67,7 @@ def check_progress(c, seen, verb):
     c.append("" if lines and rest == "\n" else "not progress lines only: %r" % seen)
     c.append("" if lines and all(v == verb for v, _ in lines) else "not %s: %r" % (verb, seen))
     c.append("" if lines and lines[-1][1] == "100" else "the last line is not 100%%: %r" % seen)
+    c.append("" if [p for _, p in lines].count("100") == 1 else "100%% twice: %r" % seen)
 
 
 def main(argv):

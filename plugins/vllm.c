@@ -57,10 +57,13 @@
  *   enable-shared-expert-dp
  *                 vllm-ascend only: vLLM-Ascend's additional_config key, which alone
  *                 decides its shared expert (docs/vllm-ascend.md §2)
+ *   mm-encoder-tp-mode
+ *                 the deployment's --mm-encoder-tp-mode: "weights" (vLLM's default) slices
+ *                 the vision tower like the text model, "data" holds it whole (§9.5)
  *
  * Rank files record their target, format, parallel layout, rank, the vLLM version and
- * era, attn-scales and, with EP, the deployment options (vllm-ascend's also
- * enable-shared-expert-dp) in `__metadata__`; files read back are named and laid out as
+ * era, attn-scales, with EP the deployment options (vllm-ascend's also
+ * enable-shared-expert-dp), and mm-encoder-tp-mode when it is data, in `__metadata__`; files read back are named and laid out as
  * they record, whatever the options say.
  */
 #include <stdarg.h>
@@ -388,6 +391,22 @@ typedef struct {
   const char *to;
 } Prefix;
 
+/* vLLM's MMEncoderTPMode (vllm/config/multimodal.py, docs/vllm.md §9.5). */
+static int
+validate_encoder_mode(cfg_t *cfg, cfg_opt_t *opt)
+{
+  const char *value;
+
+  if (cfg_opt_size(opt) == 0)
+    return 0;
+  value = cfg_opt_getnstr(opt, cfg_opt_size(opt) - 1);
+  if (value != NULL && (strcmp(value, "weights") == 0 || strcmp(value, "data") == 0))
+    return 0;
+  cfg_error(cfg, "mm-encoder-tp-mode must be weights or data, not \"%s\"",
+            value != NULL ? value : "");
+  return -1;
+}
+
 /* A target's user data (one per target: "vllm", "vllm-ascend"). */
 typedef struct {
   const char *target; /* static */
@@ -396,6 +415,7 @@ typedef struct {
   char *all2all_backend;     /* vLLM's --all2all-backend */
   guint pcp;                 /* vLLM's --prefill-context-parallel-size */
   gboolean shared_expert_dp; /* vLLM-Ascend's additional_config enable_shared_expert_dp */
+  gboolean encoder_data;     /* vLLM's --mm-encoder-tp-mode data */
   char *help;                /* the target's help text */
 } VllmSettings;
 
@@ -430,6 +450,7 @@ typedef struct {
   guint dp;            /* data-parallel replicas: ep / (pcp * tp) with EP, else 1 */
   gboolean shared_expert_dp; /* vLLM-Ascend's enable_shared_expert_dp */
   SharedRule rule;     /* how the shared expert is laid out (see read_deployment) */
+  gboolean encoder_data; /* mm_encoder_tp_mode "data": the vision tower whole (§9.5) */
   const Prefix *prefixes; /* how vLLM renames the model's modules, or NULL */
 } Rank;
 
@@ -1306,6 +1327,10 @@ shared_expert_layout(const Rank *r, char **why)
 static gboolean
 emit_runtime(Rank *r, Runtime *rt, GError **error)
 {
+  /* mm_encoder_tp_mode "data" builds the encoder's layers with disable_tp, so every rank
+   * holds the full tensors, qkv in the checkpoint's [q; k; v] order (§9.5) */
+  if (r->encoder_data && wsync_block_get_group(rt->param->block) == WSYNC_GROUP_VISION)
+    return emit_replicated(r, rt, error);
   if (is_shared_expert(rt->param)) {
     g_autofree char *why = NULL;
     SharedLayout shared = shared_expert_layout(r, &why);
@@ -1382,6 +1407,7 @@ handle_param(Rank *r, const WsyncParam *param, GError **error)
 #define KEY_ALL2ALL "wsync.all2all-backend"
 #define KEY_PCP "wsync.prefill-context-parallel-size"
 #define KEY_SHARED_EXPERT_DP "wsync.enable-shared-expert-dp"
+#define KEY_ENCODER_TP_MODE "wsync.mm-encoder-tp-mode"
 
 static gboolean
 bad_metadata(GError **error, const char *key, const char *value, const char *want)
@@ -1429,6 +1455,19 @@ read_deployment(Rank *r, GError **error)
   return TRUE;
 }
 
+/* The vision tower's layout the files record: "data" whole, "weights" (or nothing, as
+ * files of an earlier wsync and files for the default record) TP-sliced (§9.5). */
+static gboolean
+read_encoder_mode(Rank *r, GError **error)
+{
+  const char *mode = wsync_layout_get_input_metadata(r->layout, KEY_ENCODER_TP_MODE);
+
+  if (mode != NULL && strcmp(mode, "weights") != 0 && strcmp(mode, "data") != 0)
+    return bad_metadata(error, KEY_ENCODER_TP_MODE, mode, "\"weights\" or \"data\"");
+  r->encoder_data = g_strcmp0(mode, "data") == 0;
+  return TRUE;
+}
+
 /* The names the release gives on the target's engine: vLLM's era, or vLLM-Ascend's
  * (NULL where no vLLM-Ascend release targets that vLLM). */
 static gboolean
@@ -1471,11 +1510,12 @@ choose_convention(Rank *r, const VllmSettings *settings, GError **error)
   r->all2all_backend = settings->all2all_backend;
   r->pcp = settings->pcp;
   r->shared_expert_dp = settings->shared_expert_dp;
+  r->encoder_data = settings->encoder_data;
   r->rule = r->ascend ? RULE_ASCEND : RULE_VLLM;
   if (wsync_layout_is_reading(r->layout)) {
     const char *era = wsync_layout_get_input_metadata(r->layout, KEY_ERA);
     const char *scales = wsync_layout_get_input_metadata(r->layout, KEY_SCALES);
-    if (!read_deployment(r, error))
+    if (!read_deployment(r, error) || !read_encoder_mode(r, error))
       return FALSE;
     version = wsync_layout_get_input_metadata(r->layout, KEY_VERSION);
     r->release = find_release(version, &why);
@@ -1597,6 +1637,9 @@ set_metadata(Rank *r)
   if (r->ep > 1 && r->rule == RULE_ASCEND)
     wsync_layout_set_metadata(r->layout, KEY_SHARED_EXPERT_DP,
                               r->shared_expert_dp ? "true" : "false");
+  /* only when not vLLM's default: files without it hold the vision tower TP-sliced */
+  if (r->encoder_data)
+    wsync_layout_set_metadata(r->layout, KEY_ENCODER_TP_MODE, "data");
 }
 
 /* What the plan says about the files: who reads them, and by which naming rules. */
@@ -1797,6 +1840,17 @@ static cfg_opt_t options[] = {
          "all2all-backend says. The vllm target ignores it, so setting it for a vllm "
          "deployment is harmless.",
          "")},
+    {.name = "mm-encoder-tp-mode",
+     .type = CFGT_STR,
+     .flags = CFGF_NONE,
+     .def.string = "weights",
+     .validcb = validate_encoder_mode,
+     .comment = WSYNC_OPTION_DOC(
+         "The deployment's vLLM --mm-encoder-tp-mode, for models with a vision tower "
+         "(Qwen3.5). With weights (vLLM's default) each rank holds its TP slice of the "
+         "tower's linear layers; with data every rank holds the whole tower, as with one "
+         "rank. vLLM and vLLM-Ascend alike.",
+         "weights (vLLM's default) or data")},
     CFG_END()};
 
 /* The help `wsync convert --help` shows for the target: formats, their consumers and
@@ -1864,6 +1918,7 @@ settings_new(const char *target, cfg_t *cfg)
   settings->all2all_backend = g_strdup(cfg_getstr(cfg, "all2all-backend"));
   settings->pcp = (guint)cfg_getint(cfg, "prefill-context-parallel-size");
   settings->shared_expert_dp = cfg_getbool(cfg, "enable-shared-expert-dp");
+  settings->encoder_data = strcmp(cfg_getstr(cfg, "mm-encoder-tp-mode"), "data") == 0;
   settings->help = help_text(target);
   return settings;
 }
@@ -1892,6 +1947,7 @@ vllm_register(WsyncPlugin *plugin, GError **error)
   cfg_t *cfg = wsync_plugin_get_options(plugin);
   const char *version = cfg_getstr(cfg, "vllm-version"), *why = NULL;
   const char *backend = cfg_getstr(cfg, "all2all-backend");
+  const char *mode = cfg_getstr(cfg, "mm-encoder-tp-mode");
   long pcp = cfg_getint(cfg, "prefill-context-parallel-size");
 
   /* The validators have seen every value a file set; this catches anything else. */
@@ -1905,6 +1961,9 @@ vllm_register(WsyncPlugin *plugin, GError **error)
     return wsync_fail(error, WSYNC_ERROR_CONFIG, ALL2ALL_RULE " (%s), not \"%s\"", names,
                       backend != NULL ? backend : "");
   }
+  if (g_strcmp0(mode, "weights") != 0 && g_strcmp0(mode, "data") != 0)
+    return wsync_fail(error, WSYNC_ERROR_CONFIG, "mm-encoder-tp-mode must be weights or data, "
+                      "not \"%s\"", mode != NULL ? mode : "");
   if (pcp < 1 || pcp > MAX_PCP)
     return wsync_fail(error, WSYNC_ERROR_CONFIG,
                       "prefill-context-parallel-size must be a whole number from 1 to %d, "

@@ -1918,6 +1918,55 @@ test_round_trip_ascend_shared_expert(void)
                                    "shape [32, 64] but the config says [64, 64]");
 }
 
+/* mm-encoder-tp-mode = "data" (vLLM's --mm-encoder-tp-mode data builds the vision tower
+ * with disable_tp, docs/vllm.md §9.5): every rank holds the tower whole, qkv in the
+ * checkpoint's [q; k; v] order, while the text model stays TP-sliced; the files record
+ * it and read back by the record with the default options.  Without the record they
+ * read as TP-sliced files, whose tower has the wrong shape; a record other than weights
+ * or data is refused. */
+static void
+test_round_trip_encoder_data(void)
+{
+  const char *config = variant(MOE, "nomtp");
+  const char *src = synth(config, FALSE);
+  g_autofree char *dst =
+      convert(src, conf_dir_with(FALSE, "  mm-encoder-tp-mode = \"data\"\n"), "vllm", 2, 0);
+  g_autoptr(WsyncCheckpoint) in = open_ck(src);
+  const WsyncTensor *hf_qkv = wsync_checkpoint_lookup(in, "model.visual.blocks.0.attn.qkv.weight");
+  RankFiles ranks[2];
+  guint widened;
+
+  g_assert_nonnull(hf_qkv);
+  g_assert_cmpuint(open_ranks_of(dst, "sharded-state", ranks, 2), ==, 2);
+  for (guint r = 0; r < 2; r++) {
+    const WsyncTensor *qkv = rank_lookup(&ranks[r], "visual.blocks.0.attn.qkv.weight");
+    const WsyncTensor *fc2 = rank_lookup(&ranks[r], "visual.merger.linear_fc2.weight");
+    const WsyncTensor *o_proj =
+        rank_lookup(&ranks[r], "language_model.model.layers.3.self_attn.o_proj.weight");
+    assert_metadata(&ranks[r], "wsync.mm-encoder-tp-mode", "data");
+    g_assert_nonnull(qkv);
+    g_assert_nonnull(fc2);
+    g_assert_nonnull(o_proj);
+    /* the whole fused tensor, byte for byte */
+    g_assert_cmpuint(qkv->shape[0], ==, hf_qkv->shape[0]);
+    g_assert_cmpuint(qkv->shape[1], ==, hf_qkv->shape[1]);
+    g_assert_cmpmem(qkv->data, qkv->nbytes, hf_qkv->data, hf_qkv->nbytes);
+    g_assert_cmpuint(fc2->shape[1], ==, 128); /* M = 32 * 2 * 2, not M / 2 */
+    g_assert_cmpuint(o_proj->shape[1], ==, 4 * 16 / 2); /* the text model: TP-sliced */
+  }
+  for (guint r = 0; r < 2; r++)
+    rank_files_clear(&ranks[r]);
+  {
+    g_autofree char *back = convert(dst, CONF, "hf", 0, 0);
+    assert_read_back(src, back, &widened);
+  }
+  edit_file_metadata(dst, "wsync.mm-encoder-tp-mode", "yes");
+  assert_read_back_refused(dst, "metadata wsync.mm-encoder-tp-mode is \"yes\", not \"weights\" "
+                                "or \"data\"");
+  edit_file_metadata(dst, "wsync.mm-encoder-tp-mode", NULL);
+  assert_read_back_refused(dst, "but the config says");
+}
+
 /* Rank files of a wsync before the deployment options record neither all2all-backend,
  * prefill-context-parallel-size nor enable-shared-expert-dp, and hold the shared expert as
  * its rule had it: whole when ep > tp > 1 (tp 2, ep 4 here, both targets).  They read back
@@ -2986,6 +3035,7 @@ main(int argc, char **argv)
   g_test_add_func("/qwen3_5_moe/round-trip/shared-expert", test_round_trip_shared_expert);
   g_test_add_func("/qwen3_5_moe/round-trip/ascend-shared-expert",
                   test_round_trip_ascend_shared_expert);
+  g_test_add_func("/qwen3_5_moe/round-trip/encoder-data", test_round_trip_encoder_data);
   g_test_add_func("/qwen3_5_moe/round-trip/legacy-shared-expert",
                   test_round_trip_legacy_shared_expert);
   g_test_add_func("/qwen3_5_moe/round-trip/pcp-record-refused", test_read_back_pcp_record_refused);

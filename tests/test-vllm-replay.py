@@ -72,16 +72,18 @@ def config_path(config):
     return path if os.path.exists(path) else os.path.join(TEST_CONFIG_DIR, config + ".json")
 
 
-DEFAULT_DEPLOYMENT = (1, "allgather_reducescatter", False)
+DEFAULT_DEPLOYMENT = (1, "allgather_reducescatter", False, "weights", False)
 
 
 class Case:
     def __init__(self, config, tp, ep, target, platform, fmt, version, era, persistent,
                  refusal=None, part_size=None, pcp=1, backend="allgather_reducescatter",
-                 sedp=False):
+                 sedp=False, encoder="weights", lm_only=False):
         self.config, self.tp, self.ep = config, tp, ep
-        # the deployment (docs/vllm.md §9.4, docs/vllm-ascend.md §2)
+        # the deployment (docs/vllm.md §9.4, docs/vllm-ascend.md §2; the vision tower's
+        # mm_encoder_tp_mode and language-model-only, docs/vllm.md §9.5)
         self.pcp, self.backend, self.sedp = pcp, backend, sedp
+        self.encoder, self.lm_only = encoder, lm_only
         self.target, self.platform, self.fmt = target, platform, fmt
         self.version, self.era, self.persistent = version, era, persistent
         self.refusal = refusal  # None, or (why vLLM refuses, a fragment the message must hold)
@@ -94,30 +96,36 @@ class Case:
             parts += " prefill-context-parallel-size %d all2all-backend %s" % (self.pcp,
                                                                                self.backend)
             parts += " enable-shared-expert-dp %s" % ("true" if self.sedp else "false")
+            parts += " mm-encoder-tp-mode %s language-model-only %s" % (
+                self.encoder, "true" if self.lm_only else "false")
         return "%s%s --target %s --format %s vllm-version %s --tp %d --ep %d%s" % (
             what, self.config, self.target, self.fmt, self.version, self.tp, self.ep, parts)
 
     def conf_key(self):
         """The conf dir of write_conf_dirs this case runs with."""
-        return conf_key(self.version, self.pcp, self.backend, self.sedp)
+        return conf_key(self.version, self.pcp, self.backend, self.sedp, self.encoder,
+                        self.lm_only)
 
     def parallel(self, tp_rank, ep_rank):
         return vr.Parallel(self.tp, tp_rank, self.ep, ep_rank, self.pcp, self.backend,
                            self.sedp)
 
 
-def conf_key(version, pcp, backend, sedp):
-    if (pcp, backend, sedp) == DEFAULT_DEPLOYMENT:
+def conf_key(version, pcp, backend, sedp, encoder="weights", lm_only=False):
+    if (pcp, backend, sedp, encoder, lm_only) == DEFAULT_DEPLOYMENT:
         return version
-    return "%s|%d|%s|%s" % (version, pcp, backend, sedp)
+    return "%s|%d|%s|%s|%s|%s" % (version, pcp, backend, sedp, encoder, lm_only)
 
 
 # Deployments other than the default, for the shared expert (docs/vllm.md §9.4,
-# docs/vllm-ascend.md §2): (vllm-version, prefill-context-parallel-size, all2all-backend,
-# enable-shared-expert-dp).
-DEPLOYMENTS = [("latest", 2, "allgather_reducescatter", False),
-               ("latest", 1, "flashinfer_nvlink_two_sided", False),
-               ("latest", 1, "allgather_reducescatter", True)]
+# docs/vllm-ascend.md §2) and for the vision tower (docs/vllm.md §9.5): (vllm-version,
+# prefill-context-parallel-size, all2all-backend, enable-shared-expert-dp,
+# mm-encoder-tp-mode, language-model-only).
+DEPLOYMENTS = [("latest", 2, "allgather_reducescatter", False, "weights", False),
+               ("latest", 1, "flashinfer_nvlink_two_sided", False, "weights", False),
+               ("latest", 1, "allgather_reducescatter", True, "weights", False)]
+VISION_DEPLOYMENTS = [("latest", 1, "allgather_reducescatter", False, "data", False),
+                      ("latest", 1, "allgather_reducescatter", False, "weights", True)]
 
 
 def write_conf_dirs(root):
@@ -125,8 +133,9 @@ def write_conf_dirs(root):
     sections of conf.d, with vllm-version (and the deployment's options) set."""
     dirs = {}
     settings = [(version,) + DEFAULT_DEPLOYMENT for version, _, _ in ERAS]
-    for version, pcp, backend, sedp in settings + DEPLOYMENTS:
-        key = conf_key(version, pcp, backend, sedp)
+    for version, pcp, backend, sedp, encoder, lm_only in settings + DEPLOYMENTS + \
+            VISION_DEPLOYMENTS:
+        key = conf_key(version, pcp, backend, sedp, encoder, lm_only)
         d = os.path.join(root, "conf-%d" % len(dirs))
         os.mkdir(d)
         for name in PLUGIN_CONFS:
@@ -145,10 +154,19 @@ def write_conf_dirs(root):
                 text, k = re.subn(r'(?m)^(\s*)enable-shared-expert-dp\s*=\s*\w+',
                                   r'\1enable-shared-expert-dp = %s'
                                   % ("true" if sedp else "false"), text)
-                if (n, m, k) != (1, 1, 1):
+                text, e = re.subn(r'(?m)^(\s*)mm-encoder-tp-mode\s*=\s*"[^"]*"',
+                                  r'\1mm-encoder-tp-mode = "%s"' % encoder, text)
+                if (n, m, k, e) != (1, 1, 1, 1):
                     raise SystemExit("Bail out! %s: expected one prefill-context-parallel-size, "
-                                     "one all2all-backend and one enable-shared-expert-dp "
-                                     "setting" % name)
+                                     "one all2all-backend, one enable-shared-expert-dp and one "
+                                     "mm-encoder-tp-mode setting" % name)
+            if name == "31-qwen3_5_moe.conf":
+                text, n = re.subn(r'(?m)^(\s*)language-model-only\s*=\s*\w+',
+                                  r'\1language-model-only = %s'
+                                  % ("true" if lm_only else "false"), text)
+                if n != 1:
+                    raise SystemExit("Bail out! %s: expected one language-model-only setting"
+                                     % name)
             with open(os.path.join(d, name), "w") as f:
                 f.write(text)
         dirs[key] = d
@@ -215,10 +233,20 @@ def plan_cases(configs):
     # The same with one data-parallel replica (prefill-context-parallel-size 2), and with
     # a backend outside the list: the shared expert TP-sliced (docs/vllm.md §9.4); with
     # enable-shared-expert-dp whole on both (vllm ignores it; docs/vllm-ascend.md §2).
-    for version, pcp, backend, sedp in DEPLOYMENTS:
+    for version, pcp, backend, sedp, _, _ in DEPLOYMENTS:
         for target, platform in TARGETS:
             cases.append(Case("tiny-qwen3.5-moe", 2, 4, target, platform, "kernel", version,
                               "D", False, pcp=pcp, backend=backend, sedp=sedp))
+    # The vision tower with --mm-encoder-tp-mode data (whole on every rank, vLLM and
+    # vLLM-Ascend alike) and without a tower (language-model-only: no visual.*), the
+    # MoE model with EP too (docs/vllm.md §9.5).
+    for version, pcp, backend, sedp, encoder, lm_only in VISION_DEPLOYMENTS:
+        for config, tp, ep in (("tiny-qwen3.5", 2, 1), ("tiny-qwen3.5", 4, 1),
+                               ("tiny-qwen3.5-moe", 2, 2)):
+            for target, platform in TARGETS:
+                for fmt in FORMATS:
+                    cases.append(Case(config, tp, ep, target, platform, fmt, version, "D",
+                                      False, encoder=encoder, lm_only=lm_only))
     # vLLM-Ascend with enable_shared_expert_dp and one data-parallel replica (tp 2, ep 2,
     # where vLLM's rule does not hold): whole, in both formats (docs/vllm-ascend.md §2).
     for fmt in FORMATS:
@@ -304,7 +332,7 @@ def check_sharded_state(case, cfg, checkpoint, dst):
         # The file set of TP rank r; with ep == tp the EP rank equals it (docs/vllm.md §6, §4).
         par = case.parallel(r, r if case.ep > 1 else 0)
         model = vr.build_model(cfg, par, case.era, case.platform, case.persistent,
-                               case.version in ASCEND_UNWRAPPED)
+                               case.version in ASCEND_UNWRAPPED, case.encoder, case.lm_only)
         vr.load_checkpoint(model, checkpoint)
         state = vr.filter_subtensors(model.state_dict())
         want = {k: t.tobytes() for k, t in state.items()}
@@ -343,7 +371,7 @@ def check_kernel(case, cfg, checkpoint, dst):
         # (docs/vllm.md §4).
         par = case.parallel(r % case.tp, r if case.ep > 1 else 0)
         model = vr.build_model(cfg, par, case.era, case.platform, case.persistent,
-                               case.version in ASCEND_UNWRAPPED)
+                               case.version in ASCEND_UNWRAPPED, case.encoder, case.lm_only)
         vr.load_checkpoint(model, checkpoint)
         vr.process_for_kernel(model, case.platform)
         params = list(model.named_parameters())
@@ -525,6 +553,23 @@ CROSS_CONTROLS = [
      Case("tiny-qwen3.5-moe", 2, 4, "vllm-ascend", "ascend", "kernel", "latest", "D", False,
           sedp=True),
      SHARED_GATE_UP + ": BF16 [32, 64], the parameter is BF16 [64, 64]"),
+    # The vision tower of one mm_encoder_tp_mode loaded by the other (docs/vllm.md §9.5).
+    ("a TP-sliced vision tower on vLLM with --mm-encoder-tp-mode data",
+     Case("tiny-qwen3.5", 2, 1, "vllm", "cuda", "kernel", "latest", "D", False),
+     Case("tiny-qwen3.5", 2, 1, "vllm", "cuda", "kernel", "latest", "D", False,
+          encoder="data"),
+     "visual.blocks.0.attn.qkv.weight: BF16 [48, 32], the parameter is BF16 [96, 32]"),
+    ("a whole vision tower on vLLM-Ascend in the default mm_encoder_tp_mode",
+     Case("tiny-qwen3.5", 2, 1, "vllm-ascend", "ascend", "sharded-state", "latest", "D",
+          False, encoder="data"),
+     Case("tiny-qwen3.5", 2, 1, "vllm-ascend", "ascend", "sharded-state", "latest", "D",
+          False),
+     "visual.blocks.0.attn.proj.weight: copy_ raises"),
+    ("a vision tower on vLLM with --language-model-only",
+     Case("tiny-qwen3.5", 2, 1, "vllm", "cuda", "sharded-state", "latest", "D", False),
+     Case("tiny-qwen3.5", 2, 1, "vllm", "cuda", "sharded-state", "latest", "D", False,
+          lm_only=True),
+     "KeyError 'visual."),
 ]
 
 

@@ -1077,11 +1077,16 @@ def _text_model(cfg, par, era, platform, map_persistent, ascend_unwrapped):
     return model
 
 
-def _vision_tower(vcfg, par, dtype):
-    """Qwen3_VisionTransformer in the default mm_encoder_tp_mode "weights" (docs/vllm.md
-    §9.5): patch_embed 5-D and pos_embed replicated, LayerNorms full, attn.qkv a
-    QKVParallelLinear with bias, attn.proj / fc2 RowParallel with full biases, fc1
-    ColumnParallel with sliced biases, the merger likewise; no deepstack."""
+def _vision_tower(vcfg, par, dtype, encoder_tp_mode="weights"):
+    """Qwen3_VisionTransformer (docs/vllm.md §9.5): patch_embed 5-D and pos_embed
+    replicated, LayerNorms full, attn.qkv a QKVParallelLinear with bias, attn.proj / fc2
+    RowParallel with full biases, fc1 ColumnParallel with sliced biases, the merger
+    likewise; no deepstack.  mm_encoder_tp_mode "data" builds the same classes with
+    disable_tp, i.e. tp_size 1 and tp_rank 0 (§9.5): every rank holds the full tensors."""
+    if encoder_tp_mode == "data":
+        par = Parallel(1, 0)
+    elif encoder_tp_mode != "weights":
+        raise ValueError("mm_encoder_tp_mode %r" % encoder_tp_mode)
     d, heads, inter = vcfg["hidden_size"], vcfg["num_heads"], vcfg["intermediate_size"]
     merge, out = vcfg["spatial_merge_size"], vcfg["out_hidden_size"]
     big = d * merge * merge
@@ -1117,12 +1122,16 @@ def _vision_tower(vcfg, par, dtype):
     return v
 
 
-def build_model(cfg, par, era, platform="cuda", map_persistent=True, ascend_unwrapped=False):
+def build_model(cfg, par, era, platform="cuda", map_persistent=True, ascend_unwrapped=False,
+                encoder_tp_mode="weights", language_model_only=False):
     """The module tree one vLLM worker builds for @cfg (a ModelConfig).
     era: "A", "B", "C" or "D" (docs/vllm.md §5); platform: "cuda" or "ascend";
     map_persistent: whether the release registers _expert_map persistent (§5, §6);
     ascend_unwrapped: on "ascend" in era D, whether the vLLM-Ascend release sets the
     runner's _shared_experts to the shared expert MLP (docs/vllm-ascend.md §2).
+    encoder_tp_mode: vLLM's mm_encoder_tp_mode, "weights" (its default) or "data";
+    language_model_only: the tower is a StageMissingLayer, which holds nothing and whose
+    checkpoint tensors are ignored (§9.5).
     Raises VllmRefuses where vLLM's divide() would assert.  MTP is not in the model
     (docs/vllm.md §9.1: mtp.* skipped); the vision tower is, by default (§9.5)."""
     root = Module("ForCausalLM")
@@ -1140,8 +1149,11 @@ def build_model(cfg, par, era, platform="cuda", map_persistent=True, ascend_unwr
     else:
         # Qwen3_5(Moe)ForConditionalGeneration: visual.*, language_model.model.*,
         # language_model.lm_head.* (docs/vllm.md §9.1)
-        if cfg.vision is not None:
-            root.add_module("visual", _vision_tower(cfg.vision, par, cfg.dtype))
+        if cfg.vision is not None and language_model_only:
+            root.add_module("visual", Module("StageMissingLayer"))
+        elif cfg.vision is not None:
+            root.add_module("visual", _vision_tower(cfg.vision, par, cfg.dtype,
+                                                    encoder_tp_mode))
         lm = root.add_module("language_model", Module("ForCausalLM"))
         model = lm.add_module("model", _text_model(cfg, par, era, platform, map_persistent,
                                                    ascend_unwrapped))
@@ -1151,6 +1163,7 @@ def build_model(cfg, par, era, platform="cuda", map_persistent=True, ascend_unwr
         else:
             lm.add_module("lm_head", vocab_parallel(cfg.vocab, cfg.hidden, par, cfg.dtype))
     root.py_cfg, root.py_par = cfg, par
+    root.py_no_visual = language_model_only
     root.py_routed = [m for _, m in root.named_modules() if hasattr(m, "py_load")]
     return root
 
@@ -1206,6 +1219,8 @@ def load_checkpoint(model, checkpoint):
         name = _runtime_name(cfg, hf_name)
         if name is None:
             continue
+        if model.py_no_visual and name.startswith("visual."):
+            continue  # a StageMissingLayer ignores what is loaded into it (docs/vllm.md §9.5)
         try:
             _load_one(model, name, tensor)
         except (AttributeError, RuntimeError) as e:

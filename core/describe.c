@@ -7,6 +7,7 @@
 
 #include <string.h>
 
+#include "entry-private.h"
 #include "files.h"
 #include "plan-private.h"
 
@@ -43,6 +44,8 @@ plan_describe(WsyncPlan *plan, const char *config_name, GError **error)
   plan->model = wsync_model_new(root, model_type);
   plan->model->remapper = plan_entry_label(entry);
   if (!remap(plan->model, wsync_entry_get_user_data(entry), error)) {
+    if (wsync_entry_explain_silence(error))
+      g_prefix_error(error, "%s: ", plan->model->remapper);
     g_prefix_error(error, "%s: ", config_name);
     return FALSE;
   }

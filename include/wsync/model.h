@@ -310,7 +310,10 @@ WSYNC_API void wsync_model_begin_group(WsyncModel *m, WsyncGroup group, const ch
  * @shape: (array length=ndim): the shape
  *
  * Declares a logical tensor.  A shape of more than 2^57 elements is recorded as the
- * model's error (wsync_model_fail()) and a placeholder is returned.
+ * model's error (wsync_model_fail()) and a placeholder is returned.  A name declared
+ * before, or more than %WSYNC_MAX_DIMS axes, is the remapper's mistake: recorded as a
+ * #WSYNC_ERROR_PLUGIN error naming the remapper, after which every builder returns
+ * placeholders and the description is refused with that error.
  *
  * Returns: (transfer none): the logical tensor, owned by the model.
  */
@@ -529,7 +532,10 @@ typedef struct {
  * @n_parts: 1 to %WSYNC_PARAM_MAX_PARTS
  * @parts: (array length=n_parts): its parts (copied)
  *
- * Returns: (transfer none): the param.
+ * Another count of parts, or a part without its logical tensor, is the remapper's
+ * mistake, recorded as wsync_model_add_tensor() records one.
+ *
+ * Returns: (transfer none): the param (a placeholder after a mistake).
  */
 WSYNC_API WsyncParam *wsync_model_add_param(WsyncModel *m, WsyncBlock *block, const char *name,
                                             WsyncParamKind kind, WsyncRole role, guint n_parts,
@@ -828,7 +834,8 @@ WSYNC_API WsyncBlock *wsync_model_add_linear_attention(WsyncModel *m, const char
  * @reserved: room for growth; zero
  *
  * The pre-norm decoder layer of Llama, Qwen3 and their descendants.  Exactly one of
- * @attention and @linear_attention, exactly one of @mlp and @moe.
+ * @attention and @linear_attention, exactly one of @mlp and @moe (else the remapper's
+ * mistake, recorded as wsync_model_add_tensor() records one).
  */
 typedef struct {
   guint64 hidden;

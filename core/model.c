@@ -29,11 +29,22 @@ not_a(const WsyncConfigSection *s, const char *key, JsonNode *node, const char *
                     key, want, text);
 }
 
+/* What an integer field must be, for [@min, @max]: "a positive integer" and the like
+ * (a plugin may ask for more than 1, e.g. at least 2 experts). */
+static char *
+integer_wanted(guint64 min)
+{
+  if (min <= 1)
+    return g_strdup(min == 1 ? "a positive integer" : "a non-negative integer");
+  return g_strdup_printf("an integer of at least %" G_GUINT64_FORMAT, min);
+}
+
 static gboolean
 node_uint(const WsyncConfigSection *s, const char *key, JsonNode *node, guint64 min, guint64 max,
           guint64 *out, GError **error)
 {
-  const char *want = min > 0 ? "a positive integer" : "a non-negative integer";
+  g_autofree char *want = integer_wanted(min);
+  g_autofree char *bounded = NULL;
   gint64 v;
 
   if (!JSON_NODE_HOLDS_VALUE(node) || json_node_get_value_type(node) != G_TYPE_INT64)
@@ -43,12 +54,19 @@ node_uint(const WsyncConfigSection *s, const char *key, JsonNode *node, guint64 
     return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
                       "field \"%s%s\" is %" G_GINT64_FORMAT ", more than %" G_GUINT64_FORMAT,
                       s->where, key, v, max);
-  if (v < (gint64)min || (guint64)v > max) {
-    g_autofree char *bounded = g_strdup_printf("%s below 2^31", want);
-    return not_a(s, key, node, bounded, error);
+  if (v >= 0 && (guint64)v >= min && (guint64)v <= max) {
+    *out = (guint64)v;
+    return TRUE;
   }
-  *out = (guint64)v;
-  return TRUE;
+  /* the range as the caller gave it: a count's own bound, else the size limit 2^31 - 1 */
+  if (max < WSYNC_CONFIG_SIZE_MAX)
+    bounded = g_strdup_printf("an integer from %" G_GUINT64_FORMAT " to %" G_GUINT64_FORMAT,
+                              min, max);
+  else if (max == WSYNC_CONFIG_SIZE_MAX)
+    bounded = g_strdup_printf("%s below 2^31", want);
+  else
+    bounded = g_strdup(want);
+  return not_a(s, key, node, bounded, error);
 }
 
 /* @key may name an alternative: "num_experts|num_local_experts". */

@@ -66,7 +66,9 @@ typedef struct {
  *
  * Reads a required integer.  A field that is absent or null is missing.  @key may name
  * an alternative spelling after a bar, "num_experts|num_local_experts".  A value above
- * a count's @max is refused as `field "KEY" is N, more than MAX`.
+ * a count's @max is refused as `field "KEY" is N, more than MAX`, any other value outside
+ * [@min, @max] as `field "KEY" must be an integer from MIN to MAX, not N` (with a size's
+ * @max: `a positive integer below 2^31`, or `an integer of at least MIN below 2^31`).
  *
  * Returns: %TRUE when the field is there and an integer in [@min, @max].
  */

@@ -7,6 +7,7 @@
 
 #include <string.h>
 
+#include "entry-private.h"
 #include "files.h"
 #include "plan-private.h"
 
@@ -42,6 +43,8 @@ describe_model(WsyncContext *ctx, JsonObject *root, const char *config_name, GEr
   WsyncModel *model = wsync_model_new(root, model_type);
   model->remapper = plan_entry_label(entry);
   if (!remap(model, wsync_entry_get_user_data(entry), error)) {
+    if (wsync_entry_explain_silence(error))
+      g_prefix_error(error, "%s: ", model->remapper);
     g_prefix_error(error, "%s: ", config_name);
     wsync_model_free(model);
     return NULL;

@@ -83,7 +83,8 @@ struct _WsyncModel {
   char *runtime_drop;
   GError *error;  /* the first config error a builder recorded */
   guint64 published;   /* tensors as checkpoints publish them, every expert's counted */
-  gboolean over_budget; /* refused for too many: builders hand out the spares below */
+  gboolean spares_only; /* refused (too many tensors, or the remapper misused the API):
+                          * builders hand out the spares below */
   WsyncLogicalTensor *spare_tensor;
   WsyncParam *spare_param;
   WsyncBlock *spare_block;

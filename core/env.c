@@ -3,6 +3,8 @@
 
 #include <wsync/env.h>
 
+#include "entry-private.h"
+
 typedef struct {
   char *name;
   char *value;
@@ -131,6 +133,7 @@ wsync_env_run(WsyncContext *ctx, WsyncEnv *env, GError **error)
     const WsyncEntry *e = patches->pdata[i];
     WsyncEnvPatchFunc patch = (WsyncEnvPatchFunc)wsync_entry_get_callback(e);
     if (!patch(env, wsync_entry_get_user_data(e), error)) {
+      wsync_entry_explain_silence(error);
       g_prefix_error(error, "env patch \"%s\" (plugin \"%s\"): ", wsync_entry_get_name(e),
                      wsync_entry_get_plugin(e));
       if (error != NULL)

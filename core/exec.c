@@ -35,6 +35,7 @@
 #include "companion.h"
 #include "copy.h"
 #include "dst.h"
+#include "entry-private.h"
 #include "files.h"
 #include "plan-private.h"
 #include "safetensors-private.h"
@@ -723,6 +724,7 @@ wsync_context_patch_config(WsyncContext *ctx, JsonNode *root, GError **error)
     const WsyncEntry *e = patchers->pdata[i];
     WsyncConfigPatchFunc patch = (WsyncConfigPatchFunc)wsync_entry_get_callback(e);
     if (!patch(root, wsync_entry_get_user_data(e), error)) {
+      wsync_entry_explain_silence(error);
       g_prefix_error(error, "config patcher \"%s\" (plugin \"%s\"): ", wsync_entry_get_name(e),
                      wsync_entry_get_plugin(e));
       if (error != NULL)

@@ -29,11 +29,22 @@ not_a(const WsyncConfigSection *s, const char *key, JsonNode *node, const char *
                     key, want, text);
 }
 
+/* What an integer field must be, for [@min, @max]: "a positive integer" and the like
+ * (a plugin may ask for more than 1, e.g. at least 2 experts). */
+static char *
+integer_wanted(guint64 min)
+{
+  if (min <= 1)
+    return g_strdup(min == 1 ? "a positive integer" : "a non-negative integer");
+  return g_strdup_printf("an integer of at least %" G_GUINT64_FORMAT, min);
+}
+
 static gboolean
 node_uint(const WsyncConfigSection *s, const char *key, JsonNode *node, guint64 min, guint64 max,
           guint64 *out, GError **error)
 {
-  const char *want = min > 0 ? "a positive integer" : "a non-negative integer";
+  g_autofree char *want = integer_wanted(min);
+  g_autofree char *bounded = NULL;
   gint64 v;
 
   if (!JSON_NODE_HOLDS_VALUE(node) || json_node_get_value_type(node) != G_TYPE_INT64)
@@ -43,12 +54,19 @@ node_uint(const WsyncConfigSection *s, const char *key, JsonNode *node, guint64 
     return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
                       "field \"%s%s\" is %" G_GINT64_FORMAT ", more than %" G_GUINT64_FORMAT,
                       s->where, key, v, max);
-  if (v < (gint64)min || (guint64)v > max) {
-    g_autofree char *bounded = g_strdup_printf("%s below 2^31", want);
-    return not_a(s, key, node, bounded, error);
+  if (v >= 0 && (guint64)v >= min && (guint64)v <= max) {
+    *out = (guint64)v;
+    return TRUE;
   }
-  *out = (guint64)v;
-  return TRUE;
+  /* the range as the caller gave it: a count's own bound, else the size limit 2^31 - 1 */
+  if (max < WSYNC_CONFIG_SIZE_MAX)
+    bounded = g_strdup_printf("an integer from %" G_GUINT64_FORMAT " to %" G_GUINT64_FORMAT,
+                              min, max);
+  else if (max == WSYNC_CONFIG_SIZE_MAX)
+    bounded = g_strdup_printf("%s below 2^31", want);
+  else
+    bounded = g_strdup(want);
+  return not_a(s, key, node, bounded, error);
 }
 
 /* @key may name an alternative: "num_experts|num_local_experts". */
@@ -473,16 +491,6 @@ wsync_model_add_drop_rule(WsyncModel *m, const char *rule, const char *glob)
 }
 
 void
-wsync_model_declare_layer_field(WsyncModel *m, const WsyncConfigSection *section,
-                                const char *key, WsyncLayerField kind)
-{
-  g_return_if_fail((guint)kind <= WSYNC_LAYER_FIELD_INDICES);
-  LayerField f = {json_object_ref(section->object), g_strdup(key), kind};
-
-  g_array_append_val(m->layer_fields, f);
-}
-
-void
 wsync_model_begin_group(WsyncModel *m, WsyncGroup group, const char *runtime_drop)
 {
   m->group = group;
@@ -507,18 +515,54 @@ wsync_model_begin_group(WsyncModel *m, WsyncGroup group, const char *runtime_dro
 static gboolean
 within_budget(WsyncModel *m, guint64 n, const char *what)
 {
-  if (m->over_budget)
+  if (m->spares_only)
     return FALSE;
   if (n <= PUBLISHED_MAX - m->published) {
     m->published += n;
     return TRUE;
   }
-  m->over_budget = TRUE;
+  m->spares_only = TRUE;
   wsync_model_fail(m,
                    "the config makes more than %" G_GUINT64_FORMAT " tensors (%s adds %"
                    G_GUINT64_FORMAT " to %" G_GUINT64_FORMAT ")",
                    PUBLISHED_MAX, what, n, m->published);
   return FALSE;
+}
+
+/* The remapper broke a rule of the model API (a name declared twice, a shape of too many
+ * axes, a param without parts): a plugin's bug, not the config's.  Recorded as the model's
+ * error naming the remapper (unless an error came first), and from then on the builders
+ * hand out spares, so the plugin's own code runs to its end on objects nothing keeps and
+ * the description is refused with that one line. */
+static void G_GNUC_PRINTF(2, 3)
+misuse(WsyncModel *m, const char *format, ...)
+{
+  va_list ap;
+  g_autofree char *message = NULL;
+
+  m->spares_only = TRUE;
+  if (m->error != NULL)
+    return;
+  va_start(ap, format);
+  message = g_strdup_vprintf(format, ap);
+  va_end(ap);
+  m->error = g_error_new(WSYNC_ERROR, WSYNC_ERROR_PLUGIN, "%s %s",
+                         m->remapper != NULL ? m->remapper : "the model's description", message);
+}
+
+void
+wsync_model_declare_layer_field(WsyncModel *m, const WsyncConfigSection *section,
+                                const char *key, WsyncLayerField kind)
+{
+  if ((guint)kind > WSYNC_LAYER_FIELD_INDICES || key == NULL || section == NULL ||
+      section->object == NULL) {
+    misuse(m, "declares layer field \"%s\" without a section or of an unknown kind %d", key,
+           (int)kind);
+    return;
+  }
+  LayerField f = {json_object_ref(section->object), g_strdup(key), kind};
+
+  g_array_append_val(m->layer_fields, f);
 }
 
 static WsyncLogicalTensor *
@@ -548,10 +592,12 @@ wsync_model_add_tensor(WsyncModel *m, const char *name, WsyncDtype dtype, guint 
   WsyncLogicalTensor *lt;
   static const guint64 none[1] = {0};
 
-  g_return_val_if_fail(ndim <= WSYNC_MAX_DIMS, NULL);
+  if (ndim > WSYNC_MAX_DIMS)
+    misuse(m, "declares tensor \"%s\" of %u axes, more than %d", name, ndim, WSYNC_MAX_DIMS);
+  else if (!m->spares_only && g_hash_table_lookup(m->logical_by_name, name) != NULL)
+    misuse(m, "declares tensor \"%s\" twice", name);
   if (!within_budget(m, 1, name))
     return spare_tensor(m);
-  g_return_val_if_fail(g_hash_table_lookup(m->logical_by_name, name) == NULL, NULL);
   if (!numel_fits(ndim, shape)) {
     wsync_model_fail(m, "the sizes in the config make tensor \"%s\" of more than 2^57 elements",
                      name);
@@ -654,7 +700,7 @@ wsync_model_add_block(WsyncModel *m, WsyncBlockKind kind, const char *module)
 {
   WsyncBlock *block = g_new0(WsyncBlock, 1);
 
-  if (m->over_budget && m->spare_block != NULL) {
+  if (m->spares_only && m->spare_block != NULL) {
     g_free(block);
     return m->spare_block;
   }
@@ -663,7 +709,7 @@ wsync_model_add_block(WsyncModel *m, WsyncBlockKind kind, const char *module)
   block->group = m->group;
   block->runtime_drop = g_strdup(m->runtime_drop);
   block->params = g_ptr_array_new();
-  if (m->over_budget)
+  if (m->spares_only)
     return m->spare_block = block; /* kept by nothing but the model's spare */
   g_ptr_array_add(m->blocks, block);
   return block;
@@ -722,8 +768,13 @@ wsync_model_add_param(WsyncModel *m, WsyncBlock *block, const char *name, WsyncP
 {
   WsyncParam *param;
 
-  g_return_val_if_fail(n_parts >= 1 && n_parts <= WSYNC_PARAM_MAX_PARTS, NULL);
-  if (m->over_budget) {
+  if (n_parts < 1 || n_parts > WSYNC_PARAM_MAX_PARTS)
+    misuse(m, "declares param \"%s\" of %u parts (1 to %d)", name, n_parts,
+           WSYNC_PARAM_MAX_PARTS);
+  for (guint i = 0; i < n_parts && !m->spares_only; i++)
+    if (parts[i].lt == NULL)
+      misuse(m, "declares param \"%s\" with no logical tensor in part %u", name, i);
+  if (m->spares_only) {
     if (m->spare_param == NULL) {
       m->spare_param = g_new0(WsyncParam, 1);
       m->spare_param->name = g_strdup("(spare)");
@@ -1006,8 +1057,12 @@ wsync_model_add_decoder_layer(WsyncModel *m, const char *layers, guint64 index,
   g_autofree char *post_norm = g_strconcat(prefix, ".post_attention_layernorm.weight", NULL);
   g_autofree char *mlp = g_strconcat(prefix, ".mlp", NULL);
 
-  g_return_if_fail((layer->attention == NULL) != (layer->linear_attention == NULL));
-  g_return_if_fail((layer->mlp == NULL) != (layer->moe == NULL));
+  if ((layer->attention == NULL) == (layer->linear_attention == NULL) ||
+      (layer->mlp == NULL) == (layer->moe == NULL)) {
+    misuse(m, "declares decoder layer %s without exactly one attention (attention, "
+              "linear_attention) and one MLP (mlp, moe)", prefix);
+    return;
+  }
   wsync_model_add_norm(m, in_norm, layer->hidden);
   if (layer->attention != NULL) {
     g_autofree char *attn = g_strconcat(prefix, ".self_attn", NULL);

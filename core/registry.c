@@ -8,6 +8,8 @@
 
 #include <wsync/registry.h>
 
+#include "entry-private.h"
+
 struct _WsyncEntry {
   WsyncEntryKind kind;
   char *name;
@@ -279,4 +281,13 @@ const WsyncTargetInfo *
 wsync_entry_get_target(const WsyncEntry *entry)
 {
   return entry->target;
+}
+
+gboolean
+wsync_entry_explain_silence(GError **error)
+{
+  if (error == NULL || *error != NULL)
+    return FALSE;
+  g_set_error_literal(error, WSYNC_ERROR, WSYNC_ERROR_PLUGIN, "failed and gave no reason");
+  return TRUE;
 }

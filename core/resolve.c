@@ -10,6 +10,7 @@
 
 #include <string.h>
 
+#include "entry-private.h"
 #include "plan-private.h"
 
 /* Appends the pieces of @u outside @cut (which intersects it) to @out. */
@@ -148,6 +149,7 @@ run_hooks(WsyncPlan *plan, WsyncLayout *layout, GError **error)
                                                                error);
     layout->current_entry = NULL;
     if (!ok) {
+      wsync_entry_explain_silence(error);
       g_prefix_error(error, "%s: ", label);
       return FALSE;
     }
@@ -200,7 +202,10 @@ plan_build_layout(WsyncPlan *plan, const PlanTarget *t, const char *format, guin
     layout->input_files = input_files;
   }
   layout->current_entry = t->label;
-  ok = t->info->build(layout, t->user_data, error) && run_hooks(plan, layout, error);
+  ok = t->info->build(layout, t->user_data, error);
+  if (!ok && wsync_entry_explain_silence(error))
+    g_prefix_error(error, "%s: ", t->label);
+  ok = ok && run_hooks(plan, layout, error);
   layout->current_entry = NULL;
   layout->input_files = NULL;
   /* files that record what the target read differently are the cause to name, whatever

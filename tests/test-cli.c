@@ -994,6 +994,113 @@ test_sync_not_installed(void)
   g_rmdir(empty);
 }
 
+/* Runs wsync COMMAND ARGS... with conf.d selecting hf and sloppy (its option mistake =
+ * @mistake), both plugin directories, and a config.json of model_type "sloppy" in @dir
+ * (the argument "CONFIG" stands for its path). */
+static Run
+run_sloppy(const char *dir, const char *mistake, const char *first, ...)
+{
+  g_autofree char *conf = g_build_filename(dir, "conf", NULL);
+  g_autofree char *config = g_build_filename(dir, "config.json", NULL);
+  g_autofree char *section = g_strdup_printf("plugin \"hf\" {}\nplugin \"sloppy\" {\n"
+                                             "  mistake = \"%s\"\n}\n", mistake);
+  g_autoptr(GPtrArray) args = g_ptr_array_new();
+  va_list ap;
+
+  g_assert_cmpint(g_mkdir_with_parents(conf, 0755), ==, 0);
+  g_free(test_write(conf, "10.conf", section));
+  g_free(test_write(dir, "config.json", "{\"model_type\": \"sloppy\", \"hidden_size\": 8}\n"));
+  va_start(ap, first);
+  for (const char *a = first; a != NULL; a = va_arg(ap, const char *))
+    g_ptr_array_add(args, (gpointer)(strcmp(a, "CONFIG") == 0 ? config : a));
+  va_end(ap);
+  g_ptr_array_add(args, "--conf-dir");
+  g_ptr_array_add(args, conf);
+  g_ptr_array_add(args, "--plugin-dir");
+  g_ptr_array_add(args, (gpointer)test_env_dir("WSYNC_TEST_PLUGIN_DIR"));
+  g_ptr_array_add(args, "--plugin-dir");
+  g_ptr_array_add(args, (gpointer)test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR"));
+  return test_run_args(args);
+}
+
+/* A remapper that misuses the model API (a tensor declared twice, too many axes, a
+ * param of no parts) is one line naming the remapper and the mistake, exit 2, not a
+ * crash: the model records the first mistake as the describe step records a config
+ * error, and hands out placeholders so the plugin's code runs on to its end. */
+static void
+test_remapper_mistakes(void)
+{
+  static const char *const cases[][2] = {
+      {"duplicate-tensor", "declares tensor \"model.x.weight\" twice"},
+      {"too-many-axes", "declares tensor \"model.y\" of 17 axes, more than 16"},
+      {"no-parts", "declares param \"model.z\" of 0 parts (1 to 8)"},
+  };
+
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_autofree char *dir = test_tmpdir();
+    g_autofree char *dst = g_build_filename(dir, "out", NULL);
+    g_autofree char *config = g_build_filename(dir, "config.json", NULL);
+    g_autofree char *expected = g_strdup_printf(
+        "wsync: %s: remapper sloppy (plugin sloppy) %s\n", config, cases[i][1]);
+    Run r = run_sloppy(dir, cases[i][0], "synth", "--config", "CONFIG", dst, NULL);
+    g_assert_cmpint(r.status, ==, 2);
+    g_assert_cmpstr(r.err, ==, expected);
+    g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+    run_clear(&r);
+    test_rmtree(dir);
+  }
+}
+
+/* A callback that returns FALSE and sets no error (the GError convention broken) is
+ * reported as that entry's failure, exit 2, not a crash or a silent exit. */
+static void
+test_callbacks_failing_silently(void)
+{
+  g_autofree char *dir = test_tmpdir();
+  g_autofree char *config = g_build_filename(dir, "config.json", NULL);
+  g_autofree char *hf = g_build_filename(dir, "hf", NULL);
+  g_autofree char *out = g_build_filename(dir, "out", NULL);
+  g_autofree char *expected = NULL;
+
+  Run r = run_sloppy(dir, "silent-remapper", "synth", "--config", "CONFIG", out, NULL);
+  expected = g_strdup_printf("wsync: %s: remapper sloppy (plugin sloppy): failed and gave no "
+                             "reason\n", config);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==, expected);
+  g_assert_false(g_file_test(out, G_FILE_TEST_EXISTS));
+  run_clear(&r);
+
+  r = run_sloppy(dir, "silent", "config", "CONFIG", NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.out, ==, "");
+  g_assert_cmpstr(r.err, ==, "wsync: config patcher \"sloppy-patch\" (plugin \"sloppy\"): "
+                             "failed and gave no reason\n");
+  run_clear(&r);
+
+  r = run_sloppy(dir, "silent", "env", "--backend", "sloppy", "--mode", "server", NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.out, ==, "");
+  g_assert_cmpstr(r.err, ==, "wsync: env patch \"sloppy-env\" (plugin \"sloppy\"): failed "
+                             "and gave no reason\n");
+  run_clear(&r);
+
+  r = run_sloppy(dir, "none", "synth", "--config", "CONFIG", hf, NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+  r = run_sloppy(dir, "silent", "plan", hf, "--target", "hf-experts", NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==, "wsync: hook sloppy-hook (plugin sloppy): failed and gave no "
+                             "reason\n");
+  run_clear(&r);
+  r = run_sloppy(dir, "silent", "convert", hf, out, "--target", "sloppy", NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==, "wsync: converter sloppy (plugin sloppy): failed and gave no "
+                             "reason\n");
+  g_assert_false(g_file_test(out, G_FILE_TEST_EXISTS));
+  run_clear(&r);
+  test_rmtree(dir);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -1024,5 +1131,7 @@ main(int argc, char **argv)
   g_test_add_func("/cli/verify/records", test_verify_records);
   g_test_add_func("/cli/verify/usage-errors", test_verify_usage_errors);
   g_test_add_func("/cli/verify/bad-input", test_verify_bad_input);
+  g_test_add_func("/cli/plugin-mistakes/remapper", test_remapper_mistakes);
+  g_test_add_func("/cli/plugin-mistakes/silent-failures", test_callbacks_failing_silently);
   return g_test_run();
 }

@@ -1,5 +1,6 @@
 /* The small public helpers every command and plugin shares (include/wsync/command.h,
- * error.h, layout.h): the exact values and messages a user sees through them. */
+ * error.h, layout.h, model.h's config readers): the exact values and messages a user sees
+ * through them. */
 #include <wsync/wsync.h>
 
 static void
@@ -77,6 +78,60 @@ test_fail(void)
   g_assert_false(wsync_fail(NULL, WSYNC_ERROR_IO, "ignored"));
 }
 
+/* Reads @key of the JSON object @json with wsync_config_get_uint(); the message, or "". */
+static char *
+config_uint(const char *json, const char *key, guint64 min, guint64 max, guint64 *out)
+{
+  g_autoptr(JsonNode) root = json_from_string(json, NULL);
+  const WsyncConfigSection section = {json_node_get_object(root), "text_config."};
+  g_autoptr(GError) error = NULL;
+
+  if (wsync_config_get_uint(&section, key, min, max, out, &error)) {
+    g_assert_no_error(error);
+    return g_strdup("");
+  }
+  g_assert_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT);
+  return g_strdup(error->message);
+}
+
+/* A refusal states the range the plugin asked for ([min, max]), whatever it is: at least
+ * 2 experts is not "a positive integer", a count's bound is not 2^31. */
+static void
+test_config_uint_range(void)
+{
+  static const struct {
+    const char *json;
+    guint64 min, max;
+    const char *message;
+  } cases[] = {
+      {"{\"n\": 1}", 2, WSYNC_CONFIG_COUNT_MAX,
+       "field \"text_config.n\" must be an integer from 2 to 65536, not 1"},
+      {"{\"n\": 0}", 1, WSYNC_CONFIG_COUNT_MAX,
+       "field \"text_config.n\" must be an integer from 1 to 65536, not 0"},
+      {"{\"n\": 65537}", 1, WSYNC_CONFIG_COUNT_MAX,
+       "field \"text_config.n\" is 65537, more than 65536"},
+      {"{\"n\": 1}", 2, WSYNC_CONFIG_SIZE_MAX,
+       "field \"text_config.n\" must be an integer of at least 2 below 2^31, not 1"},
+      {"{\"n\": 0}", 1, WSYNC_CONFIG_SIZE_MAX,
+       "field \"text_config.n\" must be a positive integer below 2^31, not 0"},
+      {"{\"n\": -1}", 0, WSYNC_CONFIG_SIZE_MAX,
+       "field \"text_config.n\" must be a non-negative integer below 2^31, not -1"},
+      {"{\"n\": 2147483648}", 1, WSYNC_CONFIG_SIZE_MAX,
+       "field \"text_config.n\" must be a positive integer below 2^31, not 2147483648"},
+      {"{\"n\": \"2\"}", 2, WSYNC_CONFIG_COUNT_MAX,
+       "field \"text_config.n\" must be an integer of at least 2, not \"2\""},
+      {"{\"n\": null}", 2, WSYNC_CONFIG_COUNT_MAX, "field \"text_config.n\" is missing"},
+      {"{\"n\": 2}", 2, WSYNC_CONFIG_COUNT_MAX, ""},
+  };
+
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    guint64 n = 0;
+    g_autofree char *message = config_uint(cases[i].json, "n", cases[i].min, cases[i].max, &n);
+    g_assert_cmpstr(message, ==, cases[i].message);
+    g_assert_cmpuint(n, ==, cases[i].message[0] == '\0' ? 2 : 0);
+  }
+}
+
 int
 main(int argc, char **argv)
 {
@@ -85,5 +140,6 @@ main(int argc, char **argv)
   g_test_add_func("/helpers/parse-size", test_parse_size);
   g_test_add_func("/helpers/shape-numel", test_shape_numel);
   g_test_add_func("/helpers/fail", test_fail);
+  g_test_add_func("/helpers/config-uint-range", test_config_uint_range);
   return g_test_run();
 }

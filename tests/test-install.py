@@ -4,6 +4,8 @@
 `make install DESTDIR=...` of this build into a scratch directory, then, against that
 installed tree only:
 
+- the README and every docs/*.md (which notes, errors and --help cite) are installed in
+  one documentation directory, and wsync(1) names it;
 - every public header compiles on its own (twice in a row) with nothing but
   `pkg-config --cflags wsync`, and the headers installed are those of include/wsync/;
 - examples/ (one .c file and a Makefile that knows only `pkg-config --cflags --libs
@@ -151,6 +153,26 @@ def case_installed_tree(t):
     return ["%d plugins in %s" % (len(plugins), t.plugindir[len(t.dest):])]
 
 
+def case_docs(t):
+    """The notes, errors and --help of the installed program cite docs/NAME.md: every one
+    of docs/ is installed, with the README, in one documentation directory, which
+    wsync(1) names."""
+    readmes = find(t.dest, lambda p: p.endswith("/README.md"))
+    expect(len(readmes) == 1, "README.md installed %d times: %s" % (len(readmes), readmes))
+    docdir = os.path.dirname(readmes[0])
+    source = sorted(n for n in os.listdir(os.path.join(SRC_TOP, "docs")) if n.endswith(".md"))
+    installed = sorted(os.listdir(os.path.join(docdir, "docs"))) \
+        if os.path.isdir(os.path.join(docdir, "docs")) else []
+    expect(installed == source, "%s/docs holds %s, docs/ has %s"
+           % (docdir[len(t.dest):], installed, source))
+    pages = find(t.dest, lambda p: re.search(r"/man1/wsync\.1$", p))
+    with open(pages[0], encoding="utf-8") as f:
+        page = f.read().replace("\\-", "-")
+    expect(docdir[len(t.dest):] + "/docs" in page,
+           "wsync(1) does not name %s/docs" % docdir[len(t.dest):])
+    return ["%d in %s/docs" % (len(installed), docdir[len(t.dest):])]
+
+
 def case_headers(t):
     cc = shlex.split(os.environ.get("WSYNC_TEST_CC") or "cc")
     cflags = shlex.split(t.pkg_config("--cflags"))
@@ -255,6 +277,8 @@ def case_convert(t):
 CASES = [
     ("make install DESTDIR: library, headers, wsync.pc, command, plugins (no .la), conf.d, "
      "man pages", case_installed_tree),
+    ("the README and every docs/*.md the program cites, in the directory wsync(1) names",
+     case_docs),
     ("every installed header compiles alone with pkg-config --cflags wsync", case_headers),
     ("examples/ builds and installs with pkg-config only; dtype-key.so exports 2 symbols",
      case_example_builds),

@@ -66,7 +66,9 @@ typedef struct {
  *
  * Reads a required integer.  A field that is absent or null is missing.  @key may name
  * an alternative spelling after a bar, "num_experts|num_local_experts".  A value above
- * a count's @max is refused as `field "KEY" is N, more than MAX`.
+ * a count's @max is refused as `field "KEY" is N, more than MAX`, any other value outside
+ * [@min, @max] as `field "KEY" must be an integer from MIN to MAX, not N` (with a size's
+ * @max: `a positive integer below 2^31`, or `an integer of at least MIN below 2^31`).
  *
  * Returns: %TRUE when the field is there and an integer in [@min, @max].
  */
@@ -310,7 +312,10 @@ WSYNC_API void wsync_model_begin_group(WsyncModel *m, WsyncGroup group, const ch
  * @shape: (array length=ndim): the shape
  *
  * Declares a logical tensor.  A shape of more than 2^57 elements is recorded as the
- * model's error (wsync_model_fail()) and a placeholder is returned.
+ * model's error (wsync_model_fail()) and a placeholder is returned.  A name declared
+ * before, or more than %WSYNC_MAX_DIMS axes, is the remapper's mistake: recorded as a
+ * #WSYNC_ERROR_PLUGIN error naming the remapper, after which every builder returns
+ * placeholders and the description is refused with that error.
  *
  * Returns: (transfer none): the logical tensor, owned by the model.
  */
@@ -529,7 +534,10 @@ typedef struct {
  * @n_parts: 1 to %WSYNC_PARAM_MAX_PARTS
  * @parts: (array length=n_parts): its parts (copied)
  *
- * Returns: (transfer none): the param.
+ * Another count of parts, or a part without its logical tensor, is the remapper's
+ * mistake, recorded as wsync_model_add_tensor() records one.
+ *
+ * Returns: (transfer none): the param (a placeholder after a mistake).
  */
 WSYNC_API WsyncParam *wsync_model_add_param(WsyncModel *m, WsyncBlock *block, const char *name,
                                             WsyncParamKind kind, WsyncRole role, guint n_parts,
@@ -828,7 +836,8 @@ WSYNC_API WsyncBlock *wsync_model_add_linear_attention(WsyncModel *m, const char
  * @reserved: room for growth; zero
  *
  * The pre-norm decoder layer of Llama, Qwen3 and their descendants.  Exactly one of
- * @attention and @linear_attention, exactly one of @mlp and @moe.
+ * @attention and @linear_attention, exactly one of @mlp and @moe (else the remapper's
+ * mistake, recorded as wsync_model_add_tensor() records one).
  */
 typedef struct {
   guint64 hidden;

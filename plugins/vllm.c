@@ -25,7 +25,8 @@
  *   ROW          last axis split over the tp ranks          RowParallelLinear (§2)
  *   VOCAB        rows padded to a multiple of 64, then split VocabParallelEmbedding,
  *                                                            ParallelLMHead (§3)
- *   EXPERTS_W13  [E_loc, 2*Ip, H], gate rows first          FusedMoE w13_weight (§4)
+ *   EXPERTS_W13  [E_loc, 2*Ip, H], gate rows first (up      FusedMoE w13_weight (§4)
+ *                first for FlashInfer CUTLASS's kernel format)
  *   EXPERTS_W2   [E_loc, H, Ip]                             FusedMoE w2_weight (§4)
  *   ATTENTION    four F32 scalars of 1.0 (sharded-state)    Attention scale buffers (§6)
  *
@@ -60,10 +61,14 @@
  *   mm-encoder-tp-mode
  *                 the deployment's --mm-encoder-tp-mode: "weights" (vLLM's default) slices
  *                 the vision tower like the text model, "data" holds it whole (§9.5)
+ *   moe-backend   the deployment's unquantized --moe-backend, for the vllm target's kernel
+ *                 format: "triton" the loader layout, "flashinfer-cutlass" each expert's
+ *                 w13 as [w3; w1], "flashinfer-trtllm" refused (its block layout, §4)
  *
  * Rank files record their target, format, parallel layout, rank, the vLLM version and
  * era, attn-scales, with EP the deployment options (vllm-ascend's also
- * enable-shared-expert-dp), and mm-encoder-tp-mode when it is data, in `__metadata__`; files read back are named and laid out as
+ * enable-shared-expert-dp), mm-encoder-tp-mode when it is data and moe-backend when the
+ * experts are not in the loader layout, in `__metadata__`; files read back are named and laid out as
  * they record, whatever the options say.
  */
 #include <stdarg.h>
@@ -407,6 +412,53 @@ validate_encoder_mode(cfg_t *cfg, cfg_opt_t *opt)
   return -1;
 }
 
+/* The unquantized MoE backend the deployment runs (vLLM's --moe-backend): what
+ * process_weights_after_loading does to the routed experts, and so what a live update in
+ * kernel format must bring (docs/vllm.md §4). */
+typedef enum {
+  MOE_TRITON,             /* the loader layout */
+  MOE_FLASHINFER_CUTLASS, /* each expert's w13 halves swapped to [w3; w1] (swap_w13_to_w31) */
+  MOE_FLASHINFER_TRTLLM,  /* FlashInfer's block layout: not written */
+} MoeBackend;
+
+/* wsync's names; vLLM's spellings (underscores) are accepted too, as vLLM turns dashes
+ * into underscores (vllm/config/kernel.py:242-246 @ df1376907b16). */
+static const char *const moe_backends[] = {"triton", "flashinfer-cutlass", "flashinfer-trtllm",
+                                           NULL};
+
+#define MOE_BACKEND_RULE                                                                   \
+  "moe-backend must be triton, flashinfer-cutlass or flashinfer-trtllm (the deployment's " \
+  "vLLM --moe-backend; auto is not a layout)"
+
+/* The backend a name gives, or -1. */
+static int
+moe_backend_of(const char *name)
+{
+  g_autofree char *dashed = NULL;
+
+  if (name == NULL)
+    return -1;
+  dashed = g_strdelimit(g_strdup(name), "_", '-');
+  for (guint i = 0; moe_backends[i] != NULL; i++)
+    if (strcmp(dashed, moe_backends[i]) == 0)
+      return (int)i;
+  return -1;
+}
+
+static int
+validate_moe_backend(cfg_t *cfg, cfg_opt_t *opt)
+{
+  const char *value;
+
+  if (cfg_opt_size(opt) == 0)
+    return 0;
+  value = cfg_opt_getnstr(opt, cfg_opt_size(opt) - 1);
+  if (moe_backend_of(value) >= 0)
+    return 0;
+  cfg_error(cfg, MOE_BACKEND_RULE ", not \"%s\"", value != NULL ? value : "");
+  return -1;
+}
+
 /* A target's user data (one per target: "vllm", "vllm-ascend"). */
 typedef struct {
   const char *target; /* static */
@@ -416,6 +468,7 @@ typedef struct {
   guint pcp;                 /* vLLM's --prefill-context-parallel-size */
   gboolean shared_expert_dp; /* vLLM-Ascend's additional_config enable_shared_expert_dp */
   gboolean encoder_data;     /* vLLM's --mm-encoder-tp-mode data */
+  MoeBackend moe_backend;    /* vLLM's --moe-backend */
   char *help;                /* the target's help text */
 } VllmSettings;
 
@@ -451,6 +504,7 @@ typedef struct {
   gboolean shared_expert_dp; /* vLLM-Ascend's enable_shared_expert_dp */
   SharedRule rule;     /* how the shared expert is laid out (see read_deployment) */
   gboolean encoder_data; /* mm_encoder_tp_mode "data": the vision tower whole (§9.5) */
+  MoeBackend moe_backend; /* the unquantized MoE backend the kernel format is for (§4) */
   const Prefix *prefixes; /* how vLLM renames the model's modules, or NULL */
 } Rank;
 
@@ -943,11 +997,29 @@ emit_expert_map(Rank *r, const Runtime *rt, guint64 experts, const ExpertShare *
   return TRUE;
 }
 
+/* The layout of the routed experts the files hold: the backend's in vLLM's kernel format;
+ * the loader layout in the sharded-state format (vLLM re-lays it after loading) and on
+ * vLLM-Ascend, whose platform is out of tree, so vLLM's oracle never reads --moe-backend
+ * there (§4). */
+static MoeBackend
+moe_layout(const Rank *r)
+{
+  return r->kernel && !r->ascend ? r->moe_backend : MOE_TRITON;
+}
+
+#define TRTLLM_REFUSAL                                                                       \
+  "moe-backend flashinfer-trtllm: FlashInfer TRTLLM re-lays the routed experts into its "   \
+  "block layout after loading, which --format kernel does not write (docs/vllm.md §4); "    \
+  "start vLLM with --moe-backend triton (before v0.24 VLLM_USE_FLASHINFER_MOE_FP16=0) or " \
+  "--moe-backend flashinfer_cutlass and set moe-backend to match"
+
 /* w13_weight [E_loc, 2*Ip, H] (§4 create_weights, `_load_w13`): for local expert j
  * (global e), rows [0, Ip) are gate_e[ip_off : ip_off+Ip] ("w1" -> first half) and rows
  * [Ip, 2Ip) are up_e[...] ("w3" -> second half).  One placement per part covers every
  * local expert: the box [first:first+E_loc, ip_off:ip_off+Ip, 0:H] lands with strides
- * {2Ip*H, H, 1} at origin 0 (gate) or Ip*H (up). */
+ * {2Ip*H, H, 1} at origin 0 (gate) or Ip*H (up).  The kernel format for FlashInfer
+ * CUTLASS swaps the halves of each expert, up first, as its swap_w13_to_w31 does (§4):
+ * the same boxes, the other origins. */
 static gboolean
 emit_experts_w13(Rank *r, const Runtime *rt, GError **error)
 {
@@ -956,6 +1028,10 @@ emit_experts_w13(Rank *r, const Runtime *rt, GError **error)
   WsyncLayoutTensor *tensor;
   ExpertShare share;
 
+  gboolean up_first = moe_layout(r) == MOE_FLASHINFER_CUTLASS;
+
+  if (moe_layout(r) == MOE_FLASHINFER_TRTLLM)
+    return wsync_fail(error, WSYNC_ERROR_USAGE, "vllm: %s: " TRTLLM_REFUSAL, rt->name);
   if (!expert_parts(rt, 2, &experts, error) ||
       !expert_share(r, rt, experts, gate[1], &share, error))
     return FALSE;
@@ -972,7 +1048,7 @@ emit_experts_w13(Rank *r, const Runtime *rt, GError **error)
     box.extent[0] = share.count;
     box.offset[1] = share.ip_off;
     box.extent[1] = share.ip;
-    at[1] = p * share.ip;
+    at[1] = (up_first ? 1 - p : p) * share.ip;
     wsync_layout_place_at(r->layout, tensor, part->lt, &box, at);
   }
   return emit_expert_map(r, rt, experts, &share, error);
@@ -1408,6 +1484,7 @@ handle_param(Rank *r, const WsyncParam *param, GError **error)
 #define KEY_PCP "wsync.prefill-context-parallel-size"
 #define KEY_SHARED_EXPERT_DP "wsync.enable-shared-expert-dp"
 #define KEY_ENCODER_TP_MODE "wsync.mm-encoder-tp-mode"
+#define KEY_MOE_BACKEND "wsync.moe-backend"
 
 static gboolean
 bad_metadata(GError **error, const char *key, const char *value, const char *want)
@@ -1468,6 +1545,24 @@ read_encoder_mode(Rank *r, GError **error)
   return TRUE;
 }
 
+/* The routed experts' layout the files record: flashinfer-cutlass's swapped w13, or (nothing,
+ * as files of an earlier wsync and files in the loader layout record) triton's (§4).
+ * Only the kernel format of the target vllm is ever written with it. */
+static gboolean
+read_moe_backend(Rank *r, GError **error)
+{
+  const char *name = wsync_layout_get_input_metadata(r->layout, KEY_MOE_BACKEND);
+  int backend = name != NULL ? moe_backend_of(name) : MOE_TRITON;
+
+  if (backend < 0 || backend == MOE_FLASHINFER_TRTLLM ||
+      (backend != MOE_TRITON && (!r->kernel || r->ascend)))
+    return bad_metadata(error, KEY_MOE_BACKEND, name,
+                        "\"triton\" or, in the vllm target's kernel format, "
+                        "\"flashinfer-cutlass\"");
+  r->moe_backend = (MoeBackend)backend;
+  return TRUE;
+}
+
 /* The names the release gives on the target's engine: vLLM's era, or vLLM-Ascend's
  * (NULL where no vLLM-Ascend release targets that vLLM). */
 static gboolean
@@ -1511,11 +1606,13 @@ choose_convention(Rank *r, const VllmSettings *settings, GError **error)
   r->pcp = settings->pcp;
   r->shared_expert_dp = settings->shared_expert_dp;
   r->encoder_data = settings->encoder_data;
+  r->moe_backend = settings->moe_backend;
   r->rule = r->ascend ? RULE_ASCEND : RULE_VLLM;
   if (wsync_layout_is_reading(r->layout)) {
     const char *era = wsync_layout_get_input_metadata(r->layout, KEY_ERA);
     const char *scales = wsync_layout_get_input_metadata(r->layout, KEY_SCALES);
-    if (!read_deployment(r, error) || !read_encoder_mode(r, error))
+    if (!read_deployment(r, error) || !read_encoder_mode(r, error) ||
+        !read_moe_backend(r, error))
       return FALSE;
     version = wsync_layout_get_input_metadata(r->layout, KEY_VERSION);
     r->release = find_release(version, &why);
@@ -1640,6 +1737,32 @@ set_metadata(Rank *r)
   /* only when not vLLM's default: files without it hold the vision tower TP-sliced */
   if (r->encoder_data)
     wsync_layout_set_metadata(r->layout, KEY_ENCODER_TP_MODE, "data");
+  /* only when the experts are not in the loader layout */
+  if (moe_layout(r) != MOE_TRITON)
+    wsync_layout_set_metadata(r->layout, KEY_MOE_BACKEND, moe_backends[moe_layout(r)]);
+}
+
+/* What the plan says about moe-backend when it is not the default: what it did to the
+ * routed experts, or why it did nothing (§4). */
+static void
+add_moe_note(Rank *r)
+{
+  if (r->moe_backend == MOE_TRITON)
+    return;
+  if (moe_layout(r) == MOE_FLASHINFER_CUTLASS)
+    wsync_layout_add_note(r->layout, "moe-backend flashinfer-cutlass: each routed expert's "
+                                     "w13_weight holds its up rows first, then its gate rows "
+                                     "([w3; w1]), as FlashInfer CUTLASS runs them (docs/vllm.md "
+                                     "§4); only a deployment started with --moe-backend "
+                                     "flashinfer_cutlass may load these files");
+  else if (r->ascend)
+    wsync_layout_add_note(r->layout, "moe-backend is ignored for vllm-ascend: vLLM-Ascend "
+                                     "runs its own MoE kernels and never reads --moe-backend "
+                                     "(docs/vllm.md §4)");
+  else
+    wsync_layout_add_note(r->layout, "moe-backend is ignored for the sharded-state format: it "
+                                     "holds the loader layout, which vLLM re-lays for its MoE "
+                                     "backend after loading (docs/vllm.md §4)");
 }
 
 /* What the plan says about the files: who reads them, and by which naming rules. */
@@ -1665,6 +1788,7 @@ add_notes(Rank *r)
 
   wsync_layout_add_note(r->layout, consumer);
   wsync_layout_add_note(r->layout, era);
+  add_moe_note(r);
   /* vllm-layouts.md §5: the attention scales are persistent buffers in every release the
    * reference covers, and the loader raises ValueError("Missing keys ...") for any key
    * the file lacks */
@@ -1851,6 +1975,22 @@ static cfg_opt_t options[] = {
          "tower's linear layers; with data every rank holds the whole tower, as with one "
          "rank. vLLM and vLLM-Ascend alike.",
          "weights (vLLM's default) or data")},
+    {.name = "moe-backend",
+     .type = CFGT_STR,
+     .flags = CFGF_NONE,
+     .def.string = "triton",
+     .validcb = validate_moe_backend,
+     .comment = WSYNC_OPTION_DOC(
+         "The unquantized MoE backend the deployment's vLLM runs (--moe-backend; the log "
+         "line \"Using ... Unquantized MoE backend\" names it), for the vllm target's kernel "
+         "format: vLLM re-lays the routed experts for it after loading, so a live update must "
+         "bring that layout. triton keeps the loader layout; flashinfer-cutlass holds each "
+         "expert's w13_weight up rows first ([w3; w1]); flashinfer-trtllm (FlashInfer's block "
+         "layout) is refused. On Blackwell with FlashInfer vLLM's auto picks a FlashInfer "
+         "backend: start it with --moe-backend triton or flashinfer_cutlass. The "
+         "sharded-state format and vllm-ascend ignore it.",
+         "triton (the loader layout), flashinfer-cutlass or flashinfer-trtllm; vLLM's "
+         "spellings with underscores too")},
     CFG_END()};
 
 /* The help `wsync convert --help` shows for the target: formats, their consumers and
@@ -1876,7 +2016,10 @@ help_text(const char *target)
       ascend ? ";\n      experts transposed as vLLM-Ascend runs them; every weight in ND format,\n"
                "      which serves A2/A3 with weight_nz_mode 0 or 1 and enable_fused_mc2 off,\n"
                "      not 310P, fused MC2 or weight_nz_mode=2 (docs/vllm-ascend.md §4)"
-             : "");
+             : ";\n      the routed experts for the deployment's --moe-backend, which the option\n"
+               "      moe-backend (conf.d, plugin \"vllm\") names: triton (the default) the\n"
+               "      loader layout, flashinfer-cutlass w13 up rows first, flashinfer-trtllm\n"
+               "      refused (docs/vllm.md §4)");
   if (ascend) {
     g_string_append(h, "    vllm-version (conf.d, plugin \"vllm\") chooses the names vLLM-Ascend's\n"
                        "      MoE classes give (docs/vllm-ascend.md §2):\n");
@@ -1919,6 +2062,7 @@ settings_new(const char *target, cfg_t *cfg)
   settings->pcp = (guint)cfg_getint(cfg, "prefill-context-parallel-size");
   settings->shared_expert_dp = cfg_getbool(cfg, "enable-shared-expert-dp");
   settings->encoder_data = strcmp(cfg_getstr(cfg, "mm-encoder-tp-mode"), "data") == 0;
+  settings->moe_backend = (MoeBackend)moe_backend_of(cfg_getstr(cfg, "moe-backend"));
   settings->help = help_text(target);
   return settings;
 }
@@ -1949,6 +2093,7 @@ vllm_register(WsyncPlugin *plugin, GError **error)
   const char *backend = cfg_getstr(cfg, "all2all-backend");
   const char *mode = cfg_getstr(cfg, "mm-encoder-tp-mode");
   long pcp = cfg_getint(cfg, "prefill-context-parallel-size");
+  const char *moe = cfg_getstr(cfg, "moe-backend");
 
   /* The validators have seen every value a file set; this catches anything else. */
   if (find_release(version, &why) == NULL) {
@@ -1964,6 +2109,9 @@ vllm_register(WsyncPlugin *plugin, GError **error)
   if (g_strcmp0(mode, "weights") != 0 && g_strcmp0(mode, "data") != 0)
     return wsync_fail(error, WSYNC_ERROR_CONFIG, "mm-encoder-tp-mode must be weights or data, "
                       "not \"%s\"", mode != NULL ? mode : "");
+  if (moe_backend_of(moe) < 0)
+    return wsync_fail(error, WSYNC_ERROR_CONFIG, MOE_BACKEND_RULE ", not \"%s\"",
+                      moe != NULL ? moe : "");
   if (pcp < 1 || pcp > MAX_PCP)
     return wsync_fail(error, WSYNC_ERROR_CONFIG,
                       "prefill-context-parallel-size must be a whole number from 1 to %d, "

@@ -835,6 +835,137 @@ test_vllm_round_trip(Fixture *f, gconstpointer data)
   assert_same_checkpoints(per, back);
 }
 
+/* Runs wsync with @conf (a conf.d of its own) instead of the test's. */
+static Run
+run_wsync_conf(const char *conf, const char *first, ...)
+{
+  g_autoptr(GPtrArray) argv = g_ptr_array_new();
+  va_list ap;
+
+  g_ptr_array_add(argv, "--conf-dir");
+  g_ptr_array_add(argv, (gpointer)conf);
+  g_ptr_array_add(argv, "--plugin-dir");
+  g_ptr_array_add(argv, (gpointer)plugin_dir);
+  va_start(ap, first);
+  for (const char *a = first; a != NULL; a = va_arg(ap, const char *))
+    g_ptr_array_add(argv, (gpointer)a);
+  va_end(ap);
+  g_ptr_array_add(argv, NULL);
+  return test_run_wsync_argv((const char *const *)argv->pdata);
+}
+
+/* A conf.d under the fixture selecting hf, qwen3_moe and vllm with moe-backend @backend. */
+static char *
+moe_conf(const Fixture *f, const char *backend)
+{
+  g_autofree char *name = g_strconcat("conf-", backend, NULL);
+  char *dir = sub(f, name);
+  g_autofree char *text =
+      g_strdup_printf("plugin \"hf\" {}\nplugin \"qwen3_moe\" {}\n"
+                      "plugin \"vllm\" {\n  moe-backend = \"%s\"\n}\n", backend);
+
+  g_assert_cmpint(g_mkdir_with_parents(dir, 0700), ==, 0);
+  g_free(test_write(dir, "10-test.conf", text));
+  return dir;
+}
+
+/* Checks w13_weight of layer 0 in worker @rank's kernel file of @dir against the
+ * published per-expert gate and up projections: expert e's rows [0, Ip) hold
+ * @first_proj's TP slice of rank @rank, rows [Ip, 2Ip) the other's (docs/vllm.md §4:
+ * the loader layout is [w1; w3], FlashInfer CUTLASS's kernel layout [w3; w1]).  Returns
+ * the file's wsync.moe-backend record, or NULL. */
+static char *
+assert_w13_rows(const char *per, const char *dir, guint rank, guint tp, const char *first_proj)
+{
+  g_autofree char *file = g_strdup_printf("%s/kernel-rank-%u-part-0.safetensors", dir, rank);
+  g_autoptr(WsyncCheckpoint) hf = open_ck(per);
+  GError *error = NULL;
+  g_autoptr(WsyncSafetensors) st = wsync_safetensors_open(file, &error);
+  const char *second_proj = strcmp(first_proj, "gate_proj") == 0 ? "up_proj" : "gate_proj";
+  const WsyncTensor *w13;
+  const char *record;
+
+  g_assert_no_error(error);
+  w13 = wsync_safetensors_lookup(st, "model.layers.0.mlp.experts.routed_experts.w13_weight");
+  g_assert_nonnull(w13);
+  for (guint64 e = 0; e < w13->shape[0]; e++) {
+    g_autofree char *first = expert_name(0, e, first_proj);
+    g_autofree char *second = expert_name(0, e, second_proj);
+    const WsyncTensor *a = lookup(hf, first), *b = lookup(hf, second);
+    guint64 ip = a->shape[0] / tp, row = a->shape[1] * esize(a);
+    const guint8 *expert = w13->data + e * 2 * ip * row;
+
+    g_assert_cmpuint(w13->shape[1], ==, 2 * ip);
+    g_assert_cmpmem(expert, ip * row, a->data + rank * ip * row, ip * row);
+    g_assert_cmpmem(expert + ip * row, ip * row, b->data + rank * ip * row, ip * row);
+  }
+  record = g_hash_table_lookup(wsync_safetensors_metadata(st), "wsync.moe-backend");
+  return g_strdup(record);
+}
+
+/* moe-backend (docs/vllm.md §4): vLLM's FlashInfer CUTLASS backend swaps each expert's
+ * w13 halves after loading, so the vllm kernel format for it holds the up rows first,
+ * records the choice, and reads back to the original bytes with the default options;
+ * the default keeps the loader layout and records nothing; flashinfer-trtllm (a block
+ * layout) is refused in one line, before anything is written; a bad record is refused. */
+static void
+test_vllm_moe_backend(Fixture *f, gconstpointer data)
+{
+  g_autofree char *per = sub(f, "per");
+  g_autofree char *cutlass = sub(f, "cutlass");
+  g_autofree char *triton = sub(f, "triton");
+  g_autofree char *trtllm = sub(f, "trtllm");
+  g_autofree char *back = sub(f, "back");
+  g_autofree char *conf_cutlass = moe_conf(f, "flashinfer-cutlass");
+  g_autofree char *conf_trtllm = moe_conf(f, "flashinfer-trtllm");
+  Run r;
+
+  (void)data;
+  if (!have_vllm) {
+    g_test_skip("the vllm plugin is not built");
+    return;
+  }
+  synth("tiny-qwen3-moe.json", per, NULL, NULL);
+  r = run_wsync_conf(conf_cutlass, "convert", per, cutlass, "--target", "vllm", "--format",
+                     "kernel", "--tp", "2", NULL);
+  expect_status(&r, 0, "convert with moe-backend flashinfer-cutlass");
+  run_clear(&r);
+  for (guint rank = 0; rank < 2; rank++) {
+    g_autofree char *record = assert_w13_rows(per, cutlass, rank, 2, "up_proj");
+    g_assert_cmpstr(record, ==, "flashinfer-cutlass");
+  }
+  convert(cutlass, back, "hf"); /* the test's conf.d: moe-backend triton */
+  expect_verify(per, back, 0);
+  assert_same_checkpoints(per, back);
+
+  r = run_wsync("convert", per, triton, "--target", "vllm", "--format", "kernel", "--tp", "2",
+                NULL);
+  expect_status(&r, 0, "convert with the default moe-backend");
+  run_clear(&r);
+  {
+    g_autofree char *record = assert_w13_rows(per, triton, 1, 2, "gate_proj");
+    g_assert_null(record);
+  }
+
+  r = run_wsync_conf(conf_trtllm, "convert", per, trtllm, "--target", "vllm", "--format",
+                     "kernel", "--tp", "2", NULL);
+  expect_status(&r, 2, "convert with moe-backend flashinfer-trtllm");
+  assert_has(r.err, "model.layers.0.mlp.experts.routed_experts.w13_weight: moe-backend "
+                    "flashinfer-trtllm: FlashInfer TRTLLM re-lays the routed experts into its "
+                    "block layout");
+  assert_has(r.err, "--moe-backend triton");
+  g_assert_true(strchr(r.err, '\n') == r.err + strlen(r.err) - 1);
+  g_assert_false(g_file_test(trtllm, G_FILE_TEST_EXISTS));
+  run_clear(&r);
+
+  test_set_rank_file_metadata(cutlass, "wsync.moe-backend", "flashinfer-trtllm");
+  r = run_wsync("convert", cutlass, trtllm, "--target", "hf", NULL);
+  expect_status(&r, 3, "read back a flashinfer-trtllm record");
+  assert_has(r.err, "metadata wsync.moe-backend is \"flashinfer-trtllm\", not \"triton\" or, "
+                    "in the vllm target's kernel format, \"flashinfer-cutlass\"");
+  run_clear(&r);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -877,6 +1008,7 @@ main(int argc, char **argv)
   ADD("bad-input/config-field-missing", test_config_field_missing, NULL);
   ADD("bad-input/unknown-tensor", test_unknown_tensor, NULL);
   ADD("bad-input/unclaimed-model-type", test_unclaimed_model_type, NULL);
+  ADD("vllm/moe-backend", test_vllm_moe_backend, NULL);
   for (guint i = 0; i < G_N_ELEMENTS(vllm_cases); i++) {
     g_autofree char *path =
         g_strdup_printf("vllm/%s/%s/tp%s%s%s", vllm_cases[i].config, vllm_cases[i].format,

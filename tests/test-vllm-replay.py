@@ -72,18 +72,19 @@ def config_path(config):
     return path if os.path.exists(path) else os.path.join(TEST_CONFIG_DIR, config + ".json")
 
 
-DEFAULT_DEPLOYMENT = (1, "allgather_reducescatter", False, "weights", False)
+DEFAULT_DEPLOYMENT = (1, "allgather_reducescatter", False, "weights", False, "triton")
 
 
 class Case:
     def __init__(self, config, tp, ep, target, platform, fmt, version, era, persistent,
                  refusal=None, part_size=None, pcp=1, backend="allgather_reducescatter",
-                 sedp=False, encoder="weights", lm_only=False):
+                 sedp=False, encoder="weights", lm_only=False, moe="triton"):
         self.config, self.tp, self.ep = config, tp, ep
         # the deployment (docs/vllm.md §9.4, docs/vllm-ascend.md §2; the vision tower's
         # mm_encoder_tp_mode and language-model-only, docs/vllm.md §9.5)
         self.pcp, self.backend, self.sedp = pcp, backend, sedp
         self.encoder, self.lm_only = encoder, lm_only
+        self.moe = moe  # the unquantized MoE backend vLLM runs (--moe-backend, docs/vllm.md §4)
         self.target, self.platform, self.fmt = target, platform, fmt
         self.version, self.era, self.persistent = version, era, persistent
         self.refusal = refusal  # None, or (why vLLM refuses, a fragment the message must hold)
@@ -96,25 +97,25 @@ class Case:
             parts += " prefill-context-parallel-size %d all2all-backend %s" % (self.pcp,
                                                                                self.backend)
             parts += " enable-shared-expert-dp %s" % ("true" if self.sedp else "false")
-            parts += " mm-encoder-tp-mode %s language-model-only %s" % (
-                self.encoder, "true" if self.lm_only else "false")
+            parts += " mm-encoder-tp-mode %s language-model-only %s moe-backend %s" % (
+                self.encoder, "true" if self.lm_only else "false", self.moe)
         return "%s%s --target %s --format %s vllm-version %s --tp %d --ep %d%s" % (
             what, self.config, self.target, self.fmt, self.version, self.tp, self.ep, parts)
 
     def conf_key(self):
         """The conf dir of write_conf_dirs this case runs with."""
         return conf_key(self.version, self.pcp, self.backend, self.sedp, self.encoder,
-                        self.lm_only)
+                        self.lm_only, self.moe)
 
     def parallel(self, tp_rank, ep_rank):
         return vr.Parallel(self.tp, tp_rank, self.ep, ep_rank, self.pcp, self.backend,
                            self.sedp)
 
 
-def conf_key(version, pcp, backend, sedp, encoder="weights", lm_only=False):
-    if (pcp, backend, sedp, encoder, lm_only) == DEFAULT_DEPLOYMENT:
+def conf_key(version, pcp, backend, sedp, encoder="weights", lm_only=False, moe="triton"):
+    if (pcp, backend, sedp, encoder, lm_only, moe) == DEFAULT_DEPLOYMENT:
         return version
-    return "%s|%d|%s|%s|%s|%s" % (version, pcp, backend, sedp, encoder, lm_only)
+    return "%s|%d|%s|%s|%s|%s|%s" % (version, pcp, backend, sedp, encoder, lm_only, moe)
 
 
 # Deployments other than the default, for the shared expert (docs/vllm.md §9.4,
@@ -126,6 +127,10 @@ DEPLOYMENTS = [("latest", 2, "allgather_reducescatter", False, "weights", False)
                ("latest", 1, "allgather_reducescatter", True, "weights", False)]
 VISION_DEPLOYMENTS = [("latest", 1, "allgather_reducescatter", False, "data", False),
                       ("latest", 1, "allgather_reducescatter", False, "weights", True)]
+# The unquantized MoE backend vLLM runs, for the kernel format (docs/vllm.md §4): the
+# vllm-version, its naming era and whether its expert map is persistent, and the backend.
+MOE_DEPLOYMENTS = [("latest", "D", False, "flashinfer-cutlass"),
+                   ("0.24.0", "D", True, "flashinfer-cutlass")]
 
 
 def write_conf_dirs(root):
@@ -133,9 +138,12 @@ def write_conf_dirs(root):
     sections of conf.d, with vllm-version (and the deployment's options) set."""
     dirs = {}
     settings = [(version,) + DEFAULT_DEPLOYMENT for version, _, _ in ERAS]
-    for version, pcp, backend, sedp, encoder, lm_only in settings + DEPLOYMENTS + \
-            VISION_DEPLOYMENTS:
-        key = conf_key(version, pcp, backend, sedp, encoder, lm_only)
+    settings += [d + ("triton",) for d in DEPLOYMENTS + VISION_DEPLOYMENTS]
+    settings += [(version,) + DEFAULT_DEPLOYMENT[:-1] + (moe,)
+                 for version, _, _, moe in MOE_DEPLOYMENTS + [("latest", "D", False,
+                                                                "flashinfer-trtllm")]]
+    for version, pcp, backend, sedp, encoder, lm_only, moe in settings:
+        key = conf_key(version, pcp, backend, sedp, encoder, lm_only, moe)
         d = os.path.join(root, "conf-%d" % len(dirs))
         os.mkdir(d)
         for name in PLUGIN_CONFS:
@@ -156,10 +164,12 @@ def write_conf_dirs(root):
                                   % ("true" if sedp else "false"), text)
                 text, e = re.subn(r'(?m)^(\s*)mm-encoder-tp-mode\s*=\s*"[^"]*"',
                                   r'\1mm-encoder-tp-mode = "%s"' % encoder, text)
-                if (n, m, k, e) != (1, 1, 1, 1):
+                text, b = re.subn(r'(?m)^(\s*)moe-backend\s*=\s*"[^"]*"',
+                                  r'\1moe-backend = "%s"' % moe, text)
+                if (n, m, k, e, b) != (1, 1, 1, 1, 1):
                     raise SystemExit("Bail out! %s: expected one prefill-context-parallel-size, "
-                                     "one all2all-backend, one enable-shared-expert-dp and one "
-                                     "mm-encoder-tp-mode setting" % name)
+                                     "one all2all-backend, one enable-shared-expert-dp, one "
+                                     "mm-encoder-tp-mode and one moe-backend setting" % name)
             if name == "31-qwen3_5_moe.conf":
                 text, n = re.subn(r'(?m)^(\s*)language-model-only\s*=\s*\w+',
                                   r'\1language-model-only = %s'
@@ -247,6 +257,24 @@ def plan_cases(configs):
                 for fmt in FORMATS:
                     cases.append(Case(config, tp, ep, target, platform, fmt, version, "D",
                                       False, encoder=encoder, lm_only=lm_only))
+    # vLLM started with --moe-backend flashinfer_cutlass: the kernel format holds the
+    # experts as that backend's process_weights_after_loading leaves them, TP-sliced,
+    # with EP, and with ep = 2*tp; the sharded-state format and vLLM-Ascend (its own MoE
+    # kernels) the layouts they hold without it (docs/vllm.md §4).
+    for version, era, persistent, moe in MOE_DEPLOYMENTS:
+        for config, tp, ep in (("tiny-qwen3-moe", 2, 1), ("tiny-qwen3-moe", 2, 2),
+                               ("tiny-qwen3.5-moe", 2, 4)):
+            for target, platform in TARGETS:
+                for fmt in FORMATS:
+                    if fmt == "sharded-state" and ep > tp:
+                        continue
+                    cases.append(Case(config, tp, ep, target, platform, fmt, version, era,
+                                      persistent, moe=moe))
+    # FlashInfer TRTLLM's block layout is not written: the vllm kernel format refuses it
+    # and names the --moe-backend a deployment can run instead (docs/vllm.md §4).
+    cases.append(Case("tiny-qwen3-moe", 2, 1, "vllm", "cuda", "kernel", "latest", "D", False,
+                      ("FlashInfer TRTLLM block layout", "--moe-backend triton"),
+                      moe="flashinfer-trtllm"))
     # vLLM-Ascend with enable_shared_expert_dp and one data-parallel replica (tp 2, ep 2,
     # where vLLM's rule does not hold): whole, in both formats (docs/vllm-ascend.md §2).
     for fmt in FORMATS:
@@ -373,7 +401,7 @@ def check_kernel(case, cfg, checkpoint, dst):
         model = vr.build_model(cfg, par, case.era, case.platform, case.persistent,
                                case.version in ASCEND_UNWRAPPED, case.encoder, case.lm_only)
         vr.load_checkpoint(model, checkpoint)
-        vr.process_for_kernel(model, case.platform)
+        vr.process_for_kernel(model, case.platform, case.moe)
         params = list(model.named_parameters())
         want = {id(p): p.tobytes() for _, p in params}
         for _, p in params:

@@ -1262,13 +1262,37 @@ def _load_one(model, name, tensor):
     param.weight_loader(param, tensor)
 
 
-def process_for_kernel(model, platform):
+def swap_w13_to_w31(x):
+    """vLLM's swap_w13_to_w31 (docs/vllm.md §4): x.reshape(-1, 2, x.shape[-2] // 2,
+    x.shape[-1]).flip(dims=[1]).reshape(x.shape), i.e. the two halves of dim -2 of each
+    [2*Ip, H] matrix exchanged; a new contiguous tensor."""
+    out = Tensor.empty(x.shape, x.dtype)
+    half = x.shape[1] // 2
+    for j in range(x.shape[0]):
+        src, dst = x.select(0, j), out.select(0, j)
+        dst.narrow(0, 0, half).copy_(src.narrow(0, half, half))
+        dst.narrow(0, half, half).copy_(src.narrow(0, 0, half))
+    return out
+
+
+def process_for_kernel(model, platform, moe_backend="triton"):
     """process_weights_after_loading as far as it changes what a live update in kernel
-    format must hold (docs/vllm.md §7): on CUDA's default unquantized path nothing (§4);
-    on vLLM-Ascend the experts are transposed and replace_parameter'ed, w13
-    [E_loc, H, 2I/tp] and w2 [E_loc, I/tp, H], contiguous, ND (docs/vllm-ascend.md §3,
-    §4)."""
+    format must hold (docs/vllm.md §7): on CUDA the unquantized MoE backend's
+    convert_to_unquantized_kernel_format (§4): Triton nothing; FlashInfer CUTLASS
+    w13 = swap_w13_to_w31(w13) (the models here are all gated, is_act_and_mul), put back
+    under the same name by replace_parameter; on vLLM-Ascend (an out-of-tree platform,
+    which never reads --moe-backend, §4) the experts are transposed and
+    replace_parameter'ed, w13 [E_loc, H, 2I/tp] and w2 [E_loc, I/tp, H], contiguous, ND
+    (docs/vllm-ascend.md §3, §4)."""
     if platform != "ascend":
+        if moe_backend == "flashinfer-cutlass":
+            for experts in model.py_routed:
+                experts._parameters["w13_weight"] = Parameter(
+                    swap_w13_to_w31(experts._parameters["w13_weight"]),
+                    rule="FlashInfer CUTLASS kernel layout: w13_weight halves swapped to "
+                         "[w3; w1] (docs/vllm.md §4)")
+        elif moe_backend != "triton":
+            raise ReplayError("no replay of the %s MoE backend's layout" % moe_backend)
         return
     for experts in model.py_routed:
         for name in ("w13_weight", "w2_weight"):

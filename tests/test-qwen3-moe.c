@@ -26,24 +26,34 @@ typedef TestRun Run;
 #define assert_has test_assert_has
 #define run_clear test_run_clear
 
-/* Runs wsync with @args (NULL-terminated) and this test's conf.d and plugins (through
- * testutil.h, so that make check-valgrind runs it under memcheck too). */
+/* Runs wsync with the conf.d @conf, this test's plugins and the arguments @first, @ap
+ * (NULL-terminated), through testutil.h, so that make check-valgrind runs it under
+ * memcheck too. */
+static Run
+run_wsync_va(const char *conf, const char *first, va_list ap)
+{
+  g_autoptr(GPtrArray) argv = g_ptr_array_new();
+
+  g_ptr_array_add(argv, "--conf-dir");
+  g_ptr_array_add(argv, (gpointer)conf);
+  g_ptr_array_add(argv, "--plugin-dir");
+  g_ptr_array_add(argv, (gpointer)plugin_dir);
+  for (const char *a = first; a != NULL; a = va_arg(ap, const char *))
+    g_ptr_array_add(argv, (gpointer)a);
+  g_ptr_array_add(argv, NULL);
+  return test_run_wsync_argv((const char *const *)argv->pdata);
+}
+
+/* Runs wsync with @args (NULL-terminated) and this test's conf.d and plugins. */
 static Run
 run_wsync(const char *first, ...)
 {
-  g_autoptr(GPtrArray) argv = g_ptr_array_new();
   va_list ap;
 
-  g_ptr_array_add(argv, "--conf-dir");
-  g_ptr_array_add(argv, conf_dir);
-  g_ptr_array_add(argv, "--plugin-dir");
-  g_ptr_array_add(argv, (gpointer)plugin_dir);
   va_start(ap, first);
-  for (const char *a = first; a != NULL; a = va_arg(ap, const char *))
-    g_ptr_array_add(argv, (gpointer)a);
+  Run r = run_wsync_va(conf_dir, first, ap);
   va_end(ap);
-  g_ptr_array_add(argv, NULL);
-  return test_run_wsync_argv((const char *const *)argv->pdata);
+  return r;
 }
 
 /* Checks the exit status, showing what wsync said when it is not the expected one. */
@@ -839,19 +849,12 @@ test_vllm_round_trip(Fixture *f, gconstpointer data)
 static Run
 run_wsync_conf(const char *conf, const char *first, ...)
 {
-  g_autoptr(GPtrArray) argv = g_ptr_array_new();
   va_list ap;
 
-  g_ptr_array_add(argv, "--conf-dir");
-  g_ptr_array_add(argv, (gpointer)conf);
-  g_ptr_array_add(argv, "--plugin-dir");
-  g_ptr_array_add(argv, (gpointer)plugin_dir);
   va_start(ap, first);
-  for (const char *a = first; a != NULL; a = va_arg(ap, const char *))
-    g_ptr_array_add(argv, (gpointer)a);
+  Run r = run_wsync_va(conf, first, ap);
   va_end(ap);
-  g_ptr_array_add(argv, NULL);
-  return test_run_wsync_argv((const char *const *)argv->pdata);
+  return r;
 }
 
 /* A conf.d under the fixture selecting hf, qwen3_moe and vllm with moe-backend @backend. */

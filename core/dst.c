@@ -188,18 +188,11 @@ remove_stale_temps(const Dst *d)
   g_autoptr(GDir) dir = g_dir_open(d->parent, 0, NULL);
   const char *name;
 
-  while (dir != NULL && (name = g_dir_read_name(dir)) != NULL) {
-    if (!is_temp_name(name, d->base))
-      continue;
-    g_autofree char *path = g_build_filename(d->parent, name, NULL);
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0)
-      continue;
-    if (fstat(fd, &st) == 0 && st.st_uid == geteuid() && flock(fd, LOCK_EX | LOCK_NB) == 0)
-      wsync_remove_tree(path, NULL);
-    close(fd);
-  }
+  while (dir != NULL && (name = g_dir_read_name(dir)) != NULL)
+    if (is_temp_name(name, d->base)) {
+      g_autofree char *path = g_build_filename(d->parent, name, NULL);
+      wsync_remove_abandoned_temp(path);
+    }
 }
 
 /* Creates and locks a fresh ".BASE.wsync-XXXXXX" next to DST.  mkdir(0777) lets the
@@ -235,14 +228,11 @@ make_temp(const Dst *d, int *lock_fd, GError **error)
     }
     /* Another run's clean-up may see the directory between mkdir and flock, take it for
      * stale and remove it: then the lock fails, or the directory is gone (no links). */
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    struct stat st;
-    if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &st) == 0 && st.st_nlink > 0) {
+    int fd = wsync_dir_lock(path);
+    if (fd >= 0) {
       *lock_fd = fd;
       return g_steal_pointer(&path);
     }
-    if (fd >= 0)
-      close(fd);
   }
   wsync_set_io_error(error, EEXIST, d->parent, "create a temporary directory in");
   return NULL;

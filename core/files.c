@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include "files.h"
@@ -340,6 +341,45 @@ wsync_remove_tree(const char *path, GError **error)
   remove_at(&rm, parent, base, path);
   close(parent);
   return !rm.failed;
+}
+
+/* ------------------------------------------------------------------ temporaries' locks */
+
+/* Locks @path and returns the descriptor; *@owner says whether this user owns it. */
+static int
+lock_dir(const char *path, gboolean *owner)
+{
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  struct stat st;
+
+  if (fd < 0)
+    return -1;
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0 || fstat(fd, &st) != 0 || st.st_nlink == 0) {
+    close(fd);
+    return -1;
+  }
+  *owner = st.st_uid == geteuid();
+  return fd;
+}
+
+int
+wsync_dir_lock(const char *path)
+{
+  gboolean owner;
+  return lock_dir(path, &owner);
+}
+
+void
+wsync_remove_abandoned_temp(const char *path)
+{
+  gboolean owner = FALSE;
+  int fd = lock_dir(path, &owner);
+
+  if (fd < 0)
+    return;
+  if (owner)
+    wsync_remove_tree(path, NULL);
+  close(fd);
 }
 
 /* ------------------------------------------------------------------ config.json */

@@ -71,6 +71,19 @@ int wsync_file_open_trusted(const char *path, const char *what, struct stat *st,
  * it removes what it can either way. */
 gboolean wsync_remove_tree(const char *path, GError **error);
 
+/* Takes the lock a run holds on its temporary directory @path while it uses it: an
+ * exclusive flock(2) on a descriptor of it, which the kernel drops when the process
+ * dies, even by kill -9.  Returns the descriptor (closing it releases the lock), or -1
+ * when another process holds the lock or the directory is gone (another run's clean-up
+ * may remove a directory between its mkdir and its lock). */
+int wsync_dir_lock(const char *path);
+
+/* Removes the directory @path when it is a temporary that a dead run left: this user
+ * owns it and no process holds its lock (wsync_dir_lock()).  Holds the lock while it
+ * removes, so that no new run can take the directory meanwhile.  Anything else
+ * (another user's, a live run's, a symlink) is left. */
+void wsync_remove_abandoned_temp(const char *path);
+
 /* pwrite(2) until all @len bytes of @data are at @offset of @fd (a write of nothing
  * counts as a full disk).  Errors name @path. */
 gboolean wsync_file_pwrite_all(int fd, const char *path, const void *data, gsize len,

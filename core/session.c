@@ -1344,20 +1344,57 @@ write_companions_into(WsyncSession *s, const char *dir, GError **error)
   return TRUE;
 }
 
+#define COMPANIONS_TEMP ".wsync-companions."
+
+/* Removes the companions' temporaries of out_dir that a session killed while writing
+ * them left (no live session holds their lock: wsync_remove_abandoned_temp()). */
+static void
+remove_abandoned_companions(WsyncSession *s)
+{
+  g_autoptr(GDir) d = g_dir_open(s->out_dir, 0, NULL);
+  const char *name;
+
+  while (d != NULL && (name = g_dir_read_name(d)) != NULL)
+    if (g_str_has_prefix(name, COMPANIONS_TEMP) && strlen(name) == strlen(COMPANIONS_TEMP) + 6) {
+      g_autofree char *path = g_build_filename(s->out_dir, name, NULL);
+      wsync_remove_abandoned_temp(path);
+    }
+}
+
+/* Creates and locks a fresh companions' temporary in out_dir (into *@lock_fd). */
+static char *
+make_companions_temp(WsyncSession *s, int *lock_fd, GError **error)
+{
+  for (int attempt = 0; attempt < 100; attempt++) {
+    g_autofree char *tmp = g_build_filename(s->out_dir, COMPANIONS_TEMP "XXXXXX", NULL);
+    if (g_mkdtemp(tmp) == NULL) {
+      wsync_set_io_error(error, errno, tmp, "create");
+      return NULL;
+    }
+    /* another session's clean-up may have taken it between mkdtemp and the lock */
+    if ((*lock_fd = wsync_dir_lock(tmp)) >= 0)
+      return g_steal_pointer(&tmp);
+  }
+  wsync_set_io_error(error, EEXIST, s->out_dir, "create a temporary directory in");
+  return NULL;
+}
+
 /* The companion files, written into a temporary directory inside out_dir and renamed
  * over their names: the copies refuse to overwrite (convert writes into a new
- * directory), while out_dir may hold an earlier session's (a restarted trainer's). */
+ * directory), while out_dir may hold an earlier session's (a restarted trainer's).  The
+ * temporary is locked while in use, so that a session killed meanwhile leaves one that
+ * the next session removes. */
 static gboolean
 write_companions(WsyncSession *s, GError **error)
 {
-  g_autofree char *tmp = g_build_filename(s->out_dir, ".wsync-companions.XXXXXX", NULL);
+  int lock_fd = -1;
   gboolean ok;
   const char *name;
 
-  if (g_mkdtemp(tmp) == NULL) {
-    wsync_set_io_error(error, errno, tmp, "create");
+  remove_abandoned_companions(s);
+  g_autofree char *tmp = make_companions_temp(s, &lock_fd, error);
+  if (tmp == NULL)
     return FALSE;
-  }
   ok = write_companions_into(s, tmp, error);
   g_autoptr(GDir) d = g_dir_open(tmp, 0, NULL);
   while (d != NULL && (name = g_dir_read_name(d)) != NULL) {
@@ -1370,6 +1407,7 @@ write_companions(WsyncSession *s, GError **error)
     g_unlink(from); /* what a failure left */
   }
   g_rmdir(tmp);
+  close(lock_fd);
   return ok && wsync_dir_sync(s->out_dir, error);
 }
 

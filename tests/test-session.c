@@ -6,7 +6,9 @@
  * formats, several tp and ep, vLLM-Ascend's transposed experts included.  A second step
  * with other values (a random synth) rewrites the same files in place.  Then the caller
  * sink, shards, fused experts, the digest, and every refusal. */
+#include <fcntl.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 
@@ -514,6 +516,15 @@ test_restart(void)
 
   g_assert_cmpint(g_mkdir_with_parents(trainer, 0755), ==, 0);
   test_copy(from, config);
+  /* A session killed while writing its companions left its temporary (removed by the
+   * next session); another, live, holds the lock of its own (left alone). */
+  g_autofree char *abandoned = g_build_filename(out, ".wsync-companions.Ab12Cd", NULL);
+  g_autofree char *held = g_build_filename(out, ".wsync-companions.Live01", NULL);
+  g_assert_cmpint(g_mkdir_with_parents(abandoned, 0700), ==, 0);
+  g_assert_cmpint(g_mkdir_with_parents(held, 0700), ==, 0);
+  g_free(test_write(abandoned, "config.json", "{}"));
+  int held_fd = open(held, O_RDONLY);
+  g_assert_cmpint(flock(held_fd, LOCK_EX | LOCK_NB), ==, 0);
   for (guint64 run = 1; run <= 2; run++) {
     g_autofree char *text = g_strdup_printf("{\"run\": %" G_GUINT64_FORMAT "}\n", run);
     g_free(test_write(trainer, "tokenizer.json", text));
@@ -528,6 +539,10 @@ test_restart(void)
     g_autoptr(GBytes) got = file_bytes(tokenizer);
     g_assert_cmpmem(g_bytes_get_data(got, NULL), g_bytes_get_size(got), text, strlen(text));
   }
+  g_assert_false(g_file_test(abandoned, G_FILE_TEST_EXISTS));
+  g_assert_true(g_file_test(held, G_FILE_TEST_IS_DIR));
+  close(held_fd);
+  g_assert_cmpint(g_rmdir(held), ==, 0);
   /* convert's files and the tokenizer, nothing else (no temporary left) */
   g_autoptr(GPtrArray) want = dir_files(expected);
   g_autoptr(GPtrArray) have = dir_files(out);

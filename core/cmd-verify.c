@@ -24,6 +24,7 @@
 
 #include "cli.h"
 #include "files.h"
+#include "progress.h"
 
 /* Data is compared with memcmp in chunks this large; only the first chunk that differs
  * is searched byte by byte. */
@@ -68,14 +69,6 @@ typedef struct {
   guint64 n_bytes;
   Difference diff;
 } Verdict;
-
-/* Progress on a terminal: "wsync: 12.3 GB of 60.1 GB compared (20%)", as convert
- * reports what it wrote, at most twice a second. */
-typedef struct {
-  gboolean on;
-  guint64 total; /* the bytes of A's tensors */
-  gint64 last;   /* when it was last shown */
-} Progress;
 
 /* The one-line output stays one line (control characters escaped). */
 #define printable wsync_printable
@@ -206,39 +199,25 @@ tensor_differs(const WsyncTensor *a, const WsyncTensor *b, Difference *diff)
   return TRUE;
 }
 
-static void
-show_progress(Progress *p, guint64 done, gboolean last)
-{
-  gint64 now = g_get_monotonic_time();
-
-  if (!p->on || p->total == 0 || (!last && now - p->last < 500000))
-    return;
-  p->last = now;
-  g_autofree char *d = g_format_size(done), *t = g_format_size(p->total);
-  fprintf(stderr, "\rwsync: %s of %s compared (%u%%)   %s", d, t, (guint)(100 * done / p->total),
-          last ? "\n" : "");
-}
-
 /* Compares the tensors of @a and @b, which have the same names: it touches the
  * memory maps, so it runs guarded (and allocates only to show progress). */
 static void
-verify_tensors(WsyncCheckpoint *a, WsyncCheckpoint *b, Verdict *v, Progress *progress)
+verify_tensors(WsyncCheckpoint *a, WsyncCheckpoint *b, Verdict *v, WsyncProgress *progress)
 {
   /* The same names, both sorted: tensor i of A and tensor i of B share a name. */
   for (guint i = 0; i < wsync_checkpoint_n_tensors(a); i++) {
     const WsyncTensor *ta = wsync_checkpoint_tensor(a, i);
     const WsyncTensor *tb = wsync_checkpoint_tensor(b, i);
     if (tensor_differs(ta, tb, &v->diff)) {
-      if (progress->last != 0) /* end the progress line before the verdict */
-        fputc('\n', stderr);
+      wsync_progress_end(progress); /* before the verdict */
       return;
     }
     v->n_tensors++;
     v->n_bytes += ta->nbytes;
-    show_progress(progress, v->n_bytes, FALSE);
+    wsync_progress_show(progress, v->n_bytes, FALSE);
   }
   v->diff.kind = DIFF_NONE;
-  show_progress(progress, v->n_bytes, TRUE);
+  wsync_progress_show(progress, v->n_bytes, TRUE);
 }
 
 /* A record's value in the one-line output: quoted, or "absent". */
@@ -383,7 +362,7 @@ print_json(const Verdict *v)
 typedef struct {
   WsyncCheckpoint *a, *b;
   Verdict *v;
-  Progress progress;
+  WsyncProgress progress;
 } Comparison;
 
 static void
@@ -433,14 +412,17 @@ cmd_verify(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   /* names and records come from the headers; then the tensors are read through memory
    * maps: a file truncated meanwhile is an I/O error naming it, not SIGBUS */
   v = (Verdict){0};
-  Comparison c = {a, b, &v, {.on = !cli->quiet && isatty(STDERR_FILENO)}};
-  for (guint i = 0; c.progress.on && i < wsync_checkpoint_n_tensors(a); i++)
-    c.progress.total += wsync_checkpoint_tensor(a, i)->nbytes;
+  Comparison c = {.a = a, .b = b, .v = &v};
+  guint64 total = 0;
+  for (guint i = 0; i < wsync_checkpoint_n_tensors(a); i++)
+    total += wsync_checkpoint_tensor(a, i)->nbytes;
+  wsync_progress_init(&c.progress, wsync_progress_mode(cli->quiet, FALSE), "compared", total);
   const void *address = NULL;
   gboolean headers_differ = find_missing(a, b, &v.diff) || find_record_difference(a, b, &v.diff);
   if (!headers_differ && !wsync_run_guarded(compare_cb, &c, &address)) {
     const WsyncTensor *t = tensor_at(a, address);
     t = t ? t : tensor_at(b, address);
+    wsync_progress_end(&c.progress);
     g_set_error(&error, WSYNC_ERROR, WSYNC_ERROR_IO,
                 "cannot read %s: the file shrank while wsync was reading it (tensor \"%s\")",
                 t ? t->file : "a file of A or B", t ? t->name : "?");

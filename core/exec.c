@@ -37,6 +37,7 @@
 #include "dst.h"
 #include "entry-private.h"
 #include "files.h"
+#include "progress.h"
 #include "plan-private.h"
 #include "safetensors-private.h"
 
@@ -219,9 +220,7 @@ typedef struct {
   guint running;
   GCond finished;
   guint64 done_bytes, total_bytes;
-  gboolean progress;
-  gint64 last_report; /* monotonic µs of the last progress line */
-  guint64 shown_bytes; /* what it said was written */
+  WsyncProgress progress;
   gint failed;        /* set once anything failed: the rest is skipped */
   gint no_copy_range; /* copy_file_range(2) does not work between these file systems */
   const volatile sig_atomic_t *interrupted; /* wsync_plan_set_interrupt() */
@@ -561,18 +560,9 @@ worker_main(gpointer data)
 
 /* "wsync: 12.3 GB of 60.1 GB written (20%)" on stderr, at most twice a second. */
 static void
-report_progress(Executor *ex, gboolean force)
+report_progress(Executor *ex)
 {
-  gint64 now = g_get_monotonic_time();
-  guint64 done = __atomic_load_n(&ex->done_bytes, __ATOMIC_RELAXED);
-
-  if (!ex->progress || ex->total_bytes == 0 || (!force && now - ex->last_report < 500000))
-    return;
-  ex->last_report = now;
-  ex->shown_bytes = done;
-  g_autofree char *d = g_format_size(done), *t = g_format_size(ex->total_bytes);
-  fprintf(stderr, "\rwsync: %s of %s written (%u%%)   ", d, t,
-          (guint)(100 * done / ex->total_bytes));
+  wsync_progress_show(&ex->progress, __atomic_load_n(&ex->done_bytes, __ATOMIC_RELAXED), FALSE);
 }
 
 /* Creates the files of every rank, writes them all at once, and flushes them. */
@@ -600,7 +590,7 @@ write_outputs(WsyncPlan *plan, const char *dir, Executor *ex, GHashTable *weight
     g_cond_wait_until(&ex->finished, &ex->lock, g_get_monotonic_time() + 50000);
     g_mutex_unlock(&ex->lock);
     should_stop(ex);
-    report_progress(ex, FALSE);
+    report_progress(ex);
     g_mutex_lock(&ex->lock);
   }
   g_mutex_unlock(&ex->lock);
@@ -675,7 +665,8 @@ wsync_plan_execute(WsyncPlan *plan, const char *dst_arg, WsyncExecuteFlags flags
   if (plan->out.info->writes_index)
     weight_map = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
   ex.plan = plan;
-  ex.progress = progress;
+  wsync_progress_init(&ex.progress, progress ? WSYNC_PROGRESS_TERMINAL : WSYNC_PROGRESS_OFF,
+                      "written", wsync_plan_total_bytes(plan));
   ex.interrupted = interrupted;
   ex.total_bytes = wsync_plan_total_bytes(plan);
   ex.n_threads = MAX(plan->threads, 1);
@@ -685,13 +676,9 @@ wsync_plan_execute(WsyncPlan *plan, const char *dst_arg, WsyncExecuteFlags flags
   g_cond_init(&ex.finished);
   ok = check_space(tmp, d.path, ex.total_bytes, error) &&
        write_outputs(plan, tmp, &ex, weight_map, error);
-  if (progress && ok) {
-    ex.done_bytes = ex.total_bytes;
-    if (ex.shown_bytes != ex.total_bytes) /* else the last line said 100% already */
-      report_progress(&ex, TRUE);
-  }
-  if (ex.last_report != 0) /* end the progress line, before an error too */
-    fputc('\n', stderr);
+  if (ok)
+    wsync_progress_show(&ex.progress, ex.total_bytes, TRUE);
+  wsync_progress_end(&ex.progress); /* before an error too */
   for (guint t = 0; t < ex.n_threads; t++)
     g_free(ex.buffers[t]);
   g_free(ex.buffers);

@@ -51,6 +51,7 @@
 #include "companion.h"
 #include "dst.h"
 #include "files.h"
+#include "progress.h"
 #include "rankfile.h"
 
 #define MIB (G_GUINT64_CONSTANT(1) << 20)
@@ -143,6 +144,7 @@ typedef struct {
   char *ranks_arg;
   char *bucket_arg;
   gboolean force;
+  gboolean progress_asked; /* --progress */
   char *src_arg, *dst_arg;
   GError *error; /* this process's first failure */
   gboolean follows; /* it follows from another process's failure, which that one reports */
@@ -399,6 +401,10 @@ parse_args(Sync *s, int *argc, char ***argv)
        "Start a new file before a tensor that would pass SIZE (default 5G)", "SIZE"},
       {"force", 0, 0, G_OPTION_ARG_NONE, &s->force,
        "Replace DST even when it is not wsync's output (it and everything in it are removed)",
+       NULL},
+      {"progress", 0, 0, G_OPTION_ARG_NONE, &s->progress_asked,
+       "Process 0 reports the bytes it has sent and written on stderr every ten seconds, "
+       "also where stderr is not a terminal (under mpirun it never is)",
        NULL},
       {NULL}};
   GError *error = NULL;
@@ -1211,6 +1217,19 @@ write_own_range(Sync *s, const ShipRange *sr, guint8 **buffer, gsize *size, Slot
   return !stopped(s);
 }
 
+/* Process 0's progress: every bucket of every process, its own included. */
+static void
+start_progress(Sync *s, WsyncProgress *p)
+{
+  guint64 total = 0;
+
+  for (int q = 0; q < s->n; q++)
+    for (guint i = 0; i < s->shipments[q].ranges->len; i++)
+      total += g_array_index(s->shipments[q].ranges, ShipRange, i).range->nbytes;
+  wsync_progress_init(p, wsync_progress_mode(s->cli.quiet, s->progress_asked), "sent and written",
+                      total);
+}
+
 /* Process 0's data phase.  Remote buckets go round the processes (bucket k of each,
  * then bucket k + 1), each sent from the inputs' maps and a free ring buffer, filled
  * while the buckets before it are in flight; while every buffer is in flight, process 0
@@ -1221,6 +1240,8 @@ static void
 ship(Sync *s, gboolean abort_all)
 {
   Slot ring[RING] = {0};
+  WsyncProgress shown;
+  guint64 done = 0;
   guint max_ranges = 0, round = 0, local = 0;
   int next_p = 1;
   gboolean local_ok = s->files_ok;
@@ -1237,6 +1258,7 @@ ship(Sync *s, gboolean abort_all)
     max_ranges = MAX(max_ranges, s->shipments[p].ranges->len);
   if (s->threads > 1)
     s->pool = g_thread_pool_new(fill_helper, NULL, (gint)(s->threads - 1), FALSE, NULL);
+  start_progress(s, &shown);
   for (;;) {
     /* the next remote bucket, if any */
     while (next_p < s->n && round >= s->shipments[next_p].ranges->len)
@@ -1253,13 +1275,17 @@ ship(Sync *s, gboolean abort_all)
     progress(ring);
     Slot *slot = remote ? free_slot(ring) : NULL;
     if (slot != NULL) {
-      send_range(s, next_p, &g_array_index(s->shipments[next_p].ranges, ShipRange, round),
-                 slot, ring);
+      const ShipRange *sr = &g_array_index(s->shipments[next_p].ranges, ShipRange, round);
+      send_range(s, next_p, sr, slot, ring);
       next_p++;
+      done += sr->range->nbytes;
+      wsync_progress_show(&shown, done, FALSE);
     } else if (own) {
-      local_ok = write_own_range(s, &g_array_index(s->shipments[0].ranges, ShipRange, local),
-                                 &own_buffer, &own_size, ring);
+      const ShipRange *sr = &g_array_index(s->shipments[0].ranges, ShipRange, local);
+      local_ok = write_own_range(s, sr, &own_buffer, &own_size, ring);
       local++;
+      done += sr->range->nbytes;
+      wsync_progress_show(&shown, done, FALSE);
     } else
       g_usleep(WAIT_US);
   }
@@ -1271,6 +1297,9 @@ ship(Sync *s, gboolean abort_all)
   }
   if (s->pool != NULL)
     g_thread_pool_free(g_steal_pointer(&s->pool), FALSE, TRUE);
+  if (!stopped(s))
+    wsync_progress_show(&shown, done, TRUE);
+  wsync_progress_end(&shown); /* before an error too */
 }
 
 /* ------------------------------------------------------------------ receiving */

@@ -308,6 +308,27 @@ def check_text_summary(job):
     return c.problems
 
 
+def check_progress(job):
+    """--progress: process 0 reports on stderr, which under mpirun is a pipe, never a
+    terminal: a tiny sync takes less than the ten seconds between lines, so it shows only
+    its last, 100% of the bytes; -q silences it; without --progress stderr stays empty."""
+    c = Checks()
+    src = job.synth("tiny-qwen3-moe")
+    dst = job.path("sync")
+    args = [src, dst] + layout_args("vllm", "kernel", 2, 4)
+    r = sync([(2, args + ["--progress"])])
+    if not c.that(r.returncode == 0, "exit %d: %s" % (r.returncode, r.stderr.strip())):
+        return c.problems
+    c.that(re.fullmatch(r"wsync: (\d+(?:\.\d)?\s[kM]B) of \1 sent and written \(100%\)\n",
+                        r.stderr) is not None, "stderr with --progress: %r" % r.stderr)
+    for extra in (["--progress", "-q"], []):
+        r = sync([(2, args + extra)])
+        c.that(r.returncode == 0 and r.stderr == "",
+               "%s: exit %d, stderr %r" % (" ".join(extra) or "no --progress", r.returncode,
+                                           r.stderr))
+    return c.problems
+
+
 def existing_dst(job):
     """A DST a previous sync wrote, and a copy of it to compare with."""
     src = job.synth("tiny-qwen3-moe")
@@ -486,6 +507,8 @@ def main(argv):
             tests.append(("-q --json prints the summary", lambda: check_quiet_json(job)))
             tests.append(("the text summary: rank 0, ranks 1-3, the totals",
                           lambda: check_text_summary(job)))
+            tests.append(("--progress reports on stderr, which is not a terminal",
+                          lambda: check_progress(job)))
             for name, check in FAULTS:
                 tests.append((name, lambda check=check: check(job)))
         else:

@@ -106,9 +106,10 @@ gboolean
 wsync_config_get_uint_or(const WsyncConfigSection *section, const char *key, guint64 min,
                          guint64 max, guint64 *out, GError **error)
 {
-  JsonNode *node = field(section, key);
+  g_autofree char *used = NULL;
+  JsonNode *node = field_or_alternative(section, key, &used);
 
-  return node == NULL || node_uint(section, key, node, min, max, out, error);
+  return node == NULL || node_uint(section, used, node, min, max, out, error);
 }
 
 gboolean
@@ -133,12 +134,13 @@ gboolean
 wsync_config_get_bool_or(const WsyncConfigSection *section, const char *key, gboolean *out,
                          GError **error)
 {
-  JsonNode *node = field(section, key);
+  g_autofree char *used = NULL;
+  JsonNode *node = field_or_alternative(section, key, &used);
 
   if (node == NULL)
     return TRUE;
   if (!JSON_NODE_HOLDS_VALUE(node) || json_node_get_value_type(node) != G_TYPE_BOOLEAN)
-    return not_a(section, key, node, "true or false", error);
+    return not_a(section, used, node, "true or false", error);
   *out = json_node_get_boolean(node);
   return TRUE;
 }
@@ -147,12 +149,13 @@ gboolean
 wsync_config_get_string_or(const WsyncConfigSection *section, const char *key, const char **out,
                            GError **error)
 {
-  JsonNode *node = field(section, key);
+  g_autofree char *used = NULL;
+  JsonNode *node = field_or_alternative(section, key, &used);
 
   if (node == NULL)
     return TRUE;
   if (!JSON_NODE_HOLDS_VALUE(node) || json_node_get_value_type(node) != G_TYPE_STRING)
-    return not_a(section, key, node, "a string", error);
+    return not_a(section, used, node, "a string", error);
   *out = json_node_get_string(node);
   return TRUE;
 }

@@ -132,12 +132,46 @@ test_config_uint_range(void)
   }
 }
 
+/* Every optional reader takes an alternative spelling after a bar, as the required one
+ * does: the first spelling wins, the second is read when the first is absent, a
+ * refusal names the spelling that is there, and nothing there keeps the default. */
+static void
+test_config_optional_alternatives(void)
+{
+  g_autoptr(JsonNode) root = json_from_string(
+      "{\"a\": 3, \"b\": 4, \"c\": 5, \"flag_b\": true, \"word_b\": \"x\", \"bad_b\": \"7\"}",
+      NULL);
+  const WsyncConfigSection section = {json_node_get_object(root), "text_config."};
+  g_autoptr(GError) error = NULL;
+  guint64 n = 9;
+  gboolean flag = FALSE;
+  const char *word = "default";
+
+  g_assert_true(wsync_config_get_uint_or(&section, "a|b", 0, 100, &n, &error));
+  g_assert_cmpuint(n, ==, 3);
+  g_assert_true(wsync_config_get_uint_or(&section, "z|c", 0, 100, &n, &error));
+  g_assert_cmpuint(n, ==, 5);
+  n = 9;
+  g_assert_true(wsync_config_get_uint_or(&section, "y|z", 0, 100, &n, &error));
+  g_assert_cmpuint(n, ==, 9);
+  g_assert_true(wsync_config_get_bool_or(&section, "flag_a|flag_b", &flag, &error));
+  g_assert_true(flag);
+  g_assert_true(wsync_config_get_string_or(&section, "word_a|word_b", &word, &error));
+  g_assert_cmpstr(word, ==, "x");
+  g_assert_no_error(error);
+  g_assert_false(wsync_config_get_uint_or(&section, "bad_a|bad_b", 0, 100, &n, &error));
+  g_assert_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT);
+  g_assert_cmpstr(error->message, ==,
+                  "field \"text_config.bad_b\" must be a non-negative integer, not \"7\"");
+}
+
 int
 main(int argc, char **argv)
 {
   g_test_init(&argc, &argv, NULL);
   g_test_add_func("/helpers/parse-count", test_parse_count);
   g_test_add_func("/helpers/parse-size", test_parse_size);
+  g_test_add_func("/helpers/config-optional-alternatives", test_config_optional_alternatives);
   g_test_add_func("/helpers/shape-numel", test_shape_numel);
   g_test_add_func("/helpers/fail", test_fail);
   g_test_add_func("/helpers/config-uint-range", test_config_uint_range);

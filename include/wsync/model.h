@@ -84,7 +84,8 @@ WSYNC_API gboolean wsync_config_get_uint(const WsyncConfigSection *section, cons
  * @out: (inout): the value; keeps what it holds (the default) when the field is absent
  * @error: return location for a #WSYNC_ERROR_BAD_INPUT error
  *
- * Reads an optional integer.
+ * Reads an optional integer.  @key may name an alternative spelling after a bar, as
+ * for wsync_config_get_uint(); a refusal names the spelling that is there.
  *
  * Returns: %TRUE unless the field is there and not an integer in [@min, @max].
  */
@@ -119,6 +120,8 @@ WSYNC_API gboolean wsync_config_get_head_dim(const WsyncConfigSection *section, 
  * @out: (inout): the value; keeps its default when the field is absent
  * @error: return location for a #WSYNC_ERROR_BAD_INPUT error
  *
+ * Reads an optional boolean; @key may name an alternative spelling after a bar.
+ *
  * Returns: %TRUE unless the field is there and not true or false.
  */
 WSYNC_API gboolean wsync_config_get_bool_or(const WsyncConfigSection *section, const char *key,
@@ -131,6 +134,8 @@ WSYNC_API gboolean wsync_config_get_bool_or(const WsyncConfigSection *section, c
  * @out: (inout) (transfer none): the value, owned by the config; keeps its default when
  *   the field is absent
  * @error: return location for a #WSYNC_ERROR_BAD_INPUT error
+ *
+ * Reads an optional string; @key may name an alternative spelling after a bar.
  *
  * Returns: %TRUE unless the field is there and not a string.
  */

@@ -100,6 +100,23 @@ entry_name_is_valid(const char *name)
   return TRUE;
 }
 
+/* TRUE when @serves is NULL (everything) or a list of non-empty items: "" or an empty
+ * item ("vllm,,hf", "vllm,") is a mistake (a list built from an empty setting), which
+ * NULL's meaning would otherwise turn into "everything". */
+static gboolean
+serves_is_valid(const char *serves)
+{
+  if (serves == NULL)
+    return TRUE;
+  g_auto(GStrv) items = g_strsplit(serves, ",", -1);
+  if (items[0] == NULL)
+    return FALSE;
+  for (guint i = 0; items[i] != NULL; i++)
+    if (g_strstrip(items[i])[0] == '\0')
+      return FALSE;
+  return TRUE;
+}
+
 gboolean
 wsync_registry_add(WsyncRegistry *registry, const char *plugin_name, WsyncEntryKind kind,
                    const char *name, int priority, const char *serves, GCallback callback,
@@ -119,6 +136,15 @@ wsync_registry_add(WsyncRegistry *registry, const char *plugin_name, WsyncEntryK
                 kind < WSYNC_ENTRY_KIND_COUNT ? kind_names[kind] : "entry", name ? name : "");
     return FALSE;
   }
+  if (!serves_is_valid(serves)) {
+    if (destroy != NULL && user_data != NULL)
+      destroy(user_data);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_PLUGIN,
+                "plugin \"%s\": %s \"%s\" serves \"%s\", a list with an empty item (NULL "
+                "serves everything)",
+                plugin_name, kind_names[kind], name, serves);
+    return FALSE;
+  }
   taken = find_entry(registry, kind, name);
   if (taken != NULL) {
     if (destroy != NULL && user_data != NULL)
@@ -134,7 +160,7 @@ wsync_registry_add(WsyncRegistry *registry, const char *plugin_name, WsyncEntryK
   entry->name = g_strdup(name);
   entry->plugin = g_strdup(plugin_name);
   entry->priority = priority;
-  entry->serves = (serves != NULL && serves[0] != '\0') ? g_strdup(serves) : NULL;
+  entry->serves = g_strdup(serves);
   entry->callback = callback;
   entry->user_data = user_data;
   entry->destroy = destroy;

@@ -124,6 +124,32 @@ test_invalid_name_refused(void)
   g_assert_cmpuint(wsync_registry_size(r), ==, 0);
 }
 
+/* "" or an empty item in @serves is refused, not taken for NULL (everything). */
+static void
+test_empty_serves_refused(void)
+{
+  static const char *const lists[] = {"", " ", "vllm,,hf", "vllm,", ",vllm"};
+  g_autoptr(WsyncRegistry) r = wsync_registry_new();
+
+  destroyed = 0;
+  for (guint i = 0; i < G_N_ELEMENTS(lists); i++) {
+    GError *error = NULL;
+    g_autofree char *want = g_strdup_printf(
+        "plugin \"p\": hook \"h\" serves \"%s\", a list with an empty item (NULL serves "
+        "everything)", lists[i]);
+    g_assert_false(wsync_registry_add(r, "p", WSYNC_ENTRY_HOOK, "h", 0, lists[i],
+                                      (GCallback)dummy, g_strdup("x"), count_destroy, &error));
+    g_assert_error(error, WSYNC_ERROR, WSYNC_ERROR_PLUGIN);
+    g_assert_cmpstr(error->message, ==, want);
+    g_clear_error(&error);
+  }
+  g_assert_cmpint(destroyed, ==, (int)G_N_ELEMENTS(lists));
+  g_assert_cmpuint(wsync_registry_size(r), ==, 0);
+  add_ok(r, "p", "h", 0, " vllm , hf ");
+  g_autoptr(GPtrArray) hf = wsync_registry_lookup(r, WSYNC_ENTRY_CONVERTER, "hf");
+  g_assert_cmpuint(hf->len, ==, 1);
+}
+
 static void
 test_remove_plugin_removes_exactly_its_entries(void)
 {
@@ -167,6 +193,7 @@ main(int argc, char **argv)
   g_test_add_func("/registry/serves-filter", test_serves_filter);
   g_test_add_func("/registry/duplicate-refused", test_duplicate_refused_and_data_destroyed);
   g_test_add_func("/registry/invalid-name-refused", test_invalid_name_refused);
+  g_test_add_func("/registry/empty-serves-refused", test_empty_serves_refused);
   g_test_add_func("/registry/remove-plugin", test_remove_plugin_removes_exactly_its_entries);
   g_test_add_func("/registry/free-destroys-user-data", test_free_destroys_user_data);
   return g_test_run();

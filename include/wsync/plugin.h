@@ -234,7 +234,7 @@ typedef gboolean (*WsyncEnvPatchFunc)(WsyncEnv *env, gpointer user_data, GError 
  * @priority: dispatch order: higher first, ties broken by name
  * @serves: (nullable): a comma-separated list of what the entry applies to (model
  *   types for remappers, targets for converters and hooks, config formats for
- *   patchers), or %NULL for everything
+ *   patchers), or %NULL for everything; an empty string or an empty item is refused
  * @callback: the function, of the type that goes with @kind
  * @user_data: (transfer full) (nullable): data passed to @callback
  * @destroy: (nullable): frees @user_data

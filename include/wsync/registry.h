@@ -35,7 +35,8 @@ WSYNC_API void wsync_registry_free(WsyncRegistry *registry);
  * @kind: entry kind
  * @name: entry name, unique within @kind
  * @priority: higher first
- * @serves: (nullable): comma-separated list of what the entry applies to; %NULL = all
+ * @serves: (nullable): comma-separated list of what the entry applies to; %NULL = all;
+ *   an empty string or an empty item is refused
  * @callback: the function
  * @user_data: (transfer full) (nullable): its data
  * @destroy: (nullable): frees @user_data; called at once when this call fails

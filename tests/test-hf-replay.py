@@ -16,7 +16,8 @@ discarded, every parameter ending with the bytes it gets from the source.  Where
 Transformers release cannot load an output (the fused experts before Transformers 5;
 per-expert Qwen3.5-MoE experts in the Transformers 5 releases without the converter),
 exactly the expert keys must be what it misses.  Controls mutate good outputs and
-require the replay to report each mutation; config.json checks cover the RoPE keys
+require the replay to report each mutation; config.json checks cover the tied LM head
+(Transformers ties by the top-level config, vLLM by text_config) and the RoPE keys
 each Transformers major reads after `rope-format`.
 
 Prints TAP.  Accepts and ignores --tap and -k (tests/tap-test passes them).
@@ -315,6 +316,28 @@ CONTROLS = [
 
 # ------------------------------------------------------------------ config.json
 
+def tie_variants(work, config):
+    """Configs of @config whose tie_word_embeddings disagree between the top level
+    (Transformers' word) and text_config (vLLM's word), with the flag each consumer
+    reads: [(what, path)]."""
+    with open(config_path(config)) as f:
+        base = json.load(f)
+    out = []
+    for what, root, text in (("absent at the top level, true in text_config", None, True),
+                             ("false at the top level, true in text_config", False, True),
+                             ("true at the top level, false in text_config", True, False)):
+        c = json.loads(json.dumps(base))
+        c.pop("tie_word_embeddings", None)
+        if root is not None:
+            c["tie_word_embeddings"] = root
+        c["text_config"]["tie_word_embeddings"] = text
+        path = os.path.join(work, "%s-tie-%d.json" % (config, len(out)))
+        with open(path, "w") as f:
+            json.dump(c, f, indent=2)
+        out.append((what, path))
+    return out
+
+
 def effective_rope(config, major):
     """(rope_type, rope_theta, factor) Transformers @major builds RoPE from
     (docs/hf-checkpoints.md §6): 4 reads the top-level rope_theta (the classes' default
@@ -467,6 +490,24 @@ def main(argv):
                 [] if caught else ["the replay did not report %r; it reported: %s"
                                    % (fragment, problems[:3] or "nothing")])
             shutil.rmtree(dst, ignore_errors=True)
+        for config in ("tiny-qwen3.5", "tiny-qwen3.5-moe"):
+            for what, path in tie_variants(work, config):
+                dst = os.path.join(work, "tie")
+                r = wsync(conf_dir, "synth", "--pattern", "index", "-q", "--force", "--config",
+                          path, dst)
+                name = ("%s with tie_word_embeddings %s: refused (exit 3) naming the file "
+                        "and the key, not written for one engine to misload" % (config, what))
+                diag = []
+                if (r.returncode != 3 or "tie_word_embeddings" not in r.stderr
+                        or os.path.basename(path) not in r.stderr):
+                    diag.append("exit status %d, stderr %r" % (r.returncode, r.stderr.strip()))
+                    if r.returncode == 0:
+                        with open(path) as f:
+                            cfg = json.load(f)
+                        rep = hr.load(read_all(dst), cfg, hr.TRANSFORMERS5)
+                        diag += ["Transformers 5: %s" % p for p in rep.problems()]
+                tap.result(not diag, name, diag)
+                shutil.rmtree(dst, ignore_errors=True)
         for ok, name, diag in rope_checks(conf_dir, work):
             tap.result(ok, name, diag)
         print("1..%d" % tap.number)

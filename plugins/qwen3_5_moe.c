@@ -22,7 +22,8 @@
  * required; defaults only where Transformers has one the published configs rely on:
  * head_dim (256), attn_output_gate (true), layer_types (from full_attention_interval,
  * default 4), mtp_num_hidden_layers (1), vision in_channels (3), tie_word_embeddings
- * (false), the dtype (bfloat16).
+ * (false at the top level, the top level's in text_config; the two must agree), the
+ * dtype (bfloat16).
  *
  * Option (conf.d/31-qwen3_5_moe.conf):
  *   language-model-only  the engine builds no vision tower (vLLM's
@@ -228,6 +229,36 @@ read_text(Qwen35 *c, GError **error)
          wsync_config_get_uint(&c->text, "num_hidden_layers", 1, COUNT, &c->layers, error);
 }
 
+/* tie_word_embeddings.  Transformers ties the LM head of Qwen3_5(Moe)ForConditionalGeneration
+ * by the top-level field (it reads `self.config.tie_word_embeddings`, the outer config,
+ * whose default is false); vLLM by text_config's (`hf_text_config.tie_word_embeddings`).
+ * When text_config has none, the top level's is the model's.  Where the two differ, one
+ * engine would load a random LM head (it wants lm_head.weight, the checkpoint has none)
+ * or drop a trained one: refused, naming both (docs/hf-checkpoints.md §3). */
+static gboolean
+read_tie(Qwen35 *c, GError **error)
+{
+  gboolean root = FALSE, text;
+
+  if (!wsync_config_get_bool_or(&c->root, "tie_word_embeddings", &root, error))
+    return FALSE;
+  text = root;
+  if (!wsync_config_get_bool_or(&c->text, "tie_word_embeddings", &text, error))
+    return FALSE;
+  if (text != root)
+    return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
+                      "field \"%stie_word_embeddings\" is %s but the top-level "
+                      "\"tie_word_embeddings\" is %s%s: Transformers ties the LM head by the "
+                      "top-level field, vLLM by text_config's, so one of them would load a "
+                      "random or drop a trained lm_head.weight; set both to the same value",
+                      c->text.where, text ? "true" : "false", root ? "true" : "false",
+                      json_object_has_member(c->root.object, "tie_word_embeddings")
+                          ? ""
+                          : " (absent: Transformers' default)");
+  c->tie = text;
+  return TRUE;
+}
+
 static gboolean
 read_config(WsyncModel *m, Qwen35 *c, GError **error)
 {
@@ -239,12 +270,9 @@ read_config(WsyncModel *m, Qwen35 *c, GError **error)
   sections[0] = c->text;
   sections[1] = c->root;
   c->moe = g_strcmp0(wsync_model_get_model_type(m), "qwen3_5_moe") == 0;
-  /* tie_word_embeddings: text_config's word, else the root's (configs carry both) */
   if (!check_text_model_type(m, c, error) || !read_text(c, error) ||
       !read_layer_types(c, error) || !read_linear(c, error) || !read_mlp(c, error) ||
-      !read_mtp(c, error) ||
-      !wsync_config_get_bool_or(&c->root, "tie_word_embeddings", &c->tie, error) ||
-      !wsync_config_get_bool_or(&c->text, "tie_word_embeddings", &c->tie, error) ||
+      !read_mtp(c, error) || !read_tie(c, error) ||
       !wsync_config_get_dtype(sections, 2, &dtype, error) || !read_vision(m, c, error))
     return FALSE;
   wsync_model_set_dtype(m, dtype);

@@ -782,10 +782,14 @@ def session_callback_errors():
 
 # ------------------------------------------------------------------ load_rank
 
-def committed_dir(config="tiny-qwen3-moe", fmt="kernel", tp=2, ep=1, version=1):
+def committed_dir(config="tiny-qwen3-moe", fmt="kernel", tp=2, ep=1, version=1, target="vllm",
+                  conf_dir=None):
     src = synth(config)
-    out = fresh_dir("committed-%s-%s-%d-%d" % (config, fmt, tp, ep))
-    with new_session(src, out, "vllm", fmt, tp, ep) as s:
+    out = fresh_dir("committed-%s-%s-%s-%d-%d%s" % (config, target, fmt, tp, ep,
+                                                     "-" + os.path.basename(conf_dir) if conf_dir else ""))
+    kw = {"conf_dir": conf_dir} if conf_dir else {}
+    with wsync.Session(os.path.join(src, "config.json"), target=target, format=fmt, tp=tp, ep=ep,
+                       out=out, **dict(KW, **kw)) as s:
         s.describe(description(src))
         s.begin(version)
         if numpy is not None:
@@ -1133,6 +1137,169 @@ def vllm_worker_shared_expert_hint():
     assert "it on: " in shared_expert_hint(size, 2, 2, True, 1, "x", True)
     assert "= true in" in shared_expert_hint(size, 2, 2, True, 1, "x", True)
     assert shared_expert_hint(routed, 2, 2, True, 1, "x", True) == routed
+
+
+# ------------------------------------------------------------------ the worker, faked
+
+class FakeModule:
+    """What the worker extension uses of a torch.nn.Module (get_submodule, get_parameter,
+    get_buffer, with torch's AttributeError for what they do not find), holding numpy
+    arrays: no torch and no vLLM are needed to run wsync_load."""
+
+    def __init__(self):
+        self.children, self.params, self.buffers = {}, {}, {}
+
+    def get_submodule(self, target):
+        module = self
+        for part in target.split(".") if target else []:
+            if part not in module.children:
+                raise AttributeError("FakeModule has no attribute `%s`" % part)
+            module = module.children[part]
+        return module
+
+    def _leaf(self, name):
+        path, _, leaf = name.rpartition(".")
+        return self.get_submodule(path), leaf
+
+    def get_parameter(self, target):
+        module, leaf = self._leaf(target)
+        if leaf not in module.params:
+            raise AttributeError("`%s` is not an nn.Parameter" % leaf)
+        return module.params[leaf]
+
+    def get_buffer(self, target):
+        module, leaf = self._leaf(target)
+        if leaf not in module.buffers:
+            raise AttributeError("`%s` is not a buffer" % leaf)
+        return module.buffers[leaf]
+
+    def add(self, name, array, buffer=False):
+        path, _, leaf = name.rpartition(".")
+        module = self
+        for part in path.split(".") if path else []:
+            module = module.children.setdefault(part, FakeModule())
+        (module.buffers if buffer else module.params)[leaf] = array
+
+
+def fake_model(tensors, buffers=()):
+    """A FakeModule with a zero array at every name of tensors ({name: (dtype, shape,
+    bytes)}), parameters but for the names in buffers."""
+    model = FakeModule()
+    for name, (dtype, shape, _) in tensors.items():
+        model.add(name, numpy.zeros(shape, dtype=NUMPY_DTYPES[dtype]), name in buffers)
+    return model
+
+
+def model_arrays(model, names):
+    """{name: the model's array at name}, parameter or buffer."""
+    out = {}
+    for name in names:
+        module, leaf = model._leaf(name)
+        out[name] = module.params[leaf] if leaf in module.params else module.buffers[leaf]
+    return out
+
+
+def untouched(model, names):
+    return not any(a.any() for a in model_arrays(model, names).values())
+
+
+class FakeVllm:
+    """sys.modules entries standing in for vllm.distributed.parallel_state (the calls
+    wsync_rank makes) and, given ascend_config, vllm_ascend.ascend_config, while a test
+    runs the worker extension."""
+
+    def __init__(self, tp_size, tp_rank, ascend_config=None):
+        import types
+        ps = types.ModuleType("vllm.distributed.parallel_state")
+        ps.get_tensor_model_parallel_world_size = lambda: tp_size
+        ps.get_tensor_model_parallel_rank = lambda: tp_rank
+        ps.get_pcp_group = lambda: types.SimpleNamespace(rank_in_group=0)
+        distributed = types.ModuleType("vllm.distributed")
+        distributed.parallel_state = ps
+        vllm = types.ModuleType("vllm")
+        vllm.distributed = distributed
+        self.modules = {"vllm": vllm, "vllm.distributed": distributed,
+                        "vllm.distributed.parallel_state": ps}
+        if ascend_config is not None:
+            ascend = types.ModuleType("vllm_ascend.ascend_config")
+            ascend.get_ascend_config = lambda: ascend_config
+            self.modules.update({"vllm_ascend": types.ModuleType("vllm_ascend"),
+                                 "vllm_ascend.ascend_config": ascend})
+
+    def __enter__(self):
+        self.saved = {n: sys.modules.get(n) for n in self.modules}
+        sys.modules.update(self.modules)
+        return self
+
+    def __exit__(self, *exc):
+        for name, module in self.saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
+def fake_worker(model, dp=1, dp_rank=0, expert_parallel=False, enable_eplb=False):
+    """A WsyncWorkerExtension as vLLM mixes it into its worker: model_runner and
+    vllm_config.parallel_config with the fields the extension reads."""
+    import types
+    from wsync.vllm_worker import WsyncWorkerExtension
+    worker = WsyncWorkerExtension()
+    worker.model_runner = types.SimpleNamespace(get_model=lambda: model)
+    worker.vllm_config = types.SimpleNamespace(parallel_config=types.SimpleNamespace(
+        data_parallel_size=dp, data_parallel_rank=dp_rank,
+        enable_expert_parallel=expert_parallel, enable_eplb=enable_eplb,
+        prefill_context_parallel_size=1, all2all_backend="allgather_reducescatter"))
+    return worker
+
+
+@test
+def vllm_worker_loads_kernel_files():
+    """wsync_load, run as vLLM runs it (the worker's model, vLLM's parallel state), fills
+    each TP rank's parameters with exactly its kernel-format file's tensors and returns
+    the commit record."""
+    need_numpy()
+    path, digest = committed_dir()
+    for rank in (0, 1):
+        want = rank_tensors(path, rank)
+        model = fake_model(want)
+        with FakeVllm(2, rank):
+            r = fake_worker(model).wsync_load(path, version=1, digest=digest)
+        assert r["digest"] == digest, r
+        got = model_arrays(model, want)
+        assert all(got[n].tobytes() == raw for n, (_, _, raw) in want.items())
+
+
+@test
+def vllm_worker_refuses_sharded_state_files():
+    """Files of the sharded-state format (the loader layout and persistent buffers, for
+    vLLM's engine start) are refused by a live update before anything is copied, naming
+    the file, the format and the remedy; vLLM's kernel-format copy resolves parameters
+    only, and so does wsync_load.  (Before: they loaded, buffers included.)"""
+    need_numpy()
+    path, _ = committed_dir("tiny-qwen3-moe", "sharded-state", 2, 1)
+    want = rank_tensors(path, 0)
+    scales = {n for n in want if n.endswith("_scale")}
+    assert scales, "the sharded-state files hold the attention scale buffers"
+    model = fake_model(want, buffers=scales)
+    first = os.path.join(path, [f["file"] for f in record(path)["files"] if f["rank"] == 0][0])
+    with FakeVllm(2, 0):
+        e = expect_error("%s: the file is in the sharded-state format of target vllm, for "
+                         "vLLM's engine start (--load-format sharded_state: the loader layout, "
+                         "with buffers); a live update copies the kernel format" % first,
+                         fake_worker(model).wsync_load, path, status=3)
+    assert str(e).endswith('write the files with format "kernel"'), str(e)
+    assert untouched(model, want), "copied before refusing"
+
+    # a kernel-format name that resolves to a buffer is refused, as get_parameter does
+    path, _ = committed_dir()
+    want = rank_tensors(path, 0)
+    name = sorted(want)[0]
+    model = fake_model(want, buffers={name})
+    with FakeVllm(2, 0):
+        expect_error('tensor "%s": the model has no parameter of that name' % name,
+                     fake_worker(model).wsync_load, path, status=3)
+    assert untouched(model, want), "copied before refusing"
 
 
 # ------------------------------------------------------------------ the commands

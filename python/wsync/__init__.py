@@ -51,14 +51,16 @@ def _is_torch_tensor(obj):
     return torch is not None and isinstance(obj, torch.Tensor)
 
 
-def _destination(params, name, where):
-    """params[name], or the parameter (else buffer) a torch module resolves name to."""
+def _destination(params, name, where, buffers=True):
+    """params[name], or the parameter (else, with buffers, the buffer) a torch module
+    resolves name to."""
     what = f'{where}: tensor "{name}"'
     if hasattr(params, "get_parameter"):
         try:
             return params.get_parameter(name)
         except AttributeError:
-            pass
+            if not buffers:
+                raise _bad_input(f"{what}: the model has no parameter of that name") from None
         try:  # sharded-state files also hold persistent buffers (attention scales)
             return params.get_buffer(name)
         except AttributeError:
@@ -106,16 +108,23 @@ def load_rank(dir, rank, params, *, verify=True, require_commit=True, version=No
     files = _wsync._open_rank(dir, rank, require_commit=require_commit, verify=verify,
                               version=version, digest=digest, conf_dir=conf_dir,
                               plugin_dir=plugin_dir)
-    buffers, tensors = [], []
+    return _load_opened(files, dir, rank, params)
+
+
+def _load_opened(files, dir, rank, params, buffers=True):
+    """load_rank's checks and copies, once _wsync._open_rank has opened the rank's files
+    (a caller may check files.files, their metadata, in between).  buffers=False
+    resolves a torch module's names to parameters only."""
+    plain, tensors = [], []  # buffer-protocol destinations, torch tensors
     for index, (name, dtype, shape, path) in enumerate(files.entries):
-        dest = _destination(params, name, path)
+        dest = _destination(params, name, path, buffers)
         if _is_torch_tensor(dest):
             _check_torch(dest, dtype, shape, f'{path}: tensor "{name}"')
             tensors.append((index, dest, shape))
         else:
-            buffers.append((index, dest))
-    files.check(buffers)
-    files.copy(buffers)
+            plain.append((index, dest))
+    files.check(plain)
+    files.copy(plain)
     if tensors:
         _copy_torch(files, tensors)
     if not files.is_current():

@@ -21,7 +21,8 @@ rank_file_index below (tested).
 
 import re
 
-from wsync import Error, load_rank
+import _wsync
+from wsync import Error, _bad_input, _load_opened
 
 
 def rank_file_index(tp_rank, tp_size, expert_parallel=False, dp_rank=0, pcp_rank=0, pcp_size=1):
@@ -119,6 +120,34 @@ def _ascend_shared_expert_dp():
     return bool(getattr(config, "enable_shared_expert_dp", False))
 
 
+# ------------------------------------------------------------------ checks before copying
+
+# What a live update copies (docs/vllm.md section 7): the kernel format of a vLLM target,
+# parameters only, in the layout the kernels run on.  The sharded-state format holds the
+# loader layout and persistent buffers (attention scales, with EP the expert map), which
+# vLLM loads at engine start and then re-lays; copied into a running engine it is wrong
+# without a word wherever the shapes agree (FlashInfer CUTLASS's swapped w13 halves,
+# vLLM-Ascend's transposed experts when H == 2I/tp, fp8 KV-cache scales reset to 1.0).
+_LIVE_TARGETS = ("vllm", "vllm-ascend")
+
+
+def file_refusal(path, metadata):
+    """None, or why a live update must not copy the rank file at path, from its
+    __metadata__ (wsync.target and wsync.format, which wsync records in every rank file;
+    plugins/vllm.c set_metadata)."""
+    target, fmt = metadata.get("wsync.target"), metadata.get("wsync.format")
+    if target in _LIVE_TARGETS and fmt == "kernel":
+        return None
+    if target in _LIVE_TARGETS:
+        return (f"{path}: the file is in the {fmt} format of target {target}, for vLLM's "
+                f"engine start (--load-format sharded_state: the loader layout, with buffers); "
+                f"a live update copies the kernel format (parameters only, in the layout the "
+                f"kernels run on; docs/vllm.md section 7): write the files with format "
+                f"\"kernel\"")
+    return (f"{path}: the file is of target {target or '(none recorded)'}: a live update "
+            f"copies the kernel format of target vllm or vllm-ascend (docs/vllm.md section 7)")
+
+
 class WsyncWorkerExtension:
     """Mixed into vLLM's worker class by --worker-extension-cls."""
 
@@ -137,12 +166,22 @@ class WsyncWorkerExtension:
 
     def wsync_load(self, dir, version=None, digest=None, verify=True):
         """Loads this worker's rank of the step committed in dir; returns its commit
-        record.  version and digest, when given, must be the record's."""
+        record.  version and digest, when given, must be the record's.
+
+        As vLLM's kernel-format update (docs/vllm.md section 7): every name resolves to a
+        parameter (model.get_parameter), never to a buffer; unlike it, nothing is copied
+        until every file, name, dtype and shape is checked: the files must be of the
+        kernel format."""
         runner = self.model_runner
         model = runner.get_model() if hasattr(runner, "get_model") else runner.model
+        rank = self.wsync_rank()
         try:
-            return load_rank(dir, self.wsync_rank(), model, version=version, digest=digest,
-                             verify=verify)
+            files = _wsync._open_rank(dir, rank, verify=verify, version=version, digest=digest)
+            for path, metadata in files.files:
+                refusal = file_refusal(path, metadata)
+                if refusal is not None:
+                    raise _bad_input(refusal)
+            return _load_opened(files, dir, rank, model, buffers=False)
         except Error as e:
             from vllm.distributed import parallel_state as ps
 

@@ -1302,6 +1302,153 @@ def vllm_worker_refuses_sharded_state_files():
     assert untouched(model, want), "copied before refusing"
 
 
+def conf_with(name, vllm_options):
+    """A copy of the configuration with vllm_options ({option: value}) set in the plugin
+    "vllm" section, made once."""
+    out = os.path.join(TMP, "conf-" + name)
+    if not os.path.isdir(out):
+        shutil.copytree(CONF_DIR, out)
+        path = os.path.join(out, "20-vllm.conf")
+        with open(path) as f:
+            lines = f.readlines()
+        for option, value in vllm_options.items():
+            at = [i for i, line in enumerate(lines) if line.strip().startswith(option + " =")]
+            assert len(at) == 1, option
+            lines[at[0]] = '    %s = "%s"\n' % (option, value)
+        with open(path, "w") as f:
+            f.writelines(lines)
+    return out
+
+
+class UnquantizedMoeBackend:
+    """vLLM's enum's members as the worker sees them (.name; vllm/model_executor/layers/
+    fused_moe/oracle/unquantized.py @ df1376907b16)."""
+
+    def __init__(self, name):
+        self.name = name
+
+
+class UnquantizedFusedMoEMethod:
+    """vLLM's method since #31827: the backend it selected in unquantized_backend."""
+
+    def __init__(self, backend):
+        self.unquantized_backend = UnquantizedMoeBackend(backend)
+
+
+class FusedMoEModularMethod:
+    """vLLM's wrapper (LoRA, some all2all backends) of the method that processed the
+    weights."""
+
+    def __init__(self, old_quant_method):
+        self.old_quant_method = old_quant_method
+
+
+class LegacyUnquantizedFusedMoEMethod:
+    """vLLM #25503 to #31827: booleans instead of a backend."""
+
+    def __init__(self, cutlass, aiter=False):
+        self.flashinfer_cutlass_moe_enabled = cutlass
+        self.rocm_aiter_moe_enabled = aiter
+
+
+AscendUnquantizedFusedMoEMethod = type(
+    "AscendUnquantizedFusedMoEMethod", (UnquantizedFusedMoEMethod,),
+    {"__module__": "vllm_ascend.ops.fused_moe.routed_experts"})
+
+
+def moe_layers(tensors):
+    return sorted({n.rpartition(".")[0] for n in tensors if n.endswith("w13_weight")})
+
+
+def with_methods(model, tensors, method, **attributes):
+    """model, each MoE layer (the module holding w13_weight) given quant_method method()
+    and attributes."""
+    for layer in moe_layers(tensors):
+        module = model.get_submodule(layer)
+        module.quant_method = method()
+        for key, value in attributes.items():
+            setattr(module, key, value)
+    return model
+
+
+@test
+def vllm_worker_moe_backend():
+    """wsync_load refuses, before copying anything, files whose routed experts are laid out
+    for another MoE backend than the one each MoE layer runs (the quant_method's
+    unquantized_backend, or vLLM-Ascend's own method), naming the file, the tensor, the
+    layer and both backends; matching ones load.  (Before: every file loaded, the
+    experts' w13 halves swapped or transposed without a word where the shapes agree.)"""
+    need_numpy()
+    triton, _ = committed_dir("tiny-qwen3-moe", "kernel", 2, 1)
+    cutlass, _ = committed_dir("tiny-qwen3-moe", "kernel", 2, 1, conf_dir=conf_with(
+        "cutlass", {"moe-backend": "flashinfer-cutlass"}))
+    ascend, _ = committed_dir("tiny-qwen3-moe", "kernel", 2, 1, target="vllm-ascend")
+    assert read_safetensors(os.path.join(cutlass, "kernel-rank-0-part-0.safetensors"))[0][
+        "wsync.moe-backend"] == "flashinfer-cutlass"
+
+    def load(path, method, **attributes):
+        want = rank_tensors(path, 0)
+        model = with_methods(fake_model(want), want, method, **attributes)
+        with FakeVllm(2, 0):
+            fake_worker(model).wsync_load(path)
+        assert all(a.tobytes() == want[n][2] for n, a in model_arrays(model, want).items())
+
+    def refused(path, method, fragment, **attributes):
+        want = rank_tensors(path, 0)
+        model = with_methods(fake_model(want), want, method, **attributes)
+        layer = moe_layers(want)[0]
+        file = os.path.join(path, "kernel-rank-0-part-0.safetensors")
+        with FakeVllm(2, 0):
+            e = expect_error(fragment, fake_worker(model).wsync_load, path, status=3)
+        assert str(e).startswith('%s: tensor "%s.w' % (file, layer)), str(e)
+        assert " but layer %s of this engine runs them with " % layer in str(e), str(e)
+        assert untouched(model, want), "copied before refusing"
+        return str(e)
+
+    cuda = lambda name: (lambda: UnquantizedFusedMoEMethod(name))
+    load(triton, cuda("TRITON"))
+    load(triton, cuda("BATCHED_TRITON"))
+    load(cutlass, cuda("FLASHINFER_CUTLASS"))
+    load(ascend, lambda: AscendUnquantizedFusedMoEMethod("OOT"))
+    load(triton, lambda: object())  # a method the worker cannot read: not checked
+    load(triton, lambda: None)
+    load(triton, lambda: LegacyUnquantizedFusedMoEMethod(False))
+    load(cutlass, lambda: LegacyUnquantizedFusedMoEMethod(True))
+
+    message = refused(triton, cuda("FLASHINFER_CUTLASS"), "the file holds the routed experts "
+                      "for moe-backend triton, but layer")
+    assert message.endswith("runs them with the unquantized MoE backend FLASHINFER_CUTLASS "
+                            "(moe-backend flashinfer-cutlass): write the files for target vllm "
+                            "with moe-backend = \"flashinfer-cutlass\" in the plugin \"vllm\" "
+                            "section of the configuration (docs/vllm.md section 4)"), message
+    refused(triton, lambda: FusedMoEModularMethod(UnquantizedFusedMoEMethod("FLASHINFER_CUTLASS")),
+            "backend FLASHINFER_CUTLASS (moe-backend flashinfer-cutlass): write")
+    refused(triton, lambda: LegacyUnquantizedFusedMoEMethod(True),
+            "FlashInfer CUTLASS (flashinfer_cutlass_moe_enabled) (moe-backend flashinfer-cutlass)")
+    refused(cutlass, cuda("TRITON"), "for moe-backend flashinfer-cutlass, but layer")
+    refused(cutlass, cuda("TRITON"), 'with moe-backend = "triton" in the plugin')
+    message = refused(triton, cuda("FLASHINFER_TRTLLM"), "the unquantized MoE backend "
+                      "FLASHINFER_TRTLLM (moe-backend flashinfer-trtllm): wsync writes no kernel "
+                      "format for it: start vLLM with --moe-backend triton or flashinfer_cutlass")
+    refused(triton, cuda("AITER"), "the unquantized MoE backend AITER: wsync writes no kernel")
+    refused(triton, lambda: LegacyUnquantizedFusedMoEMethod(False, aiter=True),
+            "the unquantized MoE backend ROCm AITER: wsync writes no kernel")
+    # vLLM-Ascend's transposed experts against vLLM's, both ways
+    message = refused(triton, lambda: AscendUnquantizedFusedMoEMethod("OOT"),
+                      "for moe-backend triton, but layer")
+    assert message.endswith("with vLLM-Ascend's AscendUnquantizedFusedMoEMethod: write the "
+                            "files for target vllm-ascend"), message
+    refused(ascend, cuda("TRITON"), "the file holds the routed experts for target vllm-ascend, "
+            "but layer")
+    refused(ascend, cuda("TRITON"), 'write the files for target vllm with moe-backend = "triton"')
+    # fused MC2: the kernel runs per-expert copies, not the parameters
+    message = refused(ascend, lambda: AscendUnquantizedFusedMoEMethod("OOT"),
+                      "with fused MC2, which runs per-expert copies (w13_weight_list)",
+                      w13_weight_list=[])
+    assert message.endswith("start vLLM-Ascend without additional_config enable_fused_mc2 "
+                            "(docs/vllm-ascend.md section 4)"), message
+
+
 # ------------------------------------------------------------------ the commands
 
 @test

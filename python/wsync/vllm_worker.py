@@ -148,6 +148,122 @@ def file_refusal(path, metadata):
             f"copies the kernel format of target vllm or vllm-ascend (docs/vllm.md section 7)")
 
 
+# How vLLM's unquantized MoE backends (UnquantizedMoeBackend, the `unquantized_backend`
+# of the layer's UnquantizedFusedMoEMethod since vLLM #31827) lay the routed experts out,
+# as the vllm plugin's option moe-backend names the layouts it writes (docs/vllm.md
+# section 4): Triton and batched Triton run the loader layout, FlashInfer CUTLASS swaps
+# each expert's w13 halves, TRTLLM re-lays both tensors into blocks (wsync refuses to
+# write it).  The others (ROCm AITER shuffles, XPU transposes, CPU prepacks, TPU and
+# out-of-tree platforms run their own) have no moe-backend.
+_VLLM_BACKENDS = {"TRITON": "triton", "BATCHED_TRITON": "triton",
+                  "FLASHINFER_CUTLASS": "flashinfer-cutlass",
+                  "FLASHINFER_TRTLLM": "flashinfer-trtllm"}
+_WRITTEN_BACKENDS = ("triton", "flashinfer-cutlass")
+ASCEND_LAYOUT = "vllm-ascend"
+
+
+class MoeBackend:
+    """How one MoE layer of the running engine holds its routed experts: layout, the
+    layout's name as wsync files record it (a moe-backend, or "vllm-ascend" for
+    vLLM-Ascend's transposed experts), None for one wsync does not write; described,
+    what vLLM calls it; remedy, when wsync writes nothing for it."""
+
+    def __init__(self, layout, described, remedy=None):
+        self.layout, self.described, self.remedy = layout, described, remedy
+
+
+def layer_moe_backend(layer):
+    """The MoeBackend of the module holding a MoE layer's w13_weight, or None where the
+    worker cannot tell (a quantized method, or a vLLM before #25503).
+
+    vLLM: the quant_method's unquantized_backend (oracle/unquantized.py, from #31827,
+    2026-01-15); before, its flashinfer_cutlass_moe_enabled and rocm_aiter_moe_enabled
+    (#25503 to #31827).  A FusedMoEModularMethod (LoRA, some all2all backends) wraps the
+    method that processed the weights as old_quant_method.  vLLM-Ascend: its methods
+    (module vllm_ascend...) transpose the experts whatever unquantized_backend says
+    (OOT); with fused MC2 the kernel runs the per-expert copies w13_weight_list /
+    w2_weight_list instead of the parameters (docs/vllm-ascend.md section 3)."""
+    method = getattr(layer, "quant_method", None)
+    method = getattr(method, "old_quant_method", method)
+    if method is None:
+        return None
+    if type(method).__module__.split(".")[0] == "vllm_ascend":
+        if isinstance(getattr(layer, "w13_weight_list", None), list):
+            return MoeBackend(None, f"vLLM-Ascend's {type(method).__name__} with fused MC2, "
+                              "which runs per-expert copies (w13_weight_list) that a copy "
+                              "into w13_weight does not reach",
+                              "start vLLM-Ascend without additional_config enable_fused_mc2 "
+                              "(docs/vllm-ascend.md section 4)")
+        return MoeBackend(ASCEND_LAYOUT, f"vLLM-Ascend's {type(method).__name__}")
+    backend = getattr(method, "unquantized_backend", None)
+    if backend is not None:
+        name = getattr(backend, "name", str(backend))
+        return MoeBackend(_VLLM_BACKENDS.get(name), f"the unquantized MoE backend {name}")
+    if hasattr(method, "flashinfer_cutlass_moe_enabled"):
+        if getattr(method, "rocm_aiter_moe_enabled", False):
+            return MoeBackend(None, "the unquantized MoE backend ROCm AITER")
+        if method.flashinfer_cutlass_moe_enabled:
+            return MoeBackend("flashinfer-cutlass", "the unquantized MoE backend FlashInfer "
+                              "CUTLASS (flashinfer_cutlass_moe_enabled)")
+        return MoeBackend("triton", "the unquantized MoE backend Triton")
+    return None
+
+
+def file_moe_layout(metadata):
+    """The routed experts' layout a kernel-format rank file holds, from its __metadata__:
+    vLLM-Ascend's for target vllm-ascend, else its wsync.moe-backend (none recorded: the
+    loader layout, "triton"; plugins/vllm.c set_metadata)."""
+    if metadata.get("wsync.target") == ASCEND_LAYOUT:
+        return ASCEND_LAYOUT
+    return metadata.get("wsync.moe-backend", "triton")
+
+
+def _layout_text(layout):
+    return "target vllm-ascend" if layout == ASCEND_LAYOUT else f"moe-backend {layout}"
+
+
+def moe_backend_refusal(path, name, file_layout, layer_name, backend):
+    """None, or why the routed-expert tensor name of the file at path (holding
+    file_layout) must not be copied into layer layer_name, which runs backend."""
+    if backend is None or backend.layout == file_layout:
+        return None
+    if backend.remedy is not None:
+        remedy = backend.remedy
+    elif backend.layout == ASCEND_LAYOUT:
+        remedy = "write the files for target vllm-ascend"
+    elif backend.layout in _WRITTEN_BACKENDS:
+        remedy = (f"write the files for target vllm with moe-backend = \"{backend.layout}\" "
+                  "in the plugin \"vllm\" section of the configuration (docs/vllm.md "
+                  "section 4)")
+    else:
+        remedy = ("wsync writes no kernel format for it: start vLLM with --moe-backend "
+                  "triton or flashinfer_cutlass (docs/vllm.md section 4)")
+    shown = f" (moe-backend {backend.layout})" if backend.layout not in (None, ASCEND_LAYOUT) else ""
+    return (f"{path}: tensor \"{name}\": the file holds the routed experts for "
+            f"{_layout_text(file_layout)}, but layer {layer_name} of this engine runs them "
+            f"with {backend.described}{shown}: {remedy}")
+
+
+def check_moe_backends(files, model):
+    """Raises wsync.Error, before anything is copied, at the first routed-expert tensor
+    of files (an opened _RankFiles) whose layout is not the one its layer runs."""
+    layouts = {path: file_moe_layout(metadata) for path, metadata in files.files}
+    seen = set()
+    for name, _, _, path in files.entries:
+        layer_name = name.rpartition(".")[0]
+        if not _ROUTED_EXPERTS.search(name) or layer_name in seen:
+            continue
+        seen.add(layer_name)
+        try:
+            layer = model.get_submodule(layer_name)
+        except AttributeError:
+            continue  # refused by name when the copy resolves it
+        refusal = moe_backend_refusal(path, name, layouts[path], layer_name,
+                                      layer_moe_backend(layer))
+        if refusal is not None:
+            raise _bad_input(refusal)
+
+
 class WsyncWorkerExtension:
     """Mixed into vLLM's worker class by --worker-extension-cls."""
 
@@ -181,6 +297,7 @@ class WsyncWorkerExtension:
                 refusal = file_refusal(path, metadata)
                 if refusal is not None:
                     raise _bad_input(refusal)
+            check_moe_backends(files, model)
             return _load_opened(files, dir, rank, model, buffers=False)
         except Error as e:
             from vllm.distributed import parallel_state as ps

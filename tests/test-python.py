@@ -1449,6 +1449,56 @@ def vllm_worker_moe_backend():
                             "(docs/vllm-ascend.md section 4)"), message
 
 
+@test
+def vllm_worker_expert_load_balancing():
+    """With expert load balancing (vLLM's --enable-eplb, vLLM-Ascend's dynamic_eplb or
+    expert_map_path) the experts a rank holds are not the linear placement wsync's files
+    hold (same shapes): wsync_load refuses, before copying, at the first routed expert,
+    saying which setting; files without experts (a dense model) still load.  (Before:
+    they loaded into the wrong experts without a word.)"""
+    import types
+    need_numpy()
+    path, _ = committed_dir("tiny-qwen3-moe", "kernel", 2, 2)
+    want = rank_tensors(path, 1)
+    file = os.path.join(path, "kernel-rank-1-part-0.safetensors")
+    expert = [n for n in want if n.endswith("w13_weight") or n.endswith("w2_weight")][0]
+    refusal = '%s: tensor "%s": this engine places the experts by ' % (file, expert)
+    ascend = lambda dynamic, path: types.SimpleNamespace(
+        eplb_config=types.SimpleNamespace(dynamic_eplb=dynamic, expert_map_path=path))
+
+    def load(ascend_config=None, **kw):
+        model = fake_model(want)
+        with FakeVllm(2, 1, ascend_config):  # tp 2, EP: the files of EP rank 1
+            fake_worker(model, expert_parallel=True, **kw).wsync_load(path)
+        assert all(a.tobytes() == want[n][2] for n, a in model_arrays(model, want).items())
+
+    def refused(fragment, ascend_config=None, **kw):
+        model = fake_model(want)
+        with FakeVllm(2, 1, ascend_config):
+            e = expect_error(refusal + fragment, fake_worker(
+                model, expert_parallel=True, **kw).wsync_load, path, status=3)
+        assert untouched(model, want), "copied before refusing"
+        return str(e)
+
+    load()
+    load(ascend(False, None))
+    refused("--enable-eplb, whose load balancer moves experts between ranks at run time, "
+            "and wsync's files hold each rank's experts in vLLM's linear placement "
+            "(docs/vllm.md section 4): start it without expert load balancing",
+            enable_eplb=True)
+    refused("vLLM-Ascend's additional_config eplb_config dynamic_eplb, which moves experts "
+            "between ranks at run time, and", ascend(True, None))
+    refused("vLLM-Ascend's additional_config eplb_config expert_map_path /x/map.json, a "
+            "placement of its own, and", ascend(False, "/x/map.json"))
+
+    dense, _ = committed_dir("tiny-qwen3", "kernel", 2, 1)
+    want = rank_tensors(dense, 0)
+    model = fake_model(want)
+    with FakeVllm(2, 0):
+        fake_worker(model, enable_eplb=True).wsync_load(dense)
+    assert all(a.tobytes() == want[n][2] for n, a in model_arrays(model, want).items())
+
+
 # ------------------------------------------------------------------ the commands
 
 @test

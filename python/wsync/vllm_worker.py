@@ -108,16 +108,61 @@ def shared_expert_hint(message, tp_size, dp_size, expert_parallel, pcp_size=1,
             f"plugin \"vllm\" section of the configuration, and --ep {flat})")
 
 
-def _ascend_shared_expert_dp():
-    """vLLM-Ascend's enable_shared_expert_dp (additional_config, EP on), or None when
-    this is not vLLM-Ascend (vllm_ascend/ascend_config.py get_ascend_config())."""
+def _ascend_config():
+    """vLLM-Ascend's configuration (vllm_ascend/ascend_config.py get_ascend_config()), or
+    None when this is not vLLM-Ascend."""
     try:
         from vllm_ascend.ascend_config import get_ascend_config
-        config = get_ascend_config()
+        return get_ascend_config()
     except Exception:  # noqa: BLE001 - not vLLM-Ascend, or not initialised (RuntimeError,
-        # ascend_config.py:1340-1343 @ 182b75ea84ff): the hint must never hide the error
+        # ascend_config.py:1340-1343 @ 182b75ea84ff): a hint must never hide the error
+        return None
+
+
+def _ascend_shared_expert_dp():
+    """vLLM-Ascend's enable_shared_expert_dp (additional_config, EP on), or None when
+    this is not vLLM-Ascend."""
+    config = _ascend_config()
+    if config is None:
         return None
     return bool(getattr(config, "enable_shared_expert_dp", False))
+
+
+def expert_load_balancing(parallel_config, ascend_config=None):
+    """None, or the setting by which the engine places experts by load instead of vLLM's
+    linear placement, which wsync's files hold (docs/vllm.md section 4):
+
+      vLLM: --enable-eplb (ParallelConfig.enable_eplb); EplbState.rearrange moves
+        experts between the EP ranks by load at run time (vllm/distributed/eplb/
+        eplb_state.py:725-731 @ df1376907b16);
+      vLLM-Ascend: additional_config eplb_config dynamic_eplb, or an expert_map_path
+        placement file (init_eplb_config, vllm_ascend/eplb/core/eplb_utils.py:73-92 @
+        182b75ea84ff: the linear determine_expert_map only without both)."""
+    if getattr(parallel_config, "enable_eplb", False):
+        return "--enable-eplb, whose load balancer moves experts between ranks at run time"
+    eplb = getattr(ascend_config, "eplb_config", None)
+    if getattr(eplb, "dynamic_eplb", False):
+        return ("vLLM-Ascend's additional_config eplb_config dynamic_eplb, which moves "
+                "experts between ranks at run time")
+    path = getattr(eplb, "expert_map_path", None)
+    if path:
+        return (f"vLLM-Ascend's additional_config eplb_config expert_map_path {path}, a "
+                "placement of its own")
+    return None
+
+
+def check_expert_placement(files, balancing):
+    """Raises wsync.Error at the first routed-expert tensor of files when balancing (what
+    expert_load_balancing returned) is not None: the experts a file holds for a rank are
+    then not the ones the engine keeps there."""
+    if balancing is None:
+        return
+    for name, _, _, path in files.entries:
+        if _ROUTED_EXPERTS.search(name):
+            raise _bad_input(f"{path}: tensor \"{name}\": this engine places the experts by "
+                             f"{balancing}, and wsync's files hold each rank's experts in "
+                             f"vLLM's linear placement (docs/vllm.md section 4): start it "
+                             f"without expert load balancing")
 
 
 # ------------------------------------------------------------------ checks before copying
@@ -298,6 +343,8 @@ class WsyncWorkerExtension:
                 if refusal is not None:
                     raise _bad_input(refusal)
             check_moe_backends(files, model)
+            check_expert_placement(files, expert_load_balancing(
+                self.vllm_config.parallel_config, _ascend_config()))
             return _load_opened(files, dir, rank, model, buffers=False)
         except Error as e:
             from vllm.distributed import parallel_state as ps

@@ -1499,6 +1499,51 @@ def vllm_worker_expert_load_balancing():
     assert all(a.tobytes() == want[n][2] for n, a in model_arrays(model, want).items())
 
 
+def lora_wrap(model, path):
+    """vLLM's LoRA wrapping of the module at path: a module holding it as base_layer
+    (vllm/lora/layers/base.py BaseLayerWithLoRA)."""
+    parent, _, leaf = path.rpartition(".")
+    holder = model.get_submodule(parent)
+    wrapper = FakeModule()
+    wrapper.children["base_layer"] = holder.children[leaf]
+    holder.children[leaf] = wrapper
+
+
+@test
+def vllm_worker_through_lora():
+    """With --enable-lora vLLM wraps layers as base_layer (a dense layer's weight moves to
+    ...qkv_proj.base_layer.weight, a MoE block's experts under mlp.experts.base_layer.):
+    wsync_load resolves the files' names through the wrappers, as vLLM's own reload does,
+    and still checks the MoE backend of the wrapped layers.  (Before: "the model has no
+    parameter or buffer of that name".)"""
+    need_numpy()
+    path, _ = committed_dir()
+    want = rank_tensors(path, 0)
+    wrapped = sorted({n.rpartition(".")[0] for n in want if n.endswith("_proj.weight")} |
+                     {n.split(".experts.")[0] + ".experts" for n in want if ".experts." in n})
+    assert any(w.endswith(".mlp.experts") for w in wrapped), wrapped
+
+    def lora_model(method):
+        """The model, wrapped, and its arrays by the files' names (taken before)."""
+        model = with_methods(fake_model(want), want, method)
+        arrays = model_arrays(model, want)
+        for layer in wrapped:
+            lora_wrap(model, layer)
+        return model, arrays
+
+    model, arrays = lora_model(lambda: UnquantizedFusedMoEMethod("TRITON"))
+    name = [n for n in want if n.endswith("qkv_proj.weight")][0]
+    expect_error("", model.get_parameter, name, kind=AttributeError)  # the name moved
+    with FakeVllm(2, 0):
+        fake_worker(model).wsync_load(path)
+    assert all(arrays[n].tobytes() == raw for n, (_, _, raw) in want.items())
+
+    model, _ = lora_model(lambda: UnquantizedFusedMoEMethod("FLASHINFER_CUTLASS"))
+    with FakeVllm(2, 0):
+        expect_error("of this engine runs them with the unquantized MoE backend "
+                     "FLASHINFER_CUTLASS", fake_worker(model).wsync_load, path, status=3)
+
+
 # ------------------------------------------------------------------ the commands
 
 @test

@@ -165,6 +165,59 @@ def check_expert_placement(files, balancing):
                              f"without expert load balancing")
 
 
+# ------------------------------------------------------------------ names through LoRA
+
+def _base_layer(module):
+    try:
+        return module.get_submodule("base_layer")
+    except AttributeError:
+        return None
+
+
+def lora_submodule(model, path):
+    """model.get_submodule(path), through vLLM's LoRA wrappers: with --enable-lora vLLM
+    replaces a layer by a BaseLayerWithLoRA that holds it as base_layer (vllm/lora/layers/
+    base.py), so a dense layer's parameters move under `...qkv_proj.base_layer.`, and a
+    MoE block's under `...mlp.experts.base_layer.` (FusedMoEWithLoRA wraps the MoERunner,
+    vllm/lora/layers/fused_moe.py:29-38 @ df1376907b16)."""
+    module = model
+    for part in path.split(".") if path else []:
+        try:
+            module = module.get_submodule(part)
+        except AttributeError:
+            base = _base_layer(module)
+            if base is None:
+                raise
+            module = base.get_submodule(part)
+    return module
+
+
+def lora_parameter(model, name):
+    """model.get_parameter(name), through vLLM's LoRA wrappers (lora_submodule).  vLLM's
+    own kernel-format reload resolves names so since #39935 (_get_parameter_for_reload,
+    vllm/v1/worker/gpu_model_runner.py:256-262 @ df1376907b16; it unwraps only the layer
+    holding the parameter, so not a wrapped MoE block's routed_experts)."""
+    path, _, leaf = name.rpartition(".")
+    module = lora_submodule(model, path)
+    try:
+        return module.get_parameter(leaf)
+    except AttributeError:
+        base = _base_layer(module)
+        if base is None:
+            raise
+        return base.get_parameter(leaf)
+
+
+class _ParametersThroughLora:
+    """A model as load_rank resolves names: get_parameter through LoRA wrappers."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def get_parameter(self, name):
+        return lora_parameter(self.model, name)
+
+
 # ------------------------------------------------------------------ checks before copying
 
 # What a live update copies (docs/vllm.md section 7): the kernel format of a vLLM target,
@@ -300,7 +353,7 @@ def check_moe_backends(files, model):
             continue
         seen.add(layer_name)
         try:
-            layer = model.get_submodule(layer_name)
+            layer = lora_submodule(model, layer_name)
         except AttributeError:
             continue  # refused by name when the copy resolves it
         refusal = moe_backend_refusal(path, name, layouts[path], layer_name,
@@ -345,7 +398,7 @@ class WsyncWorkerExtension:
             check_moe_backends(files, model)
             check_expert_placement(files, expert_load_balancing(
                 self.vllm_config.parallel_config, _ascend_config()))
-            return _load_opened(files, dir, rank, model, buffers=False)
+            return _load_opened(files, dir, rank, _ParametersThroughLora(model), buffers=False)
         except Error as e:
             from vllm.distributed import parallel_state as ps
 

@@ -1014,6 +1014,36 @@ def load_rank_torch_refusals():
 
 
 @test
+def load_rank_meta_parameters():
+    """A torch parameter on the meta device holds no data, and copy_ into it does nothing
+    without an error: load_rank refuses it before copying anything, naming the file and
+    the tensor; wsync_load adds that vLLM's checkpoint-format update holds the parameters
+    there between start_weight_update and finish_weight_update.  (Before: load_rank
+    returned as if it had loaded.)"""
+    need_torch()
+    path, _ = committed_dir()
+    want = rank_tensors(path, 0)
+    file = os.path.join(path, "kernel-rank-0-part-0.safetensors")
+    name = sorted(want)[-1]
+    d, shape, _ = want[name]
+    fragment = ('%s: tensor "%s": the parameter is on the meta device, which holds no data (a '
+                'model being built, or reloaded)' % (file, name))
+
+    model = torch_model(want)
+    holder, _, leaf = name.rpartition(".")
+    model.get_submodule(holder).register_parameter(leaf, torch.nn.Parameter(
+        torch.empty(shape, dtype=getattr(torch, TORCH_DTYPES[d]), device="meta")))
+    expect_error(fragment, wsync.load_rank, path, 0, model, status=3)
+    assert all(not p.detach().float().abs().sum() for p in model.parameters() if not p.is_meta)
+
+    with FakeVllm(2, 0):
+        e = expect_error(fragment, fake_worker(model).wsync_load, path, status=3)
+    assert str(e) == (fragment + ": vLLM's start_weight_update (a checkpoint-format update) "
+                      "holds the parameters there until finish_weight_update; call wsync_load "
+                      "outside that bracket (docs/vllm.md section 7)"), str(e)
+
+
+@test
 def load_rank_sees_a_new_step():
     """A step begun while load_rank copies (the record replaced) is reported: the
     parameters hold a mix of steps."""

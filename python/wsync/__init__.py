@@ -72,6 +72,9 @@ def _destination(params, name, where, buffers=True):
 
 
 def _check_torch(tensor, dtype, shape, what):
+    if getattr(tensor, "is_meta", False):  # copy_ into it does nothing, without an error
+        raise _bad_input(f"{what}: the parameter is on the meta device, which holds no data "
+                         "(a model being built, or reloaded)")
     have = _TORCH_DTYPES.get(str(tensor.dtype), str(tensor.dtype))
     if have != dtype:
         raise _bad_input(f"{what} is {dtype} {_shape_text(shape)}, but the parameter is {have}")
@@ -96,7 +99,7 @@ def load_rank(dir, rank, params, *, verify=True, require_commit=True, version=No
         `rank`; with verify=True (the default; it costs one read of the files) each
         file's checksum (wsync_session_checksum) must be the record's;
       - every tensor of the rank's files must have a destination of the same dtype and
-        shape (params may hold more).  The first difference is raised as wsync.Error
+        shape, not on torch's meta device (params may hold more).  The first difference is raised as wsync.Error
         naming the file and the tensor.
     Then numpy destinations are filled in C without the GIL, torch ones with
     param.copy_() from a zero-copy view of the mapped file.  If a new step began

@@ -362,6 +362,21 @@ def check_moe_backends(files, model):
             raise _bad_input(refusal)
 
 
+def layerwise_reload_hint(message):
+    """message, with the likely cause added where a parameter is on the meta device:
+    vLLM's checkpoint-format update puts every layer's parameters there between
+    start_weight_update and finish_weight_update (initialize_layerwise_reload,
+    vllm/model_executor/model_loader/reload/layerwise.py:84-119 @ df1376907b16; from
+    vLLM #44353 the start of every nccl or ipc update), and a kernel-format copy into
+    them would be lost."""
+    if not message.endswith("the parameter is on the meta device, which holds no data (a "
+                            "model being built, or reloaded)"):
+        return message
+    return (f"{message}: vLLM's start_weight_update (a checkpoint-format update) holds the "
+            f"parameters there until finish_weight_update; call wsync_load outside that "
+            f"bracket (docs/vllm.md section 7)")
+
+
 class WsyncWorkerExtension:
     """Mixed into vLLM's worker class by --worker-extension-cls."""
 
@@ -400,19 +415,29 @@ class WsyncWorkerExtension:
                 self.vllm_config.parallel_config, _ascend_config()))
             return _load_opened(files, dir, rank, _ParametersThroughLora(model), buffers=False)
         except Error as e:
-            from vllm.distributed import parallel_state as ps
-
-            parallel = self.vllm_config.parallel_config
-            worker = (str(e), ps.get_tensor_model_parallel_world_size(),
-                     parallel.data_parallel_size, bool(parallel.enable_expert_parallel),
-                     getattr(parallel, "prefill_context_parallel_size", 1) or 1)
-            hinted = replica_shape_hint(*worker)
-            if hinted == str(e):
-                hinted = shared_expert_hint(
-                    *worker, getattr(parallel, "all2all_backend", "allgather_reducescatter"),
-                    _ascend_shared_expert_dp())
+            hinted = self._wsync_hint(str(e))
             if hinted == str(e):
                 raise
             error = Error(hinted)
             error.exit_status = getattr(e, "exit_status", 3)
             raise error from e
+
+    def _wsync_hint(self, message):
+        """message with the first hint (at most one) that applies to this worker."""
+        from vllm.distributed import parallel_state as ps
+
+        parallel = self.vllm_config.parallel_config
+        sizes = (ps.get_tensor_model_parallel_world_size(), parallel.data_parallel_size,
+                 bool(parallel.enable_expert_parallel),
+                 getattr(parallel, "prefill_context_parallel_size", 1) or 1)
+        hints = (lambda: layerwise_reload_hint(message),
+                 lambda: replica_shape_hint(message, *sizes),
+                 lambda: shared_expert_hint(
+                     message, *sizes,
+                     getattr(parallel, "all2all_backend", "allgather_reducescatter"),
+                     _ascend_shared_expert_dp()))
+        for hint in hints:
+            hinted = hint()
+            if hinted != message:
+                return hinted
+        return message

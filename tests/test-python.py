@@ -1040,7 +1040,7 @@ def load_rank_meta_parameters():
         e = expect_error(fragment, fake_worker(model).wsync_load, path, status=3)
     assert str(e) == (fragment + ": vLLM's start_weight_update (a checkpoint-format update) "
                       "holds the parameters there until finish_weight_update; call wsync_load "
-                      "outside that bracket (docs/vllm.md section 7)"), str(e)
+                      "outside that bracket (docs/vllm.md section 7.1)"), str(e)
 
 
 @test

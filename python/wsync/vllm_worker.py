@@ -11,12 +11,18 @@ or, on a server started with VLLM_SERVER_DEV_MODE=1, POST /collective_rpc with
 {"method": "wsync_load", "args": [DIR]}.  Each worker copies, in place, the kernel-layout
 tensors of its rank file into the parameters (model.get_parameter(name).copy_(w), the
 copy vLLM's own kernel-format update does, docs/vllm.md section 7): parameter addresses,
-and so CUDA graphs, stay valid.  Call it between requests (as vLLM's
-start_weight_update / finish_weight_update bracket an update), or inside that bracket
-with is_checkpoint_format=False where the release has it.
+and so CUDA graphs, stay valid.  Before copying anything it checks the files (the kernel
+format, every name a parameter of the right dtype and shape) and the engine (each MoE
+layer's backend, no expert load balancing, no reload in progress).
 
-This module cannot run without vLLM; its logic is wsync.load_rank (tested) and
-rank_file_index below (tested).
+Call it while no request runs, outside start_weight_update / finish_weight_update, and
+drop what the engine computed with the old weights: POST /pause (which clears the prefix
+and encoder caches) before and POST /resume after, or llm.reset_prefix_cache() (and for
+a model with a vision tower llm.llm_engine.reset_encoder_cache()) after
+(docs/vllm.md section 7).
+
+vLLM is not installed where wsync is tested: tests/test-python.py runs this module with
+fake vllm parallel-state modules and fake module trees, replaying the rules cited here.
 """
 
 import re
@@ -195,7 +201,7 @@ def lora_submodule(model, path):
 def lora_parameter(model, name):
     """model.get_parameter(name), through vLLM's LoRA wrappers (lora_submodule).  vLLM's
     own kernel-format reload resolves names so since #39935 (_get_parameter_for_reload,
-    vllm/v1/worker/gpu_model_runner.py:256-262 @ df1376907b16; it unwraps only the layer
+    vllm/v1/worker/gpu_model_runner.py:260-266 @ df1376907b16; it unwraps only the layer
     holding the parameter, so not a wrapped MoE block's routed_experts)."""
     path, _, leaf = name.rpartition(".")
     module = lora_submodule(model, path)
@@ -374,7 +380,7 @@ def layerwise_reload_hint(message):
         return message
     return (f"{message}: vLLM's start_weight_update (a checkpoint-format update) holds the "
             f"parameters there until finish_weight_update; call wsync_load outside that "
-            f"bracket (docs/vllm.md section 7)")
+            f"bracket (docs/vllm.md section 7.1)")
 
 
 class WsyncWorkerExtension:

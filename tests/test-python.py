@@ -1298,6 +1298,11 @@ def vllm_worker_loads_kernel_files():
         assert r["digest"] == digest, r
         got = model_arrays(model, want)
         assert all(got[n].tobytes() == raw for n, (_, _, raw) in want.items())
+        if torch is not None:  # a torch module: get_submodule/get_parameter are torch's
+            module = torch_model(want)
+            with FakeVllm(2, rank):
+                fake_worker(module).wsync_load(path, digest=digest)
+            assert all(torch_bytes(module.get_parameter(n)) == raw for n, (_, _, raw) in want.items())
 
 
 @test

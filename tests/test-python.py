@@ -1534,6 +1534,41 @@ def vllm_worker_expert_load_balancing():
     assert all(a.tobytes() == want[n][2] for n, a in model_arrays(model, want).items())
 
 
+@test
+def vllm_worker_string_arguments():
+    """POST /collective_rpc passes arguments as text by vLLM's convention: wsync_load takes
+    version "1" and verify "false"/"true" as the int and bools they spell, and refuses
+    other text with a usage error.  (Before: version "1" raised a TypeError, and verify
+    "false" verified.)"""
+    need_numpy()
+    path, digest = committed_dir()
+    want = rank_tensors(path, 0)
+    model = fake_model(want)
+    with FakeVllm(2, 0):
+        assert fake_worker(model).wsync_load(path, "1", digest, "true")["version"] == 1
+        expect_error("the commit record is of version 1, not 2", fake_worker(model).wsync_load,
+                     path, version="2", status=3)
+        expect_error("version must be a step number (an int or its decimal text), not '1.0'",
+                     fake_worker(model).wsync_load, path, version="1.0", status=2)
+        expect_error("verify must be true or false, not 'no'", fake_worker(model).wsync_load,
+                     path, verify="no", status=2)
+    assert all(a.tobytes() == want[n][2] for n, a in model_arrays(model, want).items())
+
+    # verify "false" skips the checksums: a file changed after its commit loads
+    bad = fresh_dir("committed-string-arguments")
+    shutil.copytree(path, bad)
+    file = os.path.join(bad, "kernel-rank-0-part-0.safetensors")
+    with open(file, "r+b") as f:
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last[0] ^ 1]))
+    with FakeVllm(2, 0):
+        expect_error("(the file changed after its commit)", fake_worker(fake_model(want)).wsync_load,
+                     bad, verify="true", status=3)
+        fake_worker(fake_model(want)).wsync_load(bad, verify="false")
+
+
 def lora_wrap(model, path):
     """vLLM's LoRA wrapping of the module at path: a module holding it as base_layer
     (vllm/lora/layers/base.py BaseLayerWithLoRA)."""

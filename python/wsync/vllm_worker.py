@@ -383,6 +383,32 @@ def layerwise_reload_hint(message):
             f"bracket (docs/vllm.md section 7.1)")
 
 
+def _usage(message):
+    error = Error(message)
+    error.exit_status = 2
+    return error
+
+
+def rpc_version(value):
+    """wsync_load's version as the caller gave it: an int, or its decimal text, as vLLM's
+    POST /collective_rpc passes arguments ("only serialized string args/kwargs are
+    passed", vllm/entrypoints/serve/dev/rpc/api_router.py:38-41 @ df1376907b16)."""
+    if value is None or isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.isdigit() and value.isascii():
+        return int(value)
+    raise _usage(f"version must be a step number (an int or its decimal text), not {value!r}")
+
+
+def rpc_flag(name, value):
+    """A bool argument of wsync_load, or its text "true"/"false" (as rpc_version)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise _usage(f"{name} must be true or false, not {value!r}")
+
+
 class WsyncWorkerExtension:
     """Mixed into vLLM's worker class by --worker-extension-cls."""
 
@@ -401,12 +427,14 @@ class WsyncWorkerExtension:
 
     def wsync_load(self, dir, version=None, digest=None, verify=True):
         """Loads this worker's rank of the step committed in dir; returns its commit
-        record.  version and digest, when given, must be the record's.
+        record.  version and digest, when given, must be the record's; version and verify
+        may also be given as text ("12", "false"), as POST /collective_rpc passes them.
 
         As vLLM's kernel-format update (docs/vllm.md section 7): every name resolves to a
         parameter (model.get_parameter), never to a buffer; unlike it, nothing is copied
         until every file, name, dtype and shape is checked: the files must be of the
         kernel format."""
+        version, verify = rpc_version(version), rpc_flag("verify", verify)
         runner = self.model_runner
         model = runner.get_model() if hasattr(runner, "get_model") else runner.model
         rank = self.wsync_rank()

@@ -581,6 +581,50 @@ rank_files_entries(RankFilesObject *self, void *closure)
   return list;
 }
 
+/* One file's `__metadata__` as a dict of str to str. */
+static PyObject *
+metadata_dict(const WsyncSafetensors *st)
+{
+  PyObject *dict = PyDict_New();
+  GHashTableIter it;
+  gpointer key, value;
+
+  if (dict == NULL)
+    return NULL;
+  g_hash_table_iter_init(&it, wsync_safetensors_metadata(st));
+  while (g_hash_table_iter_next(&it, &key, &value)) {
+    PyObject *v = PyUnicode_FromString(value);
+    if (v == NULL || PyDict_SetItemString(dict, key, v) < 0) {
+      Py_XDECREF(v);
+      Py_DECREF(dict);
+      return NULL;
+    }
+    Py_DECREF(v);
+  }
+  return dict;
+}
+
+/* [(path, metadata)]: what a reader checks about the files before copying (a vLLM
+ * worker: the format and the MoE backend they were written for). */
+static PyObject *
+rank_files_files(RankFilesObject *self, void *closure)
+{
+  PyObject *list = PyList_New(self->maps->len);
+
+  (void)closure;
+  for (guint i = 0; list != NULL && i < self->maps->len; i++) {
+    MapObject *m = self->maps->pdata[i];
+    PyObject *metadata = metadata_dict(m->st);
+    PyObject *entry = metadata ? Py_BuildValue("(sN)", m->path, metadata) : NULL;
+    if (entry == NULL) {
+      Py_CLEAR(list);
+      break;
+    }
+    PyList_SET_ITEM(list, i, entry);
+  }
+  return list;
+}
+
 static PyObject *
 rank_files_record(RankFilesObject *self, void *closure)
 {
@@ -735,6 +779,9 @@ static PyGetSetDef rank_files_getset[] = {
     {"entries", (getter)rank_files_entries, NULL,
      "[(name, dtype, shape, file)]: the rank's tensors, file by file in data order.", NULL},
     {"record", (getter)rank_files_record, NULL, "The commit record as a dict, or None.", NULL},
+    {"files", (getter)rank_files_files, NULL,
+     "[(path, metadata)]: the rank's files in order, each with its __metadata__ as a dict.",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 PyTypeObject WsyncPyRankFilesType = {

@@ -782,10 +782,14 @@ def session_callback_errors():
 
 # ------------------------------------------------------------------ load_rank
 
-def committed_dir(config="tiny-qwen3-moe", fmt="kernel", tp=2, ep=1, version=1):
+def committed_dir(config="tiny-qwen3-moe", fmt="kernel", tp=2, ep=1, version=1, target="vllm",
+                  conf_dir=None):
     src = synth(config)
-    out = fresh_dir("committed-%s-%s-%d-%d" % (config, fmt, tp, ep))
-    with new_session(src, out, "vllm", fmt, tp, ep) as s:
+    out = fresh_dir("committed-%s-%s-%s-%d-%d%s" % (config, target, fmt, tp, ep,
+                                                     "-" + os.path.basename(conf_dir) if conf_dir else ""))
+    kw = {"conf_dir": conf_dir} if conf_dir else {}
+    with wsync.Session(os.path.join(src, "config.json"), target=target, format=fmt, tp=tp, ep=ep,
+                       out=out, **dict(KW, **kw)) as s:
         s.describe(description(src))
         s.begin(version)
         if numpy is not None:
@@ -1010,6 +1014,36 @@ def load_rank_torch_refusals():
 
 
 @test
+def load_rank_meta_parameters():
+    """A torch parameter on the meta device holds no data, and copy_ into it does nothing
+    without an error: load_rank refuses it before copying anything, naming the file and
+    the tensor; wsync_load adds that vLLM's checkpoint-format update holds the parameters
+    there between start_weight_update and finish_weight_update.  (Before: load_rank
+    returned as if it had loaded.)"""
+    need_torch()
+    path, _ = committed_dir()
+    want = rank_tensors(path, 0)
+    file = os.path.join(path, "kernel-rank-0-part-0.safetensors")
+    name = sorted(want)[-1]
+    d, shape, _ = want[name]
+    fragment = ('%s: tensor "%s": the parameter is on the meta device, which holds no data (a '
+                'model being built, or reloaded)' % (file, name))
+
+    model = torch_model(want)
+    holder, _, leaf = name.rpartition(".")
+    model.get_submodule(holder).register_parameter(leaf, torch.nn.Parameter(
+        torch.empty(shape, dtype=getattr(torch, TORCH_DTYPES[d]), device="meta")))
+    expect_error(fragment, wsync.load_rank, path, 0, model, status=3)
+    assert all(not p.detach().float().abs().sum() for p in model.parameters() if not p.is_meta)
+
+    with FakeVllm(2, 0):
+        e = expect_error(fragment, fake_worker(model).wsync_load, path, status=3)
+    assert str(e) == (fragment + ": vLLM's start_weight_update (a checkpoint-format update) "
+                      "holds the parameters there until finish_weight_update; call wsync_load "
+                      "outside that bracket (docs/vllm.md section 7.1)"), str(e)
+
+
+@test
 def load_rank_sees_a_new_step():
     """A step begun while load_rank copies (the record replaced) is reported: the
     parameters hold a mix of steps."""
@@ -1133,6 +1167,451 @@ def vllm_worker_shared_expert_hint():
     assert "it on: " in shared_expert_hint(size, 2, 2, True, 1, "x", True)
     assert "= true in" in shared_expert_hint(size, 2, 2, True, 1, "x", True)
     assert shared_expert_hint(routed, 2, 2, True, 1, "x", True) == routed
+
+
+# ------------------------------------------------------------------ the worker, faked
+
+class FakeModule:
+    """What the worker extension uses of a torch.nn.Module (get_submodule, get_parameter,
+    get_buffer, with torch's AttributeError for what they do not find), holding numpy
+    arrays: no torch and no vLLM are needed to run wsync_load."""
+
+    def __init__(self):
+        self.children, self.params, self.buffers = {}, {}, {}
+
+    def get_submodule(self, target):
+        module = self
+        for part in target.split(".") if target else []:
+            if part not in module.children:
+                raise AttributeError("FakeModule has no attribute `%s`" % part)
+            module = module.children[part]
+        return module
+
+    def _leaf(self, name):
+        path, _, leaf = name.rpartition(".")
+        return self.get_submodule(path), leaf
+
+    def get_parameter(self, target):
+        module, leaf = self._leaf(target)
+        if leaf not in module.params:
+            raise AttributeError("`%s` is not an nn.Parameter" % leaf)
+        return module.params[leaf]
+
+    def get_buffer(self, target):
+        module, leaf = self._leaf(target)
+        if leaf not in module.buffers:
+            raise AttributeError("`%s` is not a buffer" % leaf)
+        return module.buffers[leaf]
+
+    def add(self, name, array, buffer=False):
+        path, _, leaf = name.rpartition(".")
+        module = self
+        for part in path.split(".") if path else []:
+            module = module.children.setdefault(part, FakeModule())
+        (module.buffers if buffer else module.params)[leaf] = array
+
+
+def fake_model(tensors, buffers=()):
+    """A FakeModule with a zero array at every name of tensors ({name: (dtype, shape,
+    bytes)}), parameters but for the names in buffers."""
+    model = FakeModule()
+    for name, (dtype, shape, _) in tensors.items():
+        model.add(name, numpy.zeros(shape, dtype=NUMPY_DTYPES[dtype]), name in buffers)
+    return model
+
+
+def model_arrays(model, names):
+    """{name: the model's array at name}, parameter or buffer."""
+    out = {}
+    for name in names:
+        module, leaf = model._leaf(name)
+        out[name] = module.params[leaf] if leaf in module.params else module.buffers[leaf]
+    return out
+
+
+def untouched(model, names):
+    return not any(a.any() for a in model_arrays(model, names).values())
+
+
+class FakeVllm:
+    """sys.modules entries standing in for vllm.distributed.parallel_state (the calls
+    wsync_rank makes) and, given ascend_config, vllm_ascend.ascend_config, while a test
+    runs the worker extension."""
+
+    def __init__(self, tp_size, tp_rank, ascend_config=None):
+        import types
+        ps = types.ModuleType("vllm.distributed.parallel_state")
+        ps.get_tensor_model_parallel_world_size = lambda: tp_size
+        ps.get_tensor_model_parallel_rank = lambda: tp_rank
+        ps.get_pcp_group = lambda: types.SimpleNamespace(rank_in_group=0)
+        distributed = types.ModuleType("vllm.distributed")
+        distributed.parallel_state = ps
+        vllm = types.ModuleType("vllm")
+        vllm.distributed = distributed
+        self.modules = {"vllm": vllm, "vllm.distributed": distributed,
+                        "vllm.distributed.parallel_state": ps}
+        if ascend_config is not None:
+            ascend = types.ModuleType("vllm_ascend.ascend_config")
+            ascend.get_ascend_config = lambda: ascend_config
+            self.modules.update({"vllm_ascend": types.ModuleType("vllm_ascend"),
+                                 "vllm_ascend.ascend_config": ascend})
+
+    def __enter__(self):
+        self.saved = {n: sys.modules.get(n) for n in self.modules}
+        sys.modules.update(self.modules)
+        return self
+
+    def __exit__(self, *exc):
+        for name, module in self.saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
+def fake_worker(model, dp=1, dp_rank=0, expert_parallel=False, enable_eplb=False):
+    """A WsyncWorkerExtension as vLLM mixes it into its worker: model_runner and
+    vllm_config.parallel_config with the fields the extension reads."""
+    import types
+    from wsync.vllm_worker import WsyncWorkerExtension
+    worker = WsyncWorkerExtension()
+    worker.model_runner = types.SimpleNamespace(get_model=lambda: model)
+    worker.vllm_config = types.SimpleNamespace(parallel_config=types.SimpleNamespace(
+        data_parallel_size=dp, data_parallel_rank=dp_rank,
+        enable_expert_parallel=expert_parallel, enable_eplb=enable_eplb,
+        prefill_context_parallel_size=1, all2all_backend="allgather_reducescatter"))
+    return worker
+
+
+@test
+def vllm_worker_loads_kernel_files():
+    """wsync_load, run as vLLM runs it (the worker's model, vLLM's parallel state), fills
+    each TP rank's parameters with exactly its kernel-format file's tensors and returns
+    the commit record."""
+    need_numpy()
+    path, digest = committed_dir()
+    for rank in (0, 1):
+        want = rank_tensors(path, rank)
+        model = fake_model(want)
+        with FakeVllm(2, rank):
+            r = fake_worker(model).wsync_load(path, version=1, digest=digest)
+        assert r["digest"] == digest, r
+        got = model_arrays(model, want)
+        assert all(got[n].tobytes() == raw for n, (_, _, raw) in want.items())
+        if torch is not None:  # a torch module: get_submodule/get_parameter are torch's
+            module = torch_model(want)
+            with FakeVllm(2, rank):
+                fake_worker(module).wsync_load(path, digest=digest)
+            assert all(torch_bytes(module.get_parameter(n)) == raw for n, (_, _, raw) in want.items())
+
+
+@test
+def vllm_worker_refuses_sharded_state_files():
+    """Files of the sharded-state format (the loader layout and persistent buffers, for
+    vLLM's engine start) are refused by a live update before anything is copied, naming
+    the file, the format and the remedy; vLLM's kernel-format copy resolves parameters
+    only, and so does wsync_load.  (Before: they loaded, buffers included.)"""
+    need_numpy()
+    path, _ = committed_dir("tiny-qwen3-moe", "sharded-state", 2, 1)
+    want = rank_tensors(path, 0)
+    scales = {n for n in want if n.endswith("_scale")}
+    assert scales, "the sharded-state files hold the attention scale buffers"
+    model = fake_model(want, buffers=scales)
+    first = os.path.join(path, [f["file"] for f in record(path)["files"] if f["rank"] == 0][0])
+    with FakeVllm(2, 0):
+        e = expect_error("%s: the file is in the sharded-state format of target vllm, for "
+                         "vLLM's engine start (--load-format sharded_state: the loader layout, "
+                         "with buffers); a live update copies the kernel format" % first,
+                         fake_worker(model).wsync_load, path, status=3)
+    assert str(e).endswith('write the files with format "kernel"'), str(e)
+    assert untouched(model, want), "copied before refusing"
+
+    # a kernel-format name that resolves to a buffer is refused, as get_parameter does
+    path, _ = committed_dir()
+    want = rank_tensors(path, 0)
+    name = sorted(want)[0]
+    model = fake_model(want, buffers={name})
+    with FakeVllm(2, 0):
+        expect_error('tensor "%s": the model has no parameter of that name' % name,
+                     fake_worker(model).wsync_load, path, status=3)
+    assert untouched(model, want), "copied before refusing"
+
+
+def conf_with(name, vllm_options):
+    """A copy of the configuration with vllm_options ({option: value}) set in the plugin
+    "vllm" section, made once."""
+    out = os.path.join(TMP, "conf-" + name)
+    if not os.path.isdir(out):
+        shutil.copytree(CONF_DIR, out)
+        path = os.path.join(out, "20-vllm.conf")
+        with open(path) as f:
+            lines = f.readlines()
+        for option, value in vllm_options.items():
+            at = [i for i, line in enumerate(lines) if line.strip().startswith(option + " =")]
+            assert len(at) == 1, option
+            lines[at[0]] = '    %s = "%s"\n' % (option, value)
+        with open(path, "w") as f:
+            f.writelines(lines)
+    return out
+
+
+class UnquantizedMoeBackend:
+    """vLLM's enum's members as the worker sees them (.name; vllm/model_executor/layers/
+    fused_moe/oracle/unquantized.py @ df1376907b16)."""
+
+    def __init__(self, name):
+        self.name = name
+
+
+class UnquantizedFusedMoEMethod:
+    """vLLM's method since #31827: the backend it selected in unquantized_backend."""
+
+    def __init__(self, backend):
+        self.unquantized_backend = UnquantizedMoeBackend(backend)
+
+
+class FusedMoEModularMethod:
+    """vLLM's wrapper (LoRA, some all2all backends) of the method that processed the
+    weights."""
+
+    def __init__(self, old_quant_method):
+        self.old_quant_method = old_quant_method
+
+
+class LegacyUnquantizedFusedMoEMethod:
+    """vLLM #25503 to #31827: booleans instead of a backend."""
+
+    def __init__(self, cutlass, aiter=False):
+        self.flashinfer_cutlass_moe_enabled = cutlass
+        self.rocm_aiter_moe_enabled = aiter
+
+
+AscendUnquantizedFusedMoEMethod = type(
+    "AscendUnquantizedFusedMoEMethod", (UnquantizedFusedMoEMethod,),
+    {"__module__": "vllm_ascend.ops.fused_moe.routed_experts"})
+
+
+def moe_layers(tensors):
+    return sorted({n.rpartition(".")[0] for n in tensors if n.endswith("w13_weight")})
+
+
+def with_methods(model, tensors, method, **attributes):
+    """model, each MoE layer (the module holding w13_weight) given quant_method method()
+    and attributes."""
+    for layer in moe_layers(tensors):
+        module = model.get_submodule(layer)
+        module.quant_method = method()
+        for key, value in attributes.items():
+            setattr(module, key, value)
+    return model
+
+
+@test
+def vllm_worker_moe_backend():
+    """wsync_load refuses, before copying anything, files whose routed experts are laid out
+    for another MoE backend than the one each MoE layer runs (the quant_method's
+    unquantized_backend, or vLLM-Ascend's own method), naming the file, the tensor, the
+    layer and both backends; matching ones load.  (Before: every file loaded, the
+    experts' w13 halves swapped or transposed without a word where the shapes agree.)"""
+    need_numpy()
+    triton, _ = committed_dir("tiny-qwen3-moe", "kernel", 2, 1)
+    cutlass, _ = committed_dir("tiny-qwen3-moe", "kernel", 2, 1, conf_dir=conf_with(
+        "cutlass", {"moe-backend": "flashinfer-cutlass"}))
+    ascend, _ = committed_dir("tiny-qwen3-moe", "kernel", 2, 1, target="vllm-ascend")
+    assert read_safetensors(os.path.join(cutlass, "kernel-rank-0-part-0.safetensors"))[0][
+        "wsync.moe-backend"] == "flashinfer-cutlass"
+
+    def load(path, method, **attributes):
+        want = rank_tensors(path, 0)
+        model = with_methods(fake_model(want), want, method, **attributes)
+        with FakeVllm(2, 0):
+            fake_worker(model).wsync_load(path)
+        assert all(a.tobytes() == want[n][2] for n, a in model_arrays(model, want).items())
+
+    def refused(path, method, fragment, **attributes):
+        want = rank_tensors(path, 0)
+        model = with_methods(fake_model(want), want, method, **attributes)
+        layer = moe_layers(want)[0]
+        file = os.path.join(path, "kernel-rank-0-part-0.safetensors")
+        with FakeVllm(2, 0):
+            e = expect_error(fragment, fake_worker(model).wsync_load, path, status=3)
+        assert str(e).startswith('%s: tensor "%s.w' % (file, layer)), str(e)
+        assert " but layer %s of this engine runs them with " % layer in str(e), str(e)
+        assert untouched(model, want), "copied before refusing"
+        return str(e)
+
+    cuda = lambda name: (lambda: UnquantizedFusedMoEMethod(name))
+    load(triton, cuda("TRITON"))
+    load(triton, cuda("BATCHED_TRITON"))
+    load(cutlass, cuda("FLASHINFER_CUTLASS"))
+    load(ascend, lambda: AscendUnquantizedFusedMoEMethod("OOT"))
+    load(triton, lambda: object())  # a method the worker cannot read: not checked
+    load(triton, lambda: None)
+    load(triton, lambda: LegacyUnquantizedFusedMoEMethod(False))
+    load(cutlass, lambda: LegacyUnquantizedFusedMoEMethod(True))
+
+    message = refused(triton, cuda("FLASHINFER_CUTLASS"), "the file holds the routed experts "
+                      "for moe-backend triton, but layer")
+    assert message.endswith("runs them with the unquantized MoE backend FLASHINFER_CUTLASS "
+                            "(moe-backend flashinfer-cutlass): write the files for target vllm "
+                            "with moe-backend = \"flashinfer-cutlass\" in the plugin \"vllm\" "
+                            "section of the configuration (docs/vllm.md section 4)"), message
+    refused(triton, lambda: FusedMoEModularMethod(UnquantizedFusedMoEMethod("FLASHINFER_CUTLASS")),
+            "backend FLASHINFER_CUTLASS (moe-backend flashinfer-cutlass): write")
+    refused(triton, lambda: LegacyUnquantizedFusedMoEMethod(True),
+            "FlashInfer CUTLASS (flashinfer_cutlass_moe_enabled) (moe-backend flashinfer-cutlass)")
+    refused(cutlass, cuda("TRITON"), "for moe-backend flashinfer-cutlass, but layer")
+    refused(cutlass, cuda("TRITON"), 'with moe-backend = "triton" in the plugin')
+    message = refused(triton, cuda("FLASHINFER_TRTLLM"), "the unquantized MoE backend "
+                      "FLASHINFER_TRTLLM (moe-backend flashinfer-trtllm): wsync writes no kernel "
+                      "format for it: start vLLM with --moe-backend triton or flashinfer_cutlass")
+    refused(triton, cuda("AITER"), "the unquantized MoE backend AITER: wsync writes no kernel")
+    refused(triton, lambda: LegacyUnquantizedFusedMoEMethod(False, aiter=True),
+            "the unquantized MoE backend ROCm AITER: wsync writes no kernel")
+    # vLLM-Ascend's transposed experts against vLLM's, both ways
+    message = refused(triton, lambda: AscendUnquantizedFusedMoEMethod("OOT"),
+                      "for moe-backend triton, but layer")
+    assert message.endswith("with vLLM-Ascend's AscendUnquantizedFusedMoEMethod: write the "
+                            "files for target vllm-ascend"), message
+    refused(ascend, cuda("TRITON"), "the file holds the routed experts for target vllm-ascend, "
+            "but layer")
+    refused(ascend, cuda("TRITON"), 'write the files for target vllm with moe-backend = "triton"')
+    # fused MC2: the kernel runs per-expert copies, not the parameters
+    message = refused(ascend, lambda: AscendUnquantizedFusedMoEMethod("OOT"),
+                      "with fused MC2, which runs per-expert copies (w13_weight_list)",
+                      w13_weight_list=[])
+    assert message.endswith("start vLLM-Ascend without additional_config enable_fused_mc2 "
+                            "(docs/vllm-ascend.md section 4)"), message
+
+
+@test
+def vllm_worker_expert_load_balancing():
+    """With expert load balancing (vLLM's --enable-eplb, vLLM-Ascend's dynamic_eplb or
+    expert_map_path) the experts a rank holds are not the linear placement wsync's files
+    hold (same shapes): wsync_load refuses, before copying, at the first routed expert,
+    saying which setting; files without experts (a dense model) still load.  (Before:
+    they loaded into the wrong experts without a word.)"""
+    import types
+    need_numpy()
+    path, _ = committed_dir("tiny-qwen3-moe", "kernel", 2, 2)
+    want = rank_tensors(path, 1)
+    file = os.path.join(path, "kernel-rank-1-part-0.safetensors")
+    expert = [n for n in want if n.endswith("w13_weight") or n.endswith("w2_weight")][0]
+    refusal = '%s: tensor "%s": this engine places the experts by ' % (file, expert)
+    ascend = lambda dynamic, path: types.SimpleNamespace(
+        eplb_config=types.SimpleNamespace(dynamic_eplb=dynamic, expert_map_path=path))
+
+    def load(ascend_config=None, **kw):
+        model = fake_model(want)
+        with FakeVllm(2, 1, ascend_config):  # tp 2, EP: the files of EP rank 1
+            fake_worker(model, expert_parallel=True, **kw).wsync_load(path)
+        assert all(a.tobytes() == want[n][2] for n, a in model_arrays(model, want).items())
+
+    def refused(fragment, ascend_config=None, **kw):
+        model = fake_model(want)
+        with FakeVllm(2, 1, ascend_config):
+            e = expect_error(refusal + fragment, fake_worker(
+                model, expert_parallel=True, **kw).wsync_load, path, status=3)
+        assert untouched(model, want), "copied before refusing"
+        return str(e)
+
+    load()
+    load(ascend(False, None))
+    refused("--enable-eplb, whose load balancer moves experts between ranks at run time, "
+            "and wsync's files hold each rank's experts in vLLM's linear placement "
+            "(docs/vllm.md section 4): start it without expert load balancing",
+            enable_eplb=True)
+    refused("vLLM-Ascend's additional_config eplb_config dynamic_eplb, which moves experts "
+            "between ranks at run time, and", ascend(True, None))
+    refused("vLLM-Ascend's additional_config eplb_config expert_map_path /x/map.json, a "
+            "placement of its own, and", ascend(False, "/x/map.json"))
+
+    dense, _ = committed_dir("tiny-qwen3", "kernel", 2, 1)
+    want = rank_tensors(dense, 0)
+    model = fake_model(want)
+    with FakeVllm(2, 0):
+        fake_worker(model, enable_eplb=True).wsync_load(dense)
+    assert all(a.tobytes() == want[n][2] for n, a in model_arrays(model, want).items())
+
+
+@test
+def vllm_worker_string_arguments():
+    """POST /collective_rpc passes arguments as text by vLLM's convention: wsync_load takes
+    version "1" and verify "false"/"true" as the int and bools they spell, and refuses
+    other text with a usage error.  (Before: version "1" raised a TypeError, and verify
+    "false" verified.)"""
+    need_numpy()
+    path, digest = committed_dir()
+    want = rank_tensors(path, 0)
+    model = fake_model(want)
+    with FakeVllm(2, 0):
+        assert fake_worker(model).wsync_load(path, "1", digest, "true")["version"] == 1
+        expect_error("the commit record is of version 1, not 2", fake_worker(model).wsync_load,
+                     path, version="2", status=3)
+        expect_error("version must be a step number (an int or its decimal text), not '1.0'",
+                     fake_worker(model).wsync_load, path, version="1.0", status=2)
+        expect_error("verify must be true or false, not 'no'", fake_worker(model).wsync_load,
+                     path, verify="no", status=2)
+    assert all(a.tobytes() == want[n][2] for n, a in model_arrays(model, want).items())
+
+    # verify "false" skips the checksums: a file changed after its commit loads
+    bad = fresh_dir("committed-string-arguments")
+    shutil.copytree(path, bad)
+    file = os.path.join(bad, "kernel-rank-0-part-0.safetensors")
+    with open(file, "r+b") as f:
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last[0] ^ 1]))
+    with FakeVllm(2, 0):
+        expect_error("(the file changed after its commit)", fake_worker(fake_model(want)).wsync_load,
+                     bad, verify="true", status=3)
+        fake_worker(fake_model(want)).wsync_load(bad, verify="false")
+
+
+def lora_wrap(model, path):
+    """vLLM's LoRA wrapping of the module at path: a module holding it as base_layer
+    (vllm/lora/layers/base.py BaseLayerWithLoRA)."""
+    parent, _, leaf = path.rpartition(".")
+    holder = model.get_submodule(parent)
+    wrapper = FakeModule()
+    wrapper.children["base_layer"] = holder.children[leaf]
+    holder.children[leaf] = wrapper
+
+
+@test
+def vllm_worker_through_lora():
+    """With --enable-lora vLLM wraps layers as base_layer (a dense layer's weight moves to
+    ...qkv_proj.base_layer.weight, a MoE block's experts under mlp.experts.base_layer.):
+    wsync_load resolves the files' names through the wrappers, as vLLM's own reload does,
+    and still checks the MoE backend of the wrapped layers.  (Before: "the model has no
+    parameter or buffer of that name".)"""
+    need_numpy()
+    path, _ = committed_dir()
+    want = rank_tensors(path, 0)
+    wrapped = sorted({n.rpartition(".")[0] for n in want if n.endswith("_proj.weight")} |
+                     {n.split(".experts.")[0] + ".experts" for n in want if ".experts." in n})
+    assert any(w.endswith(".mlp.experts") for w in wrapped), wrapped
+
+    def lora_model(method):
+        """The model, wrapped, and its arrays by the files' names (taken before)."""
+        model = with_methods(fake_model(want), want, method)
+        arrays = model_arrays(model, want)
+        for layer in wrapped:
+            lora_wrap(model, layer)
+        return model, arrays
+
+    model, arrays = lora_model(lambda: UnquantizedFusedMoEMethod("TRITON"))
+    name = [n for n in want if n.endswith("qkv_proj.weight")][0]
+    expect_error("", model.get_parameter, name, kind=AttributeError)  # the name moved
+    with FakeVllm(2, 0):
+        fake_worker(model).wsync_load(path)
+    assert all(arrays[n].tobytes() == raw for n, (_, _, raw) in want.items())
+
+    model, _ = lora_model(lambda: UnquantizedFusedMoEMethod("FLASHINFER_CUTLASS"))
+    with FakeVllm(2, 0):
+        expect_error("of this engine runs them with the unquantized MoE backend "
+                     "FLASHINFER_CUTLASS", fake_worker(model).wsync_load, path, status=3)
 
 
 # ------------------------------------------------------------------ the commands

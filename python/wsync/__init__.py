@@ -51,14 +51,16 @@ def _is_torch_tensor(obj):
     return torch is not None and isinstance(obj, torch.Tensor)
 
 
-def _destination(params, name, where):
-    """params[name], or the parameter (else buffer) a torch module resolves name to."""
+def _destination(params, name, where, buffers=True):
+    """params[name], or the parameter (else, with buffers, the buffer) a torch module
+    resolves name to."""
     what = f'{where}: tensor "{name}"'
     if hasattr(params, "get_parameter"):
         try:
             return params.get_parameter(name)
         except AttributeError:
-            pass
+            if not buffers:
+                raise _bad_input(f"{what}: the model has no parameter of that name") from None
         try:  # sharded-state files also hold persistent buffers (attention scales)
             return params.get_buffer(name)
         except AttributeError:
@@ -70,6 +72,9 @@ def _destination(params, name, where):
 
 
 def _check_torch(tensor, dtype, shape, what):
+    if getattr(tensor, "is_meta", False):  # copy_ into it does nothing, without an error
+        raise _bad_input(f"{what}: the parameter is on the meta device, which holds no data "
+                         "(a model being built, or reloaded)")
     have = _TORCH_DTYPES.get(str(tensor.dtype), str(tensor.dtype))
     if have != dtype:
         raise _bad_input(f"{what} is {dtype} {_shape_text(shape)}, but the parameter is {have}")
@@ -94,7 +99,7 @@ def load_rank(dir, rank, params, *, verify=True, require_commit=True, version=No
         `rank`; with verify=True (the default; it costs one read of the files) each
         file's checksum (wsync_session_checksum) must be the record's;
       - every tensor of the rank's files must have a destination of the same dtype and
-        shape (params may hold more).  The first difference is raised as wsync.Error
+        shape, not on torch's meta device (params may hold more).  The first difference is raised as wsync.Error
         naming the file and the tensor.
     Then numpy destinations are filled in C without the GIL, torch ones with
     param.copy_() from a zero-copy view of the mapped file.  If a new step began
@@ -106,16 +111,23 @@ def load_rank(dir, rank, params, *, verify=True, require_commit=True, version=No
     files = _wsync._open_rank(dir, rank, require_commit=require_commit, verify=verify,
                               version=version, digest=digest, conf_dir=conf_dir,
                               plugin_dir=plugin_dir)
-    buffers, tensors = [], []
+    return _load_opened(files, dir, rank, params)
+
+
+def _load_opened(files, dir, rank, params, buffers=True):
+    """load_rank's checks and copies, once _wsync._open_rank has opened the rank's files
+    (a caller may check files.files, their metadata, in between).  buffers=False
+    resolves a torch module's names to parameters only."""
+    plain, tensors = [], []  # buffer-protocol destinations, torch tensors
     for index, (name, dtype, shape, path) in enumerate(files.entries):
-        dest = _destination(params, name, path)
+        dest = _destination(params, name, path, buffers)
         if _is_torch_tensor(dest):
             _check_torch(dest, dtype, shape, f'{path}: tensor "{name}"')
             tensors.append((index, dest, shape))
         else:
-            buffers.append((index, dest))
-    files.check(buffers)
-    files.copy(buffers)
+            plain.append((index, dest))
+    files.check(plain)
+    files.copy(plain)
     if tensors:
         _copy_torch(files, tensors)
     if not files.is_current():

@@ -11,17 +11,24 @@ or, on a server started with VLLM_SERVER_DEV_MODE=1, POST /collective_rpc with
 {"method": "wsync_load", "args": [DIR]}.  Each worker copies, in place, the kernel-layout
 tensors of its rank file into the parameters (model.get_parameter(name).copy_(w), the
 copy vLLM's own kernel-format update does, docs/vllm.md section 7): parameter addresses,
-and so CUDA graphs, stay valid.  Call it between requests (as vLLM's
-start_weight_update / finish_weight_update bracket an update), or inside that bracket
-with is_checkpoint_format=False where the release has it.
+and so CUDA graphs, stay valid.  Before copying anything it checks the files (the kernel
+format, every name a parameter of the right dtype and shape) and the engine (each MoE
+layer's backend, no expert load balancing, no reload in progress).
 
-This module cannot run without vLLM; its logic is wsync.load_rank (tested) and
-rank_file_index below (tested).
+Call it while no request runs, outside start_weight_update / finish_weight_update, and
+drop what the engine computed with the old weights: POST /pause (which clears the prefix
+and encoder caches) before and POST /resume after, or llm.reset_prefix_cache() (and for
+a model with a vision tower llm.llm_engine.reset_encoder_cache()) after
+(docs/vllm.md section 7).
+
+vLLM is not installed where wsync is tested: tests/test-python.py runs this module with
+fake vllm parallel-state modules and fake module trees, replaying the rules cited here.
 """
 
 import re
 
-from wsync import Error, load_rank
+import _wsync
+from wsync import Error, _bad_input, _load_opened
 
 
 def rank_file_index(tp_rank, tp_size, expert_parallel=False, dp_rank=0, pcp_rank=0, pcp_size=1):
@@ -107,16 +114,299 @@ def shared_expert_hint(message, tp_size, dp_size, expert_parallel, pcp_size=1,
             f"plugin \"vllm\" section of the configuration, and --ep {flat})")
 
 
-def _ascend_shared_expert_dp():
-    """vLLM-Ascend's enable_shared_expert_dp (additional_config, EP on), or None when
-    this is not vLLM-Ascend (vllm_ascend/ascend_config.py get_ascend_config())."""
+def _ascend_config():
+    """vLLM-Ascend's configuration (vllm_ascend/ascend_config.py get_ascend_config()), or
+    None when this is not vLLM-Ascend."""
     try:
         from vllm_ascend.ascend_config import get_ascend_config
-        config = get_ascend_config()
+        return get_ascend_config()
     except Exception:  # noqa: BLE001 - not vLLM-Ascend, or not initialised (RuntimeError,
-        # ascend_config.py:1340-1343 @ 182b75ea84ff): the hint must never hide the error
+        # ascend_config.py:1340-1343 @ 182b75ea84ff): a hint must never hide the error
+        return None
+
+
+def _ascend_shared_expert_dp():
+    """vLLM-Ascend's enable_shared_expert_dp (additional_config, EP on), or None when
+    this is not vLLM-Ascend."""
+    config = _ascend_config()
+    if config is None:
         return None
     return bool(getattr(config, "enable_shared_expert_dp", False))
+
+
+def expert_load_balancing(parallel_config, ascend_config=None):
+    """None, or the setting by which the engine places experts by load instead of vLLM's
+    linear placement, which wsync's files hold (docs/vllm.md section 4):
+
+      vLLM: --enable-eplb (ParallelConfig.enable_eplb); EplbState.rearrange moves
+        experts between the EP ranks by load at run time (vllm/distributed/eplb/
+        eplb_state.py:725-731 @ df1376907b16);
+      vLLM-Ascend: additional_config eplb_config dynamic_eplb, or an expert_map_path
+        placement file (init_eplb_config, vllm_ascend/eplb/core/eplb_utils.py:73-92 @
+        182b75ea84ff: the linear determine_expert_map only without both)."""
+    if getattr(parallel_config, "enable_eplb", False):
+        return "--enable-eplb, whose load balancer moves experts between ranks at run time"
+    eplb = getattr(ascend_config, "eplb_config", None)
+    if getattr(eplb, "dynamic_eplb", False):
+        return ("vLLM-Ascend's additional_config eplb_config dynamic_eplb, which moves "
+                "experts between ranks at run time")
+    path = getattr(eplb, "expert_map_path", None)
+    if path:
+        return (f"vLLM-Ascend's additional_config eplb_config expert_map_path {path}, a "
+                "placement of its own")
+    return None
+
+
+def check_expert_placement(files, balancing):
+    """Raises wsync.Error at the first routed-expert tensor of files when balancing (what
+    expert_load_balancing returned) is not None: the experts a file holds for a rank are
+    then not the ones the engine keeps there."""
+    if balancing is None:
+        return
+    for name, _, _, path in files.entries:
+        if _ROUTED_EXPERTS.search(name):
+            raise _bad_input(f"{path}: tensor \"{name}\": this engine places the experts by "
+                             f"{balancing}, and wsync's files hold each rank's experts in "
+                             f"vLLM's linear placement (docs/vllm.md section 4): start it "
+                             f"without expert load balancing")
+
+
+# ------------------------------------------------------------------ names through LoRA
+
+def _base_layer(module):
+    try:
+        return module.get_submodule("base_layer")
+    except AttributeError:
+        return None
+
+
+def lora_submodule(model, path):
+    """model.get_submodule(path), through vLLM's LoRA wrappers: with --enable-lora vLLM
+    replaces a layer by a BaseLayerWithLoRA that holds it as base_layer (vllm/lora/layers/
+    base.py), so a dense layer's parameters move under `...qkv_proj.base_layer.`, and a
+    MoE block's under `...mlp.experts.base_layer.` (FusedMoEWithLoRA wraps the MoERunner,
+    vllm/lora/layers/fused_moe.py:29-38 @ df1376907b16)."""
+    module = model
+    for part in path.split(".") if path else []:
+        try:
+            module = module.get_submodule(part)
+        except AttributeError:
+            base = _base_layer(module)
+            if base is None:
+                raise
+            module = base.get_submodule(part)
+    return module
+
+
+def lora_parameter(model, name):
+    """model.get_parameter(name), through vLLM's LoRA wrappers (lora_submodule).  vLLM's
+    own kernel-format reload resolves names so since #39935 (_get_parameter_for_reload,
+    vllm/v1/worker/gpu_model_runner.py:260-266 @ df1376907b16; it unwraps only the layer
+    holding the parameter, so not a wrapped MoE block's routed_experts)."""
+    path, _, leaf = name.rpartition(".")
+    module = lora_submodule(model, path)
+    try:
+        return module.get_parameter(leaf)
+    except AttributeError:
+        base = _base_layer(module)
+        if base is None:
+            raise
+        return base.get_parameter(leaf)
+
+
+class _ParametersThroughLora:
+    """A model as load_rank resolves names: get_parameter through LoRA wrappers."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def get_parameter(self, name):
+        return lora_parameter(self.model, name)
+
+
+# ------------------------------------------------------------------ checks before copying
+
+# What a live update copies (docs/vllm.md section 7): the kernel format of a vLLM target,
+# parameters only, in the layout the kernels run on.  The sharded-state format holds the
+# loader layout and persistent buffers (attention scales, with EP the expert map), which
+# vLLM loads at engine start and then re-lays; copied into a running engine it is wrong
+# without a word wherever the shapes agree (FlashInfer CUTLASS's swapped w13 halves,
+# vLLM-Ascend's transposed experts when H == 2I/tp, fp8 KV-cache scales reset to 1.0).
+_LIVE_TARGETS = ("vllm", "vllm-ascend")
+
+
+def file_refusal(path, metadata):
+    """None, or why a live update must not copy the rank file at path, from its
+    __metadata__ (wsync.target and wsync.format, which wsync records in every rank file;
+    plugins/vllm.c set_metadata)."""
+    target, fmt = metadata.get("wsync.target"), metadata.get("wsync.format")
+    if target in _LIVE_TARGETS and fmt == "kernel":
+        return None
+    if target in _LIVE_TARGETS:
+        return (f"{path}: the file is in the {fmt} format of target {target}, for vLLM's "
+                f"engine start (--load-format sharded_state: the loader layout, with buffers); "
+                f"a live update copies the kernel format (parameters only, in the layout the "
+                f"kernels run on; docs/vllm.md section 7): write the files with format "
+                f"\"kernel\"")
+    return (f"{path}: the file is of target {target or '(none recorded)'}: a live update "
+            f"copies the kernel format of target vllm or vllm-ascend (docs/vllm.md section 7)")
+
+
+# How vLLM's unquantized MoE backends (UnquantizedMoeBackend, the `unquantized_backend`
+# of the layer's UnquantizedFusedMoEMethod since vLLM #31827) lay the routed experts out,
+# as the vllm plugin's option moe-backend names the layouts it writes (docs/vllm.md
+# section 4): Triton and batched Triton run the loader layout, FlashInfer CUTLASS swaps
+# each expert's w13 halves, TRTLLM re-lays both tensors into blocks (wsync refuses to
+# write it).  The others (ROCm AITER shuffles, XPU transposes, CPU prepacks, TPU and
+# out-of-tree platforms run their own) have no moe-backend.
+_VLLM_BACKENDS = {"TRITON": "triton", "BATCHED_TRITON": "triton",
+                  "FLASHINFER_CUTLASS": "flashinfer-cutlass",
+                  "FLASHINFER_TRTLLM": "flashinfer-trtllm"}
+_WRITTEN_BACKENDS = ("triton", "flashinfer-cutlass")
+ASCEND_LAYOUT = "vllm-ascend"
+
+
+class MoeBackend:
+    """How one MoE layer of the running engine holds its routed experts: layout, the
+    layout's name as wsync files record it (a moe-backend, or "vllm-ascend" for
+    vLLM-Ascend's transposed experts), None for one wsync does not write; described,
+    what vLLM calls it; remedy, when wsync writes nothing for it."""
+
+    def __init__(self, layout, described, remedy=None):
+        self.layout, self.described, self.remedy = layout, described, remedy
+
+
+def layer_moe_backend(layer):
+    """The MoeBackend of the module holding a MoE layer's w13_weight, or None where the
+    worker cannot tell (a quantized method, or a vLLM before #25503).
+
+    vLLM: the quant_method's unquantized_backend (oracle/unquantized.py, from #31827,
+    2026-01-15); before, its flashinfer_cutlass_moe_enabled and rocm_aiter_moe_enabled
+    (#25503 to #31827).  A FusedMoEModularMethod (LoRA, some all2all backends) wraps the
+    method that processed the weights as old_quant_method.  vLLM-Ascend: its methods
+    (module vllm_ascend...) transpose the experts whatever unquantized_backend says
+    (OOT); with fused MC2 the kernel runs the per-expert copies w13_weight_list /
+    w2_weight_list instead of the parameters (docs/vllm-ascend.md section 3)."""
+    method = getattr(layer, "quant_method", None)
+    method = getattr(method, "old_quant_method", method)
+    if method is None:
+        return None
+    if type(method).__module__.split(".")[0] == "vllm_ascend":
+        if isinstance(getattr(layer, "w13_weight_list", None), list):
+            return MoeBackend(None, f"vLLM-Ascend's {type(method).__name__} with fused MC2, "
+                              "which runs per-expert copies (w13_weight_list) that a copy "
+                              "into w13_weight does not reach",
+                              "start vLLM-Ascend without additional_config enable_fused_mc2 "
+                              "(docs/vllm-ascend.md section 4)")
+        return MoeBackend(ASCEND_LAYOUT, f"vLLM-Ascend's {type(method).__name__}")
+    backend = getattr(method, "unquantized_backend", None)
+    if backend is not None:
+        name = getattr(backend, "name", str(backend))
+        return MoeBackend(_VLLM_BACKENDS.get(name), f"the unquantized MoE backend {name}")
+    if hasattr(method, "flashinfer_cutlass_moe_enabled"):
+        if getattr(method, "rocm_aiter_moe_enabled", False):
+            return MoeBackend(None, "the unquantized MoE backend ROCm AITER")
+        if method.flashinfer_cutlass_moe_enabled:
+            return MoeBackend("flashinfer-cutlass", "the unquantized MoE backend FlashInfer "
+                              "CUTLASS (flashinfer_cutlass_moe_enabled)")
+        return MoeBackend("triton", "the unquantized MoE backend Triton")
+    return None
+
+
+def file_moe_layout(metadata):
+    """The routed experts' layout a kernel-format rank file holds, from its __metadata__:
+    vLLM-Ascend's for target vllm-ascend, else its wsync.moe-backend (none recorded: the
+    loader layout, "triton"; plugins/vllm.c set_metadata)."""
+    if metadata.get("wsync.target") == ASCEND_LAYOUT:
+        return ASCEND_LAYOUT
+    return metadata.get("wsync.moe-backend", "triton")
+
+
+def _layout_text(layout):
+    return "target vllm-ascend" if layout == ASCEND_LAYOUT else f"moe-backend {layout}"
+
+
+def moe_backend_refusal(path, name, file_layout, layer_name, backend):
+    """None, or why the routed-expert tensor name of the file at path (holding
+    file_layout) must not be copied into layer layer_name, which runs backend."""
+    if backend is None or backend.layout == file_layout:
+        return None
+    if backend.remedy is not None:
+        remedy = backend.remedy
+    elif backend.layout == ASCEND_LAYOUT:
+        remedy = "write the files for target vllm-ascend"
+    elif backend.layout in _WRITTEN_BACKENDS:
+        remedy = (f"write the files for target vllm with moe-backend = \"{backend.layout}\" "
+                  "in the plugin \"vllm\" section of the configuration (docs/vllm.md "
+                  "section 4)")
+    else:
+        remedy = ("wsync writes no kernel format for it: start vLLM with --moe-backend "
+                  "triton or flashinfer_cutlass (docs/vllm.md section 4)")
+    shown = f" (moe-backend {backend.layout})" if backend.layout not in (None, ASCEND_LAYOUT) else ""
+    return (f"{path}: tensor \"{name}\": the file holds the routed experts for "
+            f"{_layout_text(file_layout)}, but layer {layer_name} of this engine runs them "
+            f"with {backend.described}{shown}: {remedy}")
+
+
+def check_moe_backends(files, model):
+    """Raises wsync.Error, before anything is copied, at the first routed-expert tensor
+    of files (an opened _RankFiles) whose layout is not the one its layer runs."""
+    layouts = {path: file_moe_layout(metadata) for path, metadata in files.files}
+    seen = set()
+    for name, _, _, path in files.entries:
+        layer_name = name.rpartition(".")[0]
+        if not _ROUTED_EXPERTS.search(name) or layer_name in seen:
+            continue
+        seen.add(layer_name)
+        try:
+            layer = lora_submodule(model, layer_name)
+        except AttributeError:
+            continue  # refused by name when the copy resolves it
+        refusal = moe_backend_refusal(path, name, layouts[path], layer_name,
+                                      layer_moe_backend(layer))
+        if refusal is not None:
+            raise _bad_input(refusal)
+
+
+def layerwise_reload_hint(message):
+    """message, with the likely cause added where a parameter is on the meta device:
+    vLLM's checkpoint-format update puts every layer's parameters there between
+    start_weight_update and finish_weight_update (initialize_layerwise_reload,
+    vllm/model_executor/model_loader/reload/layerwise.py:84-119 @ df1376907b16; from
+    vLLM #44353 the start of every nccl or ipc update), and a kernel-format copy into
+    them would be lost."""
+    if not message.endswith("the parameter is on the meta device, which holds no data (a "
+                            "model being built, or reloaded)"):
+        return message
+    return (f"{message}: vLLM's start_weight_update (a checkpoint-format update) holds the "
+            f"parameters there until finish_weight_update; call wsync_load outside that "
+            f"bracket (docs/vllm.md section 7.1)")
+
+
+def _usage(message):
+    error = Error(message)
+    error.exit_status = 2
+    return error
+
+
+def rpc_version(value):
+    """wsync_load's version as the caller gave it: an int, or its decimal text, as vLLM's
+    POST /collective_rpc passes arguments ("only serialized string args/kwargs are
+    passed", vllm/entrypoints/serve/dev/rpc/api_router.py:38-41 @ df1376907b16)."""
+    if value is None or isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.isdigit() and value.isascii():
+        return int(value)
+    raise _usage(f"version must be a step number (an int or its decimal text), not {value!r}")
+
+
+def rpc_flag(name, value):
+    """A bool argument of wsync_load, or its text "true"/"false" (as rpc_version)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise _usage(f"{name} must be true or false, not {value!r}")
 
 
 class WsyncWorkerExtension:
@@ -137,26 +427,51 @@ class WsyncWorkerExtension:
 
     def wsync_load(self, dir, version=None, digest=None, verify=True):
         """Loads this worker's rank of the step committed in dir; returns its commit
-        record.  version and digest, when given, must be the record's."""
+        record.  version and digest, when given, must be the record's; version and verify
+        may also be given as text ("12", "false"), as POST /collective_rpc passes them.
+
+        As vLLM's kernel-format update (docs/vllm.md section 7): every name resolves to a
+        parameter (model.get_parameter), never to a buffer; unlike it, nothing is copied
+        until every file, name, dtype and shape is checked: the files must be of the
+        kernel format."""
+        version, verify = rpc_version(version), rpc_flag("verify", verify)
         runner = self.model_runner
         model = runner.get_model() if hasattr(runner, "get_model") else runner.model
+        rank = self.wsync_rank()
         try:
-            return load_rank(dir, self.wsync_rank(), model, version=version, digest=digest,
-                             verify=verify)
+            files = _wsync._open_rank(dir, rank, verify=verify, version=version, digest=digest)
+            for path, metadata in files.files:
+                refusal = file_refusal(path, metadata)
+                if refusal is not None:
+                    raise _bad_input(refusal)
+            check_moe_backends(files, model)
+            check_expert_placement(files, expert_load_balancing(
+                self.vllm_config.parallel_config, _ascend_config()))
+            return _load_opened(files, dir, rank, _ParametersThroughLora(model), buffers=False)
         except Error as e:
-            from vllm.distributed import parallel_state as ps
-
-            parallel = self.vllm_config.parallel_config
-            worker = (str(e), ps.get_tensor_model_parallel_world_size(),
-                     parallel.data_parallel_size, bool(parallel.enable_expert_parallel),
-                     getattr(parallel, "prefill_context_parallel_size", 1) or 1)
-            hinted = replica_shape_hint(*worker)
-            if hinted == str(e):
-                hinted = shared_expert_hint(
-                    *worker, getattr(parallel, "all2all_backend", "allgather_reducescatter"),
-                    _ascend_shared_expert_dp())
+            hinted = self._wsync_hint(str(e))
             if hinted == str(e):
                 raise
             error = Error(hinted)
             error.exit_status = getattr(e, "exit_status", 3)
             raise error from e
+
+    def _wsync_hint(self, message):
+        """message with the first hint (at most one) that applies to this worker."""
+        from vllm.distributed import parallel_state as ps
+
+        parallel = self.vllm_config.parallel_config
+        sizes = (ps.get_tensor_model_parallel_world_size(), parallel.data_parallel_size,
+                 bool(parallel.enable_expert_parallel),
+                 getattr(parallel, "prefill_context_parallel_size", 1) or 1)
+        hints = (lambda: layerwise_reload_hint(message),
+                 lambda: replica_shape_hint(message, *sizes),
+                 lambda: shared_expert_hint(
+                     message, *sizes,
+                     getattr(parallel, "all2all_backend", "allgather_reducescatter"),
+                     _ascend_shared_expert_dp()))
+        for hint in hints:
+            hinted = hint()
+            if hinted != message:
+                return hinted
+        return message

@@ -11,6 +11,8 @@
   `wsync plugins --json` for the plugins of conf.d (their descriptions, and every
   option's type, default, values and description from the plugin's own table); every
   key its sync section lists is one a conf.d file may set;
+- README.md's table of targets ("### Targets") lists, as rows of that one table, exactly
+  the targets `wsync convert --help` lists;
 - groff -ww reads both pages without a warning (skipped, with a line saying so, when
   groff is not installed).
 
@@ -229,6 +231,41 @@ def check_sync_keys(page):
 
 # ------------------------------------------------------------------ groff
 
+def help_targets():
+    """The targets `wsync convert --help` lists: the names at the start of the lines
+    indented by two spaces after "Targets (of the plugins...)"."""
+    r = wsync("convert", "--help")
+    if r.returncode != 0:
+        raise SystemExit("Bail out! wsync convert --help: exit %d: %s" % (r.returncode, r.stderr))
+    lines = r.stdout.split("\n")
+    start = next(i for i, line in enumerate(lines) if line.startswith("Targets"))
+    names = []
+    for line in lines[start + 1:]:
+        m = re.match(r"  ([a-z0-9-]+)(:| \()", line)
+        if m:
+            names.append(m.group(1))
+        elif line and not line.startswith("   "):
+            break
+    return names
+
+
+def check_readme_targets():
+    """The rows of README.md's targets table, which ends at the first line that is not a
+    row: a row set apart by a paragraph is no longer in the table."""
+    with open(os.path.join(SRC, "..", "README.md"), encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    start = lines.index("### Targets")
+    header = next(i for i in range(start, len(lines)) if lines[i].startswith("| target |"))
+    rows = []
+    for line in lines[header + 2:]:
+        if not line.startswith("|"):
+            break
+        m = re.match(r"\| `([a-z0-9-]+)` \|", line)
+        rows.append(m.group(1) if m else line)
+    return differences("README.md's targets table against wsync convert --help",
+                       set(help_targets()), set(rows))
+
+
 def check_groff(name, device):
     r = subprocess.run(["groff", "-ww", "-z", "-man", "-T" + device,
                         os.path.join(MAN_DIR, name)],
@@ -253,6 +290,7 @@ def main(argv):
         ("wsync.conf.5: the plugins' options as the plugins declare them",
          lambda: check_plugin_options(conf5)),
         ("wsync.conf.5: the sync section's keys", lambda: check_sync_keys(conf5)),
+        ("README.md: the targets table lists every target", check_readme_targets),
     ]
     for page in ("wsync.1", "wsync.conf.5"):
         for device in ("ps", "utf8"):

@@ -22,8 +22,8 @@
  * required; defaults only where Transformers has one the published configs rely on:
  * head_dim (256), attn_output_gate (true), layer_types (from full_attention_interval,
  * default 4), mtp_num_hidden_layers (1), vision in_channels (3), tie_word_embeddings
- * (false at the top level, the top level's in text_config; the two must agree), the
- * dtype (bfloat16).
+ * (false, at the top level and in text_config alike; the two must agree), the dtype
+ * (bfloat16).
  *
  * Option (conf.d/31-qwen3_5_moe.conf):
  *   language-model-only  the engine builds no vision tower (vLLM's
@@ -230,28 +230,33 @@ read_text(Qwen35 *c, GError **error)
 }
 
 /* tie_word_embeddings.  Transformers ties the LM head of Qwen3_5(Moe)ForConditionalGeneration
- * by the top-level field (it reads `self.config.tie_word_embeddings`, the outer config,
- * whose default is false); vLLM by text_config's (`hf_text_config.tie_word_embeddings`).
- * When text_config has none, the top level's is the model's.  Where the two differ, one
- * engine would load a random LM head (it wants lm_head.weight, the checkpoint has none)
- * or drop a trained one: refused, naming both (docs/hf-checkpoints.md §3). */
+ * by the top-level field (it reads `self.config.tie_word_embeddings`, the outer config);
+ * vLLM by text_config's (`hf_text_config.tie_word_embeddings`).  Each is its own class's
+ * field, default false, and neither library copies one into the other: a text_config
+ * without the field is untied for vLLM whatever the top level says
+ * (docs/hf-checkpoints.md §3).  Where the two words differ, an absent one counting as
+ * false, one engine would load a random LM head (it wants lm_head.weight, the checkpoint
+ * has none) or drop a trained one: refused, naming both.  A config without text_config
+ * (the root stands in for it) has one word. */
 static gboolean
 read_tie(Qwen35 *c, GError **error)
 {
-  gboolean root = FALSE, text;
+  gboolean root = FALSE, text = FALSE;
 
-  if (!wsync_config_get_bool_or(&c->root, "tie_word_embeddings", &root, error))
-    return FALSE;
-  text = root;
-  if (!wsync_config_get_bool_or(&c->text, "tie_word_embeddings", &text, error))
+  if (!wsync_config_get_bool_or(&c->root, "tie_word_embeddings", &root, error) ||
+      !wsync_config_get_bool_or(&c->text, "tie_word_embeddings", &text, error))
     return FALSE;
   if (text != root)
     return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
-                      "field \"%stie_word_embeddings\" is %s but the top-level "
+                      "field \"%stie_word_embeddings\" is %s%s but the top-level "
                       "\"tie_word_embeddings\" is %s%s: Transformers ties the LM head by the "
                       "top-level field, vLLM by text_config's, so one of them would load a "
                       "random or drop a trained lm_head.weight; set both to the same value",
-                      c->text.where, text ? "true" : "false", root ? "true" : "false",
+                      c->text.where, text ? "true" : "false",
+                      json_object_has_member(c->text.object, "tie_word_embeddings")
+                          ? ""
+                          : " (absent: vLLM's default)",
+                      root ? "true" : "false",
                       json_object_has_member(c->root.object, "tie_word_embeddings")
                           ? ""
                           : " (absent: Transformers' default)");

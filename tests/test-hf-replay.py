@@ -318,19 +318,22 @@ CONTROLS = [
 
 def tie_variants(work, config):
     """Configs of @config whose tie_word_embeddings disagree between the top level
-    (Transformers' word) and text_config (vLLM's word), with the flag each consumer
-    reads: [(what, path)]."""
+    (Transformers' word) and text_config (vLLM's word), an absent word being its class's
+    default, false (docs/hf-checkpoints.md §3): [(what, path)]."""
     with open(config_path(config)) as f:
         base = json.load(f)
     out = []
     for what, root, text in (("absent at the top level, true in text_config", None, True),
                              ("false at the top level, true in text_config", False, True),
-                             ("true at the top level, false in text_config", True, False)):
+                             ("true at the top level, false in text_config", True, False),
+                             ("true at the top level, absent in text_config", True, None)):
         c = json.loads(json.dumps(base))
         c.pop("tie_word_embeddings", None)
+        c["text_config"].pop("tie_word_embeddings", None)
         if root is not None:
             c["tie_word_embeddings"] = root
-        c["text_config"]["tie_word_embeddings"] = text
+        if text is not None:
+            c["text_config"]["tie_word_embeddings"] = text
         path = os.path.join(work, "%s-tie-%d.json" % (config, len(out)))
         with open(path, "w") as f:
             json.dump(c, f, indent=2)

@@ -2803,6 +2803,87 @@ test_refuse_configs(void)
 
 /* ------------------------------------------------------------------ tests: configuration */
 
+/* tie_word_embeddings: -1 absent, 0 false, 1 true. */
+static const char *
+tie_word(int v)
+{
+  return v < 0 ? "absent" : v ? "true" : "false";
+}
+
+/* @base with the top-level and text_config tie_word_embeddings set to @root and @text. */
+static char *
+tie_config(const char *base, int root, int text)
+{
+  g_autofree char *from = config_path(base);
+  g_autoptr(JsonNode) node = load_json(from);
+  JsonObject *o = json_node_get_object(node);
+  JsonObject *t = json_object_get_object_member(o, "text_config");
+  char *path = new_path("tie");
+
+  json_object_remove_member(o, "tie_word_embeddings");
+  json_object_remove_member(t, "tie_word_embeddings");
+  if (root >= 0)
+    json_object_set_boolean_member(o, "tie_word_embeddings", root);
+  if (text >= 0)
+    json_object_set_boolean_member(t, "tie_word_embeddings", text);
+  save_json(node, path);
+  return path;
+}
+
+/* Every combination of the two tie_word_embeddings, present or not, for both models.
+ * Transformers ties Qwen3_5(Moe)ForConditionalGeneration by the top-level field, vLLM by
+ * text_config's; each defaults to false on its own, nothing copies one into the other
+ * (docs/hf-checkpoints.md §3).  Where the two words agree (an absent one is false) the
+ * checkpoint is written with exactly the published tensors, lm_head.weight only when
+ * untied; where they differ it is refused (exit 3) naming the file and both words, and
+ * nothing is written.  The old tree took the top level's word when text_config had none,
+ * so "true at the top, absent in text_config" wrote no lm_head.weight for a vLLM that
+ * builds an untied head. */
+static void
+test_tie_combinations(void)
+{
+  static const char *const configs[] = {MOE, DENSE};
+
+  for (guint i = 0; i < G_N_ELEMENTS(configs); i++)
+    for (int root = -1; root <= 1; root++)
+      for (int text = -1; text <= 1; text++) {
+        g_autofree char *path = tie_config(configs[i], root, text);
+        g_autofree char *dst = new_path("tie-out");
+        const gboolean tied_root = root == 1, tied_text = text == 1;
+        Run r;
+
+        g_test_message("%s: top level %s, text_config %s", configs[i], tie_word(root),
+                       tie_word(text));
+        r = run_wsync("synth", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), "--config",
+                      path, dst, "--pattern", "index", "-q", NULL);
+        if (tied_root == tied_text) {
+          Model m = read_model(path);
+          g_autoptr(GPtrArray) specs = NULL;
+          g_autoptr(WsyncCheckpoint) ck = NULL;
+
+          g_assert_cmpint(r.status, ==, 0);
+          g_assert_cmpint(m.tied, ==, tied_text);
+          specs = published(&m, TRUE, FALSE);
+          ck = open_ck(dst);
+          assert_tensors(ck, specs);
+          g_assert_true((wsync_checkpoint_lookup(ck, "lm_head.weight") == NULL) == tied_text);
+        } else {
+          g_autofree char *want = g_strdup_printf(
+              "%s: field \"text_config.tie_word_embeddings\" is %s%s but the top-level "
+              "\"tie_word_embeddings\" is %s%s: Transformers ties the LM head by the "
+              "top-level field, vLLM by text_config's, so one of them would load a random or "
+              "drop a trained lm_head.weight; set both to the same value",
+              path, tied_text ? "true" : "false", text < 0 ? " (absent: vLLM's default)" : "",
+              tied_root ? "true" : "false", root < 0 ? " (absent: Transformers' default)" : "");
+          g_assert_cmpint(r.status, ==, 3);
+          assert_has(r.err, want);
+          g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+        }
+        test_run_clear(&r);
+      }
+}
+
+
 /* The shipped conf.d file parses, loads the plugin and serves both model types; the
  * option is checked. */
 static void
@@ -3067,6 +3148,7 @@ main(int argc, char **argv)
   g_test_add_func("/qwen3_5_moe/refuse/key-heads", test_refuse_key_heads);
   g_test_add_func("/qwen3_5_moe/refuse/heads", test_refuse_heads);
   g_test_add_func("/qwen3_5_moe/refuse/configs", test_refuse_configs);
+  g_test_add_func("/qwen3_5_moe/config/tie-combinations", test_tie_combinations);
   g_test_add_func("/qwen3_5_moe/config/shipped", test_shipped_conf);
   g_test_add_func("/qwen3_5_moe/real/qwen3.5-35b-a3b", test_real_qwen3_5_35b_a3b);
   g_test_add_func("/qwen3_5_moe/real/qwen3.6-27b", test_real_qwen3_6_27b);

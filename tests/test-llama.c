@@ -406,6 +406,39 @@ test_defaults(void)
   model_clear(&m);
 }
 
+/* A config without tie_word_embeddings is untied: LlamaConfig defaults it to false in
+ * Transformers 4 and 5, and vLLM's LlamaForCausalLM reads that same config object's field
+ * (docs/hf-checkpoints.md §3, §5).  tiny-llama3.json (the vLLM cases above) already has
+ * no such key, as the Llama-3.1-8B configs; here the tied config loses it: synth writes
+ * exactly the untied tensor set, lm_head.weight included. */
+static void
+test_tie_absent(void)
+{
+  Model m = read_model(TIED);
+  g_autofree char *config = new_path("untied-config.json");
+  g_autofree char *dir = new_path("untied");
+  g_autoptr(GHashTable) want = NULL;
+  TestRun r;
+
+  g_assert_true(m.tied);
+  json_object_remove_member(m.root, "tie_word_embeddings");
+  {
+    g_autoptr(JsonGenerator) gen = json_generator_new();
+    g_autoptr(JsonNode) node = json_node_init_object(json_node_alloc(), m.root);
+    GError *error = NULL;
+    json_generator_set_root(gen, node);
+    g_assert_true(json_generator_to_file(gen, config, &error));
+    g_assert_no_error(error);
+  }
+  r = run_wsync("synth", "--config", config, dir, NULL);
+  expect_status(&r, 0, "synth without tie_word_embeddings");
+  m.tied = FALSE;
+  want = hf_tensors(&m);
+  g_assert_true(g_hash_table_contains(want, "lm_head.weight"));
+  assert_layout(dir, want);
+  model_clear(&m);
+}
+
 /* Converted Llama checkpoints may carry the RoPE buffers `rotary_emb.inv_freq`,
  * `cos_cached` and `sin_cached`; vLLM skips them (docs/vllm.md §10), and so do the
  * plugin's named drop rules: the output is the same as without them. */
@@ -568,6 +601,7 @@ main(int argc, char **argv)
     g_test_add_data_func(path, configs[i], test_synth);
   }
   g_test_add_func("/llama/config/defaults", test_defaults);
+  g_test_add_func("/llama/config/tie-absent", test_tie_absent);
   g_test_add_func("/llama/config/refused", test_refused);
   g_test_add_func("/llama/rotary-buffers-dropped", test_rotary_buffers_dropped);
   for (guint i = 0; i < G_N_ELEMENTS(configs); i++)

@@ -664,6 +664,38 @@ test_config_variants_and_drop_rule(Fixture *f, gconstpointer data)
   model_clear(&m);
 }
 
+/* A config without tie_word_embeddings is untied: Qwen3MoeConfig and Qwen3Config default
+ * it to false in Transformers 4 and 5, and vLLM reads that same config object's field
+ * (docs/hf-checkpoints.md §2, §3).  Hand-written configs often leave it out: synth
+ * writes lm_head.weight, exactly the untied tensor set, for the MoE and the dense model
+ * (both starting from a config that says true or false). */
+static void
+test_tie_absent(Fixture *f, gconstpointer data)
+{
+  static const char *const configs[] = {"tiny-qwen3-moe-tied.json", "tiny-qwen3.json"};
+
+  (void)data;
+  for (guint i = 0; i < G_N_ELEMENTS(configs); i++) {
+    g_autofree char *name = g_strdup_printf("no-tie-%u.json", i);
+    g_autofree char *path = sub(f, name);
+    g_autofree char *dst = g_strdup_printf("%s/no-tie-%u", f->dir, i);
+    Model m = load_model(configs[i]);
+    g_autoptr(GHashTable) want = NULL;
+    Run r;
+
+    json_object_remove_member(m.root, "tie_word_embeddings");
+    write_config(m.root, path);
+    m.tie = FALSE;
+    want = expected_tensors(&m, m.layers, 0);
+    g_assert_true(g_hash_table_contains(want, "lm_head.weight"));
+    r = run_wsync("synth", "--config", path, dst, "--seed", "7", NULL);
+    expect_status(&r, 0, "synth without tie_word_embeddings");
+    run_clear(&r);
+    assert_layout(dst, want);
+    model_clear(&m);
+  }
+}
+
 /* ---------------------------------------------------------------- bad input: one clear line */
 
 /* Runs plan and convert on @src; both must exit with @status and say every fragment. */
@@ -1004,6 +1036,7 @@ main(int argc, char **argv)
   ADD("fused/synth-fused", test_synth_fused, NULL);
   ADD("fused/mixed-input", test_mixed_input, NULL);
   ADD("config/tied-with-dense-layer", test_tied_with_dense_layer, NULL);
+  ADD("config/tie-absent", test_tie_absent, NULL);
   ADD("config/dense-qwen3", test_dense_round_trip, NULL);
   ADD("config/variants-and-drop-rule", test_config_variants_and_drop_rule, NULL);
   ADD("bad-input/missing-expert", test_missing_expert, NULL);

@@ -903,6 +903,17 @@ expert_share(Rank *r, const Runtime *rt, guint64 experts, guint64 inter, ExpertS
 {
   const char *module = wsync_block_get_module(rt->param->block);
 
+  /* The MoE blocks of the model classes vLLM runs these models with raise
+   * ValueError("Tensor parallel size N is greater than the number of experts E") at
+   * init, with EP or without (Qwen3MoeSparseMoeBlock, qwen3_moe.py:151-155;
+   * Qwen3NextSparseMoeBlock, also Qwen3.5's, qwen3_next.py:109-113 @ df1376907b16; the
+   * same since era A, qwen3_moe.py:141 @ 344a0017c06e; docs/vllm.md §4). */
+  if (r->tp > experts)
+    return wsync_fail(error, WSYNC_ERROR_USAGE,
+                      "tp %u is more than the %" G_GUINT64_FORMAT
+                      " experts of %s.experts: vLLM refuses a tensor-parallel size greater "
+                      "than the number of experts",
+                      r->tp, experts, module);
   if (r->ep > 1) {
     /* FusedMoEParallelConfig.make (fused_moe/config.py): with EP the MoE tp size is 1,
      * so experts are whole (Ip = I). */

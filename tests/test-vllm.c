@@ -878,6 +878,19 @@ test_refuse_ep_beyond_experts(void)
                  "would hold none");
 }
 
+/* tp 8 > 6 experts: vLLM's Qwen3-MoE block refuses it at init, EP or not (docs/vllm.md
+ * §4), although tp divides everything else of this model. */
+static void
+test_refuse_tp_beyond_experts(void)
+{
+  static const char *const eps[] = {NULL, "8", "16"};
+
+  for (guint i = 0; i < G_N_ELEMENTS(eps); i++)
+    assert_refused("tiny-qwen3-moe-e6.json", "8", eps[i],
+                   "tp 8 is more than the 6 experts of model.layers.1.mlp.experts: vLLM "
+                   "refuses a tensor-parallel size greater than the number of experts");
+}
+
 static void
 test_bad_version(void)
 {
@@ -1205,6 +1218,7 @@ main(int argc, char **argv)
   g_test_add_func("/vllm/refuse/vocab", test_refuse_vocab);
   g_test_add_func("/vllm/refuse/ep", test_refuse_ep);
   g_test_add_func("/vllm/refuse/ep-beyond-experts", test_refuse_ep_beyond_experts);
+  g_test_add_func("/vllm/refuse/tp-beyond-experts", test_refuse_tp_beyond_experts);
   g_test_add_func("/vllm/config/bad-version", test_bad_version);
   g_test_add_func("/vllm/config/version-spellings", test_version_spellings);
   g_test_add_func("/vllm/plan/format-and-era", test_plan_format_and_era);

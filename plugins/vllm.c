@@ -927,6 +927,15 @@ expert_share(Rank *r, const Runtime *rt, guint64 experts, guint64 inter, ExpertS
                         "ep %u is more than the %" G_GUINT64_FORMAT
                         " experts of %s.experts: rank %u would hold none",
                         r->ep, experts, module, r->rank);
+    /* vLLM-Ascend sizes every EP rank for E // ep experts while the upstream map gives
+     * the lowest ranks one more: those fail to load (0.18 to 0.23) or refuse at init
+     * ("EPLB local expert capacity mismatch", 0.24 on) (docs/vllm-ascend.md §2). */
+    if (r->ascend && rem != 0)
+      return wsync_fail(error, WSYNC_ERROR_USAGE,
+                        "ep %u does not divide the %" G_GUINT64_FORMAT
+                        " experts of %s.experts: vLLM-Ascend runs only an even split of the "
+                        "experts over the EP ranks",
+                        r->ep, experts, module);
     return TRUE;
   }
   /* UnquantizedFusedMoEMethod.create_weights: intermediate_size_per_partition = I // tp
@@ -2048,7 +2057,9 @@ help_text(const char *target)
     g_string_append(h, "      latest (default)   as " LATEST_VERSION "\n"
                        "    with --ep and tp > 1 the shared expert is whole only with\n"
                        "      enable-shared-expert-dp (conf.d, plugin \"vllm\"), as vLLM-Ascend\n"
-                       "      holds it (docs/vllm-ascend.md §2)\n");
+                       "      holds it (docs/vllm-ascend.md §2)\n"
+                       "    --ep must divide the routed experts: vLLM-Ascend runs no uneven\n"
+                       "      split (docs/vllm-ascend.md §2)\n");
     return g_string_free(h, FALSE);
   }
   g_string_append(h, "    vllm-version (conf.d, plugin \"vllm\") chooses the naming era:\n");

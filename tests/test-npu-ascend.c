@@ -749,17 +749,66 @@ test_odd_tp(void)
   }
 }
 
-/* Experts spread over EP ranks (3, 3, 2 of 8; 2 each over tp 2), whole: the kernel
- * format for more EP ranks than TP ranks, either format for as many. */
+/* Experts spread over EP ranks (2 each of 8 over ep 4, 1 each over ep 8), whole: the
+ * kernel format for more EP ranks than TP ranks, either format for as many.  vLLM-Ascend
+ * runs no uneven split (test_refuse_uneven_ep). */
 static void
 test_ep(void)
 {
-  check_case(&(Case){TINY, FALSE, NOW, 1, 3}, PROCESSED);
+  check_case(&(Case){TINY, FALSE, NOW, 1, 4}, PROCESSED);
   check_case(&(Case){TINY, FALSE, NOW, 2, 4}, PROCESSED);
   check_case(&(Case){TINY, FALSE, NOW, 2, 2}, PROCESSED);
   check_case(&(Case){TINY, FALSE, NOW, 2, 2}, PREPROCESSED);
-  check_case(&(Case){ODD, FALSE, NOW, 1, 3}, PROCESSED);
-  check_case(&(Case){ODD_F32, FALSE, NOW, 2, 6}, PROCESSED);
+  check_case(&(Case){ODD, FALSE, NOW, 1, 8}, PROCESSED);
+  check_case(&(Case){ODD_F32, FALSE, NOW, 2, 8}, PROCESSED);
+}
+
+/* --ep that does not divide the experts: vLLM places the remainder on the lowest EP
+ * ranks, vLLM-Ascend sizes every rank for E // ep and does not run it
+ * (docs/vllm-ascend.md §2 "Expert placement"), in any format or release; the vllm target
+ * writes it. */
+static void
+test_refuse_uneven_ep(void)
+{
+  static const struct {
+    const char *config, *version, *format;
+    guint tp, ep;
+    const char *message;
+  } cases[] = {
+      {TINY, NOW, "kernel", 1, 3,
+       "wsync: ep 3 does not divide the 8 experts of model.layers.0.mlp.experts: vLLM-Ascend "
+       "runs only an even split of the experts over the EP ranks\n"},
+      {TINY, OLD, "kernel", 2, 6,
+       "wsync: ep 6 does not divide the 8 experts of model.layers.0.mlp.experts: vLLM-Ascend "
+       "runs only an even split of the experts over the EP ranks\n"},
+      {"tiny-qwen3-moe-e6.json", NOW, "sharded-state", 4, 4,
+       "wsync: ep 4 does not divide the 6 experts of model.layers.1.mlp.experts: vLLM-Ascend "
+       "runs only an even split of the experts over the EP ranks\n"},
+  };
+
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_autofree char *dst = new_path("refused");
+    g_autofree char *tp = g_strdup_printf("%u", cases[i].tp);
+    g_autofree char *ep = g_strdup_printf("%u", cases[i].ep);
+    Run r = run_wsync("convert", synth(cases[i].config, FALSE), dst, "--conf-dir",
+                      conf_dir(cases[i].version, TRUE), "--plugin-dir", plugin_dir(),
+                      "--target", "vllm-ascend", "--format", cases[i].format, "--tp", tp,
+                      "--ep", ep, NULL);
+
+    g_assert_cmpint(r.status, ==, 2);
+    g_assert_cmpstr(r.err, ==, cases[i].message);
+    g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+    test_run_clear(&r);
+    /* the vllm target writes vLLM's uneven placement */
+    g_free(convert(synth(cases[i].config, FALSE), conf_dir(cases[i].version, TRUE), "vllm",
+                   cases[i].format, cases[i].tp, cases[i].ep));
+  }
+  /* convert --help says so of the target */
+  Run r = run_wsync("convert", "--help", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  assert_has(r.out, "    --ep must divide the routed experts: vLLM-Ascend runs no uneven\n"
+                    "      split (docs/vllm-ascend.md §2)\n");
+  test_run_clear(&r);
 }
 
 /* Era A: mlp.experts.w13_weight, the router already mlp.experts._gate on both, and with
@@ -790,7 +839,7 @@ test_round_trip(void)
 {
   static const Case cases[] = {
       {TINY, FALSE, NOW, 2, 0}, {ODD, FALSE, NOW, 1, 0}, {ODD, FALSE, NOW, 4, 0},
-      {ODD_F32, FALSE, NOW, 2, 0}, {TINY, FALSE, NOW, 1, 3}, {TINY, FALSE, OLD, 2, 4},
+      {ODD_F32, FALSE, NOW, 2, 0}, {TINY, FALSE, NOW, 1, 4}, {TINY, FALSE, OLD, 2, 4},
       {TINY, FALSE, OLD, 2, 2},
   };
 
@@ -895,7 +944,7 @@ static void
 test_already_processed(void)
 {
   static const Case cases[] = {{TINY, FALSE, NOW, 2, 0}, {ODD, FALSE, NOW, 1, 0},
-                               {TINY, FALSE, OLD, 1, 3}};
+                               {TINY, FALSE, OLD, 1, 4}};
 
   for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
     const Case *c = &cases[i];
@@ -1068,7 +1117,7 @@ static void
 test_transpose_paths_identical(void)
 {
   static const Case cases[] = {{TINY, FALSE, NOW, 2, 0}, {ODD, FALSE, NOW, 1, 0},
-                               {ODD_F32, FALSE, NOW, 4, 0}, {ODD_F32, FALSE, NOW, 1, 3}};
+                               {ODD_F32, FALSE, NOW, 4, 0}, {ODD_F32, FALSE, NOW, 1, 4}};
 
   for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
     const Case *c = &cases[i];
@@ -1499,6 +1548,7 @@ main(int argc, char **argv)
   g_test_add_func("/npu-ascend/plan-records-state", test_plan_records_state);
   g_test_add_func("/npu-ascend/layout/odd-tp1-2-4", test_odd_tp);
   g_test_add_func("/npu-ascend/layout/ep", test_ep);
+  g_test_add_func("/npu-ascend/refuse/uneven-ep", test_refuse_uneven_ep);
   g_test_add_func("/npu-ascend/layout/old-version", test_old_version);
   g_test_add_func("/npu-ascend/layout/fused-input", test_fused_input);
   g_test_add_func("/npu-ascend/round-trip/hf", test_round_trip);

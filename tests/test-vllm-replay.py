@@ -3,13 +3,18 @@
 writes (issue 9, part 3), with tests/vllm_replay.py, a derivation of vLLM's behaviour
 from the layout facts of docs/ that is independent of wsync's plugins.
 
-For each tiny config of configs/ (and the Llama ones of tests/data/configs/), one
-`wsync synth --pattern index` checkpoint, then
-`wsync convert` over the matrix: tp 1, 2, 4, 8; ep 1 and ep == tp for MoE models;
+For each tiny config of configs/ and of tests/data/configs/ in CONFIGS (the variants of
+real checkpoints among them: explicit head_dim, one KV head, vocabularies that are no
+multiple of 64, F16 and F32, dense layers in a MoE model, an expert count ep does not
+divide, tied embeddings, Llama's biases), one `wsync synth --pattern index` checkpoint
+with the RoPE buffers older checkpoints carry added (vLLM skips them), then
+`wsync convert` over the matrix: tp 1, 2, 4, 8 (other sizes where a config divides by
+them); ep 1, ep == tp and EXTRA_EPS for MoE models;
 vLLM releases of each era (docs/vllm.md §5); targets vllm (CUDA) and vllm-ascend;
 formats sharded-state (vLLM's ShardedStateLoader at engine start, docs/vllm.md §6) and
-kernel (a live weight update, docs/vllm.md §7).  Where vLLM itself would refuse the
-sizes, wsync must refuse too (exit status 2, one line on stderr).  Each rank's files
+kernel (a live weight update, docs/vllm.md §7).  Where vLLM (or only vLLM-Ascend) would
+refuse the sizes, wsync must refuse too (exit status 2, one line on stderr naming tp, or
+ep where only vLLM-Ascend refuses).  Each rank's files
 must then load through the replayed consumer without an error, a warning or a silent
 cast, and every tensor's bytes must be what vLLM's weight loaders put into that
 parameter from the same checkpoint.
@@ -45,8 +50,21 @@ TARGETS = [("vllm", "cuda"), ("vllm-ascend", "ascend")]
 FORMATS = ["sharded-state", "kernel"]
 CONFIGS = ["tiny-qwen3-moe", "tiny-qwen3-moe-tied", "tiny-qwen3-moe-8heads", "tiny-qwen3",
            "tiny-qwen3.5-moe", "tiny-qwen3.5-moe-nk2", "tiny-qwen3.5",
-           "tiny-llama3", "tiny-llama3-tied-bias"]
+           "tiny-llama3", "tiny-llama3-tied-bias",
+           # config variants of real checkpoints (tests/data/configs): an explicit head_dim
+           # other than hidden_size / heads, one KV head (replicated over every tp), a
+           # vocabulary that is no multiple of 64, an F16 or F32 model, dense layers inside
+           # a MoE model (mlp_only_layers, decoder_sparse_step 2), an expert count ep does
+           # not divide, tied embeddings on Qwen3.5-MoE, Llama's attention_bias alone
+           "tiny-qwen3-moe-odd", "tiny-qwen3-moe-6heads", "tiny-qwen3-moe-e6",
+           "tiny-qwen3.5-moe-kv1-tied", "tiny-llama3-bias-mqa"]
 TP_SIZES = [1, 2, 4, 8]
+# tp sizes other than TP_SIZES: 6 heads (and a vocabulary padded to 384) divide by 3 and 6.
+TP_SIZES_OF = {"tiny-qwen3-moe-6heads": [1, 2, 3, 6]}
+# EP sizes beside 1 and tp (with every tp they are a multiple of): 4 over 6 experts gives
+# 2, 2, 1, 1 on vLLM (docs/vllm.md §4) and is refused on vLLM-Ascend
+# (docs/vllm-ascend.md §2 "Expert placement").
+EXTRA_EPS = {"tiny-qwen3-moe-e6": [4]}
 PLUGIN_CONFS = ["10-hf.conf", "20-vllm.conf", "30-qwen3_moe.conf", "31-qwen3_5_moe.conf",
                 "32-llama.conf", "40-npu-ascend.conf"]
 MAX_DIAGNOSTICS = 6
@@ -190,32 +208,58 @@ def wsync(conf_dir, *args):
                           universal_newlines=True)
 
 
-def vllm_refusal(cfg, tp, ep):
-    """Why vLLM would refuse to start at these sizes (its divide() asserts while
-    building the model), or None."""
+def vllm_refusal(cfg, tp, ep, platform="cuda"):
+    """Why vLLM (or vLLM-Ascend) would refuse to start at these sizes (its divide()
+    asserts, or a model class raises, while building the model), or None.  EP rank 0 is
+    one of the ranks every refusal reaches (docs/vllm-ascend.md §2: the ranks below the
+    remainder)."""
     try:
-        vr.build_model(cfg, vr.Parallel(tp, 0, ep, 0), "D")
+        vr.build_model(cfg, vr.Parallel(tp, 0, ep, 0), "D", platform)
     except vr.VllmRefuses as e:
         return str(e)
     return None
+
+
+def refusal_cases(config, cfg, tp, ep):
+    """The refusals of one (tp, ep), one case per target that refuses, and whether vLLM
+    itself refuses (then no target writes anything).  wsync's one line must name the
+    size that does not fit: tp where vLLM refuses, ep where only vLLM-Ascend does."""
+    cases = []
+    cuda = vllm_refusal(cfg, tp, ep)
+    for target, platform in TARGETS:
+        why = cuda or vllm_refusal(cfg, tp, ep, platform)
+        if why:
+            fmt = "sharded-state" if ep <= tp else "kernel"
+            fragment = "tp %d" % tp if cuda else "ep %d" % ep
+            cases.append(Case(config, tp, ep, target, platform, fmt, "latest", "D", False,
+                              (why, fragment)))
+    return cases, cuda is not None
 
 
 def plan_cases(configs):
     cases = []
     for config in CONFIGS:
         cfg = configs[config]
-        for tp in TP_SIZES:
-            eps = [1, tp] if cfg.moe and tp > 1 else [1]
-            why = vllm_refusal(cfg, tp, 1)
-            if why:
-                for target, platform in TARGETS:
-                    cases.append(Case(config, tp, 1, target, platform, "sharded-state",
-                                      "latest", "D", False, (why, "tp %d" % tp)))
+        for tp in TP_SIZES_OF.get(config, TP_SIZES):
+            refused, _ = refusal_cases(config, cfg, tp, 1)
+            if refused:
+                cases += refused
                 continue
+            eps = [1, tp] if cfg.moe and tp > 1 else [1]
+            eps += [ep for ep in EXTRA_EPS.get(config, []) if ep not in eps and ep % tp == 0]
             for ep in eps:
+                refused, everywhere = refusal_cases(config, cfg, tp, ep)
+                cases += refused
+                if everywhere:
+                    continue
+                refused_targets = {c.target for c in refused}
                 for version, era, persistent in ERAS:
                     for target, platform in TARGETS:
+                        if target in refused_targets:
+                            continue
                         for fmt in FORMATS:
+                            if fmt == "sharded-state" and ep > tp:
+                                continue  # named by TP rank only (docs/vllm.md §6)
                             cases.append(Case(config, tp, ep, target, platform, fmt, version,
                                               era, persistent))
         if cfg.moe:
@@ -441,6 +485,8 @@ def check_case(case, result, dst, configs, checkpoints):
 
 CONTROL_BASE = ("tiny-qwen3.5-moe", 2, 2, "vllm-ascend", "ascend", "0.24.0", "D", True)
 LLAMA_BASE = ("tiny-llama3-tied-bias", 8, 1, "vllm", "cuda", "latest", "D", False)
+# 6 experts over ep 4 (2, 2, 1, 1), dense layers 0, 2 and 3 (docs/vllm.md §4, §8)
+E6_BASE = ("tiny-qwen3-moe-e6", 4, 4, "vllm", "cuda", "latest", "D", False)
 L0 = "language_model.model.layers.0."
 
 
@@ -560,6 +606,15 @@ CONTROLS = [
      rename("lm_head.weight", "model.embed_tokens.weight"), "KeyError", LLAMA_BASE),
     ("kernel", "Llama: the tied head sent under both names",
      add_copy("lm_head.weight", "model.embed_tokens.weight"), "sent twice", LLAMA_BASE),
+    ("sharded-state", "uneven EP: rank 1's two experts swapped",
+     replace("model.layers.1.mlp.experts.routed_experts.w13_weight", swap_first_two),
+     "w13_weight: element", E6_BASE),
+    ("sharded-state", "a dense layer of a MoE model: gate_up_proj rows swapped",
+     replace("model.layers.0.mlp.gate_up_proj.weight", swap_first_two),
+     "gate_up_proj.weight: element", E6_BASE),
+    ("sharded-state", "uneven EP: rank 1 given a third expert",
+     replace("model.layers.1.mlp.experts.routed_experts.w2_weight", rows(1)),
+     "copy_ raises RuntimeError", E6_BASE),
 ]
 
 
@@ -649,6 +704,39 @@ def run_controls(work, synth_dirs, conf_dirs, configs, checkpoints):
         shutil.rmtree(dst, ignore_errors=True)
 
 
+def add_rope_buffers(directory, cfg):
+    """Adds the RoPE buffers older checkpoints carry (a rotary_emb.inv_freq per attention
+    layer, cos_cached and sin_cached in the first one, the vision tower's
+    rotary_pos_emb.inv_freq) in a shard of their own, listed in the index: vLLM skips
+    them (docs/vllm.md §8 "Skipped checkpoint names"), so must wsync."""
+    def f32(values):
+        return vr.Tensor.from_bytes(vr.array.array("f", values).tobytes(), "F32", (len(values),))
+
+    prefix = "model.language_model." if cfg.family == "qwen3_5" else "model."
+    half = cfg.head_dim // 2
+    items = []
+    for i in range(cfg.layers):
+        if cfg.family == "qwen3_5" and cfg.layer_types[i] != "full_attention":
+            continue
+        rope = "%slayers.%d.self_attn.rotary_emb." % (prefix, i)
+        items.append((rope + "inv_freq", f32([1.0 / (k + 1) for k in range(half)])))
+        if len(items) == 1:
+            items += [(rope + "cos_cached", f32([0.5] * cfg.head_dim)),
+                      (rope + "sin_cached", f32([0.25] * cfg.head_dim))]
+    if cfg.vision is not None:
+        width = cfg.vision["hidden_size"] // cfg.vision["num_heads"] // 4
+        items.append(("model.visual.rotary_pos_emb.inv_freq", f32([1.0] * width)))
+    vr.write_safetensors(os.path.join(directory, "model-rope.safetensors"), items)
+    index = os.path.join(directory, "model.safetensors.index.json")
+    if not os.path.exists(index):
+        return  # every *.safetensors counts (docs/safetensors.md §2)
+    with open(index) as f:
+        table = json.load(f)
+    table["weight_map"].update((name, "model-rope.safetensors") for name, _ in items)
+    with open(index, "w") as f:
+        json.dump(table, f)
+
+
 def read_checkpoint(directory):
     index = os.path.join(directory, "model.safetensors.index.json")
     if os.path.exists(index):  # shards only through weight_map (docs/safetensors.md §2)
@@ -690,6 +778,7 @@ def main(argv):
                 print("Bail out! wsync synth --config %s: exit %d: %s"
                       % (path, r.returncode, r.stderr.strip()))
                 return 1
+            add_rope_buffers(synth_dirs[config], configs[config])
             checkpoints[config] = read_checkpoint(synth_dirs[config])
         cases = plan_cases(configs)
         print("1..%d" % (len(cases) + len(CONTROLS) + len(CROSS_CONTROLS)))

@@ -112,12 +112,13 @@ plugin_dir(void)
   return test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR");
 }
 
-/* A conf.d selecting qwen3_moe, vllm (vllm-version @version) and, with @ascend,
- * npu-ascend. */
+/* A conf.d selecting qwen3_moe, vllm (vllm-version @version, dtype @dtype or vLLM's
+ * default auto) and, with @ascend, npu-ascend. */
 static const char *
-conf_dir(const char *version, gboolean ascend_plugin)
+conf_dir_dtype(const char *version, gboolean ascend_plugin, const char *dtype)
 {
-  g_autofree char *key = g_strdup_printf("%s|%d", version, ascend_plugin);
+  g_autofree char *key = g_strdup_printf("%s|%d|%s", version, ascend_plugin,
+                                         dtype != NULL ? dtype : "auto");
   char *dir = g_hash_table_lookup(conf_dirs, key);
 
   if (dir == NULL) {
@@ -125,14 +126,30 @@ conf_dir(const char *version, gboolean ascend_plugin)
     g_autofree char *text = g_strdup_printf("plugin \"hf\" {}\nplugin \"qwen3_moe\" {}\n"
                                             "plugin \"vllm\" {\n"
                                             "  vllm-version = \"%s\"\n"
+                                            "  dtype = \"%s\"\n"
                                             "}\n%s",
-                                            version, ascend);
+                                            version, dtype != NULL ? dtype : "auto", ascend);
     dir = new_path("conf");
     g_assert_cmpint(g_mkdir(dir, 0755), ==, 0);
     g_free(test_write(dir, "10-test.conf", text));
     g_hash_table_insert(conf_dirs, g_strdup(key), dir);
   }
   return dir;
+}
+
+static const char *
+conf_dir(const char *version, gboolean ascend_plugin)
+{
+  return conf_dir_dtype(version, ascend_plugin, NULL);
+}
+
+/* The conf a case of @config writes with: the F32 configs keep F32 (dtype "float32"), for
+ * the 4-byte paths, where vLLM's default auto builds a float32 model in bfloat16. */
+static const char *
+conf_for(const char *config, const char *version, gboolean ascend_plugin)
+{
+  return conf_dir_dtype(version, ascend_plugin,
+                        g_str_has_suffix(config, "-f32.json") ? "float32" : NULL);
 }
 
 /* The expert states, and the formats that hold them (docs/vllm-ascend.md §3, §5). */
@@ -535,8 +552,8 @@ reference(const Case *c, const char *format)
   char *dir = g_hash_table_lookup(ref_dirs, key);
 
   if (dir == NULL) {
-    dir = convert(synth(c->config, c->fused), conf_dir(c->version, FALSE), "vllm", format, c->tp,
-                  c->ep);
+    dir = convert(synth(c->config, c->fused), conf_for(c->config, c->version, FALSE), "vllm",
+                  format, c->tp, c->ep);
     g_hash_table_insert(ref_dirs, g_strdup(key), dir);
   }
   return dir;
@@ -615,8 +632,8 @@ check_ascend(const Case *c, const char *dir, const char *state)
 static char *
 run_case(const Case *c, const char *state)
 {
-  char *dst = convert_ascend(synth(c->config, c->fused), conf_dir(c->version, TRUE), state,
-                             c->tp, c->ep);
+  char *dst = convert_ascend(synth(c->config, c->fused), conf_for(c->config, c->version, TRUE),
+                             state, c->tp, c->ep);
 
   check_ascend(c, dst, state);
   return dst;
@@ -865,10 +882,11 @@ test_processed_preprocessed_processed(void)
   for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
     const Case *c = &cases[i];
     g_autofree char *p1 = run_case(c, PROCESSED);
-    g_autofree char *pre = convert_ascend(p1, CONF, PREPROCESSED, c->tp, c->ep);
+    const char *conf = conf_for(c->config, c->version, TRUE);
+    g_autofree char *pre = convert_ascend(p1, conf, PREPROCESSED, c->tp, c->ep);
     g_autofree char *p2 = NULL;
     check_ascend(c, pre, PREPROCESSED);
-    p2 = convert_ascend(pre, CONF, PROCESSED, c->tp, c->ep);
+    p2 = convert_ascend(pre, conf, PROCESSED, c->tp, c->ep);
     check_ascend(c, p2, PROCESSED);
     assert_same_files(p1, p2);
   }
@@ -1122,12 +1140,13 @@ test_transpose_paths_identical(void)
   for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
     const Case *c = &cases[i];
     const char *src = synth(c->config, FALSE);
+    const char *conf = conf_for(c->config, c->version, TRUE);
     g_autofree char *portable =
-        convert_path(src, CONF, "vllm-ascend", "kernel", c->tp, c->ep, "portable");
-    g_autofree char *sse2 = convert_path(src, CONF, "vllm-ascend", "kernel", c->tp, c->ep, "sse2");
-    g_autofree char *best = convert_ascend(src, CONF, PROCESSED, c->tp, c->ep);
-    g_autofree char *back_portable = convert_path(best, CONF, "hf", NULL, 1, 1, "portable");
-    g_autofree char *back_best = convert(best, CONF, "hf", NULL, 1, 1);
+        convert_path(src, conf, "vllm-ascend", "kernel", c->tp, c->ep, "portable");
+    g_autofree char *sse2 = convert_path(src, conf, "vllm-ascend", "kernel", c->tp, c->ep, "sse2");
+    g_autofree char *best = convert_ascend(src, conf, PROCESSED, c->tp, c->ep);
+    g_autofree char *back_portable = convert_path(best, conf, "hf", NULL, 1, 1, "portable");
+    g_autofree char *back_best = convert(best, conf, "hf", NULL, 1, 1);
     check_ascend(c, portable, PROCESSED);
     assert_same_files(portable, best);
     assert_same_files(sse2, best);

@@ -56,8 +56,9 @@ CONFIGS = ["tiny-qwen3-moe", "tiny-qwen3-moe-tied", "tiny-qwen3-moe-8heads", "ti
            # vocabulary that is no multiple of 64, an F16 or F32 model, dense layers inside
            # a MoE model (mlp_only_layers, decoder_sparse_step 2), an expert count ep does
            # not divide, tied embeddings on Qwen3.5-MoE, Llama's attention_bias alone
-           "tiny-qwen3-moe-odd", "tiny-qwen3-moe-6heads", "tiny-qwen3-moe-e6",
-           "tiny-qwen3.5-moe-kv1-tied", "tiny-llama3-bias-mqa"]
+           "tiny-qwen3-moe-odd", "tiny-qwen3-moe-odd-f32", "tiny-qwen3-moe-6heads",
+           "tiny-qwen3-moe-e6", "tiny-qwen3-tied-headdim", "tiny-qwen3.5-moe-kv1-tied",
+           "tiny-llama3-bias-mqa"]
 TP_SIZES = [1, 2, 4, 8]
 # tp sizes other than TP_SIZES: 6 heads (and a vocabulary padded to 384) divide by 3 and 6.
 TP_SIZES_OF = {"tiny-qwen3-moe-6heads": [1, 2, 3, 6]}
@@ -90,19 +91,20 @@ def config_path(config):
     return path if os.path.exists(path) else os.path.join(TEST_CONFIG_DIR, config + ".json")
 
 
-DEFAULT_DEPLOYMENT = (1, "allgather_reducescatter", False, "weights", False, "triton")
+DEFAULT_DEPLOYMENT = (1, "allgather_reducescatter", False, "weights", False, "triton", "auto")
 
 
 class Case:
     def __init__(self, config, tp, ep, target, platform, fmt, version, era, persistent,
                  refusal=None, part_size=None, pcp=1, backend="allgather_reducescatter",
-                 sedp=False, encoder="weights", lm_only=False, moe="triton"):
+                 sedp=False, encoder="weights", lm_only=False, moe="triton", dtype="auto"):
         self.config, self.tp, self.ep = config, tp, ep
         # the deployment (docs/vllm.md §9.4, docs/vllm-ascend.md §2; the vision tower's
         # mm_encoder_tp_mode and language-model-only, docs/vllm.md §9.5)
         self.pcp, self.backend, self.sedp = pcp, backend, sedp
         self.encoder, self.lm_only = encoder, lm_only
         self.moe = moe  # the unquantized MoE backend vLLM runs (--moe-backend, docs/vllm.md §4)
+        self.dtype = dtype  # vLLM's --dtype (docs/vllm.md §2 "Dtype on load")
         self.target, self.platform, self.fmt = target, platform, fmt
         self.version, self.era, self.persistent = version, era, persistent
         self.refusal = refusal  # None, or (why vLLM refuses, a fragment the message must hold)
@@ -117,23 +119,26 @@ class Case:
             parts += " enable-shared-expert-dp %s" % ("true" if self.sedp else "false")
             parts += " mm-encoder-tp-mode %s language-model-only %s moe-backend %s" % (
                 self.encoder, "true" if self.lm_only else "false", self.moe)
+            parts += " dtype %s" % self.dtype
         return "%s%s --target %s --format %s vllm-version %s --tp %d --ep %d%s" % (
             what, self.config, self.target, self.fmt, self.version, self.tp, self.ep, parts)
 
     def conf_key(self):
         """The conf dir of write_conf_dirs this case runs with."""
         return conf_key(self.version, self.pcp, self.backend, self.sedp, self.encoder,
-                        self.lm_only, self.moe)
+                        self.lm_only, self.moe, self.dtype)
 
     def parallel(self, tp_rank, ep_rank):
         return vr.Parallel(self.tp, tp_rank, self.ep, ep_rank, self.pcp, self.backend,
                            self.sedp)
 
 
-def conf_key(version, pcp, backend, sedp, encoder="weights", lm_only=False, moe="triton"):
-    if (pcp, backend, sedp, encoder, lm_only, moe) == DEFAULT_DEPLOYMENT:
+def conf_key(version, pcp, backend, sedp, encoder="weights", lm_only=False, moe="triton",
+             dtype="auto"):
+    if (pcp, backend, sedp, encoder, lm_only, moe, dtype) == DEFAULT_DEPLOYMENT:
         return version
-    return "%s|%d|%s|%s|%s|%s|%s" % (version, pcp, backend, sedp, encoder, lm_only, moe)
+    return "%s|%d|%s|%s|%s|%s|%s|%s" % (version, pcp, backend, sedp, encoder, lm_only, moe,
+                                        dtype)
 
 
 # Deployments other than the default, for the shared expert (docs/vllm.md §9.4,
@@ -149,6 +154,11 @@ VISION_DEPLOYMENTS = [("latest", 1, "allgather_reducescatter", False, "data", Fa
 # vllm-version, its naming era and whether its expert map is persistent, and the backend.
 MOE_DEPLOYMENTS = [("latest", "D", False, "flashinfer-cutlass"),
                    ("0.24.0", "D", True, "flashinfer-cutlass")]
+# vLLM's --dtype other than its default auto (docs/vllm.md §2 "Dtype on load"): the
+# vllm-version, its era and expert map, and the dtype.  auto builds a float32 model in
+# bfloat16; these keep it in float32, or build a bfloat16 one in float16 or float32.
+DTYPE_DEPLOYMENTS = [("latest", "D", False, "float32"), ("0.18.1", "A", True, "float32"),
+                     ("latest", "D", False, "float16")]
 
 
 def write_conf_dirs(root):
@@ -156,12 +166,14 @@ def write_conf_dirs(root):
     sections of conf.d, with vllm-version (and the deployment's options) set."""
     dirs = {}
     settings = [(version,) + DEFAULT_DEPLOYMENT for version, _, _ in ERAS]
-    settings += [d + ("triton",) for d in DEPLOYMENTS + VISION_DEPLOYMENTS]
-    settings += [(version,) + DEFAULT_DEPLOYMENT[:-1] + (moe,)
+    settings += [d + ("triton", "auto") for d in DEPLOYMENTS + VISION_DEPLOYMENTS]
+    settings += [(version,) + DEFAULT_DEPLOYMENT[:-2] + (moe, "auto")
                  for version, _, _, moe in MOE_DEPLOYMENTS + [("latest", "D", False,
                                                                 "flashinfer-trtllm")]]
-    for version, pcp, backend, sedp, encoder, lm_only, moe in settings:
-        key = conf_key(version, pcp, backend, sedp, encoder, lm_only, moe)
+    settings += [(version,) + DEFAULT_DEPLOYMENT[:-1] + (dtype,)
+                 for version, _, _, dtype in DTYPE_DEPLOYMENTS]
+    for version, pcp, backend, sedp, encoder, lm_only, moe, dtype in settings:
+        key = conf_key(version, pcp, backend, sedp, encoder, lm_only, moe, dtype)
         d = os.path.join(root, "conf-%d" % len(dirs))
         os.mkdir(d)
         for name in PLUGIN_CONFS:
@@ -184,10 +196,13 @@ def write_conf_dirs(root):
                                   r'\1mm-encoder-tp-mode = "%s"' % encoder, text)
                 text, b = re.subn(r'(?m)^(\s*)moe-backend\s*=\s*"[^"]*"',
                                   r'\1moe-backend = "%s"' % moe, text)
-                if (n, m, k, e, b) != (1, 1, 1, 1, 1):
+                text, t = re.subn(r'(?m)^(\s*)dtype\s*=\s*"[^"]*"',
+                                  r'\1dtype = "%s"' % dtype, text)
+                if (n, m, k, e, b, t) != (1, 1, 1, 1, 1, 1):
                     raise SystemExit("Bail out! %s: expected one prefill-context-parallel-size, "
                                      "one all2all-backend, one enable-shared-expert-dp, one "
-                                     "mm-encoder-tp-mode and one moe-backend setting" % name)
+                                     "mm-encoder-tp-mode, one moe-backend and one dtype setting"
+                                     % name)
             if name == "31-qwen3_5_moe.conf":
                 text, n = re.subn(r'(?m)^(\s*)language-model-only\s*=\s*\w+',
                                   r'\1language-model-only = %s'
@@ -314,6 +329,18 @@ def plan_cases(configs):
                         continue
                     cases.append(Case(config, tp, ep, target, platform, fmt, version, era,
                                       persistent, moe=moe))
+    # vLLM started with --dtype other than auto: a float32 model kept in float32 (a dense
+    # and a MoE model, with EP in an era with the expert map), a bfloat16 one built in
+    # float16 (docs/vllm.md §2 "Dtype on load").
+    for version, era, persistent, dtype in DTYPE_DEPLOYMENTS:
+        configs_of = (["tiny-qwen3-moe"] if dtype == "float16"
+                      else ["tiny-qwen3-moe-odd-f32", "tiny-qwen3-tied-headdim"])
+        for config in configs_of:
+            for tp, ep in ((2, 1), (2, 2)) if configs[config].moe else ((2, 1), (4, 1)):
+                for target, platform in TARGETS:
+                    for fmt in FORMATS:
+                        cases.append(Case(config, tp, ep, target, platform, fmt, version, era,
+                                          persistent, dtype=dtype))
     # FlashInfer TRTLLM's block layout is not written: the vllm kernel format refuses it
     # and names the --moe-backend a deployment can run instead (docs/vllm.md §4).
     cases.append(Case("tiny-qwen3-moe", 2, 1, "vllm", "cuda", "kernel", "latest", "D", False,
@@ -403,8 +430,9 @@ def check_sharded_state(case, cfg, checkpoint, dst):
     for r in range(case.tp):
         # The file set of TP rank r; with ep == tp the EP rank equals it (docs/vllm.md §6, §4).
         par = case.parallel(r, r if case.ep > 1 else 0)
-        model = vr.build_model(cfg, par, case.era, case.platform, case.persistent,
-                               case.version in ASCEND_UNWRAPPED, case.encoder, case.lm_only)
+        model = vr.build_model(cfg.served_as(case.dtype), par, case.era, case.platform,
+                               case.persistent, case.version in ASCEND_UNWRAPPED, case.encoder,
+                               case.lm_only)
         vr.load_checkpoint(model, checkpoint)
         state = vr.filter_subtensors(model.state_dict())
         want = {k: t.tobytes() for k, t in state.items()}
@@ -442,8 +470,9 @@ def check_kernel(case, cfg, checkpoint, dst):
         # Worker r: TP rank r % tp; with EP its EP rank is dp_rank * tp + tp_rank = r
         # (docs/vllm.md §4).
         par = case.parallel(r % case.tp, r if case.ep > 1 else 0)
-        model = vr.build_model(cfg, par, case.era, case.platform, case.persistent,
-                               case.version in ASCEND_UNWRAPPED, case.encoder, case.lm_only)
+        model = vr.build_model(cfg.served_as(case.dtype), par, case.era, case.platform,
+                               case.persistent, case.version in ASCEND_UNWRAPPED, case.encoder,
+                               case.lm_only)
         vr.load_checkpoint(model, checkpoint)
         vr.process_for_kernel(model, case.platform, case.moe)
         params = list(model.named_parameters())

@@ -26,9 +26,11 @@ Parts:
 """
 
 import array
+import copy
 import glob
 import itertools
 import json
+import math
 import os
 import re
 import struct
@@ -83,6 +85,16 @@ def _f32_bits(value):
         return 0x7F800000 if value > 0 else 0xFF800000
 
 
+def _pack_float(fmt, value):
+    """struct.pack of one float, rounding to nearest even; a finite value beyond the
+    format's range becomes an infinity of its sign, as a C cast (torch's copy_) gives it
+    (struct raises OverflowError instead)."""
+    try:
+        return struct.pack(fmt, value)
+    except OverflowError:
+        return struct.pack(fmt, math.copysign(math.inf, value))
+
+
 def _encode(dtype, values):
     """Raw element integers of @dtype for Python numbers, as torch's copy_ casts:
     floats to bfloat16 round to nearest even, NaN becomes 0x7FC0 (c10::BFloat16)."""
@@ -97,8 +109,8 @@ def _encode(dtype, values):
         return out
     size = DTYPE_SIZE[dtype]
     if dtype in ("F16", "F32", "F64"):
-        fmt = {"F16": "e", "F32": "f", "F64": "d"}[dtype]
-        packed = b"".join(struct.pack("<" + fmt, v) for v in values)
+        fmt = "<" + {"F16": "e", "F32": "f", "F64": "d"}[dtype]
+        packed = b"".join(_pack_float(fmt, v) for v in values)
     else:
         bits = size * 8
         if dtype == "BOOL":
@@ -947,7 +959,8 @@ class ModelConfig:
         self.mlp_bias = bool(raw.get("mlp_bias", False))
         name = text.get("dtype") or text.get("torch_dtype") or raw.get("dtype") \
             or raw.get("torch_dtype") or "bfloat16"
-        self.dtype = TORCH_DTYPE[name]  # docs/vllm.md §2: parameters take the model dtype
+        self.config_dtype = TORCH_DTYPE[name]
+        self.dtype = self.served(self.config_dtype, "auto")
         if self.family == "qwen3_5":
             interval = text.get("full_attention_interval", 4)
             self.layer_types = text.get("layer_types") or [
@@ -959,6 +972,22 @@ class ModelConfig:
             self.hk = text["linear_key_head_dim"]
             self.hv = text["linear_value_head_dim"]
             self.conv_k = text["linear_conv_kernel_dim"]
+
+    @staticmethod
+    def served(config_dtype, option):
+        """The dtype vLLM builds the parameters in (docs/vllm.md §2 "Dtype on load"):
+        --dtype @option, or for auto (its default) the config's, a float32 model
+        downcast to the platform's first dtype, bfloat16 on GPUs with BF16 and on
+        vLLM-Ascend (_resolve_auto_dtype)."""
+        if option != "auto":
+            return TORCH_DTYPE[option]
+        return "BF16" if config_dtype == "F32" else config_dtype
+
+    def served_as(self, option):
+        """This config as vLLM started with --dtype @option builds it."""
+        other = copy.copy(self)
+        other.dtype = self.served(self.config_dtype, option)
+        return other
 
     def is_sparse(self, i):
         """Dense MLP when the layer is in mlp_only_layers or (i+1) % decoder_sparse_step

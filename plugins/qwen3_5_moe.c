@@ -431,8 +431,13 @@ describe(WsyncModel *m, gpointer user_data, GError **error)
     wsync_model_begin_group(m, WSYNC_GROUP_DRAFT, NULL);
     describe_mtp(m, &c);
   }
-  /* Older PyTorch checkpoints saved the RoPE buffer; nothing holds it. */
+  /* Older PyTorch checkpoints saved the RoPE buffers (the vision tower's
+   * rotary_pos_emb.inv_freq too), and checkpoints of early ColossalAI or GPTQModel the
+   * caches; they are derived from the config, nothing holds them, and vLLM's
+   * AutoWeightsLoader skips them all (docs/vllm.md §9.1). */
   wsync_model_add_drop_rule(m, "rotary-inv-freq", "*.rotary_emb.inv_freq");
+  wsync_model_add_drop_rule(m, "rotary-cache", "*.rotary_emb.*_cached");
+  wsync_model_add_drop_rule(m, "rotary-pos-inv-freq", "*.rotary_pos_emb.inv_freq");
   return TRUE;
 }
 

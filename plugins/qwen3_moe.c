@@ -132,8 +132,11 @@ describe(WsyncModel *m, gpointer user_data, GError **error)
   for (guint64 l = 0; l < c.layers; l++)
     describe_layer(m, &c, l);
   wsync_model_add_norm(m, "model.norm.weight", c.hidden);
-  /* Older PyTorch checkpoints saved the RoPE buffer; nothing holds it. */
+  /* Older PyTorch checkpoints saved the RoPE buffer, and checkpoints of early
+   * ColossalAI or GPTQModel its caches; they are derived from the config, nothing holds
+   * them, and vLLM's AutoWeightsLoader skips all three (docs/vllm.md §8). */
   wsync_model_add_drop_rule(m, "rotary-inv-freq", "*.rotary_emb.inv_freq");
+  wsync_model_add_drop_rule(m, "rotary-cache", "*.rotary_emb.*_cached");
   return TRUE;
 }
 

@@ -64,12 +64,15 @@
  *   moe-backend   the deployment's unquantized --moe-backend, for the vllm target's kernel
  *                 format: "triton" the loader layout, "flashinfer-cutlass" each expert's
  *                 w13 as [w3; w1], "flashinfer-trtllm" refused (its block layout, §4)
+ *   dtype         the deployment's --dtype, the dtype of every parameter but A_log (§2):
+ *                 "auto" (vLLM's default) the config's, a float32 model in bfloat16
  *
  * Rank files record their target, format, parallel layout, rank, the vLLM version and
  * era, attn-scales, with EP the deployment options (vllm-ascend's also
- * enable-shared-expert-dp), mm-encoder-tp-mode when it is data and moe-backend when the
- * experts are not in the loader layout, in `__metadata__`; files read back are named and laid out as
- * they record, whatever the options say.
+ * enable-shared-expert-dp), mm-encoder-tp-mode when it is data, moe-backend when the
+ * experts are not in the loader layout and the dtype when it is not the config's, in
+ * `__metadata__`; files read back are named and laid out as they record, whatever the
+ * options say.
  */
 #include <stdarg.h>
 #include <string.h>
@@ -459,6 +462,55 @@ validate_moe_backend(cfg_t *cfg, cfg_opt_t *opt)
   return -1;
 }
 
+/* The dtype the deployment's vLLM builds its parameters in (--dtype, docs/vllm.md §2
+ * "Dtype on load"): vLLM's ModelDType spellings (vllm/config/model.py:100 @ df1376907b16),
+ * "auto" (vLLM's default) as DTYPE_AUTO. */
+#define DTYPE_AUTO WSYNC_DTYPE_COUNT
+
+static const struct {
+  const char *name;
+  WsyncDtype dtype;
+} served_dtypes[] = {{"auto", DTYPE_AUTO},          {"bfloat16", WSYNC_DTYPE_BF16},
+                     {"float16", WSYNC_DTYPE_F16},  {"half", WSYNC_DTYPE_F16},
+                     {"float32", WSYNC_DTYPE_F32},  {"float", WSYNC_DTYPE_F32}};
+
+#define DTYPE_RULE                                                                          \
+  "dtype must be auto, bfloat16, float16, half, float32 or float (the deployment's vLLM " \
+  "--dtype)"
+
+/* The dtype a name gives (DTYPE_AUTO for auto); FALSE for a name vLLM does not take. */
+static gboolean
+served_dtype_of(const char *name, WsyncDtype *dtype)
+{
+  for (guint i = 0; name != NULL && i < G_N_ELEMENTS(served_dtypes); i++)
+    if (strcmp(name, served_dtypes[i].name) == 0) {
+      *dtype = served_dtypes[i].dtype;
+      return TRUE;
+    }
+  return FALSE;
+}
+
+static gboolean
+is_float(WsyncDtype dtype)
+{
+  return dtype == WSYNC_DTYPE_BF16 || dtype == WSYNC_DTYPE_F16 || dtype == WSYNC_DTYPE_F32;
+}
+
+static int
+validate_dtype(cfg_t *cfg, cfg_opt_t *opt)
+{
+  const char *value;
+  WsyncDtype dtype;
+
+  if (cfg_opt_size(opt) == 0)
+    return 0;
+  value = cfg_opt_getnstr(opt, cfg_opt_size(opt) - 1);
+  if (served_dtype_of(value, &dtype))
+    return 0;
+  cfg_error(cfg, DTYPE_RULE ", not \"%s\"", value != NULL ? value : "");
+  return -1;
+}
+
 /* A target's user data (one per target: "vllm", "vllm-ascend"). */
 typedef struct {
   const char *target; /* static */
@@ -469,6 +521,7 @@ typedef struct {
   gboolean shared_expert_dp; /* vLLM-Ascend's additional_config enable_shared_expert_dp */
   gboolean encoder_data;     /* vLLM's --mm-encoder-tp-mode data */
   MoeBackend moe_backend;    /* vLLM's --moe-backend */
+  WsyncDtype dtype;          /* vLLM's --dtype, DTYPE_AUTO for auto */
   char *help;                /* the target's help text */
 } VllmSettings;
 
@@ -505,6 +558,7 @@ typedef struct {
   SharedRule rule;     /* how the shared expert is laid out (see read_deployment) */
   gboolean encoder_data; /* mm_encoder_tp_mode "data": the vision tower whole (§9.5) */
   MoeBackend moe_backend; /* the unquantized MoE backend the kernel format is for (§4) */
+  WsyncDtype served;      /* the dtype vLLM builds the model's parameters in (§2) */
   const Prefix *prefixes; /* how vLLM renames the model's modules, or NULL */
 } Rank;
 
@@ -903,6 +957,17 @@ expert_share(Rank *r, const Runtime *rt, guint64 experts, guint64 inter, ExpertS
 {
   const char *module = wsync_block_get_module(rt->param->block);
 
+  /* The MoE blocks of the model classes vLLM runs these models with raise
+   * ValueError("Tensor parallel size N is greater than the number of experts E") at
+   * init, with EP or without (Qwen3MoeSparseMoeBlock, qwen3_moe.py:151-155;
+   * Qwen3NextSparseMoeBlock, also Qwen3.5's, qwen3_next.py:109-113 @ df1376907b16; the
+   * same since era A, qwen3_moe.py:141 @ 344a0017c06e; docs/vllm.md §4). */
+  if (r->tp > experts)
+    return wsync_fail(error, WSYNC_ERROR_USAGE,
+                      "tp %u is more than the %" G_GUINT64_FORMAT
+                      " experts of %s.experts: vLLM refuses a tensor-parallel size greater "
+                      "than the number of experts",
+                      r->tp, experts, module);
   if (r->ep > 1) {
     /* FusedMoEParallelConfig.make (fused_moe/config.py): with EP the MoE tp size is 1,
      * so experts are whole (Ip = I). */
@@ -916,6 +981,15 @@ expert_share(Rank *r, const Runtime *rt, guint64 experts, guint64 inter, ExpertS
                         "ep %u is more than the %" G_GUINT64_FORMAT
                         " experts of %s.experts: rank %u would hold none",
                         r->ep, experts, module, r->rank);
+    /* vLLM-Ascend sizes every EP rank for E // ep experts while the upstream map gives
+     * the lowest ranks one more: those fail to load (0.18 to 0.23) or refuse at init
+     * ("EPLB local expert capacity mismatch", 0.24 on) (docs/vllm-ascend.md §2). */
+    if (r->ascend && rem != 0)
+      return wsync_fail(error, WSYNC_ERROR_USAGE,
+                        "ep %u does not divide the %" G_GUINT64_FORMAT
+                        " experts of %s.experts: vLLM-Ascend runs only an even split of the "
+                        "experts over the EP ranks",
+                        r->ep, experts, module);
     return TRUE;
   }
   /* UnquantizedFusedMoEMethod.create_weights: intermediate_size_per_partition = I // tp
@@ -1186,7 +1260,7 @@ own_name(const Rank *r, const WsyncParam *param)
 static WsyncDtype
 runtime_dtype(Rank *r, const WsyncParam *param)
 {
-  WsyncDtype model = wsync_model_get_dtype(wsync_layout_get_model(r->layout));
+  WsyncDtype model = r->served;
   WsyncDtype source = wsync_logical_get_dtype(param->parts[0].lt);
   g_autofree char *note = NULL;
 
@@ -1220,7 +1294,8 @@ runtime_dtype(Rank *r, const WsyncParam *param)
     wsync_layout_add_note(r->layout, note);
     return model;
   }
-  return wsync_logical_get_dtype(param->parts[0].lt);
+  /* every other parameter is created in the model dtype (§2 "Dtype on load") */
+  return is_float(source) ? model : source;
 }
 
 static void
@@ -1485,6 +1560,7 @@ handle_param(Rank *r, const WsyncParam *param, GError **error)
 #define KEY_SHARED_EXPERT_DP "wsync.enable-shared-expert-dp"
 #define KEY_ENCODER_TP_MODE "wsync.mm-encoder-tp-mode"
 #define KEY_MOE_BACKEND "wsync.moe-backend"
+#define KEY_DTYPE "wsync.dtype"
 
 static gboolean
 bad_metadata(GError **error, const char *key, const char *value, const char *want)
@@ -1561,6 +1637,56 @@ read_moe_backend(Rank *r, GError **error)
                         "\"flashinfer-cutlass\"");
   r->moe_backend = (MoeBackend)backend;
   return TRUE;
+}
+
+/* The dtype vLLM builds the model's parameters in (§2 "Dtype on load"): the option, i.e.
+ * the deployment's --dtype, or for auto what vLLM's _resolve_auto_dtype picks: the
+ * config's dtype, a float32 one downcast to the platform's first dtype, which is bfloat16
+ * on GPUs with BF16 (compute capability 8.0 on) and on vLLM-Ascend.  Files read back hold
+ * the dtype they record, else the model's (files for a served dtype equal to the model's,
+ * and files of an earlier wsync, record none). */
+static gboolean
+choose_dtype(Rank *r, const VllmSettings *settings, GError **error)
+{
+  WsyncDtype model = wsync_model_get_dtype(wsync_layout_get_model(r->layout));
+
+  if (wsync_layout_is_reading(r->layout)) {
+    const char *recorded = wsync_layout_get_input_metadata(r->layout, KEY_DTYPE);
+    r->served = model;
+    if (recorded != NULL &&
+        (!wsync_dtype_from_name(recorded, &r->served) || !is_float(r->served)))
+      return bad_metadata(error, KEY_DTYPE, recorded, "\"BF16\", \"F16\" or \"F32\"");
+    return TRUE;
+  }
+  if (settings->dtype != DTYPE_AUTO)
+    r->served = settings->dtype;
+  else
+    r->served = model == WSYNC_DTYPE_F32 ? WSYNC_DTYPE_BF16 : model;
+  return TRUE;
+}
+
+/* What the plan says when the files hold the parameters in another dtype than the
+ * model's config (the core notes each rounding cast with its count). */
+static void
+add_dtype_note(Rank *r, const VllmSettings *settings)
+{
+  WsyncDtype model = wsync_model_get_dtype(wsync_layout_get_model(r->layout));
+  g_autofree char *note = NULL;
+
+  if (r->served == model || wsync_layout_is_reading(r->layout))
+    return;
+  if (settings->dtype == DTYPE_AUTO)
+    note = g_strdup_printf("dtype auto: vLLM's --dtype auto builds a float32 model in "
+                           "bfloat16 (on a GPU with BF16 and on vLLM-Ascend, docs/vllm.md "
+                           "§2), so the files hold its parameters in %s; for a deployment "
+                           "started with --dtype float32 set dtype = \"float32\" (plugin "
+                           "\"vllm\"), on a GPU without BF16 dtype = \"float16\"",
+                           wsync_dtype_name(r->served));
+  else
+    note = g_strdup_printf("dtype: the files hold the %s model's parameters in %s, as vLLM "
+                           "started with the same --dtype builds them (docs/vllm.md §2)",
+                           wsync_dtype_name(model), wsync_dtype_name(r->served));
+  wsync_layout_add_note(r->layout, note);
 }
 
 /* The names the release gives on the target's engine: vLLM's era, or vLLM-Ascend's
@@ -1740,6 +1866,9 @@ set_metadata(Rank *r)
   /* only when the experts are not in the loader layout */
   if (moe_layout(r) != MOE_TRITON)
     wsync_layout_set_metadata(r->layout, KEY_MOE_BACKEND, moe_backends[moe_layout(r)]);
+  /* only when not the model's dtype: files without it hold the model's */
+  if (r->served != wsync_model_get_dtype(wsync_layout_get_model(r->layout)))
+    wsync_layout_set_metadata(r->layout, KEY_DTYPE, wsync_dtype_name(r->served));
 }
 
 /* What the plan says about moe-backend when it is not the default: what it did to the
@@ -1815,7 +1944,8 @@ build_rank(WsyncLayout *layout, gpointer user_data, GError **error)
   guint n = wsync_layout_n_params(layout);
 
   if (!check_parallel(&r, error) || !choose_convention(&r, settings, error) ||
-      !check_replicas(&r, error) || !check_sharded_state(&r, error))
+      !choose_dtype(&r, settings, error) || !check_replicas(&r, error) ||
+      !check_sharded_state(&r, error))
     return FALSE;
   r.prefixes = prefixes_of(wsync_layout_get_model(layout));
   /* vllm-ascend's kernel format is this layout finished by another plugin's post-load
@@ -1826,6 +1956,7 @@ build_rank(WsyncLayout *layout, gpointer user_data, GError **error)
                                       "processed layout by a post-load hook (plugin npu-ascend)");
   set_metadata(&r);
   add_notes(&r);
+  add_dtype_note(&r, settings);
   for (guint i = 0; i < n; i++)
     if (!handle_param(&r, wsync_layout_param(layout, i), error))
       return FALSE;
@@ -1991,6 +2122,19 @@ static cfg_opt_t options[] = {
          "sharded-state format and vllm-ascend ignore it.",
          "triton (the loader layout), flashinfer-cutlass or flashinfer-trtllm; vLLM's "
          "spellings with underscores too")},
+    {.name = "dtype",
+     .type = CFGT_STR,
+     .flags = CFGF_NONE,
+     .def.string = "auto",
+     .validcb = validate_dtype,
+     .comment = WSYNC_OPTION_DOC(
+         "The deployment's vLLM --dtype, the dtype vLLM builds the model's parameters in "
+         "(A_log of Qwen3.5's linear attention stays float32). auto (vLLM's default) is the "
+         "config's dtype, except that a float32 model is built in bfloat16 (on GPUs with "
+         "BF16 and on vLLM-Ascend; on a GPU without BF16 vLLM picks float16: set it). "
+         "Rank files in another dtype than the config's record it, and read back to hf "
+         "widened to the config's.",
+         "auto (vLLM's default), bfloat16, float16 (or half), float32 (or float)")},
     CFG_END()};
 
 /* The help `wsync convert --help` shows for the target: formats, their consumers and
@@ -2037,7 +2181,9 @@ help_text(const char *target)
     g_string_append(h, "      latest (default)   as " LATEST_VERSION "\n"
                        "    with --ep and tp > 1 the shared expert is whole only with\n"
                        "      enable-shared-expert-dp (conf.d, plugin \"vllm\"), as vLLM-Ascend\n"
-                       "      holds it (docs/vllm-ascend.md §2)\n");
+                       "      holds it (docs/vllm-ascend.md §2)\n"
+                       "    --ep must divide the routed experts: vLLM-Ascend runs no uneven\n"
+                       "      split (docs/vllm-ascend.md §2)\n");
     return g_string_free(h, FALSE);
   }
   g_string_append(h, "    vllm-version (conf.d, plugin \"vllm\") chooses the naming era:\n");
@@ -2063,6 +2209,8 @@ settings_new(const char *target, cfg_t *cfg)
   settings->shared_expert_dp = cfg_getbool(cfg, "enable-shared-expert-dp");
   settings->encoder_data = strcmp(cfg_getstr(cfg, "mm-encoder-tp-mode"), "data") == 0;
   settings->moe_backend = (MoeBackend)moe_backend_of(cfg_getstr(cfg, "moe-backend"));
+  if (!served_dtype_of(cfg_getstr(cfg, "dtype"), &settings->dtype))
+    settings->dtype = DTYPE_AUTO; /* (vllm_register refused it first) */
   settings->help = help_text(target);
   return settings;
 }
@@ -2094,6 +2242,8 @@ vllm_register(WsyncPlugin *plugin, GError **error)
   const char *mode = cfg_getstr(cfg, "mm-encoder-tp-mode");
   long pcp = cfg_getint(cfg, "prefill-context-parallel-size");
   const char *moe = cfg_getstr(cfg, "moe-backend");
+  const char *dtype_name = cfg_getstr(cfg, "dtype");
+  WsyncDtype dtype;
 
   /* The validators have seen every value a file set; this catches anything else. */
   if (find_release(version, &why) == NULL) {
@@ -2112,6 +2262,9 @@ vllm_register(WsyncPlugin *plugin, GError **error)
   if (moe_backend_of(moe) < 0)
     return wsync_fail(error, WSYNC_ERROR_CONFIG, MOE_BACKEND_RULE ", not \"%s\"",
                       moe != NULL ? moe : "");
+  if (!served_dtype_of(dtype_name, &dtype))
+    return wsync_fail(error, WSYNC_ERROR_CONFIG, DTYPE_RULE ", not \"%s\"",
+                      dtype_name != NULL ? dtype_name : "");
   if (pcp < 1 || pcp > MAX_PCP)
     return wsync_fail(error, WSYNC_ERROR_CONFIG,
                       "prefill-context-parallel-size must be a whole number from 1 to %d, "

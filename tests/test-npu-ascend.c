@@ -112,12 +112,13 @@ plugin_dir(void)
   return test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR");
 }
 
-/* A conf.d selecting qwen3_moe, vllm (vllm-version @version) and, with @ascend,
- * npu-ascend. */
+/* A conf.d selecting qwen3_moe, vllm (vllm-version @version, dtype @dtype or vLLM's
+ * default auto) and, with @ascend, npu-ascend. */
 static const char *
-conf_dir(const char *version, gboolean ascend_plugin)
+conf_dir_dtype(const char *version, gboolean ascend_plugin, const char *dtype)
 {
-  g_autofree char *key = g_strdup_printf("%s|%d", version, ascend_plugin);
+  g_autofree char *key = g_strdup_printf("%s|%d|%s", version, ascend_plugin,
+                                         dtype != NULL ? dtype : "auto");
   char *dir = g_hash_table_lookup(conf_dirs, key);
 
   if (dir == NULL) {
@@ -125,14 +126,30 @@ conf_dir(const char *version, gboolean ascend_plugin)
     g_autofree char *text = g_strdup_printf("plugin \"hf\" {}\nplugin \"qwen3_moe\" {}\n"
                                             "plugin \"vllm\" {\n"
                                             "  vllm-version = \"%s\"\n"
+                                            "  dtype = \"%s\"\n"
                                             "}\n%s",
-                                            version, ascend);
+                                            version, dtype != NULL ? dtype : "auto", ascend);
     dir = new_path("conf");
     g_assert_cmpint(g_mkdir(dir, 0755), ==, 0);
     g_free(test_write(dir, "10-test.conf", text));
     g_hash_table_insert(conf_dirs, g_strdup(key), dir);
   }
   return dir;
+}
+
+static const char *
+conf_dir(const char *version, gboolean ascend_plugin)
+{
+  return conf_dir_dtype(version, ascend_plugin, NULL);
+}
+
+/* The conf a case of @config writes with: the F32 configs keep F32 (dtype "float32"), for
+ * the 4-byte paths, where vLLM's default auto builds a float32 model in bfloat16. */
+static const char *
+conf_for(const char *config, const char *version, gboolean ascend_plugin)
+{
+  return conf_dir_dtype(version, ascend_plugin,
+                        g_str_has_suffix(config, "-f32.json") ? "float32" : NULL);
 }
 
 /* The expert states, and the formats that hold them (docs/vllm-ascend.md §3, §5). */
@@ -535,8 +552,8 @@ reference(const Case *c, const char *format)
   char *dir = g_hash_table_lookup(ref_dirs, key);
 
   if (dir == NULL) {
-    dir = convert(synth(c->config, c->fused), conf_dir(c->version, FALSE), "vllm", format, c->tp,
-                  c->ep);
+    dir = convert(synth(c->config, c->fused), conf_for(c->config, c->version, FALSE), "vllm",
+                  format, c->tp, c->ep);
     g_hash_table_insert(ref_dirs, g_strdup(key), dir);
   }
   return dir;
@@ -615,8 +632,8 @@ check_ascend(const Case *c, const char *dir, const char *state)
 static char *
 run_case(const Case *c, const char *state)
 {
-  char *dst = convert_ascend(synth(c->config, c->fused), conf_dir(c->version, TRUE), state,
-                             c->tp, c->ep);
+  char *dst = convert_ascend(synth(c->config, c->fused), conf_for(c->config, c->version, TRUE),
+                             state, c->tp, c->ep);
 
   check_ascend(c, dst, state);
   return dst;
@@ -749,17 +766,66 @@ test_odd_tp(void)
   }
 }
 
-/* Experts spread over EP ranks (3, 3, 2 of 8; 2 each over tp 2), whole: the kernel
- * format for more EP ranks than TP ranks, either format for as many. */
+/* Experts spread over EP ranks (2 each of 8 over ep 4, 1 each over ep 8), whole: the
+ * kernel format for more EP ranks than TP ranks, either format for as many.  vLLM-Ascend
+ * runs no uneven split (test_refuse_uneven_ep). */
 static void
 test_ep(void)
 {
-  check_case(&(Case){TINY, FALSE, NOW, 1, 3}, PROCESSED);
+  check_case(&(Case){TINY, FALSE, NOW, 1, 4}, PROCESSED);
   check_case(&(Case){TINY, FALSE, NOW, 2, 4}, PROCESSED);
   check_case(&(Case){TINY, FALSE, NOW, 2, 2}, PROCESSED);
   check_case(&(Case){TINY, FALSE, NOW, 2, 2}, PREPROCESSED);
-  check_case(&(Case){ODD, FALSE, NOW, 1, 3}, PROCESSED);
-  check_case(&(Case){ODD_F32, FALSE, NOW, 2, 6}, PROCESSED);
+  check_case(&(Case){ODD, FALSE, NOW, 1, 8}, PROCESSED);
+  check_case(&(Case){ODD_F32, FALSE, NOW, 2, 8}, PROCESSED);
+}
+
+/* --ep that does not divide the experts: vLLM places the remainder on the lowest EP
+ * ranks, vLLM-Ascend sizes every rank for E // ep and does not run it
+ * (docs/vllm-ascend.md §2 "Expert placement"), in any format or release; the vllm target
+ * writes it. */
+static void
+test_refuse_uneven_ep(void)
+{
+  static const struct {
+    const char *config, *version, *format;
+    guint tp, ep;
+    const char *message;
+  } cases[] = {
+      {TINY, NOW, "kernel", 1, 3,
+       "wsync: ep 3 does not divide the 8 experts of model.layers.0.mlp.experts: vLLM-Ascend "
+       "runs only an even split of the experts over the EP ranks\n"},
+      {TINY, OLD, "kernel", 2, 6,
+       "wsync: ep 6 does not divide the 8 experts of model.layers.0.mlp.experts: vLLM-Ascend "
+       "runs only an even split of the experts over the EP ranks\n"},
+      {"tiny-qwen3-moe-e6.json", NOW, "sharded-state", 4, 4,
+       "wsync: ep 4 does not divide the 6 experts of model.layers.1.mlp.experts: vLLM-Ascend "
+       "runs only an even split of the experts over the EP ranks\n"},
+  };
+
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_autofree char *dst = new_path("refused");
+    g_autofree char *tp = g_strdup_printf("%u", cases[i].tp);
+    g_autofree char *ep = g_strdup_printf("%u", cases[i].ep);
+    Run r = run_wsync("convert", synth(cases[i].config, FALSE), dst, "--conf-dir",
+                      conf_dir(cases[i].version, TRUE), "--plugin-dir", plugin_dir(),
+                      "--target", "vllm-ascend", "--format", cases[i].format, "--tp", tp,
+                      "--ep", ep, NULL);
+
+    g_assert_cmpint(r.status, ==, 2);
+    g_assert_cmpstr(r.err, ==, cases[i].message);
+    g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+    test_run_clear(&r);
+    /* the vllm target writes vLLM's uneven placement */
+    g_free(convert(synth(cases[i].config, FALSE), conf_dir(cases[i].version, TRUE), "vllm",
+                   cases[i].format, cases[i].tp, cases[i].ep));
+  }
+  /* convert --help says so of the target */
+  Run r = run_wsync("convert", "--help", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  assert_has(r.out, "    --ep must divide the routed experts: vLLM-Ascend runs no uneven\n"
+                    "      split (docs/vllm-ascend.md §2)\n");
+  test_run_clear(&r);
 }
 
 /* Era A: mlp.experts.w13_weight, the router already mlp.experts._gate on both, and with
@@ -790,7 +856,7 @@ test_round_trip(void)
 {
   static const Case cases[] = {
       {TINY, FALSE, NOW, 2, 0}, {ODD, FALSE, NOW, 1, 0}, {ODD, FALSE, NOW, 4, 0},
-      {ODD_F32, FALSE, NOW, 2, 0}, {TINY, FALSE, NOW, 1, 3}, {TINY, FALSE, OLD, 2, 4},
+      {ODD_F32, FALSE, NOW, 2, 0}, {TINY, FALSE, NOW, 1, 4}, {TINY, FALSE, OLD, 2, 4},
       {TINY, FALSE, OLD, 2, 2},
   };
 
@@ -816,10 +882,11 @@ test_processed_preprocessed_processed(void)
   for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
     const Case *c = &cases[i];
     g_autofree char *p1 = run_case(c, PROCESSED);
-    g_autofree char *pre = convert_ascend(p1, CONF, PREPROCESSED, c->tp, c->ep);
+    const char *conf = conf_for(c->config, c->version, TRUE);
+    g_autofree char *pre = convert_ascend(p1, conf, PREPROCESSED, c->tp, c->ep);
     g_autofree char *p2 = NULL;
     check_ascend(c, pre, PREPROCESSED);
-    p2 = convert_ascend(pre, CONF, PROCESSED, c->tp, c->ep);
+    p2 = convert_ascend(pre, conf, PROCESSED, c->tp, c->ep);
     check_ascend(c, p2, PROCESSED);
     assert_same_files(p1, p2);
   }
@@ -895,7 +962,7 @@ static void
 test_already_processed(void)
 {
   static const Case cases[] = {{TINY, FALSE, NOW, 2, 0}, {ODD, FALSE, NOW, 1, 0},
-                               {TINY, FALSE, OLD, 1, 3}};
+                               {TINY, FALSE, OLD, 1, 4}};
 
   for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
     const Case *c = &cases[i];
@@ -1068,17 +1135,18 @@ static void
 test_transpose_paths_identical(void)
 {
   static const Case cases[] = {{TINY, FALSE, NOW, 2, 0}, {ODD, FALSE, NOW, 1, 0},
-                               {ODD_F32, FALSE, NOW, 4, 0}, {ODD_F32, FALSE, NOW, 1, 3}};
+                               {ODD_F32, FALSE, NOW, 4, 0}, {ODD_F32, FALSE, NOW, 1, 4}};
 
   for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
     const Case *c = &cases[i];
     const char *src = synth(c->config, FALSE);
+    const char *conf = conf_for(c->config, c->version, TRUE);
     g_autofree char *portable =
-        convert_path(src, CONF, "vllm-ascend", "kernel", c->tp, c->ep, "portable");
-    g_autofree char *sse2 = convert_path(src, CONF, "vllm-ascend", "kernel", c->tp, c->ep, "sse2");
-    g_autofree char *best = convert_ascend(src, CONF, PROCESSED, c->tp, c->ep);
-    g_autofree char *back_portable = convert_path(best, CONF, "hf", NULL, 1, 1, "portable");
-    g_autofree char *back_best = convert(best, CONF, "hf", NULL, 1, 1);
+        convert_path(src, conf, "vllm-ascend", "kernel", c->tp, c->ep, "portable");
+    g_autofree char *sse2 = convert_path(src, conf, "vllm-ascend", "kernel", c->tp, c->ep, "sse2");
+    g_autofree char *best = convert_ascend(src, conf, PROCESSED, c->tp, c->ep);
+    g_autofree char *back_portable = convert_path(best, conf, "hf", NULL, 1, 1, "portable");
+    g_autofree char *back_best = convert(best, conf, "hf", NULL, 1, 1);
     check_ascend(c, portable, PROCESSED);
     assert_same_files(portable, best);
     assert_same_files(sse2, best);
@@ -1499,6 +1567,7 @@ main(int argc, char **argv)
   g_test_add_func("/npu-ascend/plan-records-state", test_plan_records_state);
   g_test_add_func("/npu-ascend/layout/odd-tp1-2-4", test_odd_tp);
   g_test_add_func("/npu-ascend/layout/ep", test_ep);
+  g_test_add_func("/npu-ascend/refuse/uneven-ep", test_refuse_uneven_ep);
   g_test_add_func("/npu-ascend/layout/old-version", test_old_version);
   g_test_add_func("/npu-ascend/layout/fused-input", test_fused_input);
   g_test_add_func("/npu-ascend/round-trip/hf", test_round_trip);

@@ -621,8 +621,9 @@ test_dense_round_trip(Fixture *f, gconstpointer data)
   model_clear(&m);
 }
 
-/* num_local_experts (Transformers 5 re-saves) is accepted for num_experts, and an
- * old rotary_emb.inv_freq buffer is dropped by the named rule. */
+/* num_local_experts (Transformers 5 re-saves) is accepted for num_experts, and the old
+ * RoPE buffers rotary_emb.inv_freq, cos_cached and sin_cached (which vLLM's
+ * AutoWeightsLoader skips, docs/vllm.md §8) are dropped by the named rules. */
 static void
 test_config_variants_and_drop_rule(Fixture *f, gconstpointer data)
 {
@@ -649,15 +650,25 @@ test_config_variants_and_drop_rule(Fixture *f, gconstpointer data)
     g_autofree WsyncTensor *extra =
         tensor_like(lookup(ck, "model.norm.weight"), "model.layers.0.self_attn.rotary_emb.inv_freq",
                     1, 8, 0);
+    g_autofree WsyncTensor *cos =
+        tensor_like(lookup(ck, "model.norm.weight"), "model.layers.0.self_attn.rotary_emb.cos_cached",
+                    1, 16, 0);
+    g_autofree WsyncTensor *sin =
+        tensor_like(lookup(ck, "model.norm.weight"), "model.layers.1.self_attn.rotary_emb.sin_cached",
+                    1, 16, 0);
 
     write_checkpoint(renamed, renamed_config, all);
     g_ptr_array_add(all, extra);
+    g_ptr_array_add(all, cos);
+    g_ptr_array_add(all, sin);
     write_checkpoint(inv, config, all);
   }
   convert(renamed, renamed_out, "hf-fused");
   r = run_wsync("plan", inv, "--target", "hf-experts", NULL);
-  expect_status(&r, 0, "plan with inv_freq");
-  assert_has(r.out, "rotary-inv-freq");
+  expect_status(&r, 0, "plan with the RoPE buffers");
+  assert_has(r.out, "model.layers.0.self_attn.rotary_emb.inv_freq dropped by rule rotary-inv-freq");
+  assert_has(r.out, "model.layers.0.self_attn.rotary_emb.cos_cached dropped by rule rotary-cache");
+  assert_has(r.out, "model.layers.1.self_attn.rotary_emb.sin_cached dropped by rule rotary-cache");
   run_clear(&r);
   convert(inv, inv_out, "hf-experts");
   assert_same_checkpoints(per, inv_out);

@@ -3,13 +3,18 @@
 writes (issue 9, part 3), with tests/vllm_replay.py, a derivation of vLLM's behaviour
 from the layout facts of docs/ that is independent of wsync's plugins.
 
-For each tiny config of configs/ (and the Llama ones of tests/data/configs/), one
-`wsync synth --pattern index` checkpoint, then
-`wsync convert` over the matrix: tp 1, 2, 4, 8; ep 1 and ep == tp for MoE models;
+For each tiny config of configs/ and of tests/data/configs/ in CONFIGS (the variants of
+real checkpoints among them: explicit head_dim, one KV head, vocabularies that are no
+multiple of 64, F16 and F32, dense layers in a MoE model, an expert count ep does not
+divide, tied embeddings, Llama's biases), one `wsync synth --pattern index` checkpoint
+with the RoPE buffers older checkpoints carry added (vLLM skips them), then
+`wsync convert` over the matrix: tp 1, 2, 4, 8 (other sizes where a config divides by
+them); ep 1, ep == tp and EXTRA_EPS for MoE models;
 vLLM releases of each era (docs/vllm.md §5); targets vllm (CUDA) and vllm-ascend;
 formats sharded-state (vLLM's ShardedStateLoader at engine start, docs/vllm.md §6) and
-kernel (a live weight update, docs/vllm.md §7).  Where vLLM itself would refuse the
-sizes, wsync must refuse too (exit status 2, one line on stderr).  Each rank's files
+kernel (a live weight update, docs/vllm.md §7).  Where vLLM (or only vLLM-Ascend) would
+refuse the sizes, wsync must refuse too (exit status 2, one line on stderr naming tp, or
+ep where only vLLM-Ascend refuses).  Each rank's files
 must then load through the replayed consumer without an error, a warning or a silent
 cast, and every tensor's bytes must be what vLLM's weight loaders put into that
 parameter from the same checkpoint.
@@ -45,8 +50,24 @@ TARGETS = [("vllm", "cuda"), ("vllm-ascend", "ascend")]
 FORMATS = ["sharded-state", "kernel"]
 CONFIGS = ["tiny-qwen3-moe", "tiny-qwen3-moe-tied", "tiny-qwen3-moe-8heads", "tiny-qwen3",
            "tiny-qwen3.5-moe", "tiny-qwen3.5-moe-nk2", "tiny-qwen3.5",
-           "tiny-llama3", "tiny-llama3-tied-bias"]
+           "tiny-llama3", "tiny-llama3-tied-bias",
+           # config variants of real checkpoints (tests/data/configs): an explicit head_dim
+           # other than hidden_size / heads, one KV head (replicated over every tp), a
+           # vocabulary that is no multiple of 64, an F16 or F32 model, dense layers inside
+           # a MoE model (mlp_only_layers, decoder_sparse_step 2), an expert count ep does
+           # not divide, tied embeddings on Qwen3.5-MoE, Llama's attention_bias alone
+           "tiny-qwen3-moe-odd", "tiny-qwen3-moe-odd-f32", "tiny-qwen3-moe-6heads",
+           "tiny-qwen3-moe-e6", "tiny-qwen3-tied-headdim", "tiny-qwen3.5-moe-kv1-tied",
+           "tiny-llama3-bias-mqa", "tiny-llama3-wide-vocab"]
 TP_SIZES = [1, 2, 4, 8]
+# tp sizes other than TP_SIZES: 6 heads (and a vocabulary padded to 384) divide by 3 and 6;
+# 12 heads of 128 wide by 1, 2 and 4, where a vocabulary of 65 rows (padded to 128) leaves
+# rank 2 one real row and rank 3 padding only (docs/vllm.md §3).
+TP_SIZES_OF = {"tiny-qwen3-moe-6heads": [1, 2, 3, 6], "tiny-llama3-wide-vocab": [1, 2, 4]}
+# EP sizes beside 1 and tp (with every tp they are a multiple of): 4 over 6 experts gives
+# 2, 2, 1, 1 on vLLM (docs/vllm.md §4) and is refused on vLLM-Ascend
+# (docs/vllm-ascend.md §2 "Expert placement").
+EXTRA_EPS = {"tiny-qwen3-moe-e6": [4]}
 PLUGIN_CONFS = ["10-hf.conf", "20-vllm.conf", "30-qwen3_moe.conf", "31-qwen3_5_moe.conf",
                 "32-llama.conf", "40-npu-ascend.conf"]
 MAX_DIAGNOSTICS = 6
@@ -72,19 +93,20 @@ def config_path(config):
     return path if os.path.exists(path) else os.path.join(TEST_CONFIG_DIR, config + ".json")
 
 
-DEFAULT_DEPLOYMENT = (1, "allgather_reducescatter", False, "weights", False, "triton")
+DEFAULT_DEPLOYMENT = (1, "allgather_reducescatter", False, "weights", False, "triton", "auto")
 
 
 class Case:
     def __init__(self, config, tp, ep, target, platform, fmt, version, era, persistent,
                  refusal=None, part_size=None, pcp=1, backend="allgather_reducescatter",
-                 sedp=False, encoder="weights", lm_only=False, moe="triton"):
+                 sedp=False, encoder="weights", lm_only=False, moe="triton", dtype="auto"):
         self.config, self.tp, self.ep = config, tp, ep
         # the deployment (docs/vllm.md §9.4, docs/vllm-ascend.md §2; the vision tower's
         # mm_encoder_tp_mode and language-model-only, docs/vllm.md §9.5)
         self.pcp, self.backend, self.sedp = pcp, backend, sedp
         self.encoder, self.lm_only = encoder, lm_only
         self.moe = moe  # the unquantized MoE backend vLLM runs (--moe-backend, docs/vllm.md §4)
+        self.dtype = dtype  # vLLM's --dtype (docs/vllm.md §2 "Dtype on load")
         self.target, self.platform, self.fmt = target, platform, fmt
         self.version, self.era, self.persistent = version, era, persistent
         self.refusal = refusal  # None, or (why vLLM refuses, a fragment the message must hold)
@@ -99,23 +121,26 @@ class Case:
             parts += " enable-shared-expert-dp %s" % ("true" if self.sedp else "false")
             parts += " mm-encoder-tp-mode %s language-model-only %s moe-backend %s" % (
                 self.encoder, "true" if self.lm_only else "false", self.moe)
+            parts += " dtype %s" % self.dtype
         return "%s%s --target %s --format %s vllm-version %s --tp %d --ep %d%s" % (
             what, self.config, self.target, self.fmt, self.version, self.tp, self.ep, parts)
 
     def conf_key(self):
         """The conf dir of write_conf_dirs this case runs with."""
         return conf_key(self.version, self.pcp, self.backend, self.sedp, self.encoder,
-                        self.lm_only, self.moe)
+                        self.lm_only, self.moe, self.dtype)
 
     def parallel(self, tp_rank, ep_rank):
         return vr.Parallel(self.tp, tp_rank, self.ep, ep_rank, self.pcp, self.backend,
                            self.sedp)
 
 
-def conf_key(version, pcp, backend, sedp, encoder="weights", lm_only=False, moe="triton"):
-    if (pcp, backend, sedp, encoder, lm_only, moe) == DEFAULT_DEPLOYMENT:
+def conf_key(version, pcp, backend, sedp, encoder="weights", lm_only=False, moe="triton",
+             dtype="auto"):
+    if (pcp, backend, sedp, encoder, lm_only, moe, dtype) == DEFAULT_DEPLOYMENT:
         return version
-    return "%s|%d|%s|%s|%s|%s|%s" % (version, pcp, backend, sedp, encoder, lm_only, moe)
+    return "%s|%d|%s|%s|%s|%s|%s|%s" % (version, pcp, backend, sedp, encoder, lm_only, moe,
+                                        dtype)
 
 
 # Deployments other than the default, for the shared expert (docs/vllm.md §9.4,
@@ -131,6 +156,11 @@ VISION_DEPLOYMENTS = [("latest", 1, "allgather_reducescatter", False, "data", Fa
 # vllm-version, its naming era and whether its expert map is persistent, and the backend.
 MOE_DEPLOYMENTS = [("latest", "D", False, "flashinfer-cutlass"),
                    ("0.24.0", "D", True, "flashinfer-cutlass")]
+# vLLM's --dtype other than its default auto (docs/vllm.md §2 "Dtype on load"): the
+# vllm-version, its era and expert map, and the dtype.  auto builds a float32 model in
+# bfloat16; these keep it in float32, or build a bfloat16 one in float16 or float32.
+DTYPE_DEPLOYMENTS = [("latest", "D", False, "float32"), ("0.18.1", "A", True, "float32"),
+                     ("latest", "D", False, "float16")]
 
 
 def write_conf_dirs(root):
@@ -138,12 +168,14 @@ def write_conf_dirs(root):
     sections of conf.d, with vllm-version (and the deployment's options) set."""
     dirs = {}
     settings = [(version,) + DEFAULT_DEPLOYMENT for version, _, _ in ERAS]
-    settings += [d + ("triton",) for d in DEPLOYMENTS + VISION_DEPLOYMENTS]
-    settings += [(version,) + DEFAULT_DEPLOYMENT[:-1] + (moe,)
+    settings += [d + ("triton", "auto") for d in DEPLOYMENTS + VISION_DEPLOYMENTS]
+    settings += [(version,) + DEFAULT_DEPLOYMENT[:-2] + (moe, "auto")
                  for version, _, _, moe in MOE_DEPLOYMENTS + [("latest", "D", False,
                                                                 "flashinfer-trtllm")]]
-    for version, pcp, backend, sedp, encoder, lm_only, moe in settings:
-        key = conf_key(version, pcp, backend, sedp, encoder, lm_only, moe)
+    settings += [(version,) + DEFAULT_DEPLOYMENT[:-1] + (dtype,)
+                 for version, _, _, dtype in DTYPE_DEPLOYMENTS]
+    for version, pcp, backend, sedp, encoder, lm_only, moe, dtype in settings:
+        key = conf_key(version, pcp, backend, sedp, encoder, lm_only, moe, dtype)
         d = os.path.join(root, "conf-%d" % len(dirs))
         os.mkdir(d)
         for name in PLUGIN_CONFS:
@@ -166,10 +198,13 @@ def write_conf_dirs(root):
                                   r'\1mm-encoder-tp-mode = "%s"' % encoder, text)
                 text, b = re.subn(r'(?m)^(\s*)moe-backend\s*=\s*"[^"]*"',
                                   r'\1moe-backend = "%s"' % moe, text)
-                if (n, m, k, e, b) != (1, 1, 1, 1, 1):
+                text, t = re.subn(r'(?m)^(\s*)dtype\s*=\s*"[^"]*"',
+                                  r'\1dtype = "%s"' % dtype, text)
+                if (n, m, k, e, b, t) != (1, 1, 1, 1, 1, 1):
                     raise SystemExit("Bail out! %s: expected one prefill-context-parallel-size, "
                                      "one all2all-backend, one enable-shared-expert-dp, one "
-                                     "mm-encoder-tp-mode and one moe-backend setting" % name)
+                                     "mm-encoder-tp-mode, one moe-backend and one dtype setting"
+                                     % name)
             if name == "31-qwen3_5_moe.conf":
                 text, n = re.subn(r'(?m)^(\s*)language-model-only\s*=\s*\w+',
                                   r'\1language-model-only = %s'
@@ -190,32 +225,58 @@ def wsync(conf_dir, *args):
                           universal_newlines=True)
 
 
-def vllm_refusal(cfg, tp, ep):
-    """Why vLLM would refuse to start at these sizes (its divide() asserts while
-    building the model), or None."""
+def vllm_refusal(cfg, tp, ep, platform="cuda"):
+    """Why vLLM (or vLLM-Ascend) would refuse to start at these sizes (its divide()
+    asserts, or a model class raises, while building the model), or None.  EP rank 0 is
+    one of the ranks every refusal reaches (docs/vllm-ascend.md §2: the ranks below the
+    remainder)."""
     try:
-        vr.build_model(cfg, vr.Parallel(tp, 0, ep, 0), "D")
+        vr.build_model(cfg, vr.Parallel(tp, 0, ep, 0), "D", platform)
     except vr.VllmRefuses as e:
         return str(e)
     return None
+
+
+def refusal_cases(config, cfg, tp, ep):
+    """The refusals of one (tp, ep), one case per target that refuses, and whether vLLM
+    itself refuses (then no target writes anything).  wsync's one line must name the
+    size that does not fit: tp where vLLM refuses, ep where only vLLM-Ascend does."""
+    cases = []
+    cuda = vllm_refusal(cfg, tp, ep)
+    for target, platform in TARGETS:
+        why = cuda or vllm_refusal(cfg, tp, ep, platform)
+        if why:
+            fmt = "sharded-state" if ep <= tp else "kernel"
+            fragment = "tp %d" % tp if cuda else "ep %d" % ep
+            cases.append(Case(config, tp, ep, target, platform, fmt, "latest", "D", False,
+                              (why, fragment)))
+    return cases, cuda is not None
 
 
 def plan_cases(configs):
     cases = []
     for config in CONFIGS:
         cfg = configs[config]
-        for tp in TP_SIZES:
-            eps = [1, tp] if cfg.moe and tp > 1 else [1]
-            why = vllm_refusal(cfg, tp, 1)
-            if why:
-                for target, platform in TARGETS:
-                    cases.append(Case(config, tp, 1, target, platform, "sharded-state",
-                                      "latest", "D", False, (why, "tp %d" % tp)))
+        for tp in TP_SIZES_OF.get(config, TP_SIZES):
+            refused, _ = refusal_cases(config, cfg, tp, 1)
+            if refused:
+                cases += refused
                 continue
+            eps = [1, tp] if cfg.moe and tp > 1 else [1]
+            eps += [ep for ep in EXTRA_EPS.get(config, []) if ep not in eps and ep % tp == 0]
             for ep in eps:
+                refused, everywhere = refusal_cases(config, cfg, tp, ep)
+                cases += refused
+                if everywhere:
+                    continue
+                refused_targets = {c.target for c in refused}
                 for version, era, persistent in ERAS:
                     for target, platform in TARGETS:
+                        if target in refused_targets:
+                            continue
                         for fmt in FORMATS:
+                            if fmt == "sharded-state" and ep > tp:
+                                continue  # named by TP rank only (docs/vllm.md §6)
                             cases.append(Case(config, tp, ep, target, platform, fmt, version,
                                               era, persistent))
         if cfg.moe:
@@ -270,6 +331,18 @@ def plan_cases(configs):
                         continue
                     cases.append(Case(config, tp, ep, target, platform, fmt, version, era,
                                       persistent, moe=moe))
+    # vLLM started with --dtype other than auto: a float32 model kept in float32 (a dense
+    # and a MoE model, with EP in an era with the expert map), a bfloat16 one built in
+    # float16 (docs/vllm.md §2 "Dtype on load").
+    for version, era, persistent, dtype in DTYPE_DEPLOYMENTS:
+        configs_of = (["tiny-qwen3-moe"] if dtype == "float16"
+                      else ["tiny-qwen3-moe-odd-f32", "tiny-qwen3-tied-headdim"])
+        for config in configs_of:
+            for tp, ep in ((2, 1), (2, 2)) if configs[config].moe else ((2, 1), (4, 1)):
+                for target, platform in TARGETS:
+                    for fmt in FORMATS:
+                        cases.append(Case(config, tp, ep, target, platform, fmt, version, era,
+                                          persistent, dtype=dtype))
     # FlashInfer TRTLLM's block layout is not written: the vllm kernel format refuses it
     # and names the --moe-backend a deployment can run instead (docs/vllm.md §4).
     cases.append(Case("tiny-qwen3-moe", 2, 1, "vllm", "cuda", "kernel", "latest", "D", False,
@@ -359,8 +432,9 @@ def check_sharded_state(case, cfg, checkpoint, dst):
     for r in range(case.tp):
         # The file set of TP rank r; with ep == tp the EP rank equals it (docs/vllm.md §6, §4).
         par = case.parallel(r, r if case.ep > 1 else 0)
-        model = vr.build_model(cfg, par, case.era, case.platform, case.persistent,
-                               case.version in ASCEND_UNWRAPPED, case.encoder, case.lm_only)
+        model = vr.build_model(cfg.served_as(case.dtype), par, case.era, case.platform,
+                               case.persistent, case.version in ASCEND_UNWRAPPED, case.encoder,
+                               case.lm_only)
         vr.load_checkpoint(model, checkpoint)
         state = vr.filter_subtensors(model.state_dict())
         want = {k: t.tobytes() for k, t in state.items()}
@@ -398,8 +472,9 @@ def check_kernel(case, cfg, checkpoint, dst):
         # Worker r: TP rank r % tp; with EP its EP rank is dp_rank * tp + tp_rank = r
         # (docs/vllm.md §4).
         par = case.parallel(r % case.tp, r if case.ep > 1 else 0)
-        model = vr.build_model(cfg, par, case.era, case.platform, case.persistent,
-                               case.version in ASCEND_UNWRAPPED, case.encoder, case.lm_only)
+        model = vr.build_model(cfg.served_as(case.dtype), par, case.era, case.platform,
+                               case.persistent, case.version in ASCEND_UNWRAPPED, case.encoder,
+                               case.lm_only)
         vr.load_checkpoint(model, checkpoint)
         vr.process_for_kernel(model, case.platform, case.moe)
         params = list(model.named_parameters())
@@ -441,6 +516,8 @@ def check_case(case, result, dst, configs, checkpoints):
 
 CONTROL_BASE = ("tiny-qwen3.5-moe", 2, 2, "vllm-ascend", "ascend", "0.24.0", "D", True)
 LLAMA_BASE = ("tiny-llama3-tied-bias", 8, 1, "vllm", "cuda", "latest", "D", False)
+# 6 experts over ep 4 (2, 2, 1, 1), dense layers 0, 2 and 3 (docs/vllm.md §4, §8)
+E6_BASE = ("tiny-qwen3-moe-e6", 4, 4, "vllm", "cuda", "latest", "D", False)
 L0 = "language_model.model.layers.0."
 
 
@@ -560,6 +637,15 @@ CONTROLS = [
      rename("lm_head.weight", "model.embed_tokens.weight"), "KeyError", LLAMA_BASE),
     ("kernel", "Llama: the tied head sent under both names",
      add_copy("lm_head.weight", "model.embed_tokens.weight"), "sent twice", LLAMA_BASE),
+    ("sharded-state", "uneven EP: rank 1's two experts swapped",
+     replace("model.layers.1.mlp.experts.routed_experts.w13_weight", swap_first_two),
+     "w13_weight: element", E6_BASE),
+    ("sharded-state", "a dense layer of a MoE model: gate_up_proj rows swapped",
+     replace("model.layers.0.mlp.gate_up_proj.weight", swap_first_two),
+     "gate_up_proj.weight: element", E6_BASE),
+    ("sharded-state", "uneven EP: rank 1 given a third expert",
+     replace("model.layers.1.mlp.experts.routed_experts.w2_weight", rows(1)),
+     "copy_ raises RuntimeError", E6_BASE),
 ]
 
 
@@ -649,6 +735,39 @@ def run_controls(work, synth_dirs, conf_dirs, configs, checkpoints):
         shutil.rmtree(dst, ignore_errors=True)
 
 
+def add_rope_buffers(directory, cfg):
+    """Adds the RoPE buffers older checkpoints carry (a rotary_emb.inv_freq per attention
+    layer, cos_cached and sin_cached in the first one, the vision tower's
+    rotary_pos_emb.inv_freq) in a shard of their own, listed in the index: vLLM skips
+    them (docs/vllm.md §8 "Skipped checkpoint names"), so must wsync."""
+    def f32(values):
+        return vr.Tensor.from_bytes(vr.array.array("f", values).tobytes(), "F32", (len(values),))
+
+    prefix = "model.language_model." if cfg.family == "qwen3_5" else "model."
+    half = cfg.head_dim // 2
+    items = []
+    for i in range(cfg.layers):
+        if cfg.family == "qwen3_5" and cfg.layer_types[i] != "full_attention":
+            continue
+        rope = "%slayers.%d.self_attn.rotary_emb." % (prefix, i)
+        items.append((rope + "inv_freq", f32([1.0 / (k + 1) for k in range(half)])))
+        if len(items) == 1:
+            items += [(rope + "cos_cached", f32([0.5] * cfg.head_dim)),
+                      (rope + "sin_cached", f32([0.25] * cfg.head_dim))]
+    if cfg.vision is not None:
+        width = cfg.vision["hidden_size"] // cfg.vision["num_heads"] // 4
+        items.append(("model.visual.rotary_pos_emb.inv_freq", f32([1.0] * width)))
+    vr.write_safetensors(os.path.join(directory, "model-rope.safetensors"), items)
+    index = os.path.join(directory, "model.safetensors.index.json")
+    if not os.path.exists(index):
+        return  # every *.safetensors counts (docs/safetensors.md §2)
+    with open(index) as f:
+        table = json.load(f)
+    table["weight_map"].update((name, "model-rope.safetensors") for name, _ in items)
+    with open(index, "w") as f:
+        json.dump(table, f)
+
+
 def read_checkpoint(directory):
     index = os.path.join(directory, "model.safetensors.index.json")
     if os.path.exists(index):  # shards only through weight_map (docs/safetensors.md §2)
@@ -690,6 +809,7 @@ def main(argv):
                 print("Bail out! wsync synth --config %s: exit %d: %s"
                       % (path, r.returncode, r.stderr.strip()))
                 return 1
+            add_rope_buffers(synth_dirs[config], configs[config])
             checkpoints[config] = read_checkpoint(synth_dirs[config])
         cases = plan_cases(configs)
         print("1..%d" % (len(cases) + len(CONTROLS) + len(CROSS_CONTROLS)))

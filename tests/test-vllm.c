@@ -45,25 +45,35 @@ new_dir(const char *what)
   return dir;
 }
 
-/* A conf.d selecting qwen3_moe and vllm with these options. */
+/* A conf.d selecting qwen3_moe and vllm with these options (@dtype NULL: not set, so
+ * vLLM's default auto). */
 static const char *
-conf_dir(const char *version, gboolean scales)
+conf_dir_dtype(const char *version, gboolean scales, const char *dtype)
 {
-  g_autofree char *key = g_strdup_printf("%s|%d", version, scales);
+  g_autofree char *key = g_strdup_printf("%s|%d|%s", version, scales, dtype ? dtype : "");
   char *dir = g_hash_table_lookup(conf_dirs, key);
 
   if (dir == NULL) {
+    g_autofree char *line = dtype != NULL ? g_strdup_printf("  dtype = \"%s\"\n", dtype)
+                                          : g_strdup("");
     g_autofree char *text = g_strdup_printf("plugin \"hf\" {}\nplugin \"qwen3_moe\" {}\n"
                                             "plugin \"vllm\" {\n"
                                             "  vllm-version = \"%s\"\n"
                                             "  attn-scales = %s\n"
+                                            "%s"
                                             "}\n",
-                                            version, scales ? "true" : "false");
+                                            version, scales ? "true" : "false", line);
     dir = new_dir("conf");
     g_free(test_write(dir, "10-test.conf", text));
     g_hash_table_insert(conf_dirs, g_strdup(key), dir);
   }
   return dir;
+}
+
+static const char *
+conf_dir(const char *version, gboolean scales)
+{
+  return conf_dir_dtype(version, scales, NULL);
 }
 
 #define DEFAULT_CONF conf_dir("latest", TRUE)
@@ -472,6 +482,7 @@ typedef struct {
   guint tp, ep; /* ep 0: not given */
   const guint64 *expert_counts; /* expected E_loc per rank, or NULL for all */
   const char *format;           /* NULL: sharded-state, or kernel when ep > tp */
+  const char *dtype;            /* the option dtype, or NULL for its default (auto) */
 } Case;
 
 static const char *
@@ -527,7 +538,7 @@ static char *
 run_case(const Case *c)
 {
   const char *src = synth(c->config, c->fused);
-  const char *conf = conf_dir(c->version, c->scales);
+  const char *conf = conf_dir_dtype(c->version, c->scales, c->dtype);
   g_autofree char *dst = convert_format(src, conf, case_format(c), c->tp, c->ep, -1);
   guint world = c->ep > 1 ? c->ep : c->tp;
   RankFiles ranks[64];
@@ -878,6 +889,193 @@ test_refuse_ep_beyond_experts(void)
                  "would hold none");
 }
 
+/* Two conversions of one checkpoint in the same layout, @narrow's in @dtype (F16 or BF16)
+ * and @wide's in F32: every tensor but the F32 attention scales must be the F32 one
+ * rounded to nearest even, and the files of @narrow record the dtype. */
+static void
+assert_rounded(const char *narrow, const char *wide, const char *format, guint world,
+               WsyncDtype dtype)
+{
+  RankFiles a[16], b[16];
+
+  g_assert_cmpuint(open_ranks_of(narrow, format, a, G_N_ELEMENTS(a)), ==, world);
+  g_assert_cmpuint(open_ranks_of(wide, format, b, G_N_ELEMENTS(b)), ==, world);
+  for (guint r = 0; r < world; r++) {
+    g_assert_cmpuint(rank_n_tensors(&a[r]), ==, rank_n_tensors(&b[r]));
+    assert_metadata(&a[r], "wsync.dtype", wsync_dtype_name(dtype));
+    for (guint f = 0; f < b[r].files->len; f++) {
+      WsyncCheckpoint *ck = b[r].files->pdata[f];
+      for (guint i = 0; i < wsync_checkpoint_n_tensors(ck); i++) {
+        const WsyncTensor *w = wsync_checkpoint_tensor(ck, i);
+        const WsyncTensor *n = rank_lookup(&a[r], w->name);
+        g_assert_nonnull(n);
+        g_assert_cmpuint(n->numel, ==, w->numel);
+        if (g_str_has_suffix(w->name, "_scale")) { /* F32 buffers in every dtype (§6) */
+          g_assert_cmpint(n->dtype, ==, WSYNC_DTYPE_F32);
+          g_assert_cmpmem(n->data, n->nbytes, w->data, w->nbytes);
+          continue;
+        }
+        g_assert_cmpint(w->dtype, ==, WSYNC_DTYPE_F32);
+        if (n->dtype != dtype)
+          g_error("rank %u: %s is %s, want %s", r, n->name, wsync_dtype_name(n->dtype),
+                  wsync_dtype_name(dtype));
+        for (guint64 e = 0; e < w->numel && dtype == WSYNC_DTYPE_BF16; e++)
+          if (!elem_ok(n, e, w, e))
+            g_error("rank %u: %s element %" G_GUINT64_FORMAT " is not the F32 one rounded",
+                    r, n->name, e);
+      }
+    }
+  }
+  for (guint r = 0; r < G_N_ELEMENTS(a); r++) {
+    rank_files_clear(&a[r]);
+    rank_files_clear(&b[r]);
+  }
+}
+
+/* `wsync verify A B` exits @status. */
+static void
+assert_verify(const char *a, const char *b, int status)
+{
+  Run r = run_wsync("verify", a, b, "--conf-dir", DEFAULT_CONF, "--plugin-dir",
+                    test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR"), NULL);
+
+  if (r.status != status)
+    g_error("verify %s %s: exit %d, want %d\n%s%s", a, b, r.status, status, r.out, r.err);
+  run_clear(&r);
+}
+
+/* A float32 model (config torch_dtype float32): vLLM's default --dtype auto builds it in
+ * bfloat16 (docs/vllm.md §2 "Dtype on load"), so by default the files hold BF16, each
+ * element the F32 one rounded to nearest even, in both formats, and say so; dtype
+ * "float32" (a deployment started with --dtype float32) keeps F32, checked element by
+ * element by the oracle.  Read back to hf, the F32 files are bit-exact, the BF16 ones
+ * are the rounded values widened. */
+static void
+test_dtype_auto_float32_model(void)
+{
+  static const char *const config = "tiny-qwen3-moe-odd-f32.json";
+  const char *src = synth(config, FALSE);
+  const char *f32_conf = conf_dir_dtype("latest", TRUE, "float32");
+  static const guint tps[] = {2, 2}, eps[] = {0, 4};
+  static const guint64 counts[] = {2, 2, 2, 2};
+
+  check_case(&(Case){config, FALSE, "latest", TRUE, 2, 0, NULL, NULL, "float32"});
+  check_case(&(Case){config, FALSE, "latest", TRUE, 2, 4, counts, NULL, "float32"});
+  for (guint i = 0; i < G_N_ELEMENTS(tps); i++) {
+    const char *format = format_for(tps[i], eps[i]);
+    g_autofree char *bf16 = convert_format(src, DEFAULT_CONF, format, tps[i], eps[i], -1);
+    g_autofree char *f32 = convert_format(src, f32_conf, format, tps[i], eps[i], -1);
+    assert_rounded(bf16, f32, format, eps[i] > 1 ? eps[i] : tps[i], WSYNC_DTYPE_BF16);
+    if (strcmp(format, "sharded-state") == 0) {
+      g_autofree char *back16 = g_strdup_printf("%s/back-%u", work_dir, n_made++);
+      g_autofree char *back32 = g_strdup_printf("%s/back-%u", work_dir, n_made++);
+      Run r = run_wsync("convert", bf16, back16, "--conf-dir", DEFAULT_CONF, "--plugin-dir",
+                        test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR"), "--target", "hf", NULL);
+      g_assert_cmpint(r.status, ==, 0);
+      run_clear(&r);
+      r = run_wsync("convert", f32, back32, "--conf-dir", DEFAULT_CONF, "--plugin-dir",
+                    test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR"), "--target", "hf", NULL);
+      g_assert_cmpint(r.status, ==, 0);
+      run_clear(&r);
+      assert_verify(src, back32, 0);
+      assert_verify(src, back16, 1);
+      /* the BF16 files read back widened: converting them again gives the same files */
+      g_autofree char *again = convert_format(back16, DEFAULT_CONF, format, tps[i], eps[i], -1);
+      assert_rounded(again, f32, format, tps[i], WSYNC_DTYPE_BF16);
+    }
+  }
+  /* the plan says why */
+  Run r = run_wsync("plan", src, "--conf-dir", DEFAULT_CONF, "--plugin-dir",
+                    test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR"), "--target", "vllm", "--tp", "2",
+                    NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  assert_has(r.out, "dtype auto: vLLM's --dtype auto builds a float32 model in bfloat16 (on a "
+                    "GPU with BF16 and on vLLM-Ascend, docs/vllm.md §2), so the files hold its "
+                    "parameters in BF16; for a deployment started with --dtype float32 set "
+                    "dtype = \"float32\" (plugin \"vllm\"), on a GPU without BF16 dtype = "
+                    "\"float16\"");
+  run_clear(&r);
+}
+
+/* An explicit dtype other than the model's: a BF16 model for --dtype float32 is widened
+ * exactly (and reads back bit-exact), for --dtype half rounded to F16; the files record
+ * it.  A value vLLM's --dtype does not take is refused with the file and line. */
+static void
+test_dtype_explicit(void)
+{
+  static const char *const config = "tiny-qwen3-moe.json";
+  const char *src = synth(config, FALSE);
+  g_autofree char *bf16 = convert(src, DEFAULT_CONF, 2, 0, -1);
+  g_autofree char *f32 = convert(src, conf_dir_dtype("latest", TRUE, "float32"), 2, 0, -1);
+  g_autofree char *f16 = convert(src, conf_dir_dtype("latest", TRUE, "half"), 2, 0, -1);
+  g_autofree char *back = g_strdup_printf("%s/back-%u", work_dir, n_made++);
+  g_autofree char *bad = new_dir("conf");
+  g_autofree char *bad_out = g_strdup_printf("%s/refused-%u", work_dir, n_made++);
+  RankFiles a[2], b[2];
+  Run r;
+
+  /* BF16 widened to F32: exact, every element; the model's own dtype is not recorded */
+  g_assert_cmpuint(open_ranks(f32, a, 2), ==, 2);
+  g_assert_cmpuint(open_ranks(bf16, b, 2), ==, 2);
+  for (guint k = 0; k < 2; k++) {
+    assert_metadata(&a[k], "wsync.dtype", "F32");
+    assert_metadata(&b[k], "wsync.dtype", NULL);
+    for (guint f = 0; f < b[k].files->len; f++) {
+      WsyncCheckpoint *ck = b[k].files->pdata[f];
+      for (guint i = 0; i < wsync_checkpoint_n_tensors(ck); i++) {
+        const WsyncTensor *narrow = wsync_checkpoint_tensor(ck, i);
+        const WsyncTensor *wide = rank_lookup(&a[k], narrow->name);
+        g_assert_nonnull(wide);
+        g_assert_cmpint(wide->dtype, ==, WSYNC_DTYPE_F32);
+        for (guint64 e = 0; e < wide->numel; e++)
+          g_assert_true(elem_ok(wide, e, narrow, e));
+      }
+    }
+  }
+  for (guint k = 0; k < 2; k++) {
+    rank_files_clear(&a[k]);
+    rank_files_clear(&b[k]);
+  }
+  r = run_wsync("convert", f32, back, "--conf-dir", DEFAULT_CONF, "--plugin-dir",
+                test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR"), "--target", "hf", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+  assert_verify(src, back, 0);
+  /* half: F16 files that say so */
+  g_assert_cmpuint(open_ranks(f16, a, 2), ==, 2);
+  for (guint k = 0; k < 2; k++) {
+    assert_metadata(&a[k], "wsync.dtype", "F16");
+    g_assert_cmpint(rank_lookup(&a[k], "model.embed_tokens.weight")->dtype, ==,
+                    WSYNC_DTYPE_F16);
+    g_assert_cmpint(rank_lookup(&a[k], "model.layers.0.self_attn.attn._k_scale")->dtype, ==,
+                    WSYNC_DTYPE_F32);
+    rank_files_clear(&a[k]);
+  }
+  /* not a --dtype value */
+  g_free(test_write(bad, "10-test.conf", "plugin \"qwen3_moe\" {}\nplugin \"vllm\" {\n"
+                                         "  dtype = \"int8\"\n}\n"));
+  r = run_wsync("convert", src, bad_out, "--conf-dir", bad, "--plugin-dir",
+                test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR"), "--target", "vllm", NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  assert_has(r.err, "10-test.conf:3: dtype must be auto, bfloat16, float16, half, float32 or "
+                    "float (the deployment's vLLM --dtype), not \"int8\"\n");
+  g_assert_false(g_file_test(bad_out, G_FILE_TEST_EXISTS));
+  run_clear(&r);
+}
+
+/* tp 8 > 6 experts: vLLM's Qwen3-MoE block refuses it at init, EP or not (docs/vllm.md
+ * §4), although tp divides everything else of this model. */
+static void
+test_refuse_tp_beyond_experts(void)
+{
+  static const char *const eps[] = {NULL, "8", "16"};
+
+  for (guint i = 0; i < G_N_ELEMENTS(eps); i++)
+    assert_refused("tiny-qwen3-moe-e6.json", "8", eps[i],
+                   "tp 8 is more than the 6 experts of model.layers.1.mlp.experts: vLLM "
+                   "refuses a tensor-parallel size greater than the number of experts");
+}
+
 static void
 test_bad_version(void)
 {
@@ -1205,6 +1403,9 @@ main(int argc, char **argv)
   g_test_add_func("/vllm/refuse/vocab", test_refuse_vocab);
   g_test_add_func("/vllm/refuse/ep", test_refuse_ep);
   g_test_add_func("/vllm/refuse/ep-beyond-experts", test_refuse_ep_beyond_experts);
+  g_test_add_func("/vllm/refuse/tp-beyond-experts", test_refuse_tp_beyond_experts);
+  g_test_add_func("/vllm/dtype/auto-float32-model", test_dtype_auto_float32_model);
+  g_test_add_func("/vllm/dtype/explicit", test_dtype_explicit);
   g_test_add_func("/vllm/config/bad-version", test_bad_version);
   g_test_add_func("/vllm/config/version-spellings", test_version_spellings);
   g_test_add_func("/vllm/plan/format-and-era", test_plan_format_and_era);

@@ -26,9 +26,11 @@ Parts:
 """
 
 import array
+import copy
 import glob
 import itertools
 import json
+import math
 import os
 import re
 import struct
@@ -83,6 +85,16 @@ def _f32_bits(value):
         return 0x7F800000 if value > 0 else 0xFF800000
 
 
+def _pack_float(fmt, value):
+    """struct.pack of one float, rounding to nearest even; a finite value beyond the
+    format's range becomes an infinity of its sign, as a C cast (torch's copy_) gives it
+    (struct raises OverflowError instead)."""
+    try:
+        return struct.pack(fmt, value)
+    except OverflowError:
+        return struct.pack(fmt, math.copysign(math.inf, value))
+
+
 def _encode(dtype, values):
     """Raw element integers of @dtype for Python numbers, as torch's copy_ casts:
     floats to bfloat16 round to nearest even, NaN becomes 0x7FC0 (c10::BFloat16)."""
@@ -97,8 +109,8 @@ def _encode(dtype, values):
         return out
     size = DTYPE_SIZE[dtype]
     if dtype in ("F16", "F32", "F64"):
-        fmt = {"F16": "e", "F32": "f", "F64": "d"}[dtype]
-        packed = b"".join(struct.pack("<" + fmt, v) for v in values)
+        fmt = "<" + {"F16": "e", "F32": "f", "F64": "d"}[dtype]
+        packed = b"".join(_pack_float(fmt, v) for v in values)
     else:
         bits = size * 8
         if dtype == "BOOL":
@@ -772,12 +784,16 @@ def expert_placement(num_experts, ep, ep_rank):
     return ep_rank * base + min(ep_rank, rem), local
 
 
-def routed_experts(num_experts, inter, hidden, par, dtype, map_persistent):
+def routed_experts(num_experts, inter, hidden, par, dtype, map_persistent, platform="cuda"):
     """FusedMoE's (vLLM-new: RoutedExperts') w13_weight [E_loc, 2*I/tp_moe, H] and
     w2_weight [E_loc, H, I/tp_moe] in the loader layout (docs/vllm.md §4); with EP the
     _expert_map buffer, int32 [E], -1 for experts of other ranks (§4), persistent or not
-    by release (§5, §6)."""
+    by release (§5, §6).  vLLM-Ascend sizes every EP rank for E // ep experts, so a split
+    that leaves a remainder does not load or start there (docs/vllm-ascend.md §2 "Expert
+    placement")."""
     ip = divide(inter, par.moe_tp, "moe_intermediate_size %d over tp %d" % (inter, par.moe_tp))
+    if platform == "ascend" and par.ep > 1:
+        divide(num_experts, par.ep, "vLLM-Ascend: %d experts over ep %d" % (num_experts, par.ep))
     first, local = expert_placement(num_experts, par.ep, par.ep_rank)
     m = Module("FusedMoE")
     m.register_parameter("w13_weight", Parameter.new(
@@ -851,6 +867,10 @@ def moe_block(cfg, par, era, platform, map_persistent, ascend_unwrapped=False):
     (@ascend_unwrapped), sets _shared_experts to the shared expert MLP itself, which
     replaces the SharedExperts wrapper (nn.Module.__setattr__)."""
     h, dtype = cfg.hidden, cfg.dtype
+    if par.tp > cfg.num_experts:
+        # `if self.tp_size > config.num_experts: raise ValueError(...)`, EP or not
+        # (docs/vllm.md §4 "Tensor parallelism larger than the number of experts")
+        raise VllmRefuses("tp %d is greater than the %d experts" % (par.tp, cfg.num_experts))
     block = Module("SparseMoeBlock")
     # docs/vllm.md §8, §9.4
     gate = block.add_module("gate", replicated_linear(h, cfg.num_experts, dtype))
@@ -867,7 +887,8 @@ def moe_block(cfg, par, era, platform, map_persistent, ascend_unwrapped=False):
         shared = block.add_module("shared_expert",
                                   dense_mlp(h, cfg.shared_inter, shared_par, dtype))
         shared.add_module("expert_gate", seg)
-    routed = routed_experts(cfg.num_experts, cfg.moe_inter, h, par, dtype, map_persistent)
+    routed = routed_experts(cfg.num_experts, cfg.moe_inter, h, par, dtype, map_persistent,
+                            platform)
     if era == "A":
         experts = routed
         experts.add_module("_gate", gate)
@@ -938,7 +959,8 @@ class ModelConfig:
         self.mlp_bias = bool(raw.get("mlp_bias", False))
         name = text.get("dtype") or text.get("torch_dtype") or raw.get("dtype") \
             or raw.get("torch_dtype") or "bfloat16"
-        self.dtype = TORCH_DTYPE[name]  # docs/vllm.md §2: parameters take the model dtype
+        self.config_dtype = TORCH_DTYPE[name]
+        self.dtype = self.served(self.config_dtype, "auto")
         if self.family == "qwen3_5":
             interval = text.get("full_attention_interval", 4)
             self.layer_types = text.get("layer_types") or [
@@ -950,6 +972,22 @@ class ModelConfig:
             self.hk = text["linear_key_head_dim"]
             self.hv = text["linear_value_head_dim"]
             self.conv_k = text["linear_conv_kernel_dim"]
+
+    @staticmethod
+    def served(config_dtype, option):
+        """The dtype vLLM builds the parameters in (docs/vllm.md §2 "Dtype on load"):
+        --dtype @option, or for auto (its default) the config's, a float32 model
+        downcast to the platform's first dtype, bfloat16 on GPUs with BF16 and on
+        vLLM-Ascend (_resolve_auto_dtype)."""
+        if option != "auto":
+            return TORCH_DTYPE[option]
+        return "BF16" if config_dtype == "F32" else config_dtype
+
+    def served_as(self, option):
+        """This config as vLLM started with --dtype @option builds it."""
+        other = copy.copy(self)
+        other.dtype = self.served(self.config_dtype, option)
+        return other
 
     def is_sparse(self, i):
         """Dense MLP when the layer is in mlp_only_layers or (i+1) % decoder_sparse_step
@@ -1187,12 +1225,16 @@ _PER_EXPERT = re.compile(r"^(.*\.mlp)\.experts\.(\d+)\.(gate|up|down)_proj\.weig
 _FUSED_EXPERTS = re.compile(r"^(.*\.mlp)\.experts\.(gate_up_proj|down_proj)$")
 
 
+# AutoWeightsLoader.ROTARY_EMBEDS_UNUSED_WEIGHTS, skipped by every model class here
+# (docs/vllm.md §8 "Skipped checkpoint names", §9.1, §10).
+ROTARY_UNUSED = ("rotary_pos_emb.inv_freq", "rotary_emb.inv_freq", "rotary_emb.cos_cached",
+                 "rotary_emb.sin_cached")
+
+
 def _runtime_name(cfg, name):
     """The vLLM name of a checkpoint tensor, or None for what vLLM skips."""
-    if "rotary_emb.inv_freq" in name:  # docs/vllm.md §9.1
+    if any(unused in name for unused in ROTARY_UNUSED):
         return None
-    if cfg.family == "llama" and re.search(r"rotary_emb\.(cos|sin)_cached$", name):
-        return None  # LlamaForCausalLM skips the rotary caches too (docs/vllm.md §10)
     if cfg.family == "qwen3_5":
         # AutoWeightsLoader(skip_prefixes=["mtp."]) (docs/vllm.md §9.1)
         if name.startswith("mtp."):

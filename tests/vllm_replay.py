@@ -949,8 +949,10 @@ class ModelConfig:
         self.shared_inter = text.get("shared_expert_intermediate_size", 0) if self.moe else 0
         self.mlp_only_layers = set(text.get("mlp_only_layers") or [])
         self.sparse_step = text.get("decoder_sparse_step", 1) or 1
-        tied = text.get("tie_word_embeddings", raw.get("tie_word_embeddings", False))
-        self.tied = bool(tied)
+        # vLLM ties by hf_text_config's field alone, false when absent: for Qwen3.5 its own
+        # config classes default it to false and never copy the top level's
+        # (docs/hf-checkpoints.md §3 "Who ties the LM head"); flat configs: text is raw.
+        self.tied = bool(text.get("tie_word_embeddings", False))
         # LlamaDecoderLayer: attention_bias = config.attention_bias or config.bias sets
         # the qkv_proj AND o_proj biases, config.qkv_bias (if present) overrides the qkv
         # one; mlp_bias the gate_up_proj and down_proj biases (docs/vllm.md §10 "Biases").

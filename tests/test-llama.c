@@ -139,6 +139,19 @@ model_clear(Model *m)
   json_object_unref(m->root);
 }
 
+/* Writes @root as a config.json at @path. */
+static void
+write_config(JsonObject *root, const char *path)
+{
+  g_autoptr(JsonGenerator) gen = json_generator_new();
+  g_autoptr(JsonNode) node = json_node_init_object(json_node_alloc(), root);
+  GError *error = NULL;
+
+  json_generator_set_root(gen, node);
+  g_assert_true(json_generator_to_file(gen, path, &error));
+  g_assert_no_error(error);
+}
+
 #define LAYER(l, s) g_strdup_printf("model.layers.%" G_GUINT64_FORMAT "." s, l)
 
 /* Name -> "[shape]" of the published checkpoint (docs/hf-checkpoints.md §5). */
@@ -388,14 +401,7 @@ test_defaults(void)
 
   json_object_remove_member(m.root, "num_key_value_heads");
   json_object_set_null_member(m.root, "head_dim");
-  {
-    g_autoptr(JsonGenerator) gen = json_generator_new();
-    g_autoptr(JsonNode) node = json_node_init_object(json_node_alloc(), m.root);
-    GError *error = NULL;
-    json_generator_set_root(gen, node);
-    g_assert_true(json_generator_to_file(gen, config, &error));
-    g_assert_no_error(error);
-  }
+  write_config(m.root, config);
   r = run_wsync("synth", "--config", config, dir, NULL);
   expect_status(&r, 0, "synth without num_key_value_heads");
   m.nkv = m.nh;
@@ -422,14 +428,7 @@ test_tie_absent(void)
 
   g_assert_true(m.tied);
   json_object_remove_member(m.root, "tie_word_embeddings");
-  {
-    g_autoptr(JsonGenerator) gen = json_generator_new();
-    g_autoptr(JsonNode) node = json_node_init_object(json_node_alloc(), m.root);
-    GError *error = NULL;
-    json_generator_set_root(gen, node);
-    g_assert_true(json_generator_to_file(gen, config, &error));
-    g_assert_no_error(error);
-  }
+  write_config(m.root, config);
   r = run_wsync("synth", "--config", config, dir, NULL);
   expect_status(&r, 0, "synth without tie_word_embeddings");
   m.tied = FALSE;
@@ -502,17 +501,12 @@ config_variant(const char *config, const char *key, JsonNode *value)
 {
   Model m = read_model(config);
   char *path = new_path("bad-config.json");
-  g_autoptr(JsonGenerator) gen = json_generator_new();
-  g_autoptr(JsonNode) node = json_node_init_object(json_node_alloc(), m.root);
-  GError *error = NULL;
 
   if (value != NULL)
     json_object_set_member(m.root, key, value);
   else
     json_object_remove_member(m.root, key);
-  json_generator_set_root(gen, node);
-  g_assert_true(json_generator_to_file(gen, path, &error));
-  g_assert_no_error(error);
+  write_config(m.root, path);
   model_clear(&m);
   return path;
 }

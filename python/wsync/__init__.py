@@ -99,8 +99,8 @@ def load_rank(dir, rank, params, *, verify=True, require_commit=True, version=No
         `rank`; with verify=True (the default; it costs one read of the files) each
         file's checksum (wsync_session_checksum) must be the record's;
       - every tensor of the rank's files must have a destination of the same dtype and
-        shape, not on torch's meta device (params may hold more).  The first difference is raised as wsync.Error
-        naming the file and the tensor.
+        shape, not on torch's meta device (params may hold more).  The first difference
+        is raised as wsync.Error naming the file and the tensor.
     Then numpy destinations are filled in C without the GIL, torch ones with
     param.copy_() from a zero-copy view of the mapped file.  If a new step began
     meanwhile (the record changed), wsync.Error says so: load again.

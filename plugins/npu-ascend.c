@@ -43,6 +43,11 @@
  * the plan of a kernel-format output says this in a note.  The sharded-state format
  * holds the loader layout, which vLLM-Ascend's own process_weights_after_loading casts.
  *
+ * Sleep mode: the vLLM-Ascend releases for vLLM 0.17 to 0.26.x replace w13_weight and
+ * w2_weight in wake_up by views in the loader shape (§5 "Sleep / wake-up"); the files are
+ * the same, and the plan for such a vllm-version says in a note that the processed
+ * parameters must be put back before a kernel-format copy.
+ *
  * Layout state is data
  * --------------------
  * Each rank file records in its `__metadata__` the layout of its experts:
@@ -156,6 +161,41 @@ recorded_state(WsyncLayout *layout, const char *key, MoeLayout fallback, MoeLayo
   "(enable_fused_mc2: the MoE kernel runs the experts in FRACTAL_NZ or from per-expert "  \
   "copies) or weight_nz_mode=2 (BF16/FP16 in FRACTAL_NZ) (docs/vllm-ascend.md §3, §4)"
 
+/* vLLM-Ascend's release branches for vLLM 0.17 to 0.26.x (v0.17.0rc1 to
+ * releases/v0.26.0rc) transpose the routed experts back to the loader shape in
+ * NPUWorker.wake_up, for a checkpoint-format reload that process_weights_after_loading
+ * follows; vllm-ascend #13012 removed that before its lane for vLLM 0.27.1
+ * (docs/vllm-ascend.md §5 "Sleep / wake-up"). */
+#define NOTE_WAKE_UP_TRANSPOSE                                                             \
+  "format kernel on vllm-ascend for vLLM 0.17 to 0.26.x: vLLM-Ascend's releases for "     \
+  "them transpose the routed experts back to the loader shape when the weights wake up "  \
+  "(NPUWorker.wake_up with tags None or \"weights\"; removed by vllm-ascend #13012 "      \
+  "for 0.27.1), so these files match the experts of an engine whose weights did not "    \
+  "sleep; after such a wake_up w13_weight and w2_weight are views [E_loc, 2I/tp, H] and " \
+  "[E_loc, H, I/tp] of the restored storage until the processed parameters are put "      \
+  "back (docs/vllm-ascend.md §5)"
+
+/* Whether the vLLM release the files are for (the vllm plugin's vllm-version, "latest"
+ * meaning 0.27.1) is served by a vLLM-Ascend whose wake_up transposes the experts: a
+ * release before 0.27.  The vllm plugin refuses versions it does not know. */
+static gboolean
+wake_up_transposes(WsyncLayout *layout)
+{
+  cfg_t *vllm = wsync_layout_get_option(layout, "vllm");
+  const char *text = vllm != NULL ? cfg_getstr(vllm, "vllm-version") : NULL;
+  g_auto(GStrv) fields = NULL;
+  guint64 major, minor;
+
+  if (text == NULL || strcmp(text, "latest") == 0)
+    return FALSE;
+  fields = g_strsplit(text[0] == 'v' ? text + 1 : text, ".", 3);
+  if (g_strv_length(fields) < 2 ||
+      !g_ascii_string_to_unsigned(fields[0], 10, 0, G_MAXUINT32, &major, NULL) ||
+      !g_ascii_string_to_unsigned(fields[1], 10, 0, G_MAXUINT32, &minor, NULL))
+    return FALSE;
+  return major == 0 && minor < 27;
+}
+
 /* After the vllm plugin built a rank (in the loader layout): puts the expert tensors
  * into the processed layout where they are to be (writing: the kernel format) or are
  * (reading: the files' metadata), and records every state. */
@@ -168,8 +208,11 @@ processed_experts(WsyncLayout *layout, gpointer user_data, GError **error)
   MoeLayout rank_state = kernel ? MOE_PROCESSED : MOE_PREPROCESSED;
 
   (void)user_data;
-  if (kernel && !reading)
+  if (kernel && !reading) {
     wsync_layout_add_note(layout, NOTE_KERNEL_ND);
+    if (wake_up_transposes(layout))
+      wsync_layout_add_note(layout, NOTE_WAKE_UP_TRANSPOSE);
+  }
   /* Rank files that record no state hold the loader layout. */
   if (reading && !recorded_state(layout, KEY_MOE_LAYOUT, MOE_PREPROCESSED, &rank_state, error))
     return FALSE;

@@ -1175,11 +1175,12 @@ test_plan(void)
   assert_plan_transposes(src, CONF, "vllm-ascend", "sharded-state", 2, 0, FALSE);
 }
 
-/* The plan's notes, as --json lists them, of SRC -> @target in @format at tp 2. */
+/* The plan's notes, as --json lists them, of SRC -> @target in @format at tp 2, with the
+ * conf.d @conf. */
 static GPtrArray *
-plan_notes(const char *target, const char *format)
+plan_notes_with(const char *conf, const char *target, const char *format)
 {
-  Run r = run_wsync("plan", synth(TINY, FALSE), "--conf-dir", CONF, "--plugin-dir",
+  Run r = run_wsync("plan", synth(TINY, FALSE), "--conf-dir", conf, "--plugin-dir",
                     plugin_dir(), "--target", target, "--format", format, "--tp", "2", "--json",
                     NULL);
   g_autoptr(JsonParser) parser = json_parser_new();
@@ -1197,6 +1198,12 @@ plan_notes(const char *target, const char *format)
     g_ptr_array_add(notes, g_strdup(json_array_get_string_element(list, i)));
   test_run_clear(&r);
   return notes;
+}
+
+static GPtrArray *
+plan_notes(const char *target, const char *format)
+{
+  return plan_notes_with(CONF, target, format);
 }
 
 /* The kernel format writes ND weights, which not every vLLM-Ascend deployment runs: the
@@ -1250,6 +1257,53 @@ test_plan_nd_note(void)
                     "enable_fused_mc2 off,\n      not 310P, fused MC2 or weight_nz_mode=2 "
                     "(docs/vllm-ascend.md §4)\n");
   test_run_clear(&r);
+}
+
+/* vLLM-Ascend for vLLM 0.17 to 0.26.x transposes the routed experts back in
+ * NPUWorker.wake_up (docs/vllm-ascend.md §5): the plan of a kernel-format output for one
+ * of those releases says that its files match an engine whose weights did not sleep, and
+ * only that plan; from 0.27.1 on (vllm-ascend #13012) nothing is said. */
+static void
+test_plan_wake_up_note(void)
+{
+  static const char note[] =
+      "format kernel on vllm-ascend for vLLM 0.17 to 0.26.x: vLLM-Ascend's releases for "
+      "them transpose the routed experts back to the loader shape when the weights wake up "
+      "(NPUWorker.wake_up with tags None or \"weights\"; removed by vllm-ascend #13012 "
+      "for 0.27.1), so these files match the experts of an engine whose weights did not "
+      "sleep; after such a wake_up w13_weight and w2_weight are views [E_loc, 2I/tp, H] and "
+      "[E_loc, H, I/tp] of the restored storage until the processed parameters are put "
+      "back (docs/vllm-ascend.md §5)";
+  static const struct {
+    const char *version, *target, *format;
+    gboolean noted;
+  } cases[] = {{"0.18", "vllm-ascend", "kernel", TRUE},
+               {"0.22.1", "vllm-ascend", "kernel", TRUE},
+               {"v0.24.0", "vllm-ascend", "kernel", TRUE},
+               {"0.26.1", "vllm-ascend", "kernel", TRUE},
+               {"0.26.1", "vllm-ascend", "sharded-state", FALSE},
+               {"0.26.1", "vllm", "kernel", FALSE},
+               {"0.27.1", "vllm-ascend", "kernel", FALSE},
+               {"latest", "vllm-ascend", "kernel", FALSE},
+               {"0.28.0", "vllm-ascend", "kernel", FALSE}};
+
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_autoptr(GPtrArray) notes =
+        plan_notes_with(conf_dir(cases[i].version, TRUE), cases[i].target, cases[i].format);
+    guint found = 0;
+
+    for (guint k = 0; k < notes->len; k++) {
+      const char *text = notes->pdata[k];
+      found += strcmp(text, note) == 0;
+      if (!cases[i].noted && strstr(text, "wake_up") != NULL)
+        g_error("vllm-version %s, plan -> %s %s notes wake_up: %s", cases[i].version,
+                cases[i].target, cases[i].format, text);
+    }
+    if (found != (cases[i].noted ? 1u : 0u))
+      g_error("vllm-version %s, plan -> %s %s: the wake_up note %u times, want %u",
+              cases[i].version, cases[i].target, cases[i].format, found,
+              cases[i].noted ? 1u : 0u);
+  }
 }
 
 /* The deprecated option still only takes its two old values. */
@@ -1582,6 +1636,7 @@ main(int argc, char **argv)
   g_test_add_func("/npu-ascend/transpose/paths-identical", test_transpose_paths_identical);
   g_test_add_func("/npu-ascend/plan", test_plan);
   g_test_add_func("/npu-ascend/plan/nd-note", test_plan_nd_note);
+  g_test_add_func("/npu-ascend/plan/wake-up-note", test_plan_wake_up_note);
   g_test_add_func("/npu-ascend/config/bad-option", test_bad_option);
   g_test_add_func("/npu-ascend/config/deprecated-option", test_deprecated_option);
   g_test_add_func("/npu-ascend/config/shipped", test_shipped_conf);

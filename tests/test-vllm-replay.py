@@ -687,6 +687,90 @@ CROSS_CONTROLS = [
 ]
 
 
+# A colocated vLLM-Ascend: weights put to sleep and woken before the kernel-format copy
+# (docs/vllm-ascend.md §5 "Sleep / wake-up").  The releases for vLLM 0.17 to 0.26.x
+# transpose the routed experts back to views in the loader shape in wake_up: the copy
+# must fail on each expert parameter whose shape that changed, and accepts silently (the
+# bytes land transposed in the storage) one that is square, H == 2I/tp (tiny-qwen3.5-moe
+# with EP); put back before the copy, the processed parameters load bit for bit.  From
+# 0.27.1 on wake_up changes nothing.  (config, tp, ep, vllm-version, era, expert map
+# persistent)
+ASCEND_WAKE_UP_TRANSPOSES = {"0.18.1", "0.20.0", "0.22.0", "0.24.0"}
+WAKE_UP_CASES = [("tiny-qwen3-moe", 2, 1, "0.24.0", "D", True),
+                 ("tiny-qwen3.5-moe", 2, 2, "0.18.1", "A", True),
+                 ("tiny-qwen3-moe", 2, 2, "latest", "D", False)]
+
+
+def woken_model(case, cfg, checkpoint, par):
+    """The model of one worker as a kernel-format update finds it after a sleep and a
+    wake_up of its weights (scrambled: the copy must bring every byte), and the bytes
+    and shapes each parameter must end with."""
+    model = vr.build_model(cfg, par, case.era, case.platform, case.persistent,
+                           case.version in ASCEND_UNWRAPPED)
+    vr.load_checkpoint(model, checkpoint)
+    vr.process_for_kernel(model, case.platform)
+    want = {name: (p.tobytes(), p.shape) for name, p in model.named_parameters()}
+    for _, p in model.named_parameters():
+        p.scramble_()
+    if case.version in ASCEND_WAKE_UP_TRANSPOSES:
+        vr.ascend_wake_up(model, cfg.hidden)
+    return model, want
+
+
+def wake_up_problems(case, cfg, checkpoint, dst):
+    """The kernel-format update of every worker after a sleep and wake_up of the weights
+    on case.version's vLLM-Ascend, as WAKE_UP_CASES says it must go."""
+    world = case.ep if case.ep > 1 else case.tp
+    problems = []
+    for r in range(world):
+        par = case.parallel(r % case.tp, r if case.ep > 1 else 0)
+        if case.version in ASCEND_WAKE_UP_TRANSPOSES:
+            # copied into the woken parameters as they are
+            model, want = woken_model(case, cfg, checkpoint, par)
+            woken = dict(model.named_parameters())
+            experts = {n for n in want if n.endswith(("w13_weight", "w2_weight"))}
+            moved = {n for n in experts if woken[n].shape != want[n][1]}
+            square = experts - moved
+            found = vr.kernel_update(model, dst, r)
+            failed = {name for _, name, msg in found if "copy_ raises RuntimeError" in msg}
+            if not moved or failed != moved or len(found) != len(moved):
+                problems.append("worker %d after wake_up on vLLM-Ascend %s: the copy must "
+                                "fail on the %d expert parameters wake_up reshaped exactly; "
+                                "it reported: %s"
+                                % (r, case.version, len(moved), found[:3] or "nothing"))
+            problems += ["worker %d: %s accepted into the woken view, but its storage does "
+                         "not hold the processed layout" % (r, n)
+                         for n in square if woken[n].is_contiguous()]
+            # the remedy: the processed parameters put back first
+            model, want = woken_model(case, cfg, checkpoint, par)
+            vr.ascend_restore_processed(model)
+        else:
+            model, want = woken_model(case, cfg, checkpoint, par)
+        found = vr.kernel_update(model, dst, r)
+        problems += ["worker %d: %s: %s: %s" % ((r,) + item) for item in found]
+        if found:
+            continue
+        for name, p in model.named_parameters():
+            problems += value_problems("kernel-rank-%d" % r, name, p, want[name][0])
+    return problems
+
+
+def run_wake_up_checks(work, synth_dirs, conf_dirs, configs, checkpoints):
+    """Runs WAKE_UP_CASES; yields (ok, name, diagnostics)."""
+    for serial, (config, tp, ep, version, era, persistent) in enumerate(WAKE_UP_CASES):
+        case = Case(config, tp, ep, "vllm-ascend", "ascend", "kernel", version, era, persistent)
+        result, dst = run_case(case, work, synth_dirs, conf_dirs, "wake-%d" % serial)
+        if result.returncode != 0:
+            problems = ["exit status %d: %s" % (result.returncode, result.stderr.strip()[:300])]
+        else:
+            problems = wake_up_problems(case, configs[config], checkpoints[config], dst)
+        shutil.rmtree(dst, ignore_errors=True)
+        what = ("the copy fails on the experts, and loads once they are put back"
+                if version in ASCEND_WAKE_UP_TRANSPOSES else "wake_up changes nothing")
+        yield not problems, "colocated: %s, weights woken: %s" % (case.name(), what), \
+            problems[:MAX_DIAGNOSTICS]
+
+
 def run_cross_controls(work, synth_dirs, conf_dirs, configs, checkpoints):
     """Runs CROSS_CONTROLS; yields (ok, name, diagnostics)."""
     for serial, (what, written, loaded, fragment) in enumerate(CROSS_CONTROLS):
@@ -812,7 +896,8 @@ def main(argv):
             add_rope_buffers(synth_dirs[config], configs[config])
             checkpoints[config] = read_checkpoint(synth_dirs[config])
         cases = plan_cases(configs)
-        print("1..%d" % (len(cases) + len(CONTROLS) + len(CROSS_CONTROLS)))
+        print("1..%d" % (len(cases) + len(CONTROLS) + len(CROSS_CONTROLS)
+                         + len(WAKE_UP_CASES)))
         sys.stdout.flush()
         failures = 0
         # One conversion runs ahead in a thread while this one checks the previous
@@ -842,7 +927,8 @@ def main(argv):
         number = len(cases)
         controls = itertools.chain(
             run_controls(work, synth_dirs, conf_dirs, configs, checkpoints),
-            run_cross_controls(work, synth_dirs, conf_dirs, configs, checkpoints))
+            run_cross_controls(work, synth_dirs, conf_dirs, configs, checkpoints),
+            run_wake_up_checks(work, synth_dirs, conf_dirs, configs, checkpoints))
         for caught, name, diag in controls:
             number += 1
             print("%s %d - %s" % ("ok" if caught else "not ok", number, name))

@@ -21,6 +21,7 @@ Parts:
                            Qwen3.5 and Llama for a TP/EP rank, an era of vLLM and a platform
   load_checkpoint          vLLM's weight loaders, replayed on a Hugging Face checkpoint
   process_for_kernel       vLLM-Ascend's process_weights_after_loading for the experts
+  ascend_wake_up           the experts transposed back by vLLM-Ascend 0.17-0.26's wake_up
   ShardedStateLoad         the sharded_state load loop (docs/vllm.md §6)
   kernel_update            the live update in kernel format (docs/vllm.md §7)
 """
@@ -1346,6 +1347,41 @@ def process_for_kernel(model, platform, moe_backend="triton"):
                 rule="vLLM-Ascend kernel layout: %s transposed to [E_loc, %s] "
                      "(docs/vllm-ascend.md §3)"
                 % (name, "H, 2I/tp" if name == "w13_weight" else "I/tp, H"))
+
+
+def ascend_wake_up(model, hidden):
+    """NPUWorker.wake_up of vLLM-Ascend's releases for vLLM 0.17 to 0.26.x, once the
+    allocator restored the weights (tags None or "weights"; from releases/v0.24.0rc only
+    without a quant_config, as for BF16): in named_parameters() order, a w2_weight whose
+    dim 2 is the hidden size, or else a w13_weight whose dim 1 is, is replaced on its
+    module (setattr) by a new Parameter that is param.transpose(1, 2), a view of the same
+    storage in the loader shape (docs/vllm-ascend.md §5 "Sleep / wake-up").  From
+    vllm-ascend #13012 (its lane for 0.27.1) wake_up only restores buffers."""
+    for name, param in list(model.named_parameters()):
+        if ("w2_weight" in name and param.shape[2] == hidden) or \
+                ("w13_weight" in name and param.shape[1] == hidden):
+            module_path, _, pname = name.rpartition(".")
+            model.get_submodule(module_path)._parameters[pname] = Parameter(
+                param.transpose(1, 2),
+                rule="vLLM-Ascend wake_up: %s transposed back to the loader shape, a view "
+                     "(docs/vllm-ascend.md §5)" % pname)
+
+
+def ascend_restore_processed(model):
+    """Puts back the processed expert parameters after ascend_wake_up, as a consumer of
+    kernel-format files on those releases must before copying: each routed-experts
+    w13_weight / w2_weight that is a transposed view of contiguous storage becomes
+    Parameter(view.transpose(1, 2)), the processed tensor over the same storage
+    (ms-swift #9800 reinstalls the Parameters it saved before wake_up, to the same end;
+    docs/vllm-ascend.md §5)."""
+    for experts in model.py_routed:
+        for name in ("w13_weight", "w2_weight"):
+            param = experts._parameters[name]
+            back = param.transpose(1, 2)
+            if not param.is_contiguous() and back.is_contiguous():
+                experts._parameters[name] = Parameter(
+                    back, rule="vLLM-Ascend kernel layout, restored after wake_up "
+                               "(docs/vllm-ascend.md §3, §5)")
 
 
 # ------------------------------------------------------------------ the two consumers

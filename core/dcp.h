@@ -208,6 +208,22 @@ guint wsync_dcp_n_skipped(const WsyncDcp *dcp);
 const char *wsync_dcp_skipped(const WsyncDcp *dcp, guint i);
 
 /**
+ * wsync_dcp_wrapper:
+ * @dcp: a checkpoint
+ *
+ * Format B names each entry by its flattened key (`flatten_state_dict`: the object path
+ * in the saved state dict joined with "."), except that when the saved state dict's
+ * root has one key, a dict (every entry's `planner_data` path starts with the same key
+ * and goes on), that key and its dot are dropped from every name, as accelerate's
+ * `merge_fsdp_weights` drops the "model" of its `{"model": state_dict}`
+ * (docs/dcp.md §3, "Names").  Tensor and skipped names are the names without it.
+ *
+ * Returns: (transfer none) (nullable): the key dropped, or %NULL (format A; no
+ *   `planner_data`; more than one top-level key).
+ */
+const char *wsync_dcp_wrapper(const WsyncDcp *dcp);
+
+/**
  * wsync_dcp_check_tensor:
  * @dcp: a checkpoint
  * @tensor: one of its tensors

@@ -459,6 +459,36 @@ test_b_per_rank(void)
   g_assert_cmpuint(wsync_dcp_lookup(collective, "model.norm.weight")->chunks->len, ==, 1);
 }
 
+/* A state dict saved inside a one-key dict ({"model": state_dict}, accelerate's
+ * save_fsdp_model): named as the model names its tensors, the wrapper key dropped, as
+ * accelerate's merge does (docs/dcp.md §3, "Names"); from one .metadata and from
+ * per-rank metadata (where rank 1's file alone lacks the non-tensor value).  Beside a
+ * second top-level key the names stay as saved. */
+static void
+test_b_wrapped(void)
+{
+  g_autoptr(WsyncDcp) dcp = open_good("wrapped-b");
+  compare_with_source(dcp, "good.safetensors");
+  g_assert_cmpuint(wsync_dcp_n_skipped(dcp), ==, 1);
+  g_assert_cmpstr(wsync_dcp_skipped(dcp, 0), ==, "train_state");
+  g_assert_cmpstr(wsync_dcp_wrapper(dcp), ==, "model");
+
+  g_autoptr(WsyncDcp) ranks = open_good("wrapped-b-per-rank");
+  compare_with_source(ranks, "ranks.safetensors");
+  g_assert_cmpstr(wsync_dcp_skipped(ranks, 0), ==, "train_state");
+  g_assert_cmpstr(wsync_dcp_wrapper(ranks), ==, "model");
+
+  g_autoptr(WsyncDcp) two = open_good("wrapped-two-keys");
+  g_assert_cmpuint(wsync_dcp_n_tensors(two), ==, 2);
+  g_assert_cmpstr(wsync_dcp_tensor(two, 0)->name, ==, "model.b");
+  g_assert_cmpstr(wsync_dcp_tensor(two, 1)->name, ==, "model.w");
+  g_assert_cmpstr(wsync_dcp_skipped(two, 0), ==, "train_state");
+  g_assert_null(wsync_dcp_wrapper(two));
+
+  g_autoptr(WsyncDcp) plain = open_good("good-b");
+  g_assert_null(wsync_dcp_wrapper(plain));
+}
+
 /* Through the command: both saves merge to the same files, byte for byte, and to the
  * unsharded source. */
 static void
@@ -659,13 +689,14 @@ test_refusal_cli(gconstpointer data)
   test_rmtree(conf);
 }
 
-/* Both pickling styles of the memory format, protocols 2, 4 and 5 (pathlib._local), and
- * format A, through the command: merge exits 0 and gives back the unsharded source, bit
- * for bit. */
+/* Both pickling styles of the memory format, protocols 2, 4 and 5 (pathlib._local),
+ * format A, and a state dict under accelerate's "model" key, through the command: merge
+ * exits 0 and gives back the unsharded source, bit for bit. */
 static void
 test_merge_cli(void)
 {
-  const char *names[] = {"good-b", "good-b-by-name", "good-b-p2", "good-b-p5", "good-a"};
+  const char *names[] = {"good-b", "good-b-by-name", "good-b-p2", "good-b-p5", "good-a",
+                         "wrapped-b"};
   g_autofree char *source = fixture("good.safetensors");
   for (guint i = 0; i < G_N_ELEMENTS(names); i++) {
     g_autofree char *path = fixture(names[i]);
@@ -1351,6 +1382,7 @@ main(int argc, char **argv)
   g_test_add_func("/dcp/b/no-index-hints", test_b_no_index_hints);
   g_test_add_func("/dcp/b/flat", test_b_flat);
   g_test_add_func("/dcp/b/per-rank-metadata", test_b_per_rank);
+  g_test_add_func("/dcp/b/wrapped-state-dict", test_b_wrapped);
   for (guint i = 0; i < G_N_ELEMENTS(refusals); i++) {
     g_autofree char *name = g_strdup_printf("/dcp/refuse/%s", refusals[i].fixture);
     g_test_add_data_func(name, &refusals[i], test_refusal);

@@ -1757,6 +1757,58 @@ wsync_dcp_detect(const char *dir)
   return meta_ranks->len > 0 || data_ranks->len > 0;
 }
 
+static gint
+compare_strings(gconstpointer a, gconstpointer b)
+{
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The subdirectories of @dir that wsync_dcp_detect() accepts, sorted. */
+static GPtrArray *
+detect_below(const char *dir)
+{
+  GPtrArray *found = g_ptr_array_new_with_free_func(g_free);
+  GDir *d = g_dir_open(dir, 0, NULL);
+  if (d == NULL)
+    return found;
+  const char *name;
+  while ((name = g_dir_read_name(d)) != NULL) {
+    g_autofree char *path = g_build_filename(dir, name, NULL);
+    if (strcmp(name, WSYNC_DCP_SHARDED_DIR) != 0 && wsync_dcp_detect(path))
+      g_ptr_array_add(found, g_strdup(name));
+  }
+  g_dir_close(d);
+  g_ptr_array_sort(found, compare_strings);
+  return found;
+}
+
+/* "; its subdirectories A and B are: pass one of them as SRC" when @dir has checkpoint
+ * subdirectories, else "". */
+static char *
+below_hint(const char *dir)
+{
+  g_autoptr(GPtrArray) below = detect_below(dir);
+  if (below->len == 0)
+    return g_strdup("");
+  GString *hint = g_string_new(below->len == 1 ? "; its subdirectory " : "; its subdirectories ");
+  for (guint i = 0; i < below->len; i++) {
+    g_autofree char *p = wsync_json_printable(g_ptr_array_index(below, i));
+    if (i > 0)
+      g_string_append(hint, i + 1 == below->len ? " and " : ", ");
+    g_string_append(hint, p);
+  }
+  g_string_append(hint, below->len == 1 ? " is one: pass it as SRC"
+                                        : " are: pass one of them as SRC");
+  return g_string_free(hint, FALSE);
+}
+
+char *
+wsync_dcp_below_hint(const char *dir)
+{
+  g_return_val_if_fail(dir != NULL, NULL);
+  return below_hint(dir);
+}
+
 WsyncDcp *
 wsync_dcp_open(const char *dir, GError **error)
 {
@@ -1813,9 +1865,11 @@ wsync_dcp_open(const char *dir, GError **error)
               "checkpoint's metadata is missing");
     return NULL;
   }
+  g_autofree char *hint = below_hint(dir);
   bad_input(error, dir, NULL,
             "not a sharded checkpoint: no .metadata, no __R.metadata and no "
-            "shard-S-model-I-of-N.safetensors files (in it or in sharded/)");
+            "shard-S-model-I-of-N.safetensors files (in it or in sharded/)%s",
+            hint);
   return NULL;
 }
 

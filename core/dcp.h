@@ -144,6 +144,21 @@ typedef struct _WsyncDcp WsyncDcp;
 gboolean wsync_dcp_detect(const char *dir);
 
 /**
+ * wsync_dcp_below_hint:
+ * @dir: a directory that is not a sharded checkpoint itself
+ *
+ * Trainers save a model's checkpoint as one subdirectory of a step directory
+ * (accelerate: `pytorch_model_fsdp_0/` beside `optimizer_0/`, `config.json` and the
+ * scheduler's file), so a refusal of @dir names the subdirectories wsync_dcp_detect()
+ * accepts (format A's `sharded/` excepted: that one makes @dir a checkpoint), sorted:
+ * "; its subdirectories optimizer_0 and pytorch_model_fsdp_0 are: pass one of them as
+ * SRC", or "; its subdirectory X is one: pass it as SRC".
+ *
+ * Returns: (transfer full): that text, to append to a message; "" when there are none.
+ */
+char *wsync_dcp_below_hint(const char *dir);
+
+/**
  * wsync_dcp_open:
  * @dir: the checkpoint directory (for format A, the directory whose `sharded/` holds the
  *   shards may be given too)

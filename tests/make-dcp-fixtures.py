@@ -902,6 +902,12 @@ def make_all(out):
                             enum_style="name", wrapper="model")
     write_format_b(os.path.join(out, "wrapped-two-keys"), flat, wrapper="model",
                    wrap_train_state=False)
+    # An HF Trainer step directory: accelerate's model and optimizer checkpoints are two
+    # of its subdirectories, beside config.json.
+    step = os.path.join(out, "trainer-step")
+    write_format_b(os.path.join(step, "pytorch_model_fsdp_0"), good, wrapper="model")
+    write_format_b(os.path.join(step, "optimizer_0"), flat, wrapper="optimizer")
+    write(os.path.join(step, "config.json"), b"{}\n")
 
     # Refusals.
     write_format_a(os.path.join(out, "a-missing-shard"), good, 2, skip=(1, 1))

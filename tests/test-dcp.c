@@ -763,6 +763,49 @@ test_not_a_checkpoint(void)
 }
 
 /* Both shard sets: SRC/shard-* and SRC/sharded/shard-*. */
+/* An HF Trainer step directory holds accelerate's checkpoints as subdirectories
+ * (pytorch_model_fsdp_0/, optimizer_0/): refused, naming them, by the reader and by
+ * `wsync merge` (exit 3, nothing written). */
+static void
+test_step_directory(void)
+{
+  g_autofree char *path = fixture("trainer-step");
+  const char *const frags[] = {
+      "trainer-step: not a sharded checkpoint",
+      "; its subdirectories optimizer_0 and pytorch_model_fsdp_0 are: pass one of them as SRC",
+      NULL};
+  GError *error = NULL;
+  g_assert_false(wsync_dcp_detect(path));
+  g_autoptr(WsyncDcp) dcp = wsync_dcp_open(path, &error);
+  g_assert_null(dcp);
+  check_error(error, frags);
+  g_clear_error(&error);
+
+  g_autofree char *conf = hf_conf_dir();
+  g_autofree char *dst = g_build_filename(conf, "merged", NULL);
+  TestRun run = test_run("merge", path, dst, "--conf-dir", conf, "--plugin-dir",
+                         test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR"), NULL);
+  g_assert_cmpint(run.status, ==, 3);
+  g_assert_cmpstr(run.out, ==, "");
+  for (guint i = 0; frags[i]; i++)
+    test_assert_has(run.err, frags[i]);
+  g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+  test_run_clear(&run);
+
+  /* the model's subdirectory, as told: merged to the model's names */
+  g_autofree char *model = fixture("trainer-step/pytorch_model_fsdp_0");
+  g_autofree char *source = fixture("good.safetensors");
+  run = test_run("merge", model, dst, "--conf-dir", conf, "--plugin-dir",
+                 test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR"), NULL);
+  g_assert_cmpint(run.status, ==, 0);
+  test_run_clear(&run);
+  run = test_run("verify", source, dst, "--conf-dir", conf, NULL);
+  g_assert_cmpint(run.status, ==, 0);
+  g_assert_cmpstr(run.out, ==, "equal: 22 tensors, 1744 bytes\n");
+  test_run_clear(&run);
+  test_rmtree(conf);
+}
+
 static void
 test_both_shard_dirs(void)
 {
@@ -1395,6 +1438,7 @@ main(int argc, char **argv)
   g_test_add_func("/dcp/cli/merge-per-rank-metadata", test_merge_per_rank_cli);
   g_test_add_func("/dcp/refuse/not-a-checkpoint", test_not_a_checkpoint);
   g_test_add_func("/dcp/refuse/both-shard-dirs", test_both_shard_dirs);
+  g_test_add_func("/dcp/refuse/step-directory", test_step_directory);
   g_test_add_func("/dcp/refuse/parts-disagree", test_parts_disagree);
   g_test_add_func("/dcp/coverage", test_coverage);
   g_test_add_func("/dcp/pickle/values", test_pickle_values);

@@ -61,6 +61,9 @@ struct _WsyncDcp {
   GHashTable *maps;     /* format B: relative path -> MappedFile* */
   GPtrArray *skipped;   /* format B: names of BytesStorageMetadata entries */
   GPtrArray *meta_files; /* format B, per-rank metadata: the __R.metadata paths, by rank */
+  GHashTable *tops;     /* format B: fqn -> the top-level key its planner_data path starts
+                         * under ("" when it is not under one); see read_planner_data() */
+  char *wrapper;        /* format B: the one top-level key dropped from every name, or NULL */
 };
 
 static void
@@ -111,6 +114,7 @@ dcp_new(const char *dir, const char *where, WsyncDcpFormat format)
   dcp->maps = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, mapped_file_free);
   dcp->skipped = g_ptr_array_new_with_free_func(g_free);
   dcp->meta_files = g_ptr_array_new_with_free_func(g_free);
+  dcp->tops = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
   return dcp;
 }
 
@@ -125,6 +129,8 @@ wsync_dcp_free(WsyncDcp *dcp)
   g_hash_table_destroy(dcp->maps);
   g_ptr_array_unref(dcp->skipped);
   g_ptr_array_unref(dcp->meta_files);
+  g_hash_table_destroy(dcp->tops);
+  g_free(dcp->wrapper);
   g_free(dcp->dir);
   g_free(dcp->where);
   g_free(dcp);
@@ -172,6 +178,13 @@ wsync_dcp_skipped(const WsyncDcp *dcp, guint i)
 {
   g_return_val_if_fail(dcp != NULL && i < dcp->skipped->len, NULL);
   return g_ptr_array_index(dcp->skipped, i);
+}
+
+const char *
+wsync_dcp_wrapper(const WsyncDcp *dcp)
+{
+  g_return_val_if_fail(dcp != NULL, NULL);
+  return dcp->wrapper;
 }
 
 /* The tensor called @name, created when new. */
@@ -730,6 +743,90 @@ read_tensor_metadata(WsyncDcp *dcp, const char *fqn, const WsyncPickleValue *tsm
   return TRUE;
 }
 
+/* planner_data: {fqn: object path}, the path in the saved (nested) state dict that
+ * flatten_state_dict joined with "." into the fqn (docs/dcp.md §3, "Names").  Records in
+ * @tops, per fqn, the top-level key of its path when the path goes on into a dict (a
+ * second element that is a str) and joins back to the fqn, and "" otherwise.  Only a
+ * naming hint: anything else in it (None when the planner did not flatten, a path of
+ * other values) records nothing and refuses nothing. */
+static void
+read_planner_data(const WsyncPickleValue *pd, GHashTable *tops)
+{
+  for (guint i = 0; pd != NULL && pd->kind == WSYNC_PICKLE_DICT && i < wsync_pickle_n_items(pd);
+       i++) {
+    const WsyncPickleValue *k = wsync_pickle_dict_key(pd, i), *path = wsync_pickle_dict_value(pd, i);
+    if (k->kind != WSYNC_PICKLE_STR || (path->kind != WSYNC_PICKLE_TUPLE &&
+                                        path->kind != WSYNC_PICKLE_LIST))
+      continue;
+    guint n = wsync_pickle_n_items(path);
+    g_autoptr(GString) joined = g_string_new(NULL);
+    gboolean ok = n >= 2 && wsync_pickle_item(path, 0)->kind == WSYNC_PICKLE_STR &&
+                  wsync_pickle_item(path, 1)->kind == WSYNC_PICKLE_STR;
+    for (guint j = 0; ok && j < n; j++) { /* ".".join(map(str, path)) */
+      const WsyncPickleValue *e = wsync_pickle_item(path, j);
+      if (j)
+        g_string_append_c(joined, '.');
+      if (e->kind == WSYNC_PICKLE_STR)
+        g_string_append(joined, e->str);
+      else if (e->kind == WSYNC_PICKLE_INT)
+        g_string_append_printf(joined, "%" G_GINT64_FORMAT, e->integer);
+      else
+        ok = FALSE;
+    }
+    ok = ok && strcmp(joined->str, k->str) == 0;
+    g_hash_table_replace(tops, g_strdup(k->str),
+                         g_strdup(ok ? wsync_pickle_item(path, 0)->str : ""));
+  }
+}
+
+/* The top-level key every entry (tensor or not) sits under, or NULL: torch rebuilds the
+ * saved state dict from planner_data (dcp_to_torch_save), and when its root has one key
+ * whose value is a dict, that key is a wrapper such as accelerate's {"model":
+ * state_dict}. */
+static const char *
+common_top(const WsyncDcp *dcp)
+{
+  const char *top = NULL;
+  guint n = dcp->tensors->len + dcp->skipped->len;
+  for (guint i = 0; i < n; i++) {
+    const char *name = i < dcp->tensors->len ? g_array_index(dcp->tensors, Tensor, i).t.name
+                                             : g_ptr_array_index(dcp->skipped, i - dcp->tensors->len);
+    const char *t = g_hash_table_lookup(dcp->tops, name);
+    if (t == NULL || *t == '\0' || (top != NULL && strcmp(top, t) != 0))
+      return NULL;
+    top = t;
+  }
+  return top;
+}
+
+/* Names every entry inside the model's own state dict when the whole checkpoint sits
+ * under one top-level key: "model.lm_head.weight" saved as {"model": {"lm_head.weight":
+ * ...}} becomes "lm_head.weight", what accelerate's merge_fsdp_weights writes for it
+ * (docs/dcp.md §3, "Names").  The names stay distinct: each was "KEY." + a distinct rest.
+ * Sorts and indexes the tensors again. */
+static gboolean
+drop_wrapper(WsyncDcp *dcp, GError **error)
+{
+  const char *top = common_top(dcp);
+  if (top != NULL) {
+    dcp->wrapper = g_strdup(top);
+    gsize cut = strlen(top) + 1;
+    g_hash_table_remove_all(dcp->by_name); /* its keys are the names replaced below */
+    for (guint i = 0; i < dcp->tensors->len; i++) {
+      Tensor *t = &g_array_index(dcp->tensors, Tensor, i);
+      char *name = g_strdup(t->t.name + cut);
+      g_free(t->t.name);
+      t->t.name = name;
+    }
+    for (guint i = 0; i < dcp->skipped->len; i++) {
+      char *name = g_strdup((const char *)g_ptr_array_index(dcp->skipped, i) + cut);
+      g_free(g_ptr_array_index(dcp->skipped, i));
+      g_ptr_array_index(dcp->skipped, i) = name;
+    }
+  }
+  return finish_tensors(dcp, error);
+}
+
 WsyncDcp *
 wsync_dcp_parse_metadata(const guint8 *data, gsize len, const char *file, GError **error)
 {
@@ -764,6 +861,8 @@ wsync_dcp_parse_metadata(const guint8 *data, gsize len, const char *file, GError
       g_hash_table_new_full(g_str_hash, g_str_equal, g_free, storage_entry_free);
   if (!read_storage_data(sd, storage, file, error))
     return NULL;
+
+  read_planner_data(wsync_pickle_dict_lookup(state, "planner_data"), dcp->tops);
 
   g_autoptr(GHashTable) seen = g_hash_table_new(g_str_hash, g_str_equal);
   for (guint i = 0; i < wsync_pickle_n_items(sdm); i++) {
@@ -1425,7 +1524,7 @@ open_b(const char *dir, GError **error)
     return NULL;
   g_free(dcp->dir);
   dcp->dir = g_strdup(dir);
-  if (!resolve_chunks(dcp, error))
+  if (!drop_wrapper(dcp, error) || !resolve_chunks(dcp, error))
     return NULL;
   return g_steal_pointer(&dcp);
 }
@@ -1547,6 +1646,13 @@ merge_rank(WsyncDcp *all, WsyncDcp *one, const char *meta, GError **error)
       g_array_append_val(t->refs, ref);
     }
   }
+  /* planner_data: the union of the ranks' (each lists only its own entries) */
+  GHashTableIter iter;
+  gpointer key, top;
+  g_hash_table_iter_init(&iter, one->tops);
+  while (g_hash_table_iter_next(&iter, &key, &top))
+    if (!g_hash_table_contains(all->tops, key))
+      g_hash_table_insert(all->tops, g_strdup(key), g_strdup(top));
   for (guint i = 0; i < one->skipped->len; i++) {
     const char *name = g_ptr_array_index(one->skipped, i);
     gboolean seen = FALSE;
@@ -1607,7 +1713,7 @@ open_b_ranks(const char *dir, GArray *meta_ranks, GArray *data_ranks, GError **e
     if (one == NULL || !merge_rank(dcp, one, path, error))
       return NULL;
   }
-  if (!finish_tensors(dcp, error) || !resolve_chunks(dcp, error))
+  if (!drop_wrapper(dcp, error) || !resolve_chunks(dcp, error))
     return NULL;
   return g_steal_pointer(&dcp);
 }
@@ -1649,6 +1755,58 @@ wsync_dcp_detect(const char *dir)
   g_autoptr(GArray) data_ranks = g_array_new(FALSE, FALSE, sizeof(guint));
   list_ranks(dir, meta_ranks, data_ranks);
   return meta_ranks->len > 0 || data_ranks->len > 0;
+}
+
+static gint
+compare_strings(gconstpointer a, gconstpointer b)
+{
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The subdirectories of @dir that wsync_dcp_detect() accepts, sorted. */
+static GPtrArray *
+detect_below(const char *dir)
+{
+  GPtrArray *found = g_ptr_array_new_with_free_func(g_free);
+  GDir *d = g_dir_open(dir, 0, NULL);
+  if (d == NULL)
+    return found;
+  const char *name;
+  while ((name = g_dir_read_name(d)) != NULL) {
+    g_autofree char *path = g_build_filename(dir, name, NULL);
+    if (strcmp(name, WSYNC_DCP_SHARDED_DIR) != 0 && wsync_dcp_detect(path))
+      g_ptr_array_add(found, g_strdup(name));
+  }
+  g_dir_close(d);
+  g_ptr_array_sort(found, compare_strings);
+  return found;
+}
+
+/* "; its subdirectories A and B are: pass one of them as SRC" when @dir has checkpoint
+ * subdirectories, else "". */
+static char *
+below_hint(const char *dir)
+{
+  g_autoptr(GPtrArray) below = detect_below(dir);
+  if (below->len == 0)
+    return g_strdup("");
+  GString *hint = g_string_new(below->len == 1 ? "; its subdirectory " : "; its subdirectories ");
+  for (guint i = 0; i < below->len; i++) {
+    g_autofree char *p = wsync_json_printable(g_ptr_array_index(below, i));
+    if (i > 0)
+      g_string_append(hint, i + 1 == below->len ? " and " : ", ");
+    g_string_append(hint, p);
+  }
+  g_string_append(hint, below->len == 1 ? " is one: pass it as SRC"
+                                        : " are: pass one of them as SRC");
+  return g_string_free(hint, FALSE);
+}
+
+char *
+wsync_dcp_below_hint(const char *dir)
+{
+  g_return_val_if_fail(dir != NULL, NULL);
+  return below_hint(dir);
 }
 
 WsyncDcp *
@@ -1707,9 +1865,11 @@ wsync_dcp_open(const char *dir, GError **error)
               "checkpoint's metadata is missing");
     return NULL;
   }
+  g_autofree char *hint = below_hint(dir);
   bad_input(error, dir, NULL,
             "not a sharded checkpoint: no .metadata, no __R.metadata and no "
-            "shard-S-model-I-of-N.safetensors files (in it or in sharded/)");
+            "shard-S-model-I-of-N.safetensors files (in it or in sharded/)%s",
+            hint);
   return NULL;
 }
 

@@ -144,6 +144,21 @@ typedef struct _WsyncDcp WsyncDcp;
 gboolean wsync_dcp_detect(const char *dir);
 
 /**
+ * wsync_dcp_below_hint:
+ * @dir: a directory that is not a sharded checkpoint itself
+ *
+ * Trainers save a model's checkpoint as one subdirectory of a step directory
+ * (accelerate: `pytorch_model_fsdp_0/` beside `optimizer_0/`, `config.json` and the
+ * scheduler's file), so a refusal of @dir names the subdirectories wsync_dcp_detect()
+ * accepts (format A's `sharded/` excepted: that one makes @dir a checkpoint), sorted:
+ * "; its subdirectories optimizer_0 and pytorch_model_fsdp_0 are: pass one of them as
+ * SRC", or "; its subdirectory X is one: pass it as SRC".
+ *
+ * Returns: (transfer full): that text, to append to a message; "" when there are none.
+ */
+char *wsync_dcp_below_hint(const char *dir);
+
+/**
  * wsync_dcp_open:
  * @dir: the checkpoint directory (for format A, the directory whose `sharded/` holds the
  *   shards may be given too)
@@ -206,6 +221,22 @@ guint wsync_dcp_n_skipped(const WsyncDcp *dcp);
  * Returns: (transfer none): the name of skipped entry @i, in `.metadata` order.
  */
 const char *wsync_dcp_skipped(const WsyncDcp *dcp, guint i);
+
+/**
+ * wsync_dcp_wrapper:
+ * @dcp: a checkpoint
+ *
+ * Format B names each entry by its flattened key (`flatten_state_dict`: the object path
+ * in the saved state dict joined with "."), except that when the saved state dict's
+ * root has one key, a dict (every entry's `planner_data` path starts with the same key
+ * and goes on), that key and its dot are dropped from every name, as accelerate's
+ * `merge_fsdp_weights` drops the "model" of its `{"model": state_dict}`
+ * (docs/dcp.md §3, "Names").  Tensor and skipped names are the names without it.
+ *
+ * Returns: (transfer none) (nullable): the key dropped, or %NULL (format A; no
+ *   `planner_data`; more than one top-level key).
+ */
+const char *wsync_dcp_wrapper(const WsyncDcp *dcp);
 
 /**
  * wsync_dcp_check_tensor:

@@ -228,10 +228,11 @@ plan_merge(WsyncContext *ctx, const char *src, const WsyncPlanOptions *opts, GEr
       wsync_set_io_error(error, errno, src, "open");
       return NULL;
     }
+    g_autofree char *hint = wsync_dcp_below_hint(src);
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
                 "%s: not a sharded checkpoint (no shard-*-model-*-of-*.safetensors, here or in "
-                "sharded/, no .metadata, no __R.metadata and no __R_K.distcp)",
-                src);
+                "sharded/, no .metadata, no __R.metadata and no __R_K.distcp)%s",
+                src, hint);
     return NULL;
   }
   if (!plan_sharded(plan, opts, error))

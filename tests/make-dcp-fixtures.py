@@ -736,7 +736,8 @@ def write_format_b(root, model, protocol=4, enum_style="value", path_style="part
                    corrupt=None, drop=None, zstd=None, deflate=None, big=None, wrong_dtype=None,
                    oob=None, evil=False, missing=None, bad_stride=None, layout_of=None,
                    mem_format_of=None, blobs=None, metadata_name=".metadata", shape_of=None,
-                   serialization="torch_save", index_hints=True):
+                   serialization="torch_save", index_hints=True, wrapper=None,
+                   wrap_train_state=True):
     """Writes .metadata (or metadata_name) and __R_K.distcp.  enum_style: how the memory
     format is pickled ("value" or "name", see enum_member).  Options name (tensor, rank)
     chunks to spoil; layout_of and mem_format_of map tensor names to what their
@@ -747,10 +748,22 @@ def write_format_b(root, model, protocol=4, enum_style="value", path_style="part
     its non-tensor items, and every tensor's _StorageInfo holds the position before that
     blob and numel * element size.  index_hints=False leaves every storage_data key's
     index None, as create_default_global_save_plan(rewrite_index_hints=False) does
-    (torch_xla's SPMDSavePlanner calls it so); torch's DefaultSavePlanner rewrites them."""
+    (torch_xla's SPMDSavePlanner calls it so); torch's DefaultSavePlanner rewrites them.
+    wrapper saves the state dict inside a one-key dict, {wrapper: state_dict}, as
+    accelerate's save_fsdp_model does with "model" (docs/dcp.md §3, "Names"): every fqn
+    is flattened to "wrapper.name" and planner_data maps it to the object path
+    (wrapper, name); without it the path is (name,), a state dict's key being one path
+    element however many dots it holds (flatten_state_dict).  wrap_train_state=False
+    keeps the non-tensor value beside the wrapper, a second top-level key."""
     os.makedirs(root, exist_ok=True)
     ranks = sorted({r for t in model for r, _, _ in t.boxes_b})
     sdm, storage, planner = {}, {}, {}
+
+    def fqn(name):
+        return wrapper + "." + name if wrapper else name
+
+    def path(name):
+        return (wrapper, name) if wrapper else (name,)
     stored = set()  # (fqn, offsets): storage_data is keyed by MetadataIndex(fqn, offsets)
     files = collections.defaultdict(bytearray)
     pending = collections.defaultdict(list)  # serialization="safetensors": file -> tensors
@@ -760,9 +773,10 @@ def write_format_b(root, model, protocol=4, enum_style="value", path_style="part
         # planner's torch.save of it, written raw.
         raw = torch_save_object({"step": 10})
         files["__0_0.distcp"] += raw
-        sdm["train_state"] = dataclass(META, "BytesStorageMetadata", None)
-        storage[metadata_index("train_state")] = storage_info("__0_0.distcp", 0, len(raw))
-        planner["train_state"] = ("train_state",)
+        ts = fqn("train_state") if wrap_train_state else "train_state"
+        sdm[ts] = dataclass(META, "BytesStorageMetadata", None)
+        storage[metadata_index(ts)] = storage_info("__0_0.distcp", 0, len(raw))
+        planner[ts] = path("train_state") if wrap_train_state else ("train_state",)
     for t in model:
         es = DTYPES[t.dtype][0]
         chunks = []
@@ -793,9 +807,9 @@ def write_format_b(root, model, protocol=4, enum_style="value", path_style="part
                 stride = [2 * s for s in stride]
             if serialization == "safetensors":
                 fname = "__%d_0.distcp" % rank
-                storage[metadata_index(t.name, off, index)] = storage_info(
+                storage[metadata_index(fqn(t.name), off, index)] = storage_info(
                     fname, len(files[fname]), len(data))
-                pending[fname].append((t.name, t.dtype, ext, data, off))
+                pending[fname].append((fqn(t.name), t.dtype, ext, data, off))
                 continue
             blob, pkl = torch_save(t.dtype, ext, stride, offset, store,
                                    deflate=deflate == (t.name, rank),
@@ -809,16 +823,16 @@ def write_format_b(root, model, protocol=4, enum_style="value", path_style="part
             n_items[rank] += 1
             fname = "__%d_%d.distcp" % (rank, k)
             transform = ["stream.zstd/1"] if zstd == (t.name, rank) else None
-            storage[metadata_index(t.name, off, index)] = storage_info(
+            storage[metadata_index(fqn(t.name), off, index)] = storage_info(
                 fname, len(files[fname]), len(blob), transform)
             files[fname] += blob
         props = tensor_properties(DTYPES[t.dtype][1], (layout_of or {}).get(t.name, STRIDED),
                                   (mem_format_of or {}).get(t.name, CONTIGUOUS[enum_style]))
-        sdm[t.name] = dataclass(META, "TensorStorageMetadata",
+        sdm[fqn(t.name)] = dataclass(META, "TensorStorageMetadata",
                                 {"properties": props,
                                  "size": torch_size((shape_of or {}).get(t.name, t.shape)),
                                  "chunks": chunks})
-        planner[t.name] = tuple(t.name.split("."))
+        planner[fqn(t.name)] = path(t.name)
     if evil:
         sdm["evil"] = EVIL
     storage_meta = dataclass(META, "StorageMeta", {
@@ -880,6 +894,20 @@ def make_all(out):
     # Tolerance: storage_data keys whose index hint was never rewritten (None for every
     # chunk), as create_default_global_save_plan(rewrite_index_hints=False) leaves them.
     write_format_b(os.path.join(out, "good-b-no-index-hints"), good, index_hints=False)
+    # The state dict inside a one-key dict, as accelerate's save_fsdp_model writes it
+    # ({"model": state_dict}: HF Trainer, ms-swift with FSDP2 and SHARDED_STATE_DICT), and
+    # the same wrapper beside a second top-level key, which keeps the names as saved.
+    write_format_b(os.path.join(out, "wrapped-b"), good, wrapper="model")
+    write_format_b_per_rank(os.path.join(out, "wrapped-b-per-rank"), rank_model(False),
+                            enum_style="name", wrapper="model")
+    write_format_b(os.path.join(out, "wrapped-two-keys"), flat, wrapper="model",
+                   wrap_train_state=False)
+    # An HF Trainer step directory: accelerate's model and optimizer checkpoints are two
+    # of its subdirectories, beside config.json.
+    step = os.path.join(out, "trainer-step")
+    write_format_b(os.path.join(step, "pytorch_model_fsdp_0"), good, wrapper="model")
+    write_format_b(os.path.join(step, "optimizer_0"), flat, wrapper="optimizer")
+    write(os.path.join(step, "config.json"), b"{}\n")
 
     # Refusals.
     write_format_a(os.path.join(out, "a-missing-shard"), good, 2, skip=(1, 1))

@@ -459,6 +459,36 @@ test_b_per_rank(void)
   g_assert_cmpuint(wsync_dcp_lookup(collective, "model.norm.weight")->chunks->len, ==, 1);
 }
 
+/* A state dict saved inside a one-key dict ({"model": state_dict}, accelerate's
+ * save_fsdp_model): named as the model names its tensors, the wrapper key dropped, as
+ * accelerate's merge does (docs/dcp.md §3, "Names"); from one .metadata and from
+ * per-rank metadata (where rank 1's file alone lacks the non-tensor value).  Beside a
+ * second top-level key the names stay as saved. */
+static void
+test_b_wrapped(void)
+{
+  g_autoptr(WsyncDcp) dcp = open_good("wrapped-b");
+  compare_with_source(dcp, "good.safetensors");
+  g_assert_cmpuint(wsync_dcp_n_skipped(dcp), ==, 1);
+  g_assert_cmpstr(wsync_dcp_skipped(dcp, 0), ==, "train_state");
+  g_assert_cmpstr(wsync_dcp_wrapper(dcp), ==, "model");
+
+  g_autoptr(WsyncDcp) ranks = open_good("wrapped-b-per-rank");
+  compare_with_source(ranks, "ranks.safetensors");
+  g_assert_cmpstr(wsync_dcp_skipped(ranks, 0), ==, "train_state");
+  g_assert_cmpstr(wsync_dcp_wrapper(ranks), ==, "model");
+
+  g_autoptr(WsyncDcp) two = open_good("wrapped-two-keys");
+  g_assert_cmpuint(wsync_dcp_n_tensors(two), ==, 2);
+  g_assert_cmpstr(wsync_dcp_tensor(two, 0)->name, ==, "model.b");
+  g_assert_cmpstr(wsync_dcp_tensor(two, 1)->name, ==, "model.w");
+  g_assert_cmpstr(wsync_dcp_skipped(two, 0), ==, "train_state");
+  g_assert_null(wsync_dcp_wrapper(two));
+
+  g_autoptr(WsyncDcp) plain = open_good("good-b");
+  g_assert_null(wsync_dcp_wrapper(plain));
+}
+
 /* Through the command: both saves merge to the same files, byte for byte, and to the
  * unsharded source. */
 static void
@@ -659,13 +689,14 @@ test_refusal_cli(gconstpointer data)
   test_rmtree(conf);
 }
 
-/* Both pickling styles of the memory format, protocols 2, 4 and 5 (pathlib._local), and
- * format A, through the command: merge exits 0 and gives back the unsharded source, bit
- * for bit. */
+/* Both pickling styles of the memory format, protocols 2, 4 and 5 (pathlib._local),
+ * format A, and a state dict under accelerate's "model" key, through the command: merge
+ * exits 0 and gives back the unsharded source, bit for bit. */
 static void
 test_merge_cli(void)
 {
-  const char *names[] = {"good-b", "good-b-by-name", "good-b-p2", "good-b-p5", "good-a"};
+  const char *names[] = {"good-b", "good-b-by-name", "good-b-p2", "good-b-p5", "good-a",
+                         "wrapped-b"};
   g_autofree char *source = fixture("good.safetensors");
   for (guint i = 0; i < G_N_ELEMENTS(names); i++) {
     g_autofree char *path = fixture(names[i]);
@@ -732,6 +763,49 @@ test_not_a_checkpoint(void)
 }
 
 /* Both shard sets: SRC/shard-* and SRC/sharded/shard-*. */
+/* An HF Trainer step directory holds accelerate's checkpoints as subdirectories
+ * (pytorch_model_fsdp_0/, optimizer_0/): refused, naming them, by the reader and by
+ * `wsync merge` (exit 3, nothing written). */
+static void
+test_step_directory(void)
+{
+  g_autofree char *path = fixture("trainer-step");
+  const char *const frags[] = {
+      "trainer-step: not a sharded checkpoint",
+      "; its subdirectories optimizer_0 and pytorch_model_fsdp_0 are: pass one of them as SRC",
+      NULL};
+  GError *error = NULL;
+  g_assert_false(wsync_dcp_detect(path));
+  g_autoptr(WsyncDcp) dcp = wsync_dcp_open(path, &error);
+  g_assert_null(dcp);
+  check_error(error, frags);
+  g_clear_error(&error);
+
+  g_autofree char *conf = hf_conf_dir();
+  g_autofree char *dst = g_build_filename(conf, "merged", NULL);
+  TestRun run = test_run("merge", path, dst, "--conf-dir", conf, "--plugin-dir",
+                         test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR"), NULL);
+  g_assert_cmpint(run.status, ==, 3);
+  g_assert_cmpstr(run.out, ==, "");
+  for (guint i = 0; frags[i]; i++)
+    test_assert_has(run.err, frags[i]);
+  g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+  test_run_clear(&run);
+
+  /* the model's subdirectory, as told: merged to the model's names */
+  g_autofree char *model = fixture("trainer-step/pytorch_model_fsdp_0");
+  g_autofree char *source = fixture("good.safetensors");
+  run = test_run("merge", model, dst, "--conf-dir", conf, "--plugin-dir",
+                 test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR"), NULL);
+  g_assert_cmpint(run.status, ==, 0);
+  test_run_clear(&run);
+  run = test_run("verify", source, dst, "--conf-dir", conf, NULL);
+  g_assert_cmpint(run.status, ==, 0);
+  g_assert_cmpstr(run.out, ==, "equal: 22 tensors, 1744 bytes\n");
+  test_run_clear(&run);
+  test_rmtree(conf);
+}
+
 static void
 test_both_shard_dirs(void)
 {
@@ -1351,6 +1425,7 @@ main(int argc, char **argv)
   g_test_add_func("/dcp/b/no-index-hints", test_b_no_index_hints);
   g_test_add_func("/dcp/b/flat", test_b_flat);
   g_test_add_func("/dcp/b/per-rank-metadata", test_b_per_rank);
+  g_test_add_func("/dcp/b/wrapped-state-dict", test_b_wrapped);
   for (guint i = 0; i < G_N_ELEMENTS(refusals); i++) {
     g_autofree char *name = g_strdup_printf("/dcp/refuse/%s", refusals[i].fixture);
     g_test_add_data_func(name, &refusals[i], test_refusal);
@@ -1363,6 +1438,7 @@ main(int argc, char **argv)
   g_test_add_func("/dcp/cli/merge-per-rank-metadata", test_merge_per_rank_cli);
   g_test_add_func("/dcp/refuse/not-a-checkpoint", test_not_a_checkpoint);
   g_test_add_func("/dcp/refuse/both-shard-dirs", test_both_shard_dirs);
+  g_test_add_func("/dcp/refuse/step-directory", test_step_directory);
   g_test_add_func("/dcp/refuse/parts-disagree", test_parts_disagree);
   g_test_add_func("/dcp/coverage", test_coverage);
   g_test_add_func("/dcp/pickle/values", test_pickle_values);

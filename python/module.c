@@ -340,15 +340,16 @@ run_plan(PyObject *src_obj, PyObject *dst_obj, LayoutKwargs *k, gboolean merge)
                             &(k).part_size, &(k).conf_dir, &(k).plugin_dir
 
 PyDoc_STRVAR(convert_doc,
-"convert(src, dst, *, target=None, format=None, tp=None, ep=None, rank=None,\n"
-"        threads=None, part_size=None, conf_dir=None, plugin_dir=None, force=False) -> dict\n\n"
+"convert($module, src, dst, *, target=None, format=None, tp=None, ep=None, rank=None,\n"
+"        threads=None, part_size=None, conf_dir=None, plugin_dir=None, force=False)\n"
+"--\n\n"
 "`wsync convert SRC DST`: writes the target layout of the checkpoint src into the\n"
 "directory dst, atomically (force=True: replace dst even when it is not wsync's\n"
 "output, as --force).  Options left None come from the sync { } section of\n"
 "conf.d, then the command's defaults; part_size may be \"5G\".  conf_dir and plugin_dir\n"
 "(a path or a list) replace the installed configuration / are searched first for\n"
-"plugins, as --conf-dir / --plugin-dir.  Returns the plan, as `wsync convert --json`\n"
-"prints it.  Raises wsync.Error with the command's message and exit_status.");
+"plugins, as --conf-dir / --plugin-dir.  Returns the plan as a dict, as `wsync convert\n"
+"--json` prints it.  Raises wsync.Error with the command's message and exit_status.");
 
 static PyObject *
 py_convert(PyObject *self, PyObject *args, PyObject *kwargs)
@@ -367,8 +368,9 @@ py_convert(PyObject *self, PyObject *args, PyObject *kwargs)
 }
 
 PyDoc_STRVAR(plan_doc,
-"plan(src, *, target=None, format=None, tp=None, ep=None, rank=None, threads=None,\n"
-"     part_size=None, conf_dir=None, plugin_dir=None) -> dict\n\n"
+"plan($module, src, *, target=None, format=None, tp=None, ep=None, rank=None, threads=None,\n"
+"     part_size=None, conf_dir=None, plugin_dir=None)\n"
+"--\n\n"
 "`wsync plan SRC --json`: the plan of converting src, as a dict, without writing.");
 
 static PyObject *
@@ -388,10 +390,12 @@ py_plan(PyObject *self, PyObject *args, PyObject *kwargs)
 }
 
 PyDoc_STRVAR(merge_doc,
-"merge(src, dst, *, part_size=None, threads=None, conf_dir=None, plugin_dir=None,\n"
-"      force=False) -> dict\n\n"
+"merge($module, src, dst, *, part_size=None, threads=None, conf_dir=None, plugin_dir=None,\n"
+"      force=False)\n"
+"--\n\n"
 "`wsync merge SRC DST`: consolidates a sharded training checkpoint (PyTorch DCP) into a\n"
-"plain Hugging Face checkpoint.  Returns the plan, as `wsync merge --json` prints it.");
+"plain Hugging Face checkpoint.  Returns the plan as a dict, as `wsync merge --json`\n"
+"prints it.");
 
 static PyObject *
 py_merge(PyObject *self, PyObject *args, PyObject *kwargs)
@@ -419,9 +423,10 @@ py_merge(PyObject *self, PyObject *args, PyObject *kwargs)
 }
 
 PyDoc_STRVAR(inspect_doc,
-"inspect(path, *, conf_dir=None, plugin_dir=None) -> dict\n\n"
-"`wsync inspect PATH --json`: the tensors (name, dtype, shape, bytes, file) of a\n"
-"safetensors file or a checkpoint directory, with totals, and each file's metadata.");
+"inspect($module, path, *, conf_dir=None, plugin_dir=None)\n"
+"--\n\n"
+"`wsync inspect PATH --json` as a dict: the tensors (name, dtype, shape, bytes, file) of\n"
+"a safetensors file or a checkpoint directory, with totals, and each file's metadata.");
 
 static PyObject *
 py_inspect(PyObject *self, PyObject *args, PyObject *kwargs)
@@ -463,7 +468,8 @@ static PyMethodDef methods[] = {
     {"merge", (PyCFunction)(void (*)(void))py_merge, METH_VARARGS | METH_KEYWORDS, merge_doc},
     {"inspect", (PyCFunction)(void (*)(void))py_inspect, METH_VARARGS | METH_KEYWORDS, inspect_doc},
     {"_open_rank", (PyCFunction)(void (*)(void))wsync_py_open_rank, METH_VARARGS | METH_KEYWORDS,
-     "_open_rank(dir, rank, *, require_commit, verify, version, digest, conf_dir, plugin_dir)\n"
+     "_open_rank($module, dir, rank, *, require_commit=True, verify=True, version=None,\n"
+     "           digest=None, conf_dir=None, plugin_dir=None)\n--\n\n"
      "The files of one rank, checked against the commit record (for wsync.load_rank)."},
     {NULL, NULL, 0, NULL}};
 

@@ -554,7 +554,7 @@ describe_parsed(SessionObject *self, PyObject *name_obj, PyObject *dtype_obj, Py
 }
 
 PyDoc_STRVAR(describe_doc,
-"describe(tensors)\n\n"
+"describe($self, tensors, /)\n--\n\n"
 "Describes every tensor the trainer will push, then plans (once: as `wsync convert`\n"
 "would from a checkpoint of these tensors).  Each item is (name, dtype, shape) with\n"
 "Hugging Face names and safetensors dtypes (\"BF16\"), or, for one shard of a global\n"
@@ -640,7 +640,7 @@ session_begin(SessionObject *self, PyObject *arg)
 }
 
 PyDoc_STRVAR(push_doc,
-"push(name, tensor, offsets=None)\n\n"
+"push($self, name, tensor, offsets=None)\n--\n\n"
 "Pushes one described tensor (or, with offsets, the shard described at them) into the\n"
 "open step; returns when every destination byte that comes from it is written.  tensor\n"
 "is a C-contiguous buffer in host memory (numpy array, memoryview, bytes; a BF16 tensor\n"
@@ -793,22 +793,30 @@ session_get_world(SessionObject *self, void *closure)
 static PyMethodDef session_methods[] = {
     {"describe", (PyCFunction)session_describe, METH_O, describe_doc},
     {"manifest", (PyCFunction)session_manifest, METH_O,
-     "manifest(rank) -> [ManifestEntry]: the rank's tensors in file order (name, dtype, shape,\n"
-     "file, offset, nbytes)."},
+     "manifest($self, rank, /)\n--\n\n"
+     "The rank's tensors in file order: a list of ManifestEntry (name, dtype, shape, file,\n"
+     "offset, nbytes)."},
     {"begin", (PyCFunction)session_begin, METH_O,
-     "begin(version): opens a step.  The directory sink first removes the commit record, so\n"
+     "begin($self, version, /)\n--\n\n"
+     "Opens the step version.  The directory sink first removes the commit record, so\n"
      "that until commit() no reader takes the files for a complete step."},
     {"push", (PyCFunction)(void (*)(void))session_push, METH_VARARGS | METH_KEYWORDS, push_doc},
     {"commit", (PyCFunction)session_commit, METH_NOARGS,
-     "commit(): closes the step.  Refused, naming it, while a described tensor was not pushed\n"
+     "commit($self, /)\n--\n\n"
+     "Closes the step.  Refused, naming it, while a described tensor was not pushed\n"
      "(the step stays open: push it and commit again, or abort()).  The directory sink then\n"
      "writes the commit record, last."},
     {"abort", (PyCFunction)session_abort, METH_NOARGS,
-     "abort(): abandons the open step (needed after a failed push or commit of a sink)."},
+     "abort($self, /)\n--\n\n"
+     "Abandons the open step (needed after a failed push or commit of a sink)."},
     {"close", (PyCFunction)session_close, METH_NOARGS,
-     "close(): frees the session; the files stay, with the last commit record."},
-    {"__enter__", (PyCFunction)session_enter, METH_NOARGS, NULL},
-    {"__exit__", (PyCFunction)session_exit, METH_VARARGS, NULL},
+     "close($self, /)\n--\n\n"
+     "Frees the session; the files stay, with the last commit record.  Closing again does\n"
+     "nothing; any other call on a closed session raises wsync.Error."},
+    {"__enter__", (PyCFunction)session_enter, METH_NOARGS,
+     "__enter__($self, /)\n--\n\nReturns the session: `with wsync.Session(...) as s:` closes it at the end."},
+    {"__exit__", (PyCFunction)session_exit, METH_VARARGS,
+     "__exit__($self, exc_type, exc_value, traceback, /)\n--\n\nCloses the session (close())."},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef session_getset[] = {
@@ -820,7 +828,8 @@ static PyGetSetDef session_getset[] = {
 PyDoc_STRVAR(session_doc,
 "Session(config_path, *, target=None, format=None, tp=None, ep=None, out=None,\n"
 "        conf_dir=None, plugin_dir=None, threads=None, part_size=None,\n"
-"        bucket_bytes=None, max_open_buckets=None)\n\n"
+"        bucket_bytes=None, max_open_buckets=None)\n"
+"--\n\n"
 "A sync from a running trainer to the ranks of an engine: planned once from the\n"
 "model's config.json, then fed the trainer's tensors every step:\n\n"
 "    s = wsync.Session(\"config.json\", target=\"vllm\", format=\"kernel\", tp=4,\n"
@@ -829,8 +838,9 @@ PyDoc_STRVAR(session_doc,
 "    s.begin(step); [s.push(name, t) for name, t in weights.items()]; s.commit()\n\n"
 "out is a directory (the rank files `wsync convert` writes, rewritten in place every\n"
 "step, and the commit record wsync-commit.json written last at each commit), or a\n"
-"callable receiving each filled wsync.Bucket (rank, file, file_offset, data, entries:\n"
-"whole tensors of one rank file, at most bucket_bytes unless one tensor is larger) in\n"
+"callable receiving each filled wsync.Bucket (version, rank, file, file_offset, data,\n"
+"entries: whole tensors of one rank file, at most bucket_bytes unless one tensor is\n"
+"larger) in\n"
 "the pushing thread; its data is valid only during the call.  None: plan, digest and\n"
 "manifests only.  Unset options come from conf.d's sync { } section, as for the\n"
 "commands.  Errors raise wsync.Error (an exception the callback raised propagates as\n"

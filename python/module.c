@@ -149,26 +149,59 @@ wsync_py_context(PyObject *conf_dir, PyObject *plugin_dir)
   return ctx;
 }
 
-/* An option given as int or str (None: not given) -> text, as the command line has it. */
-static gboolean
-option_text(PyObject *obj, const char *name, char **out)
+gboolean
+wsync_py_option_text(PyObject *obj, const char *name, gboolean number, char **out)
 {
+  PyObject *text = NULL;
+
   *out = NULL;
   if (obj == NULL || obj == Py_None)
     return TRUE;
-  if (PyBool_Check(obj) || !(PyLong_Check(obj) || PyUnicode_Check(obj))) {
-    PyErr_Format(PyExc_TypeError, "%s must be an int or a str, not %.100s", name,
-                 Py_TYPE(obj)->tp_name);
+  if (PyUnicode_Check(obj))
+    text = Py_NewRef(obj);
+  else if (number && !PyBool_Check(obj) && PyIndex_Check(obj)) {
+    /* numpy's integers too; any size: the command's range check names the number */
+    PyObject *index = PyNumber_Index(obj);
+    text = index != NULL ? PyObject_Str(index) : NULL;
+    Py_XDECREF(index);
+  }
+  if (text == NULL) {
+    if (!PyErr_Occurred())
+      PyErr_Format(PyExc_TypeError, number ? "%s must be an int or its text, not %.100s"
+                                           : "%s must be a str, not %.100s",
+                   name, Py_TYPE(obj)->tp_name);
     return FALSE;
   }
-  PyObject *text = PyObject_Str(obj);
-  if (text == NULL)
-    return FALSE;
   const char *utf8 = PyUnicode_AsUTF8(text);
   if (utf8 != NULL)
     *out = g_strdup(utf8);
   Py_DECREF(text);
   return utf8 != NULL;
+}
+
+gboolean
+wsync_py_count(PyObject *obj, const char *name, guint64 *out)
+{
+  PyObject *index;
+
+  *out = 0;
+  if (obj == NULL || obj == Py_None)
+    return TRUE;
+  if (PyBool_Check(obj) || !PyIndex_Check(obj)) {
+    PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", name, Py_TYPE(obj)->tp_name);
+    return FALSE;
+  }
+  if ((index = PyNumber_Index(obj)) == NULL)
+    return FALSE;
+  *out = PyLong_AsUnsignedLongLong(index);
+  Py_DECREF(index);
+  if (PyErr_Occurred() || *out == 0) {
+    PyErr_Clear();
+    *out = 0;
+    wsync_py_raise_code(WSYNC_ERROR_USAGE, "%s must be a number of at least 1", name);
+    return FALSE;
+  }
+  return TRUE;
 }
 
 static gboolean
@@ -287,7 +320,7 @@ layout_options(WsyncContext *ctx, LayoutKwargs *k, WsyncPlanOptions *o)
   g_autoptr(GError) error = NULL;
 
   for (guint i = 0; i < G_N_ELEMENTS(given); i++)
-    if (!option_text(given[i], names[i], &k->text[i]))
+    if (!wsync_py_option_text(given[i], names[i], i >= 2, &k->text[i]))
       return FALSE;
   WsyncPlanArgs args = {.target = k->text[0], .format = k->text[1], .tp = k->text[2],
                         .ep = k->text[3], .rank = k->text[4], .threads = k->text[5],

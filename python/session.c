@@ -341,47 +341,6 @@ session_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
   return (PyObject *)self;
 }
 
-/* An option given as int (None: not given) -> text, for wsync_plan_args_resolve(). */
-static gboolean
-int_option(PyObject *obj, const char *name, char **out)
-{
-  *out = NULL;
-  if (obj == NULL || obj == Py_None)
-    return TRUE;
-  if (PyUnicode_Check(obj)) {
-    *out = g_strdup(PyUnicode_AsUTF8(obj));
-    return *out != NULL;
-  }
-  PyObject *index = PyBool_Check(obj) ? NULL : PyNumber_Index(obj); /* numpy.int64 too */
-  if (index == NULL) {
-    PyErr_Clear();
-    PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", name, Py_TYPE(obj)->tp_name);
-    return FALSE;
-  }
-  *out = g_strdup_printf("%lld", PyLong_AsLongLong(index));
-  Py_DECREF(index);
-  return !PyErr_Occurred();
-}
-
-static gboolean
-size_option(PyObject *obj, const char *name, guint64 *out)
-{
-  *out = 0;
-  if (obj == NULL || obj == Py_None)
-    return TRUE;
-  if (!PyLong_Check(obj) || PyBool_Check(obj)) {
-    PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", name, Py_TYPE(obj)->tp_name);
-    return FALSE;
-  }
-  *out = PyLong_AsUnsignedLongLong(obj);
-  if (PyErr_Occurred() || *out == 0) {
-    PyErr_Clear();
-    wsync_py_raise_code(WSYNC_ERROR_USAGE, "%s must be a number of at least 1", name);
-    return FALSE;
-  }
-  return TRUE;
-}
-
 static int
 session_init(SessionObject *self, PyObject *args, PyObject *kwargs)
 {
@@ -408,15 +367,14 @@ session_init(SessionObject *self, PyObject *args, PyObject *kwargs)
                                    &threads, &part_size, &bucket_bytes, &max_open) ||
       !PyUnicode_FSConverter(config_obj, &config_bytes))
     return -1;
-  if ((target != NULL && target != Py_None && !PyUnicode_Check(target)) ||
-      (format != NULL && format != Py_None && !PyUnicode_Check(format))) {
-    PyErr_SetString(PyExc_TypeError, "target and format are str");
-    goto out;
-  }
-  if (!int_option(tp, "tp", &text[0]) || !int_option(ep, "ep", &text[1]) ||
-      !int_option(threads, "threads", &text[2]) || !int_option(part_size, "part_size", &text[3]) ||
-      !size_option(bucket_bytes, "bucket_bytes", &so.bucket_bytes) ||
-      (max_open != NULL && max_open != Py_None && !size_option(max_open, "max_open_buckets", &open_cap)))
+  if (!wsync_py_option_text(tp, "tp", TRUE, &text[0]) ||
+      !wsync_py_option_text(ep, "ep", TRUE, &text[1]) ||
+      !wsync_py_option_text(threads, "threads", TRUE, &text[2]) ||
+      !wsync_py_option_text(part_size, "part_size", TRUE, &text[3]) ||
+      !wsync_py_option_text(target, "target", FALSE, &text[4]) ||
+      !wsync_py_option_text(format, "format", FALSE, &text[5]) ||
+      !wsync_py_count(bucket_bytes, "bucket_bytes", &so.bucket_bytes) ||
+      !wsync_py_count(max_open, "max_open_buckets", &open_cap))
     goto out;
   if (out != Py_None && PyCallable_Check(out)) {
     Py_INCREF(out);
@@ -431,8 +389,6 @@ session_init(SessionObject *self, PyObject *args, PyObject *kwargs)
   }
   if ((self->ctx = wsync_py_context(conf_dir, plugin_dir)) == NULL)
     goto out;
-  text[4] = target && target != Py_None ? g_strdup(PyUnicode_AsUTF8(target)) : NULL;
-  text[5] = format && format != Py_None ? g_strdup(PyUnicode_AsUTF8(format)) : NULL;
   /* the sync { } section of conf.d fills what is not given, as for the commands */
   WsyncPlanArgs given = {.target = text[4], .format = text[5], .tp = text[0], .ep = text[1],
                          .threads = text[2], .part_size = text[3]};

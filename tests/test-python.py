@@ -381,6 +381,52 @@ def numpy_integers_are_ints():
 
 
 @test
+def options_take_what_python_passes():
+    """The commands and Session read their options by one rule: target and format are
+    str; tp, ep, rank, threads and part_size an int (numpy's too: anything with
+    __index__) or the command line's text ("2", "5G"); bucket_bytes and max_open_buckets
+    an int.  A bool is refused, a number out of range is the command's usage error.
+    (Before: the commands refused numpy.int64 that Session took, Session refused it for
+    bucket_bytes and max_open_buckets, and tp=2**70 raised a bare OverflowError.)"""
+    need_numpy()
+    src = synth("tiny-qwen3-moe")
+    want = json.loads(wsync_ok("plan", src, "--target", "vllm", "--format", "kernel", "--tp", "2",
+                               "--ep", "2", "--rank", "1", "--threads", "2", "--json"))
+    got = wsync.plan(src, target="vllm", format="kernel", tp=numpy.int64(2), ep=numpy.uint8(2),
+                     rank=numpy.int32(1), threads=numpy.int16(2), **KW)
+    assert got == want
+    out = fresh_dir("py-convert-numpy")
+    wsync.convert(src, out, target="vllm", format="kernel", tp=numpy.int64(2), ep=2, **KW)
+    assert_same_files(converted(src, "vllm", "kernel", 2, 2), out)
+    config = os.path.join(src, "config.json")
+    for make in (lambda **kw: wsync.plan(src, target="vllm", **KW, **kw),
+                 lambda **kw: wsync.Session(config, target="vllm", **KW, **kw)):
+        expect_error("tp must be an int or its text, not bool", make, tp=True, kind=TypeError)
+        expect_error("tp must be an int or its text, not float", make, tp=2.0, kind=TypeError)
+        expect_error('tp must be a number from 1 to 4096, not "1180591620717411303424"', make,
+                     tp=2 ** 70, status=2)
+        expect_error('tp must be a number from 1 to 4096, not "-1"', make, tp=-1, status=2)
+    expect_error("target must be a str, not int", wsync.plan, src, target=1, **KW,
+                 kind=TypeError)
+    expect_error("format must be a str, not bytes", wsync.Session, config, target="vllm",
+                 format=b"kernel", **KW, kind=TypeError)
+    buckets = []
+    s = wsync.Session(config, target="vllm", format="kernel", tp=2, out=buckets.append,
+                      bucket_bytes=numpy.int64(1), max_open_buckets=numpy.uint32(1000), **KW)
+    s.describe(description(src))
+    s.begin(1)
+    push_all(s, arrays(src))
+    s.commit()
+    s.close()
+    assert buckets and all(len(b.entries) == 1 for b in buckets), len(buckets)
+    for name in ("bucket_bytes", "max_open_buckets"):
+        expect_error("%s must be an int, not bool" % name, wsync.Session, config, target="vllm",
+                     out=buckets.append, **{name: True}, **KW, kind=TypeError)
+        expect_error("%s must be a number of at least 1" % name, wsync.Session, config,
+                     target="vllm", out=buckets.append, **{name: 0}, **KW, status=2)
+
+
+@test
 def session_refusals_speak_python():
     """The refusals name the Python methods and arguments, not the C functions behind
     them: a session not yet described, no step open, a shard pushed without its offsets

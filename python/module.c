@@ -2,6 +2,8 @@
  * commands as functions.  Every function releases the GIL while the library works. */
 #include "config.h"
 
+#include <string.h>
+
 #include "wsync-python.h"
 
 PyObject *wsync_py_error;
@@ -202,6 +204,35 @@ wsync_py_count(PyObject *obj, const char *name, guint64 *out)
     return FALSE;
   }
   return TRUE;
+}
+
+gboolean
+wsync_py_step_number(PyObject *obj, guint64 *out)
+{
+  if (PyUnicode_Check(obj)) {
+    const char *text = PyUnicode_AsUTF8(obj);
+    /* ASCII digits only: no sign, no space, no other script's digits */
+    if (text != NULL && text[0] != '\0' && text[strspn(text, "0123456789")] == '\0' &&
+        g_ascii_string_to_unsigned(text, 10, 0, G_MAXUINT64, out, NULL))
+      return TRUE;
+  } else if (!PyBool_Check(obj) && PyIndex_Check(obj)) {
+    PyObject *index = PyNumber_Index(obj);
+    if (index != NULL) {
+      *out = PyLong_AsUnsignedLongLong(index);
+      Py_DECREF(index);
+      if (!PyErr_Occurred())
+        return TRUE;
+    }
+  }
+  PyErr_Clear();
+  PyObject *shown = PyObject_Repr(obj);
+  const char *text = shown != NULL ? PyUnicode_AsUTF8(shown) : NULL;
+  PyErr_Clear();
+  wsync_py_raise_code(WSYNC_ERROR_USAGE,
+                      "version must be a step number (an int or its decimal text), not %s",
+                      text != NULL ? text : Py_TYPE(obj)->tp_name);
+  Py_XDECREF(shown);
+  return FALSE;
 }
 
 static gboolean

@@ -573,17 +573,10 @@ static PyObject *
 session_begin(SessionObject *self, PyObject *arg)
 {
   g_autoptr(GError) error = NULL;
-  PyObject *index = PyNumber_Index(arg); /* an int, or numpy.int64 */
-  unsigned long long version = index != NULL ? PyLong_AsUnsignedLongLong(index) : 0;
+  guint64 version;
   gboolean ok;
 
-  Py_XDECREF(index);
-  if (index == NULL || PyErr_Occurred()) {
-    PyErr_Clear();
-    PyErr_SetString(PyExc_TypeError, "begin(version): version is an int >= 0");
-    return NULL;
-  }
-  if (!check_open(self))
+  if (!wsync_py_step_number(arg, &version) || !check_open(self))
     return NULL;
   Py_BEGIN_ALLOW_THREADS
   g_rw_lock_writer_lock(&self->lock);
@@ -754,7 +747,7 @@ static PyMethodDef session_methods[] = {
      "offset, nbytes)."},
     {"begin", (PyCFunction)session_begin, METH_O,
      "begin($self, version, /)\n--\n\n"
-     "Opens the step version.  The directory sink first removes the commit record, so\n"
+     "Opens the step version (an int, numpy's too, or its decimal text).  The directory sink first removes the commit record, so\n"
      "that until commit() no reader takes the files for a complete step."},
     {"push", (PyCFunction)(void (*)(void))session_push, METH_VARARGS | METH_KEYWORDS, push_doc},
     {"commit", (PyCFunction)session_commit, METH_NOARGS,

@@ -46,6 +46,11 @@ gboolean wsync_py_option_text(PyObject *obj, const char *name, gboolean number, 
  * None (not given) leaves @out 0.  FALSE with an exception set naming @name. */
 gboolean wsync_py_count(PyObject *obj, const char *name, guint64 *out);
 
+/* A step's version (Session.begin, load_rank, wsync_load): any integer but a bool
+ * (numpy's too) or its decimal text (vLLM keeps weight versions as text), from 0 to
+ * 2^64-1.  FALSE with wsync.Error (exit status 2) set naming the value. */
+gboolean wsync_py_step_number(PyObject *obj, guint64 *out);
+
 /* A parsed JSON value as Python objects (dict, list, str, int, float, bool, None). */
 PyObject *wsync_py_from_json(JsonNode *node);
 

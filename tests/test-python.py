@@ -706,7 +706,8 @@ def session_commit_missing_tensor():
     s.push(missing, t[missing])
     s.commit()
     assert record(out)["version"] == 1
-    expect_error("", s.begin, -1, kind=TypeError)
+    expect_error("version must be a step number (an int or its decimal text), not -1",
+                 s.begin, -1, status=2)
     s.close()
 
 
@@ -1578,6 +1579,70 @@ def vllm_worker_expert_load_balancing():
     with FakeVllm(2, 0):
         fake_worker(model, enable_eplb=True).wsync_load(dense)
     assert all(a.tobytes() == want[n][2] for n, a in model_arrays(model, want).items())
+
+
+@test
+def step_numbers_and_flags_by_one_rule():
+    """A step's version is read by one rule everywhere (Session.begin, load_rank,
+    wsync_load): an int (numpy's too) or its decimal text, as vLLM keeps weight versions
+    as text (LLM.finish_weight_update(weight_version: str | None),
+    vllm/entrypoints/llm.py:895 @ df1376907b16); anything else is a usage error naming
+    version.  load_rank's verify and require_commit take a bool or "true"/"false" as
+    wsync_load's verify does, and digest must be text.  (Before: load_rank refused
+    version=numpy.int64(1) and "1" with "an integer is required", -1 with a bare
+    OverflowError, took True as version 1 and verify="false" as true, and a bytes
+    digest raised a TypeError naming "_open_rank() argument 6".)"""
+    need_numpy()
+    path, digest = committed_dir()
+    want = rank_tensors(path, 0)
+    for version in (1, numpy.int64(1), numpy.uint8(1), "1", " 1".strip()):
+        params = zero_arrays(want)
+        assert wsync.load_rank(path, 0, params, version=version)["version"] == 1, version
+        assert all(params[n].tobytes() == raw for n, (_, _, raw) in want.items())
+    expect_error("the commit record is of version 1, not 2", wsync.load_rank, path, 0,
+                 zero_arrays(want), version="2", status=3)
+    for bad, shown in ((True, "True"), (-1, "-1"), ("1.0", "'1.0'"), ("", "''"), (1.0, "1.0"),
+                       ("\u0661", "'\u0661'"), (2 ** 64, str(2 ** 64))):
+        expect_error("version must be a step number (an int or its decimal text), not %s"
+                     % shown, wsync.load_rank, path, 0, zero_arrays(want), version=bad, status=2)
+    expect_error("digest must be a str, not bytes", wsync.load_rank, path, 0, zero_arrays(want),
+                 digest=digest.encode(), kind=TypeError)
+    expect_error("verify must be true or false, not 'no'", wsync.load_rank, path, 0,
+                 zero_arrays(want), verify="no", status=2)
+    # verify "false" skips the checksums (a file changed after its commit loads), "TRUE"
+    # checks them
+    bad = fresh_dir("committed-load-rank-flags")
+    shutil.copytree(path, bad)
+    with open(os.path.join(bad, "kernel-rank-0-part-0.safetensors"), "r+b") as f:
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last[0] ^ 1]))
+    expect_error("(the file changed after its commit)", wsync.load_rank, bad, 0,
+                 zero_arrays(want), verify="TRUE", status=3)
+    wsync.load_rank(bad, 0, zero_arrays(want), verify="false")
+    os.unlink(os.path.join(bad, "wsync-commit.json"))
+    expect_error("no commit record", wsync.load_rank, bad, 0, zero_arrays(want),
+                 require_commit="true", status=3)
+    assert wsync.load_rank(bad, 0, zero_arrays(want), require_commit="False", **KW) is None
+    # the trainer side: begin takes the same numbers
+    src = synth("tiny-qwen3-moe")
+    out = fresh_dir("sess-begin-text")
+    s = new_session(src, out, "vllm", "kernel", 2, 1)
+    s.describe(description(src))
+    for version in ("7", numpy.int64(8)):
+        s.begin(version)
+        push_all(s, arrays(src))
+        s.commit()
+        assert record(out)["version"] == int(version)
+    expect_error("version must be a step number (an int or its decimal text), not True",
+                 s.begin, True, status=2)
+    s.close()
+    with FakeVllm(2, 0):
+        model = fake_model(want)
+        assert fake_worker(model).wsync_load(path, numpy.int64(1))["version"] == 1
+        expect_error("version must be a step number (an int or its decimal text), not True",
+                     fake_worker(model).wsync_load, path, True, status=2)
 
 
 @test

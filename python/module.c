@@ -2,6 +2,7 @@
  * commands as functions.  Every function releases the GIL while the library works. */
 #include "config.h"
 
+#include <signal.h>
 #include <string.h>
 
 #include "wsync-python.h"
@@ -363,38 +364,110 @@ layout_options(WsyncContext *ctx, LayoutKwargs *k, WsyncPlanOptions *o)
   return TRUE;
 }
 
+/* A plan made and run on a thread of its own, so that the calling thread hears Ctrl-C.
+ * Python runs signal handlers in the main thread only, between bytecodes: a call that
+ * held that thread in C for the minutes a whole model takes would hear Ctrl-C only once
+ * DST was written.  `wsync convert` stops at the next piece of work and leaves DST as it
+ * was (wsync_plan_set_interrupt(), README "SIGINT (Ctrl-C)..."); so does this. */
+typedef struct {
+  WsyncContext *ctx;
+  const char *src, *dst;
+  WsyncPlanOptions o;
+  gboolean merge, force;
+  volatile sig_atomic_t stop; /* set by the caller's thread when a handler raised */
+  WsyncPlan *plan;
+  GError *error;
+  gboolean ok, done;
+  GMutex lock;
+  GCond finished;
+} PlanJob;
+
+static gpointer
+plan_job_run(gpointer data)
+{
+  PlanJob *j = data;
+
+  j->plan = j->merge ? wsync_plan_new_merge(j->ctx, j->src, &j->o, &j->error)
+                     : wsync_plan_new(j->ctx, j->src, &j->o, &j->error);
+  if (j->plan != NULL) {
+    wsync_plan_set_interrupt(j->plan, &j->stop);
+    j->ok = j->dst == NULL ||
+            wsync_plan_execute(j->plan, j->dst, j->force ? WSYNC_EXECUTE_FORCE : WSYNC_EXECUTE_NONE,
+                               &j->error);
+  }
+  g_mutex_lock(&j->lock);
+  j->done = TRUE;
+  g_cond_signal(&j->finished);
+  g_mutex_unlock(&j->lock);
+  return NULL;
+}
+
+#define SIGNAL_CHECK_US (50 * G_TIME_SPAN_MILLISECOND)
+
+/* Runs @j to its end, checking for signals every SIGNAL_CHECK_US; returns FALSE with the
+ * exception a signal handler raised (KeyboardInterrupt) set, the run stopped and DST as
+ * it was (unless the handler ran too late to stop it). */
+static gboolean
+plan_job_wait(PlanJob *j)
+{
+  g_autoptr(GError) error = NULL;
+  gboolean done, raised = FALSE;
+  GThread *thread = g_thread_try_new("wsync-plan", plan_job_run, j, &error);
+
+  if (thread == NULL) {
+    wsync_py_raise_code(WSYNC_ERROR_IO, "cannot start a thread: %s", error->message);
+    return FALSE;
+  }
+  do {
+    Py_BEGIN_ALLOW_THREADS
+    g_mutex_lock(&j->lock);
+    if (!j->done)
+      g_cond_wait_until(&j->finished, &j->lock, g_get_monotonic_time() + SIGNAL_CHECK_US);
+    done = j->done;
+    g_mutex_unlock(&j->lock);
+    Py_END_ALLOW_THREADS
+    if (!done && !raised && PyErr_CheckSignals() < 0) {
+      raised = TRUE;
+      j->stop = SIGINT; /* the run stops; Python's own exception is what the caller sees */
+    }
+  } while (!done);
+  g_thread_join(thread);
+  return !raised;
+}
+
 /* Plans @src (and writes @dst when not NULL); returns the plan as `--json` prints it. */
 static PyObject *
 run_plan(PyObject *src_obj, PyObject *dst_obj, LayoutKwargs *k, gboolean merge)
 {
   g_autofree char *src = NULL;
   g_autofree char *dst = NULL;
-  g_autoptr(GError) error = NULL;
-  WsyncPlanOptions o = {0};
-  WsyncPlan *plan = NULL;
-  WsyncContext *ctx;
-  gboolean ok = FALSE;
+  PlanJob j = {0};
   PyObject *result = NULL;
 
   if (!path_arg(src_obj, &src) || (dst_obj != NULL && !path_arg(dst_obj, &dst)))
     return NULL;
-  if ((ctx = wsync_py_context(k->conf_dir, k->plugin_dir)) == NULL)
+  if ((j.ctx = wsync_py_context(k->conf_dir, k->plugin_dir)) == NULL)
     return NULL;
-  if (layout_options(ctx, k, &o)) {
-    Py_BEGIN_ALLOW_THREADS
-    plan = merge ? wsync_plan_new_merge(ctx, src, &o, &error) : wsync_plan_new(ctx, src, &o, &error);
-    ok = plan != NULL &&
-         (dst == NULL || wsync_plan_execute(plan, dst, k->force ? WSYNC_EXECUTE_FORCE : WSYNC_EXECUTE_NONE,
-                                            &error));
-    Py_END_ALLOW_THREADS
-    if (ok) {
-      g_autoptr(JsonNode) root = wsync_plan_to_json(plan);
-      result = wsync_py_from_json(root);
-    } else
-      wsync_py_raise(error);
+  if (layout_options(j.ctx, k, &j.o)) {
+    j.src = src;
+    j.dst = dst;
+    j.merge = merge;
+    j.force = k->force;
+    g_mutex_init(&j.lock);
+    g_cond_init(&j.finished);
+    if (plan_job_wait(&j)) {
+      if (j.ok) {
+        g_autoptr(JsonNode) root = wsync_plan_to_json(j.plan);
+        result = wsync_py_from_json(root);
+      } else
+        wsync_py_raise(j.error);
+    }
+    g_clear_error(&j.error);
+    g_cond_clear(&j.finished);
+    g_mutex_clear(&j.lock);
   }
-  wsync_plan_free(plan);
-  wsync_context_free(ctx);
+  wsync_plan_free(j.plan);
+  wsync_context_free(j.ctx);
   return result;
 }
 
@@ -413,7 +486,8 @@ PyDoc_STRVAR(convert_doc,
 "conf.d, then the command's defaults; part_size may be \"5G\".  conf_dir and plugin_dir\n"
 "(a path or a list) replace the installed configuration / are searched first for\n"
 "plugins, as --conf-dir / --plugin-dir.  Returns the plan as a dict, as `wsync convert\n"
-"--json` prints it.  Raises wsync.Error with the command's message and exit_status.");
+"--json` prints it.  Raises wsync.Error with the command's message and exit_status.\n"
+"Ctrl-C stops it at the next piece of work (KeyboardInterrupt; dst stays as it was).");
 
 static PyObject *
 py_convert(PyObject *self, PyObject *args, PyObject *kwargs)
@@ -459,7 +533,7 @@ PyDoc_STRVAR(merge_doc,
 "--\n\n"
 "`wsync merge SRC DST`: consolidates a sharded training checkpoint (PyTorch DCP) into a\n"
 "plain Hugging Face checkpoint.  Returns the plan as a dict, as `wsync merge --json`\n"
-"prints it.");
+"prints it.  Ctrl-C stops it as it stops convert().");
 
 static PyObject *
 py_merge(PyObject *self, PyObject *args, PyObject *kwargs)

@@ -1760,6 +1760,67 @@ def commands_as_functions():
     expect_error("cannot open", wsync.inspect, os.path.join(TMP, "nothing"), **KW, status=4)
 
 
+def big_checkpoint():
+    """A Llama checkpoint of about 210 MB (`wsync synth`), made once: large enough that
+    writing it takes a while."""
+    key = ("big-llama",)
+    if key not in _SYNTH:
+        with open(os.path.join(SRCDIR, "tests", "data", "configs", "tiny-llama3.json")) as f:
+            config = json.load(f)
+        config.update(hidden_size=1024, intermediate_size=2816, num_hidden_layers=4,
+                      vocab_size=32000, num_attention_heads=16, num_key_value_heads=4)
+        path = os.path.join(TMP, "big-llama.json")
+        with open(path, "w") as f:
+            json.dump(config, f)
+        dst = os.path.join(TMP, "synth-big-llama")
+        wsync_ok("synth", "--config", path, "--pattern", "random", dst)
+        _SYNTH[key] = dst
+    return _SYNTH[key]
+
+
+@test
+def convert_hears_ctrl_c_and_other_threads_run():
+    """While convert works, other Python threads run (the GIL is released), and Ctrl-C
+    stops it as it stops `wsync convert`: at the next piece of work, KeyboardInterrupt
+    raised, the temporary directory removed, DST never created.  (Before: the SIGINT was
+    heard only once the conversion had ended and DST was written.)  Checked in a child
+    process: a second thread sends SIGINT when it sees the temporary directory, which
+    exists only while convert is in C, so it sees it only if the GIL is free then."""
+    src = big_checkpoint()
+    parent = fresh_dir("ctrl-c")
+    os.makedirs(parent)
+    dst = os.path.join(parent, "out")
+    script = """if True:
+        import os, signal, sys, threading, time, wsync
+        src, dst, conf_dir, plugin_dir = sys.argv[1:5]
+        parent = os.path.dirname(dst)
+        done = threading.Event()
+        def watch():
+            while not done.is_set():
+                if any(n.startswith(".out.wsync-") for n in os.listdir(parent)):
+                    os.kill(os.getpid(), signal.SIGINT)
+                    return
+                time.sleep(0.0002)
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            wsync.convert(src, dst, target="vllm", tp=2, conf_dir=conf_dir,
+                          plugin_dir=plugin_dir)
+            outcome = "returned"
+        except KeyboardInterrupt:
+            outcome = "KeyboardInterrupt"
+        done.set()
+        watcher.join()
+        print(outcome, os.path.exists(dst), sorted(os.listdir(parent)))
+    """
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), WSYNC_PLUGIN_PATH="")
+    r = subprocess.run([sys.executable, "-c", script, src, dst, CONF_DIR, PLUGIN_DIR], env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "KeyboardInterrupt False []", r.stdout + r.stderr
+
+
 @test
 def merge_as_function():
     """merge consolidates a sharded checkpoint (DCP's safetensors mode) as `wsync merge`."""

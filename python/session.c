@@ -712,6 +712,10 @@ static PyObject *
 session_exit(SessionObject *self, PyObject *args)
 {
   (void)args;
+  /* as close(): from the bucket callback, closing would wait for ever on the push
+   * that runs it (it holds the session's lock) */
+  if (self->session != NULL && !check_open(self))
+    return NULL;
   close_session(self);
   Py_RETURN_FALSE;
 }

@@ -827,6 +827,66 @@ def session_callback_errors():
     expect_error("released", bytes, buckets[0].data, kind=ValueError)
 
 
+@test
+def session_closed_and_context_manager():
+    """close() twice is fine; every other call on a closed session raises wsync.Error
+    "the session is closed" (status 2), never crashes; `with` closes the session.  A
+    bucket callback that closes the session, by close() or by leaving a `with` block of
+    it, is refused instead of waiting for ever on the push that runs it.  (Before:
+    __exit__ from the callback hung the process.)  Checked in a child process with a
+    time limit, so that a hang fails the test."""
+    script = """if True:
+        import json, os, sys, wsync
+        config, conf_dir, plugin_dir, described = sys.argv[1:5]
+        described = json.loads(described)
+        kw = dict(target="vllm", format="kernel", tp=2, conf_dir=conf_dir, plugin_dir=plugin_dir)
+        with wsync.Session(config, **kw) as s:
+            assert s.world == 0 and s.digest is None
+        s.close()
+        s.close()
+        for call in (lambda: s.digest, lambda: s.world, lambda: s.describe([]),
+                     lambda: s.manifest(0), lambda: s.begin(1), lambda: s.push("x", b""),
+                     lambda: s.commit(), lambda: s.abort()):
+            try:
+                call()
+                raise AssertionError("no error")
+            except wsync.Error as e:
+                assert (str(e), e.exit_status) == ("the session is closed", 2), str(e)
+        names = []
+        def leave(bucket):
+            names.append(bucket.entries[0].name)
+            with s:
+                pass
+        s = wsync.Session(config, out=leave, **kw)
+        s.describe(described)
+        s.begin(1)
+        try:
+            for name, dtype, shape in described:  # BF16 and F32 only
+                n = 2 if dtype == "BF16" else 4
+                for d in shape:
+                    n *= d
+                s.push(name, bytes(n))
+            raise AssertionError("no error")
+        except wsync.Error as e:
+            print(str(e), e.exit_status, names)
+        s.abort()
+        s.close()
+    """
+    src = synth("tiny-qwen3-moe")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), WSYNC_PLUGIN_PATH="")
+    described = description(src)
+    assert {d for _, d, _ in described} <= {"BF16", "F32"}, described
+    try:
+        r = subprocess.run([sys.executable, "-c", script, os.path.join(src, "config.json"),
+                            CONF_DIR, PLUGIN_DIR, json.dumps(described)], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("the session hung") from None
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().startswith("the bucket callback cannot call the session 2 "), r.stdout
+
+
 # ------------------------------------------------------------------ load_rank
 
 def committed_dir(config="tiny-qwen3-moe", fmt="kernel", tp=2, ep=1, version=1, target="vllm",

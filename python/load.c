@@ -454,9 +454,9 @@ wsync_py_open_rank(PyObject *module, PyObject *args, PyObject *kwargs)
   static char *kwlist[] = {"dir", "rank", "require_commit", "verify", "version", "digest",
                            "conf_dir", "plugin_dir", NULL};
   PyObject *dir_obj, *dir_bytes = NULL, *rank_obj, *version_obj = Py_None, *conf_dir = Py_None,
-                     *plugin_dir = Py_None;
+                     *plugin_dir = Py_None, *digest_obj = Py_None;
   const char *digest = NULL;
-  guint64 rank;
+  guint64 rank, version = 0;
   int require_commit = 1, verify = 1;
   g_autoptr(GError) error = NULL;
   g_autoptr(GPtrArray) paths = g_ptr_array_new_with_free_func(g_free);
@@ -465,10 +465,20 @@ wsync_py_open_rank(PyObject *module, PyObject *args, PyObject *kwargs)
   gboolean ok;
 
   (void)module;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|$ppOzOO:_open_rank", kwlist, &dir_obj,
-                                   &rank_obj, &require_commit, &verify, &version_obj, &digest,
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|$ppOOOO:_open_rank", kwlist, &dir_obj,
+                                   &rank_obj, &require_commit, &verify, &version_obj, &digest_obj,
                                    &conf_dir, &plugin_dir) ||
-      !rank_number(rank_obj, &rank) || !PyUnicode_FSConverter(dir_obj, &dir_bytes))
+      !rank_number(rank_obj, &rank) ||
+      (version_obj != Py_None && !wsync_py_step_number(version_obj, &version)))
+    return NULL;
+  if (digest_obj != Py_None && (!PyUnicode_Check(digest_obj) ||
+                                (digest = PyUnicode_AsUTF8(digest_obj)) == NULL)) {
+    if (!PyErr_Occurred())
+      PyErr_Format(PyExc_TypeError, "digest must be a str, not %.100s",
+                   Py_TYPE(digest_obj)->tp_name);
+    return NULL;
+  }
+  if (!PyUnicode_FSConverter(dir_obj, &dir_bytes))
     return NULL;
   RankFilesObject *self = PyObject_New(RankFilesObject, &WsyncPyRankFilesType);
   if (self == NULL) {
@@ -495,16 +505,11 @@ wsync_py_open_rank(PyObject *module, PyObject *args, PyObject *kwargs)
   if (ok) {
     if (!record_parse(record_path, self->record_text, self->record_len, &self->record, &error))
       goto fail;
-    if (version_obj != Py_None) {
-      unsigned long long v = PyLong_AsUnsignedLongLong(version_obj);
-      if (PyErr_Occurred())
-        goto fail_py;
-      if (v != self->record.version) {
-        g_set_error(&error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                    "%s: the commit record is of version %" G_GUINT64_FORMAT ", not %llu",
-                    record_path, self->record.version, v);
-        goto fail;
-      }
+    if (version_obj != Py_None && version != self->record.version) {
+      g_set_error(&error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                  "%s: the commit record is of version %" G_GUINT64_FORMAT ", not %" G_GUINT64_FORMAT,
+                  record_path, self->record.version, version);
+      goto fail;
     }
     if (digest != NULL && g_ascii_strcasecmp(digest, self->record.digest) != 0) {
       g_set_error(&error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,

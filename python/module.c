@@ -2,6 +2,9 @@
  * commands as functions.  Every function releases the GIL while the library works. */
 #include "config.h"
 
+#include <signal.h>
+#include <string.h>
+
 #include "wsync-python.h"
 
 PyObject *wsync_py_error;
@@ -149,26 +152,88 @@ wsync_py_context(PyObject *conf_dir, PyObject *plugin_dir)
   return ctx;
 }
 
-/* An option given as int or str (None: not given) -> text, as the command line has it. */
-static gboolean
-option_text(PyObject *obj, const char *name, char **out)
+gboolean
+wsync_py_option_text(PyObject *obj, const char *name, gboolean number, char **out)
 {
+  PyObject *text = NULL;
+
   *out = NULL;
   if (obj == NULL || obj == Py_None)
     return TRUE;
-  if (PyBool_Check(obj) || !(PyLong_Check(obj) || PyUnicode_Check(obj))) {
-    PyErr_Format(PyExc_TypeError, "%s must be an int or a str, not %.100s", name,
-                 Py_TYPE(obj)->tp_name);
+  if (PyUnicode_Check(obj))
+    text = Py_NewRef(obj);
+  else if (number && !PyBool_Check(obj) && PyIndex_Check(obj)) {
+    /* numpy's integers too; any size: the command's range check names the number */
+    PyObject *index = PyNumber_Index(obj);
+    text = index != NULL ? PyObject_Str(index) : NULL;
+    Py_XDECREF(index);
+  }
+  if (text == NULL) {
+    if (!PyErr_Occurred())
+      PyErr_Format(PyExc_TypeError, number ? "%s must be an int or its text, not %.100s"
+                                           : "%s must be a str, not %.100s",
+                   name, Py_TYPE(obj)->tp_name);
     return FALSE;
   }
-  PyObject *text = PyObject_Str(obj);
-  if (text == NULL)
-    return FALSE;
   const char *utf8 = PyUnicode_AsUTF8(text);
   if (utf8 != NULL)
     *out = g_strdup(utf8);
   Py_DECREF(text);
   return utf8 != NULL;
+}
+
+gboolean
+wsync_py_count(PyObject *obj, const char *name, guint64 *out)
+{
+  PyObject *index;
+
+  *out = 0;
+  if (obj == NULL || obj == Py_None)
+    return TRUE;
+  if (PyBool_Check(obj) || !PyIndex_Check(obj)) {
+    PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", name, Py_TYPE(obj)->tp_name);
+    return FALSE;
+  }
+  if ((index = PyNumber_Index(obj)) == NULL)
+    return FALSE;
+  *out = PyLong_AsUnsignedLongLong(index);
+  Py_DECREF(index);
+  if (PyErr_Occurred() || *out == 0) {
+    PyErr_Clear();
+    *out = 0;
+    wsync_py_raise_code(WSYNC_ERROR_USAGE, "%s must be a number of at least 1", name);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+gboolean
+wsync_py_step_number(PyObject *obj, guint64 *out)
+{
+  if (PyUnicode_Check(obj)) {
+    const char *text = PyUnicode_AsUTF8(obj);
+    /* ASCII digits only: no sign, no space, no other script's digits */
+    if (text != NULL && text[0] != '\0' && text[strspn(text, "0123456789")] == '\0' &&
+        g_ascii_string_to_unsigned(text, 10, 0, G_MAXUINT64, out, NULL))
+      return TRUE;
+  } else if (!PyBool_Check(obj) && PyIndex_Check(obj)) {
+    PyObject *index = PyNumber_Index(obj);
+    if (index != NULL) {
+      *out = PyLong_AsUnsignedLongLong(index);
+      Py_DECREF(index);
+      if (!PyErr_Occurred())
+        return TRUE;
+    }
+  }
+  PyErr_Clear();
+  PyObject *shown = PyObject_Repr(obj);
+  const char *text = shown != NULL ? PyUnicode_AsUTF8(shown) : NULL;
+  PyErr_Clear();
+  wsync_py_raise_code(WSYNC_ERROR_USAGE,
+                      "version must be a step number (an int or its decimal text), not %s",
+                      text != NULL ? text : Py_TYPE(obj)->tp_name);
+  Py_XDECREF(shown);
+  return FALSE;
 }
 
 static gboolean
@@ -287,7 +352,7 @@ layout_options(WsyncContext *ctx, LayoutKwargs *k, WsyncPlanOptions *o)
   g_autoptr(GError) error = NULL;
 
   for (guint i = 0; i < G_N_ELEMENTS(given); i++)
-    if (!option_text(given[i], names[i], &k->text[i]))
+    if (!wsync_py_option_text(given[i], names[i], i >= 2, &k->text[i]))
       return FALSE;
   WsyncPlanArgs args = {.target = k->text[0], .format = k->text[1], .tp = k->text[2],
                         .ep = k->text[3], .rank = k->text[4], .threads = k->text[5],
@@ -299,38 +364,110 @@ layout_options(WsyncContext *ctx, LayoutKwargs *k, WsyncPlanOptions *o)
   return TRUE;
 }
 
+/* A plan made and run on a thread of its own, so that the calling thread hears Ctrl-C.
+ * Python runs signal handlers in the main thread only, between bytecodes: a call that
+ * held that thread in C for the minutes a whole model takes would hear Ctrl-C only once
+ * DST was written.  `wsync convert` stops at the next piece of work and leaves DST as it
+ * was (wsync_plan_set_interrupt(), README "SIGINT (Ctrl-C)..."); so does this. */
+typedef struct {
+  WsyncContext *ctx;
+  const char *src, *dst;
+  WsyncPlanOptions o;
+  gboolean merge, force;
+  volatile sig_atomic_t stop; /* set by the caller's thread when a handler raised */
+  WsyncPlan *plan;
+  GError *error;
+  gboolean ok, done;
+  GMutex lock;
+  GCond finished;
+} PlanJob;
+
+static gpointer
+plan_job_run(gpointer data)
+{
+  PlanJob *j = data;
+
+  j->plan = j->merge ? wsync_plan_new_merge(j->ctx, j->src, &j->o, &j->error)
+                     : wsync_plan_new(j->ctx, j->src, &j->o, &j->error);
+  if (j->plan != NULL) {
+    wsync_plan_set_interrupt(j->plan, &j->stop);
+    j->ok = j->dst == NULL ||
+            wsync_plan_execute(j->plan, j->dst, j->force ? WSYNC_EXECUTE_FORCE : WSYNC_EXECUTE_NONE,
+                               &j->error);
+  }
+  g_mutex_lock(&j->lock);
+  j->done = TRUE;
+  g_cond_signal(&j->finished);
+  g_mutex_unlock(&j->lock);
+  return NULL;
+}
+
+#define SIGNAL_CHECK_US (50 * G_TIME_SPAN_MILLISECOND)
+
+/* Runs @j to its end, checking for signals every SIGNAL_CHECK_US; returns FALSE with the
+ * exception a signal handler raised (KeyboardInterrupt) set, the run stopped and DST as
+ * it was (unless the handler ran too late to stop it). */
+static gboolean
+plan_job_wait(PlanJob *j)
+{
+  g_autoptr(GError) error = NULL;
+  gboolean done, raised = FALSE;
+  GThread *thread = g_thread_try_new("wsync-plan", plan_job_run, j, &error);
+
+  if (thread == NULL) {
+    wsync_py_raise_code(WSYNC_ERROR_IO, "cannot start a thread: %s", error->message);
+    return FALSE;
+  }
+  do {
+    Py_BEGIN_ALLOW_THREADS
+    g_mutex_lock(&j->lock);
+    if (!j->done)
+      g_cond_wait_until(&j->finished, &j->lock, g_get_monotonic_time() + SIGNAL_CHECK_US);
+    done = j->done;
+    g_mutex_unlock(&j->lock);
+    Py_END_ALLOW_THREADS
+    if (!done && !raised && PyErr_CheckSignals() < 0) {
+      raised = TRUE;
+      j->stop = SIGINT; /* the run stops; Python's own exception is what the caller sees */
+    }
+  } while (!done);
+  g_thread_join(thread);
+  return !raised;
+}
+
 /* Plans @src (and writes @dst when not NULL); returns the plan as `--json` prints it. */
 static PyObject *
 run_plan(PyObject *src_obj, PyObject *dst_obj, LayoutKwargs *k, gboolean merge)
 {
   g_autofree char *src = NULL;
   g_autofree char *dst = NULL;
-  g_autoptr(GError) error = NULL;
-  WsyncPlanOptions o = {0};
-  WsyncPlan *plan = NULL;
-  WsyncContext *ctx;
-  gboolean ok = FALSE;
+  PlanJob j = {0};
   PyObject *result = NULL;
 
   if (!path_arg(src_obj, &src) || (dst_obj != NULL && !path_arg(dst_obj, &dst)))
     return NULL;
-  if ((ctx = wsync_py_context(k->conf_dir, k->plugin_dir)) == NULL)
+  if ((j.ctx = wsync_py_context(k->conf_dir, k->plugin_dir)) == NULL)
     return NULL;
-  if (layout_options(ctx, k, &o)) {
-    Py_BEGIN_ALLOW_THREADS
-    plan = merge ? wsync_plan_new_merge(ctx, src, &o, &error) : wsync_plan_new(ctx, src, &o, &error);
-    ok = plan != NULL &&
-         (dst == NULL || wsync_plan_execute(plan, dst, k->force ? WSYNC_EXECUTE_FORCE : WSYNC_EXECUTE_NONE,
-                                            &error));
-    Py_END_ALLOW_THREADS
-    if (ok) {
-      g_autoptr(JsonNode) root = wsync_plan_to_json(plan);
-      result = wsync_py_from_json(root);
-    } else
-      wsync_py_raise(error);
+  if (layout_options(j.ctx, k, &j.o)) {
+    j.src = src;
+    j.dst = dst;
+    j.merge = merge;
+    j.force = k->force;
+    g_mutex_init(&j.lock);
+    g_cond_init(&j.finished);
+    if (plan_job_wait(&j)) {
+      if (j.ok) {
+        g_autoptr(JsonNode) root = wsync_plan_to_json(j.plan);
+        result = wsync_py_from_json(root);
+      } else
+        wsync_py_raise(j.error);
+    }
+    g_clear_error(&j.error);
+    g_cond_clear(&j.finished);
+    g_mutex_clear(&j.lock);
   }
-  wsync_plan_free(plan);
-  wsync_context_free(ctx);
+  wsync_plan_free(j.plan);
+  wsync_context_free(j.ctx);
   return result;
 }
 
@@ -340,15 +477,17 @@ run_plan(PyObject *src_obj, PyObject *dst_obj, LayoutKwargs *k, gboolean merge)
                             &(k).part_size, &(k).conf_dir, &(k).plugin_dir
 
 PyDoc_STRVAR(convert_doc,
-"convert(src, dst, *, target=None, format=None, tp=None, ep=None, rank=None,\n"
-"        threads=None, part_size=None, conf_dir=None, plugin_dir=None, force=False) -> dict\n\n"
+"convert($module, src, dst, *, target=None, format=None, tp=None, ep=None, rank=None,\n"
+"        threads=None, part_size=None, conf_dir=None, plugin_dir=None, force=False)\n"
+"--\n\n"
 "`wsync convert SRC DST`: writes the target layout of the checkpoint src into the\n"
 "directory dst, atomically (force=True: replace dst even when it is not wsync's\n"
 "output, as --force).  Options left None come from the sync { } section of\n"
 "conf.d, then the command's defaults; part_size may be \"5G\".  conf_dir and plugin_dir\n"
 "(a path or a list) replace the installed configuration / are searched first for\n"
-"plugins, as --conf-dir / --plugin-dir.  Returns the plan, as `wsync convert --json`\n"
-"prints it.  Raises wsync.Error with the command's message and exit_status.");
+"plugins, as --conf-dir / --plugin-dir.  Returns the plan as a dict, as `wsync convert\n"
+"--json` prints it.  Raises wsync.Error with the command's message and exit_status.\n"
+"Ctrl-C stops it at the next piece of work (KeyboardInterrupt; dst stays as it was).");
 
 static PyObject *
 py_convert(PyObject *self, PyObject *args, PyObject *kwargs)
@@ -367,8 +506,9 @@ py_convert(PyObject *self, PyObject *args, PyObject *kwargs)
 }
 
 PyDoc_STRVAR(plan_doc,
-"plan(src, *, target=None, format=None, tp=None, ep=None, rank=None, threads=None,\n"
-"     part_size=None, conf_dir=None, plugin_dir=None) -> dict\n\n"
+"plan($module, src, *, target=None, format=None, tp=None, ep=None, rank=None, threads=None,\n"
+"     part_size=None, conf_dir=None, plugin_dir=None)\n"
+"--\n\n"
 "`wsync plan SRC --json`: the plan of converting src, as a dict, without writing.");
 
 static PyObject *
@@ -388,10 +528,12 @@ py_plan(PyObject *self, PyObject *args, PyObject *kwargs)
 }
 
 PyDoc_STRVAR(merge_doc,
-"merge(src, dst, *, part_size=None, threads=None, conf_dir=None, plugin_dir=None,\n"
-"      force=False) -> dict\n\n"
+"merge($module, src, dst, *, part_size=None, threads=None, conf_dir=None, plugin_dir=None,\n"
+"      force=False)\n"
+"--\n\n"
 "`wsync merge SRC DST`: consolidates a sharded training checkpoint (PyTorch DCP) into a\n"
-"plain Hugging Face checkpoint.  Returns the plan, as `wsync merge --json` prints it.");
+"plain Hugging Face checkpoint.  Returns the plan as a dict, as `wsync merge --json`\n"
+"prints it.  Ctrl-C stops it as it stops convert().");
 
 static PyObject *
 py_merge(PyObject *self, PyObject *args, PyObject *kwargs)
@@ -419,9 +561,10 @@ py_merge(PyObject *self, PyObject *args, PyObject *kwargs)
 }
 
 PyDoc_STRVAR(inspect_doc,
-"inspect(path, *, conf_dir=None, plugin_dir=None) -> dict\n\n"
-"`wsync inspect PATH --json`: the tensors (name, dtype, shape, bytes, file) of a\n"
-"safetensors file or a checkpoint directory, with totals, and each file's metadata.");
+"inspect($module, path, *, conf_dir=None, plugin_dir=None)\n"
+"--\n\n"
+"`wsync inspect PATH --json` as a dict: the tensors (name, dtype, shape, bytes, file) of\n"
+"a safetensors file or a checkpoint directory, with totals, and each file's metadata.");
 
 static PyObject *
 py_inspect(PyObject *self, PyObject *args, PyObject *kwargs)
@@ -463,7 +606,8 @@ static PyMethodDef methods[] = {
     {"merge", (PyCFunction)(void (*)(void))py_merge, METH_VARARGS | METH_KEYWORDS, merge_doc},
     {"inspect", (PyCFunction)(void (*)(void))py_inspect, METH_VARARGS | METH_KEYWORDS, inspect_doc},
     {"_open_rank", (PyCFunction)(void (*)(void))wsync_py_open_rank, METH_VARARGS | METH_KEYWORDS,
-     "_open_rank(dir, rank, *, require_commit, verify, version, digest, conf_dir, plugin_dir)\n"
+     "_open_rank($module, dir, rank, *, require_commit=True, verify=True, version=None,\n"
+     "           digest=None, conf_dir=None, plugin_dir=None)\n--\n\n"
      "The files of one rank, checked against the commit record (for wsync.load_rank)."},
     {NULL, NULL, 0, NULL}};
 

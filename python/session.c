@@ -341,47 +341,6 @@ session_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
   return (PyObject *)self;
 }
 
-/* An option given as int (None: not given) -> text, for wsync_plan_args_resolve(). */
-static gboolean
-int_option(PyObject *obj, const char *name, char **out)
-{
-  *out = NULL;
-  if (obj == NULL || obj == Py_None)
-    return TRUE;
-  if (PyUnicode_Check(obj)) {
-    *out = g_strdup(PyUnicode_AsUTF8(obj));
-    return *out != NULL;
-  }
-  PyObject *index = PyBool_Check(obj) ? NULL : PyNumber_Index(obj); /* numpy.int64 too */
-  if (index == NULL) {
-    PyErr_Clear();
-    PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", name, Py_TYPE(obj)->tp_name);
-    return FALSE;
-  }
-  *out = g_strdup_printf("%lld", PyLong_AsLongLong(index));
-  Py_DECREF(index);
-  return !PyErr_Occurred();
-}
-
-static gboolean
-size_option(PyObject *obj, const char *name, guint64 *out)
-{
-  *out = 0;
-  if (obj == NULL || obj == Py_None)
-    return TRUE;
-  if (!PyLong_Check(obj) || PyBool_Check(obj)) {
-    PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", name, Py_TYPE(obj)->tp_name);
-    return FALSE;
-  }
-  *out = PyLong_AsUnsignedLongLong(obj);
-  if (PyErr_Occurred() || *out == 0) {
-    PyErr_Clear();
-    wsync_py_raise_code(WSYNC_ERROR_USAGE, "%s must be a number of at least 1", name);
-    return FALSE;
-  }
-  return TRUE;
-}
-
 static int
 session_init(SessionObject *self, PyObject *args, PyObject *kwargs)
 {
@@ -408,15 +367,14 @@ session_init(SessionObject *self, PyObject *args, PyObject *kwargs)
                                    &threads, &part_size, &bucket_bytes, &max_open) ||
       !PyUnicode_FSConverter(config_obj, &config_bytes))
     return -1;
-  if ((target != NULL && target != Py_None && !PyUnicode_Check(target)) ||
-      (format != NULL && format != Py_None && !PyUnicode_Check(format))) {
-    PyErr_SetString(PyExc_TypeError, "target and format are str");
-    goto out;
-  }
-  if (!int_option(tp, "tp", &text[0]) || !int_option(ep, "ep", &text[1]) ||
-      !int_option(threads, "threads", &text[2]) || !int_option(part_size, "part_size", &text[3]) ||
-      !size_option(bucket_bytes, "bucket_bytes", &so.bucket_bytes) ||
-      (max_open != NULL && max_open != Py_None && !size_option(max_open, "max_open_buckets", &open_cap)))
+  if (!wsync_py_option_text(tp, "tp", TRUE, &text[0]) ||
+      !wsync_py_option_text(ep, "ep", TRUE, &text[1]) ||
+      !wsync_py_option_text(threads, "threads", TRUE, &text[2]) ||
+      !wsync_py_option_text(part_size, "part_size", TRUE, &text[3]) ||
+      !wsync_py_option_text(target, "target", FALSE, &text[4]) ||
+      !wsync_py_option_text(format, "format", FALSE, &text[5]) ||
+      !wsync_py_count(bucket_bytes, "bucket_bytes", &so.bucket_bytes) ||
+      !wsync_py_count(max_open, "max_open_buckets", &open_cap))
     goto out;
   if (out != Py_None && PyCallable_Check(out)) {
     Py_INCREF(out);
@@ -431,8 +389,6 @@ session_init(SessionObject *self, PyObject *args, PyObject *kwargs)
   }
   if ((self->ctx = wsync_py_context(conf_dir, plugin_dir)) == NULL)
     goto out;
-  text[4] = target && target != Py_None ? g_strdup(PyUnicode_AsUTF8(target)) : NULL;
-  text[5] = format && format != Py_None ? g_strdup(PyUnicode_AsUTF8(format)) : NULL;
   /* the sync { } section of conf.d fills what is not given, as for the commands */
   WsyncPlanArgs given = {.target = text[4], .format = text[5], .tp = text[0], .ep = text[1],
                          .threads = text[2], .part_size = text[3]};
@@ -554,7 +510,7 @@ describe_parsed(SessionObject *self, PyObject *name_obj, PyObject *dtype_obj, Py
 }
 
 PyDoc_STRVAR(describe_doc,
-"describe(tensors)\n\n"
+"describe($self, tensors, /)\n--\n\n"
 "Describes every tensor the trainer will push, then plans (once: as `wsync convert`\n"
 "would from a checkpoint of these tensors).  Each item is (name, dtype, shape) with\n"
 "Hugging Face names and safetensors dtypes (\"BF16\"), or, for one shard of a global\n"
@@ -617,17 +573,10 @@ static PyObject *
 session_begin(SessionObject *self, PyObject *arg)
 {
   g_autoptr(GError) error = NULL;
-  PyObject *index = PyNumber_Index(arg); /* an int, or numpy.int64 */
-  unsigned long long version = index != NULL ? PyLong_AsUnsignedLongLong(index) : 0;
+  guint64 version;
   gboolean ok;
 
-  Py_XDECREF(index);
-  if (index == NULL || PyErr_Occurred()) {
-    PyErr_Clear();
-    PyErr_SetString(PyExc_TypeError, "begin(version): version is an int >= 0");
-    return NULL;
-  }
-  if (!check_open(self))
+  if (!wsync_py_step_number(arg, &version) || !check_open(self))
     return NULL;
   Py_BEGIN_ALLOW_THREADS
   g_rw_lock_writer_lock(&self->lock);
@@ -640,7 +589,7 @@ session_begin(SessionObject *self, PyObject *arg)
 }
 
 PyDoc_STRVAR(push_doc,
-"push(name, tensor, offsets=None)\n\n"
+"push($self, name, tensor, offsets=None)\n--\n\n"
 "Pushes one described tensor (or, with offsets, the shard described at them) into the\n"
 "open step; returns when every destination byte that comes from it is written.  tensor\n"
 "is a C-contiguous buffer in host memory (numpy array, memoryview, bytes; a BF16 tensor\n"
@@ -763,6 +712,10 @@ static PyObject *
 session_exit(SessionObject *self, PyObject *args)
 {
   (void)args;
+  /* as close(): from the bucket callback, closing would wait for ever on the push
+   * that runs it (it holds the session's lock) */
+  if (self->session != NULL && !check_open(self))
+    return NULL;
   close_session(self);
   Py_RETURN_FALSE;
 }
@@ -793,22 +746,30 @@ session_get_world(SessionObject *self, void *closure)
 static PyMethodDef session_methods[] = {
     {"describe", (PyCFunction)session_describe, METH_O, describe_doc},
     {"manifest", (PyCFunction)session_manifest, METH_O,
-     "manifest(rank) -> [ManifestEntry]: the rank's tensors in file order (name, dtype, shape,\n"
-     "file, offset, nbytes)."},
+     "manifest($self, rank, /)\n--\n\n"
+     "The rank's tensors in file order: a list of ManifestEntry (name, dtype, shape, file,\n"
+     "offset, nbytes)."},
     {"begin", (PyCFunction)session_begin, METH_O,
-     "begin(version): opens a step.  The directory sink first removes the commit record, so\n"
+     "begin($self, version, /)\n--\n\n"
+     "Opens the step version (an int, numpy's too, or its decimal text).  The directory sink first removes the commit record, so\n"
      "that until commit() no reader takes the files for a complete step."},
     {"push", (PyCFunction)(void (*)(void))session_push, METH_VARARGS | METH_KEYWORDS, push_doc},
     {"commit", (PyCFunction)session_commit, METH_NOARGS,
-     "commit(): closes the step.  Refused, naming it, while a described tensor was not pushed\n"
+     "commit($self, /)\n--\n\n"
+     "Closes the step.  Refused, naming it, while a described tensor was not pushed\n"
      "(the step stays open: push it and commit again, or abort()).  The directory sink then\n"
      "writes the commit record, last."},
     {"abort", (PyCFunction)session_abort, METH_NOARGS,
-     "abort(): abandons the open step (needed after a failed push or commit of a sink)."},
+     "abort($self, /)\n--\n\n"
+     "Abandons the open step (needed after a failed push or commit of a sink)."},
     {"close", (PyCFunction)session_close, METH_NOARGS,
-     "close(): frees the session; the files stay, with the last commit record."},
-    {"__enter__", (PyCFunction)session_enter, METH_NOARGS, NULL},
-    {"__exit__", (PyCFunction)session_exit, METH_VARARGS, NULL},
+     "close($self, /)\n--\n\n"
+     "Frees the session; the files stay, with the last commit record.  Closing again does\n"
+     "nothing; any other call on a closed session raises wsync.Error."},
+    {"__enter__", (PyCFunction)session_enter, METH_NOARGS,
+     "__enter__($self, /)\n--\n\nReturns the session: `with wsync.Session(...) as s:` closes it at the end."},
+    {"__exit__", (PyCFunction)session_exit, METH_VARARGS,
+     "__exit__($self, exc_type, exc_value, traceback, /)\n--\n\nCloses the session (close())."},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef session_getset[] = {
@@ -820,7 +781,8 @@ static PyGetSetDef session_getset[] = {
 PyDoc_STRVAR(session_doc,
 "Session(config_path, *, target=None, format=None, tp=None, ep=None, out=None,\n"
 "        conf_dir=None, plugin_dir=None, threads=None, part_size=None,\n"
-"        bucket_bytes=None, max_open_buckets=None)\n\n"
+"        bucket_bytes=None, max_open_buckets=None)\n"
+"--\n\n"
 "A sync from a running trainer to the ranks of an engine: planned once from the\n"
 "model's config.json, then fed the trainer's tensors every step:\n\n"
 "    s = wsync.Session(\"config.json\", target=\"vllm\", format=\"kernel\", tp=4,\n"
@@ -829,8 +791,9 @@ PyDoc_STRVAR(session_doc,
 "    s.begin(step); [s.push(name, t) for name, t in weights.items()]; s.commit()\n\n"
 "out is a directory (the rank files `wsync convert` writes, rewritten in place every\n"
 "step, and the commit record wsync-commit.json written last at each commit), or a\n"
-"callable receiving each filled wsync.Bucket (rank, file, file_offset, data, entries:\n"
-"whole tensors of one rank file, at most bucket_bytes unless one tensor is larger) in\n"
+"callable receiving each filled wsync.Bucket (version, rank, file, file_offset, data,\n"
+"entries: whole tensors of one rank file, at most bucket_bytes unless one tensor is\n"
+"larger) in\n"
 "the pushing thread; its data is valid only during the call.  None: plan, digest and\n"
 "manifests only.  Unset options come from conf.d's sync { } section, as for the\n"
 "commands.  Errors raise wsync.Error (an exception the callback raised propagates as\n"

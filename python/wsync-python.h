@@ -35,6 +35,22 @@ PyObject *wsync_py_raise_code(WsyncError code, const char *format, ...) G_GNUC_P
  * paths (the --conf-dir / --plugin-dir of the command); NULL with an exception set. */
 WsyncContext *wsync_py_context(PyObject *conf_dir, PyObject *plugin_dir);
 
+/* An option of the commands and Session as the command line spells it, for
+ * wsync_plan_args_resolve(): None (not given) -> NULL; a str as it is; with @number
+ * (tp, ep, rank, threads, part_size) also any integer but a bool (numpy's: anything with
+ * __index__), as its decimal text, whatever its size (the range check names it).  FALSE
+ * with TypeError set naming @name. */
+gboolean wsync_py_option_text(PyObject *obj, const char *name, gboolean number, char **out);
+
+/* A count argument (bucket_bytes, max_open_buckets): any integer but a bool, at least 1;
+ * None (not given) leaves @out 0.  FALSE with an exception set naming @name. */
+gboolean wsync_py_count(PyObject *obj, const char *name, guint64 *out);
+
+/* A step's version (Session.begin, load_rank, wsync_load): any integer but a bool
+ * (numpy's too) or its decimal text (vLLM keeps weight versions as text), from 0 to
+ * 2^64-1.  FALSE with wsync.Error (exit status 2) set naming the value. */
+gboolean wsync_py_step_number(PyObject *obj, guint64 *out);
+
 /* A parsed JSON value as Python objects (dict, list, str, int, float, bool, None). */
 PyObject *wsync_py_from_json(JsonNode *node);
 

@@ -381,6 +381,52 @@ def numpy_integers_are_ints():
 
 
 @test
+def options_take_what_python_passes():
+    """The commands and Session read their options by one rule: target and format are
+    str; tp, ep, rank, threads and part_size an int (numpy's too: anything with
+    __index__) or the command line's text ("2", "5G"); bucket_bytes and max_open_buckets
+    an int.  A bool is refused, a number out of range is the command's usage error.
+    (Before: the commands refused numpy.int64 that Session took, Session refused it for
+    bucket_bytes and max_open_buckets, and tp=2**70 raised a bare OverflowError.)"""
+    need_numpy()
+    src = synth("tiny-qwen3-moe")
+    want = json.loads(wsync_ok("plan", src, "--target", "vllm", "--format", "kernel", "--tp", "2",
+                               "--ep", "2", "--rank", "1", "--threads", "2", "--json"))
+    got = wsync.plan(src, target="vllm", format="kernel", tp=numpy.int64(2), ep=numpy.uint8(2),
+                     rank=numpy.int32(1), threads=numpy.int16(2), **KW)
+    assert got == want
+    out = fresh_dir("py-convert-numpy")
+    wsync.convert(src, out, target="vllm", format="kernel", tp=numpy.int64(2), ep=2, **KW)
+    assert_same_files(converted(src, "vllm", "kernel", 2, 2), out)
+    config = os.path.join(src, "config.json")
+    for make in (lambda **kw: wsync.plan(src, target="vllm", **KW, **kw),
+                 lambda **kw: wsync.Session(config, target="vllm", **KW, **kw)):
+        expect_error("tp must be an int or its text, not bool", make, tp=True, kind=TypeError)
+        expect_error("tp must be an int or its text, not float", make, tp=2.0, kind=TypeError)
+        expect_error('tp must be a number from 1 to 4096, not "1180591620717411303424"', make,
+                     tp=2 ** 70, status=2)
+        expect_error('tp must be a number from 1 to 4096, not "-1"', make, tp=-1, status=2)
+    expect_error("target must be a str, not int", wsync.plan, src, target=1, **KW,
+                 kind=TypeError)
+    expect_error("format must be a str, not bytes", wsync.Session, config, target="vllm",
+                 format=b"kernel", **KW, kind=TypeError)
+    buckets = []
+    s = wsync.Session(config, target="vllm", format="kernel", tp=2, out=buckets.append,
+                      bucket_bytes=numpy.int64(1), max_open_buckets=numpy.uint32(1000), **KW)
+    s.describe(description(src))
+    s.begin(1)
+    push_all(s, arrays(src))
+    s.commit()
+    s.close()
+    assert buckets and all(len(b.entries) == 1 for b in buckets), len(buckets)
+    for name in ("bucket_bytes", "max_open_buckets"):
+        expect_error("%s must be an int, not bool" % name, wsync.Session, config, target="vllm",
+                     out=buckets.append, **{name: True}, **KW, kind=TypeError)
+        expect_error("%s must be a number of at least 1" % name, wsync.Session, config,
+                     target="vllm", out=buckets.append, **{name: 0}, **KW, status=2)
+
+
+@test
 def session_refusals_speak_python():
     """The refusals name the Python methods and arguments, not the C functions behind
     them: a session not yet described, no step open, a shard pushed without its offsets
@@ -660,7 +706,8 @@ def session_commit_missing_tensor():
     s.push(missing, t[missing])
     s.commit()
     assert record(out)["version"] == 1
-    expect_error("", s.begin, -1, kind=TypeError)
+    expect_error("version must be a step number (an int or its decimal text), not -1",
+                 s.begin, -1, status=2)
     s.close()
 
 
@@ -778,6 +825,66 @@ def session_callback_errors():
     s.commit()
     assert buckets and buckets[0].entries[0].nbytes > 0
     expect_error("released", bytes, buckets[0].data, kind=ValueError)
+
+
+@test
+def session_closed_and_context_manager():
+    """close() twice is fine; every other call on a closed session raises wsync.Error
+    "the session is closed" (status 2), never crashes; `with` closes the session.  A
+    bucket callback that closes the session, by close() or by leaving a `with` block of
+    it, is refused instead of waiting for ever on the push that runs it.  (Before:
+    __exit__ from the callback hung the process.)  Checked in a child process with a
+    time limit, so that a hang fails the test."""
+    script = """if True:
+        import json, os, sys, wsync
+        config, conf_dir, plugin_dir, described = sys.argv[1:5]
+        described = json.loads(described)
+        kw = dict(target="vllm", format="kernel", tp=2, conf_dir=conf_dir, plugin_dir=plugin_dir)
+        with wsync.Session(config, **kw) as s:
+            assert s.world == 0 and s.digest is None
+        s.close()
+        s.close()
+        for call in (lambda: s.digest, lambda: s.world, lambda: s.describe([]),
+                     lambda: s.manifest(0), lambda: s.begin(1), lambda: s.push("x", b""),
+                     lambda: s.commit(), lambda: s.abort()):
+            try:
+                call()
+                raise AssertionError("no error")
+            except wsync.Error as e:
+                assert (str(e), e.exit_status) == ("the session is closed", 2), str(e)
+        names = []
+        def leave(bucket):
+            names.append(bucket.entries[0].name)
+            with s:
+                pass
+        s = wsync.Session(config, out=leave, **kw)
+        s.describe(described)
+        s.begin(1)
+        try:
+            for name, dtype, shape in described:  # BF16 and F32 only
+                n = 2 if dtype == "BF16" else 4
+                for d in shape:
+                    n *= d
+                s.push(name, bytes(n))
+            raise AssertionError("no error")
+        except wsync.Error as e:
+            print(str(e), e.exit_status, names)
+        s.abort()
+        s.close()
+    """
+    src = synth("tiny-qwen3-moe")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), WSYNC_PLUGIN_PATH="")
+    described = description(src)
+    assert {d for _, d, _ in described} <= {"BF16", "F32"}, described
+    try:
+        r = subprocess.run([sys.executable, "-c", script, os.path.join(src, "config.json"),
+                            CONF_DIR, PLUGIN_DIR, json.dumps(described)], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("the session hung") from None
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().startswith("the bucket callback cannot call the session 2 "), r.stdout
 
 
 # ------------------------------------------------------------------ load_rank
@@ -1535,6 +1642,70 @@ def vllm_worker_expert_load_balancing():
 
 
 @test
+def step_numbers_and_flags_by_one_rule():
+    """A step's version is read by one rule everywhere (Session.begin, load_rank,
+    wsync_load): an int (numpy's too) or its decimal text, as vLLM keeps weight versions
+    as text (LLM.finish_weight_update(weight_version: str | None),
+    vllm/entrypoints/llm.py:895 @ df1376907b16); anything else is a usage error naming
+    version.  load_rank's verify and require_commit take a bool or "true"/"false" as
+    wsync_load's verify does, and digest must be text.  (Before: load_rank refused
+    version=numpy.int64(1) and "1" with "an integer is required", -1 with a bare
+    OverflowError, took True as version 1 and verify="false" as true, and a bytes
+    digest raised a TypeError naming "_open_rank() argument 6".)"""
+    need_numpy()
+    path, digest = committed_dir()
+    want = rank_tensors(path, 0)
+    for version in (1, numpy.int64(1), numpy.uint8(1), "1", " 1".strip()):
+        params = zero_arrays(want)
+        assert wsync.load_rank(path, 0, params, version=version)["version"] == 1, version
+        assert all(params[n].tobytes() == raw for n, (_, _, raw) in want.items())
+    expect_error("the commit record is of version 1, not 2", wsync.load_rank, path, 0,
+                 zero_arrays(want), version="2", status=3)
+    for bad, shown in ((True, "True"), (-1, "-1"), ("1.0", "'1.0'"), ("", "''"), (1.0, "1.0"),
+                       ("\u0661", "'\u0661'"), (2 ** 64, str(2 ** 64))):
+        expect_error("version must be a step number (an int or its decimal text), not %s"
+                     % shown, wsync.load_rank, path, 0, zero_arrays(want), version=bad, status=2)
+    expect_error("digest must be a str, not bytes", wsync.load_rank, path, 0, zero_arrays(want),
+                 digest=digest.encode(), kind=TypeError)
+    expect_error("verify must be true or false, not 'no'", wsync.load_rank, path, 0,
+                 zero_arrays(want), verify="no", status=2)
+    # verify "false" skips the checksums (a file changed after its commit loads), "TRUE"
+    # checks them
+    bad = fresh_dir("committed-load-rank-flags")
+    shutil.copytree(path, bad)
+    with open(os.path.join(bad, "kernel-rank-0-part-0.safetensors"), "r+b") as f:
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last[0] ^ 1]))
+    expect_error("(the file changed after its commit)", wsync.load_rank, bad, 0,
+                 zero_arrays(want), verify="TRUE", status=3)
+    wsync.load_rank(bad, 0, zero_arrays(want), verify="false")
+    os.unlink(os.path.join(bad, "wsync-commit.json"))
+    expect_error("no commit record", wsync.load_rank, bad, 0, zero_arrays(want),
+                 require_commit="true", status=3)
+    assert wsync.load_rank(bad, 0, zero_arrays(want), require_commit="False", **KW) is None
+    # the trainer side: begin takes the same numbers
+    src = synth("tiny-qwen3-moe")
+    out = fresh_dir("sess-begin-text")
+    s = new_session(src, out, "vllm", "kernel", 2, 1)
+    s.describe(description(src))
+    for version in ("7", numpy.int64(8)):
+        s.begin(version)
+        push_all(s, arrays(src))
+        s.commit()
+        assert record(out)["version"] == int(version)
+    expect_error("version must be a step number (an int or its decimal text), not True",
+                 s.begin, True, status=2)
+    s.close()
+    with FakeVllm(2, 0):
+        model = fake_model(want)
+        assert fake_worker(model).wsync_load(path, numpy.int64(1))["version"] == 1
+        expect_error("version must be a step number (an int or its decimal text), not True",
+                     fake_worker(model).wsync_load, path, True, status=2)
+
+
+@test
 def vllm_worker_string_arguments():
     """POST /collective_rpc passes arguments as text by vLLM's convention: wsync_load takes
     version "1" and verify "false"/"true" as the int and bools they spell, and refuses
@@ -1649,6 +1820,67 @@ def commands_as_functions():
     expect_error("cannot open", wsync.inspect, os.path.join(TMP, "nothing"), **KW, status=4)
 
 
+def big_checkpoint():
+    """A Llama checkpoint of about 210 MB (`wsync synth`), made once: large enough that
+    writing it takes a while."""
+    key = ("big-llama",)
+    if key not in _SYNTH:
+        with open(os.path.join(SRCDIR, "tests", "data", "configs", "tiny-llama3.json")) as f:
+            config = json.load(f)
+        config.update(hidden_size=1024, intermediate_size=2816, num_hidden_layers=4,
+                      vocab_size=32000, num_attention_heads=16, num_key_value_heads=4)
+        path = os.path.join(TMP, "big-llama.json")
+        with open(path, "w") as f:
+            json.dump(config, f)
+        dst = os.path.join(TMP, "synth-big-llama")
+        wsync_ok("synth", "--config", path, "--pattern", "random", dst)
+        _SYNTH[key] = dst
+    return _SYNTH[key]
+
+
+@test
+def convert_hears_ctrl_c_and_other_threads_run():
+    """While convert works, other Python threads run (the GIL is released), and Ctrl-C
+    stops it as it stops `wsync convert`: at the next piece of work, KeyboardInterrupt
+    raised, the temporary directory removed, DST never created.  (Before: the SIGINT was
+    heard only once the conversion had ended and DST was written.)  Checked in a child
+    process: a second thread sends SIGINT when it sees the temporary directory, which
+    exists only while convert is in C, so it sees it only if the GIL is free then."""
+    src = big_checkpoint()
+    parent = fresh_dir("ctrl-c")
+    os.makedirs(parent)
+    dst = os.path.join(parent, "out")
+    script = """if True:
+        import os, signal, sys, threading, time, wsync
+        src, dst, conf_dir, plugin_dir = sys.argv[1:5]
+        parent = os.path.dirname(dst)
+        done = threading.Event()
+        def watch():
+            while not done.is_set():
+                if any(n.startswith(".out.wsync-") for n in os.listdir(parent)):
+                    os.kill(os.getpid(), signal.SIGINT)
+                    return
+                time.sleep(0.0002)
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            wsync.convert(src, dst, target="vllm", tp=2, conf_dir=conf_dir,
+                          plugin_dir=plugin_dir)
+            outcome = "returned"
+        except KeyboardInterrupt:
+            outcome = "KeyboardInterrupt"
+        done.set()
+        watcher.join()
+        print(outcome, os.path.exists(dst), sorted(os.listdir(parent)))
+    """
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), WSYNC_PLUGIN_PATH="")
+    r = subprocess.run([sys.executable, "-c", script, src, dst, CONF_DIR, PLUGIN_DIR], env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "KeyboardInterrupt False []", r.stdout + r.stderr
+
+
 @test
 def merge_as_function():
     """merge consolidates a sharded checkpoint (DCP's safetensors mode) as `wsync merge`."""
@@ -1665,6 +1897,57 @@ def merge_as_function():
     got["source"] = want["source"] = None
     assert got == want
     assert read_checkpoint(out) == read_checkpoint(ref) == read_checkpoint(src)
+
+
+# ------------------------------------------------------------------ the module's surface
+
+# Every public callable's signature, as inspect.signature (and so help(), IDEs and
+# documentation tools) sees it: the C functions' docstrings carry it in CPython's
+# __text_signature__ form.
+SIGNATURES = {
+    "convert": "(src, dst, *, target=None, format=None, tp=None, ep=None, rank=None, "
+               "threads=None, part_size=None, conf_dir=None, plugin_dir=None, force=False)",
+    "plan": "(src, *, target=None, format=None, tp=None, ep=None, rank=None, threads=None, "
+            "part_size=None, conf_dir=None, plugin_dir=None)",
+    "merge": "(src, dst, *, part_size=None, threads=None, conf_dir=None, plugin_dir=None, "
+             "force=False)",
+    "inspect": "(path, *, conf_dir=None, plugin_dir=None)",
+    "load_rank": "(dir, rank, params, *, verify=True, require_commit=True, version=None, "
+                 "digest=None, conf_dir=None, plugin_dir=None)",
+    "Session": "(config_path, *, target=None, format=None, tp=None, ep=None, out=None, "
+               "conf_dir=None, plugin_dir=None, threads=None, part_size=None, "
+               "bucket_bytes=None, max_open_buckets=None)",
+    "Session.describe": "(self, tensors, /)",
+    "Session.manifest": "(self, rank, /)",
+    "Session.begin": "(self, version, /)",
+    "Session.push": "(self, /, name, tensor, offsets=None)",
+    "Session.commit": "(self, /)",
+    "Session.abort": "(self, /)",
+    "Session.close": "(self, /)",
+    "Session.__enter__": "(self, /)",
+    "Session.__exit__": "(self, exc_type, exc_value, traceback, /)",
+}
+
+
+@test
+def signatures_and_docstrings():
+    """inspect.signature works on every public function, class and method, and gives
+    the parameters they take; each has a docstring that does not repeat the signature
+    as text.  (Before: "no signature found for builtin" for everything written in C.)"""
+    import inspect
+    for path, want in SIGNATURES.items():
+        obj = wsync
+        for part in path.split("."):
+            obj = getattr(obj, part)
+        got = str(inspect.signature(obj))
+        assert got == want, "%s%s, expected %s%s" % (path, got, path, want)
+        doc = inspect.getdoc(obj) or ""
+        assert len(doc) > 20 and not doc.startswith(path.rpartition(".")[2] + "("), (path, doc)
+    for name in wsync.__all__:
+        assert inspect.getdoc(getattr(wsync, name)), name
+    # the keywords the signatures show are the ones the calls take
+    assert not os.path.exists(os.path.join(TMP, "nothing"))
+    expect_error("cannot open", wsync.inspect, path=os.path.join(TMP, "nothing"), **KW, status=4)
 
 
 # ------------------------------------------------------------------ TAP

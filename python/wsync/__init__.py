@@ -42,6 +42,26 @@ def _bad_input(message):
     return error
 
 
+def _usage(message):
+    """wsync.Error for a bad argument (exit status 2, as the command's usage errors)."""
+    error = Error(message)
+    error.exit_status = 2
+    return error
+
+
+def _flag(name, value):
+    """A yes/no argument: a bool (or anything with a truth value), or its text
+    "true"/"false" in any case, as vLLM's POST /collective_rpc passes every argument
+    ("only serialized string args/kwargs are passed",
+    vllm/entrypoints/serve/dev/rpc/api_router.py:38-41 @ df1376907b16); other text is
+    refused rather than taken as true."""
+    if isinstance(value, str):
+        if value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise _usage(f"{name} must be true or false, not {value!r}")
+    return bool(value)
+
+
 def _shape_text(shape):
     return "[" + ", ".join(str(d) for d in shape) + "]"
 
@@ -106,8 +126,12 @@ def load_rank(dir, rank, params, *, verify=True, require_commit=True, version=No
     meanwhile (the record changed), wsync.Error says so: load again.
 
     The rank is the index of the rank files: with expert parallelism the EP rank,
-    else the TP rank.  Returns the commit record as a dict (None without one).
+    else the TP rank.  dir is a str, bytes or os.PathLike path; rank and version an int
+    (numpy's too), version also its decimal text ("12", as vLLM keeps weight versions);
+    digest a str; verify and require_commit a bool or the text "true"/"false".  Returns
+    the commit record as a dict (None without one).
     """
+    verify, require_commit = _flag("verify", verify), _flag("require_commit", require_commit)
     files = _wsync._open_rank(dir, rank, require_commit=require_commit, verify=verify,
                               version=version, digest=digest, conf_dir=conf_dir,
                               plugin_dir=plugin_dir)

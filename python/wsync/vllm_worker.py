@@ -28,7 +28,7 @@ fake vllm parallel-state modules and fake module trees, replaying the rules cite
 import re
 
 import _wsync
-from wsync import Error, _bad_input, _load_opened
+from wsync import Error, _bad_input, _flag, _load_opened
 
 
 def rank_file_index(tp_rank, tp_size, expert_parallel=False, dp_rank=0, pcp_rank=0, pcp_size=1):
@@ -383,32 +383,6 @@ def layerwise_reload_hint(message):
             f"bracket (docs/vllm.md section 7.1)")
 
 
-def _usage(message):
-    error = Error(message)
-    error.exit_status = 2
-    return error
-
-
-def rpc_version(value):
-    """wsync_load's version as the caller gave it: an int, or its decimal text, as vLLM's
-    POST /collective_rpc passes arguments ("only serialized string args/kwargs are
-    passed", vllm/entrypoints/serve/dev/rpc/api_router.py:38-41 @ df1376907b16)."""
-    if value is None or isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.isdigit() and value.isascii():
-        return int(value)
-    raise _usage(f"version must be a step number (an int or its decimal text), not {value!r}")
-
-
-def rpc_flag(name, value):
-    """A bool argument of wsync_load, or its text "true"/"false" (as rpc_version)."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    raise _usage(f"{name} must be true or false, not {value!r}")
-
-
 class WsyncWorkerExtension:
     """Mixed into vLLM's worker class by --worker-extension-cls."""
 
@@ -434,7 +408,7 @@ class WsyncWorkerExtension:
         parameter (model.get_parameter), never to a buffer; unlike it, nothing is copied
         until every file, name, dtype and shape is checked: the files must be of the
         kernel format."""
-        version, verify = rpc_version(version), rpc_flag("verify", verify)
+        verify = _flag("verify", verify)  # version: _open_rank reads an int or its text
         runner = self.model_runner
         model = runner.get_model() if hasattr(runner, "get_model") else runner.model
         rank = self.wsync_rank()

@@ -384,27 +384,62 @@ dropped_by_source(WsyncPlan *plan, const WsyncLogicalTensor *vt)
 }
 
 /* An output tensor whose logical tensor the source never held (it was dropped by a rule
- * when the source was written) cannot be produced: it is left out, by that rule, and
- * the plan says so.  Anything else without a source stays an error. */
+ * when the source was written) cannot be produced.  Returns that rule, or NULL; sets
+ * @draft when every such logical tensor belongs to a draft block. */
 static const char *
-omitted_rule(WsyncPlan *plan, const WsyncLayoutTensor *lt)
+omitted_rule(WsyncPlan *plan, const WsyncLayoutTensor *lt, gboolean *draft)
 {
+  const char *rule = NULL;
+
+  *draft = TRUE;
   for (guint p = 0; p < layout_tensor_n_placements(lt); p++) {
     Placement pl;
     layout_tensor_placement(lt, p, &pl);
     const WsyncLogicalTensor *vt = pl.lt;
-    if (vt->sources->len == 0)
-      return dropped_by_source(plan, vt);
+    const char *by = vt->sources->len == 0 ? dropped_by_source(plan, vt) : NULL;
+    if (by == NULL)
+      continue;
+    rule = rule != NULL ? rule : by;
+    if (vt->param == NULL || wsync_block_get_group(vt->param->block) != WSYNC_GROUP_DRAFT)
+      *draft = FALSE;
   }
-  return NULL;
+  return rule;
+}
+
+/* Output tensors of a draft block (which a model's own class does not load:
+ * wsync_model_begin_group()) that the source never held are left out, by the source's
+ * rule, and the plan lists them as omitted.  Any other tensor the target needs and the
+ * source's files were written without is part of the model itself: writing the output
+ * without it would leave a checkpoint whose loader fills the gap at random, so the plan
+ * is refused, naming the source, the rule and the tensors. */
+static gboolean
+refuse_needed_omissions(WsyncPlan *plan, GPtrArray *needed, const char *rule, GError **error)
+{
+  g_autofree char *list = plan_format_list(needed);
+
+  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
+              "%s: the %s layout needs %u tensor%s that the source does not hold (its files "
+              "were written without %s, by rule %s): %s; convert a checkpoint that holds "
+              "them instead, or a target that does not need them",
+              plan->src, plan->target, needed->len, needed->len == 1 ? "" : "s",
+              needed->len == 1 ? "it" : "them", rule, list);
+  return FALSE;
 }
 
 static gboolean
 resolve_layout(WsyncPlan *plan, WsyncLayout *layout, GError **error)
 {
+  g_autoptr(GPtrArray) needed = g_ptr_array_new_with_free_func(g_free);
+  const char *needed_rule = NULL;
+
   for (guint i = 0; i < layout->tensors->len;) {
     WsyncLayoutTensor *lt = layout->tensors->pdata[i];
-    const char *rule = omitted_rule(plan, lt);
+    gboolean draft;
+    const char *rule = omitted_rule(plan, lt, &draft);
+    if (rule != NULL && !draft) {
+      needed_rule = needed_rule != NULL ? needed_rule : rule;
+      g_ptr_array_add(needed, g_strdup(lt->name));
+    }
     if (rule != NULL) {
       DroppedParam omitted = {NULL, g_strdup_printf("%s (not in the source: %s)", lt->name, rule)};
       g_array_append_val(layout->omitted, omitted);
@@ -433,6 +468,8 @@ resolve_layout(WsyncPlan *plan, WsyncLayout *layout, GError **error)
     if (!prove_coverage(layout, lt, error))
       return FALSE;
   }
+  if (needed->len > 0)
+    return refuse_needed_omissions(plan, needed, needed_rule, error);
   layout_forget_placements(layout); /* the ops say all that they said */
   return TRUE;
 }

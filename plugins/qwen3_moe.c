@@ -11,7 +11,11 @@
  * root.  Every field that decides a shape is required; defaults only where Transformers
  * has one the published configs rely on: head_dim (Qwen3 dense: 128; Qwen3-MoE:
  * hidden_size / num_attention_heads), decoder_sparse_step (1), mlp_only_layers ([]),
- * tie_word_embeddings (false), the dtype (bfloat16).
+ * tie_word_embeddings (false), attention_bias (false), the dtype (bfloat16).
+ *
+ * attention_bias gives q_proj, k_proj, v_proj AND o_proj a bias, as Transformers'
+ * Qwen3Attention builds them (`bias=config.attention_bias` on all four; the Qwen3-MoE
+ * attention is the same), docs/hf-checkpoints.md §2.
  */
 #include <wsync/model.h>
 #include <wsync/plugin.h>
@@ -23,6 +27,7 @@ typedef struct {
   guint64 experts, moe_inter, inter, sparse_step;
   gboolean *mlp_only; /* per layer */
   gboolean tie;
+  gboolean attention_bias; /* q/k/v/o_proj biases (docs/hf-checkpoints.md §2) */
 } Qwen3;
 
 #define SIZE WSYNC_CONFIG_SIZE_MAX
@@ -85,6 +90,7 @@ read_config(WsyncModel *m, Qwen3 *c, GError **error)
       !wsync_config_get_uint(&c->text, "vocab_size", 1, SIZE, &c->vocab, error) ||
       !wsync_config_get_uint(&c->text, "num_hidden_layers", 1, COUNT, &c->layers, error) ||
       !read_mlp(c, error) ||
+      !wsync_config_get_bool_or(&c->text, "attention_bias", &c->attention_bias, error) ||
       !wsync_config_get_bool_or(&c->text, "tie_word_embeddings", &c->tie, error) ||
       (c->text.object != sections[1].object &&
        !wsync_config_get_bool_or(&sections[1], "tie_word_embeddings", &c->tie, error)) ||
@@ -102,7 +108,8 @@ static void
 describe_layer(WsyncModel *m, const Qwen3 *c, guint64 l)
 {
   const WsyncAttention a = {.hidden = c->hidden, .heads = c->heads, .kv_heads = c->kv_heads,
-                            .head_dim = c->head_dim, .qk_norm = TRUE};
+                            .head_dim = c->head_dim, .qk_norm = TRUE,
+                            .qkv_bias = c->attention_bias, .o_bias = c->attention_bias};
   const WsyncMoe moe = {.hidden = c->hidden, .experts = c->experts,
                         .intermediate = c->moe_inter, .published = WSYNC_EXPERTS_PER_EXPERT};
   const WsyncMlp dense = {.hidden = c->hidden, .intermediate = c->inter};

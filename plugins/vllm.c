@@ -600,6 +600,23 @@ prefixes_of(WsyncModel *model)
   return NULL;
 }
 
+/* Architectures whose attention vLLM builds with `o_proj = RowParallelLinear(...,
+ * bias=False)` whatever attention_bias says, the q/k/v bias alone following it
+ * (`qkv_bias=getattr(config, "attention_bias", False)`), and whose loader ignores the
+ * checkpoint's o_proj.bias as an unexpected `.bias` (docs/vllm.md §8 "Biases"; in every
+ * release since Qwen3 came, #15289).  Transformers' Qwen3Attention has the o_proj bias
+ * (docs/hf-checkpoints.md §2). */
+static const char *const no_o_proj_bias[] = {"Qwen3ForCausalLM", "Qwen3MoeForCausalLM"};
+
+static gboolean
+drops_o_proj_bias(WsyncModel *model)
+{
+  for (guint i = 0; i < G_N_ELEMENTS(no_o_proj_bias); i++)
+    if (g_strcmp0(wsync_model_get_architecture(model), no_o_proj_bias[i]) == 0)
+      return TRUE;
+  return FALSE;
+}
+
 /* A published name (or module path) as vLLM names it. */
 static char *
 runtime_of(const Prefix *prefixes, const char *name)
@@ -1529,6 +1546,15 @@ handle_param(Rank *r, const WsyncParam *param, GError **error)
    * off by a language-model-only deployment): drop it by the model's rule. */
   if (drop != NULL) {
     wsync_layout_drop_param(r->layout, param, drop);
+    return TRUE;
+  }
+  if (param->role == WSYNC_ROLE_O && strcmp(wsync_param_get_leaf(param), "bias") == 0 &&
+      drops_o_proj_bias(wsync_layout_get_model(r->layout))) {
+    wsync_layout_drop_param(r->layout, param, "vllm-qwen3-o-proj-has-no-bias");
+    wsync_layout_add_note(r->layout,
+                          "self_attn.o_proj.bias of every layer: vLLM's Qwen3 attention has no "
+                          "o_proj bias and ignores the checkpoint's (qkv_proj holds the q/k/v "
+                          "biases): vLLM computes without it, Transformers with it");
     return TRUE;
   }
   if (packed_into_another(param->role))

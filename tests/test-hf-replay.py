@@ -40,7 +40,8 @@ import hf_replay as hr  # noqa: E402
 
 CONFIGS = ["tiny-qwen3-moe", "tiny-qwen3-moe-tied", "tiny-qwen3-moe-8heads", "tiny-qwen3",
            "tiny-qwen3.5-moe", "tiny-qwen3.5-moe-nk2", "tiny-qwen3.5",
-           "tiny-llama3", "tiny-llama3-tied-bias"]
+           "tiny-llama3", "tiny-llama3-tied-bias",
+           "tiny-qwen3-moe-bias", "tiny-qwen3-bias"]  # attention_bias: q/k/v/o biases
 TARGETS = ["hf", "hf-experts", "hf-fused"]
 SMALL_PART = "16K"  # many shards for the tiny configs
 PLUGIN_CONFS = ["10-hf.conf", "30-qwen3_moe.conf", "31-qwen3_5_moe.conf", "32-llama.conf",

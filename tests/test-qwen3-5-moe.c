@@ -1863,6 +1863,46 @@ test_round_trip_shared_expert(void)
   assert_read_back(synth(config, FALSE), back, &widened);
 }
 
+/* Rank files of a language-model-only deployment hold no vision tower (dropped by the
+ * rule language-model-only when written).  Reading them back to "hf" used to succeed,
+ * exit 0, with model.visual.* listed as omitted: Transformers 5 then initialises the tower
+ * at random (docs/hf-checkpoints.md §7).  Refused: exit 2, one line naming the source,
+ * how many tensors the hf layout needs, the rule and the first of them; no output; the
+ * plan refuses the same. */
+static void
+test_read_back_language_model_only(void)
+{
+  g_autofree char *dst =
+      run_case(&(Case){MOE, NULL, FALSE, 2, 0, TRUE, NULL, NULL, 0, NULL, NULL, FALSE});
+  g_autofree char *back = new_path("refused");
+  g_autofree char *from = config_path(MOE);
+  g_autoptr(JsonNode) root = load_json(from);
+  JsonObject *vision = json_object_get_object_member(json_node_get_object(root), "vision_config");
+  /* 3 tensors of the patch and position embeddings, 6 of the merger, 12 per block */
+  guint64 depth = (guint64)json_object_get_int_member(vision, "depth");
+  g_autofree char *want = g_strdup_printf(
+      "wsync: %s: the hf layout needs %" G_GUINT64_FORMAT " tensors that the source does not "
+      "hold (its files were written without them, by rule language-model-only): "
+      "model.visual.patch_embed.proj.weight, model.visual.patch_embed.proj.bias, "
+      "model.visual.pos_embed.weight, model.visual.blocks.0.norm1.weight, ",
+      dst, 9 + 12 * depth);
+  const char *commands[] = {"convert", "plan"};
+
+  for (guint i = 0; i < G_N_ELEMENTS(commands); i++) {
+    Run r = i == 0 ? run_wsync("convert", dst, back, "--conf-dir", conf_dir(TRUE), "--plugin-dir",
+                               plugin_dir(), "--target", "hf", NULL)
+                   : run_wsync("plan", dst, "--conf-dir", conf_dir(TRUE), "--plugin-dir",
+                               plugin_dir(), "--target", "hf", NULL);
+    g_assert_cmpint(r.status, ==, 2);
+    g_assert_true(g_str_has_prefix(r.err, want));
+    assert_has(r.err, "; convert a checkpoint that holds them instead, or a target that does "
+                      "not need them\n");
+    g_assert_cmpuint(count_lines(r.err), ==, 1);
+    g_assert_false(g_file_test(back, G_FILE_TEST_EXISTS));
+    test_run_clear(&r);
+  }
+}
+
 /* Reading @dst back to "hf" with the default options fails: exit 3, one line holding
  * @want, no output. */
 static void
@@ -3142,6 +3182,8 @@ main(int argc, char **argv)
   g_test_add_func("/qwen3_5_moe/records/attn-scales-refused", test_records_attn_scales_refused);
   g_test_add_func("/qwen3_5_moe/round-trip/exact", test_round_trip_exact);
   g_test_add_func("/qwen3_5_moe/round-trip/mtp-omitted", test_round_trip_mtp_omitted);
+  g_test_add_func("/qwen3_5_moe/round-trip/language-model-only-refused",
+                  test_read_back_language_model_only);
   g_test_add_func("/qwen3_5_moe/plan/text", test_plan_text);
   g_test_add_func("/qwen3_5_moe/plan/json", test_plan_json);
   g_test_add_func("/qwen3_5_moe/convert/notes", test_convert_notes);

@@ -960,6 +960,11 @@ class ModelConfig:
         self.attention_bias = bool(raw.get("attention_bias", False) or raw.get("bias", False))
         self.qkv_bias = bool(raw.get("qkv_bias", self.attention_bias))
         self.mlp_bias = bool(raw.get("mlp_bias", False))
+        # Qwen3 / Qwen3-MoE: qkv_proj has a bias by `getattr(config, "attention_bias",
+        # False)`, o_proj none (bias=False) in every release; Qwen3NextAttention (Qwen3.5)
+        # by `qkv_bias` (docs/vllm.md §8 "Biases", §9.2).
+        self.qwen_qkv_bias = bool(text.get("attention_bias" if self.family == "qwen3"
+                                           else "qkv_bias", False))
         name = text.get("dtype") or text.get("torch_dtype") or raw.get("dtype") \
             or raw.get("torch_dtype") or "bfloat16"
         self.config_dtype = TORCH_DTYPE[name]
@@ -1010,8 +1015,9 @@ def _full_attention(cfg, par, gate_factor):
     h, hd, dtype = cfg.hidden, cfg.head_dim, cfg.dtype
     divide(cfg.heads, par.tp, "attention heads %d over tp %d" % (cfg.heads, par.tp))
     m = Module("Attention")
-    m.add_module("qkv_proj", qkv_linear(h, hd, cfg.heads * gate_factor, cfg.kv_heads, par, dtype))
-    m.add_module("o_proj", row_linear(cfg.heads * hd, h, par, dtype))
+    m.add_module("qkv_proj", qkv_linear(h, hd, cfg.heads * gate_factor, cfg.kv_heads, par, dtype,
+                                        bias=cfg.qwen_qkv_bias))
+    m.add_module("o_proj", row_linear(cfg.heads * hd, h, par, dtype))  # bias=False
     m.add_module("q_norm", norm(hd, dtype))
     m.add_module("k_norm", norm(hd, dtype))
     m.add_module("rotary_emb", rotary(hd))
@@ -1266,6 +1272,8 @@ def load_checkpoint(model, checkpoint):
             continue
         if model.py_no_visual and name.startswith("visual."):
             continue  # a StageMissingLayer ignores what is loaded into it (docs/vllm.md §9.5)
+        if name.endswith(".bias") and not _holds(model, name):
+            continue  # AutoWeightsLoader ignores an unexpected .bias (docs/vllm.md §8 "Biases")
         try:
             _load_one(model, name, tensor)
         except (AttributeError, RuntimeError) as e:
@@ -1277,6 +1285,20 @@ def load_checkpoint(model, checkpoint):
         want = {(j, s) for j in range(experts.py_local) for s in ("w1", "w2", "w3")}
         if experts.py_filled != want:
             raise ReplayError("experts: slots %s never loaded" % sorted(want - experts.py_filled)[:4])
+
+
+def _holds(model, name):
+    """Whether @model has the parameter the checkpoint tensor @name loads into (after the
+    stacked mapping: q_proj.bias into qkv_proj.bias)."""
+    for param_part, weight_part, _ in STACKED:
+        if weight_part in name:
+            name = name.replace(weight_part, param_part)
+            break
+    try:
+        model.get_parameter(name)
+    except AttributeError:
+        return False
+    return True
 
 
 def _load_one(model, name, tensor):

@@ -286,9 +286,14 @@ WSYNC_API void wsync_model_add_drop_rule(WsyncModel *m, const char *rule, const 
  * @WSYNC_GROUP_MAIN: the language model
  * @WSYNC_GROUP_VISION: a vision tower
  * @WSYNC_GROUP_DRAFT: a draft block for speculative decoding (multi-token prediction),
- *   which engines load as a model of its own, if at all
+ *   which engines load as a model of its own, if at all, and which the model's own class
+ *   does not load
  *
- * Which part of the model a block belongs to; engines hold the parts differently.
+ * Which part of the model a block belongs to; engines hold the parts differently.  When an
+ * input's layout dropped a param by a rule (its files never held it) and the output needs
+ * it, a draft block's tensors are left out of the output (the plan lists them as omitted);
+ * any other group's are part of the model itself and the plan is refused
+ * (#WSYNC_ERROR_USAGE), naming the source, the rule and the tensors.
  */
 typedef enum {
   WSYNC_GROUP_MAIN,

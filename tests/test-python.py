@@ -1785,6 +1785,269 @@ def vllm_worker_through_lora():
                      "FLASHINFER_CUTLASS", fake_worker(model).wsync_load, path, status=3)
 
 
+# ------------------------------------------------------------------ torch, where its strides matter
+
+class _FakeDtype:
+    """A torch dtype as wsync sees it: str() gives "torch.NAME"."""
+
+    def __init__(self, name, numpy_name):
+        self.name, self.numpy_name = name, numpy_name
+
+    def __str__(self):
+        return "torch." + self.name
+
+    __repr__ = __str__
+
+
+def fake_torch():
+    """A module standing in for torch where its strides matter, so that those tests run
+    without python3-torch: numpy arrays are the storage (a view shares it, with its own
+    strides).  It mirrors the torch semantics wsync and the tests use, as torch 1.13
+    (Debian's python3-torch) has them, and the same tests run against that torch too
+    where it is installed (torch_flavours):
+      - Tensor.shape, .dtype (str "torch.float32"), .is_meta, .requires_grad, dim(),
+        detach() (a view that does not require grad), numpy() (the elements as a numpy
+        view), data_ptr() (the address of the first element), reshape();
+      - Tensor.transpose(d0, d1): a view with the two dimensions' sizes and strides
+        swapped, requires_grad kept;
+      - Tensor.is_contiguous(): c10's TensorImpl::compute_contiguous: true when every
+        dimension of size other than 1 has the stride of a dense row-major tensor (the
+        product of the sizes after it), or when the tensor is empty;
+      - Tensor.copy_(src): src's elements written through self's strides, src
+        broadcast to self's shape (same dtype only, as wsync copies);
+      - nn.Parameter(data, requires_grad=True): aliases data's storage and strides
+        (torch/nn/parameter.py: Tensor._make_subclass of data, detached);
+      - nn.Module: register_parameter, add_module, setattr of a Parameter registers it
+        in place of the parameter of that name, setattr of anything else under a
+        parameter's name raises TypeError, getattr finds parameters and submodules,
+        get_submodule and get_parameter raise AttributeError as torch does ("`x` is not
+        an nn.Parameter"), named_parameters yields each Parameter once, module by module
+        in registration order (torch/nn/modules/module.py);
+      - frombuffer, zeros, no_grad, and the dtypes float32 and float64."""
+    import types
+    torch = types.ModuleType("torch")
+    nn = types.ModuleType("torch.nn")
+    torch.nn = nn
+    torch.float32 = _FakeDtype("float32", "float32")
+    torch.float64 = _FakeDtype("float64", "float64")
+
+    class Tensor:
+        def __init__(self, array, dtype, requires_grad=False):
+            self._array, self.dtype, self.requires_grad = array, dtype, requires_grad
+
+        is_meta = False
+
+        @property
+        def shape(self):
+            return tuple(self._array.shape)
+
+        def dim(self):
+            return self._array.ndim
+
+        def detach(self):
+            return Tensor(self._array, self.dtype)
+
+        def numpy(self):
+            return self._array
+
+        def data_ptr(self):
+            return self._array.__array_interface__["data"][0]
+
+        def reshape(self, shape):
+            return Tensor(self._array.reshape(shape), self.dtype, self.requires_grad)
+
+        def transpose(self, d0, d1):
+            return Tensor(self._array.swapaxes(d0, d1), self.dtype, self.requires_grad)
+
+        def is_contiguous(self):
+            if self._array.size == 0:
+                return True
+            expected = self._array.itemsize
+            for size, stride in reversed(list(zip(self._array.shape, self._array.strides))):
+                if size != 1:
+                    if stride != expected:
+                        return False
+                    expected *= size
+            return True
+
+        def copy_(self, src):
+            assert str(src.dtype) == str(self.dtype), "the stand-in copies one dtype"
+            self._array[...] = src._array
+            return self
+
+    class Parameter(Tensor):
+        def __init__(self, data, requires_grad=True):
+            Tensor.__init__(self, data._array, data.dtype, requires_grad)
+
+    class Module:
+        def __init__(self):
+            object.__setattr__(self, "_parameters", {})
+            object.__setattr__(self, "_modules", {})
+
+        def register_parameter(self, name, param):
+            self._parameters[name] = param
+
+        def add_module(self, name, module):
+            self._modules[name] = module
+
+        def __setattr__(self, name, value):
+            if isinstance(value, Parameter):
+                self.__dict__.pop(name, None)
+                self._modules.pop(name, None)
+                self.register_parameter(name, value)
+            elif name in self._parameters:
+                raise TypeError("cannot assign '%s' as parameter '%s' (torch.nn.Parameter or "
+                                "None expected)" % (type(value).__name__, name))
+            elif isinstance(value, Module):
+                self.__dict__.pop(name, None)
+                self._modules[name] = value
+            else:
+                object.__setattr__(self, name, value)
+
+        def __getattr__(self, name):
+            for members in (self.__dict__["_parameters"], self.__dict__["_modules"]):
+                if name in members:
+                    return members[name]
+            raise AttributeError("'%s' object has no attribute '%s'" % (type(self).__name__, name))
+
+        def get_submodule(self, target):
+            module = self
+            for item in target.split(".") if target else []:
+                if not hasattr(module, item):
+                    raise AttributeError("Module has no attribute `%s`" % item)
+                module = getattr(module, item)
+                if not isinstance(module, Module):
+                    raise AttributeError("`%s` is not an nn.Module" % item)
+            return module
+
+        def get_parameter(self, target):
+            path, _, leaf = target.rpartition(".")
+            module = self.get_submodule(path)
+            if not hasattr(module, leaf):
+                raise AttributeError("Module has no attribute `%s`" % leaf)
+            param = getattr(module, leaf)
+            if not isinstance(param, Parameter):
+                raise AttributeError("`%s` is not an nn.Parameter" % leaf)
+            return param
+
+        def named_parameters(self, prefix=""):
+            seen, out = set(), []
+            stack = [(prefix, self)]
+            while stack:
+                path, module = stack.pop(0)
+                for name, param in module._parameters.items():
+                    if id(param) not in seen:
+                        seen.add(id(param))
+                        out.append((path + ("." if path else "") + name, param))
+                stack[0:0] = [(path + ("." if path else "") + n, m) for n, m in module._modules.items()]
+            return iter(out)
+
+    class no_grad:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    torch.Tensor, nn.Parameter, nn.Module, torch.no_grad = Tensor, Parameter, Module, no_grad
+    torch.frombuffer = lambda buffer, dtype: Tensor(numpy.frombuffer(buffer, dtype=dtype.numpy_name), dtype)
+    torch.zeros = lambda shape, dtype: Tensor(numpy.zeros(shape, dtype=dtype.numpy_name), dtype)
+    return torch
+
+
+class _Installed:
+    """sys.modules["torch"] set to a stand-in while a test runs."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def __enter__(self):
+        self.saved = sys.modules.get("torch")
+        sys.modules["torch"] = self.module
+        return self
+
+    def __exit__(self, *exc):
+        if self.saved is None:
+            sys.modules.pop("torch", None)
+        else:
+            sys.modules["torch"] = self.saved
+
+
+def torch_flavours():
+    """[(label, torch module, context)]: the stand-in (fake_torch, in sys.modules while
+    the context is entered) always; Debian's python3-torch as well where installed."""
+    need_numpy()
+    import contextlib
+    flavours = [("the torch stand-in", fake_torch(), None)]
+    if torch is not None:
+        flavours.append(("torch %s" % torch.__version__, torch, None))
+    return [(label, module, _Installed(module) if module is not torch else contextlib.nullcontext())
+            for label, module, _ in flavours]
+
+
+def _torch_trace(T):
+    """What the tests see of the torch semantics fake_torch mirrors, run with T."""
+    def counted(shape):
+        n = 1
+        for d in shape:
+            n *= d
+        raw = bytearray(numpy.arange(n, dtype="float32").tobytes())
+        return T.frombuffer(raw, dtype=T.float32).reshape(shape)
+
+    def elements(t):
+        return numpy.ascontiguousarray(t.detach().numpy()).tobytes()
+
+    seen = []
+    for shape in ((2, 3, 4), (2, 3, 3), (2, 1, 4), (2, 4, 1), (1, 3, 4)):
+        t = counted(shape)
+        v = t.transpose(1, 2)
+        p = T.nn.Parameter(v)
+        q = T.nn.Parameter(v, requires_grad=False)
+        seen.append((shape, t.is_contiguous(), v.shape, v.is_contiguous(), v.dim(),
+                     v.transpose(1, 2).is_contiguous(), v.data_ptr() == t.data_ptr(),
+                     p.data_ptr() == t.data_ptr(), p.shape, p.is_contiguous(), p.requires_grad,
+                     q.requires_grad, isinstance(p, T.Tensor), elements(v)))
+        # copy_ writes through the view's strides (square: no error, the storage transposed)
+        if shape[1] == shape[2]:
+            v.copy_(counted(shape))
+            seen.append(("copied through", elements(t)))
+    root = T.nn.Module()
+    root.add_module("a", T.nn.Module())
+    root.a.register_parameter("w", T.nn.Parameter(counted((2, 2)), requires_grad=False))
+    root.a.add_module("b", T.nn.Module())
+    root.a.b.register_parameter("x", T.nn.Parameter(counted((3,))))
+    root.register_parameter("y", root.a.w)  # the same Parameter twice: named once
+    root.a.plain = 5
+    seen.append([n for n, _ in root.named_parameters()])
+    replacement = T.nn.Parameter(counted((2, 2)).transpose(0, 1), requires_grad=False)
+    setattr(root.a, "w", replacement)
+    seen.append((root.get_parameter("a.w") is replacement, [n for n, _ in root.named_parameters()]))
+    for call in (lambda: setattr(root.a, "w", counted((2, 2))), lambda: root.get_parameter("a.plain"),
+                 lambda: root.get_parameter("a.nothing"), lambda: root.get_submodule("a.c")):
+        try:
+            call()
+            seen.append("no error")
+        except (TypeError, AttributeError) as e:
+            seen.append((type(e).__name__, "is not an nn.Parameter" in str(e)))
+    return seen
+
+
+@test
+def torch_stand_in_is_torch():
+    """The torch stand-in the woken-expert tests use does what Debian's python3-torch
+    does with the same calls: shapes, strides (is_contiguous, data_ptr) of transposed
+    views and the Parameters made of them, copies through a view's strides, module
+    registration and lookup errors."""
+    need_numpy()
+    need_torch()
+    with _Installed(fake_torch()) as installed:
+        fake = _torch_trace(installed.module)
+    real = _torch_trace(torch)
+    for got, want in zip(fake, real):
+        assert got == want, (got, want)
+    assert len(fake) == len(real)
+
+
 # ------------------------------------------------------------------ the commands
 
 @test

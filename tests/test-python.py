@@ -1785,6 +1785,537 @@ def vllm_worker_through_lora():
                      "FLASHINFER_CUTLASS", fake_worker(model).wsync_load, path, status=3)
 
 
+# ------------------------------------------------------------------ torch, where its strides matter
+
+class _FakeDtype:
+    """A torch dtype as wsync sees it: str() gives "torch.NAME"."""
+
+    def __init__(self, name, numpy_name):
+        self.name, self.numpy_name = name, numpy_name
+
+    def __str__(self):
+        return "torch." + self.name
+
+    __repr__ = __str__
+
+
+def fake_torch():
+    """A module standing in for torch where its strides matter, so that those tests run
+    without python3-torch: numpy arrays are the storage (a view shares it, with its own
+    strides).  It mirrors the torch semantics wsync and the tests use, as torch 1.13
+    (Debian's python3-torch) has them, and the same tests run against that torch too
+    where it is installed (torch_flavours):
+      - Tensor.shape, .dtype (str "torch.float32"), .is_meta, .requires_grad, dim(),
+        detach() (a view that does not require grad), numpy() (the elements as a numpy
+        view), data_ptr() (the address of the first element), reshape();
+      - Tensor.transpose(d0, d1): a view with the two dimensions' sizes and strides
+        swapped, requires_grad kept;
+      - Tensor.is_contiguous(): c10's TensorImpl::compute_contiguous: true when every
+        dimension of size other than 1 has the stride of a dense row-major tensor (the
+        product of the sizes after it), or when the tensor is empty;
+      - Tensor.copy_(src): src's elements written through self's strides, src
+        broadcast to self's shape (same dtype only, as wsync copies);
+      - nn.Parameter(data, requires_grad=True): aliases data's storage and strides
+        (torch/nn/parameter.py: Tensor._make_subclass of data, detached);
+      - nn.Module: register_parameter, add_module, setattr of a Parameter registers it
+        in place of the parameter of that name, setattr of anything else under a
+        parameter's name raises TypeError, getattr finds parameters and submodules,
+        get_submodule and get_parameter raise AttributeError as torch does ("`x` is not
+        an nn.Parameter"), named_parameters yields each Parameter once, module by module
+        in registration order (torch/nn/modules/module.py);
+      - frombuffer, zeros, no_grad, and the dtypes float32 and float64."""
+    import types
+    torch = types.ModuleType("torch")
+    nn = types.ModuleType("torch.nn")
+    torch.nn = nn
+    torch.float32 = _FakeDtype("float32", "float32")
+    torch.float64 = _FakeDtype("float64", "float64")
+
+    class Tensor:
+        def __init__(self, array, dtype, requires_grad=False):
+            self._array, self.dtype, self.requires_grad = array, dtype, requires_grad
+
+        is_meta = False
+
+        @property
+        def shape(self):
+            return tuple(self._array.shape)
+
+        def dim(self):
+            return self._array.ndim
+
+        def detach(self):
+            return Tensor(self._array, self.dtype)
+
+        def numpy(self):
+            return self._array
+
+        def data_ptr(self):
+            return self._array.__array_interface__["data"][0]
+
+        def reshape(self, shape):
+            return Tensor(self._array.reshape(shape), self.dtype, self.requires_grad)
+
+        def transpose(self, d0, d1):
+            return Tensor(self._array.swapaxes(d0, d1), self.dtype, self.requires_grad)
+
+        def is_contiguous(self):
+            if self._array.size == 0:
+                return True
+            expected = self._array.itemsize
+            for size, stride in reversed(list(zip(self._array.shape, self._array.strides))):
+                if size != 1:
+                    if stride != expected:
+                        return False
+                    expected *= size
+            return True
+
+        def copy_(self, src):
+            assert str(src.dtype) == str(self.dtype), "the stand-in copies one dtype"
+            self._array[...] = src._array
+            return self
+
+    class Parameter(Tensor):
+        def __init__(self, data, requires_grad=True):
+            Tensor.__init__(self, data._array, data.dtype, requires_grad)
+
+    class Module:
+        def __init__(self):
+            object.__setattr__(self, "_parameters", {})
+            object.__setattr__(self, "_modules", {})
+
+        def register_parameter(self, name, param):
+            self._parameters[name] = param
+
+        def add_module(self, name, module):
+            self._modules[name] = module
+
+        def __setattr__(self, name, value):
+            if isinstance(value, Parameter):
+                self.__dict__.pop(name, None)
+                self._modules.pop(name, None)
+                self.register_parameter(name, value)
+            elif name in self._parameters:
+                raise TypeError("cannot assign '%s' as parameter '%s' (torch.nn.Parameter or "
+                                "None expected)" % (type(value).__name__, name))
+            elif isinstance(value, Module):
+                self.__dict__.pop(name, None)
+                self._modules[name] = value
+            else:
+                object.__setattr__(self, name, value)
+
+        def __getattr__(self, name):
+            for members in (self.__dict__["_parameters"], self.__dict__["_modules"]):
+                if name in members:
+                    return members[name]
+            raise AttributeError("'%s' object has no attribute '%s'" % (type(self).__name__, name))
+
+        def get_submodule(self, target):
+            module = self
+            for item in target.split(".") if target else []:
+                if not hasattr(module, item):
+                    raise AttributeError("Module has no attribute `%s`" % item)
+                module = getattr(module, item)
+                if not isinstance(module, Module):
+                    raise AttributeError("`%s` is not an nn.Module" % item)
+            return module
+
+        def get_parameter(self, target):
+            path, _, leaf = target.rpartition(".")
+            module = self.get_submodule(path)
+            if not hasattr(module, leaf):
+                raise AttributeError("Module has no attribute `%s`" % leaf)
+            param = getattr(module, leaf)
+            if not isinstance(param, Parameter):
+                raise AttributeError("`%s` is not an nn.Parameter" % leaf)
+            return param
+
+        def named_parameters(self, prefix=""):
+            seen, out = set(), []
+            stack = [(prefix, self)]
+            while stack:
+                path, module = stack.pop(0)
+                for name, param in module._parameters.items():
+                    if id(param) not in seen:
+                        seen.add(id(param))
+                        out.append((path + ("." if path else "") + name, param))
+                stack[0:0] = [(path + ("." if path else "") + n, m) for n, m in module._modules.items()]
+            return iter(out)
+
+    class no_grad:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    torch.Tensor, nn.Parameter, nn.Module, torch.no_grad = Tensor, Parameter, Module, no_grad
+    torch.frombuffer = lambda buffer, dtype: Tensor(numpy.frombuffer(buffer, dtype=dtype.numpy_name), dtype)
+    torch.zeros = lambda shape, dtype: Tensor(numpy.zeros(shape, dtype=dtype.numpy_name), dtype)
+    return torch
+
+
+class _Installed:
+    """sys.modules["torch"] set to a stand-in while a test runs."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def __enter__(self):
+        self.saved = sys.modules.get("torch")
+        sys.modules["torch"] = self.module
+        return self
+
+    def __exit__(self, *exc):
+        if self.saved is None:
+            sys.modules.pop("torch", None)
+        else:
+            sys.modules["torch"] = self.saved
+
+
+def torch_flavours():
+    """[(label, torch module, context)]: the stand-in (fake_torch, in sys.modules while
+    the context is entered) always; Debian's python3-torch as well where installed."""
+    need_numpy()
+    import contextlib
+    flavours = [("the torch stand-in", fake_torch(), None)]
+    if torch is not None:
+        flavours.append(("torch %s" % torch.__version__, torch, None))
+    return [(label, module, _Installed(module) if module is not torch else contextlib.nullcontext())
+            for label, module, _ in flavours]
+
+
+def _torch_trace(T):
+    """What the tests see of the torch semantics fake_torch mirrors, run with T."""
+    def counted(shape):
+        n = 1
+        for d in shape:
+            n *= d
+        raw = bytearray(numpy.arange(n, dtype="float32").tobytes())
+        return T.frombuffer(raw, dtype=T.float32).reshape(shape)
+
+    def elements(t):
+        return numpy.ascontiguousarray(t.detach().numpy()).tobytes()
+
+    seen = []
+    for shape in ((2, 3, 4), (2, 3, 3), (2, 1, 4), (2, 4, 1), (1, 3, 4)):
+        t = counted(shape)
+        v = t.transpose(1, 2)
+        p = T.nn.Parameter(v)
+        q = T.nn.Parameter(v, requires_grad=False)
+        seen.append((shape, t.is_contiguous(), v.shape, v.is_contiguous(), v.dim(),
+                     v.transpose(1, 2).is_contiguous(), v.data_ptr() == t.data_ptr(),
+                     p.data_ptr() == t.data_ptr(), p.shape, p.is_contiguous(), p.requires_grad,
+                     q.requires_grad, isinstance(p, T.Tensor), elements(v)))
+        # copy_ writes through the view's strides (square: no error, the storage transposed)
+        if shape[1] == shape[2]:
+            v.copy_(counted(shape))
+            seen.append(("copied through", elements(t)))
+    root = T.nn.Module()
+    root.add_module("a", T.nn.Module())
+    root.a.register_parameter("w", T.nn.Parameter(counted((2, 2)), requires_grad=False))
+    root.a.add_module("b", T.nn.Module())
+    root.a.b.register_parameter("x", T.nn.Parameter(counted((3,))))
+    root.register_parameter("y", root.a.w)  # the same Parameter twice: named once
+    root.a.plain = 5
+    seen.append([n for n, _ in root.named_parameters()])
+    replacement = T.nn.Parameter(counted((2, 2)).transpose(0, 1), requires_grad=False)
+    setattr(root.a, "w", replacement)
+    seen.append((root.get_parameter("a.w") is replacement, [n for n, _ in root.named_parameters()]))
+    for call in (lambda: setattr(root.a, "w", counted((2, 2))), lambda: root.get_parameter("a.plain"),
+                 lambda: root.get_parameter("a.nothing"), lambda: root.get_submodule("a.c")):
+        try:
+            call()
+            seen.append("no error")
+        except (TypeError, AttributeError) as e:
+            seen.append((type(e).__name__, "is not an nn.Parameter" in str(e)))
+    return seen
+
+
+@test
+def torch_stand_in_is_torch():
+    """The torch stand-in the woken-expert tests use does what Debian's python3-torch
+    does with the same calls: shapes, strides (is_contiguous, data_ptr) of transposed
+    views and the Parameters made of them, copies through a view's strides, module
+    registration and lookup errors."""
+    need_numpy()
+    need_torch()
+    with _Installed(fake_torch()) as installed:
+        fake = _torch_trace(installed.module)
+    real = _torch_trace(torch)
+    for got, want in zip(fake, real):
+        assert got == want, (got, want)
+    assert len(fake) == len(real)
+
+
+# ------------------------------------------------------------------ experts woken by vLLM-Ascend
+
+# tests/data/configs/tiny-qwen3-moe-odd-f32.json: F32, H = 40, I = 20, experts in layers 0
+# and 2 (layer 1 dense).  At tp 1 vLLM-Ascend's processed w13_weight is [8, 40, 40],
+# square (H == 2I/tp), and w2_weight [8, 20, 40], not.
+WOKEN_CONFIG = "tiny-qwen3-moe-odd-f32"
+WOKEN_H, WOKEN_I, WOKEN_E = 40, 20, 8
+GATE, UP, DOWN = 0, 1, 2
+
+
+def expert_code(layer, proj, expert, row, column):
+    """The value the woken-expert tests give element [row, column] of expert `expert`'s
+    gate_proj (proj 0), up_proj (1) or down_proj (2) in layer `layer`: every digit
+    group readable in a failure, exact in F32 (below 2^24)."""
+    return layer * 1000000 + proj * 100000 + expert * 10000 + row * 100 + column
+
+
+def processed_experts_want(layer, leaf):
+    """The values vLLM-Ascend's processed layer holds (docs/vllm-ascend.md section 3),
+    derived from the Hugging Face layout alone: w13_weight[e, h, j] is gate_proj[j, h]
+    (j < I), then up_proj[j - I, h]; w2_weight[e, i, h] is down_proj[h, i]."""
+    e = numpy.arange(WOKEN_E)[:, None, None]
+    if leaf == "w13_weight":
+        h = numpy.arange(WOKEN_H)[None, :, None]
+        j = numpy.arange(2 * WOKEN_I)[None, None, :]
+        return expert_code(layer, numpy.where(j < WOKEN_I, GATE, UP), e, j % WOKEN_I, h).astype("float32")
+    i = numpy.arange(WOKEN_I)[None, :, None]
+    h = numpy.arange(WOKEN_H)[None, None, :]
+    return expert_code(layer, DOWN, e, h, i).astype("float32")
+
+
+_WOKEN_DIR = []
+
+
+def woken_experts_dir():
+    """(dir, digest): one committed step of WOKEN_CONFIG for target vllm-ascend, format
+    kernel, tp 1, dtype float32, in parts of at most 16 KiB (so each expert tensor has a file of its own,
+    and model.norm.weight comes last, in a later file), every routed-expert element its
+    expert_code; the other tensors `wsync synth --pattern index`'s; made once."""
+    if not _WOKEN_DIR:
+        src = os.path.join(TMP, "synth-" + WOKEN_CONFIG)
+        wsync_ok("synth", "--config", os.path.join(HERE, "data", "configs", WOKEN_CONFIG + ".json"),
+                 "--pattern", "index", src)
+        tensors = arrays(src)
+        for name in tensors:
+            parts = name.split(".")
+            if ".experts." in name and parts[-2] in ("gate_proj", "up_proj", "down_proj"):
+                layer, expert = int(parts[2]), int(parts[5])
+                proj = ("gate_proj", "up_proj", "down_proj").index(parts[-2])
+                rows, columns = numpy.indices(tensors[name].shape)
+                tensors[name] = expert_code(layer, proj, expert, rows, columns).astype("float32")
+        out = fresh_dir("woken-experts")
+        f32 = conf_with("dtype-float32", {"dtype": "float32"})  # not vLLM's BF16 default
+        with wsync.Session(os.path.join(src, "config.json"), target="vllm-ascend", format="kernel",
+                           tp=1, ep=1, out=out, part_size=16384, **dict(KW, conf_dir=f32)) as s:
+            s.describe(description(src))
+            s.begin(1)
+            push_all(s, tensors)
+            s.commit()
+            _WOKEN_DIR.append((out, s.digest))
+    return _WOKEN_DIR[0]
+
+
+def rank_entries(path, rank):
+    """[(file, name)] of the rank's files, in the record's and the files' order."""
+    return [(os.path.join(path, f["file"]), name) for f in record(path)["files"] if f["rank"] == rank
+            for name in read_safetensors(os.path.join(path, f["file"]))[1]]
+
+
+def ascend_engine(T, tensors, lora=False):
+    """A vLLM-Ascend model as a worker holds it after loading (T: a torch flavour): a zero
+    Parameter (requires_grad False, as vLLM's) at every name of tensors, each MoE layer's
+    quant_method vLLM-Ascend's; with lora, each MoE block wrapped as LoRA's base_layer
+    (FusedMoEWithLoRA wraps mlp.experts, docs/vllm.md section 7.1)."""
+    root = T.nn.Module()
+    for name, (dtype, shape, _) in tensors.items():
+        *path, leaf = name.split(".")
+        module = root
+        for part in path:
+            if part not in module._modules:
+                module.add_module(part, T.nn.Module())
+            module = module._modules[part]
+        module.register_parameter(leaf, T.nn.Parameter(
+            T.zeros(shape, dtype=getattr(T, TORCH_DTYPES[dtype])), requires_grad=False))
+    for layer in moe_layers(tensors):
+        root.get_submodule(layer).quant_method = AscendUnquantizedFusedMoEMethod("OOT")
+    if lora:
+        for block in sorted({n.split(".experts.")[0] for n in tensors if ".experts." in n}):
+            mlp = root.get_submodule(block)
+            wrapper = T.nn.Module()
+            wrapper.add_module("base_layer", mlp._modules["experts"])
+            mlp._modules["experts"] = wrapper
+    return root
+
+
+def ascend_wake_up(T, model, hidden_size):
+    """NPUWorker.wake_up of vLLM-Ascend's releases for vLLM 0.17 to 0.26.x once the
+    allocator restored the weights, as it is written (vllm_ascend/worker/worker.py:218-234
+    @ e18643f8a4d5, v0.18.0; docs/vllm-ascend.md section 5)."""
+    for name, param in model.named_parameters():
+        if "w2_weight" in name and param.shape[2] == hidden_size:
+            parts = name.split(".")
+            parent_module = model.get_submodule(".".join(parts[:-1]))
+            w2_data = T.nn.Parameter(param.transpose(1, 2), requires_grad=False)
+            setattr(parent_module, parts[-1], w2_data)
+        elif "w13_weight" in name and param.shape[1] == hidden_size:
+            parts = name.split(".")
+            parent_module = model.get_submodule(".".join(parts[:-1]))
+            w13_data = T.nn.Parameter(param.transpose(1, 2), requires_grad=False)
+            setattr(parent_module, parts[-1], w13_data)
+
+
+class _Warnings(list):
+    """The messages the logger wsync.vllm_worker emits while the context is entered."""
+
+    def __enter__(self):
+        import logging
+        self.handler = logging.Handler()
+        self.handler.emit = lambda r: self.append((r.levelname, r.getMessage()))
+        logging.getLogger("wsync.vllm_worker").addHandler(self.handler)
+        return self
+
+    def __exit__(self, *exc):
+        import logging
+        logging.getLogger("wsync.vllm_worker").removeHandler(self.handler)
+
+
+def lora_name(name, lora):
+    return name.replace(".experts.", ".experts.base_layer.") if lora else name
+
+
+def all_zero(params):
+    return not any(numpy.asarray(p.detach().numpy()).any() for p in params)
+
+
+@test
+def vllm_worker_puts_back_woken_experts():
+    """On vLLM-Ascend for vLLM 0.17 to 0.26.x, wake_up leaves each routed-expert
+    w13_weight / w2_weight a transposed view of its storage: wsync_load puts the
+    processed Parameter back on its module (same storage, contiguous, requires_grad
+    False) before copying, so every expert element lands where the kernel reads it,
+    square (w13 [8, 40, 40]) or not (w2); it logs and returns what it put back.  An
+    engine that did not sleep, or whose experts were put back, is loaded as before, its
+    parameters the same objects, the commit record returned as it is.  Run with the
+    torch stand-in and with python3-torch where installed.  (Before: refused, "is F32
+    [8, 20, 40], but the parameter has shape [8, 40, 20]", at w2; the square w13 had
+    passed the checks, and where no other tensor stops the load it is copied through
+    the view's strides, leaving the storage transposed without a word.)"""
+    path, digest = woken_experts_dir()
+    want = rank_tensors(path, 0)
+    entries = rank_entries(path, 0)
+    experts = [n for _, n in entries if n.endswith(("w13_weight", "w2_weight"))]
+    assert len(experts) == 4, experts
+    for label, T, installed in torch_flavours():
+        for lora in (False, True):
+            with installed:
+                model = ascend_engine(T, want, lora)
+                stored = {n: model.get_parameter(lora_name(n, lora)) for n in experts}
+                ascend_wake_up(T, model, WOKEN_H)
+                views = {n: model.get_parameter(lora_name(n, lora)) for n in experts}
+                for n in experts:
+                    assert views[n] is not stored[n] and not views[n].is_contiguous(), (label, n)
+                assert [tuple(views[n].shape) for n in experts[:2]] == [
+                    (WOKEN_E, WOKEN_H, 2 * WOKEN_I), (WOKEN_E, WOKEN_H, WOKEN_I)], label
+                with FakeVllm(1, 0), _Warnings() as warned:
+                    r = fake_worker(model).wsync_load(path, digest=digest)
+                assert r == dict(record(path), restored=experts), (label, r)
+                assert warned == [("WARNING", "%s: rank 0: put back the processed routed experts "
+                                   "that vLLM-Ascend's wake_up had replaced by views in the loader "
+                                   "shape (%s) before copying into them; do not run "
+                                   "process_weights_after_loading on this model after a "
+                                   "kernel-format update: it would transpose them a second time "
+                                   "(docs/vllm-ascend.md section 5)" % (path, ", ".join(experts)))], \
+                    (label, warned)
+                for n in experts:
+                    p = model.get_parameter(lora_name(n, lora))
+                    where = "%s, lora %s: %s" % (label, lora, n)
+                    assert isinstance(p, T.nn.Parameter) and p.is_contiguous(), where
+                    assert tuple(p.shape) == tuple(want[n][1]) and p.requires_grad is False, where
+                    assert p.data_ptr() == stored[n].data_ptr() == views[n].data_ptr(), where
+                    expected = processed_experts_want(int(n.split(".")[2]), n.rpartition(".")[2])
+                    got = numpy.ascontiguousarray(p.detach().numpy())
+                    assert (got == expected).all(), "%s: first wrong element %s" % (
+                        where, numpy.argwhere(got != expected)[0])
+                    assert got.tobytes() == expected.tobytes() == want[n][2], where
+                    # the storage wake_up left is the processed parameter's, now loaded
+                    assert numpy.ascontiguousarray(stored[n].detach().numpy()).tobytes() == want[n][2], where
+                for _, n in entries:
+                    got = numpy.ascontiguousarray(model.get_parameter(lora_name(n, lora)).detach().numpy())
+                    assert got.tobytes() == want[n][2], (label, n)
+
+                # loaded again, now that they are put back: nothing to put back
+                loaded = {n: model.get_parameter(lora_name(n, lora)) for _, n in entries}
+                with FakeVllm(1, 0), _Warnings() as warned:
+                    r = fake_worker(model).wsync_load(path, digest=digest)
+                assert r == record(path) and warned == [], (label, r, warned)
+                assert all(model.get_parameter(lora_name(n, lora)) is p for n, p in loaded.items())
+
+                # an engine that did not sleep
+                model = ascend_engine(T, want, lora)
+                before = {n: model.get_parameter(lora_name(n, lora)) for _, n in entries}
+                with FakeVllm(1, 0), _Warnings() as warned:
+                    r = fake_worker(model).wsync_load(path, digest=digest)
+                assert r == record(path) and warned == [], (label, r, warned)
+                for n, p in before.items():
+                    assert model.get_parameter(lora_name(n, lora)) is p, (label, n)
+                    assert numpy.ascontiguousarray(p.detach().numpy()).tobytes() == want[n][2], (label, n)
+
+
+@test
+def vllm_worker_woken_experts_refusals():
+    """Nothing is put back nor copied unless every file and every tensor passes, the
+    woken experts taken in their processed shape: a refusal in a file after theirs leaves
+    the views registered and every storage untouched.  A routed-expert parameter in the
+    loader shape that is not wake_up's view (a contiguous copy) is refused naming the
+    file, the tensor, both shapes and the likely causes.  (Before: the square view was
+    copied through, a loader-shaped parameter refused as a bare shape difference.)"""
+    path, digest = woken_experts_dir()
+    want = rank_tensors(path, 0)
+    entries = rank_entries(path, 0)
+    experts = [n for _, n in entries if n.endswith(("w13_weight", "w2_weight"))]
+    last_file, last = entries[-1]
+    assert last == "model.norm.weight", last
+    assert all(f != last_file for f, n in entries if n in experts), "the last file holds an expert"
+    for label, T, installed in torch_flavours():
+        with installed:
+            # a later file's tensor refused: the views stay, nothing copied
+            model = ascend_engine(T, want)
+            stored = [model.get_parameter(n) for n in experts]
+            ascend_wake_up(T, model, WOKEN_H)
+            views = {n: model.get_parameter(n) for n in experts}
+            model.get_submodule("model.norm").weight = T.nn.Parameter(
+                T.zeros((WOKEN_H,), dtype=T.float64), requires_grad=False)
+            with FakeVllm(1, 0), _Warnings() as warned:
+                expect_error('%s: tensor "model.norm.weight" is F32 [40], but the parameter is '
+                             'F64' % last_file, fake_worker(model).wsync_load, path, status=3)
+            assert warned == [], (label, warned)
+            assert all(model.get_parameter(n) is v for n, v in views.items()), label
+            assert all_zero(stored) and all_zero(model.get_parameter(n) for _, n in entries), label
+
+            # a loader-shaped copy, not a view, in a woken engine and in one that did not sleep
+            for woken in (True, False):
+                model = ascend_engine(T, want)
+                if woken:
+                    ascend_wake_up(T, model, WOKEN_H)
+                w2 = experts[1]
+                assert w2.endswith("layers.0.mlp.experts.routed_experts.w2_weight"), experts
+                file = [f for f, n in entries if n == w2][0]
+                holder = model.get_submodule(w2.rpartition(".")[0])
+                holder.w2_weight = T.nn.Parameter(T.zeros((WOKEN_E, WOKEN_H, WOKEN_I), dtype=T.float32),
+                                                  requires_grad=False)
+                kept = {n: model.get_parameter(n) for _, n in entries}
+                with FakeVllm(1, 0), _Warnings() as warned:
+                    e = expect_error(
+                        '%s: tensor "%s" is F32 [8, 20, 40] in vLLM-Ascend\'s processed layout, '
+                        'but the parameter has the loader shape [8, 40, 20] and is not the '
+                        'transposed view of processed storage that wsync_load puts back: likely '
+                        'the weights woke up on a vLLM-Ascend for vLLM 0.17 to 0.26.x, whose '
+                        'NPUWorker.wake_up transposes the routed experts to the loader shape, '
+                        'and the view was replaced since, or the files were written for another '
+                        'format than the engine runs (docs/vllm-ascend.md section 5)' % (file, w2),
+                        fake_worker(model).wsync_load, path, status=3)
+                assert str(e).startswith(file), str(e)
+                assert warned == [], (label, warned)
+                assert all(model.get_parameter(n) is p for n, p in kept.items()), label
+                assert all_zero(kept.values()), (label, "copied before refusing")
+
+
 # ------------------------------------------------------------------ the commands
 
 @test

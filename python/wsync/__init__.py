@@ -138,10 +138,11 @@ def load_rank(dir, rank, params, *, verify=True, require_commit=True, version=No
     return _load_opened(files, dir, rank, params)
 
 
-def _load_opened(files, dir, rank, params, buffers=True):
+def _load_opened(files, dir, rank, params, buffers=True, before_copy=None):
     """load_rank's checks and copies, once _wsync._open_rank has opened the rank's files
     (a caller may check files.files, their metadata, in between).  buffers=False
-    resolves a torch module's names to parameters only."""
+    resolves a torch module's names to parameters only.  before_copy, when given, is
+    called once every check has passed and before the first byte is copied."""
     plain, tensors = [], []  # buffer-protocol destinations, torch tensors
     for index, (name, dtype, shape, path) in enumerate(files.entries):
         dest = _destination(params, name, path, buffers)
@@ -151,6 +152,8 @@ def _load_opened(files, dir, rank, params, buffers=True):
         else:
             plain.append((index, dest))
     files.check(plain)
+    if before_copy is not None:
+        before_copy()
     files.copy(plain)
     if tensors:
         _copy_torch(files, tensors)

@@ -15,6 +15,11 @@ and so CUDA graphs, stay valid.  Before copying anything it checks the files (th
 format, every name a parameter of the right dtype and shape) and the engine (each MoE
 layer's backend, no expert load balancing, no reload in progress).
 
+On vLLM-Ascend for vLLM 0.17 to 0.26.x, whose wake_up leaves the routed experts as
+transposed views in the loader shape, it puts the processed parameters back first
+(docs/vllm-ascend.md section 5).  Never run process_weights_after_loading after a
+kernel-format update: the experts would be transposed a second time.
+
 Call it while no request runs, outside start_weight_update / finish_weight_update, and
 drop what the engine computed with the old weights: POST /pause (which clears the prefix
 and encoder caches) before and POST /resume after, or llm.reset_prefix_cache() (and for
@@ -25,10 +30,13 @@ vLLM is not installed where wsync is tested: tests/test-python.py runs this modu
 fake vllm parallel-state modules and fake module trees, replaying the rules cited here.
 """
 
+import logging
 import re
 
 import _wsync
-from wsync import Error, _bad_input, _flag, _load_opened
+from wsync import Error, _bad_input, _flag, _is_torch_tensor, _load_opened, _shape_text
+
+_log = logging.getLogger(__name__)
 
 
 def rank_file_index(tp_rank, tp_size, expert_parallel=False, dp_rank=0, pcp_rank=0, pcp_size=1):
@@ -198,30 +206,30 @@ def lora_submodule(model, path):
     return module
 
 
+def lora_parameter_owner(model, name):
+    """(module, leaf): the module holding the parameter name resolves to through vLLM's
+    LoRA wrappers (lora_submodule), and the parameter's name on it; AttributeError as
+    get_parameter raises it when there is none."""
+    path, _, leaf = name.rpartition(".")
+    module = lora_submodule(model, path)
+    try:
+        module.get_parameter(leaf)
+        return module, leaf
+    except AttributeError:
+        base = _base_layer(module)
+        if base is None:
+            raise
+        base.get_parameter(leaf)
+        return base, leaf
+
+
 def lora_parameter(model, name):
     """model.get_parameter(name), through vLLM's LoRA wrappers (lora_submodule).  vLLM's
     own kernel-format reload resolves names so since #39935 (_get_parameter_for_reload,
     vllm/v1/worker/gpu_model_runner.py:260-266 @ df1376907b16; it unwraps only the layer
     holding the parameter, so not a wrapped MoE block's routed_experts)."""
-    path, _, leaf = name.rpartition(".")
-    module = lora_submodule(model, path)
-    try:
-        return module.get_parameter(leaf)
-    except AttributeError:
-        base = _base_layer(module)
-        if base is None:
-            raise
-        return base.get_parameter(leaf)
-
-
-class _ParametersThroughLora:
-    """A model as load_rank resolves names: get_parameter through LoRA wrappers."""
-
-    def __init__(self, model):
-        self.model = model
-
-    def get_parameter(self, name):
-        return lora_parameter(self.model, name)
+    module, leaf = lora_parameter_owner(model, name)
+    return module.get_parameter(leaf)
 
 
 # ------------------------------------------------------------------ checks before copying
@@ -368,6 +376,132 @@ def check_moe_backends(files, model):
             raise _bad_input(refusal)
 
 
+# ------------------------------------------------------------------ experts woken in the loader shape
+
+# vLLM-Ascend's releases for vLLM 0.17 to 0.26.x (v0.17.0rc1 to releases/v0.26.0rc)
+# transpose the routed experts back in NPUWorker.wake_up once the allocator has restored
+# the weights (tags None or holding "weights"; from v0.19.1rc1 only when quant_config is
+# None): each w2_weight whose dim 2 is the hidden size, else each w13_weight whose dim 1
+# is, is replaced on its module (setattr) by torch.nn.Parameter(param.transpose(1, 2),
+# requires_grad=False), a view of the same storage in the loader shape
+# (vllm_ascend/worker/worker.py:208-236 @ e18643f8a4d5, v0.18.0; :213-241 @
+# da421afad719, v0.19.1rc1, the quant_config test at :224; :247-276 @ cf0baa38dfb2,
+# releases/v0.26.0rc; docs/vllm-ascend.md section 5).  Their RL flow reloads checkpoint
+# names into the views and runs process_weights_after_loading, which transposes them into
+# new contiguous processed tensors (vllm_ascend/ops/fused_moe/fused_moe.py:75-82 @
+# e18643f8a4d5).  A kernel-format copy into a view fails on its shape, or, where the
+# expert is square (H == 2I/tp for w13, H == I/tp for w2), writes through its strides and
+# leaves the storage transposed without an error; wsync_load puts the processed
+# Parameter back first, as ms-swift #9800 does after wake_up.
+_WOKEN_LEAVES = ("w13_weight", "w2_weight")
+
+
+def processed_expert_tensors(files):
+    """{name: (path, dtype, shape)} of the routed experts' w13_weight and w2_weight that
+    files (an opened _RankFiles) record in vLLM-Ascend's processed layout: metadata
+    wsync.layout.<name>, else the file's wsync.moe-layout, "processed" (the rule by which
+    plugins/npu-ascend.c reads them)."""
+    metadata = dict(files.files)
+    out = {}
+    for name, dtype, shape, path in files.entries:
+        if name.rpartition(".")[2] not in _WOKEN_LEAVES or not _ROUTED_EXPERTS.search(name):
+            continue
+        recorded = metadata[path]
+        if recorded.get("wsync.layout." + name, recorded.get("wsync.moe-layout")) == "processed":
+            out[name] = (path, dtype, tuple(shape))
+    return out
+
+
+def is_woken_view(param, shape):
+    """Whether param is what wake_up leaves of a processed tensor of shape: a torch tensor
+    of 3 dimensions, not contiguous, whose transpose(1, 2) is contiguous and of shape.
+
+    Contiguous is torch's Tensor.is_contiguous(): the strides of a dense row-major tensor,
+    dimensions of size 1 aside.  The storage then holds the processed tensor densely, and
+    Parameter(param.transpose(1, 2)) is the one process_weights_after_loading made; a
+    square expert keeps its shape in wake_up, and only the strides tell.  (A view that
+    torch calls contiguous, where I/tp or H is 1, is not recognised and is refused by
+    loader_shape_refusal: nothing is copied.)"""
+    if not _is_torch_tensor(param) or param.dim() != 3 or param.is_contiguous():
+        return False
+    processed = param.transpose(1, 2)
+    return processed.is_contiguous() and tuple(processed.shape) == tuple(shape)
+
+
+def processed_parameter(view):
+    """The Parameter wake_up replaced by view: view.transpose(1, 2), over the same storage
+    (torch.nn.Parameter aliases its data), with the view's requires_grad."""
+    import torch
+
+    return torch.nn.Parameter(view.detach().transpose(1, 2), requires_grad=view.requires_grad)
+
+
+def loader_shape_refusal(path, name, dtype, shape, param):
+    """None, or why the tensor name of the file at path, of dtype and shape in the
+    processed layout, must not be copied into param: a parameter of the loader shape (the
+    processed shape with its last two dimensions swapped, not square) that is_woken_view
+    does not take for wake_up's view, e.g. a copy."""
+    have = tuple(getattr(param, "shape", ()))
+    if len(shape) != 3 or have != (shape[0], shape[2], shape[1]) or have == tuple(shape):
+        return None
+    return (f"{path}: tensor \"{name}\" is {dtype} {_shape_text(shape)} in vLLM-Ascend's "
+            f"processed layout, but the parameter has the loader shape {_shape_text(have)} "
+            f"and is not the transposed view of processed storage that wsync_load puts back: "
+            f"likely the weights woke up on a vLLM-Ascend for vLLM 0.17 to 0.26.x, whose "
+            f"NPUWorker.wake_up transposes the routed experts to the loader shape, and the "
+            f"view was replaced since, or the files were written for another format than "
+            f"the engine runs (docs/vllm-ascend.md section 5)")
+
+
+class _ParametersThroughLora:
+    """A model as load_rank resolves names: get_parameter through LoRA wrappers.
+
+    processed ({name: (path, dtype, shape)}, processed_expert_tensors) are the tensors
+    the files hold in vLLM-Ascend's processed layout.  Where such a name resolves to
+    wake_up's view (is_woken_view), the destination is the processed Parameter over the
+    same storage, which load_rank checks and copies into, and which put_back registers on
+    the module before the first copy; a parameter of the loader shape that is not such a
+    view is refused (loader_shape_refusal)."""
+
+    def __init__(self, model, processed=None):
+        self.model, self.processed = model, processed or {}
+        self.woken = {}  # (id(module), leaf): (module, leaf, processed Parameter, name)
+
+    def get_parameter(self, name):
+        module, leaf = lora_parameter_owner(self.model, name)
+        param = module.get_parameter(leaf)
+        if name not in self.processed:
+            return param
+        key = (id(module), leaf)
+        if key in self.woken:
+            return self.woken[key][2]
+        path, dtype, shape = self.processed[name]
+        if is_woken_view(param, shape):
+            self.woken[key] = (module, leaf, processed_parameter(param), name)
+            return self.woken[key][2]
+        refusal = loader_shape_refusal(path, name, dtype, shape, param)
+        if refusal is not None:
+            raise _bad_input(refusal)
+        return param
+
+    def restored(self):
+        """The names of the parameters put back (or to be), in the files' order."""
+        return [name for _, _, _, name in self.woken.values()]
+
+    def put_back(self, dir, rank):
+        """Registers each processed Parameter on its module, as wake_up registered the
+        view (setattr), and says so in a warning of the logger wsync.vllm_worker."""
+        for module, leaf, param, _ in self.woken.values():
+            setattr(module, leaf, param)
+        if self.woken:
+            _log.warning("%s: rank %d: put back the processed routed experts that "
+                         "vLLM-Ascend's wake_up had replaced by views in the loader shape "
+                         "(%s) before copying into them; do not run "
+                         "process_weights_after_loading on this model after a kernel-format "
+                         "update: it would transpose them a second time (docs/vllm-ascend.md "
+                         "section 5)", dir, rank, ", ".join(self.restored()))
+
+
 def layerwise_reload_hint(message):
     """message, with the likely cause added where a parameter is on the meta device:
     vLLM's checkpoint-format update puts every layer's parameters there between
@@ -407,7 +541,21 @@ class WsyncWorkerExtension:
         As vLLM's kernel-format update (docs/vllm.md section 7): every name resolves to a
         parameter (model.get_parameter), never to a buffer; unlike it, nothing is copied
         until every file, name, dtype and shape is checked: the files must be of the
-        kernel format."""
+        kernel format.
+
+        Experts woken in the loader shape (vLLM-Ascend for vLLM 0.17 to 0.26.x: after
+        wake_up of the weights, each routed-expert w13_weight / w2_weight that the files
+        hold in the processed layout is Parameter(p.transpose(1, 2)) of the processed
+        parameter p, a view of its storage): each is put back on its module as the
+        processed Parameter over that storage (view.transpose(1, 2), requires_grad
+        kept) once every check has passed, taking the processed shapes, and before the
+        first copy.  Then a warning of the logger wsync.vllm_worker names them, and the
+        returned record has one member more, "restored", the list of their names (in
+        the files' order; absent when nothing was put back).  A routed-expert parameter
+        in the loader shape that is not such a view is refused.  Do not run
+        process_weights_after_loading after a kernel-format update (vLLM-Ascend's own RL
+        flow runs it after reloading checkpoint names into the views): it transposes the
+        experts again, into the loader shape."""
         verify = _flag("verify", verify)  # version: _open_rank reads an int or its text
         runner = self.model_runner
         model = runner.get_model() if hasattr(runner, "get_model") else runner.model
@@ -421,7 +569,12 @@ class WsyncWorkerExtension:
             check_moe_backends(files, model)
             check_expert_placement(files, expert_load_balancing(
                 self.vllm_config.parallel_config, _ascend_config()))
-            return _load_opened(files, dir, rank, _ParametersThroughLora(model), buffers=False)
+            params = _ParametersThroughLora(model, processed_expert_tensors(files))
+            record = _load_opened(files, dir, rank, params, buffers=False,
+                                  before_copy=lambda: params.put_back(dir, rank))
+            if params.woken and record is not None:
+                record = dict(record, restored=params.restored())
+            return record
         except Error as e:
             hinted = self._wsync_hint(str(e))
             if hinted == str(e):

@@ -173,7 +173,8 @@ recorded_state(WsyncLayout *layout, const char *key, MoeLayout fallback, MoeLayo
   "for 0.27.1), so these files match the experts of an engine whose weights did not "    \
   "sleep; after such a wake_up w13_weight and w2_weight are views [E_loc, 2I/tp, H] and " \
   "[E_loc, H, I/tp] of the restored storage until the processed parameters are put "      \
-  "back (docs/vllm-ascend.md §5)"
+  "back, which wsync.vllm_worker.wsync_load does before it copies; vLLM-Ascend's own "    \
+  "kernel-format update does not (docs/vllm-ascend.md §5)"
 
 /* Whether the vLLM release the files are for (the vllm plugin's vllm-version, "latest"
  * meaning 0.27.1) is served by a vLLM-Ascend whose wake_up transposes the experts: a

@@ -1373,7 +1373,7 @@ def process_for_kernel(model, platform, moe_backend="triton"):
 
 def ascend_wake_up(model, hidden):
     """NPUWorker.wake_up of vLLM-Ascend's releases for vLLM 0.17 to 0.26.x, once the
-    allocator restored the weights (tags None or "weights"; from releases/v0.24.0rc only
+    allocator restored the weights (tags None or "weights"; from v0.19.1rc1 only
     without a quant_config, as for BF16): in named_parameters() order, a w2_weight whose
     dim 2 is the hidden size, or else a w13_weight whose dim 1 is, is replaced on its
     module (setattr) by a new Parameter that is param.transpose(1, 2), a view of the same

@@ -594,6 +594,119 @@ test_select(void)
   g_assert_cmpstr(wsync_dcp_wrapper(a), ==, "model");
 }
 
+/* `wsync inspect` of a sharded checkpoint lists its logical tensors (global shapes) as
+ * merge reads them, the non-tensor values skipped, the wrapper dropped, what --select
+ * leaves out, and why merge refuses a save of several state dicts; --json likewise. */
+static void
+test_inspect_cli(void)
+{
+  g_autofree char *conf = hf_conf_dir();
+  const char *plugins = test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR");
+  const struct {
+    const char *fixture, *select, *want;
+  } cases[] = {
+      {"wrapped-two-keys", NULL,
+       "NAME     DTYPE  SHAPE   BYTES\n"
+       "model.b  I64    [3]     24\n"
+       "model.w  F32    [6, 2]  48\n"
+       "2 tensors, 72 bytes in 4 chunks (PyTorch DCP, .metadata and __R_K.distcp files)\n"
+       "not tensors, skipped: train_state\n"
+       "note: merge and convert refuse these names: the checkpoint holds more than one state "
+       "dict: at the top level, . (1 other value of its own) and model (2 tensors); pass "
+       "--select KEY, KEY the one that is the model's (the tensors directly under it are "
+       "taken)\n"},
+      {"wrapped-b-per-rank", NULL,
+       "NAME                                 DTYPE  SHAPE   BYTES\n"
+       "model.embed_tokens.weight            BF16   [5, 4]  40\n"
+       "model.layers.0.mlp.down_proj.weight  F32    [4, 6]  96\n"
+       "model.norm.weight                    BF16   [4]     8\n"
+       "model.tiny                           I64    [1, 3]  24\n"
+       "4 tensors, 168 bytes in 8 chunks (PyTorch DCP, .metadata and __R_K.distcp files)\n"
+       "not tensors, skipped: train_state\n"
+       "names without the key model, under which the state dict was saved\n"},
+      {"titan-b", ".",
+       "NAME  DTYPE  SHAPE   BYTES\n"
+       "b     I64    [3]     24\n"
+       "w     F32    [6, 2]  48\n"
+       "2 tensors, 72 bytes in 4 chunks (PyTorch DCP, .metadata and __R_K.distcp files)\n"
+       "left out by --select: 9 entries\n"},
+      {"flat-a", NULL,
+       "NAME  DTYPE  SHAPE   BYTES\n"
+       "b     I64    [3]     24\n"
+       "w     F32    [6, 2]  48\n"
+       "2 tensors, 72 bytes in 4 chunks (PyTorch DCP in Hugging Face mode, "
+       "shard-S-model-I-of-N.safetensors files)\n"},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_autofree char *path = fixture(cases[i].fixture);
+    TestRun run = cases[i].select
+                      ? test_run("inspect", path, "--select", cases[i].select, "--conf-dir", conf, "--plugin-dir", plugins,
+                                 NULL)
+                      : test_run("inspect", path, "--conf-dir", conf, "--plugin-dir", plugins, NULL);
+    if (run.status != 0)
+      g_error("inspect %s: exit %d: %s", cases[i].fixture, run.status, run.err);
+    g_assert_cmpstr(run.out, ==, cases[i].want);
+    g_assert_cmpstr(run.err, ==, "");
+    test_run_clear(&run);
+  }
+
+  g_autofree char *app = fixture("app-b");
+  TestRun run = test_run("inspect", app, "--select", "app.model", "--json", "--conf-dir", conf, "--plugin-dir", plugins,
+                         NULL);
+  g_autofree char *want = g_strdup_printf(
+      "{\n"
+      "  \"path\" : \"%s\",\n"
+      "  \"format\" : \"dcp\",\n"
+      "  \"tensors\" : [\n"
+      "    {\n"
+      "      \"name\" : \"b\",\n"
+      "      \"dtype\" : \"I64\",\n"
+      "      \"shape\" : [\n"
+      "        3\n"
+      "      ],\n"
+      "      \"bytes\" : 24,\n"
+      "      \"chunks\" : 1\n"
+      "    },\n"
+      "    {\n"
+      "      \"name\" : \"w\",\n"
+      "      \"dtype\" : \"F32\",\n"
+      "      \"shape\" : [\n"
+      "        6,\n"
+      "        2\n"
+      "      ],\n"
+      "      \"bytes\" : 48,\n"
+      "      \"chunks\" : 3\n"
+      "    }\n"
+      "  ],\n"
+      "  \"skipped\" : [],\n"
+      "  \"wrapper\" : \"app.model\",\n"
+      "  \"dropped\" : 8,\n"
+      "  \"refusal\" : null,\n"
+      "  \"total_tensors\" : 2,\n"
+      "  \"total_bytes\" : 72\n"
+      "}\n",
+      app);
+  g_assert_cmpint(run.status, ==, 0);
+  g_assert_cmpstr(run.out, ==, want);
+  test_run_clear(&run);
+
+  /* the refusal as JSON; a selection with nothing under it is an error, exit 3 */
+  run = test_run("inspect", app, "--json", "--conf-dir", conf, "--plugin-dir", plugins, NULL);
+  g_assert_cmpint(run.status, ==, 0);
+  test_assert_has(run.out, "\"refusal\" : \"the checkpoint holds more than one state dict: "
+                           "under app, app.model (2 tensors) and app.optim (6 tensors, 2 other "
+                           "values); pass --select KEY");
+  test_assert_has(run.out, "\"name\" : \"app.optim.state.w.exp_avg\"");
+  test_run_clear(&run);
+  run = test_run("inspect", app, "--select", "app", "--conf-dir", conf, "--plugin-dir", plugins, NULL);
+  g_assert_cmpint(run.status, ==, 3);
+  g_assert_cmpstr(run.out, ==, "");
+  test_assert_has(run.err, "/.metadata: --select app: no tensor of the saved state dict is "
+                           "directly under it (under app, ");
+  test_run_clear(&run);
+  test_rmtree(conf);
+}
+
 /* What the user sees: merge refuses a model beside its optimizer, exit 3, one line and
  * nothing written; with --select it writes the model alone, equal to the unsharded
  * source; --select on a source that is no DCP is a usage error. */
@@ -1588,6 +1701,7 @@ main(int argc, char **argv)
   g_test_add_func("/dcp/b/wrapped-state-dict", test_b_wrapped);
   g_test_add_func("/dcp/b/select", test_select);
   g_test_add_func("/dcp/cli/select", test_select_cli);
+  g_test_add_func("/dcp/cli/inspect", test_inspect_cli);
   for (guint i = 0; i < G_N_ELEMENTS(refusals); i++) {
     g_autofree char *name = g_strdup_printf("/dcp/refuse/%s", refusals[i].fixture);
     g_test_add_data_func(name, &refusals[i], test_refusal);

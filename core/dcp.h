@@ -1,8 +1,8 @@
 /* wsync: reading PyTorch distributed checkpoints (DCP), sharded over ranks.
  *
- * Private to libwsync (not installed).  The functions are exported from the shared
- * library so that the `wsync` command (merge, and convert from a sharded source), the
- * tests and the fuzz harness can call them.
+ * Private to libwsync (not installed, not exported): the planner (merge, and convert from
+ * a sharded source), the tests and the fuzz harness, which link the core, call them; the
+ * `wsync` command reaches them through the public wsync_sharded_checkpoint_to_json().
  *
  * Two on-disk formats (the facts are in `docs/dcp.md`: format A §2, format B §3, shard
  * boxes §4):

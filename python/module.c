@@ -267,8 +267,9 @@ wsync_py_shape(guint ndim, const guint64 *shape)
 /* The layout options of plan and convert, as keyword arguments. */
 typedef struct {
   PyObject *target, *format, *tp, *ep, *rank, *threads, *part_size, *conf_dir, *plugin_dir;
+  PyObject *select; /* a DCP's --select KEY */
   int force; /* convert and merge: --force */
-  char *text[7];
+  char *text[8];
 } LayoutKwargs;
 
 static void
@@ -296,6 +297,9 @@ layout_options(WsyncContext *ctx, LayoutKwargs *k, WsyncPlanOptions *o)
     wsync_py_raise_layout_args(error);
     return FALSE;
   }
+  if (!option_text(k->select, "select", &k->text[7]))
+    return FALSE;
+  o->select = k->text[7];
   return TRUE;
 }
 
@@ -335,19 +339,21 @@ run_plan(PyObject *src_obj, PyObject *dst_obj, LayoutKwargs *k, gboolean merge)
 }
 
 #define LAYOUT_KWLIST "target", "format", "tp", "ep", "rank", "threads", "part_size", \
-                      "conf_dir", "plugin_dir"
+                      "conf_dir", "plugin_dir", "select"
 #define LAYOUT_ADDRESSES(k) &(k).target, &(k).format, &(k).tp, &(k).ep, &(k).rank, &(k).threads, \
-                            &(k).part_size, &(k).conf_dir, &(k).plugin_dir
+                            &(k).part_size, &(k).conf_dir, &(k).plugin_dir, &(k).select
 
 PyDoc_STRVAR(convert_doc,
 "convert(src, dst, *, target=None, format=None, tp=None, ep=None, rank=None,\n"
-"        threads=None, part_size=None, conf_dir=None, plugin_dir=None, force=False) -> dict\n\n"
+"        threads=None, part_size=None, conf_dir=None, plugin_dir=None, select=None,\n"
+"        force=False) -> dict\n\n"
 "`wsync convert SRC DST`: writes the target layout of the checkpoint src into the\n"
 "directory dst, atomically (force=True: replace dst even when it is not wsync's\n"
 "output, as --force).  Options left None come from the sync { } section of\n"
 "conf.d, then the command's defaults; part_size may be \"5G\".  conf_dir and plugin_dir\n"
 "(a path or a list) replace the installed configuration / are searched first for\n"
-"plugins, as --conf-dir / --plugin-dir.  Returns the plan, as `wsync convert --json`\n"
+"plugins, as --conf-dir / --plugin-dir; select, of a sharded checkpoint, as --select.\n"
+"Returns the plan, as `wsync convert --json`\n"
 "prints it.  Raises wsync.Error with the command's message and exit_status.");
 
 static PyObject *
@@ -358,7 +364,7 @@ py_convert(PyObject *self, PyObject *args, PyObject *kwargs)
   PyObject *src, *dst, *result;
 
   (void)self;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|$OOOOOOOOOp:convert", kwlist, &src, &dst,
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|$OOOOOOOOOOp:convert", kwlist, &src, &dst,
                                    LAYOUT_ADDRESSES(k), &k.force))
     return NULL;
   result = run_plan(src, dst, &k, FALSE);
@@ -368,7 +374,7 @@ py_convert(PyObject *self, PyObject *args, PyObject *kwargs)
 
 PyDoc_STRVAR(plan_doc,
 "plan(src, *, target=None, format=None, tp=None, ep=None, rank=None, threads=None,\n"
-"     part_size=None, conf_dir=None, plugin_dir=None) -> dict\n\n"
+"     part_size=None, conf_dir=None, plugin_dir=None, select=None) -> dict\n\n"
 "`wsync plan SRC --json`: the plan of converting src, as a dict, without writing.");
 
 static PyObject *
@@ -379,7 +385,7 @@ py_plan(PyObject *self, PyObject *args, PyObject *kwargs)
   PyObject *src, *result;
 
   (void)self;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOOOOO:plan", kwlist, &src,
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOOOOOO:plan", kwlist, &src,
                                    LAYOUT_ADDRESSES(k)))
     return NULL;
   result = run_plan(src, NULL, &k, FALSE);
@@ -389,21 +395,23 @@ py_plan(PyObject *self, PyObject *args, PyObject *kwargs)
 
 PyDoc_STRVAR(merge_doc,
 "merge(src, dst, *, part_size=None, threads=None, conf_dir=None, plugin_dir=None,\n"
-"      force=False) -> dict\n\n"
+"      select=None, force=False) -> dict\n\n"
 "`wsync merge SRC DST`: consolidates a sharded training checkpoint (PyTorch DCP) into a\n"
-"plain Hugging Face checkpoint.  Returns the plan, as `wsync merge --json` prints it.");
+"plain Hugging Face checkpoint; select=\"app.model\" takes only the tensors directly\n"
+"under that key, as --select.  Returns the plan, as `wsync merge --json` prints it.");
 
 static PyObject *
 py_merge(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-  static char *kwlist[] = {"src", "dst", "part_size", "threads", "conf_dir", "plugin_dir", "force",
-                           NULL};
+  static char *kwlist[] = {"src", "dst", "part_size", "threads", "conf_dir", "plugin_dir", "select",
+                           "force", NULL};
   LayoutKwargs k = {0};
   PyObject *src, *dst, *result, *hf, *one;
 
   (void)self;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|$OOOOp:merge", kwlist, &src, &dst,
-                                   &k.part_size, &k.threads, &k.conf_dir, &k.plugin_dir, &k.force))
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|$OOOOOp:merge", kwlist, &src, &dst,
+                                   &k.part_size, &k.threads, &k.conf_dir, &k.plugin_dir, &k.select,
+                                   &k.force))
     return NULL;
   /* merge writes the layout the shards name: only part_size and threads apply (resolved
    * as convert resolves them); the target and sizes are placeholders it ignores. */

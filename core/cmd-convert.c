@@ -51,6 +51,13 @@ print_written(WsyncPlan *plan, const char *dst)
       {"part-size", 0, 0, G_OPTION_ARG_STRING, &(a).part_size,                                \
        "Start a new file before a tensor that would pass SIZE (default 5G)", "SIZE"}
 
+#define SELECT_ENTRY(select)                                                                    \
+  {"select", 0, 0, G_OPTION_ARG_STRING, &(select),                                             \
+   "A sharded checkpoint (DCP) that holds more than the model (its optimizer): take the "       \
+   "tensors directly under KEY, a dotted path into the saved state dict as its refusal lists " \
+   "them (. for the top level)",                                                              \
+   "KEY"}
+
 #define FORCE_ENTRY(force)                                                                      \
   {"force", 0, 0, G_OPTION_ARG_NONE, &(force),                                                  \
    "Replace DST even when it is not wsync's output (it and everything in it are removed)",     \
@@ -64,7 +71,9 @@ plan_from_args(WsyncCli *cli, const WsyncCommand *cmd, int *argcp, char ***argvp
 {
   CliLayoutArgs a = {0};
   gboolean unused = FALSE;
-  GOptionEntry entries[] = {LAYOUT_ENTRIES(a), FORCE_ENTRY(*(force ? force : &unused)), {NULL}};
+  g_autofree char *select = NULL;
+  GOptionEntry entries[] = {LAYOUT_ENTRIES(a), SELECT_ENTRY(select),
+                            FORCE_ENTRY(*(force ? force : &unused)), {NULL}};
   g_autoptr(GError) error = NULL;
 
   if (force == NULL)
@@ -79,9 +88,13 @@ plan_from_args(WsyncCli *cli, const WsyncCommand *cmd, int *argcp, char ***argvp
   else if (*argcp != n_paths + 1)
     *status = cli_usage_error(cmd, n_paths == 1 ? "expected one SRC" : "expected SRC and DST");
   else if ((ctx = cli_context(cli, &error)) == NULL ||
-           !cli_resolve_layout_args(ctx, &a, &o, &error) ||
-           (plan = wsync_plan_new(ctx, (*argvp)[1], &o, &error)) == NULL)
+           !cli_resolve_layout_args(ctx, &a, &o, &error))
     *status = cli_fail(error);
+  else {
+    o.select = select; /* resolving the layout options zeroes @o first */
+    if ((plan = wsync_plan_new(ctx, (*argvp)[1], &o, &error)) == NULL)
+      *status = cli_fail(error);
+  }
   cli_layout_args_clear(&a);
   return plan;
 }
@@ -202,6 +215,7 @@ cmd_merge(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   gboolean force = FALSE;
   g_autofree char *part_size = NULL;
   g_autofree char *threads = NULL;
+  g_autofree char *select = NULL;
   GOptionEntry entries[] = {
       {"part-size", 0, 0, G_OPTION_ARG_STRING, &part_size,
        "When the shards name no output files: start a new file before a tensor that would "
@@ -209,6 +223,7 @@ cmd_merge(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
        "SIZE"},
       {"threads", 0, 0, G_OPTION_ARG_STRING, &threads,
        "Worker threads (default: the number of cores)", "N"},
+      SELECT_ENTRY(select),
       FORCE_ENTRY(force),
       {NULL}};
   g_autoptr(GError) error = NULL;
@@ -232,6 +247,7 @@ cmd_merge(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
                          1024, &n, &error))
     return cli_fail(error);
   o.threads = (guint)n;
+  o.select = select;
   g_autoptr(WsyncPlan) plan = wsync_plan_new_merge(ctx, argv[1], &o, &error);
   if (plan == NULL || !execute(cli, plan, argv[2], force, &error))
     return cli_fail(error);

@@ -7,6 +7,7 @@
 #include <wsync/command.h>
 #include <wsync/error.h>
 
+#include "dcp.h"
 #include "plan-private.h"
 
 WsyncContext *
@@ -176,6 +177,93 @@ wsync_checkpoint_to_json(WsyncCheckpoint *ck)
   json_builder_add_int_value(b, n);
   json_builder_set_member_name(b, "total_bytes");
   json_builder_add_int_value(b, (gint64)wsync_checkpoint_total_bytes(ck));
+  json_builder_end_object(b);
+  return json_builder_get_root(b);
+}
+
+gboolean
+wsync_sharded_checkpoint_detect(const char *path)
+{
+  g_return_val_if_fail(path != NULL, FALSE);
+  return wsync_dcp_detect(path);
+}
+
+static guint64
+dcp_tensor_bytes(const WsyncDcpTensor *t)
+{
+  guint64 n = wsync_dtype_size(t->dtype); /* no overflow: checked when opened */
+  for (guint d = 0; d < t->ndim; d++)
+    n *= t->shape[d];
+  return n;
+}
+
+static void
+add_string_or_null(JsonBuilder *b, const char *member, const char *value)
+{
+  json_builder_set_member_name(b, member);
+  if (value != NULL)
+    json_builder_add_string_value(b, value);
+  else
+    json_builder_add_null_value(b);
+}
+
+JsonNode *
+wsync_sharded_checkpoint_to_json(const char *path, const char *select, GError **error)
+{
+  g_return_val_if_fail(path != NULL, NULL);
+  /* every entry listed, even of a save merge refuses without --select (with the reason) */
+  WsyncDcpOpenOptions opts = {.select = select, .list_all = TRUE};
+  g_autoptr(WsyncDcp) dcp = wsync_dcp_open_with(path, &opts, error);
+  if (dcp == NULL) {
+    wsync_error_make_printable(*error);
+    return NULL;
+  }
+  g_autoptr(JsonBuilder) b = json_builder_new();
+  guint n = wsync_dcp_n_tensors(dcp);
+  guint64 total = 0;
+
+  json_builder_begin_object(b);
+  json_builder_set_member_name(b, "path");
+  json_builder_add_string_value(b, path);
+  json_builder_set_member_name(b, "format");
+  json_builder_add_string_value(b, wsync_dcp_format(dcp) == WSYNC_DCP_FORMAT_TORCH_SAVE
+                                       ? "dcp"
+                                       : "dcp-hf-safetensors");
+  json_builder_set_member_name(b, "tensors");
+  json_builder_begin_array(b);
+  for (guint i = 0; i < n; i++) {
+    const WsyncDcpTensor *t = wsync_dcp_tensor(dcp, i);
+    json_builder_begin_object(b);
+    json_builder_set_member_name(b, "name");
+    json_builder_add_string_value(b, t->name);
+    json_builder_set_member_name(b, "dtype");
+    json_builder_add_string_value(b, wsync_dtype_name(t->dtype));
+    json_builder_set_member_name(b, "shape");
+    json_builder_begin_array(b);
+    for (guint d = 0; d < t->ndim; d++)
+      json_builder_add_int_value(b, (gint64)t->shape[d]);
+    json_builder_end_array(b);
+    json_builder_set_member_name(b, "bytes");
+    json_builder_add_int_value(b, (gint64)dcp_tensor_bytes(t));
+    json_builder_set_member_name(b, "chunks");
+    json_builder_add_int_value(b, t->chunks->len);
+    json_builder_end_object(b);
+    total += dcp_tensor_bytes(t);
+  }
+  json_builder_end_array(b);
+  json_builder_set_member_name(b, "skipped");
+  json_builder_begin_array(b);
+  for (guint i = 0; i < wsync_dcp_n_skipped(dcp); i++)
+    json_builder_add_string_value(b, wsync_dcp_skipped(dcp, i));
+  json_builder_end_array(b);
+  add_string_or_null(b, "wrapper", wsync_dcp_wrapper(dcp));
+  json_builder_set_member_name(b, "dropped");
+  json_builder_add_int_value(b, wsync_dcp_n_dropped(dcp));
+  add_string_or_null(b, "refusal", wsync_dcp_refusal(dcp));
+  json_builder_set_member_name(b, "total_tensors");
+  json_builder_add_int_value(b, n);
+  json_builder_set_member_name(b, "total_bytes");
+  json_builder_add_int_value(b, (gint64)total);
   json_builder_end_object(b);
   return json_builder_get_root(b);
 }

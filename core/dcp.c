@@ -61,9 +61,11 @@ struct _WsyncDcp {
   GHashTable *maps;     /* format B: relative path -> MappedFile* */
   GPtrArray *skipped;   /* format B: names of BytesStorageMetadata entries */
   GPtrArray *meta_files; /* format B, per-rank metadata: the __R.metadata paths, by rank */
-  GHashTable *tops;     /* format B: fqn -> the top-level key its planner_data path starts
-                         * under ("" when it is not under one); see read_planner_data() */
-  char *wrapper;        /* format B: the one top-level key dropped from every name, or NULL */
+  GHashTable *paths;    /* format B: fqn -> its object path in the saved state dict
+                         * (char **), when planner_data records one; see read_planner_data() */
+  char *wrapper;        /* the keys dropped from every name, dotted, or NULL */
+  guint n_dropped;      /* entries outside the one state dict taken (--select) */
+  char *refusal;        /* list_all: why merge would refuse the names, or NULL */
 };
 
 static void
@@ -114,7 +116,7 @@ dcp_new(const char *dir, const char *where, WsyncDcpFormat format)
   dcp->maps = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, mapped_file_free);
   dcp->skipped = g_ptr_array_new_with_free_func(g_free);
   dcp->meta_files = g_ptr_array_new_with_free_func(g_free);
-  dcp->tops = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+  dcp->paths = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, (GDestroyNotify)g_strfreev);
   return dcp;
 }
 
@@ -129,8 +131,9 @@ wsync_dcp_free(WsyncDcp *dcp)
   g_hash_table_destroy(dcp->maps);
   g_ptr_array_unref(dcp->skipped);
   g_ptr_array_unref(dcp->meta_files);
-  g_hash_table_destroy(dcp->tops);
+  g_hash_table_destroy(dcp->paths);
   g_free(dcp->wrapper);
+  g_free(dcp->refusal);
   g_free(dcp->dir);
   g_free(dcp->where);
   g_free(dcp);
@@ -187,6 +190,20 @@ wsync_dcp_wrapper(const WsyncDcp *dcp)
   return dcp->wrapper;
 }
 
+guint
+wsync_dcp_n_dropped(const WsyncDcp *dcp)
+{
+  g_return_val_if_fail(dcp != NULL, 0);
+  return dcp->n_dropped;
+}
+
+const char *
+wsync_dcp_refusal(const WsyncDcp *dcp)
+{
+  g_return_val_if_fail(dcp != NULL, NULL);
+  return dcp->refusal;
+}
+
 /* The tensor called @name, created when new. */
 static Tensor *
 tensor_get(WsyncDcp *dcp, const char *name, gboolean *created)
@@ -233,6 +250,8 @@ finish_tensors(WsyncDcp *dcp, GError **error)
   }
   return TRUE;
 }
+
+static gboolean name_entries(WsyncDcp *dcp, const WsyncDcpOpenOptions *opts, GError **error);
 
 /* ================================================================ format A */
 
@@ -442,7 +461,8 @@ add_shard(WsyncDcp *dcp, const WsyncSafetensors *st, guint part, guint n_parts, 
 }
 
 static WsyncDcp *
-open_a(const char *dir, const char *shard_dir, GArray *names, GError **error)
+open_a(const char *dir, const char *shard_dir, GArray *names, const WsyncDcpOpenOptions *opts,
+       GError **error)
 {
   g_autoptr(WsyncDcp) dcp = dcp_new(dir, shard_dir, WSYNC_DCP_FORMAT_HF_SAFETENSORS);
   guint64 n_parts = 0;
@@ -471,7 +491,7 @@ open_a(const char *dir, const char *shard_dir, GArray *names, GError **error)
     if (!add_shard(dcp, st, (guint)sn->i, (guint)sn->n, error))
       return NULL;
   }
-  if (!finish_tensors(dcp, error))
+  if (!name_entries(dcp, opts, error))
     return NULL;
   return g_steal_pointer(&dcp);
 }
@@ -744,13 +764,13 @@ read_tensor_metadata(WsyncDcp *dcp, const char *fqn, const WsyncPickleValue *tsm
 }
 
 /* planner_data: {fqn: object path}, the path in the saved (nested) state dict that
- * flatten_state_dict joined with "." into the fqn (docs/dcp.md §3, "Names").  Records in
- * @tops, per fqn, the top-level key of its path when the path goes on into a dict (a
- * second element that is a str) and joins back to the fqn, and "" otherwise.  Only a
- * naming hint: anything else in it (None when the planner did not flatten, a path of
- * other values) records nothing and refuses nothing. */
+ * flatten_state_dict joined with "." into the fqn (docs/dcp.md §3, "Names"): a str per
+ * dict key, an int per list index (traverse_state_dict).  Records in @paths, per fqn, the
+ * path's elements as strings when they join back to the fqn.  Only a naming hint:
+ * anything else in it (None when the planner did not flatten, a path of other values)
+ * records nothing and refuses nothing. */
 static void
-read_planner_data(const WsyncPickleValue *pd, GHashTable *tops)
+read_planner_data(const WsyncPickleValue *pd, GHashTable *paths)
 {
   for (guint i = 0; pd != NULL && pd->kind == WSYNC_PICKLE_DICT && i < wsync_pickle_n_items(pd);
        i++) {
@@ -759,71 +779,237 @@ read_planner_data(const WsyncPickleValue *pd, GHashTable *tops)
                                         path->kind != WSYNC_PICKLE_LIST))
       continue;
     guint n = wsync_pickle_n_items(path);
-    g_autoptr(GString) joined = g_string_new(NULL);
-    gboolean ok = n >= 2 && wsync_pickle_item(path, 0)->kind == WSYNC_PICKLE_STR &&
-                  wsync_pickle_item(path, 1)->kind == WSYNC_PICKLE_STR;
-    for (guint j = 0; ok && j < n; j++) { /* ".".join(map(str, path)) */
+    GPtrArray *elements = g_ptr_array_new();
+    gboolean ok = n >= 1;
+    for (guint j = 0; ok && j < n; j++) {
       const WsyncPickleValue *e = wsync_pickle_item(path, j);
-      if (j)
-        g_string_append_c(joined, '.');
       if (e->kind == WSYNC_PICKLE_STR)
-        g_string_append(joined, e->str);
+        g_ptr_array_add(elements, g_strdup(e->str));
       else if (e->kind == WSYNC_PICKLE_INT)
-        g_string_append_printf(joined, "%" G_GINT64_FORMAT, e->integer);
+        g_ptr_array_add(elements, g_strdup_printf("%" G_GINT64_FORMAT, e->integer));
       else
         ok = FALSE;
     }
-    ok = ok && strcmp(joined->str, k->str) == 0;
-    g_hash_table_replace(tops, g_strdup(k->str),
-                         g_strdup(ok ? wsync_pickle_item(path, 0)->str : ""));
+    g_ptr_array_add(elements, NULL);
+    char **v = (char **)g_ptr_array_free(elements, FALSE);
+    g_autofree char *joined = g_strjoinv(".", v); /* ".".join(map(str, path)) */
+    if (ok && strcmp(joined, k->str) == 0)
+      g_hash_table_replace(paths, g_strdup(k->str), v);
+    else
+      g_strfreev(v);
   }
 }
 
-/* The top-level key every entry (tensor or not) sits under, or NULL: torch rebuilds the
- * saved state dict from planner_data (dcp_to_torch_save), and when its root has one key
- * whose value is a dict, that key is a wrapper such as accelerate's {"model":
- * state_dict}. */
-static const char *
-common_top(const WsyncDcp *dcp)
+/* One entry of the saved state dict, a tensor or a skipped value, and its object path. */
+typedef struct {
+  gboolean tensor;
+  guint index; /* into tensors, or into skipped */
+  char **path; /* owned by the checkpoint's paths or by the caller */
+  guint n;     /* its length, at least 1 */
+} Entry;
+
+/* Every entry with its path: the one planner_data records, else the fqn as one top-level
+ * key.  When the checkpoint records no path at all (format A; planner_data None), the
+ * fqn of an entry saved under @key is still "KEY.rest" (flatten_state_dict joins with
+ * "."), so with --select KEY such an entry gets the path (KEY, rest).  Paths made here
+ * go to @owned. */
+static GArray *
+list_entries(WsyncDcp *dcp, const char *key, GPtrArray *owned)
 {
-  const char *top = NULL;
-  guint n = dcp->tensors->len + dcp->skipped->len;
+  gboolean any_path = g_hash_table_size(dcp->paths) > 0;
+  guint n_tensors = dcp->tensors->len, n = n_tensors + dcp->skipped->len;
+  GArray *entries = g_array_sized_new(FALSE, TRUE, sizeof(Entry), n);
   for (guint i = 0; i < n; i++) {
-    const char *name = i < dcp->tensors->len ? g_array_index(dcp->tensors, Tensor, i).t.name
-                                             : g_ptr_array_index(dcp->skipped, i - dcp->tensors->len);
-    const char *t = g_hash_table_lookup(dcp->tops, name);
-    if (t == NULL || *t == '\0' || (top != NULL && strcmp(top, t) != 0))
-      return NULL;
-    top = t;
+    Entry e = {i < n_tensors, i < n_tensors ? i : i - n_tensors, NULL, 0};
+    const char *fqn = e.tensor ? g_array_index(dcp->tensors, Tensor, i).t.name
+                               : g_ptr_array_index(dcp->skipped, e.index);
+    e.path = g_hash_table_lookup(dcp->paths, fqn);
+    if (e.path == NULL) {
+      gsize k = key != NULL ? strlen(key) : 0;
+      gboolean under = !any_path && k > 0 && strncmp(fqn, key, k) == 0 && fqn[k] == '.';
+      e.path = g_new0(char *, 3);
+      e.path[0] = g_strdup(under ? key : fqn);
+      e.path[1] = under ? g_strdup(fqn + k + 1) : NULL;
+      g_ptr_array_add(owned, e.path);
+    }
+    e.n = g_strv_length(e.path);
+    g_array_append_val(entries, e);
   }
-  return top;
+  return entries;
 }
 
-/* Names every entry inside the model's own state dict when the whole checkpoint sits
- * under one top-level key: "model.lm_head.weight" saved as {"model": {"lm_head.weight":
- * ...}} becomes "lm_head.weight", what accelerate's merge_fsdp_weights writes for it
- * (docs/dcp.md §3, "Names").  The names stay distinct: each was "KEY." + a distinct rest.
- * Sorts and indexes the tensors again. */
-static gboolean
-drop_wrapper(WsyncDcp *dcp, GError **error)
+/* The first @d elements of @path, joined with ".". */
+static char *
+join_prefix(char **path, guint d)
 {
-  const char *top = common_top(dcp);
-  if (top != NULL) {
-    dcp->wrapper = g_strdup(top);
-    gsize cut = strlen(top) + 1;
-    g_hash_table_remove_all(dcp->by_name); /* its keys are the names replaced below */
-    for (guint i = 0; i < dcp->tensors->len; i++) {
-      Tensor *t = &g_array_index(dcp->tensors, Tensor, i);
-      char *name = g_strdup(t->t.name + cut);
+  GString *s = g_string_new(NULL);
+  for (guint j = 0; j < d; j++)
+    g_string_append_printf(s, "%s%s", j ? "." : "", path[j]);
+  return g_string_free(s, FALSE);
+}
+
+/* The depth of the deepest node of the saved state dict that holds every entry: the keys
+ * above it wrap the whole state dict, as accelerate's {"model": state_dict} (docs/dcp.md
+ * §3, "Names"). */
+static guint
+common_depth(GArray *entries)
+{
+  for (guint d = 0;; d++) {
+    const char *child = NULL;
+    for (guint i = 0; i < entries->len; i++) {
+      const Entry *e = &g_array_index(entries, Entry, i);
+      if (e->n <= d + 1 || (child != NULL && strcmp(child, e->path[d]) != 0))
+        return d;
+      child = e->path[d];
+    }
+    if (child == NULL)
+      return d;
+  }
+}
+
+/* "2 tensors", "1 tensor, 3 other values", "1 other value" */
+static char *
+count_text(guint tensors, guint values)
+{
+  g_autofree char *t = g_strdup_printf("%u tensor%s", tensors, tensors == 1 ? "" : "s");
+  g_autofree char *v = g_strdup_printf("%u other value%s", values, values == 1 ? "" : "s");
+  if (tensors && values)
+    return g_strdup_printf("%s, %s", t, v);
+  return g_strdup(tensors ? t : v);
+}
+
+/* What the node at depth @d (the common node) holds, each item led by what --select takes
+ * for it: "under app, app.model (2 tensors) and app.optim (6 tensors, 2 other values)";
+ * at the top level, its own entries are ". (N tensors of its own)". */
+static char *
+describe_node(GArray *entries, guint d)
+{
+  guint own[2] = {0, 0};
+  g_autoptr(GHashTable) groups = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+  g_autofree char *prefix = NULL;
+  for (guint i = 0; i < entries->len; i++) {
+    const Entry *e = &g_array_index(entries, Entry, i);
+    if (prefix == NULL)
+      prefix = join_prefix(e->path, d);
+    if (e->n == d + 1) {
+      own[e->tensor ? 0 : 1]++;
+      continue;
+    }
+    char *key = join_prefix(e->path, d + 1);
+    guint *counts = g_hash_table_lookup(groups, key);
+    if (counts == NULL)
+      g_hash_table_insert(groups, key, counts = g_new0(guint, 2));
+    else
+      g_free(key);
+    counts[e->tensor ? 0 : 1]++;
+  }
+  g_autoptr(GPtrArray) items = g_ptr_array_new_with_free_func(g_free);
+  if (own[0] + own[1]) {
+    g_autofree char *c = count_text(own[0], own[1]);
+    g_ptr_array_add(items, g_strdup_printf("%s (%s of its own)", d ? prefix : ".", c));
+  }
+  g_autoptr(GList) keys = g_list_sort(g_hash_table_get_keys(groups), (GCompareFunc)strcmp);
+  for (GList *k = keys; k != NULL; k = k->next) {
+    const guint *counts = g_hash_table_lookup(groups, k->data);
+    g_autofree char *c = count_text(counts[0], counts[1]);
+    g_ptr_array_add(items, g_strdup_printf("%s (%s)", (const char *)k->data, c));
+  }
+  GString *s = g_string_new(NULL);
+  if (d)
+    g_string_append_printf(s, "under %s, ", prefix);
+  else
+    g_string_append(s, "at the top level, ");
+  guint shown = MIN(items->len, 8);
+  for (guint i = 0; i < shown; i++)
+    g_string_append_printf(s, "%s%s", i == 0 ? "" : i + 1 == items->len ? " and " : ", ",
+                           (const char *)items->pdata[i]);
+  if (items->len > shown)
+    g_string_append_printf(s, " and %u more", items->len - shown);
+  return g_string_free(s, FALSE);
+}
+
+/* Drops the entries not taken and names the others by the last element of their path. */
+static void
+keep_entries(WsyncDcp *dcp, GArray *entries, const gboolean *take)
+{
+  g_hash_table_remove_all(dcp->by_name); /* its keys are the names replaced below */
+  for (guint i = entries->len; i-- > 0;) {
+    const Entry *e = &g_array_index(entries, Entry, i);
+    if (!take[i]) {
+      dcp->n_dropped++;
+      if (e->tensor)
+        g_array_remove_index(dcp->tensors, e->index);
+      else
+        g_ptr_array_remove_index(dcp->skipped, e->index);
+      continue;
+    }
+    char *name = g_strdup(e->path[e->n - 1]);
+    if (e->tensor) {
+      Tensor *t = &g_array_index(dcp->tensors, Tensor, e->index);
       g_free(t->t.name);
       t->t.name = name;
-    }
-    for (guint i = 0; i < dcp->skipped->len; i++) {
-      char *name = g_strdup((const char *)g_ptr_array_index(dcp->skipped, i) + cut);
-      g_free(g_ptr_array_index(dcp->skipped, i));
-      g_ptr_array_index(dcp->skipped, i) = name;
+    } else {
+      g_free(g_ptr_array_index(dcp->skipped, e->index));
+      g_ptr_array_index(dcp->skipped, e->index) = name;
     }
   }
+}
+
+/* Names the entries as the model names its tensors (docs/dcp.md §3, "Names").  A model's
+ * state dict is flat (one key per tensor, dots and all), so the model is the entries
+ * directly under one node of the saved state dict:
+ * - with @select (a dotted path as listed; "." for the top level), the entries directly
+ *   under it; every other entry is dropped, and a selection without a tensor is refused;
+ * - without, the deepest node that holds every entry (the keys above it wrap the state
+ *   dict and are dropped: accelerate's {"model": sd}, slime's {"model_state": {"model":
+ *   sd}}), when nothing lies below it; a node with more below it (a model beside its
+ *   optimizer, {"app": {"model": ..., "optim": ...}}) is refused, naming what it holds,
+ *   or with @list_all keeps every name as saved and notes the refusal.
+ * Sorts and indexes the tensors again. */
+static gboolean
+name_entries(WsyncDcp *dcp, const WsyncDcpOpenOptions *opts, GError **error)
+{
+  const char *select = opts != NULL ? opts->select : NULL;
+  const char *key = select != NULL && strcmp(select, ".") == 0 ? "" : select;
+  g_autoptr(GPtrArray) owned = g_ptr_array_new_with_free_func((GDestroyNotify)g_strfreev);
+  g_autoptr(GArray) entries = list_entries(dcp, key, owned);
+  guint d = common_depth(entries);
+  gboolean nested = FALSE;
+  guint n_taken_tensors = 0;
+  g_autofree gboolean *take = g_new0(gboolean, entries->len + 1);
+
+  for (guint i = 0; i < entries->len; i++) {
+    const Entry *e = &g_array_index(entries, Entry, i);
+    nested = nested || e->n > d + 1;
+    if (key != NULL) {
+      g_autofree char *parent = join_prefix(e->path, e->n - 1);
+      take[i] = strcmp(parent, key) == 0;
+    } else
+      take[i] = TRUE;
+    n_taken_tensors += take[i] && e->tensor;
+  }
+  if (key != NULL && n_taken_tensors == 0) {
+    g_autofree char *held = describe_node(entries, d);
+    return bad_input(error, dcp->where, NULL,
+                     "--select %s: no tensor of the saved state dict is directly under it (%s)",
+                     select, held);
+  }
+  if (key == NULL && nested) {
+    g_autofree char *held = describe_node(entries, d);
+    g_autofree char *why = g_strdup_printf(
+        "the checkpoint holds more than one state dict: %s; pass --select KEY, KEY the one "
+        "that is the model's (the tensors directly under it are taken)",
+        held);
+    if (opts == NULL || !opts->list_all)
+      return bad_input(error, dcp->where, NULL, "%s", why);
+    dcp->refusal = g_steal_pointer(&why);
+    return finish_tensors(dcp, error); /* every name as saved */
+  }
+  if (key != NULL)
+    dcp->wrapper = *key ? g_strdup(key) : NULL;
+  else if (d > 0 && entries->len > 0)
+    dcp->wrapper = join_prefix(g_array_index(entries, Entry, 0).path, d);
+  keep_entries(dcp, entries, take);
   return finish_tensors(dcp, error);
 }
 
@@ -862,7 +1048,7 @@ wsync_dcp_parse_metadata(const guint8 *data, gsize len, const char *file, GError
   if (!read_storage_data(sd, storage, file, error))
     return NULL;
 
-  read_planner_data(wsync_pickle_dict_lookup(state, "planner_data"), dcp->tops);
+  read_planner_data(wsync_pickle_dict_lookup(state, "planner_data"), dcp->paths);
 
   g_autoptr(GHashTable) seen = g_hash_table_new(g_str_hash, g_str_equal);
   for (guint i = 0; i < wsync_pickle_n_items(sdm); i++) {
@@ -1516,7 +1702,7 @@ parse_metadata_file(const char *path, GError **error)
 }
 
 static WsyncDcp *
-open_b(const char *dir, GError **error)
+open_b(const char *dir, const WsyncDcpOpenOptions *opts, GError **error)
 {
   g_autofree char *path = g_build_filename(dir, WSYNC_DCP_METADATA_NAME, NULL);
   g_autoptr(WsyncDcp) dcp = parse_metadata_file(path, error);
@@ -1524,7 +1710,7 @@ open_b(const char *dir, GError **error)
     return NULL;
   g_free(dcp->dir);
   dcp->dir = g_strdup(dir);
-  if (!drop_wrapper(dcp, error) || !resolve_chunks(dcp, error))
+  if (!name_entries(dcp, opts, error) || !resolve_chunks(dcp, error))
     return NULL;
   return g_steal_pointer(&dcp);
 }
@@ -1648,11 +1834,11 @@ merge_rank(WsyncDcp *all, WsyncDcp *one, const char *meta, GError **error)
   }
   /* planner_data: the union of the ranks' (each lists only its own entries) */
   GHashTableIter iter;
-  gpointer key, top;
-  g_hash_table_iter_init(&iter, one->tops);
-  while (g_hash_table_iter_next(&iter, &key, &top))
-    if (!g_hash_table_contains(all->tops, key))
-      g_hash_table_insert(all->tops, g_strdup(key), g_strdup(top));
+  gpointer key, path;
+  g_hash_table_iter_init(&iter, one->paths);
+  while (g_hash_table_iter_next(&iter, &key, &path))
+    if (!g_hash_table_contains(all->paths, key))
+      g_hash_table_insert(all->paths, g_strdup(key), g_strdupv(path));
   for (guint i = 0; i < one->skipped->len; i++) {
     const char *name = g_ptr_array_index(one->skipped, i);
     gboolean seen = FALSE;
@@ -1699,7 +1885,8 @@ check_ranks(const char *dir, GArray *meta_ranks, GArray *data_ranks, GError **er
 
 /* Format B saved with use_collectives=False: every rank's __R.metadata, merged. */
 static WsyncDcp *
-open_b_ranks(const char *dir, GArray *meta_ranks, GArray *data_ranks, GError **error)
+open_b_ranks(const char *dir, GArray *meta_ranks, GArray *data_ranks,
+             const WsyncDcpOpenOptions *opts, GError **error)
 {
   if (!check_ranks(dir, meta_ranks, data_ranks, error))
     return NULL;
@@ -1713,7 +1900,7 @@ open_b_ranks(const char *dir, GArray *meta_ranks, GArray *data_ranks, GError **e
     if (one == NULL || !merge_rank(dcp, one, path, error))
       return NULL;
   }
-  if (!drop_wrapper(dcp, error) || !resolve_chunks(dcp, error))
+  if (!name_entries(dcp, opts, error) || !resolve_chunks(dcp, error))
     return NULL;
   return g_steal_pointer(&dcp);
 }
@@ -1812,6 +1999,12 @@ wsync_dcp_below_hint(const char *dir)
 WsyncDcp *
 wsync_dcp_open(const char *dir, GError **error)
 {
+  return wsync_dcp_open_with(dir, NULL, error);
+}
+
+WsyncDcp *
+wsync_dcp_open_with(const char *dir, const WsyncDcpOpenOptions *opts, GError **error)
+{
   g_return_val_if_fail(dir != NULL, NULL);
   g_return_val_if_fail(error == NULL || *error == NULL, NULL);
 
@@ -1846,9 +2039,9 @@ wsync_dcp_open(const char *dir, GError **error)
     return NULL;
   }
   if (meta)
-    return open_b(dir, error);
+    return open_b(dir, opts, error);
   if (per_rank)
-    return open_b_ranks(dir, meta_ranks, data_ranks, error);
+    return open_b_ranks(dir, meta_ranks, data_ranks, opts, error);
   if (here->len && below->len) {
     bad_input(error, dir, NULL,
               "holds shard-*-model-*-of-*.safetensors files both directly and in sharded/; which "
@@ -1856,9 +2049,9 @@ wsync_dcp_open(const char *dir, GError **error)
     return NULL;
   }
   if (here->len)
-    return open_a(dir, dir, here, error);
+    return open_a(dir, dir, here, opts, error);
   if (below->len)
-    return open_a(dir, sub, below, error);
+    return open_a(dir, sub, below, opts, error);
   if (data_ranks->len) {
     bad_input(error, dir, NULL,
               "holds __R_K.distcp data files but no .metadata and no __R.metadata: the "

@@ -1,8 +1,8 @@
 /* wsync: reading PyTorch distributed checkpoints (DCP), sharded over ranks.
  *
- * Private to libwsync (not installed).  The functions are exported from the shared
- * library so that the `wsync` command (merge, and convert from a sharded source), the
- * tests and the fuzz harness can call them.
+ * Private to libwsync (not installed, not exported): the planner (merge, and convert from
+ * a sharded source), the tests and the fuzz harness, which link the core, call them; the
+ * `wsync` command reaches them through the public wsync_sharded_checkpoint_to_json().
  *
  * Two on-disk formats (the facts are in `docs/dcp.md`: format A §2, format B §3, shard
  * boxes §4):
@@ -164,7 +164,7 @@ char *wsync_dcp_below_hint(const char *dir);
  *   shards may be given too)
  * @error: return location for a #WSYNC_ERROR_BAD_INPUT or #WSYNC_ERROR_IO error
  *
- * Reads the headers (format A) or the `.metadata` (or every `__R.metadata`) and every
+ * wsync_dcp_open_with() without options.  Reads the headers (format A) or the `.metadata` (or every `__R.metadata`) and every
  * chunk's archive directory and `data.pkl` (format B), maps the data files and validates
  * everything that does not need the data: names, dtypes (one per tensor, and for format
  * B the archive's storage class against `TensorProperties.dtype`), shapes (for per-rank
@@ -177,6 +177,56 @@ char *wsync_dcp_below_hint(const char *dir);
  * Returns: (transfer full) (nullable): the checkpoint, or %NULL with @error set.
  */
 WsyncDcp *wsync_dcp_open(const char *dir, GError **error);
+
+/**
+ * WsyncDcpOpenOptions:
+ * @select: (nullable): the key of the model's state dict in the saved state dict, a
+ *   dotted path as flatten_state_dict joins it ("app.model"; "." for the top level): only
+ *   the entries directly under it are read, named without it; %NULL: see
+ *   wsync_dcp_open_with()
+ * @list_all: for listing (inspect): a checkpoint of several state dicts is not refused;
+ *   its entries keep their saved names and wsync_dcp_refusal() says why merge would refuse
+ *
+ * How wsync_dcp_open_with() names the entries.  Zero-initialise.
+ */
+typedef struct {
+  const char *select;
+  gboolean list_all;
+} WsyncDcpOpenOptions;
+
+/**
+ * wsync_dcp_open_with:
+ * @dir: as for wsync_dcp_open()
+ * @opts: (nullable): how to name the entries; %NULL: as zero options
+ * @error: return location for a #WSYNC_ERROR_BAD_INPUT or #WSYNC_ERROR_IO error
+ *
+ * wsync_dcp_open(), naming the entries as the model names its tensors (docs/dcp.md §3,
+ * "Names"): a model's state dict is flat, so the model is the entries directly under one
+ * node of the saved state dict, the node @opts->select names or, without it, the deepest
+ * node that holds every entry (the keys above it are wrappers, dropped:
+ * wsync_dcp_wrapper()).  Without a selection, a save with anything below that node (a
+ * model beside its optimizer) is refused, listing the keys there and the numbers of
+ * tensors and other values under each: "the checkpoint holds more than one state dict:
+ * under app, app.model (2 tensors) and app.optim (6 tensors, 2 other values); pass
+ * --select KEY, ...".  A selection under which no tensor lies is refused the same way.
+ * Entries outside the selection are dropped before their data files are opened.
+ *
+ * Returns: (transfer full) (nullable): the checkpoint, or %NULL with @error set.
+ */
+WsyncDcp *wsync_dcp_open_with(const char *dir, const WsyncDcpOpenOptions *opts, GError **error);
+
+/** wsync_dcp_n_dropped: Returns: the number of entries (tensors and other values) left out
+ * because they are not under the selection. */
+guint wsync_dcp_n_dropped(const WsyncDcp *dcp);
+
+/**
+ * wsync_dcp_refusal:
+ * @dcp: a checkpoint opened with @list_all
+ *
+ * Returns: (transfer none) (nullable): why merge and convert refuse its names without
+ *   --select (the message without the file), or %NULL when they do not.
+ */
+const char *wsync_dcp_refusal(const WsyncDcp *dcp);
 
 /** wsync_dcp_format: Returns: which of the two formats @dcp is. */
 WsyncDcpFormat wsync_dcp_format(const WsyncDcp *dcp);
@@ -226,15 +276,13 @@ const char *wsync_dcp_skipped(const WsyncDcp *dcp, guint i);
  * wsync_dcp_wrapper:
  * @dcp: a checkpoint
  *
- * Format B names each entry by its flattened key (`flatten_state_dict`: the object path
- * in the saved state dict joined with "."), except that when the saved state dict's
- * root has one key, a dict (every entry's `planner_data` path starts with the same key
- * and goes on), that key and its dot are dropped from every name, as accelerate's
+ * Each entry is named by the last element of its object path in the saved state dict
+ * (format B's `planner_data`; without one, by its fqn), the keys above it dropped: those
+ * of the selection, or the wrappers of the whole state dict, as accelerate's
  * `merge_fsdp_weights` drops the "model" of its `{"model": state_dict}`
- * (docs/dcp.md §3, "Names").  Tensor and skipped names are the names without it.
+ * (wsync_dcp_open_with(), docs/dcp.md §3, "Names").
  *
- * Returns: (transfer none) (nullable): the key dropped, or %NULL (format A; no
- *   `planner_data`; more than one top-level key).
+ * Returns: (transfer none) (nullable): the keys dropped, joined with ".", or %NULL (none).
  */
 const char *wsync_dcp_wrapper(const WsyncDcp *dcp);
 

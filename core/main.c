@@ -10,8 +10,8 @@
 const WsyncCommand wsync_commands[] = {
     {"plugins", "", "List the loaded plugins and everything each registered.", cmd_plugins, NULL},
     {"inspect", "PATH",
-     "List the tensors (name, dtype, shape, bytes) of a safetensors file or a checkpoint "
-     "directory, and each file's metadata.",
+     "List the tensors (name, dtype, shape, bytes) of a safetensors file, a checkpoint "
+     "directory or a sharded training checkpoint (global shapes), and each file's metadata.",
      cmd_inspect, NULL},
     {"verify", "A B",
      "Compare two checkpoints tensor by tensor, bit-exact, and their published-dtype records "

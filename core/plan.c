@@ -169,7 +169,8 @@ plan_sharded(WsyncPlan *plan, const WsyncPlanOptions *opts, GError **error)
   g_autofree char *config_path = g_build_filename(plan->src, "config.json", NULL);
   gboolean merge = plan->kind == PLAN_MERGE;
 
-  plan->dcp = wsync_dcp_open(plan->src, error);
+  WsyncDcpOpenOptions dcp_opts = {.select = opts->select};
+  plan->dcp = wsync_dcp_open_with(plan->src, &dcp_opts, error);
   if (plan->dcp == NULL || !wsync_dcp_check_coverage(plan->dcp, error))
     return FALSE;
   if (merge && !g_file_test(config_path, G_FILE_TEST_EXISTS)) {
@@ -211,6 +212,13 @@ plan_convert(WsyncContext *ctx, const char *src, const WsyncPlanOptions *opts, G
 {
   g_autoptr(WsyncPlan) plan = plan_alloc(ctx, PLAN_CONVERT, src, opts);
 
+  if (!wsync_dcp_detect(src) && opts->select != NULL) {
+    /* only a DCP records the object paths --select names */
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
+                "%s: --select applies to a sharded training checkpoint (PyTorch DCP), and "
+                "this is none", src);
+    return NULL;
+  }
   if (wsync_dcp_detect(src) ? !plan_sharded(plan, opts, error)
                             : !plan_checkpoint(plan, opts, error))
     return NULL;

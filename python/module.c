@@ -332,8 +332,9 @@ wsync_py_shape(guint ndim, const guint64 *shape)
 /* The layout options of plan and convert, as keyword arguments. */
 typedef struct {
   PyObject *target, *format, *tp, *ep, *rank, *threads, *part_size, *conf_dir, *plugin_dir;
+  PyObject *select; /* a DCP's --select KEY */
   int force; /* convert and merge: --force */
-  char *text[7];
+  char *text[8];
 } LayoutKwargs;
 
 static void
@@ -361,6 +362,9 @@ layout_options(WsyncContext *ctx, LayoutKwargs *k, WsyncPlanOptions *o)
     wsync_py_raise_layout_args(error);
     return FALSE;
   }
+  if (!wsync_py_option_text(k->select, "select", FALSE, &k->text[7]))
+    return FALSE;
+  o->select = k->text[7];
   return TRUE;
 }
 
@@ -472,22 +476,24 @@ run_plan(PyObject *src_obj, PyObject *dst_obj, LayoutKwargs *k, gboolean merge)
 }
 
 #define LAYOUT_KWLIST "target", "format", "tp", "ep", "rank", "threads", "part_size", \
-                      "conf_dir", "plugin_dir"
+                      "conf_dir", "plugin_dir", "select"
 #define LAYOUT_ADDRESSES(k) &(k).target, &(k).format, &(k).tp, &(k).ep, &(k).rank, &(k).threads, \
-                            &(k).part_size, &(k).conf_dir, &(k).plugin_dir
+                            &(k).part_size, &(k).conf_dir, &(k).plugin_dir, &(k).select
 
 PyDoc_STRVAR(convert_doc,
 "convert($module, src, dst, *, target=None, format=None, tp=None, ep=None, rank=None,\n"
-"        threads=None, part_size=None, conf_dir=None, plugin_dir=None, force=False)\n"
+"        threads=None, part_size=None, conf_dir=None, plugin_dir=None, select=None,\n"
+"        force=False)\n"
 "--\n\n"
 "`wsync convert SRC DST`: writes the target layout of the checkpoint src into the\n"
 "directory dst, atomically (force=True: replace dst even when it is not wsync's\n"
 "output, as --force).  Options left None come from the sync { } section of\n"
 "conf.d, then the command's defaults; part_size may be \"5G\".  conf_dir and plugin_dir\n"
 "(a path or a list) replace the installed configuration / are searched first for\n"
-"plugins, as --conf-dir / --plugin-dir.  Returns the plan as a dict, as `wsync convert\n"
-"--json` prints it.  Raises wsync.Error with the command's message and exit_status.\n"
-"Ctrl-C stops it at the next piece of work (KeyboardInterrupt; dst stays as it was).");
+"plugins, as --conf-dir / --plugin-dir; select, of a sharded checkpoint, as --select.\n"
+"Returns the plan as a dict, as `wsync convert --json` prints it.  Raises wsync.Error\n"
+"with the command's message and exit_status.  Ctrl-C stops it at the next piece of work\n"
+"(KeyboardInterrupt; dst stays as it was).");
 
 static PyObject *
 py_convert(PyObject *self, PyObject *args, PyObject *kwargs)
@@ -497,7 +503,7 @@ py_convert(PyObject *self, PyObject *args, PyObject *kwargs)
   PyObject *src, *dst, *result;
 
   (void)self;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|$OOOOOOOOOp:convert", kwlist, &src, &dst,
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|$OOOOOOOOOOp:convert", kwlist, &src, &dst,
                                    LAYOUT_ADDRESSES(k), &k.force))
     return NULL;
   result = run_plan(src, dst, &k, FALSE);
@@ -507,7 +513,7 @@ py_convert(PyObject *self, PyObject *args, PyObject *kwargs)
 
 PyDoc_STRVAR(plan_doc,
 "plan($module, src, *, target=None, format=None, tp=None, ep=None, rank=None, threads=None,\n"
-"     part_size=None, conf_dir=None, plugin_dir=None)\n"
+"     part_size=None, conf_dir=None, plugin_dir=None, select=None)\n"
 "--\n\n"
 "`wsync plan SRC --json`: the plan of converting src, as a dict, without writing.");
 
@@ -519,7 +525,7 @@ py_plan(PyObject *self, PyObject *args, PyObject *kwargs)
   PyObject *src, *result;
 
   (void)self;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOOOOO:plan", kwlist, &src,
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOOOOOO:plan", kwlist, &src,
                                    LAYOUT_ADDRESSES(k)))
     return NULL;
   result = run_plan(src, NULL, &k, FALSE);
@@ -529,23 +535,25 @@ py_plan(PyObject *self, PyObject *args, PyObject *kwargs)
 
 PyDoc_STRVAR(merge_doc,
 "merge($module, src, dst, *, part_size=None, threads=None, conf_dir=None, plugin_dir=None,\n"
-"      force=False)\n"
+"      select=None, force=False)\n"
 "--\n\n"
 "`wsync merge SRC DST`: consolidates a sharded training checkpoint (PyTorch DCP) into a\n"
-"plain Hugging Face checkpoint.  Returns the plan as a dict, as `wsync merge --json`\n"
+"plain Hugging Face checkpoint; select=\"app.model\" takes only the tensors directly\n"
+"under that key, as --select.  Returns the plan as a dict, as `wsync merge --json`\n"
 "prints it.  Ctrl-C stops it as it stops convert().");
 
 static PyObject *
 py_merge(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-  static char *kwlist[] = {"src", "dst", "part_size", "threads", "conf_dir", "plugin_dir", "force",
-                           NULL};
+  static char *kwlist[] = {"src", "dst", "part_size", "threads", "conf_dir", "plugin_dir", "select",
+                           "force", NULL};
   LayoutKwargs k = {0};
   PyObject *src, *dst, *result, *hf, *one;
 
   (void)self;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|$OOOOp:merge", kwlist, &src, &dst,
-                                   &k.part_size, &k.threads, &k.conf_dir, &k.plugin_dir, &k.force))
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|$OOOOOp:merge", kwlist, &src, &dst,
+                                   &k.part_size, &k.threads, &k.conf_dir, &k.plugin_dir, &k.select,
+                                   &k.force))
     return NULL;
   /* merge writes the layout the shards name: only part_size and threads apply (resolved
    * as convert resolves them); the target and sizes are placeholders it ignores. */

@@ -272,6 +272,27 @@ def flat_model():
     ]
 
 
+def optimizer_state(model, keys, flatten=False):
+    """Adam's state for each tensor of model, as get_optimizer_state_dict returns it
+    under keys (docs/dcp.md §3, "Names"): {"state": {fqn: {"exp_avg", "exp_avg_sq" (F32,
+    the parameter's shape and boxes), "step" (an F32 scalar, rank 0)}}, "param_groups":
+    [{"lr", "params"}]}: tensors with their object paths, and the paths of the two
+    non-tensor values (traverse_state_dict numbers a list's items).  flatten: the keys
+    flatten_optimizer_state_dict=True writes, "state.FQN.exp_avg" one key each."""
+    tensors, tid = [], 60
+    for t in model:
+        for what in ("exp_avg", "exp_avg_sq", "step"):
+            tid += 1
+            shape, boxes = (t.shape, t.boxes_b) if what != "step" else ([], [(0, [], [])])
+            rest = ("state.%s.%s" % (t.name, what),) if flatten else ("state", t.name, what)
+            u = T(tid, ".".join(keys + rest), "F32", shape, boxes)
+            u.path = keys + rest
+            tensors.append(u)
+    groups = ("param_groups.lr",) if flatten else ("param_groups", 0, "lr")
+    params = ("param_groups.params",) if flatten else ("param_groups", 0, "params")
+    return tensors, [keys + groups, keys + params]
+
+
 # ---------------------------------------------------------------- safetensors
 
 def safetensors_bytes(tensors, metadata=None):
@@ -737,7 +758,7 @@ def write_format_b(root, model, protocol=4, enum_style="value", path_style="part
                    oob=None, evil=False, missing=None, bad_stride=None, layout_of=None,
                    mem_format_of=None, blobs=None, metadata_name=".metadata", shape_of=None,
                    serialization="torch_save", index_hints=True, wrapper=None,
-                   wrap_train_state=True):
+                   wrap_train_state=True, values=None):
     """Writes .metadata (or metadata_name) and __R_K.distcp.  enum_style: how the memory
     format is pickled ("value" or "name", see enum_member).  Options name (tensor, rank)
     chunks to spoil; layout_of and mem_format_of map tensor names to what their
@@ -754,21 +775,41 @@ def write_format_b(root, model, protocol=4, enum_style="value", path_style="part
     is flattened to "wrapper.name" and planner_data maps it to the object path
     (wrapper, name); without it the path is (name,), a state dict's key being one path
     element however many dots it holds (flatten_state_dict).  wrap_train_state=False
-    keeps the non-tensor value beside the wrapper, a second top-level key."""
+    keeps the non-tensor value beside the wrapper, a second top-level key.  wrapper may
+    be a tuple of keys ({"model_state": {"model": sd}}: ("model_state", "model")), and a
+    tensor of the model may carry its own object path (t.path, a tuple: an optimizer's
+    state beside the model).  values, when given, lists the object paths of the
+    non-tensor values written instead of train_state (each a torch.save of {"step": 10})."""
     os.makedirs(root, exist_ok=True)
     ranks = sorted({r for t in model for r, _, _ in t.boxes_b})
     sdm, storage, planner = {}, {}, {}
 
+    keys = (wrapper,) if isinstance(wrapper, str) else tuple(wrapper or ())
+
     def fqn(name):
-        return wrapper + "." + name if wrapper else name
+        return ".".join(keys + (name,))
 
     def path(name):
-        return (wrapper, name) if wrapper else (name,)
+        return keys + (name,)
+
+    def fqn_of(t):
+        return ".".join(map(str, t.path)) if getattr(t, "path", None) else fqn(t.name)
+
+    def path_of(t):
+        return tuple(t.path) if getattr(t, "path", None) else path(t.name)
     stored = set()  # (fqn, offsets): storage_data is keyed by MetadataIndex(fqn, offsets)
     files = collections.defaultdict(bytearray)
     pending = collections.defaultdict(list)  # serialization="safetensors": file -> tensors
     n_items = collections.Counter()
-    if 0 in ranks and not evil:
+    for vpath in values or ():
+        raw = torch_save_object({"step": 10})
+        vname = ".".join(map(str, vpath))
+        storage[metadata_index(vname)] = storage_info("__0_0.distcp", len(files["__0_0.distcp"]),
+                                                      len(raw))
+        files["__0_0.distcp"] += raw
+        sdm[vname] = dataclass(META, "BytesStorageMetadata", None)
+        planner[vname] = tuple(vpath)
+    if 0 in ranks and not evil and values is None:
         # A non-tensor value first, as DCP writes BYTE_IO items before tensors: the
         # planner's torch.save of it, written raw.
         raw = torch_save_object({"step": 10})
@@ -807,9 +848,9 @@ def write_format_b(root, model, protocol=4, enum_style="value", path_style="part
                 stride = [2 * s for s in stride]
             if serialization == "safetensors":
                 fname = "__%d_0.distcp" % rank
-                storage[metadata_index(fqn(t.name), off, index)] = storage_info(
+                storage[metadata_index(fqn_of(t), off, index)] = storage_info(
                     fname, len(files[fname]), len(data))
-                pending[fname].append((fqn(t.name), t.dtype, ext, data, off))
+                pending[fname].append((fqn_of(t), t.dtype, ext, data, off))
                 continue
             blob, pkl = torch_save(t.dtype, ext, stride, offset, store,
                                    deflate=deflate == (t.name, rank),
@@ -823,16 +864,16 @@ def write_format_b(root, model, protocol=4, enum_style="value", path_style="part
             n_items[rank] += 1
             fname = "__%d_%d.distcp" % (rank, k)
             transform = ["stream.zstd/1"] if zstd == (t.name, rank) else None
-            storage[metadata_index(fqn(t.name), off, index)] = storage_info(
+            storage[metadata_index(fqn_of(t), off, index)] = storage_info(
                 fname, len(files[fname]), len(blob), transform)
             files[fname] += blob
         props = tensor_properties(DTYPES[t.dtype][1], (layout_of or {}).get(t.name, STRIDED),
                                   (mem_format_of or {}).get(t.name, CONTIGUOUS[enum_style]))
-        sdm[fqn(t.name)] = dataclass(META, "TensorStorageMetadata",
+        sdm[fqn_of(t)] = dataclass(META, "TensorStorageMetadata",
                                 {"properties": props,
                                  "size": torch_size((shape_of or {}).get(t.name, t.shape)),
                                  "chunks": chunks})
-        planner[fqn(t.name)] = path(t.name)
+        planner[fqn_of(t)] = path_of(t)
     if evil:
         sdm["evil"] = EVIL
     storage_meta = dataclass(META, "StorageMeta", {
@@ -902,6 +943,22 @@ def make_all(out):
                             enum_style="name", wrapper="model")
     write_format_b(os.path.join(out, "wrapped-two-keys"), flat, wrapper="model",
                    wrap_train_state=False)
+    # A model beside its optimizer: the torch DCP recipe's and slime's {"app":
+    # AppState} with AppState.state_dict() = {"model": ..., "optim": ...}; the two side by
+    # side at the top level; slime's later {"model_state": {"model": sd}} (model alone,
+    # two wrappers); torchtitan's model flattened into the top level beside "optimizer"
+    # (flattened optimizer keys) and "train_state" (docs/dcp.md §3, "Names").
+    optim, optim_values = optimizer_state(flat, ("app", "optim"))
+    write_format_b(os.path.join(out, "app-b"), flat + optim, wrapper=("app", "model"),
+                   values=optim_values)
+    optim, optim_values = optimizer_state(flat, ("optimizer",))
+    write_format_b(os.path.join(out, "model-optimizer-b"), flat + optim, wrapper="model",
+                   values=optim_values)
+    write_format_b(os.path.join(out, "model-state-b"), flat, wrapper=("model_state", "model"),
+                   values=[])
+    optim, optim_values = optimizer_state(flat, ("optimizer",), flatten=True)
+    write_format_b(os.path.join(out, "titan-b"), flat + optim,
+                   values=optim_values + [("train_state", "step")])
     # An HF Trainer step directory: accelerate's model and optimizer checkpoints are two
     # of its subdirectories, beside config.json.
     step = os.path.join(out, "trainer-step")

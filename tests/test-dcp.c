@@ -104,18 +104,42 @@ compare_with_source(const WsyncDcp *dcp, const char *source)
   }
 }
 
+/* Opens fixture @name, taking the entries under @select (NULL: none given). */
 static WsyncDcp *
-open_good(const char *name)
+open_selected(const char *name, const char *select)
 {
   g_autofree char *path = fixture(name);
   GError *error = NULL;
+  WsyncDcpOpenOptions opts = {.select = select};
   g_assert_true(wsync_dcp_detect(path));
-  WsyncDcp *dcp = wsync_dcp_open(path, &error);
+  WsyncDcp *dcp = wsync_dcp_open_with(path, &opts, &error);
   g_assert_no_error(error);
   g_assert_nonnull(dcp);
   g_assert_true(wsync_dcp_check_coverage(dcp, &error));
   g_assert_no_error(error);
   return dcp;
+}
+
+static WsyncDcp *
+open_good(const char *name)
+{
+  return open_selected(name, NULL);
+}
+
+/* Opening fixture @name with @select (NULL: none) is refused with exactly @want, after
+ * "FIXTURES/NAME/.metadata: ". */
+static void
+assert_open_refused(const char *name, const char *select, gboolean list_all, const char *want)
+{
+  g_autofree char *path = fixture(name);
+  g_autofree char *full = g_strdup_printf("%s/.metadata: %s", path, want);
+  GError *error = NULL;
+  WsyncDcpOpenOptions opts = {.select = select, .list_all = list_all};
+  g_autoptr(WsyncDcp) dcp = wsync_dcp_open_with(path, &opts, &error);
+  g_assert_null(dcp);
+  g_assert_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT);
+  g_assert_cmpstr(error->message, ==, full);
+  g_clear_error(&error);
 }
 
 static const WsyncDcpChunk *
@@ -478,15 +502,264 @@ test_b_wrapped(void)
   g_assert_cmpstr(wsync_dcp_skipped(ranks, 0), ==, "train_state");
   g_assert_cmpstr(wsync_dcp_wrapper(ranks), ==, "model");
 
-  g_autoptr(WsyncDcp) two = open_good("wrapped-two-keys");
-  g_assert_cmpuint(wsync_dcp_n_tensors(two), ==, 2);
-  g_assert_cmpstr(wsync_dcp_tensor(two, 0)->name, ==, "model.b");
-  g_assert_cmpstr(wsync_dcp_tensor(two, 1)->name, ==, "model.w");
-  g_assert_cmpstr(wsync_dcp_skipped(two, 0), ==, "train_state");
-  g_assert_null(wsync_dcp_wrapper(two));
+  /* two wrappers, slime's {"model_state": {"model": sd}}: both dropped */
+  g_autoptr(WsyncDcp) deep = open_good("model-state-b");
+  compare_with_source(deep, "flat.safetensors");
+  g_assert_cmpstr(wsync_dcp_wrapper(deep), ==, "model_state.model");
+  g_assert_cmpuint(wsync_dcp_n_skipped(deep), ==, 0);
+
+  /* a value beside the model: two top-level keys, taken with --select */
+  assert_open_refused("wrapped-two-keys", NULL, FALSE,
+                      "the checkpoint holds more than one state dict: at the top level, . (1 "
+                      "other value of its own) and model (2 tensors); pass --select KEY, KEY the "
+                      "one that is the model's (the tensors directly under it are taken)");
+  g_autoptr(WsyncDcp) two = open_selected("wrapped-two-keys", "model");
+  compare_with_source(two, "flat.safetensors");
+  g_assert_cmpuint(wsync_dcp_n_skipped(two), ==, 0);
+  g_assert_cmpuint(wsync_dcp_n_dropped(two), ==, 1);
+  g_assert_cmpstr(wsync_dcp_wrapper(two), ==, "model");
 
   g_autoptr(WsyncDcp) plain = open_good("good-b");
   g_assert_null(wsync_dcp_wrapper(plain));
+  g_assert_cmpuint(wsync_dcp_n_dropped(plain), ==, 0);
+}
+
+/* A model saved beside its optimizer (docs/dcp.md §3, "Names"): the torch DCP recipe's
+ * and slime's {"app": {"model": ..., "optim": ...}}, the two side by side, and
+ * torchtitan's model at the top level beside "optimizer" and "train_state".  Without
+ * --select each is refused, listing its keys; with it, the model's tensors alone, under
+ * their own names, the rest dropped unread.  A selection with no tensor under it is
+ * refused; --select on format A (which records no object paths) matches the fqn's
+ * dotted start. */
+static void
+test_select(void)
+{
+  assert_open_refused("app-b", NULL, FALSE,
+                      "the checkpoint holds more than one state dict: under app, app.model (2 "
+                      "tensors) and app.optim (6 tensors, 2 other values); pass --select KEY, KEY "
+                      "the one that is the model's (the tensors directly under it are taken)");
+  assert_open_refused("model-optimizer-b", NULL, FALSE,
+                      "the checkpoint holds more than one state dict: at the top level, model (2 "
+                      "tensors) and optimizer (6 tensors, 2 other values); pass --select KEY, KEY "
+                      "the one that is the model's (the tensors directly under it are taken)");
+  assert_open_refused("titan-b", NULL, FALSE,
+                      "the checkpoint holds more than one state dict: at the top level, . (2 "
+                      "tensors of its own), optimizer (6 tensors, 2 other values) and "
+                      "train_state (1 other value); pass --select KEY, KEY the one that is the "
+                      "model's (the tensors directly under it are taken)");
+  assert_open_refused("app-b", "app", FALSE,
+                      "--select app: no tensor of the saved state dict is directly under it "
+                      "(under app, app.model (2 tensors) and app.optim (6 tensors, 2 other "
+                      "values))");
+  assert_open_refused("app-b", "app.mod", TRUE,
+                      "--select app.mod: no tensor of the saved state dict is directly under it "
+                      "(under app, app.model (2 tensors) and app.optim (6 tensors, 2 other "
+                      "values))");
+
+  const struct {
+    const char *fixture, *select, *wrapper;
+    guint dropped;
+  } cases[] = {{"app-b", "app.model", "app.model", 8},
+               {"model-optimizer-b", "model", "model", 8},
+               {"titan-b", ".", NULL, 9}};
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_autoptr(WsyncDcp) dcp = open_selected(cases[i].fixture, cases[i].select);
+    compare_with_source(dcp, "flat.safetensors");
+    g_assert_cmpstr(wsync_dcp_wrapper(dcp), ==, cases[i].wrapper);
+    g_assert_cmpuint(wsync_dcp_n_dropped(dcp), ==, cases[i].dropped);
+    g_assert_cmpuint(wsync_dcp_n_skipped(dcp), ==, 0);
+  }
+
+  /* for listing: every entry under its saved name, and why merge refuses */
+  g_autofree char *path = fixture("app-b");
+  WsyncDcpOpenOptions all = {.list_all = TRUE};
+  GError *error = NULL;
+  g_autoptr(WsyncDcp) listed = wsync_dcp_open_with(path, &all, &error);
+  g_assert_no_error(error);
+  g_assert_cmpuint(wsync_dcp_n_tensors(listed), ==, 8);
+  g_assert_cmpstr(wsync_dcp_tensor(listed, 0)->name, ==, "app.model.b");
+  g_assert_cmpstr(wsync_dcp_tensor(listed, 7)->name, ==, "app.optim.state.w.step");
+  g_assert_cmpuint(wsync_dcp_n_skipped(listed), ==, 2);
+  g_assert_cmpstr(wsync_dcp_skipped(listed, 0), ==, "app.optim.param_groups.0.lr");
+  g_assert_true(g_str_has_prefix(wsync_dcp_refusal(listed),
+                                 "the checkpoint holds more than one state dict: under app, "));
+  g_assert_null(wsync_dcp_wrapper(listed));
+
+  /* format A: "model." at the start of 21 of its 22 names */
+  g_autoptr(WsyncDcp) a = open_selected("good-a", "model");
+  g_assert_cmpuint(wsync_dcp_n_tensors(a), ==, 21);
+  g_assert_cmpuint(wsync_dcp_n_dropped(a), ==, 1);
+  g_assert_null(wsync_dcp_lookup(a, "lm_head.weight"));
+  g_assert_nonnull(wsync_dcp_lookup(a, "embed_tokens.weight"));
+  g_assert_cmpstr(wsync_dcp_wrapper(a), ==, "model");
+}
+
+/* `wsync inspect` of a sharded checkpoint lists its logical tensors (global shapes) as
+ * merge reads them, the non-tensor values skipped, the wrapper dropped, what --select
+ * leaves out, and why merge refuses a save of several state dicts; --json likewise. */
+static void
+test_inspect_cli(void)
+{
+  g_autofree char *conf = hf_conf_dir();
+  const char *plugins = test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR");
+  const struct {
+    const char *fixture, *select, *want;
+  } cases[] = {
+      {"wrapped-two-keys", NULL,
+       "NAME     DTYPE  SHAPE   BYTES\n"
+       "model.b  I64    [3]     24\n"
+       "model.w  F32    [6, 2]  48\n"
+       "2 tensors, 72 bytes in 4 chunks (PyTorch DCP, .metadata and __R_K.distcp files)\n"
+       "not tensors, skipped: train_state\n"
+       "note: merge and convert refuse these names: the checkpoint holds more than one state "
+       "dict: at the top level, . (1 other value of its own) and model (2 tensors); pass "
+       "--select KEY, KEY the one that is the model's (the tensors directly under it are "
+       "taken)\n"},
+      {"wrapped-b-per-rank", NULL,
+       "NAME                                 DTYPE  SHAPE   BYTES\n"
+       "model.embed_tokens.weight            BF16   [5, 4]  40\n"
+       "model.layers.0.mlp.down_proj.weight  F32    [4, 6]  96\n"
+       "model.norm.weight                    BF16   [4]     8\n"
+       "model.tiny                           I64    [1, 3]  24\n"
+       "4 tensors, 168 bytes in 8 chunks (PyTorch DCP, .metadata and __R_K.distcp files)\n"
+       "not tensors, skipped: train_state\n"
+       "names without the key model, under which the state dict was saved\n"},
+      {"titan-b", ".",
+       "NAME  DTYPE  SHAPE   BYTES\n"
+       "b     I64    [3]     24\n"
+       "w     F32    [6, 2]  48\n"
+       "2 tensors, 72 bytes in 4 chunks (PyTorch DCP, .metadata and __R_K.distcp files)\n"
+       "left out by --select: 9 entries\n"},
+      {"flat-a", NULL,
+       "NAME  DTYPE  SHAPE   BYTES\n"
+       "b     I64    [3]     24\n"
+       "w     F32    [6, 2]  48\n"
+       "2 tensors, 72 bytes in 4 chunks (PyTorch DCP in Hugging Face mode, "
+       "shard-S-model-I-of-N.safetensors files)\n"},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_autofree char *path = fixture(cases[i].fixture);
+    TestRun run = cases[i].select
+                      ? test_run("inspect", path, "--select", cases[i].select, "--conf-dir", conf, "--plugin-dir", plugins,
+                                 NULL)
+                      : test_run("inspect", path, "--conf-dir", conf, "--plugin-dir", plugins, NULL);
+    if (run.status != 0)
+      g_error("inspect %s: exit %d: %s", cases[i].fixture, run.status, run.err);
+    g_assert_cmpstr(run.out, ==, cases[i].want);
+    g_assert_cmpstr(run.err, ==, "");
+    test_run_clear(&run);
+  }
+
+  g_autofree char *app = fixture("app-b");
+  TestRun run = test_run("inspect", app, "--select", "app.model", "--json", "--conf-dir", conf, "--plugin-dir", plugins,
+                         NULL);
+  g_autofree char *want = g_strdup_printf(
+      "{\n"
+      "  \"path\" : \"%s\",\n"
+      "  \"format\" : \"dcp\",\n"
+      "  \"tensors\" : [\n"
+      "    {\n"
+      "      \"name\" : \"b\",\n"
+      "      \"dtype\" : \"I64\",\n"
+      "      \"shape\" : [\n"
+      "        3\n"
+      "      ],\n"
+      "      \"bytes\" : 24,\n"
+      "      \"chunks\" : 1\n"
+      "    },\n"
+      "    {\n"
+      "      \"name\" : \"w\",\n"
+      "      \"dtype\" : \"F32\",\n"
+      "      \"shape\" : [\n"
+      "        6,\n"
+      "        2\n"
+      "      ],\n"
+      "      \"bytes\" : 48,\n"
+      "      \"chunks\" : 3\n"
+      "    }\n"
+      "  ],\n"
+      "  \"skipped\" : [],\n"
+      "  \"wrapper\" : \"app.model\",\n"
+      "  \"dropped\" : 8,\n"
+      "  \"refusal\" : null,\n"
+      "  \"total_tensors\" : 2,\n"
+      "  \"total_bytes\" : 72\n"
+      "}\n",
+      app);
+  g_assert_cmpint(run.status, ==, 0);
+  g_assert_cmpstr(run.out, ==, want);
+  test_run_clear(&run);
+
+  /* the refusal as JSON; a selection with nothing under it is an error, exit 3 */
+  run = test_run("inspect", app, "--json", "--conf-dir", conf, "--plugin-dir", plugins, NULL);
+  g_assert_cmpint(run.status, ==, 0);
+  test_assert_has(run.out, "\"refusal\" : \"the checkpoint holds more than one state dict: "
+                           "under app, app.model (2 tensors) and app.optim (6 tensors, 2 other "
+                           "values); pass --select KEY");
+  test_assert_has(run.out, "\"name\" : \"app.optim.state.w.exp_avg\"");
+  test_run_clear(&run);
+  run = test_run("inspect", app, "--select", "app", "--conf-dir", conf, "--plugin-dir", plugins, NULL);
+  g_assert_cmpint(run.status, ==, 3);
+  g_assert_cmpstr(run.out, ==, "");
+  test_assert_has(run.err, "/.metadata: --select app: no tensor of the saved state dict is "
+                           "directly under it (under app, ");
+  test_run_clear(&run);
+  test_rmtree(conf);
+}
+
+/* What the user sees: merge refuses a model beside its optimizer, exit 3, one line and
+ * nothing written; with --select it writes the model alone, equal to the unsharded
+ * source; --select on a source that is no DCP is a usage error. */
+static void
+test_select_cli(void)
+{
+  g_autofree char *conf = hf_conf_dir();
+  g_autofree char *dst = g_build_filename(conf, "merged", NULL);
+  g_autofree char *app = fixture("app-b"), *titan = fixture("titan-b");
+  g_autofree char *source = fixture("flat.safetensors");
+  const char *plugins = test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR");
+  TestRun run = test_run("merge", app, dst, "--conf-dir", conf, "--plugin-dir", plugins, NULL);
+  g_autofree char *want = g_strdup_printf(
+      "wsync: %s/.metadata: the checkpoint holds more than one state dict: under app, "
+      "app.model (2 tensors) and app.optim (6 tensors, 2 other values); pass --select KEY, KEY "
+      "the one that is the model's (the tensors directly under it are taken)\n",
+      app);
+  g_assert_cmpint(run.status, ==, 3);
+  g_assert_cmpstr(run.out, ==, "");
+  g_assert_cmpstr(run.err, ==, want);
+  g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+  test_run_clear(&run);
+
+  const char *const selected[][2] = {{app, "app.model"}, {titan, "."}};
+  for (guint i = 0; i < G_N_ELEMENTS(selected); i++) {
+    run = test_run("merge", selected[i][0], dst, "--select", selected[i][1], "--force",
+                   "--conf-dir", conf, "--plugin-dir", plugins, NULL);
+    if (run.status != 0)
+      g_error("merge --select %s: exit %d: %s", selected[i][1], run.status, run.err);
+    test_run_clear(&run);
+    run = test_run("verify", source, dst, "--conf-dir", conf, NULL);
+    g_assert_cmpint(run.status, ==, 0);
+    g_assert_cmpstr(run.out, ==, "equal: 2 tensors, 72 bytes\n");
+    test_run_clear(&run);
+  }
+
+  g_autofree char *dst2 = g_build_filename(conf, "merged2", NULL);
+  run = test_run("merge", source, dst2, "--select", "model", "--conf-dir", conf, "--plugin-dir",
+                 plugins, NULL);
+  g_assert_cmpint(run.status, ==, 3); /* merge: not a sharded checkpoint at all */
+  test_assert_has(run.err, "not a sharded checkpoint");
+  test_run_clear(&run);
+  run = test_run("plan", source, "--target", "hf", "--select", "model", "--conf-dir", conf,
+                 "--plugin-dir", plugins, NULL);
+  g_autofree char *want_plan = g_strdup_printf(
+      "wsync: %s: --select applies to a sharded training checkpoint (PyTorch DCP), and this is "
+      "none\n",
+      source);
+  g_assert_cmpint(run.status, ==, 2);
+  g_assert_cmpstr(run.err, ==, want_plan);
+  g_assert_false(g_file_test(dst2, G_FILE_TEST_EXISTS));
+  test_run_clear(&run);
+  test_rmtree(conf);
 }
 
 /* Through the command: both saves merge to the same files, byte for byte, and to the
@@ -1426,6 +1699,9 @@ main(int argc, char **argv)
   g_test_add_func("/dcp/b/flat", test_b_flat);
   g_test_add_func("/dcp/b/per-rank-metadata", test_b_per_rank);
   g_test_add_func("/dcp/b/wrapped-state-dict", test_b_wrapped);
+  g_test_add_func("/dcp/b/select", test_select);
+  g_test_add_func("/dcp/cli/select", test_select_cli);
+  g_test_add_func("/dcp/cli/inspect", test_inspect_cli);
   for (guint i = 0; i < G_N_ELEMENTS(refusals); i++) {
     g_autofree char *name = g_strdup_printf("/dcp/refuse/%s", refusals[i].fixture);
     g_test_add_data_func(name, &refusals[i], test_refusal);

@@ -2430,6 +2430,30 @@ def merge_as_function():
     assert read_checkpoint(out) == read_checkpoint(ref) == read_checkpoint(src)
 
 
+@test
+def merge_select_as_function():
+    """A DCP save of the model beside its optimizer ({"app": {"model", "optim"}}, the torch
+    recipe's and slime's): merge refuses it as `wsync merge` does, and select= is
+    --select."""
+    fixtures = fresh_dir("dcp-fixtures")
+    subprocess.run([sys.executable, os.path.join(HERE, "make-dcp-fixtures.py"), fixtures],
+                   check=True, stdout=subprocess.DEVNULL)
+    src = os.path.join(fixtures, "app-b")
+    refused = fresh_dir("py-merge-refused")
+    expect_error("app.model (2 tensors) and app.optim (6 tensors, 2 other values); "
+                 "pass --select KEY", wsync.merge, src, refused, status=3, **KW)
+    assert not os.path.exists(refused)
+    out, ref = fresh_dir("py-merge-select"), fresh_dir("cli-merge-select")
+    got = wsync.merge(src, out, select="app.model", **KW)
+    want = json.loads(wsync_ok("merge", src, ref, "--select", "app.model", "--json"))
+    got["source"] = want["source"] = None
+    assert got == want
+    assert sorted(read_checkpoint(out)) == ["b", "w"]
+    assert read_checkpoint(out) == read_checkpoint(ref)
+    expect_error("select must be a str, not int", wsync.merge, src, out, select=1,
+                 kind=TypeError, **KW)
+
+
 # ------------------------------------------------------------------ the module's surface
 
 # Every public callable's signature, as inspect.signature (and so help(), IDEs and
@@ -2437,11 +2461,12 @@ def merge_as_function():
 # __text_signature__ form.
 SIGNATURES = {
     "convert": "(src, dst, *, target=None, format=None, tp=None, ep=None, rank=None, "
-               "threads=None, part_size=None, conf_dir=None, plugin_dir=None, force=False)",
+               "threads=None, part_size=None, conf_dir=None, plugin_dir=None, select=None, "
+               "force=False)",
     "plan": "(src, *, target=None, format=None, tp=None, ep=None, rank=None, threads=None, "
-            "part_size=None, conf_dir=None, plugin_dir=None)",
+            "part_size=None, conf_dir=None, plugin_dir=None, select=None)",
     "merge": "(src, dst, *, part_size=None, threads=None, conf_dir=None, plugin_dir=None, "
-             "force=False)",
+             "select=None, force=False)",
     "inspect": "(path, *, conf_dir=None, plugin_dir=None)",
     "load_rank": "(dir, rank, params, *, verify=True, require_commit=True, version=None, "
                  "digest=None, conf_dir=None, plugin_dir=None)",

@@ -143,6 +143,39 @@ WSYNC_API gboolean wsync_plan_args_resolve(WsyncContext *ctx, const WsyncPlanArg
 WSYNC_API JsonNode *wsync_checkpoint_to_json(WsyncCheckpoint *ck);
 
 /**
+ * wsync_sharded_checkpoint_detect:
+ * @path: a path
+ *
+ * Returns: %TRUE when @path is a directory that holds a sharded training checkpoint
+ *   (PyTorch DCP: a `.metadata`, per-rank `__R.metadata` files, or
+ *   `shard-S-model-I-of-N.safetensors` files in it or in its `sharded/`), the source
+ *   `wsync merge` reads; opens no file.
+ */
+WSYNC_API gboolean wsync_sharded_checkpoint_detect(const char *path);
+
+/**
+ * wsync_sharded_checkpoint_to_json:
+ * @path: a sharded training checkpoint (wsync_sharded_checkpoint_detect())
+ * @select: (nullable): as `--select KEY` (#WsyncPlanOptions): only the entries directly
+ *   under KEY
+ * @error: return location for an error
+ *
+ * What `wsync inspect --json` prints for it, read by the reader `merge` uses (its
+ * metadata and headers; no tensor data): `{"path", "format": "dcp" |
+ * "dcp-hf-safetensors",
+ * "tensors": [{"name", "dtype", "shape" (global), "bytes", "chunks"}...], "skipped":
+ * [names of the non-tensor values merge skips], "wrapper": the keys dropped from every
+ * name or null, "dropped": entries left out by @select, "refusal": why merge and
+ * convert refuse the names without --select (a model beside its optimizer; the entries
+ * are then listed under their saved names) or null, "total_tensors", "total_bytes"}`,
+ * tensors sorted by name.
+ *
+ * Returns: (transfer full) (nullable): the description, or %NULL with @error set.
+ */
+WSYNC_API JsonNode *wsync_sharded_checkpoint_to_json(const char *path, const char *select,
+                                                     GError **error);
+
+/**
  * wsync_context_recognise_file:
  * @ctx: a context
  * @file_name: a safetensors file's base name

@@ -36,6 +36,11 @@ typedef struct _WsyncPlan WsyncPlan;
  * @part_size: start a new file before a tensor that would pass this many bytes; 0: no
  *   limit
  * @threads: worker threads when executing; 0: one per core
+ * @select: (nullable): for a sharded training checkpoint (PyTorch DCP) whose saved state
+ *   dict holds more than the model's (its optimizer beside it): the key of the model's
+ *   state dict, a dotted path ("app.model"; "." for the top level); only the entries
+ *   directly under it are read, named without it.  %NULL: such a checkpoint is refused,
+ *   naming its keys.  Other sources refuse it
  * @reserved: room for growth; zero
  *
  * What to plan.  Zero-initialise it and set what you need.
@@ -49,7 +54,8 @@ typedef struct {
   gint rank;
   guint64 part_size;
   guint threads;
-  gpointer reserved[8];
+  const char *select;
+  gpointer reserved[7];
 } WsyncPlanOptions;
 
 /**

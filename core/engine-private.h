@@ -60,6 +60,13 @@ typedef struct {
   char *glob;
 } DropRule;
 
+/* An input tensor @name taken as a copy of @copy_of (wsync_model_add_copy_rule()). */
+typedef struct {
+  char *rule;
+  char *name;
+  char *copy_of;
+} CopyRule;
+
 /* A config field the remapper declared as describing the decoder layers
  * (wsync_model_declare_layer_field()). */
 typedef struct {
@@ -78,6 +85,7 @@ struct _WsyncModel {
   GPtrArray *params; /* WsyncParam*, owned */
   GPtrArray *blocks; /* WsyncBlock*, owned */
   GArray *drop_rules; /* DropRule */
+  GArray *copy_rules; /* CopyRule */
   GArray *layer_fields; /* LayerField */
   WsyncGroup group;   /* of the blocks declared now */
   char *runtime_drop;

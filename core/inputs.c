@@ -446,11 +446,98 @@ input_state_clear(gpointer data)
   g_ptr_array_unref(s->logical);
 }
 
-/* After binding: every tensor the input layout names must exist, and every input tensor
- * no layout tensor names must be consumed by a drop rule (a name counted once, however
- * many chunks or ranks hold it). */
+static const CopyRule *
+copy_rule_for(WsyncPlan *plan, const char *name)
+{
+  for (guint r = 0; r < plan->model->copy_rules->len; r++) {
+    const CopyRule *rule = &g_array_index(plan->model->copy_rules, CopyRule, r);
+    if (strcmp(rule->name, name) == 0)
+      return rule;
+  }
+  return NULL;
+}
+
+/* What a copy rule compares: a tensor's dtype and its whole shape. */
+typedef struct {
+  WsyncDtype dtype;
+  guint ndim;
+  const guint64 *shape;
+} Header;
+
+/* The header of the input tensor @name as the source holds it: from @globals (name ->
+ * WsyncDcpTensor*) when its inputs are chunks of global tensors, else from the input
+ * tensor of that name, the one in @file first (rank files repeat names).  FALSE when the
+ * source holds none. */
 static gboolean
-check_bound(WsyncPlan *plan, GPtrArray *missing, GError **error)
+input_header(WsyncPlan *plan, GHashTable *globals, const char *name, const char *file,
+             Header *out)
+{
+  const WsyncTensor *found = NULL;
+
+  if (globals != NULL) {
+    const WsyncDcpTensor *g = g_hash_table_lookup(globals, name);
+    if (g == NULL)
+      return FALSE;
+    *out = (Header){g->dtype, g->ndim, g->shape};
+    return TRUE;
+  }
+  for (guint i = 0; i < plan->inputs->len; i++) {
+    const WsyncTensor *t = g_array_index(plan->inputs, InputState, i).tensor;
+    if (strcmp(t->name, name) != 0)
+      continue;
+    if (found == NULL || g_strcmp0(t->file, file) == 0)
+      found = t;
+    if (g_strcmp0(t->file, file) == 0)
+      break;
+  }
+  if (found == NULL)
+    return FALSE;
+  *out = (Header){found->dtype, found->ndim, found->shape};
+  return TRUE;
+}
+
+/* @s, an input tensor no layout tensor names, is what @rule says: a copy of another
+ * input tensor, of the same dtype and shape.  An engine that ties the two keeps only one
+ * (docs/vllm.md §3), so two tensors that differ in either are refused; their values are
+ * not compared (a plan reads headers only). */
+static gboolean
+check_copy(WsyncPlan *plan, GHashTable *globals, const InputState *s, const CopyRule *rule,
+           GError **error)
+{
+  Header self = {s->tensor->dtype, s->tensor->ndim, s->tensor->shape}, other;
+  gboolean held, same;
+
+  if (globals != NULL) /* @s is a chunk: its global tensor's header */
+    input_header(plan, globals, rule->name, NULL, &self);
+  held = input_header(plan, globals, rule->copy_of, s->tensor->file, &other);
+  same = held && self.dtype == other.dtype && self.ndim == other.ndim;
+  for (guint d = 0; same && d < self.ndim; d++)
+    same = self.shape[d] == other.shape[d];
+  if (same)
+    return TRUE;
+  g_autofree char *self_shape = wsync_shape_format(self.ndim, self.shape);
+  g_autofree char *other_text = NULL;
+  if (held) {
+    g_autofree char *other_shape = wsync_shape_format(other.ndim, other.shape);
+    other_text = g_strdup_printf("\"%s\" is %s %s", rule->copy_of,
+                                 wsync_dtype_name(other.dtype), other_shape);
+  } else {
+    other_text = g_strdup_printf("the source holds no \"%s\"", rule->copy_of);
+  }
+  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+              "%s: input tensor \"%s\" is %s %s but %s: rule %s of %s takes the first for a "
+              "copy of the second (the model ties them), and an engine keeps only one of two "
+              "different tensors",
+              plan->src, rule->name, wsync_dtype_name(self.dtype), self_shape, other_text,
+              rule->rule, plan->model->remapper);
+  return FALSE;
+}
+
+/* After binding: every tensor the input layout names must exist, and every input tensor
+ * no layout tensor names must be consumed by a copy rule or a drop rule (a name counted
+ * once, however many chunks or ranks hold it).  @globals: see input_header(). */
+static gboolean
+check_bound(WsyncPlan *plan, GPtrArray *missing, GHashTable *globals, GError **error)
 {
   g_autoptr(GPtrArray) unmapped = g_ptr_array_new();
   g_autoptr(GHashTable) seen = g_hash_table_new(g_str_hash, g_str_equal);
@@ -467,6 +554,14 @@ check_bound(WsyncPlan *plan, GPtrArray *missing, GError **error)
     InputState *s = &g_array_index(plan->inputs, InputState, i);
     if (s->bound)
       continue;
+    const CopyRule *copy = copy_rule_for(plan, s->tensor->name);
+    if (copy != NULL) {
+      if (!check_copy(plan, globals, s, copy, error))
+        return FALSE;
+      s->drop_rule = copy->rule;
+      s->copy_of = copy->copy_of;
+      continue;
+    }
     s->drop_rule = drop_rule_for(plan, s->tensor->name);
     if (s->drop_rule == NULL && g_hash_table_add(seen, (gpointer)s->tensor->name))
       g_ptr_array_add(unmapped, (gpointer)s->tensor->name);
@@ -517,7 +612,7 @@ plan_bind_inputs(WsyncPlan *plan, GError **error)
     g_clear_pointer(&layout->input_names, g_hash_table_unref);
   }
   g_clear_pointer(&plan->input_index, g_hash_table_unref); /* likewise */
-  return check_bound(plan, missing, error);
+  return check_bound(plan, missing, NULL, error);
 }
 
 /* synth: every logical tensor has one generated source covering all of it. */
@@ -744,7 +839,7 @@ plan_bind_chunked(WsyncPlan *plan, GPtrArray *globals, GError **error)
       return FALSE;
     layout_forget_placements(layout);
   }
-  return check_bound(plan, missing, error);
+  return check_bound(plan, missing, names, error);
 }
 
 /* A sharded training checkpoint, bound chunk by chunk. */

@@ -354,6 +354,16 @@ drop_rule_clear(gpointer data)
 }
 
 static void
+copy_rule_clear(gpointer data)
+{
+  CopyRule *rule = data;
+
+  g_free(rule->rule);
+  g_free(rule->name);
+  g_free(rule->copy_of);
+}
+
+static void
 layer_field_clear(gpointer data)
 {
   LayerField *field = data;
@@ -376,6 +386,8 @@ wsync_model_new(JsonObject *config, const char *model_type)
   m->blocks = g_ptr_array_new_with_free_func(block_free);
   m->drop_rules = g_array_new(FALSE, TRUE, sizeof(DropRule));
   g_array_set_clear_func(m->drop_rules, drop_rule_clear);
+  m->copy_rules = g_array_new(FALSE, TRUE, sizeof(CopyRule));
+  g_array_set_clear_func(m->copy_rules, copy_rule_clear);
   m->layer_fields = g_array_new(FALSE, TRUE, sizeof(LayerField));
   g_array_set_clear_func(m->layer_fields, layer_field_clear);
   return m;
@@ -394,6 +406,7 @@ wsync_model_free(WsyncModel *m)
   g_ptr_array_unref(m->params);
   g_ptr_array_unref(m->blocks);
   g_array_unref(m->drop_rules);
+  g_array_unref(m->copy_rules);
   g_array_unref(m->layer_fields);
   g_free(m->runtime_drop);
   g_clear_error(&m->error);
@@ -491,6 +504,15 @@ wsync_model_add_drop_rule(WsyncModel *m, const char *rule, const char *glob)
   DropRule r = {g_strdup(rule), g_strdup(glob)};
 
   g_array_append_val(m->drop_rules, r);
+}
+
+void
+wsync_model_add_copy_rule(WsyncModel *m, const char *rule, const char *name,
+                          const char *copy_of)
+{
+  CopyRule r = {g_strdup(rule), g_strdup(name), g_strdup(copy_of)};
+
+  g_array_append_val(m->copy_rules, r);
 }
 
 void

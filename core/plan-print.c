@@ -138,7 +138,12 @@ wsync_plan_print(WsyncPlan *plan, FILE *out)
   }
   for (guint i = 0; plan->inputs && i < plan->inputs->len; i++) {
     InputState *s = &g_array_index(plan->inputs, InputState, i);
-    if (s->drop_rule != NULL)
+    if (s->drop_rule != NULL && s->copy_of != NULL)
+      fprintf(out,
+              "input %s dropped by rule %s (a copy of %s: same dtype and shape, values not "
+              "compared)\n",
+              s->tensor->name, s->drop_rule, s->copy_of);
+    else if (s->drop_rule != NULL)
       fprintf(out, "input %s dropped by rule %s\n", s->tensor->name, s->drop_rule);
   }
   for (guint n = 0; n < plan->notes->len; n++)
@@ -257,14 +262,21 @@ add_string_or_null(JsonBuilder *b, const char *value)
 }
 
 /* {"param" or "tensor": NAME, "rule": RULE}: what was dropped, and by which rule. */
+/* {"WHAT": NAME, "rule": RULE}, with "copy_of" for an input a copy rule consumed (its
+ * values not compared: the text line says so). */
 static void
-add_dropped_json(JsonBuilder *b, const char *what, const char *name, const char *rule)
+add_dropped_json(JsonBuilder *b, const char *what, const char *name, const char *rule,
+                 const char *copy_of)
 {
   json_builder_begin_object(b);
   json_builder_set_member_name(b, what);
   json_builder_add_string_value(b, name);
   json_builder_set_member_name(b, "rule");
   json_builder_add_string_value(b, rule);
+  if (copy_of != NULL) {
+    json_builder_set_member_name(b, "copy_of");
+    json_builder_add_string_value(b, copy_of);
+  }
   json_builder_end_object(b);
 }
 
@@ -331,7 +343,7 @@ wsync_plan_to_json(WsyncPlan *plan)
     json_builder_begin_array(b);
     for (guint d = 0; d < layout->dropped->len; d++) {
       DroppedParam *dp = &g_array_index(layout->dropped, DroppedParam, d);
-      add_dropped_json(b, "param", dp->param->name, dp->rule);
+      add_dropped_json(b, "param", dp->param->name, dp->rule, NULL);
     }
     json_builder_end_array(b);
     json_builder_set_member_name(b, "omitted");
@@ -347,7 +359,7 @@ wsync_plan_to_json(WsyncPlan *plan)
   for (guint i = 0; plan->inputs && i < plan->inputs->len; i++) {
     InputState *s = &g_array_index(plan->inputs, InputState, i);
     if (s->drop_rule != NULL)
-      add_dropped_json(b, "tensor", s->tensor->name, s->drop_rule);
+      add_dropped_json(b, "tensor", s->tensor->name, s->drop_rule, s->copy_of);
   }
   json_builder_end_array(b);
   json_builder_set_member_name(b, "notes");

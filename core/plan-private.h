@@ -35,6 +35,7 @@ typedef struct {
   gboolean runtime_only; /* it holds no model data (e.g. scale buffers) */
   GPtrArray *logical;    /* logical tensors it holds part of */
   const char *drop_rule; /* consumed by this rule instead */
+  const char *copy_of;   /* ... as a copy of this input tensor (a copy rule) */
 } InputState;
 
 struct _WsyncPlan {

@@ -90,6 +90,13 @@ describe(WsyncModel *m, gpointer user_data, GError **error)
    * llama.py:486-493 @ df1376907b16; docs/vllm.md §3, §10) */
   wsync_model_add_vocab(m, "model.embed_tokens.weight", "lm_head.weight", c.vocab, c.hidden,
                         c.tie);
+  /* Tied: torch's state_dict() and checkpoints saved from it carry lm_head.weight beside
+   * the embedding; vLLM's Llama skips it (`skip_prefixes=["lm_head."]` when tied,
+   * llama.py:572 @ cut24, llama.py:646 @ 344a0017c06e; main skips every tied alias since
+   * #51665, docs/vllm.md §3).  A copy of the embedding is dropped; anything else is
+   * refused. */
+  if (c.tie)
+    wsync_model_add_copy_rule(m, "tied-lm-head", "lm_head.weight", "model.embed_tokens.weight");
   for (guint64 l = 0; l < c.layers; l++)
     describe_layer(m, &c, l);
   wsync_model_add_norm(m, "model.norm.weight", c.hidden);

@@ -418,6 +418,14 @@ describe(WsyncModel *m, gpointer user_data, GError **error)
                                         : "Qwen3_5ForConditionalGeneration");
   wsync_model_add_vocab(m, "model.language_model.embed_tokens.weight", "lm_head.weight", c.vocab,
                         c.hidden, c.tie);
+  /* Tied: torch's state_dict() and checkpoints saved from it carry lm_head.weight beside
+   * the embedding.  vLLM's Qwen3.5 before #51665 loads it into the module both names
+   * hold (`self.lm_head = self.model.embed_tokens`, qwen3_5.py:503-504, 549-553 @ cut24),
+   * main skips every tied alias (docs/vllm.md §3).  A copy of the embedding is therefore
+   * the embedding: dropped; anything else is refused. */
+  if (c.tie)
+    wsync_model_add_copy_rule(m, "tied-lm-head", "lm_head.weight",
+                              "model.language_model.embed_tokens.weight");
   for (guint64 l = 0; l < c.layers; l++)
     describe_layer(m, &c, "model.language_model.layers", l, is_linear(&c, l),
                    WSYNC_EXPERTS_FUSED);

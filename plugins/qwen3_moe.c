@@ -136,6 +136,14 @@ describe(WsyncModel *m, gpointer user_data, GError **error)
   wsync_model_set_architecture(m, c.dense ? "Qwen3ForCausalLM" : "Qwen3MoeForCausalLM");
   wsync_model_add_vocab(m, "model.embed_tokens.weight", "lm_head.weight", c.vocab, c.hidden,
                         c.tie);
+  /* Tied: torch's state_dict() and checkpoints saved from it carry lm_head.weight beside
+   * the embedding.  vLLM's Qwen3 skips it (`skip_prefixes=["lm_head."]` when tied,
+   * qwen3.py:344 @ cut24, qwen3.py:336 @ 344a0017c06e); its Qwen3-MoE loads it into the
+   * one Parameter both names hold (qwen3_moe.py:698-699, 769-771 @ cut24), and main
+   * skips every tied alias since #51665 (docs/vllm.md §3).  A copy of the embedding is
+   * therefore the embedding: dropped; anything else is refused. */
+  if (c.tie)
+    wsync_model_add_copy_rule(m, "tied-lm-head", "lm_head.weight", "model.embed_tokens.weight");
   for (guint64 l = 0; l < c.layers; l++)
     describe_layer(m, &c, l);
   wsync_model_add_norm(m, "model.norm.weight", c.hidden);

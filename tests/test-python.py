@@ -2506,6 +2506,57 @@ def signatures_and_docstrings():
     expect_error("cannot open", wsync.inspect, path=os.path.join(TMP, "nothing"), **KW, status=4)
 
 
+@test
+def session_takes_a_tied_state_dict():
+    """A tied model's state_dict() keeps lm_head.weight beside the embedding (torch dedups
+    tied keys in named_parameters(), not in state_dict()): the README's
+    describe((name, "BF16", t.shape) for name, t in state_dict.items()) plans, push
+    accepts lm_head.weight and writes nothing from it (its values are not compared: a
+    session plans before any data), and the rank files are those `wsync convert` writes
+    from the checkpoint without it.  A lm_head.weight of another shape, or without the
+    embedding, is refused when the session plans.  (Self-contained: the copy rule
+    tied-lm-head of the qwen3_moe plugin, docs/vllm.md §3.)"""
+    need_numpy()
+    src = synth("tiny-qwen3-moe-tied")
+    config = os.path.join(src, "config.json")
+    embed = "model.embed_tokens.weight"
+    tensors = arrays(src)
+    assert "lm_head.weight" not in tensors and embed in tensors
+    state_dict = dict(tensors)
+    state_dict["lm_head.weight"] = tensors[embed]
+    want = converted(src, "vllm", "kernel", 2, 1)
+    out = fresh_dir("py-tied-head")
+    s = wsync.Session(config, target="vllm", format="kernel", tp=2, out=out, **KW)
+    s.describe((name, "BF16", t.shape) for name, t in state_dict.items())
+    s.begin(1)
+    for name, t in state_dict.items():
+        s.push(name, t)
+    s.commit()
+    assert_same_files(want, out)
+    # the pushed copy is ignored: other values change nothing
+    s.begin(2)
+    for name, t in state_dict.items():
+        s.push(name, numpy.zeros_like(t) if name == "lm_head.weight" else t)
+    s.commit()
+    assert_same_files(want, out)
+
+    vocab, hidden = tensors[embed].shape
+    e = expect_error('session: input tensor "lm_head.weight" is BF16 [%d, %d] but "%s" is BF16 '
+                     "[%d, %d]: rule tied-lm-head of remapper qwen3_moe (plugin qwen3_moe) takes "
+                     "the first for a copy of the second (the model ties them), and an engine "
+                     "keeps only one of two different tensors"
+                     % (vocab - 1, hidden, embed, vocab, hidden),
+                     wsync.Session(config, target="vllm", out=fresh_dir("py-tied-bad"), **KW).describe,
+                     [(name, "BF16", (vocab - 1, hidden) if name == "lm_head.weight" else t.shape)
+                      for name, t in state_dict.items()])
+    assert e.exit_status == 3, e.exit_status
+    e = expect_error('session: input tensor "lm_head.weight" is BF16 [%d, %d] but the source holds '
+                     'no "%s": rule tied-lm-head' % (vocab, hidden, embed),
+                     wsync.Session(config, target="vllm", out=fresh_dir("py-tied-alone"), **KW).describe,
+                     [(name, "BF16", t.shape) for name, t in state_dict.items() if name != embed])
+    assert e.exit_status == 3, e.exit_status
+
+
 # ------------------------------------------------------------------ TAP
 
 def main(argv):

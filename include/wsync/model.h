@@ -279,6 +279,30 @@ WSYNC_API void wsync_model_fail(WsyncModel *m, const char *format, ...) G_GNUC_P
  */
 WSYNC_API void wsync_model_add_drop_rule(WsyncModel *m, const char *rule, const char *glob);
 
+/**
+ * wsync_model_add_copy_rule:
+ * @m: the model
+ * @rule: the rule's name, shown in the plan (e.g. "tied-lm-head")
+ * @name: the exact name of an input tensor that is a second copy of another
+ *   (e.g. "lm_head.weight" of a model whose LM head is its embedding)
+ * @copy_of: the exact name of the input tensor it copies
+ *   (e.g. "model.embed_tokens.weight")
+ *
+ * An input tensor named @name that no layout tensor names is consumed by @rule as a copy
+ * of the input tensor @copy_of, instead of being reported as unmapped: the plan shows
+ * `input NAME dropped by rule RULE (a copy of COPY_OF ...)` (and `"copy_of"` in
+ * `--json`), and a session accepts a push of it and writes nothing from it.
+ *
+ * @copy_of must be in the same source with the same dtype and shape; otherwise the plan
+ * is refused (#WSYNC_ERROR_BAD_INPUT) naming both tensors, their dtypes and shapes and
+ * @rule, since an engine keeps only one of the two.  Values are not compared: a plan
+ * reads headers only (and a session has no data when it plans), so a @name whose bytes
+ * differ from @copy_of's is dropped all the same.  A copy rule is looked up before the
+ * drop rules (wsync_model_add_drop_rule()).
+ */
+WSYNC_API void wsync_model_add_copy_rule(WsyncModel *m, const char *rule, const char *name,
+                                         const char *copy_of);
+
 /* ------------------------------------------------------------------ groups */
 
 /**

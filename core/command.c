@@ -123,6 +123,26 @@ wsync_plan_args_resolve(WsyncContext *ctx, const WsyncPlanArgs *args, WsyncPlanO
   return TRUE;
 }
 
+/* Opens a tensor's object of `inspect --json` and fills the members every source has:
+ * name, dtype, shape and bytes (the caller adds its own and ends the object). */
+static void
+begin_tensor_json(JsonBuilder *b, const char *name, WsyncDtype dtype, guint ndim,
+                  const guint64 *shape, guint64 nbytes)
+{
+  json_builder_begin_object(b);
+  json_builder_set_member_name(b, "name");
+  json_builder_add_string_value(b, name);
+  json_builder_set_member_name(b, "dtype");
+  json_builder_add_string_value(b, wsync_dtype_name(dtype));
+  json_builder_set_member_name(b, "shape");
+  json_builder_begin_array(b);
+  for (guint d = 0; d < ndim; d++)
+    json_builder_add_int_value(b, (gint64)shape[d]);
+  json_builder_end_array(b);
+  json_builder_set_member_name(b, "bytes");
+  json_builder_add_int_value(b, (gint64)nbytes);
+}
+
 JsonNode *
 wsync_checkpoint_to_json(WsyncCheckpoint *ck)
 {
@@ -156,18 +176,7 @@ wsync_checkpoint_to_json(WsyncCheckpoint *ck)
   json_builder_begin_array(b);
   for (guint i = 0; i < n; i++) {
     const WsyncTensor *t = wsync_checkpoint_tensor(ck, i);
-    json_builder_begin_object(b);
-    json_builder_set_member_name(b, "name");
-    json_builder_add_string_value(b, t->name);
-    json_builder_set_member_name(b, "dtype");
-    json_builder_add_string_value(b, wsync_dtype_name(t->dtype));
-    json_builder_set_member_name(b, "shape");
-    json_builder_begin_array(b);
-    for (guint d = 0; d < t->ndim; d++)
-      json_builder_add_int_value(b, (gint64)t->shape[d]);
-    json_builder_end_array(b);
-    json_builder_set_member_name(b, "bytes");
-    json_builder_add_int_value(b, (gint64)t->nbytes);
+    begin_tensor_json(b, t->name, t->dtype, t->ndim, t->shape, t->nbytes);
     json_builder_set_member_name(b, "file");
     json_builder_add_string_value(b, t->file);
     json_builder_end_object(b);
@@ -233,18 +242,7 @@ wsync_sharded_checkpoint_to_json(const char *path, const char *select, GError **
   json_builder_begin_array(b);
   for (guint i = 0; i < n; i++) {
     const WsyncDcpTensor *t = wsync_dcp_tensor(dcp, i);
-    json_builder_begin_object(b);
-    json_builder_set_member_name(b, "name");
-    json_builder_add_string_value(b, t->name);
-    json_builder_set_member_name(b, "dtype");
-    json_builder_add_string_value(b, wsync_dtype_name(t->dtype));
-    json_builder_set_member_name(b, "shape");
-    json_builder_begin_array(b);
-    for (guint d = 0; d < t->ndim; d++)
-      json_builder_add_int_value(b, (gint64)t->shape[d]);
-    json_builder_end_array(b);
-    json_builder_set_member_name(b, "bytes");
-    json_builder_add_int_value(b, (gint64)dcp_tensor_bytes(t));
+    begin_tensor_json(b, t->name, t->dtype, t->ndim, t->shape, dcp_tensor_bytes(t));
     json_builder_set_member_name(b, "chunks");
     json_builder_add_int_value(b, t->chunks->len);
     json_builder_end_object(b);

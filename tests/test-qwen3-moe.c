@@ -32,16 +32,7 @@ typedef TestRun Run;
 static Run
 run_wsync_va(const char *conf, const char *first, va_list ap)
 {
-  g_autoptr(GPtrArray) argv = g_ptr_array_new();
-
-  g_ptr_array_add(argv, "--conf-dir");
-  g_ptr_array_add(argv, (gpointer)conf);
-  g_ptr_array_add(argv, "--plugin-dir");
-  g_ptr_array_add(argv, (gpointer)plugin_dir);
-  for (const char *a = first; a != NULL; a = va_arg(ap, const char *))
-    g_ptr_array_add(argv, (gpointer)a);
-  g_ptr_array_add(argv, NULL);
-  return test_run_wsync_argv((const char *const *)argv->pdata);
+  return test_run_in_va(conf, plugin_dir, first, ap);
 }
 
 /* Runs wsync with @args (NULL-terminated) and this test's conf.d and plugins. */

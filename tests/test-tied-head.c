@@ -56,19 +56,13 @@ static guint n_made;
 static TestRun
 run_wsync(const char *first, ...)
 {
-  g_autoptr(GPtrArray) argv = g_ptr_array_new();
   va_list ap;
+  TestRun r;
 
-  g_ptr_array_add(argv, "--conf-dir");
-  g_ptr_array_add(argv, conf_dir);
-  g_ptr_array_add(argv, "--plugin-dir");
-  g_ptr_array_add(argv, (gpointer)plugin_dir);
   va_start(ap, first);
-  for (const char *a = first; a != NULL; a = va_arg(ap, const char *))
-    g_ptr_array_add(argv, (gpointer)a);
+  r = test_run_in_va(conf_dir, plugin_dir, first, ap);
   va_end(ap);
-  g_ptr_array_add(argv, NULL);
-  return test_run_wsync_argv((const char *const *)argv->pdata);
+  return r;
 }
 
 static void

@@ -207,6 +207,38 @@ test_run(const char *first, ...)
   return r;
 }
 
+/* Runs wsync --conf-dir @conf --plugin-dir @plugins and the arguments in @ap, up to a
+ * NULL: a test's own configuration and the built plugins. */
+static inline TestRun
+test_run_in_va(const char *conf, const char *plugins, const char *first, va_list ap)
+{
+  GPtrArray *args = g_ptr_array_new();
+  TestRun r;
+
+  g_ptr_array_add(args, "--conf-dir");
+  g_ptr_array_add(args, (gpointer)conf);
+  g_ptr_array_add(args, "--plugin-dir");
+  g_ptr_array_add(args, (gpointer)plugins);
+  for (const char *a = first; a != NULL; a = va_arg(ap, const char *))
+    g_ptr_array_add(args, (gpointer)a);
+  r = test_run_args(args);
+  g_ptr_array_unref(args);
+  return r;
+}
+
+/* test_run_in_va() with @first and the arguments after it, up to a NULL. */
+static inline TestRun
+test_run_in(const char *conf, const char *plugins, const char *first, ...)
+{
+  va_list ap;
+  TestRun r;
+
+  va_start(ap, first);
+  r = test_run_in_va(conf, plugins, first, ap);
+  va_end(ap);
+  return r;
+}
+
 /* Runs wsync with @args and insists on exit 0, showing the command and stderr if not. */
 static inline void
 test_run_ok(GPtrArray *args)

@@ -566,20 +566,20 @@ check_case(const Case *c)
 static void
 test_tp1(void)
 {
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 1, 0, NULL, NULL});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 1, 0, NULL, NULL, NULL});
 }
 
 static void
 test_tp2(void)
 {
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 0, NULL, NULL});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 0, NULL, NULL, NULL});
 }
 
 /* tp 4 > 2 KV heads: each KV head on two ranks; vocab 320 rows -> 80 per rank. */
 static void
 test_tp4_kv_replicated(void)
 {
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 4, 0, NULL, NULL});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 4, 0, NULL, NULL, NULL});
 }
 
 /* 8 q heads, 2 KV heads, tp 8: one q head per rank, each KV head on four ranks;
@@ -587,29 +587,29 @@ test_tp4_kv_replicated(void)
 static void
 test_tp8_kv_replicated(void)
 {
-  check_case(&(Case){"tiny-qwen3-moe-8heads.json", FALSE, "latest", TRUE, 8, 0, NULL, NULL});
+  check_case(&(Case){"tiny-qwen3-moe-8heads.json", FALSE, "latest", TRUE, 8, 0, NULL, NULL, NULL});
 }
 
 /* 6 q heads, 2 KV heads, tp 6: replicas of 3 (not a power of two). */
 static void
 test_tp6_kv_replicated(void)
 {
-  check_case(&(Case){"tiny-qwen3-moe-6heads.json", FALSE, "latest", TRUE, 6, 0, NULL, NULL});
+  check_case(&(Case){"tiny-qwen3-moe-6heads.json", FALSE, "latest", TRUE, 6, 0, NULL, NULL, NULL});
 }
 
 /* Tied embeddings (no lm_head anywhere) and a dense layer (gate_up_proj, down_proj). */
 static void
 test_tied_and_dense(void)
 {
-  check_case(&(Case){"tiny-qwen3-moe-tied.json", FALSE, "latest", TRUE, 2, 0, NULL, NULL});
-  check_case(&(Case){"tiny-qwen3-moe-tied.json", FALSE, "latest", TRUE, 4, 0, NULL, NULL});
+  check_case(&(Case){"tiny-qwen3-moe-tied.json", FALSE, "latest", TRUE, 2, 0, NULL, NULL, NULL});
+  check_case(&(Case){"tiny-qwen3-moe-tied.json", FALSE, "latest", TRUE, 4, 0, NULL, NULL, NULL});
 }
 
 /* Transformers 5 fused experts in the input: same rank files. */
 static void
 test_fused_input(void)
 {
-  check_case(&(Case){"tiny-qwen3-moe.json", TRUE, "latest", TRUE, 2, 0, NULL, NULL});
+  check_case(&(Case){"tiny-qwen3-moe.json", TRUE, "latest", TRUE, 2, 0, NULL, NULL, NULL});
 }
 
 /* ep 3, 8 experts: 3, 3, 2 (remainder to the lowest ranks), whole experts. */
@@ -617,7 +617,7 @@ static void
 test_ep3_tp1(void)
 {
   static const guint64 counts[] = {3, 3, 2};
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 1, 3, counts, NULL});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 1, 3, counts, NULL, NULL});
 }
 
 /* ep 4 over tp 2: two whole experts per rank; attention sliced by rank % 2. */
@@ -625,7 +625,7 @@ static void
 test_ep4_tp2(void)
 {
   static const guint64 counts[] = {2, 2, 2, 2};
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 4, counts, NULL});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 4, counts, NULL, NULL});
 }
 
 /* ep 6 over tp 2, 8 experts: 2, 2, 1, 1, 1, 1. */
@@ -633,7 +633,7 @@ static void
 test_ep6_tp2(void)
 {
   static const guint64 counts[] = {2, 2, 1, 1, 1, 1};
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 6, counts, NULL});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 6, counts, NULL, NULL});
 }
 
 /* Every naming era (§5): the router's alias winner and the experts' module. */
@@ -641,8 +641,8 @@ static void
 test_versions(void)
 {
   for (guint i = 0; i < G_N_ELEMENTS(namings); i++)
-    check_case(&(Case){"tiny-qwen3-moe.json", FALSE, namings[i].version, TRUE, 2, 0, NULL, NULL});
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.22.0", TRUE, 1, 0, NULL, NULL});
+    check_case(&(Case){"tiny-qwen3-moe.json", FALSE, namings[i].version, TRUE, 2, 0, NULL, NULL, NULL});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.22.0", TRUE, 1, 0, NULL, NULL, NULL});
 }
 
 /* With ep == tp in the sharded-state format, the releases that keep the expert map
@@ -651,9 +651,9 @@ static void
 test_ep_expert_map(void)
 {
   static const guint64 counts[] = {4, 4};
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.18.1", TRUE, 2, 2, counts, NULL});
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.24.0", TRUE, 2, 2, counts, NULL});
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 2, counts, NULL});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.18.1", TRUE, 2, 2, counts, NULL, NULL});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.24.0", TRUE, 2, 2, counts, NULL, NULL});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 2, counts, NULL, NULL});
 }
 
 /* The kernel format: parameters only (no scale buffers, no expert map), one file set per
@@ -662,17 +662,17 @@ static void
 test_kernel_format(void)
 {
   static const guint64 counts[] = {4, 4};
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 0, NULL, "kernel"});
-  check_case(&(Case){"tiny-qwen3-moe-tied.json", FALSE, "0.18.1", TRUE, 4, 0, NULL, "kernel"});
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.24.0", TRUE, 2, 2, counts, "kernel"});
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.25.0", TRUE, 2, 2, counts, "kernel"});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 0, NULL, "kernel", NULL});
+  check_case(&(Case){"tiny-qwen3-moe-tied.json", FALSE, "0.18.1", TRUE, 4, 0, NULL, "kernel", NULL});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.24.0", TRUE, 2, 2, counts, "kernel", NULL});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "0.25.0", TRUE, 2, 2, counts, "kernel", NULL});
 }
 
 /* attn-scales = false: no scale buffers (check_scales insists they are absent). */
 static void
 test_attn_scales_off(void)
 {
-  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", FALSE, 2, 0, NULL, NULL});
+  check_case(&(Case){"tiny-qwen3-moe.json", FALSE, "latest", FALSE, 2, 0, NULL, NULL, NULL});
 }
 
 /* --rank 1 writes rank 1 only, and rank 1 is what a full run writes. */
@@ -681,7 +681,7 @@ test_single_rank(void)
 {
   const char *src = synth("tiny-qwen3-moe.json", FALSE);
   g_autofree char *dst = convert(src, DEFAULT_CONF, 2, 0, 1);
-  Case c = {"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 0, NULL, NULL};
+  Case c = {"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 0, NULL, NULL, NULL};
   Model m = read_model(c.config);
   GError *error = NULL;
   g_autoptr(WsyncCheckpoint) in = wsync_checkpoint_open(src, &error);
@@ -718,7 +718,7 @@ round_trip(const char *src, const char *rank_dir, const char *conf)
 static void
 test_round_trip_tp2(void)
 {
-  Case c = {"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 0, NULL, NULL};
+  Case c = {"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 0, NULL, NULL, NULL};
   g_autofree char *dst = run_case(&c);
 
   round_trip(synth(c.config, FALSE), dst, DEFAULT_CONF);
@@ -728,9 +728,9 @@ static void
 test_round_trip_ep(void)
 {
   static const guint64 counts[] = {3, 3, 2};
-  Case c = {"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 1, 3, counts, NULL};
+  Case c = {"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 1, 3, counts, NULL, NULL};
   g_autofree char *dst = run_case(&c);
-  Case c2 = {"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 4, NULL, NULL};
+  Case c2 = {"tiny-qwen3-moe.json", FALSE, "latest", TRUE, 2, 4, NULL, NULL, NULL};
   g_autofree char *dst2 = NULL;
 
   round_trip(synth(c.config, FALSE), dst, DEFAULT_CONF);

@@ -569,37 +569,48 @@ py_merge(PyObject *self, PyObject *args, PyObject *kwargs)
 }
 
 PyDoc_STRVAR(inspect_doc,
-"inspect($module, path, *, conf_dir=None, plugin_dir=None)\n"
+"inspect($module, path, *, conf_dir=None, plugin_dir=None, select=None)\n"
 "--\n\n"
 "`wsync inspect PATH --json` as a dict: the tensors (name, dtype, shape, bytes, file) of\n"
-"a safetensors file or a checkpoint directory, with totals, and each file's metadata.");
+"a safetensors file or a checkpoint directory, with totals, and each file's metadata;\n"
+"of a sharded training checkpoint (PyTorch DCP), its logical tensors (global shapes),\n"
+"what merge skips and drops, and why it would refuse (select as --select).");
 
 static PyObject *
 py_inspect(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-  static char *kwlist[] = {"path", "conf_dir", "plugin_dir", NULL};
-  PyObject *path_obj, *conf_dir = NULL, *plugin_dir = NULL, *result = NULL;
-  g_autofree char *path = NULL;
+  static char *kwlist[] = {"path", "conf_dir", "plugin_dir", "select", NULL};
+  PyObject *path_obj, *conf_dir = NULL, *plugin_dir = NULL, *select_obj = NULL;
+  PyObject *result = NULL;
+  g_autofree char *path = NULL, *select = NULL;
   g_autoptr(GError) error = NULL;
-  WsyncCheckpoint *ck;
+  g_autoptr(JsonNode) root = NULL;
+  WsyncCheckpoint *ck = NULL;
   WsyncContext *ctx;
 
   (void)self;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OO:inspect", kwlist, &path_obj, &conf_dir,
-                                   &plugin_dir) ||
-      !path_arg(path_obj, &path))
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOO:inspect", kwlist, &path_obj, &conf_dir,
+                                   &plugin_dir, &select_obj) ||
+      !path_arg(path_obj, &path) || !wsync_py_option_text(select_obj, "select", FALSE, &select))
     return NULL;
   /* inspect needs no plugin, but a broken configuration is still an error, and rank
    * files are told apart by the targets of the configuration */
   if ((ctx = wsync_py_context(conf_dir, plugin_dir)) == NULL)
     return NULL;
+  /* as `wsync inspect` (core/cmd-inspect.c): a sharded checkpoint through merge's reader */
   Py_BEGIN_ALLOW_THREADS
-  ck = wsync_context_open_checkpoint(ctx, path, &error);
+  if (wsync_sharded_checkpoint_detect(path))
+    root = wsync_sharded_checkpoint_to_json(path, select, &error);
+  else if (select != NULL)
+    g_set_error(&error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
+                "--select applies to a sharded training checkpoint (PyTorch DCP), and %s is "
+                "none", path);
+  else if ((ck = wsync_context_open_checkpoint(ctx, path, &error)) != NULL)
+    root = wsync_checkpoint_to_json(ck);
   Py_END_ALLOW_THREADS
-  if (ck != NULL) {
-    g_autoptr(JsonNode) root = wsync_checkpoint_to_json(ck);
+  if (root != NULL)
     result = wsync_py_from_json(root);
-  } else
+  else
     wsync_py_raise(error);
   wsync_checkpoint_free(ck);
   wsync_context_free(ctx);

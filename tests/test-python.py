@@ -2452,6 +2452,19 @@ def merge_select_as_function():
     assert read_checkpoint(out) == read_checkpoint(ref)
     expect_error("select must be a str, not int", wsync.merge, src, out, select=1,
                  kind=TypeError, **KW)
+    # inspect reads it as `wsync inspect --json` does, the refusal's reason and --select
+    # included; select= on a checkpoint that is not sharded is a usage error
+    for select in (None, "app.model"):
+        args = ["--select", select] if select else []
+        want = json.loads(wsync_ok("inspect", src, "--json", *args))
+        got = wsync.inspect(src, select=select, **KW)
+        assert got == want, (got, want)
+    names = [t["name"] for t in wsync.inspect(src, select="app.model", **KW)["tensors"]]
+    assert names == ["b", "w"], names
+    assert wsync.inspect(src, **KW)["refusal"].startswith(
+        "the checkpoint holds more than one state dict: under app, app.model (2 tensors)")
+    expect_error("--select applies to a sharded training checkpoint (PyTorch DCP), and %s is "
+                 "none" % out, wsync.inspect, out, select="app.model", status=2, **KW)
 
 
 # ------------------------------------------------------------------ the module's surface
@@ -2467,7 +2480,7 @@ SIGNATURES = {
             "part_size=None, conf_dir=None, plugin_dir=None, select=None)",
     "merge": "(src, dst, *, part_size=None, threads=None, conf_dir=None, plugin_dir=None, "
              "select=None, force=False)",
-    "inspect": "(path, *, conf_dir=None, plugin_dir=None)",
+    "inspect": "(path, *, conf_dir=None, plugin_dir=None, select=None)",
     "load_rank": "(dir, rank, params, *, verify=True, require_commit=True, version=None, "
                  "digest=None, conf_dir=None, plugin_dir=None)",
     "Session": "(config_path, *, target=None, format=None, tp=None, ep=None, out=None, "

@@ -10,6 +10,11 @@
  *   transformers4  rope_parameters -> rope_theta, rope_scaling, partial_rotary_factor
  *   keep           neither
  *
+ * transformers4 is also what vLLM needs when it runs on Transformers 4 (#30046 to
+ * #45161): it keeps a rope_parameters dict but overwrites its rope_theta with the
+ * Transformers 4 config class's default, 10000.0 for LlamaConfig (docs/vllm.md §10,
+ * "RoPE config").
+ *
  * Whatever the option, `ignore_keys_at_rope_validation` is removed
  * (docs/hf-checkpoints.md §6, "The vLLM 0.18 + Transformers 5 break").
  * The top-level object is converted when it carries RoPE keys, and `text_config` (the
@@ -632,7 +637,9 @@ static cfg_opt_t options[] = {
      .comment = WSYNC_OPTION_DOC(
          "The RoPE keys of every config.json wsync writes: transformers5 turns rope_scaling "
          "and rope_theta into rope_parameters, transformers4 turns rope_parameters back into "
-         "rope_scaling and rope_theta, keep leaves them; ignore_keys_at_rope_validation, "
+         "rope_scaling and rope_theta (for Transformers 4, and for vLLM before 0.24 run on "
+         "it, which replaces a rope_parameters dict's rope_theta with 10000.0), keep "
+         "leaves them; ignore_keys_at_rope_validation, "
          "which breaks vLLM 0.18 with Transformers 5, is dropped in every case.",
          "\"keep\", \"transformers5\" or \"transformers4\"")},
     CFG_END()};

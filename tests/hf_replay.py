@@ -571,3 +571,101 @@ def first_difference(got, want):
             at = next(i for i in range(len(g.data)) if g.data[i] != w.data[i])
             return "%s: bytes differ from byte %d of %d" % (name, at, len(g.data))
     return None
+
+
+# ------------------------------------------------------------------ RoPE
+
+# The RoPE types whose parameters include original_max_position_embeddings, which
+# Transformers 5's standardize_rope_params() fills (docs/hf-checkpoints.md §6, step 4).
+_ROPE_TYPES_WITH_ORIGINAL_MAX = ("llama3", "yarn", "longrope")
+# Text config classes whose __post_init__ does kwargs.setdefault("partial_rotary_factor",
+# 0.25) (docs/hf-checkpoints.md §3, §6 step 3).
+_QUARTER_ROTARY_ROOTS = ("qwen3_5", "qwen3_5_moe", "qwen3_next")
+# `rope_theta` when a config gives none: RotaryEmbeddingConfigMixin.default_theta in
+# Transformers 5, which LlamaConfig and Qwen3Config do not override, and the
+# `rope_theta=10000.0` default of Transformers 4's LlamaConfig.__init__
+# (docs/hf-checkpoints.md §6).
+DEFAULT_THETA = 10000.0
+
+
+def _rope_text(config):
+    """The object holding the RoPE keys: text_config for Qwen3.5, else the root."""
+    return config.get("text_config", config)
+
+
+def _canonical_rope(params, prf):
+    """@params as the rotary embedding reads them: numbers as floats, the legacy `type`
+    gone (Transformers 5's _check_received_keys drops it; Transformers 4's LlamaConfig
+    copies it to rope_type), partial_rotary_factor always present (1.0 when unset, as
+    every rope init function defaults it)."""
+    out = {}
+    for key, value in params.items():
+        if key == "type":
+            continue
+        out[key] = float(value) if isinstance(value, (int, float)) and \
+            not isinstance(value, bool) else value
+    out["partial_rotary_factor"] = float(prf if prf is not None else 1.0)
+    return out
+
+
+def rope_transformers4(config):
+    """The RoPE parameters Transformers 4 builds from @config (docs/hf-checkpoints.md §6,
+    "Transformers 4"): rope_scaling as it is, its rope_type or the legacy type, default
+    when it is null; rope_theta and partial_rotary_factor from the top level only
+    (LlamaConfig's rope_theta defaults to 10000.0); a rope_parameters key is not read."""
+    c = _rope_text(config)
+    params = dict(c.get("rope_scaling") or {})
+    params["rope_type"] = params.get("rope_type", params.get("type", "default"))
+    params["rope_theta"] = c.get("rope_theta", DEFAULT_THETA)
+    return _canonical_rope(params, c.get("partial_rotary_factor"))
+
+
+def rope_transformers5(config):
+    """The RoPE parameters Transformers 5 builds from @config (docs/hf-checkpoints.md §6,
+    "Transformers 5", steps 1 to 4): a non-empty rope_scaling whole, else
+    rope_parameters; rope_theta by setdefault from the top level or default_theta;
+    partial_rotary_factor from the top level, else the dict, else the class default;
+    rope_type from type, else default; original_max_position_embeddings for llama3,
+    yarn and longrope from the top-level attribute, else the dict, else
+    max_position_embeddings.  Where a top-level key and the dict disagree the order of
+    Transformers' steps would matter; rope-compat refuses such configs, so none is
+    replayed here."""
+    c = _rope_text(config)
+    params = dict(c.get("rope_scaling") or c.get("rope_parameters") or {})
+    params.setdefault("rope_theta", c.get("rope_theta", DEFAULT_THETA))
+    prf = c.get("partial_rotary_factor", params.get("partial_rotary_factor"))
+    if prf is None and config.get("model_type") in _QUARTER_ROTARY_ROOTS:
+        prf = 0.25
+    params["rope_type"] = params.get("rope_type", params.get("type", "default"))
+    if params["rope_type"] in _ROPE_TYPES_WITH_ORIGINAL_MAX:
+        if "original_max_position_embeddings" in c:
+            params["original_max_position_embeddings"] = c["original_max_position_embeddings"]
+        else:
+            params.setdefault("original_max_position_embeddings",
+                              c.get("max_position_embeddings"))
+    return _canonical_rope(params, prf)
+
+
+def rope_vllm_transformers4(config):
+    """The RoPE parameters vLLM builds from @config when it runs on Transformers 4, from
+    #30046 (2025-12-04) until #45161 (2026-06-11) made it require Transformers 5
+    (docs/vllm.md §10 "RoPE config"): the Transformers 4 config class's attributes, then
+    vllm/transformers_utils/config.py patch_rope_parameters():
+        rope_parameters = rope_scaling if it is not None, else the config.json
+            rope_parameters key (kept as an attribute), else {"rope_type": "default"}
+        rope_parameters["rope_theta"] = config.rope_theta
+    where config.rope_theta is the top-level key or the class default (10000.0), so a
+    rope_parameters dict's own rope_theta is overwritten; partial_rotary_factor and
+    original_max_position_embeddings likewise from the top level when present; the
+    legacy type becomes rope_type (patch_rope_parameters_dict)."""
+    c = _rope_text(config)
+    scaling = c.get("rope_scaling")
+    params = dict(scaling) if scaling is not None else dict(c.get("rope_parameters") or {})
+    if not params:
+        params = {"rope_type": "default"}
+    params["rope_theta"] = c.get("rope_theta", DEFAULT_THETA)
+    prf = c.get("partial_rotary_factor", params.get("partial_rotary_factor"))
+    if "original_max_position_embeddings" in c:
+        params["original_max_position_embeddings"] = c["original_max_position_embeddings"]
+    params["rope_type"] = params.get("rope_type", params.get("type", "default"))
+    return _canonical_rope(params, prf)

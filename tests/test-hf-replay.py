@@ -17,8 +17,9 @@ Transformers release cannot load an output (the fused experts before Transformer
 per-expert Qwen3.5-MoE experts in the Transformers 5 releases without the converter),
 exactly the expert keys must be what it misses.  Controls mutate good outputs and
 require the replay to report each mutation; config.json checks cover the tied LM head
-(Transformers ties by the top-level config, vLLM by text_config) and the RoPE keys
-each Transformers major reads after `rope-format`.
+(Transformers ties by the top-level config, vLLM by text_config) and the RoPE
+parameters (every llama3 scaling field included) that each Transformers major, and vLLM
+run on Transformers 4, builds after `rope-format`.
 
 Prints TAP.  Accepts and ignores --tap and -k (tests/tap-test passes them).
 Environment (set by Makefile.am's AM_TESTS_ENVIRONMENT): WSYNC_TEST_BINARY,
@@ -342,20 +343,22 @@ def tie_variants(work, config):
     return out
 
 
+# The readers of a config.json's RoPE keys: Transformers 4 and 5, and vLLM from #30046 to
+# #45161 running on Transformers 4 (it builds its own rope_parameters from the
+# Transformers 4 config class, docs/vllm.md §10 "RoPE config"; vLLM on Transformers 5 runs
+# Transformers 5's standardisation, the same as Transformers 5).  (name, the Transformers
+# major whose config classes it uses, what it builds)
+ROPE_READERS = [("Transformers 4", 4, hr.rope_transformers4),
+                ("Transformers 5", 5, hr.rope_transformers5),
+                ("vLLM on Transformers 4", 4, hr.rope_vllm_transformers4)]
+
+
 def effective_rope(config, major):
-    """(rope_type, rope_theta, factor) Transformers @major builds RoPE from
-    (docs/hf-checkpoints.md §6): 4 reads the top-level rope_theta (the classes' default
-    10000.0) and rope_scaling; 5 takes a non-empty rope_scaling whole, else
-    rope_parameters, and fills rope_theta from the top level."""
-    c = config.get("text_config", config)
-    if major == 4:
-        scaling = c.get("rope_scaling") or {}
-        return (scaling.get("rope_type", scaling.get("type", "default")),
-                float(c.get("rope_theta", 10000.0)), scaling.get("factor"))
-    params = dict(c.get("rope_scaling") or c.get("rope_parameters") or {})
-    params.setdefault("rope_theta", c.get("rope_theta", 10000.0))
-    return (params.get("rope_type", params.get("type", "default")),
-            float(params["rope_theta"]), params.get("factor"))
+    """The RoPE parameters Transformers @major builds from @config (tests/hf_replay.py,
+    docs/hf-checkpoints.md §6): type, theta, partial_rotary_factor and every scaling
+    field (llama3's factor, low_freq_factor, high_freq_factor,
+    original_max_position_embeddings)."""
+    return hr.rope_transformers4(config) if major == 4 else hr.rope_transformers5(config)
 
 
 # (config, the Transformers major its keys are written for)
@@ -364,8 +367,12 @@ ROPE_CONFIGS = [("tiny-qwen3-moe", 4), ("tiny-llama3", 4), ("tiny-llama3-tied-bi
 
 
 def rope_checks(conf_dir, work):
-    """Yields (ok, name, diagnostics): what each Transformers major that has the model
-    reads from the config.json `wsync config --rope-format F` writes."""
+    """Yields (ok, name, diagnostics): what each reader of the RoPE keys that has the
+    model builds from the config.json `wsync config --rope-format F` writes, against
+    what the source config means to the Transformers major it is written for.  Then a
+    control: the Transformers 5 form of a Llama config, kept as it is, is misread by
+    vLLM on Transformers 4 (rope_theta 10000.0, docs/vllm.md §10 "RoPE config"), which
+    is why rope-format transformers4 exists; the replay must see it."""
     for config, written_for in ROPE_CONFIGS:
         with open(config_path(config)) as f:
             source = json.load(f)
@@ -374,23 +381,31 @@ def rope_checks(conf_dir, work):
                if c.has(source["model_type"])]
         for fmt, majors in (("keep", (written_for,)), ("transformers4", (4, 5)),
                             ("transformers5", (5,))):
-            majors = [m for m in majors if m in has]
+            readers = [r for r in ROPE_READERS if r[1] in majors and r[1] in has]
             out = os.path.join(work, "rope-%s-%s.json" % (config, fmt))
             r = wsync(conf_dir, "config", "--rope-format", fmt, "-o", out, config_path(config))
-            name = "%s: config.json of rope-format %s read by Transformers %s" % (
-                config, fmt, " and ".join(str(m) for m in majors))
+            name = "%s: config.json of rope-format %s read by %s" % (
+                config, fmt, " and ".join(reader[0] for reader in readers))
             if r.returncode != 0:
                 yield False, name, ["exit status %d: %s" % (r.returncode, r.stderr.strip())]
                 continue
             with open(out) as f:
                 written = json.load(f)
-            diag = ["Transformers %d builds RoPE %r, the source means %r"
-                    % (m, effective_rope(written, m), want)
-                    for m in majors if effective_rope(written, m) != want]
+            diag = ["%s builds RoPE %r, the source means %r" % (what, build(written), want)
+                    for what, _, build in readers if build(written) != want]
             text = written.get("text_config", written)
             if "ignore_keys_at_rope_validation" in text:
                 diag.append("ignore_keys_at_rope_validation is written (docs/hf-checkpoints.md §6)")
             yield not diag, name, diag
+    config = "tiny-llama3-tied-bias"
+    with open(config_path(config)) as f:
+        source = json.load(f)
+    got = hr.rope_vllm_transformers4(source)
+    want = effective_rope(source, 5)
+    yield (got != want and got["rope_theta"] == hr.DEFAULT_THETA,
+           "control: %s (Transformers 5 form) kept as it is is misread by vLLM on "
+           "Transformers 4 (rope_theta %r)" % (config, got["rope_theta"]),
+           [] if got != want else ["the replay builds %r, as Transformers 5 does" % got])
 
 
 # ------------------------------------------------------------------ main

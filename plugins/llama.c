@@ -57,6 +57,17 @@ read_config(WsyncModel *m, Llama *c, GError **error)
       !wsync_config_get_bool_or(&c->root, "mlp_bias", &c->mlp_bias, error) ||
       !wsync_config_get_dtype(&c->root, 1, &dtype, error))
     return FALSE;
+  /* Each KV head serves num_attention_heads / num_key_value_heads query heads, a whole
+   * number in every consumer: Transformers' repeat_kv (modeling_llama.py:194-203, 240
+   * @ 5dd4a6354885, docs/hf-checkpoints.md §5 "GQA") and vLLM's Attention (`assert
+   * num_heads % num_kv_heads == 0`, attention.py:319 @ df1376907b16, docs/vllm.md §10).
+   * LlamaConfig does not check it, so a checkpoint would load and fail at its first
+   * forward, and vLLM would refuse to start. */
+  if (c->heads % c->kv_heads != 0)
+    return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
+                      "field \"num_key_value_heads\" is %" G_GUINT64_FORMAT
+                      ", which does not divide num_attention_heads %" G_GUINT64_FORMAT,
+                      c->kv_heads, c->heads);
   wsync_model_set_dtype(m, dtype);
   /* what the config of the first N layers changes (synth --layers) */
   wsync_model_declare_layer_field(m, &c->root, "num_hidden_layers", WSYNC_LAYER_FIELD_COUNT);

@@ -505,9 +505,10 @@ config_variant(const char *config, const char *key, JsonNode *value)
   return path;
 }
 
-/* A config that lacks a field deciding a shape, or gives a flag that is not a boolean:
- * exit 3, one line naming the field, and nothing written; for a checkpoint of that
- * config, plan and convert refuse the same way. */
+/* A config that lacks a field deciding a shape, gives a flag that is not a boolean, or
+ * KV heads that do not divide the query heads: exit 3, one line naming the field, and
+ * nothing written; for a checkpoint of that config, plan and convert refuse the same
+ * way. */
 static void
 test_refused(void)
 {
@@ -525,6 +526,17 @@ test_refused(void)
        "config.json: field \"head_dim\" is missing and hidden_size 64 is not a multiple of "
        "num_attention_heads 7\n",
        7},
+      /* each KV head serves a whole number of query heads: Transformers' repeat_kv and
+       * vLLM's Attention (`assert num_heads % num_kv_heads == 0`) need it
+       * (docs/hf-checkpoints.md §5 "GQA", docs/vllm.md §10) */
+      {"num_key_value_heads",
+       "config.json: field \"num_key_value_heads\" is 3, which does not divide "
+       "num_attention_heads 8\n",
+       3},
+      {"num_key_value_heads",
+       "config.json: field \"num_key_value_heads\" is 16, which does not divide "
+       "num_attention_heads 8\n",
+       16},
   };
   const char *src = synth(UNTIED);
 

@@ -755,11 +755,18 @@ def layer_norm(n, dtype):
     return m
 
 
-def attention_scales():
+def attention_scales(heads=None, kv_heads=None, par=None):
     """Attention: set_default_quant_scales(register_buffer=True) registers _k_scale,
     _v_scale, _q_scale and _prob_scale as persistent float32 0-dim buffers of 1.0
     (docs/vllm.md §6 "Persistent buffers that do not come from the Hugging Face
-    checkpoint")."""
+    checkpoint").  Given the model's @heads and @kv_heads, its `assert num_heads %
+    num_kv_heads == 0` on this rank's heads (nh/tp and max(1, nkv/tp), docs/vllm.md §10)."""
+    if heads is not None:
+        local_heads = heads // par.tp
+        local_kv = max(1, kv_heads // par.tp)
+        if local_heads % local_kv:
+            raise VllmRefuses("Attention: num_heads (%d) is not divisible by num_kv_heads (%d)"
+                              % (local_heads, local_kv))
     m = Module("Attention")
     for name in ("_k_scale", "_v_scale", "_q_scale", "_prob_scale"):
         scale = m.register_buffer(name, Tensor.empty((), "F32").fill_(1.0))
@@ -1036,7 +1043,7 @@ def _llama_attention(cfg, par):
                                         bias=cfg.qkv_bias))
     m.add_module("o_proj", row_linear(cfg.heads * hd, h, par, dtype, bias=cfg.attention_bias))
     m.add_module("rotary_emb", rotary(hd))
-    m.add_module("attn", attention_scales())
+    m.add_module("attn", attention_scales(cfg.heads, cfg.kv_heads, par))
     return m
 
 

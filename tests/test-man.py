@@ -6,7 +6,8 @@
   options of every command, which GLOBAL OPTIONS lists exactly (with --version);
   `wsync sync --help` is wsync-mpi's, so without it (WSYNC_TEST_MPI is not yes) only
   sync's section is required, and a note says its options went unchecked;
-  EXIT STATUS lists exactly the statuses of `wsync --help`;
+  EXIT STATUS lists exactly the statuses of `wsync --help`; ENVIRONMENT exactly the
+  variables core/ reads, and every value of WSYNC_TRANSPOSE;
 - wsync.conf(5)'s PLUGINS section is what man/plugin-options.py makes of
   `wsync plugins --json` for the plugins of conf.d (their descriptions, and every
   option's type, default, values and description from the plugin's own table); every
@@ -163,6 +164,39 @@ def check_exit_statuses(page):
     return problems
 
 
+def read_source(*parts):
+    with open(os.path.join(SRC, "..", *parts), encoding="utf-8") as f:
+        return f.read()
+
+
+def check_environment(page):
+    """ENVIRONMENT lists exactly the variables the program reads (the g_getenv() calls of
+    core/), and WSYNC_TRANSPOSE's entry names every value it takes (core/transpose.c's
+    path_names), so that a kernel added there is documented too."""
+    core = os.path.join(SRC, "..", "core")
+    read = set()
+    for name in sorted(os.listdir(core)):
+        if name.endswith(".c"):
+            read |= set(re.findall(r'g_getenv\("([A-Z][A-Z0-9_]*)"\)',
+                                   read_source("core", name)))
+    section = page_sections(page, ".SH").get("ENVIRONMENT", [])
+    documented = {t.split()[-1] for t in tags(section) if t.startswith(".B ")}
+    problems = differences("ENVIRONMENT", read, documented)
+    if len(read) < 3:
+        problems.append("found %d g_getenv() calls in core/: %s" % (len(read), sorted(read)))
+    m = re.search(r"path_names\[[^]]*\] = \{([^}]*)\}", read_source("core", "transpose.c"))
+    values = re.findall(r'"([a-z0-9]+)"', m.group(1)) if m else []
+    if len(values) < 2:
+        problems.append("core/transpose.c: no path_names found")
+    tagline = ".B WSYNC_TRANSPOSE"
+    entry = section[section.index(tagline) + 1:] if tagline in section else []
+    entry = entry[:entry.index(".TP")] if ".TP" in entry else entry
+    words = set(re.findall(r"^\.BR? ([a-z0-9]+)", "\n".join(entry), re.M))
+    problems += ["WSYNC_TRANSPOSE: the page does not name the value %s" % v
+                 for v in values if v not in words]
+    return problems
+
+
 # ------------------------------------------------------------------ wsync.conf(5)
 
 def plugins_json():
@@ -287,6 +321,8 @@ def main(argv):
     cases = [
         ("wsync.1: every command, exactly its options", lambda: check_commands(wsync1)),
         ("wsync.1: every exit status", lambda: check_exit_statuses(wsync1)),
+        ("wsync.1: every environment variable, every value of WSYNC_TRANSPOSE",
+         lambda: check_environment(wsync1)),
         ("wsync.conf.5: the plugins' options as the plugins declare them",
          lambda: check_plugin_options(conf5)),
         ("wsync.conf.5: the sync section's keys", lambda: check_sync_keys(conf5)),

@@ -14,6 +14,9 @@
   key its sync section lists is one a conf.d file may set;
 - README.md's table of targets ("### Targets") lists, as rows of that one table, exactly
   the targets `wsync convert --help` lists;
+- what `wsync convert --help` prints, and the notes and refusals of `wsync plan` for every
+  release of its naming table, cite the facts as docs/NAME.md §N of a file that exists
+  (FILES says so), never as a bare §N;
 - groff -ww reads both pages without a warning (skipped, with a line saying so, when
   groff is not installed).
 
@@ -197,6 +200,75 @@ def check_environment(page):
     return problems
 
 
+CITATION = re.compile(r"docs/([A-Za-z0-9_.-]+?)\.md §[0-9.]*[0-9](?:(?:, | and )§[0-9.]*[0-9])*")
+
+
+def uncited(what, text):
+    """The problems of the section signs of @text: FILES says the notes, the errors and
+    --help cite the facts as docs/NAME.md §N, so a bare §N, or a NAME that is not a file
+    of docs/, leaves the reader without the source."""
+    problems = []
+    text = " ".join(text.split())
+    for m in CITATION.finditer(text):
+        if not os.path.isfile(os.path.join(SRC, "..", "docs", m.group(1) + ".md")):
+            problems.append("%s cites docs/%s.md, which does not exist" % (what, m.group(1)))
+    rest = CITATION.sub("", text)
+    for m in re.finditer("§", rest):
+        problems.append("%s: a § that names no docs/ file: ...%s..."
+                        % (what, rest[max(0, m.start() - 70):m.end() + 5]))
+    return problems
+
+
+def check_citations():
+    """What `wsync convert --help` and `wsync plan` print for every release of the naming
+    table (both vLLM targets and formats, with and without EP: notes and refusals)."""
+    r = wsync("convert", "--help")
+    problems = uncited("wsync convert --help", r.stdout + r.stderr)
+    releases = ["latest"]
+    for line in r.stdout.split("\n"):
+        m = re.match(r"\s+(\d+\.\d+(?:\.\d+)?)[ .]", line)
+        if m and m.group(1) not in releases:
+            releases.append(m.group(1))
+    if len(releases) < 5:
+        problems.append("wsync convert --help: found only the releases %s" % releases)
+    work = tempfile.mkdtemp(prefix="wsync-test-man-")
+    try:
+        src = os.path.join(work, "hf")
+        config = os.path.join(SRC, "..", "configs", "tiny-qwen3-moe.json")
+        made = wsync("synth", "-q", "--config", config, src)
+        if made.returncode != 0:
+            return problems + ["wsync synth: exit %d: %s" % (made.returncode, made.stderr)]
+        conf = os.path.join(work, "conf.d")
+        os.mkdir(conf)
+        for name in os.listdir(env("WSYNC_TEST_CONF_DIR")):
+            if name.endswith(".conf"):
+                shutil.copy(os.path.join(env("WSYNC_TEST_CONF_DIR"), name), conf)
+                os.chmod(os.path.join(conf, name), 0o644)
+        for release in releases:
+            path = os.path.join(conf, "99-release.conf")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write('plugin "vllm" {\n  vllm-version = "%s"\n}\n' % release)
+            os.chmod(path, 0o644)  # a conf.d file writable by others is refused
+            for target in ("vllm", "vllm-ascend"):
+                for form in ("sharded-state", "kernel"):
+                    for ep in ("1", "2"):
+                        argv = ["plan", src, "--target", target, "--format", form,
+                                "--tp", "2", "--ep", ep]
+                        run = subprocess.run(
+                            [env("WSYNC_TEST_BINARY"), "--conf-dir", conf, "--plugin-dir",
+                             env("WSYNC_TEST_BUILT_PLUGIN_DIR")] + argv,
+                            capture_output=True, text=True,
+                            env=dict(os.environ, LC_ALL="C", WSYNC_PLUGIN_PATH=""))
+                        notes = [line for line in run.stdout.split("\n")
+                                 if line.startswith("note:")]
+                        what = "vllm-version %s: wsync plan SRC %s" % (release,
+                                                                       " ".join(argv[2:]))
+                        problems += uncited(what, "\n".join(notes) + run.stderr)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return sorted(set(problems))
+
+
 # ------------------------------------------------------------------ wsync.conf(5)
 
 def plugins_json():
@@ -327,6 +399,8 @@ def main(argv):
          lambda: check_plugin_options(conf5)),
         ("wsync.conf.5: the sync section's keys", lambda: check_sync_keys(conf5)),
         ("README.md: the targets table lists every target", check_readme_targets),
+        ("wsync convert --help and the notes and refusals of plan cite docs/NAME.md §N",
+         check_citations),
     ]
     for page in ("wsync.1", "wsync.conf.5"):
         for device in ("ps", "utf8"):

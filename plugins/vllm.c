@@ -1835,6 +1835,20 @@ check_replicas(Rank *r, GError **error)
  * ep > tp the other EP ranks' files would never be read (and data-parallel replicas
  * would load replica 0's experts without an error); and a release whose expert map is
  * not known cannot be given the exact key set with EP. */
+/* A row of the release table is a range ("0.20.x", "0.28.0 and later") or one release
+ * ("0.27.0"): the words that go with its label. */
+static gboolean
+is_range(const Release *release)
+{
+  return release->last == NULL || strcmp(release->first, release->last) != 0;
+}
+
+static const char *
+release_noun(const Release *release)
+{
+  return is_range(release) ? "releases" : "release";
+}
+
 static gboolean
 check_sharded_state(Rank *r, GError **error)
 {
@@ -1849,9 +1863,10 @@ check_sharded_state(Rank *r, GError **error)
   if (r->ep > 1 && r->release->map == MAP_UNKNOWN)
     return wsync_fail(error, WSYNC_ERROR_USAGE,
                       "vllm-version %s: whether its sharded_state files hold the expert map "
-                      "is not known (releases %s were not checked, docs/vllm.md §5); with --ep "
-                      "use a verified release or --format kernel",
-                      r->version, r->release->label);
+                      "is not known (%s %s %s not checked, docs/vllm.md §5); with --ep use a "
+                      "verified release or --format kernel",
+                      r->version, release_noun(r->release), r->release->label,
+                      is_range(r->release) ? "were" : "was");
   return TRUE;
 }
 
@@ -1937,8 +1952,8 @@ add_notes(Rank *r)
                                   "--load-format sharded_state --tensor-parallel-size %u`",
                                   r->tp);
   g_autofree char *era = g_strdup_printf(
-      "vllm-version %s: naming era %s of releases %s (%s)%s%s", r->version,
-      r->naming->name, r->release->label, r->naming->summary,
+      "vllm-version %s: naming era %s of %s %s (%s)%s%s", r->version, r->naming->name,
+      release_noun(r->release), r->release->label, r->naming->summary,
       r->release->verified ? "" : "; not verified: ", r->release->verified ? "" : r->release->why);
 
   wsync_layout_add_note(r->layout, consumer);

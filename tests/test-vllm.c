@@ -1186,6 +1186,12 @@ test_plan_format_and_era(void)
   assert_has(r.out, "; not verified: 0.25.0 to 0.27.0 were not checked; whether they keep "
                     "the expert map persistent is not known (docs/vllm.md §5)\n");
   run_clear(&r);
+  /* a row of one release ("of releases 0.27.0" was the note) */
+  r = run_wsync("plan", src, "--conf-dir", conf_dir("0.27.0", TRUE), "--plugin-dir", pdir,
+                "--target", "vllm", "--tp", "2", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  assert_has(r.out, "note: vllm-version 0.27.0: naming era D of release 0.27.0 (");
+  run_clear(&r);
   /* the verified releases carry no such note */
   r = run_wsync("plan", src, "--conf-dir", conf_dir("0.24.0", TRUE), "--plugin-dir", pdir,
                 "--target", "vllm", "--tp", "2", NULL);
@@ -1280,6 +1286,16 @@ test_refuse_sharded_state(void)
                   "wsync: vllm-version 0.25.0: whether its sharded_state files hold the expert "
                   "map is not known (releases 0.25.0 to 0.26.x were not checked, docs/vllm.md "
                   "§5); with --ep use a verified release or --format kernel\n");
+  g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+  run_clear(&r);
+  /* a row of one release says so ("releases 0.27.0 were" was the message) */
+  r = run_wsync("convert", src, dst, "--conf-dir", conf_dir("0.27.0", TRUE), "--plugin-dir",
+                pdir, "--target", "vllm", "--tp", "2", "--ep", "2", NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==,
+                  "wsync: vllm-version 0.27.0: whether its sharded_state files hold the expert "
+                  "map is not known (release 0.27.0 was not checked, docs/vllm.md §5); with "
+                  "--ep use a verified release or --format kernel\n");
   g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
   run_clear(&r);
   /* without EP the same releases are fine, and so is their kernel format with EP */

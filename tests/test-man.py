@@ -14,6 +14,9 @@
   key its sync section lists is one a conf.d file may set;
 - README.md's table of targets ("### Targets") lists, as rows of that one table, exactly
   the targets `wsync convert --help` lists;
+- README.md's two newcomer commands (main-command, test-command) install exactly the
+  build's toolchain and the packages of what configure.ac checks for, the test command
+  also what only the tests use (valgrind, groff-base, python3-numpy);
 - what `wsync convert --help` prints, and the notes and refusals of `wsync plan` for every
   release of its naming table, cite the facts as docs/NAME.md §N of a file that exists
   (FILES says so), never as a bare §N;
@@ -372,6 +375,63 @@ def check_readme_targets():
                        set(help_targets()), set(rows))
 
 
+# What configure.ac checks for, by the Debian 12 package that provides it; a check
+# configure.ac gains without an entry here fails check_readme_packages, so that README's
+# commands are brought along.
+CONFIGURE_PACKAGES = {
+    "glib-2.0": "libglib2.0-dev", "gthread-2.0": "libglib2.0-dev",
+    "json-glib-1.0": "libjson-glib-dev", "libconfuse": "libconfuse-dev",
+    "libzip": "libzip-dev", "libxxhash": "libxxhash-dev", "ltdl.h": "libltdl-dev",
+    "ompi-c": "libopenmpi-dev", "mpicc": "openmpi-bin", "Python.h": "python3-dev",
+    "AM_PATH_PYTHON": "python3", "valgrind": "valgrind",
+}
+# The build's tools (autoreconf -fi, libtool, a C compiler, make, pkg-config).
+TOOLCHAIN = {"build-essential", "autoconf", "automake", "libtool", "pkg-config"}
+# What only the tests use: make check-valgrind, groff -ww above, tests/test-python.py.
+TEST_ONLY = {"valgrind", "groff-base", "python3-numpy"}
+
+
+def readme_command(marker):
+    """The packages `apt-get install -y` names in README.md's command after @marker."""
+    with open(os.path.join(SRC, "..", "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    block = text[text.index(marker):]
+    block = block[block.index("```sh\n") + 6:]
+    block = block[:block.index("```")]
+    m = re.search(r"apt-get install -y ((?:[a-z0-9.+-]+ ?)+)", block)
+    return set(m.group(1).split()) if m else set()
+
+
+def check_readme_packages():
+    """README's newcomer commands install exactly what the build needs (the toolchain and
+    what configure.ac checks for), and the test command also what only the tests use."""
+    configure = read_source("configure.ac")
+    problems, needed = [], set(TOOLCHAIN)
+    checked = set()
+    for m in re.finditer(r"PKG_CHECK_MODULES\(\[\w+\], \[([^]]*)\]", configure):
+        checked |= {w for w in m.group(1).split() if re.match(r"[A-Za-z]", w)}
+    checked |= set(re.findall(r"AC_CHECK_HEADERS?\(\[([\w.]+\.h)\]", configure))
+    checked |= set(re.findall(r"AC_PATH_PROG\(\[\w+\], \[([\w.-]+)\]", configure))
+    checked |= {"AM_PATH_PYTHON"} if "AM_PATH_PYTHON(" in configure else set()
+    for what in sorted(checked):
+        if what in CONFIGURE_PACKAGES:
+            needed.add(CONFIGURE_PACKAGES[what])
+        elif not what.startswith("xxh_"):  # xxhash's optional dispatch header
+            problems.append("configure.ac checks for %s, which tests/test-man.py cannot "
+                            "name a package for (CONFIGURE_PACKAGES)" % what)
+    if len(checked) < 8:
+        problems.append("found only %s in configure.ac" % sorted(checked))
+    build = needed - TEST_ONLY
+    problems += differences("README.md's main command (apt-get install) against configure.ac",
+                            build, readme_command("<!-- main-command -->"))
+    problems += differences("README.md's test command (apt-get install) against configure.ac "
+                            "and the tests", build | TEST_ONLY,
+                            readme_command("<!-- test-command -->"))
+    return [p.replace("missing from the page", "not installed")
+            .replace("on the page but not in the program", "installed but not used")
+            for p in problems]
+
+
 def check_groff(name, device):
     r = subprocess.run(["groff", "-ww", "-z", "-man", "-T" + device,
                         os.path.join(MAN_DIR, name)],
@@ -399,6 +459,8 @@ def main(argv):
          lambda: check_plugin_options(conf5)),
         ("wsync.conf.5: the sync section's keys", lambda: check_sync_keys(conf5)),
         ("README.md: the targets table lists every target", check_readme_targets),
+        ("README.md: the newcomer commands install what the build and the tests use",
+         check_readme_packages),
         ("wsync convert --help and the notes and refusals of plan cite docs/NAME.md §N",
          check_citations),
     ]

@@ -7,7 +7,9 @@
   `wsync sync --help` is wsync-mpi's, so without it (WSYNC_TEST_MPI is not yes) only
   sync's section is required, and a note says its options went unchecked;
   EXIT STATUS lists exactly the statuses of `wsync --help`; ENVIRONMENT exactly the
-  variables core/ reads, and every value of WSYNC_TRANSPOSE;
+  variables core/ reads, and every value of WSYNC_TRANSPOSE; the sections of verify and
+  plan set in bold, after "With --json", every key those commands print (plan's as
+  convert and synth print them too), and only keys of the source that prints them;
 - wsync.conf(5)'s PLUGINS section is what man/plugin-options.py makes of
   `wsync plugins --json` for the plugins of conf.d (their descriptions, and every
   option's type, default, values and description from the plugin's own table); every
@@ -31,6 +33,7 @@ G_TEST_SRCDIR, G_TEST_BUILDDIR."""
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -272,6 +275,100 @@ def check_citations():
     return sorted(set(problems))
 
 
+def bold_words(lines):
+    """The words set in bold by the macros (.B, .BR, .RB, .BI, .IB) and \\fB of @lines."""
+    words = []
+    for line in lines:
+        line = line.replace("\\-", "-")
+        words += re.findall(r"\\fB(.*?)\\f[RPI]", line)
+        macro, _, rest = line.partition(" ")
+        try:
+            args = shlex.split(rest)
+        except ValueError:
+            continue
+        start = {".B": None, ".BR": 0, ".BI": 0, ".RB": 1, ".IB": 1}.get(macro, -1)
+        if start is None:
+            words += args
+        elif start >= 0:
+            words += args[start::2]
+    return words
+
+
+def json_paragraph(section):
+    """The lines of @section from the one that opens "With --json:" (or ",") to the end
+    of its paragraph."""
+    for i, line in enumerate(section):
+        if re.match(r"\.BR \\-\\-json [:,]$", line):
+            end = next((j for j in range(i + 1, len(section))
+                        if section[j].split(" ")[0] in (".TP", ".PP", ".SS", ".SH")),
+                       len(section))
+            return section[i + 1:end]
+    return []
+
+
+def json_keys(value, skip=("metadata",)):
+    """Every member name of the JSON @value, at every level, but not those under the
+    members @skip names (data, such as a file's __metadata__)."""
+    keys = set()
+    if isinstance(value, dict):
+        for key, member in value.items():
+            keys.add(key)
+            if key not in skip:
+                keys |= json_keys(member, skip)
+    elif isinstance(value, list):
+        for member in value:
+            keys |= json_keys(member, skip)
+    return keys
+
+
+def check_json_keys(page):
+    """The keys wsync verify --json and plan --json (as convert and synth print it too)
+    print are among those their sections of wsync(1) set in bold after "With --json", and
+    each of those is a key of the source file that prints them."""
+    problems = []
+    work = tempfile.mkdtemp(prefix="wsync-test-man-")
+    try:
+        config = os.path.join(SRC, "..", "configs", "tiny-qwen3-moe.json")
+        a, b, out = (os.path.join(work, n) for n in ("a", "b", "out"))
+        for dst, seed in ((a, "0"), (b, "1")):
+            made = wsync("synth", "-q", "--config", config, "--seed", seed, dst)
+            if made.returncode != 0:
+                return ["wsync synth: exit %d: %s" % (made.returncode, made.stderr)]
+        runs = {
+            "verify": [["verify", a, a], ["verify", a, b]],
+            # tp 2: a fill (the attention scale buffers), copies, a padded vocabulary
+            "plan": [["plan", a, "--target", "vllm", "--tp", "2"],
+                     ["convert", a, out, "--target", "vllm", "--tp", "2"],
+                     ["synth", "--config", config, os.path.join(work, "s")]],
+        }
+        sources = {"verify": "cmd-verify.c", "plan": "plan-print.c"}
+        sections = {h.split()[1]: lines for h, lines in page_sections(page, ".SS").items()
+                    if h.startswith("wsync ") and len(h.split()) > 1}
+        for command, argvs in runs.items():
+            printed = set()
+            for argv in argvs:
+                r = wsync(*(argv + ["--json"]))
+                if r.returncode not in (0, 1):
+                    problems.append("wsync %s --json: exit %d: %s"
+                                    % (" ".join(argv[:1]), r.returncode, r.stderr))
+                    continue
+                printed |= json_keys(json.loads(r.stdout))
+            words = {w for w in bold_words(json_paragraph(sections.get(command, [])))
+                     if re.match(r"[a-z_]+$", w)}
+            # (the page also names keys that only some inputs make, such as a metadata
+            # difference's: those must be keys of the source)
+            problems += [line for line in differences("wsync %s --json keys" % command,
+                                                      printed, words)
+                         if "missing from the page" in line]
+            text = read_source("core", sources[command])
+            problems += ["wsync %s --json: the page names the key %s, which core/%s does "
+                         "not print" % (command, w, sources[command])
+                         for w in sorted(words) if '"%s"' % w not in text]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return problems
+
+
 # ------------------------------------------------------------------ wsync.conf(5)
 
 def plugins_json():
@@ -455,6 +552,8 @@ def main(argv):
         ("wsync.1: every exit status", lambda: check_exit_statuses(wsync1)),
         ("wsync.1: every environment variable, every value of WSYNC_TRANSPOSE",
          lambda: check_environment(wsync1)),
+        ("wsync.1: the keys of verify --json and plan --json",
+         lambda: check_json_keys(wsync1)),
         ("wsync.conf.5: the plugins' options as the plugins declare them",
          lambda: check_plugin_options(conf5)),
         ("wsync.conf.5: the sync section's keys", lambda: check_sync_keys(conf5)),

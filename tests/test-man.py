@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The man pages against the program they describe, so that neither can drift:
+"""The man pages and README.md against the program they describe, so that none drifts:
 
 - wsync(1) has a section for every command `wsync --help` lists and for no other; each
   section lists exactly the long options `wsync COMMAND --help` prints besides the
@@ -14,6 +14,9 @@
   `wsync plugins --json` for the plugins of conf.d (their descriptions, and every
   option's type, default, values and description from the plugin's own table); every
   key its sync section lists is one a conf.d file may set;
+- README.md's table of commands gives each command of `wsync --help` with exactly the
+  options of `wsync COMMAND --help` (a short form for its long one), and wsync(1) each
+  short form `wsync COMMAND --help` gives;
 - README.md's table of targets ("### Targets") lists, as rows of that one table, exactly
   the targets `wsync convert --help` lists;
 - README.md's two newcomer commands (main-command, test-command) install exactly the
@@ -157,9 +160,53 @@ def check_commands(page):
             problems.append("wsync %s --help: exit %d" % (command, r.returncode))
             continue
         own = options_of(help_block(r.stdout, "Options:")) - global_options
+        section_tags = tags(documented.get(command, []))
         problems += differences("wsync %s" % command, own,
-                                tag_options(documented.get(command, [])))
+                                {o for tag in section_tags for o in LONG_OPTION.findall(tag)})
+        for short, long in short_options(help_block(r.stdout, "Options:")):
+            if long in own and not any(re.search(r"(^|[^\w-])%s\W" % short, tag) and long in tag
+                                       for tag in section_tags):
+                problems.append("wsync %s: the page does not give %s as %s"
+                                % (command, long, short))
     return problems, notes
+
+
+def short_options(lines):
+    """The (short, long) pairs of the lines that begin `  -t, --target=T  ...`."""
+    return [m.groups() for m in (re.match(r"\s+(-\w), (--[a-z][a-z0-9-]*)", line)
+                                 for line in lines) if m]
+
+
+def check_readme_commands():
+    """README.md's table of commands (and the line of `mpirun ... wsync sync`) gives every
+    command of `wsync --help` with exactly the options of `wsync COMMAND --help` besides
+    those of every command (a short form standing for its long one)."""
+    text = main_help()
+    commands = [line.split()[0] for line in help_block(text, "Commands:")]
+    global_options = options_of(help_block(text, "Options of every command:"))
+    with open(os.path.join(SRC, "..", "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    readme = readme[readme.index("\n## Commands\n"):]
+    usages = {}
+    usage = r"^(?:\| )?`(?:mpirun -np N )?wsync ([a-z]+)((?:[^`]|`(?!\s*\|))*?)`"
+    for m in re.finditer(usage, readme, re.M):
+        usages.setdefault(m.group(1), m.group(2))
+    problems = differences("README.md's commands against wsync --help", set(commands),
+                           set(usages))
+    for command in commands:
+        if command not in usages or (command == "sync"
+                                     and os.environ.get("WSYNC_TEST_MPI") != "yes"):
+            continue
+        lines = help_block(wsync(command, "--help").stdout, "Options:")
+        own = options_of(lines) - global_options
+        long_of = dict(short_options(lines))
+        given = set(LONG_OPTION.findall(usages[command]))
+        given |= {long_of.get(s, s) for s in re.findall(r"(?<![\w-])-[a-zA-Z](?![\w-])",
+                                                        usages[command])}
+        problems += differences("README.md's wsync %s" % command, own, given)
+    return [p.replace("missing from the page", "missing from README.md")
+            .replace("on the page but not in the program", "in README.md but not in --help")
+            for p in problems]
 
 
 def check_exit_statuses(page):
@@ -558,6 +605,7 @@ def main(argv):
          lambda: check_plugin_options(conf5)),
         ("wsync.conf.5: the sync section's keys", lambda: check_sync_keys(conf5)),
         ("README.md: the targets table lists every target", check_readme_targets),
+        ("README.md: every command, exactly its options", check_readme_commands),
         ("README.md: the newcomer commands install what the build and the tests use",
          check_readme_packages),
         ("wsync convert --help and the notes and refusals of plan cite docs/NAME.md §N",

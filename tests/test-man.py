@@ -7,9 +7,10 @@
   `wsync sync --help` is wsync-mpi's, so without it (WSYNC_TEST_MPI is not yes) only
   sync's section is required, and a note says its options went unchecked;
   EXIT STATUS lists exactly the statuses of `wsync --help`; ENVIRONMENT exactly the
-  variables core/ reads, and every value of WSYNC_TRANSPOSE; the sections of verify and
-  plan set in bold, after "With --json", every key those commands print (plan's as
-  convert and synth print them too), and only keys of the source that prints them;
+  variables core/ reads, and every value of WSYNC_TRANSPOSE; the sections of verify,
+  plan, plugins and env set in bold, after "With --json", every key those commands print
+  (plan's as convert and synth print them too), and only keys of the source that prints
+  them;
 - wsync.conf(5)'s PLUGINS section is what man/plugin-options.py makes of
   `wsync plugins --json` for the plugins of conf.d (their descriptions, and every
   option's type, default, values and description from the plugin's own table); every
@@ -369,8 +370,8 @@ def json_keys(value, skip=("metadata",)):
 
 
 def check_json_keys(page):
-    """The keys wsync verify --json and plan --json (as convert and synth print it too)
-    print are among those their sections of wsync(1) set in bold after "With --json", and
+    """The keys wsync verify, plan (as convert and synth print it too), plugins and env
+    print with --json are among those their sections of wsync(1) set in bold after "With --json", and
     each of those is a key of the source file that prints them."""
     problems = []
     work = tempfile.mkdtemp(prefix="wsync-test-man-")
@@ -384,11 +385,14 @@ def check_json_keys(page):
         runs = {
             "verify": [["verify", a, a], ["verify", a, b]],
             # tp 2: a fill (the attention scale buffers), copies, a padded vocabulary
+            "plugins": [["plugins"]],
+            "env": [["env", "--backend", "npu-ascend", "--mode", "colocate"]],
             "plan": [["plan", a, "--target", "vllm", "--tp", "2"],
                      ["convert", a, out, "--target", "vllm", "--tp", "2"],
                      ["synth", "--config", config, os.path.join(work, "s")]],
         }
-        sources = {"verify": "cmd-verify.c", "plan": "plan-print.c"}
+        sources = {"verify": "cmd-verify.c", "plan": "plan-print.c",
+                   "plugins": "cmd-plugins.c", "env": "cmd-env.c"}
         sections = {h.split()[1]: lines for h, lines in page_sections(page, ".SS").items()
                     if h.startswith("wsync ") and len(h.split()) > 1}
         for command, argvs in runs.items():
@@ -599,7 +603,7 @@ def main(argv):
         ("wsync.1: every exit status", lambda: check_exit_statuses(wsync1)),
         ("wsync.1: every environment variable, every value of WSYNC_TRANSPOSE",
          lambda: check_environment(wsync1)),
-        ("wsync.1: the keys of verify --json and plan --json",
+        ("wsync.1: the keys of verify, plan, plugins and env --json",
          lambda: check_json_keys(wsync1)),
         ("wsync.conf.5: the plugins' options as the plugins declare them",
          lambda: check_plugin_options(conf5)),

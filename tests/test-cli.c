@@ -63,6 +63,14 @@ test_help_lists_commands_and_exit_codes(void)
                     "error, 3 bad input data, 4 I/O failure.\n");
   run_clear(&r);
 
+  /* synth's --part-size is no limit (a larger tensor gets a file of its own): it said
+   * "File size limit" */
+  r = run_wsync("synth", "--help", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  assert_has(r.out, "  --part-size=SIZE        Start a new file before a tensor that would pass "
+                    "SIZE (default 5G)\n");
+  run_clear(&r);
+
   r = run_wsync("inspect", "--help", NULL);
   g_assert_cmpint(r.status, ==, 0);
   assert_has(r.out, "Usage:\n  wsync inspect [OPTION");

@@ -493,6 +493,14 @@ test_config_runs_patchers_in_order(void)
                   "  \"patched_by_good\" : \"level=4 mode=fast flag=true names=1\"\n"
                   "}\n");
   run_clear(&r);
+  /* on stdout the same text, with or without --json (wsync(1) says so) */
+  for (guint json = 0; json < 2; json++) {
+    r = run_wsync("config", in, json ? "--json" : "-q", "--conf-dir", conf, "--plugin-dir",
+                  test_env_dir("WSYNC_TEST_PLUGIN_DIR"), NULL);
+    g_assert_cmpint(r.status, ==, 0);
+    g_assert_cmpstr(r.out, ==, text);
+    run_clear(&r);
+  }
 
   /* -o naming a directory: the error names it (not a temporary), nothing is left */
   g_autofree char *sub = g_build_filename(dir, "sub", NULL);

@@ -213,10 +213,16 @@ test_plugins_text(void)
   g_assert_cmpstr(r.err, ==, err);
   run_clear(&r);
 
-  /* -q keeps stderr for errors only */
+  /* -q keeps stderr for errors only, and stdout for the listing the command is run for
+   * (--help said "print only errors") */
   r = run_wsync("-q", "plugins", "--conf-dir", conf, "--plugin-dir", pdir, NULL);
   g_assert_cmpint(r.status, ==, 0);
   g_assert_cmpstr(r.err, ==, "");
+  g_assert_cmpstr(r.out, ==, expect);
+  run_clear(&r);
+  r = run_wsync("--help", NULL);
+  assert_has(r.out, "  -q, --quiet        print only errors and the command's result (no "
+                    "warnings,\n                     no progress, no notes after a write)\n");
   run_clear(&r);
   test_rmtree(conf);
 }

@@ -26,7 +26,9 @@ global_entries(WsyncCli *cli)
        "Print only errors and the command's result (no warnings, no progress, no notes "
        "after a write)",
        NULL},
-      {"verbose", 'v', 0, G_OPTION_ARG_NONE, &cli->verbose, "Say more", NULL},
+      /* (only sync-mpi.c reads it; the other commands take it and print nothing more) */
+      {"verbose", 'v', 0, G_OPTION_ARG_NONE, &cli->verbose,
+       "Say more (sync only: when each phase ended)", NULL},
       {NULL}};
   return g_memdup2(entries, sizeof entries);
 }

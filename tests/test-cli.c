@@ -223,6 +223,8 @@ test_plugins_text(void)
   r = run_wsync("--help", NULL);
   assert_has(r.out, "  -q, --quiet        print only errors and the command's result (no "
                     "warnings,\n                     no progress, no notes after a write)\n");
+  /* only sync says more with -v (it said "say more", for every command) */
+  assert_has(r.out, "  -v, --verbose      say more (sync only: when each phase ended)\n");
   run_clear(&r);
   test_rmtree(conf);
 }

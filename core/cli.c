@@ -21,8 +21,14 @@ global_entries(WsyncCli *cli)
        "Look for plugins in DIR first (repeatable; then $WSYNC_PLUGIN_PATH, then "
        WSYNC_PLUGIN_DIR ")", "DIR"},
       {"json", 0, 0, G_OPTION_ARG_NONE, &cli->json, "Machine-readable output on stdout", NULL},
-      {"quiet", 'q', 0, G_OPTION_ARG_NONE, &cli->quiet, "Print only errors", NULL},
-      {"verbose", 'v', 0, G_OPTION_ARG_NONE, &cli->verbose, "Say more", NULL},
+      /* plan, inspect, plugins, env and config still print what they are run for */
+      {"quiet", 'q', 0, G_OPTION_ARG_NONE, &cli->quiet,
+       "Print only errors and the command's result (no warnings, no progress, no notes "
+       "after a write)",
+       NULL},
+      /* (only sync-mpi.c reads it; the other commands take it and print nothing more) */
+      {"verbose", 'v', 0, G_OPTION_ARG_NONE, &cli->verbose,
+       "Say more (sync only: when each phase ended)", NULL},
       {NULL}};
   return g_memdup2(entries, sizeof entries);
 }

@@ -148,8 +148,9 @@ cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
        "random (default): small finite values; index: each element's bytes encode its "
        "tensor and position",
        "P"},
-      {"part-size", 0, 0, G_OPTION_ARG_STRING, &part_size, "File size limit (default 5G)",
-       "SIZE"},
+      /* (not a limit: a tensor larger than SIZE gets a file of its own) */
+      {"part-size", 0, 0, G_OPTION_ARG_STRING, &part_size,
+       "Start a new file before a tensor that would pass SIZE (default 5G)", "SIZE"},
       FORCE_ENTRY(force),
       {NULL}};
   g_autoptr(GError) error = NULL;

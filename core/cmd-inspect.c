@@ -53,7 +53,7 @@ print_table(guint n, const char *const *names, const WsyncDtype *dtypes,
  *   "not tensors, skipped: train_state"
  *   "names without the key model, under which the state dict was saved"
  *   "left out by --select: 8 entries"
- *   "note: merge and convert refuse these names: ..." (without --select) */
+ *   "note: merge, convert, plan and sync refuse these names: ..." (without --select) */
 static void
 print_sharded_text(JsonObject *root)
 {
@@ -106,7 +106,7 @@ print_sharded_text(JsonObject *root)
            dropped == 1 ? "y" : "ies");
   if (!json_object_get_null_member(root, "refusal")) {
     g_autofree char *why = wsync_printable(json_object_get_string_member(root, "refusal"));
-    printf("note: merge and convert refuse these names: %s\n", why);
+    printf("note: merge, convert, plan and sync refuse these names: %s\n", why);
   }
 }
 

@@ -230,8 +230,8 @@ guint wsync_dcp_n_dropped(const WsyncDcp *dcp);
  * wsync_dcp_refusal:
  * @dcp: a checkpoint opened with @list_all
  *
- * Returns: (transfer none) (nullable): why merge and convert refuse its names without
- *   --select (the message without the file), or %NULL when they do not.
+ * Returns: (transfer none) (nullable): why merge, convert, plan and sync refuse its names
+ *   without --select (the message without the file), or %NULL when they do not.
  */
 const char *wsync_dcp_refusal(const WsyncDcp *dcp);
 

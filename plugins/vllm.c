@@ -223,21 +223,21 @@ typedef struct {
 static const Release releases[] = {
     {"0.17 to 0.19.x", "0.17.0", "0.19.999", &era_a, &era_a_ascend, MAP_PERSISTENT, FALSE,
      "the era A release range is medium confidence, and Qwen3-MoE's router alias only came "
-     "with vLLM #32082 (2026-01-23) (§5)", &sp_before_0_24},
+     "with vLLM #32082 (2026-01-23) (docs/vllm.md §5)", &sp_before_0_24},
     {"0.20.x", "0.20.0", "0.20.999", &era_b, &era_a_ascend, MAP_PERSISTENT, FALSE,
-     "the era B release range is low confidence (§5)", &sp_before_0_24},
+     "the era B release range is low confidence (docs/vllm.md §5)", &sp_before_0_24},
     {"0.21.0 to 0.23.x", "0.21.0", "0.23.999", &era_c, &era_a_ascend, MAP_PERSISTENT, FALSE,
      "the era C release range is medium-high confidence: vllm-ascend #11081 keeps v0.23.0 "
      "on that path, and the releases before 0.24.0 map to their eras with medium or low "
-     "confidence (§5)", &sp_before_0_24},
+     "confidence (docs/vllm.md §5)", &sp_before_0_24},
     {"0.24.x", "0.24.0", "0.24.999", &era_d, &era_d_ascend_unwrapped, MAP_PERSISTENT, TRUE, NULL,
      &sp_pinned},
     {"0.25.0 to 0.26.x", "0.25.0", "0.26.999", &era_d, &era_d_ascend_unwrapped, MAP_UNKNOWN, FALSE,
      "0.25.0 to 0.27.0 were not checked; whether they keep the expert map persistent is "
-     "not known (§5)", &sp_0_25},
+     "not known (docs/vllm.md §5)", &sp_0_25},
     {"0.27.0", "0.27.0", "0.27.0", &era_d, NULL, MAP_UNKNOWN, FALSE,
      "0.25.0 to 0.27.0 were not checked; whether they keep the expert map persistent is "
-     "not known (§5)", &sp_0_25},
+     "not known (docs/vllm.md §5)", &sp_0_25},
     {"0.27.1 to 0.27.x", "0.27.1", "0.27.999", &era_d, &era_d_ascend, MAP_ABSENT, TRUE, NULL,
      &sp_pinned},
     {"0.28.0 and later", "0.28.0", NULL, &era_d, &era_d_ascend, MAP_ABSENT, FALSE,
@@ -1835,6 +1835,20 @@ check_replicas(Rank *r, GError **error)
  * ep > tp the other EP ranks' files would never be read (and data-parallel replicas
  * would load replica 0's experts without an error); and a release whose expert map is
  * not known cannot be given the exact key set with EP. */
+/* A row of the release table is a range ("0.20.x", "0.28.0 and later") or one release
+ * ("0.27.0"): the words that go with its label. */
+static gboolean
+is_range(const Release *release)
+{
+  return release->last == NULL || strcmp(release->first, release->last) != 0;
+}
+
+static const char *
+release_noun(const Release *release)
+{
+  return is_range(release) ? "releases" : "release";
+}
+
 static gboolean
 check_sharded_state(Rank *r, GError **error)
 {
@@ -1849,9 +1863,10 @@ check_sharded_state(Rank *r, GError **error)
   if (r->ep > 1 && r->release->map == MAP_UNKNOWN)
     return wsync_fail(error, WSYNC_ERROR_USAGE,
                       "vllm-version %s: whether its sharded_state files hold the expert map "
-                      "is not known (releases %s were not checked, §5); with --ep use a "
+                      "is not known (%s %s %s not checked, docs/vllm.md §5); with --ep use a "
                       "verified release or --format kernel",
-                      r->version, r->release->label);
+                      r->version, release_noun(r->release), r->release->label,
+                      is_range(r->release) ? "were" : "was");
   return TRUE;
 }
 
@@ -1937,8 +1952,8 @@ add_notes(Rank *r)
                                   "--load-format sharded_state --tensor-parallel-size %u`",
                                   r->tp);
   g_autofree char *era = g_strdup_printf(
-      "vllm-version %s: naming era %s of releases %s (%s)%s%s", r->version,
-      r->naming->name, r->release->label, r->naming->summary,
+      "vllm-version %s: naming era %s of %s %s (%s)%s%s", r->version, r->naming->name,
+      release_noun(r->release), r->release->label, r->naming->summary,
       r->release->verified ? "" : "; not verified: ", r->release->verified ? "" : r->release->why);
 
   wsync_layout_add_note(r->layout, consumer);

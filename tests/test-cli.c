@@ -63,6 +63,14 @@ test_help_lists_commands_and_exit_codes(void)
                     "error, 3 bad input data, 4 I/O failure.\n");
   run_clear(&r);
 
+  /* synth's --part-size is no limit (a larger tensor gets a file of its own): it said
+   * "File size limit" */
+  r = run_wsync("synth", "--help", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  assert_has(r.out, "  --part-size=SIZE        Start a new file before a tensor that would pass "
+                    "SIZE (default 5G)\n");
+  run_clear(&r);
+
   r = run_wsync("inspect", "--help", NULL);
   g_assert_cmpint(r.status, ==, 0);
   assert_has(r.out, "Usage:\n  wsync inspect [OPTION");
@@ -205,10 +213,18 @@ test_plugins_text(void)
   g_assert_cmpstr(r.err, ==, err);
   run_clear(&r);
 
-  /* -q keeps stderr for errors only */
+  /* -q keeps stderr for errors only, and stdout for the listing the command is run for
+   * (--help said "print only errors") */
   r = run_wsync("-q", "plugins", "--conf-dir", conf, "--plugin-dir", pdir, NULL);
   g_assert_cmpint(r.status, ==, 0);
   g_assert_cmpstr(r.err, ==, "");
+  g_assert_cmpstr(r.out, ==, expect);
+  run_clear(&r);
+  r = run_wsync("--help", NULL);
+  assert_has(r.out, "  -q, --quiet        print only errors and the command's result (no "
+                    "warnings,\n                     no progress, no notes after a write)\n");
+  /* only sync says more with -v (it said "say more", for every command) */
+  assert_has(r.out, "  -v, --verbose      say more (sync only: when each phase ended)\n");
   run_clear(&r);
   test_rmtree(conf);
 }
@@ -485,6 +501,14 @@ test_config_runs_patchers_in_order(void)
                   "  \"patched_by_good\" : \"level=4 mode=fast flag=true names=1\"\n"
                   "}\n");
   run_clear(&r);
+  /* on stdout the same text, with or without --json (wsync(1) says so) */
+  for (guint json = 0; json < 2; json++) {
+    r = run_wsync("config", in, json ? "--json" : "-q", "--conf-dir", conf, "--plugin-dir",
+                  test_env_dir("WSYNC_TEST_PLUGIN_DIR"), NULL);
+    g_assert_cmpint(r.status, ==, 0);
+    g_assert_cmpstr(r.out, ==, text);
+    run_clear(&r);
+  }
 
   /* -o naming a directory: the error names it (not a temporary), nothing is left */
   g_autofree char *sub = g_build_filename(dir, "sub", NULL);

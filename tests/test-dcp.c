@@ -699,6 +699,17 @@ test_inspect_cli(void)
                            "values); pass --select KEY");
   test_assert_has(run.out, "\"name\" : \"app.optim.state.w.exp_avg\"");
   test_run_clear(&run);
+  /* the text names every command that refuses (it named merge and convert, not plan) */
+  run = test_run("inspect", app, "--conf-dir", conf, "--plugin-dir", plugins, NULL);
+  g_assert_cmpint(run.status, ==, 0);
+  test_assert_has(run.out, "\nnote: merge, convert, plan and sync refuse these names: the "
+                           "checkpoint holds more than one state dict: under app, ");
+  test_run_clear(&run);
+  run = test_run("plan", app, "--target", "hf", "--conf-dir", conf, "--plugin-dir", plugins,
+                 NULL);
+  g_assert_cmpint(run.status, ==, 3);
+  test_assert_has(run.err, "the checkpoint holds more than one state dict: under app, ");
+  test_run_clear(&run);
   run = test_run("inspect", app, "--select", "app", "--conf-dir", conf, "--plugin-dir", plugins, NULL);
   g_assert_cmpint(run.status, ==, 3);
   g_assert_cmpstr(run.out, ==, "");

@@ -1,18 +1,31 @@
 #!/usr/bin/env python3
-"""The man pages against the program they describe, so that neither can drift:
+"""The man pages and README.md against the program they describe, so that none drifts:
 
 - wsync(1) has a section for every command `wsync --help` lists and for no other; each
   section lists exactly the long options `wsync COMMAND --help` prints besides the
   options of every command, which GLOBAL OPTIONS lists exactly (with --version);
   `wsync sync --help` is wsync-mpi's, so without it (WSYNC_TEST_MPI is not yes) only
   sync's section is required, and a note says its options went unchecked;
-  EXIT STATUS lists exactly the statuses of `wsync --help`;
+  EXIT STATUS lists exactly the statuses of `wsync --help`; ENVIRONMENT exactly the
+  variables core/ reads, and every value of WSYNC_TRANSPOSE; the sections of verify,
+  plan, plugins and env set in bold, after "With --json", every key those commands print
+  (plan's as convert and synth print them too), and only keys of the source that prints
+  them;
 - wsync.conf(5)'s PLUGINS section is what man/plugin-options.py makes of
   `wsync plugins --json` for the plugins of conf.d (their descriptions, and every
   option's type, default, values and description from the plugin's own table); every
   key its sync section lists is one a conf.d file may set;
+- README.md's table of commands gives each command of `wsync --help` with exactly the
+  options of `wsync COMMAND --help` (a short form for its long one), and wsync(1) each
+  short form `wsync COMMAND --help` gives;
 - README.md's table of targets ("### Targets") lists, as rows of that one table, exactly
   the targets `wsync convert --help` lists;
+- README.md's two newcomer commands (main-command, test-command) install exactly the
+  build's toolchain and the packages of what configure.ac checks for, the test command
+  also what only the tests use (valgrind, groff-base, python3-numpy);
+- what `wsync convert --help` prints, and the notes and refusals of `wsync plan` for every
+  release of its naming table, cite the facts as docs/NAME.md §N of a file that exists
+  (FILES says so), never as a bare §N;
 - groff -ww reads both pages without a warning (skipped, with a line saying so, when
   groff is not installed).
 
@@ -24,6 +37,7 @@ G_TEST_SRCDIR, G_TEST_BUILDDIR."""
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -147,9 +161,53 @@ def check_commands(page):
             problems.append("wsync %s --help: exit %d" % (command, r.returncode))
             continue
         own = options_of(help_block(r.stdout, "Options:")) - global_options
+        section_tags = tags(documented.get(command, []))
         problems += differences("wsync %s" % command, own,
-                                tag_options(documented.get(command, [])))
+                                {o for tag in section_tags for o in LONG_OPTION.findall(tag)})
+        for short, long in short_options(help_block(r.stdout, "Options:")):
+            if long in own and not any(re.search(r"(^|[^\w-])%s\W" % short, tag) and long in tag
+                                       for tag in section_tags):
+                problems.append("wsync %s: the page does not give %s as %s"
+                                % (command, long, short))
     return problems, notes
+
+
+def short_options(lines):
+    """The (short, long) pairs of the lines that begin `  -t, --target=T  ...`."""
+    return [m.groups() for m in (re.match(r"\s+(-\w), (--[a-z][a-z0-9-]*)", line)
+                                 for line in lines) if m]
+
+
+def check_readme_commands():
+    """README.md's table of commands (and the line of `mpirun ... wsync sync`) gives every
+    command of `wsync --help` with exactly the options of `wsync COMMAND --help` besides
+    those of every command (a short form standing for its long one)."""
+    text = main_help()
+    commands = [line.split()[0] for line in help_block(text, "Commands:")]
+    global_options = options_of(help_block(text, "Options of every command:"))
+    with open(os.path.join(SRC, "..", "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    readme = readme[readme.index("\n## Commands\n"):]
+    usages = {}
+    usage = r"^(?:\| )?`(?:mpirun -np N )?wsync ([a-z]+)((?:[^`]|`(?!\s*\|))*?)`"
+    for m in re.finditer(usage, readme, re.M):
+        usages.setdefault(m.group(1), m.group(2))
+    problems = differences("README.md's commands against wsync --help", set(commands),
+                           set(usages))
+    for command in commands:
+        if command not in usages or (command == "sync"
+                                     and os.environ.get("WSYNC_TEST_MPI") != "yes"):
+            continue
+        lines = help_block(wsync(command, "--help").stdout, "Options:")
+        own = options_of(lines) - global_options
+        long_of = dict(short_options(lines))
+        given = set(LONG_OPTION.findall(usages[command]))
+        given |= {long_of.get(s, s) for s in re.findall(r"(?<![\w-])-[a-zA-Z](?![\w-])",
+                                                        usages[command])}
+        problems += differences("README.md's wsync %s" % command, own, given)
+    return [p.replace("missing from the page", "missing from README.md")
+            .replace("on the page but not in the program", "in README.md but not in --help")
+            for p in problems]
 
 
 def check_exit_statuses(page):
@@ -160,6 +218,220 @@ def check_exit_statuses(page):
     problems = differences("exit statuses", want, have)
     if len(want) < 5:
         problems.append("wsync --help lists %d exit statuses, not 5: %s" % (len(want), listed))
+    return problems
+
+
+def read_source(*parts):
+    with open(os.path.join(SRC, "..", *parts), encoding="utf-8") as f:
+        return f.read()
+
+
+def check_environment(page):
+    """ENVIRONMENT lists exactly the variables the program reads (the g_getenv() calls of
+    core/), and WSYNC_TRANSPOSE's entry names every value it takes (core/transpose.c's
+    path_names), so that a kernel added there is documented too."""
+    core = os.path.join(SRC, "..", "core")
+    read = set()
+    for name in sorted(os.listdir(core)):
+        if name.endswith(".c"):
+            read |= set(re.findall(r'g_getenv\("([A-Z][A-Z0-9_]*)"\)',
+                                   read_source("core", name)))
+    section = page_sections(page, ".SH").get("ENVIRONMENT", [])
+    documented = {t.split()[-1] for t in tags(section) if t.startswith(".B ")}
+    problems = differences("ENVIRONMENT", read, documented)
+    if len(read) < 3:
+        problems.append("found %d g_getenv() calls in core/: %s" % (len(read), sorted(read)))
+    m = re.search(r"path_names\[[^]]*\] = \{([^}]*)\}", read_source("core", "transpose.c"))
+    values = re.findall(r'"([a-z0-9]+)"', m.group(1)) if m else []
+    if len(values) < 2:
+        problems.append("core/transpose.c: no path_names found")
+    tagline = ".B WSYNC_TRANSPOSE"
+    entry = section[section.index(tagline) + 1:] if tagline in section else []
+    entry = entry[:entry.index(".TP")] if ".TP" in entry else entry
+    words = set(re.findall(r"^\.BR? ([a-z0-9]+)", "\n".join(entry), re.M))
+    problems += ["WSYNC_TRANSPOSE: the page does not name the value %s" % v
+                 for v in values if v not in words]
+    return problems
+
+
+CITATION = re.compile(r"docs/([A-Za-z0-9_.-]+?)\.md §[0-9.]*[0-9](?:(?:, | and )§[0-9.]*[0-9])*")
+
+
+def uncited(what, text):
+    """The problems of the section signs of @text: FILES says the notes, the errors and
+    --help cite the facts as docs/NAME.md §N, so a bare §N, or a NAME that is not a file
+    of docs/, leaves the reader without the source."""
+    problems = []
+    text = " ".join(text.split())
+    for m in CITATION.finditer(text):
+        if not os.path.isfile(os.path.join(SRC, "..", "docs", m.group(1) + ".md")):
+            problems.append("%s cites docs/%s.md, which does not exist" % (what, m.group(1)))
+    rest = CITATION.sub("", text)
+    for m in re.finditer("§", rest):
+        problems.append("%s: a § that names no docs/ file: ...%s..."
+                        % (what, rest[max(0, m.start() - 70):m.end() + 5]))
+    return problems
+
+
+def unbuilt(*names):
+    """Those of the plugins @names that are not active here (./configure
+    --disable-plugin-NAME): the checks that run them are then skipped, with a note."""
+    active = {p["name"] for p in plugins_json()["plugins"] if p["state"] == "active"}
+    return [name for name in names if name not in active]
+
+
+def check_citations():
+    """What `wsync convert --help` and `wsync plan` print for every release of the naming
+    table (both vLLM targets and formats, with and without EP: notes and refusals)."""
+    missing = unbuilt("hf", "qwen3_moe", "vllm", "npu-ascend")
+    if missing:
+        return [], ["plugins %s are not built here: the citations are not checked"
+                    % ", ".join(missing)]
+    r = wsync("convert", "--help")
+    problems = uncited("wsync convert --help", r.stdout + r.stderr)
+    releases = ["latest"]
+    for line in r.stdout.split("\n"):
+        m = re.match(r"\s+(\d+\.\d+(?:\.\d+)?)[ .]", line)
+        if m and m.group(1) not in releases:
+            releases.append(m.group(1))
+    if len(releases) < 5:
+        problems.append("wsync convert --help: found only the releases %s" % releases)
+    work = tempfile.mkdtemp(prefix="wsync-test-man-")
+    try:
+        src = os.path.join(work, "hf")
+        config = os.path.join(SRC, "..", "configs", "tiny-qwen3-moe.json")
+        made = wsync("synth", "-q", "--config", config, src)
+        if made.returncode != 0:
+            return problems + ["wsync synth: exit %d: %s" % (made.returncode, made.stderr)]
+        conf = os.path.join(work, "conf.d")
+        os.mkdir(conf)
+        for name in os.listdir(env("WSYNC_TEST_CONF_DIR")):
+            if name.endswith(".conf"):
+                shutil.copy(os.path.join(env("WSYNC_TEST_CONF_DIR"), name), conf)
+                os.chmod(os.path.join(conf, name), 0o644)
+        for release in releases:
+            path = os.path.join(conf, "99-release.conf")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write('plugin "vllm" {\n  vllm-version = "%s"\n}\n' % release)
+            os.chmod(path, 0o644)  # a conf.d file writable by others is refused
+            for target in ("vllm", "vllm-ascend"):
+                for form in ("sharded-state", "kernel"):
+                    for ep in ("1", "2"):
+                        argv = ["plan", src, "--target", target, "--format", form,
+                                "--tp", "2", "--ep", ep]
+                        run = subprocess.run(
+                            [env("WSYNC_TEST_BINARY"), "--conf-dir", conf, "--plugin-dir",
+                             env("WSYNC_TEST_BUILT_PLUGIN_DIR")] + argv,
+                            capture_output=True, text=True,
+                            env=dict(os.environ, LC_ALL="C", WSYNC_PLUGIN_PATH=""))
+                        notes = [line for line in run.stdout.split("\n")
+                                 if line.startswith("note:")]
+                        what = "vllm-version %s: wsync plan SRC %s" % (release,
+                                                                       " ".join(argv[2:]))
+                        problems += uncited(what, "\n".join(notes) + run.stderr)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return sorted(set(problems))
+
+
+def bold_words(lines):
+    """The words set in bold by the macros (.B, .BR, .RB, .BI, .IB) and \\fB of @lines."""
+    words = []
+    for line in lines:
+        line = line.replace("\\-", "-")
+        words += re.findall(r"\\fB(.*?)\\f[RPI]", line)
+        macro, _, rest = line.partition(" ")
+        try:
+            args = shlex.split(rest)
+        except ValueError:
+            continue
+        start = {".B": None, ".BR": 0, ".BI": 0, ".RB": 1, ".IB": 1}.get(macro, -1)
+        if start is None:
+            words += args
+        elif start >= 0:
+            words += args[start::2]
+    return words
+
+
+def json_paragraph(section):
+    """The lines of @section from the one that opens "With --json:" (or ",") to the end
+    of its paragraph."""
+    for i, line in enumerate(section):
+        if re.match(r"\.BR \\-\\-json [:,]$", line):
+            end = next((j for j in range(i + 1, len(section))
+                        if section[j].split(" ")[0] in (".TP", ".PP", ".SS", ".SH")),
+                       len(section))
+            return section[i + 1:end]
+    return []
+
+
+def json_keys(value, skip=("metadata",)):
+    """Every member name of the JSON @value, at every level, but not those under the
+    members @skip names (data, such as a file's __metadata__)."""
+    keys = set()
+    if isinstance(value, dict):
+        for key, member in value.items():
+            keys.add(key)
+            if key not in skip:
+                keys |= json_keys(member, skip)
+    elif isinstance(value, list):
+        for member in value:
+            keys |= json_keys(member, skip)
+    return keys
+
+
+def check_json_keys(page):
+    """The keys wsync verify, plan (as convert and synth print it too), plugins and env
+    print with --json are among those their sections of wsync(1) set in bold after "With
+    --json", and each of those is a key of the source file that prints them."""
+    missing = unbuilt("hf", "qwen3_moe", "vllm", "npu-ascend")
+    if missing:
+        return [], ["plugins %s are not built here: the --json keys are not checked"
+                    % ", ".join(missing)]
+    problems = []
+    work = tempfile.mkdtemp(prefix="wsync-test-man-")
+    try:
+        config = os.path.join(SRC, "..", "configs", "tiny-qwen3-moe.json")
+        a, b, out = (os.path.join(work, n) for n in ("a", "b", "out"))
+        for dst, seed in ((a, "0"), (b, "1")):
+            made = wsync("synth", "-q", "--config", config, "--seed", seed, dst)
+            if made.returncode != 0:
+                return ["wsync synth: exit %d: %s" % (made.returncode, made.stderr)]
+        runs = {
+            "verify": [["verify", a, a], ["verify", a, b]],
+            # tp 2: a fill (the attention scale buffers), copies, a padded vocabulary
+            "plugins": [["plugins"]],
+            "env": [["env", "--backend", "npu-ascend", "--mode", "colocate"]],
+            "plan": [["plan", a, "--target", "vllm", "--tp", "2"],
+                     ["convert", a, out, "--target", "vllm", "--tp", "2"],
+                     ["synth", "--config", config, os.path.join(work, "s")]],
+        }
+        sources = {"verify": "cmd-verify.c", "plan": "plan-print.c",
+                   "plugins": "cmd-plugins.c", "env": "cmd-env.c"}
+        sections = {h.split()[1]: lines for h, lines in page_sections(page, ".SS").items()
+                    if h.startswith("wsync ") and len(h.split()) > 1}
+        for command, argvs in runs.items():
+            printed = set()
+            for argv in argvs:
+                r = wsync(*(argv + ["--json"]))
+                if r.returncode not in (0, 1):
+                    problems.append("wsync %s --json: exit %d: %s"
+                                    % (" ".join(argv[:1]), r.returncode, r.stderr))
+                    continue
+                printed |= json_keys(json.loads(r.stdout))
+            words = {w for w in bold_words(json_paragraph(sections.get(command, [])))
+                     if re.match(r"[a-z_]+$", w)}
+            # (the page also names keys that only some inputs make, such as a metadata
+            # difference's: those must be keys of the source)
+            problems += [line for line in differences("wsync %s --json keys" % command,
+                                                      printed, words)
+                         if "missing from the page" in line]
+            text = read_source("core", sources[command])
+            problems += ["wsync %s --json: the page names the key %s, which core/%s does "
+                         "not print" % (command, w, sources[command])
+                         for w in sorted(words) if '"%s"' % w not in text]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return problems
 
 
@@ -266,6 +538,63 @@ def check_readme_targets():
                        set(help_targets()), set(rows))
 
 
+# What configure.ac checks for, by the Debian 12 package that provides it; a check
+# configure.ac gains without an entry here fails check_readme_packages, so that README's
+# commands are brought along.
+CONFIGURE_PACKAGES = {
+    "glib-2.0": "libglib2.0-dev", "gthread-2.0": "libglib2.0-dev",
+    "json-glib-1.0": "libjson-glib-dev", "libconfuse": "libconfuse-dev",
+    "libzip": "libzip-dev", "libxxhash": "libxxhash-dev", "ltdl.h": "libltdl-dev",
+    "ompi-c": "libopenmpi-dev", "mpicc": "openmpi-bin", "Python.h": "python3-dev",
+    "AM_PATH_PYTHON": "python3", "valgrind": "valgrind",
+}
+# The build's tools (autoreconf -fi, libtool, a C compiler, make, pkg-config).
+TOOLCHAIN = {"build-essential", "autoconf", "automake", "libtool", "pkg-config"}
+# What only the tests use: make check-valgrind, groff -ww above, tests/test-python.py.
+TEST_ONLY = {"valgrind", "groff-base", "python3-numpy"}
+
+
+def readme_command(marker):
+    """The packages `apt-get install -y` names in README.md's command after @marker."""
+    with open(os.path.join(SRC, "..", "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    block = text[text.index(marker):]
+    block = block[block.index("```sh\n") + 6:]
+    block = block[:block.index("```")]
+    m = re.search(r"apt-get install -y ((?:[a-z0-9.+-]+ ?)+)", block)
+    return set(m.group(1).split()) if m else set()
+
+
+def check_readme_packages():
+    """README's newcomer commands install exactly what the build needs (the toolchain and
+    what configure.ac checks for), and the test command also what only the tests use."""
+    configure = read_source("configure.ac")
+    problems, needed = [], set(TOOLCHAIN)
+    checked = set()
+    for m in re.finditer(r"PKG_CHECK_MODULES\(\[\w+\], \[([^]]*)\]", configure):
+        checked |= {w for w in m.group(1).split() if re.match(r"[A-Za-z]", w)}
+    checked |= set(re.findall(r"AC_CHECK_HEADERS?\(\[([\w.]+\.h)\]", configure))
+    checked |= set(re.findall(r"AC_PATH_PROG\(\[\w+\], \[([\w.-]+)\]", configure))
+    checked |= {"AM_PATH_PYTHON"} if "AM_PATH_PYTHON(" in configure else set()
+    for what in sorted(checked):
+        if what in CONFIGURE_PACKAGES:
+            needed.add(CONFIGURE_PACKAGES[what])
+        elif not what.startswith("xxh_"):  # xxhash's optional dispatch header
+            problems.append("configure.ac checks for %s, which tests/test-man.py cannot "
+                            "name a package for (CONFIGURE_PACKAGES)" % what)
+    if len(checked) < 8:
+        problems.append("found only %s in configure.ac" % sorted(checked))
+    build = needed - TEST_ONLY
+    problems += differences("README.md's main command (apt-get install) against configure.ac",
+                            build, readme_command("<!-- main-command -->"))
+    problems += differences("README.md's test command (apt-get install) against configure.ac "
+                            "and the tests", build | TEST_ONLY,
+                            readme_command("<!-- test-command -->"))
+    return [p.replace("missing from the page", "not installed")
+            .replace("on the page but not in the program", "installed but not used")
+            for p in problems]
+
+
 def check_groff(name, device):
     r = subprocess.run(["groff", "-ww", "-z", "-man", "-T" + device,
                         os.path.join(MAN_DIR, name)],
@@ -287,10 +616,19 @@ def main(argv):
     cases = [
         ("wsync.1: every command, exactly its options", lambda: check_commands(wsync1)),
         ("wsync.1: every exit status", lambda: check_exit_statuses(wsync1)),
+        ("wsync.1: every environment variable, every value of WSYNC_TRANSPOSE",
+         lambda: check_environment(wsync1)),
+        ("wsync.1: the keys of verify, plan, plugins and env --json",
+         lambda: check_json_keys(wsync1)),
         ("wsync.conf.5: the plugins' options as the plugins declare them",
          lambda: check_plugin_options(conf5)),
         ("wsync.conf.5: the sync section's keys", lambda: check_sync_keys(conf5)),
         ("README.md: the targets table lists every target", check_readme_targets),
+        ("README.md: every command, exactly its options", check_readme_commands),
+        ("README.md: the newcomer commands install what the build and the tests use",
+         check_readme_packages),
+        ("wsync convert --help and the notes and refusals of plan cite docs/NAME.md §N",
+         check_citations),
     ]
     for page in ("wsync.1", "wsync.conf.5"):
         for device in ("ps", "utf8"):

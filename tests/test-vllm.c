@@ -1174,7 +1174,7 @@ test_plan_format_and_era(void)
                     "(FusedMoE.runner is a module holding the router); not verified: the era C "
                     "release range is medium-high confidence: vllm-ascend #11081 keeps v0.23.0 "
                     "on that path, and the releases before 0.24.0 map to their eras with "
-                    "medium or low confidence (§5)\n");
+                    "medium or low confidence (docs/vllm.md §5)\n");
   run_clear(&r);
   /* 0.25.0 without EP: era D names, with the note that the release was not checked */
   r = run_wsync("plan", src, "--conf-dir", conf_dir("0.25.0", TRUE), "--plugin-dir", pdir,
@@ -1184,7 +1184,13 @@ test_plan_format_and_era(void)
   assert_has(r.out, "wsync.vllm-era=D wsync.vllm-version=0.25.0 ");
   assert_has(r.out, "note: vllm-version 0.25.0: naming era D of releases 0.25.0 to 0.26.x (");
   assert_has(r.out, "; not verified: 0.25.0 to 0.27.0 were not checked; whether they keep "
-                    "the expert map persistent is not known (§5)\n");
+                    "the expert map persistent is not known (docs/vllm.md §5)\n");
+  run_clear(&r);
+  /* a row of one release ("of releases 0.27.0" was the note) */
+  r = run_wsync("plan", src, "--conf-dir", conf_dir("0.27.0", TRUE), "--plugin-dir", pdir,
+                "--target", "vllm", "--tp", "2", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  assert_has(r.out, "note: vllm-version 0.27.0: naming era D of release 0.27.0 (");
   run_clear(&r);
   /* the verified releases carry no such note */
   r = run_wsync("plan", src, "--conf-dir", conf_dir("0.24.0", TRUE), "--plugin-dir", pdir,
@@ -1278,7 +1284,17 @@ test_refuse_sharded_state(void)
   g_assert_cmpint(r.status, ==, 2);
   g_assert_cmpstr(r.err, ==,
                   "wsync: vllm-version 0.25.0: whether its sharded_state files hold the expert "
-                  "map is not known (releases 0.25.0 to 0.26.x were not checked, §5); with "
+                  "map is not known (releases 0.25.0 to 0.26.x were not checked, docs/vllm.md "
+                  "§5); with --ep use a verified release or --format kernel\n");
+  g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+  run_clear(&r);
+  /* a row of one release says so ("releases 0.27.0 were" was the message) */
+  r = run_wsync("convert", src, dst, "--conf-dir", conf_dir("0.27.0", TRUE), "--plugin-dir",
+                pdir, "--target", "vllm", "--tp", "2", "--ep", "2", NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==,
+                  "wsync: vllm-version 0.27.0: whether its sharded_state files hold the expert "
+                  "map is not known (release 0.27.0 was not checked, docs/vllm.md §5); with "
                   "--ep use a verified release or --format kernel\n");
   g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
   run_clear(&r);

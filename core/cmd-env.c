@@ -54,6 +54,52 @@ print_json(WsyncEnv *env)
   cli_print_json(root);
 }
 
+static gint
+compare_strings(gconstpointer a, gconstpointer b)
+{
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The backends that some loaded env patch serves, sorted and comma-separated: what a
+ * user who typed a backend nobody patches may have meant. */
+static char *
+patched_backends(WsyncContext *ctx)
+{
+  g_autoptr(GPtrArray) all = wsync_registry_lookup(wsync_context_get_registry(ctx),
+                                                   WSYNC_ENTRY_ENV_PATCH, NULL);
+  g_autoptr(GPtrArray) names = g_ptr_array_new_with_free_func(g_free);
+
+  for (guint i = 0; i < all->len; i++) {
+    const char *serves = wsync_entry_get_serves(all->pdata[i]);
+    if (serves == NULL)
+      continue; /* serves every backend, so the lookup of any found it */
+    g_auto(GStrv) served = g_strsplit(serves, ",", -1);
+    for (char **s = served; *s != NULL; s++)
+      if (!g_ptr_array_find_with_equal_func(names, *s, g_str_equal, NULL))
+        g_ptr_array_add(names, g_strdup(*s));
+  }
+  g_ptr_array_sort(names, compare_strings);
+  g_ptr_array_add(names, NULL);
+  return names->len > 1 ? g_strjoinv(", ", (char **)names->pdata) : g_strdup("none");
+}
+
+/* A backend no env patch serves prints nothing, which is right for a backend that
+ * needs no environment but also what a misspelt one gets: say so on stderr, where it
+ * does not reach an eval of stdout. */
+static void
+note_unpatched_backend(WsyncContext *ctx, const char *backend)
+{
+  g_autoptr(GPtrArray) patches = wsync_registry_lookup(wsync_context_get_registry(ctx),
+                                                       WSYNC_ENTRY_ENV_PATCH, backend);
+  if (patches->len > 0)
+    return;
+  g_autofree char *known = patched_backends(ctx);
+  fprintf(stderr,
+          "wsync env: note: no plugin patches the environment of backend \"%s\", so there is "
+          "nothing to set (backends with patches: %s)\n",
+          backend, known);
+}
+
 int
 cmd_env(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
 {
@@ -82,6 +128,8 @@ cmd_env(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   g_autoptr(WsyncEnv) env = wsync_env_new(backend, mode);
   if (!wsync_env_run(ctx, env, &error))
     return cli_fail(error);
+  if (!cli->quiet)
+    note_unpatched_backend(ctx, backend);
   if (cli->json) {
     print_json(env);
     return WSYNC_EXIT_OK;

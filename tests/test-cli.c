@@ -1102,11 +1102,21 @@ test_env_exports(void)
   g_assert_cmpstr(json_object_get_string_member(first, "value"), ==, "server-rival");
   run_clear(&r);
 
-  /* a backend nobody patches: nothing at all */
+  /* a backend nobody patches (or a misspelt one): nothing on stdout, which a shell may
+   * eval, and a note on stderr naming the backends that have patches */
   r = run_wsync("env", "--backend", "cuda", "--mode", "server", "--conf-dir", conf,
                 "--plugin-dir", pdir, NULL);
   g_assert_cmpint(r.status, ==, 0);
   g_assert_cmpstr(r.out, ==, "");
+  g_assert_cmpstr(r.err, ==,
+                  "wsync env: note: no plugin patches the environment of backend \"cuda\", so "
+                  "there is nothing to set (backends with patches: test-backend)\n");
+  run_clear(&r);
+  r = run_wsync("env", "-q", "--backend", "cuda", "--mode", "server", "--conf-dir", conf,
+                "--plugin-dir", pdir, NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_assert_cmpstr(r.out, ==, "");
+  g_assert_cmpstr(r.err, ==, "");
   run_clear(&r);
 
   r = run_wsync("env", "--backend", "test-backend", "--mode", "hybrid", "--conf-dir", conf, NULL);

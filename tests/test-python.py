@@ -822,6 +822,59 @@ def session_push_in_a_forked_child():
 
 
 @test
+def session_closed_in_a_forked_child():
+    """A session made (with helper threads) before a fork, closed by the child (os.fork()
+    and a normal exit, which frees it, or an explicit close()): the child says nothing
+    and exits 0, and the parent's session goes on.  (Before: the child joined its
+    parent's threads and freed their queue: GLib-CRITICAL "g_async_queue_unref:
+    assertion 'queue->waiting_threads == 0' failed", or an abort in pthread_join.)"""
+    need_numpy()
+    src = synth("tiny-qwen3-moe")
+    described = description(src)
+    out = fresh_dir("fork-inherited")
+    s = new_session(src, out, "vllm", "kernel", threads=3)
+    s.describe(described)
+
+    def one_step(version):
+        s.begin(version)
+        for n, d, shape in described:
+            s.push(n, numpy.zeros(shape, dtype=NUMPY_DTYPES[d]))
+        s.commit()
+
+    one_step(1)
+    stderr_path = os.path.join(TMP, "fork-inherited.stderr")
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            fd = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(fd, 2)
+            one_step(2)
+            s.close()
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise AssertionError("the forked child's close() did not return in 30 s")
+    with open(stderr_path) as f:
+        said = f.read()
+    assert said == "", said
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert json.load(open(os.path.join(out, "wsync-commit.json")))["version"] == 2
+    one_step(3)
+    s.close()
+    assert json.load(open(os.path.join(out, "wsync-commit.json")))["version"] == 3
+
+
+@test
 def session_torch_refusals():
     """torch: a tensor that requires grad cannot be exported (torch says use detach());
     a float32 tensor for a BF16 one is refused by dtype."""

@@ -1030,6 +1030,71 @@ def session_callback_errors():
 
 
 @test
+def session_closed_by_another_thread_while_it_plans():
+    """close() from another thread while describe() plans (or reads the items) waits for
+    it, or makes it raise "the session is closed"; it never frees the session under the
+    call.  The plan, digest, world and manifest read the session under its lock too, and
+    a bucket callback still reads digest and world (it runs under the push's lock).
+    (Before: describe() called wsync_session_describe() and wsync_session_plan()
+    without the session's lock, and a close() meanwhile freed the session under them:
+    SIGSEGV.)  In a child process with freed memory scribbled over (MALLOC_PERTURB_),
+    twenty times, so that a use after free crashes."""
+    script = """if True:
+        import json, sys, threading, wsync
+        config, conf_dir, plugin_dir, described = sys.argv[1:5]
+        described = json.loads(described)
+        kw = dict(target="vllm", format="kernel", tp=2, conf_dir=conf_dir, plugin_dir=plugin_dir)
+        outcomes = set()
+        for trial in range(20):
+            s = wsync.Session(config, **kw)
+            closer = threading.Thread(target=s.close)
+            def items():
+                yield from ((name, dtype, shape) for name, dtype, shape, _ in described)
+                closer.start()  # it runs when describe() lets go of the GIL to plan
+            try:
+                s.describe(items())
+                outcomes.add("planned")
+            except wsync.Error as e:
+                assert (str(e), e.exit_status) == ("the session is closed", 2), str(e)
+                outcomes.add("closed")
+            closer.join()
+            for read in (lambda: s.digest, lambda: s.world, lambda: s.manifest(0)):
+                try:
+                    read()
+                    raise AssertionError("no error")
+                except wsync.Error as e:
+                    assert str(e) == "the session is closed", str(e)
+        seen = []
+        def look(bucket):
+            seen.append((s.world, len(s.digest)))
+        s = wsync.Session(config, out=look, **kw)
+        s.describe((name, dtype, shape) for name, dtype, shape, _ in described)
+        s.begin(1)
+        for name, _, _, nbytes in described:
+            s.push(name, bytes(nbytes))
+        s.commit()
+        assert seen and set(seen) == {(2, 64)}, seen
+        s.close()
+        print(" ".join(sorted(outcomes)))
+    """
+    src = synth("tiny-qwen3-moe")
+    described = [(name, dtype, shape, len(raw))
+                 for name, (dtype, shape, raw) in sorted(read_checkpoint(src).items())]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), WSYNC_PLUGIN_PATH="",
+               MALLOC_PERTURB_="165", G_SLICE="always-malloc")
+    try:
+        r = subprocess.run([sys.executable, "-c", script, os.path.join(src, "config.json"),
+                            CONF_DIR, PLUGIN_DIR, json.dumps(described)], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("the session hung") from None
+    assert r.returncode == 0, "exit %d: %s" % (r.returncode, r.stderr)
+    assert r.stderr == "", r.stderr
+    assert r.stdout.strip() in ("planned", "closed", "closed planned"), r.stdout
+
+
+@test
 def session_closed_and_context_manager():
     """close() twice is fine; every other call on a closed session raises wsync.Error
     "the session is closed" (status 2), never crashes; `with` closes the session.  A

@@ -774,6 +774,74 @@ def session_push_and_commit_hear_ctrl_c():
 
 
 @test
+def session_hears_ctrl_c_in_a_child_forked_from_a_thread():
+    """A child forked from a thread other than the main one (that thread is the child's
+    main thread: threading.main_thread(), where Python runs signal handlers) hears
+    Ctrl-C during a long push as the main thread of any process does: KeyboardInterrupt,
+    the step failed.  (Before: the main thread's identity was kept from the first call,
+    the parent's main thread, so in such a child the push ran to its end and the step
+    was not failed: commit wrote the record.)"""
+    need_numpy()
+    src = synth("tiny-qwen3-moe")
+    with open(os.path.join(src, "config.json")) as f:
+        config = json.load(f)
+    vocab = config["vocab_size"] = 1 << 21  # 256 MiB of BF16 embedding and as much lm_head
+    big_dir = fresh_dir("ctrl-c-thread-fork-config")
+    os.makedirs(big_dir)
+    with open(os.path.join(big_dir, "config.json"), "w") as f:
+        json.dump(config, f)
+    big = ("model.embed_tokens.weight", "lm_head.weight")
+    described = [(n, d, (vocab,) + tuple(shape[1:]) if n in big else shape)
+                 for n, d, shape in description(src)]
+    out = fresh_dir("ctrl-c-thread-fork")
+    # a commit (a call that may hear Ctrl-C) in the parent's main thread first
+    s = new_session(src, fresh_dir("ctrl-c-thread-fork-parent"), "vllm", "kernel", threads=1)
+    s.describe(description(src))
+    expect_error("commit: no step is open", s.commit, status=2)
+    s.close()
+    zeros = {n: numpy.zeros(shape, dtype=NUMPY_DTYPES[d]) for n, d, shape in described}
+
+    def child():
+        s = wsync.Session(os.path.join(big_dir, "config.json"), target="vllm",
+                          format="kernel", out=out, threads=1, **KW)
+        s.describe(described)
+        s.begin(1)
+        for n, _, _ in described:
+            if n != big[0]:
+                s.push(n, zeros[n])
+        heard, took = _ctrl_c_during(s.push, big[0], zeros[big[0]])
+        assert heard, took
+        expect_error('commit: step 1 failed (push: tensor "%s": interrupted by SIGINT' % big[0],
+                     s.commit, status=2)
+        s.abort()
+        s.close()
+
+    status = []
+
+    def fork_here():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                child()
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        status.append(os.waitpid(pid, 0)[1])
+
+    forker = threading.Thread(target=fork_here)
+    forker.start()
+    forker.join(120)
+    assert not forker.is_alive(), "the child did not end in 120 s"
+    assert os.WIFEXITED(status[0]) and os.WEXITSTATUS(status[0]) == 0, status
+    assert not os.path.exists(os.path.join(out, "wsync-commit.json"))
+
+
+@test
 def session_push_in_a_forked_child():
     """A process forked after the main thread pushed and committed (a DataLoader or
     multiprocessing worker) pushes and commits from its own main thread too.  (Before:

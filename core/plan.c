@@ -15,9 +15,11 @@
  * Printing is in plan-print.c, executing in exec.c; a session (session.c) runs the copies
  * of each input when a trainer pushes it.
  */
+#define _GNU_SOURCE /* realpath */
 #include "config.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -176,6 +178,14 @@ parent_dir(const char *path)
 
   while (n > 1 && trimmed[n - 1] == G_DIR_SEPARATOR) /* "step/dcp/": step, not step/dcp */
     trimmed[--n] = '\0';
+  /* "." (SRC given from inside the checkpoint), "step/dcp/." or "x/..": the name's
+   * dirname is the directory itself or another one; the real path's is the one above */
+  g_autofree char *base = g_path_get_basename(trimmed);
+  if (strcmp(base, ".") == 0 || strcmp(base, "..") == 0) {
+    g_autofree char *real = realpath(trimmed, NULL);
+    if (real != NULL)
+      return g_path_get_dirname(real);
+  }
   return g_path_get_dirname(trimmed);
 }
 

@@ -224,6 +224,7 @@ struct _WsyncSession {
    * threads, so that a child's pool waited for ever for a thread of its parent's */
   GPtrArray *helpers;     /* GThread*, or NULL */
   GAsyncQueue *helper_tasks; /* TeamSlot*, or &helper_stop to end a helper */
+  pid_t helpers_pid;      /* the process they run in: a forked child has none of them */
   GMutex team_lock;  /* guards team_slots */
   GCond team_done;   /* a helper left its team */
   TeamSlot team_slots[TEAM_SLOTS];
@@ -382,6 +383,7 @@ start_helpers(WsyncSession *s, guint n)
 {
   s->helper_tasks = g_async_queue_new();
   s->helpers = g_ptr_array_new();
+  s->helpers_pid = getpid();
   for (guint i = 0; i < n; i++) {
     GThread *thread = g_thread_try_new("wsync-session", helper_main, s, NULL);
     if (thread == NULL)
@@ -390,11 +392,35 @@ start_helpers(WsyncSession *s, guint n)
   }
 }
 
+/* What a forked child cannot free of its parent's helpers (stop_helpers()). */
+static GPtrArray *orphans;
+G_LOCK_DEFINE_STATIC(orphans);
+
+/* The helpers of this process: none in a child forked after they started (fork(2)
+ * copies only the calling thread), whose pushes then work alone. */
+static guint
+n_helpers(const WsyncSession *s)
+{
+  return s->helpers != NULL && s->helpers_pid == getpid() ? s->helpers->len : 0;
+}
+
 static void
 stop_helpers(WsyncSession *s)
 {
   if (s->helpers == NULL)
     return;
+  if (s->helpers_pid != getpid()) {
+    /* a forked child: the threads are its parent's, not to be joined (pthread_join
+     * fails, ESRCH, and GLib aborts), and the queue's count of waiting threads is
+     * theirs (g_async_queue_unref refuses it); both are kept until the child exits */
+    G_LOCK(orphans);
+    if (orphans == NULL)
+      orphans = g_ptr_array_new();
+    g_ptr_array_add(orphans, g_steal_pointer(&s->helpers));
+    g_ptr_array_add(orphans, g_steal_pointer(&s->helper_tasks));
+    G_UNLOCK(orphans);
+    return;
+  }
   for (guint i = 0; i < s->helpers->len; i++)
     g_async_queue_push(s->helper_tasks, &helper_stop);
   for (guint i = 0; i < s->helpers->len; i++)
@@ -413,7 +439,7 @@ static void
 team_run(WsyncSession *s, void (*work)(gpointer, guint), gpointer data, guint n)
 {
   Team t = {.work = work, .data = data, .n = n};
-  guint helpers = s->helpers != NULL && n > 1 ? MIN(s->helpers->len, n - 1) : 0;
+  guint helpers = n > 1 ? MIN(n_helpers(s), n - 1) : 0;
   TeamSlot *slot = NULL;
 
   if (helpers > 0) {

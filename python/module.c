@@ -503,25 +503,23 @@ task_run(gpointer data)
 }
 
 /* Python runs signal handlers in the main thread only (signal module documentation:
- * "Python signal handlers are always executed in the main Python thread"). */
+ * "Python signal handlers are always executed in the main Python thread").  Asked at
+ * each call, not kept: in a child forked from another thread, that thread is the main
+ * one (threading.main_thread(), PyOS_AfterFork_Child), not the parent's main thread. */
 static gboolean
 on_main_thread(void)
 {
-  static unsigned long main_ident;
+  PyObject *threading = PyImport_ImportModule("threading");
+  PyObject *main = threading ? PyObject_CallMethod(threading, "main_thread", NULL) : NULL;
+  PyObject *ident = main ? PyObject_GetAttrString(main, "ident") : NULL;
+  unsigned long main_ident = ident ? PyLong_AsUnsignedLong(ident) : 0;
 
-  if (main_ident == 0) {
-    PyObject *threading = PyImport_ImportModule("threading");
-    PyObject *main = threading ? PyObject_CallMethod(threading, "main_thread", NULL) : NULL;
-    PyObject *ident = main ? PyObject_GetAttrString(main, "ident") : NULL;
-    main_ident = ident ? PyLong_AsUnsignedLong(ident) : 0;
-    Py_XDECREF(ident);
-    Py_XDECREF(main);
-    Py_XDECREF(threading);
-    PyErr_Clear();
-    if (main_ident == (unsigned long)-1)
-      main_ident = 0;
-  }
-  return main_ident != 0 && PyThread_get_thread_ident() == main_ident;
+  Py_XDECREF(ident);
+  Py_XDECREF(main);
+  Py_XDECREF(threading);
+  PyErr_Clear();
+  return main_ident != 0 && main_ident != (unsigned long)-1 &&
+         PyThread_get_thread_ident() == main_ident;
 }
 
 gboolean

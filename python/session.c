@@ -3,10 +3,11 @@
  * push() takes the bytes of the caller's object where they are (a numpy array, a
  * memoryview, bytes, a torch CPU tensor through DLPack), checks their element type and
  * size against the description, and hands them to wsync_session_push() without the
- * GIL, so that several Python threads push at once.  A read-write lock keeps begin,
- * commit, abort and close (writers) apart from pushes (readers), as the C session
- * requires; it is taken without the GIL, since a push may call the bucket callback,
- * which takes the GIL.
+ * GIL, so that several Python threads push at once.  A read-write lock keeps describe,
+ * begin, commit, abort and close (writers) apart from pushes and what reads the plan
+ * (manifest, digest, world: readers), as the C session requires, and keeps close() from
+ * freeing the session under any of them; it is taken without the GIL, since a push may
+ * call the bucket callback, which takes the GIL.
  */
 #include "config.h"
 
@@ -285,6 +286,38 @@ check_open(SessionObject *self)
   return TRUE;
 }
 
+/* The session, locked for reading (unlock with g_rw_lock_reader_unlock()), or NULL with
+ * wsync.Error "the session is closed" set.  The lock is waited for without the GIL (a
+ * push holding it may be waiting for the GIL in its bucket callback).  The bucket
+ * callback's thread holds it already (the push or commit that runs the callback): a
+ * second read lock there could wait for ever behind a waiting writer, so it takes none
+ * and *@locked says so. */
+static WsyncSession *
+lock_reading(SessionObject *self, gboolean *locked)
+{
+  *locked = self->in_callback != g_thread_self();
+  if (*locked) {
+    Py_BEGIN_ALLOW_THREADS
+    g_rw_lock_reader_lock(&self->lock);
+    Py_END_ALLOW_THREADS
+  }
+  if (self->session == NULL) {
+    if (*locked)
+      g_rw_lock_reader_unlock(&self->lock);
+    *locked = FALSE;
+    wsync_py_raise_code(WSYNC_ERROR_USAGE, "the session is closed");
+    return NULL;
+  }
+  return self->session;
+}
+
+static void
+unlock_reading(SessionObject *self, gboolean locked)
+{
+  if (locked)
+    g_rw_lock_reader_unlock(&self->lock);
+}
+
 static void
 close_session(SessionObject *self)
 {
@@ -494,12 +527,25 @@ describe_parsed(SessionObject *self, PyObject *name_obj, PyObject *dtype_obj, Py
                           name, ndim, n_off, n_global);
       return FALSE;
     }
+  }
+  /* under the lock, as every call that changes the session: close() from another thread
+   * would free it under the call */
+  Py_BEGIN_ALLOW_THREADS
+  g_rw_lock_writer_lock(&self->lock);
+  if (self->session == NULL)
+    ok = FALSE;
+  else if (offsets_obj != NULL)
     ok = wsync_session_describe_shard(self->session, name, dtype, ndim, global, offsets, shape,
                                       &error);
-  } else
+  else
     ok = wsync_session_describe(self->session, name, dtype, ndim, shape, &error);
+  g_rw_lock_writer_unlock(&self->lock);
+  Py_END_ALLOW_THREADS
   if (!ok) {
-    session_raise(error);
+    if (error != NULL)
+      session_raise(error);
+    else
+      check_open(self);
     return FALSE;
   }
   Described *d = g_malloc0(sizeof *d + ndim * sizeof d->shape[0]);
@@ -544,10 +590,12 @@ session_describe(SessionObject *self, PyObject *tensors)
   if (PyErr_Occurred())
     return NULL;
   Py_BEGIN_ALLOW_THREADS
-  ok = wsync_session_plan(self->session, &error);
+  g_rw_lock_writer_lock(&self->lock);
+  ok = self->session != NULL && wsync_session_plan(self->session, &error);
+  g_rw_lock_writer_unlock(&self->lock);
   Py_END_ALLOW_THREADS
   if (!ok)
-    return session_raise(error);
+    return error ? session_raise(error) : (check_open(self), NULL);
   Py_RETURN_NONE;
 }
 
@@ -557,20 +605,29 @@ session_manifest(SessionObject *self, PyObject *arg)
   guint n = 0;
   guint64 rank;
 
-  if (!wsync_py_rank(arg, "manifest: rank", &rank) || !check_open(self))
+  gboolean locked;
+  WsyncSession *s;
+  PyObject *list = NULL;
+
+  if (!wsync_py_rank(arg, "manifest: rank", &rank) || !check_open(self) ||
+      (s = lock_reading(self, &locked)) == NULL)
     return NULL;
-  if (rank >= wsync_session_get_world(self->session)) {
-    if (wsync_session_get_world(self->session) == 0)
-      return wsync_py_raise_code(WSYNC_ERROR_USAGE, "manifest: the session has not planned "
-                                                    "(describe() first)");
-    return wsync_py_raise_code(WSYNC_ERROR_USAGE,
-                               "manifest: rank %" G_GUINT64_FORMAT " is outside the %u ranks",
-                               rank, wsync_session_get_world(self->session));
+  guint world = wsync_session_get_world(s);
+  if (rank >= world) {
+    if (world == 0)
+      wsync_py_raise_code(WSYNC_ERROR_USAGE, "manifest: the session has not planned "
+                                             "(describe() first)");
+    else
+      wsync_py_raise_code(WSYNC_ERROR_USAGE,
+                          "manifest: rank %" G_GUINT64_FORMAT " is outside the %u ranks", rank,
+                          world);
+  } else {
+    const WsyncManifestEntry *entries = wsync_session_get_manifest(s, (guint)rank, &n);
+    PyObject *tuple = manifest_entries(entries, n);
+    list = tuple ? PySequence_List(tuple) : NULL;
+    Py_XDECREF(tuple);
   }
-  const WsyncManifestEntry *entries = wsync_session_get_manifest(self->session, (guint)rank, &n);
-  PyObject *tuple = manifest_entries(entries, n);
-  PyObject *list = tuple ? PySequence_List(tuple) : NULL;
-  Py_XDECREF(tuple);
+  unlock_reading(self, locked);
   return list;
 }
 
@@ -788,24 +845,31 @@ session_exit(SessionObject *self, PyObject *args)
 static PyObject *
 session_get_digest(SessionObject *self, void *closure)
 {
-  const char *digest;
+  gboolean locked;
+  WsyncSession *s;
+  PyObject *result;
 
   (void)closure;
-  if (self->session == NULL)
-    return wsync_py_raise_code(WSYNC_ERROR_USAGE, "the session is closed");
-  digest = wsync_session_get_digest(self->session);
-  if (digest == NULL)
-    Py_RETURN_NONE;
-  return PyUnicode_FromString(digest);
+  if ((s = lock_reading(self, &locked)) == NULL)
+    return NULL;
+  const char *digest = wsync_session_get_digest(s);
+  result = digest != NULL ? PyUnicode_FromString(digest) : Py_NewRef(Py_None);
+  unlock_reading(self, locked);
+  return result;
 }
 
 static PyObject *
 session_get_world(SessionObject *self, void *closure)
 {
+  gboolean locked;
+  WsyncSession *s;
+
   (void)closure;
-  if (self->session == NULL)
-    return wsync_py_raise_code(WSYNC_ERROR_USAGE, "the session is closed");
-  return PyLong_FromUnsignedLong(wsync_session_get_world(self->session));
+  if ((s = lock_reading(self, &locked)) == NULL)
+    return NULL;
+  guint world = wsync_session_get_world(s);
+  unlock_reading(self, locked);
+  return PyLong_FromUnsignedLong(world);
 }
 
 static PyMethodDef session_methods[] = {

@@ -1,7 +1,9 @@
 /* The engine through the command line: its proofs (coverage, inputs used), its refusals
  * of bad input, atomic output, parts, threads, conf.d defaults and config patchers.
  * Model- and backend-specific rules are tested in test-qwen3-moe and test-vllm. */
+#define _GNU_SOURCE /* realpath */
 #include <json-glib/json-glib.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 
 #include <wsync/wsync.h>
@@ -676,6 +678,21 @@ test_sharded_config_above(Fixture *f, gconstpointer data)
   JsonObject *root = json_node_get_object(json_parser_get_root(parser));
   g_assert_cmpstr(json_object_get_string_member(root, "config"), ==, cfg_to);
   run_clear(&r);
+  /* SRC named "STEP/b/." or "." from inside it: the directory above is STEP (its real
+   * path), not the name's dirname, STEP/b itself (before: refused, "neither beside the
+   * shards nor in ., the directory that holds them", exit 3) */
+  g_autofree char *dotted = g_strconcat(src, G_DIR_SEPARATOR_S ".", NULL);
+  g_autofree char *real_step = realpath(step, NULL);
+  g_autofree char *real_cfg = g_build_filename(real_step, "config.json", NULL);
+  g_autofree char *real_note = g_strdup_printf(
+      "note: config.json from %s, the directory that holds the sharded checkpoint (which "
+      "has none); the companion files (tokenizer, generation config) from there too\n",
+      real_cfg);
+  r = run_wsync(f, "plan", dotted, "--target", "vllm", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_autofree char *dotted_notes = lines_starting(r.out, "note: config.json");
+  g_assert_cmpstr(dotted_notes, ==, real_note);
+  run_clear(&r);
 
   r = run_wsync(f, "convert", src, converted, "--target", "vllm", NULL);
   g_assert_cmpint(r.status, ==, 0);
@@ -714,6 +731,15 @@ test_sharded_config_above(Fixture *f, gconstpointer data)
       src, step);
   g_assert_cmpstr(r.err, ==, want);
   g_assert_false(g_file_test(never, G_FILE_TEST_EXISTS));
+  run_clear(&r);
+  r = run_wsync(f, "plan", dotted, "--target", "vllm", NULL);
+  g_assert_cmpint(r.status, ==, 3);
+  g_autofree char *dotted_want = g_strdup_printf(
+      "wsync: %s: no config.json, neither beside the shards nor in %s, the directory that "
+      "holds them: name the model's directory (its config.json and tokenizer) with --config "
+      "DIR, or put its config.json in one of the two\n",
+      dotted, real_step);
+  g_assert_cmpstr(r.err, ==, dotted_want);
   run_clear(&r);
 }
 

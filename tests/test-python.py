@@ -774,6 +774,74 @@ def session_push_and_commit_hear_ctrl_c():
 
 
 @test
+def session_hears_ctrl_c_in_a_child_forked_from_a_thread():
+    """A child forked from a thread other than the main one (that thread is the child's
+    main thread: threading.main_thread(), where Python runs signal handlers) hears
+    Ctrl-C during a long push as the main thread of any process does: KeyboardInterrupt,
+    the step failed.  (Before: the main thread's identity was kept from the first call,
+    the parent's main thread, so in such a child the push ran to its end and the step
+    was not failed: commit wrote the record.)"""
+    need_numpy()
+    src = synth("tiny-qwen3-moe")
+    with open(os.path.join(src, "config.json")) as f:
+        config = json.load(f)
+    vocab = config["vocab_size"] = 1 << 21  # 256 MiB of BF16 embedding and as much lm_head
+    big_dir = fresh_dir("ctrl-c-thread-fork-config")
+    os.makedirs(big_dir)
+    with open(os.path.join(big_dir, "config.json"), "w") as f:
+        json.dump(config, f)
+    big = ("model.embed_tokens.weight", "lm_head.weight")
+    described = [(n, d, (vocab,) + tuple(shape[1:]) if n in big else shape)
+                 for n, d, shape in description(src)]
+    out = fresh_dir("ctrl-c-thread-fork")
+    # a commit (a call that may hear Ctrl-C) in the parent's main thread first
+    s = new_session(src, fresh_dir("ctrl-c-thread-fork-parent"), "vllm", "kernel", threads=1)
+    s.describe(description(src))
+    expect_error("commit: no step is open", s.commit, status=2)
+    s.close()
+    zeros = {n: numpy.zeros(shape, dtype=NUMPY_DTYPES[d]) for n, d, shape in described}
+
+    def child():
+        s = wsync.Session(os.path.join(big_dir, "config.json"), target="vllm",
+                          format="kernel", out=out, threads=1, **KW)
+        s.describe(described)
+        s.begin(1)
+        for n, _, _ in described:
+            if n != big[0]:
+                s.push(n, zeros[n])
+        heard, took = _ctrl_c_during(s.push, big[0], zeros[big[0]])
+        assert heard, took
+        expect_error('commit: step 1 failed (push: tensor "%s": interrupted by SIGINT' % big[0],
+                     s.commit, status=2)
+        s.abort()
+        s.close()
+
+    status = []
+
+    def fork_here():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                child()
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        status.append(os.waitpid(pid, 0)[1])
+
+    forker = threading.Thread(target=fork_here)
+    forker.start()
+    forker.join(120)
+    assert not forker.is_alive(), "the child did not end in 120 s"
+    assert os.WIFEXITED(status[0]) and os.WEXITSTATUS(status[0]) == 0, status
+    assert not os.path.exists(os.path.join(out, "wsync-commit.json"))
+
+
+@test
 def session_push_in_a_forked_child():
     """A process forked after the main thread pushed and committed (a DataLoader or
     multiprocessing worker) pushes and commits from its own main thread too.  (Before:
@@ -819,6 +887,59 @@ def session_push_in_a_forked_child():
                                  "not return in 30 s" % threads)
         assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (threads, status)
         assert os.path.exists(os.path.join(child_out, "wsync-commit.json"))
+
+
+@test
+def session_closed_in_a_forked_child():
+    """A session made (with helper threads) before a fork, closed by the child (os.fork()
+    and a normal exit, which frees it, or an explicit close()): the child says nothing
+    and exits 0, and the parent's session goes on.  (Before: the child joined its
+    parent's threads and freed their queue: GLib-CRITICAL "g_async_queue_unref:
+    assertion 'queue->waiting_threads == 0' failed", or an abort in pthread_join.)"""
+    need_numpy()
+    src = synth("tiny-qwen3-moe")
+    described = description(src)
+    out = fresh_dir("fork-inherited")
+    s = new_session(src, out, "vllm", "kernel", threads=3)
+    s.describe(described)
+
+    def one_step(version):
+        s.begin(version)
+        for n, d, shape in described:
+            s.push(n, numpy.zeros(shape, dtype=NUMPY_DTYPES[d]))
+        s.commit()
+
+    one_step(1)
+    stderr_path = os.path.join(TMP, "fork-inherited.stderr")
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            fd = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(fd, 2)
+            one_step(2)
+            s.close()
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise AssertionError("the forked child's close() did not return in 30 s")
+    with open(stderr_path) as f:
+        said = f.read()
+    assert said == "", said
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert json.load(open(os.path.join(out, "wsync-commit.json")))["version"] == 2
+    one_step(3)
+    s.close()
+    assert json.load(open(os.path.join(out, "wsync-commit.json")))["version"] == 3
 
 
 @test
@@ -974,6 +1095,71 @@ def session_callback_errors():
     s.commit()
     assert buckets and buckets[0].entries[0].nbytes > 0
     expect_error("released", bytes, buckets[0].data, kind=ValueError)
+
+
+@test
+def session_closed_by_another_thread_while_it_plans():
+    """close() from another thread while describe() plans (or reads the items) waits for
+    it, or makes it raise "the session is closed"; it never frees the session under the
+    call.  The plan, digest, world and manifest read the session under its lock too, and
+    a bucket callback still reads digest and world (it runs under the push's lock).
+    (Before: describe() called wsync_session_describe() and wsync_session_plan()
+    without the session's lock, and a close() meanwhile freed the session under them:
+    SIGSEGV.)  In a child process with freed memory scribbled over (MALLOC_PERTURB_),
+    twenty times, so that a use after free crashes."""
+    script = """if True:
+        import json, sys, threading, wsync
+        config, conf_dir, plugin_dir, described = sys.argv[1:5]
+        described = json.loads(described)
+        kw = dict(target="vllm", format="kernel", tp=2, conf_dir=conf_dir, plugin_dir=plugin_dir)
+        outcomes = set()
+        for trial in range(20):
+            s = wsync.Session(config, **kw)
+            closer = threading.Thread(target=s.close)
+            def items():
+                yield from ((name, dtype, shape) for name, dtype, shape, _ in described)
+                closer.start()  # it runs when describe() lets go of the GIL to plan
+            try:
+                s.describe(items())
+                outcomes.add("planned")
+            except wsync.Error as e:
+                assert (str(e), e.exit_status) == ("the session is closed", 2), str(e)
+                outcomes.add("closed")
+            closer.join()
+            for read in (lambda: s.digest, lambda: s.world, lambda: s.manifest(0)):
+                try:
+                    read()
+                    raise AssertionError("no error")
+                except wsync.Error as e:
+                    assert str(e) == "the session is closed", str(e)
+        seen = []
+        def look(bucket):
+            seen.append((s.world, len(s.digest)))
+        s = wsync.Session(config, out=look, **kw)
+        s.describe((name, dtype, shape) for name, dtype, shape, _ in described)
+        s.begin(1)
+        for name, _, _, nbytes in described:
+            s.push(name, bytes(nbytes))
+        s.commit()
+        assert seen and set(seen) == {(2, 64)}, seen
+        s.close()
+        print(" ".join(sorted(outcomes)))
+    """
+    src = synth("tiny-qwen3-moe")
+    described = [(name, dtype, shape, len(raw))
+                 for name, (dtype, shape, raw) in sorted(read_checkpoint(src).items())]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), WSYNC_PLUGIN_PATH="",
+               MALLOC_PERTURB_="165", G_SLICE="always-malloc")
+    try:
+        r = subprocess.run([sys.executable, "-c", script, os.path.join(src, "config.json"),
+                            CONF_DIR, PLUGIN_DIR, json.dumps(described)], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("the session hung") from None
+    assert r.returncode == 0, "exit %d: %s" % (r.returncode, r.stderr)
+    assert r.stderr == "", r.stderr
+    assert r.stdout.strip() in ("planned", "closed", "closed planned"), r.stdout
 
 
 @test

@@ -11,6 +11,8 @@
 #include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <json-glib/json-glib.h>
 #include <xxhash.h>
@@ -586,6 +588,43 @@ test_interrupt_without_error(void)
   g_clear_error(&error);
   g_assert_false(has_record(out));
   wsync_session_abort(s);
+}
+
+/* A session made with helper threads, then inherited by a forked child (a DataLoader or
+ * multiprocessing worker forked after the trainer made it, or os.fork()): the child has
+ * none of the parent's threads.  Its pushes work alone, and freeing the session neither
+ * joins threads of the parent's nor frees a queue whose waiters are the parent's (GLib:
+ * "g_async_queue_unref: assertion 'queue->waiting_threads == 0' failed", fatal here);
+ * the parent's session is untouched and commits the next step. */
+static void
+test_forked_child(void)
+{
+  const Case c = {"tiny-qwen3-moe.json", "vllm", "kernel", 2, 1};
+  const char *indexed = INDEXED(c.config);
+  g_autofree char *out = new_path("session-fork");
+  Sink sink = {.out_dir = out, .threads = 3};
+  WsyncSession *s = planned_session(indexed, &c, &sink);
+  int status = 0;
+
+  step(s, 1, indexed, 21); /* the helpers ran, and wait for more */
+  pid_t pid = fork();
+  g_assert_cmpint(pid, >=, 0);
+  if (pid == 0) {
+    alarm(60); /* a child that hangs fails the test rather than the suite's time limit */
+    step(s, 2, indexed, 22);
+    wsync_session_free(s);
+    _exit(0);
+  }
+  g_assert_cmpint(waitpid(pid, &status, 0), ==, pid);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    g_error("the forked child's step or wsync_session_free() failed: %s %d",
+            WIFSIGNALED(status) ? "signal" : "exit status",
+            WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+  g_hash_table_unref(assert_record(out, s, &c, 2));
+  step(s, 3, indexed, 23);
+  assert_same_dir(convert(indexed, &c), out);
+  g_hash_table_unref(assert_record(out, s, &c, 3));
+  wsync_session_free(s);
 }
 
 /* A trainer restarted: a new session into the directory an earlier one wrote (its
@@ -1512,6 +1551,7 @@ main(int argc, char **argv)
   g_test_add_func("/session/restart", test_restart);
   g_test_add_func("/session/interrupt", test_interrupt);
   g_test_add_func("/session/interrupt-without-error", test_interrupt_without_error);
+  g_test_add_func("/session/forked-child", test_forked_child);
   g_test_add_func("/session/fused-description", test_fused_description);
   g_test_add_func("/session/shards", test_shards);
   g_test_add_func("/session/caller-sink/buckets", test_caller_sink);

@@ -149,7 +149,9 @@ typedef gboolean (*WsyncBucketFunc)(const WsyncBucket *bucket, gpointer user_dat
  * @user_data: passed to @on_bucket
  * @bucket_bytes: the caller sink's bucket size; 0: #WSYNC_SESSION_BUCKET_BYTES
  * @threads: threads that copy a pushed tensor (the pushing thread among them); 0: one
- *   per core
+ *   per core.  A process forked after wsync_session_new() has none of the helper
+ *   threads: its pushes copy on the pushing thread alone, and wsync_session_free()
+ *   there leaves the parent's threads alone
  * @part_size: start a new rank file before a tensor that would pass this many bytes;
  *   0: 5 GiB, the default of `wsync convert --part-size` (added to the interface so that
  *   a session writes the same files as a convert run with another part size)

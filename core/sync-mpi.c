@@ -447,6 +447,92 @@ parse_args(Sync *s, int *argc, char ***argv)
     fail_with(s, WSYNC_ERROR_USAGE, "DST is longer than %u bytes", DST_KEY_MAX - 1);
 }
 
+/* ------------------------------------------------------------------ the same arguments */
+
+/* What only process 0 reads (SRC, the layout and the configuration) as this process was
+ * given it: (option, value or nothing).  DST, --force, -q, -v, --json and --progress are
+ * each process's own. */
+static GVariant *
+shared_args(Sync *s)
+{
+  g_autofree char *conf_dirs = s->cli.conf_dirs ? g_strjoinv(" ", s->cli.conf_dirs) : NULL;
+  g_autofree char *plugin_dirs = s->cli.plugin_dirs ? g_strjoinv(" ", s->cli.plugin_dirs) : NULL;
+  const struct {
+    const char *name, *value;
+  } args[] = {{"SRC", s->src_arg},           {"--target", s->layout.target},
+              {"--format", s->layout.format}, {"--tp", s->layout.tp},
+              {"--ep", s->layout.ep},         {"--select", s->layout.select},
+              {"--config", s->layout.config}, {"--ranks", s->ranks_arg},
+              {"--bucket-size", s->bucket_arg}, {"--threads", s->layout.threads},
+              {"--part-size", s->layout.part_size}, {"--conf-dir", conf_dirs},
+              {"--plugin-dir", plugin_dirs}};
+  GVariantBuilder b;
+
+  g_variant_builder_init(&b, G_VARIANT_TYPE("a(sms)"));
+  for (guint i = 0; i < G_N_ELEMENTS(args); i++)
+    g_variant_builder_add(&b, "(sms)", args[i].name, args[i].value);
+  return g_variant_ref_sink(g_variant_builder_end(&b));
+}
+
+/* "--tp 4", "SRC /a/b", "no --tp" */
+static char *
+arg_text(const char *name, const char *value)
+{
+  return value != NULL ? g_strdup_printf("%s %s", name, value) : g_strdup_printf("no %s", name);
+}
+
+/* Every process must be given process 0's SRC and options (DST aside): the others never
+ * read them, so an MPMD launch whose app contexts disagree (--tp 4 on one, --tp 2 on
+ * another) would otherwise write, without a word, a layout one of the command lines did
+ * not ask for.  Process 0 broadcasts its own (nothing when its command line is already
+ * refused); a process that differs fails with a usage error naming the first option. */
+static void
+check_same_args(Sync *s)
+{
+  g_autoptr(GVariant) mine = shared_args(s);
+  g_autoptr(GBytes) sent = NULL;
+
+  if (s->me == 0) {
+    GVariant *v = s->error == NULL ? g_variant_ref(mine)
+                                   : g_variant_ref_sink(g_variant_new_array(
+                                         G_VARIANT_TYPE("(sms)"), NULL, 0));
+    sent = g_variant_get_data_as_bytes(v);
+    g_variant_unref(v);
+  }
+  g_autoptr(GBytes) got = bcast_blob(sent, 0, MPI_COMM_WORLD);
+  if (s->me == 0 || s->error != NULL)
+    return;
+  g_autoptr(GVariant) theirs = variant_of("a(sms)", got);
+  for (gsize i = 0; i < g_variant_n_children(theirs); i++) {
+    const char *name, *here, *there;
+    g_variant_get_child(mine, i, "(&sm&s)", &name, &here);
+    g_variant_get_child(theirs, i, "(&sm&s)", NULL, &there);
+    if (g_strcmp0(here, there) != 0) {
+      g_autofree char *a = arg_text(name, here), *b = arg_text(name, there);
+      fail_with(s, WSYNC_ERROR_USAGE,
+                "%s here, %s on process 0: give every process the same SRC and options (only "
+                "DST, --force, -q, -v, --json and --progress may differ)",
+                a, b);
+      break;
+    }
+  }
+}
+
+/* check_same_args(), then whether every process agreed: process 0 plans only then, so
+ * that the verdict names the difference, not what process 0's own options make of SRC. */
+static gboolean
+same_args_everywhere(Sync *s)
+{
+  int agrees, all_agree = 0;
+  MPI_Request req;
+
+  check_same_args(s);
+  agrees = s->error == NULL || s->me == 0;
+  MPI_Iallreduce(&agrees, &all_agree, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD, &req);
+  wait_request(&req, NULL);
+  return all_agree;
+}
+
 /* ------------------------------------------------------------------ process 0: the plan */
 
 /* "vllm --format kernel --tp 2 --ep 4", for messages. */
@@ -1576,7 +1662,8 @@ main(int argc, char **argv)
   s.host_has_0 = any_0;
   s.interrupted = cli_catch_signals();
   say(&s, "started");
-  if (s.me == 0 && s.error == NULL)
+  gboolean agreed = same_args_everywhere(&s);
+  if (s.me == 0 && s.error == NULL && agreed)
     plan_job(&s);
   if (s.me == 0)
     say(&s, "planned");

@@ -503,6 +503,34 @@ def check_bad_ranks(job):
     return c.problems
 
 
+def check_mismatched_args(job):
+    """An MPMD launch whose app contexts disagree on what only process 0 reads (the
+    layout, SRC, --ranks): process 0's alone used to be taken, and the others' ignored
+    without a word (exit 0, tp 2 written for a process told --tp 4).  Every process now
+    refuses, naming the first process that differs, the option, both values (exit 2); an
+    existing DST stays as it was.  A DST of their own, and -q, are each process's."""
+    c = Checks()
+    src, dst, copy = existing_dst(job)
+    other = job.synth("tiny-qwen3.5-moe")
+    layout = layout_args("vllm", "kernel", 2, 4)
+    tail = ": give every process the same SRC and options (only DST, --force, -q, -v, " \
+           "--json and --progress may differ)"
+    for second, third, fragment in (
+            ([src, dst] + layout_args("vllm", "kernel", 4, 4), [src, dst] + layout,
+             "process 1: --tp 4 here, --tp 2 on process 0" + tail),
+            ([src, dst] + layout, [other, dst] + layout,
+             "process 2: SRC %s here, SRC %s on process 0" % (other, src) + tail),
+            ([src, dst] + layout, [src, dst, "--ranks", "0/1/2/3"] + layout,
+             "process 2: --ranks 0/1/2/3 here, no --ranks on process 0" + tail)):
+        r = sync([(1, [src, dst] + layout), (1, second), (1, third), (1, [src, dst] + layout)])
+        one_line_from_every_process(c, r, 4, 2, [fragment])
+        check_untouched(c, job, dst, copy)
+    r = sync([(1, [src, dst, "-q"] + layout), (1, [src, dst] + layout)])
+    c.that(r.returncode == 0 and r.stderr == "" and r.stdout == "",
+           "-q on process 0 alone: exit %d, %r %r" % (r.returncode, r.stdout, r.stderr))
+    return c.problems
+
+
 def check_not_wsync_output(job):
     c = Checks()
     src = job.synth("tiny-qwen3-moe")
@@ -550,6 +578,7 @@ FAULTS = [
     ("3 processes do not divide 4 ranks (exit 2)", check_not_dividing),
     ("--ranks refusals (exit 2)", check_bad_ranks),
     ("DST that is not wsync's output refused (exit 2)", check_not_wsync_output),
+    ("processes given different SRC or options refused (exit 2)", check_mismatched_args),
     ("usage errors from every process (exit 2)", check_usage),
 ]
 

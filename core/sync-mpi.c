@@ -157,6 +157,7 @@ typedef struct {
   Dst dst;
   gboolean dst_parsed;
   char *tmp; /* the temporary directory the group writes into */
+  gboolean swapped; /* the leader swapped its DST into place */
   int lock_fd;
   /* the job, from process 0 */
   char *src; /* canonical */
@@ -229,6 +230,36 @@ stopped(Sync *s)
 
 /* ------------------------------------------------------------------ waiting */
 
+/* This process's state, for abandon_if_signalled(), which a wait calls. */
+static Sync *this_sync;
+
+/* A process killed outright (kill -9, the OOM killer, a crash) never answers: what
+ * waits for it waits for ever, until mpirun, seeing a process end before MPI_Finalize,
+ * ends the others, SIGTERM first and SIGKILL a second later (Open MPI 4.1,
+ * odls_base_sigkill_timeout).  A signal caught while waiting cannot be reported through
+ * the end's exchange (the dead process would never join it): the process removes its
+ * group's temporary directory when it leads it, says so in the one line every survivor
+ * prints alike, and ends by the signal.  Without this, every survivor was killed
+ * silently and every temporary directory left behind. */
+static void
+abandon_if_signalled(void)
+{
+  Sync *s = this_sync;
+  int sig = s != NULL && s->interrupted != NULL ? *s->interrupted : 0;
+
+  if (sig == 0)
+    return;
+  if (s->leader && s->tmp != NULL && !s->swapped)
+    wsync_remove_tree(s->tmp, NULL);
+  const char *name = sigabbrev_np(sig);
+  cli_error_line("wsync: sync: interrupted by SIG%s before every process was done (mpirun "
+                 "ends them all when one of them ends or is killed): %s",
+                 name ? name : "NAL",
+                 s->swapped ? "this host's DST was already swapped in" : "DST is as it was");
+  cli_end_by_caught_signal();
+  _exit(128 + sig);
+}
+
 /* Waits for @req: tests it, and sleeps between tests, so that a waiting process leaves
  * its core to those that work (Open MPI would spin). */
 static void
@@ -240,6 +271,7 @@ wait_request(MPI_Request *req, MPI_Status *status)
     MPI_Test(req, &done, status != NULL ? status : MPI_STATUS_IGNORE);
     if (done)
       return;
+    abandon_if_signalled();
     g_usleep(WAIT_US);
   }
 }
@@ -1375,8 +1407,10 @@ ship(Sync *s, gboolean abort_all)
       local++;
       done += sr->range->nbytes;
       wsync_progress_show(&shown, done, FALSE);
-    } else
+    } else {
+      abandon_if_signalled(); /* both buffers in flight to a process that may be dead */
       g_usleep(WAIT_US);
+    }
   }
   for (guint i = 0; i < RING; i++) {
     for (guint r = 0; ring[i].busy && r < ring[i].reqs->len; r++)
@@ -1462,7 +1496,8 @@ finish_dst(Sync *s, gboolean success)
     wsync_remove_tree(s->tmp, NULL);
     if (error != NULL)
       fail(s, error);
-  }
+  } else
+    s->swapped = TRUE;
   if (s->lock_fd >= 0)
     close(s->lock_fd);
   s->lock_fd = -1;
@@ -1661,6 +1696,7 @@ main(int argc, char **argv)
   MPI_Allreduce(&is_0, &any_0, 1, MPI_INT, MPI_LOR, s.host);
   s.host_has_0 = any_0;
   s.interrupted = cli_catch_signals();
+  this_sync = &s;
   say(&s, "started");
   gboolean agreed = same_args_everywhere(&s);
   if (s.me == 0 && s.error == NULL && agreed)

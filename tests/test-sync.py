@@ -531,6 +531,80 @@ def check_mismatched_args(job):
     return c.problems
 
 
+def process_pids(mpirun_pid):
+    """{MPI process number: pid} of the processes @mpirun_pid started (its children, which
+    any of its threads may have forked)."""
+    pids = {}
+    for task in os.listdir("/proc/%d/task" % mpirun_pid):
+        try:
+            with open("/proc/%d/task/%s/children" % (mpirun_pid, task)) as f:
+                children = [int(p) for p in f.read().split()]
+        except OSError:
+            continue
+        for pid in children:
+            try:
+                with open("/proc/%d/environ" % pid, "rb") as f:
+                    env = f.read().split(b"\0")
+            except OSError:
+                continue
+            for item in env:
+                if item.startswith(b"OMPI_COMM_WORLD_RANK="):
+                    pids[int(item.split(b"=", 1)[1])] = pid
+    return pids
+
+
+def check_killed_process(job):
+    """kill -9 of process 1 while it receives (its file is in the temporary directory):
+    mpirun ends process 0 (SIGTERM, then SIGKILL a second later), which used to wait for
+    process 1 until killed, silently, its temporary directory left behind.  Now it
+    removes it, prints one line saying what happened, and ends by the signal; the
+    existing DST stays as it was.  A model of 20 MB and buckets of 4 KiB make the sync
+    last long enough to be caught in the middle."""
+    c = Checks()
+    with open(os.path.join(CONFIG_DIR, "tiny-qwen3-moe.json")) as f:
+        config = json.load(f)
+    config.update(vocab_size=20000, hidden_size=256)
+    config_path = os.path.join(job.work, "wide-qwen3-moe.json")
+    with open(config_path, "w") as f:
+        json.dump(config, f)
+    src = job.path("wide")
+    r = run(wsync_cmd("synth", "--config", config_path, src, "-q"))
+    if not c.that(r.returncode == 0, "synth: %s" % r.stderr.strip()):
+        return c.problems
+    layout = layout_args("vllm", "sharded-state", 2, 1)
+    dst = job.path("existing")
+    r = sync([(2, [src, dst, "-q"] + layout)])
+    if not c.that(r.returncode == 0, "a first sync: %s" % r.stderr.strip()):
+        return c.problems
+    copy = job.path("existing-copy")
+    shutil.copytree(dst, copy)
+    cmd = mpirun_prefix() + ["-np", "2"] + wsync_cmd("sync", src, dst, "--bucket-size", "4K",
+                                                     *layout)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            universal_newlines=True,
+                            env=dict(os.environ, WSYNC_PLUGIN_PATH="", **MPI_ENV))
+    killed = False
+    base = os.path.basename(dst)
+    while proc.poll() is None and not killed:
+        for tmp in temporaries(job.work, base):
+            if os.path.exists(os.path.join(job.work, tmp, "model-rank-1-part-0.safetensors")):
+                pid = process_pids(proc.pid).get(1)
+                if pid is not None:
+                    os.kill(pid, 9)
+                    killed = True
+    out, err = proc.communicate()
+    if not c.that(killed, "the sync ended before process 1 could be killed: exit %d, %r"
+                  % (proc.returncode, err)):
+        return c.problems
+    c.that(proc.returncode != 0, "exit 0 after a process was killed")
+    c.that(err.splitlines() == ["wsync: sync: interrupted by SIGTERM before every process "
+                                "was done (mpirun ends them all when one of them ends or "
+                                "is killed): DST is as it was"], "stderr: %r" % err)
+    c.that(out == "", "stdout: %r" % out)
+    check_untouched(c, job, dst, copy)
+    return c.problems
+
+
 def check_not_wsync_output(job):
     c = Checks()
     src = job.synth("tiny-qwen3-moe")
@@ -579,6 +653,8 @@ FAULTS = [
     ("--ranks refusals (exit 2)", check_bad_ranks),
     ("DST that is not wsync's output refused (exit 2)", check_not_wsync_output),
     ("processes given different SRC or options refused (exit 2)", check_mismatched_args),
+    ("kill -9 of a process mid-sync: one line, no temporary, DST as it was",
+     check_killed_process),
     ("usage errors from every process (exit 2)", check_usage),
 ]
 

@@ -650,9 +650,9 @@ map_ranks(Sync *s, GError **error)
   if (s->world % (guint)s->n != 0) {
     g_autofree char *label = layout_label(s->plan);
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
-                "%d processes cannot write the %u ranks of %s in equal contiguous blocks: run "
+                "%d processes cannot write the %u rank%s of %s in equal contiguous blocks: run "
                 "a number of processes that divides %u, or map ranks to processes with --ranks",
-                s->n, s->world, label, s->world);
+                s->n, s->world, s->world == 1 ? "" : "s", label, s->world);
     return FALSE;
   }
   for (guint r = 0; r < s->world; r++)

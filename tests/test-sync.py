@@ -481,6 +481,53 @@ def check_not_dividing(job):
                                              "--ranks"])
     c.that(not os.path.exists(dst), "DST was written")
     c.that(temporaries(job.work, os.path.basename(dst)) == [], "a temporary is left")
+    # a target of one rank (hf) on two processes: "the 1 rank", not "the 1 ranks"
+    r = sync([(2, [src, dst, "--target", "hf"])])
+    one_line_from_every_process(c, r, 2, 2, ["process 0: 2 processes cannot write the 1 rank "
+                                             "of hf --tp 1 --ep 1 in equal contiguous blocks"])
+    return c.problems
+
+
+def check_steps(job):
+    """Two training steps into one DST (the RL loop): SRC's weights are rewritten in place
+    between them.  The second sync writes exactly what convert writes from the new
+    weights (none of the first step's bytes is left), and its --json summary is the
+    first's: the same plan, the same bytes written and received by each process, each
+    process's written bytes the tensor data of its files."""
+    c = Checks()
+    config = os.path.join(CONFIG_DIR, "tiny-qwen3-moe.json")
+    src, step2 = job.path("step"), job.path("step")
+    for d, seed in ((src, "1"), (step2, "2")):
+        r = run(wsync_cmd("synth", "--config", config, "--seed", seed, d, "-q"))
+        if not c.that(r.returncode == 0, "synth: %s" % r.stderr.strip()):
+            return c.problems
+    layout = layout_args("vllm-ascend", "kernel", 2, 2)
+    dst = job.path("sync")
+    summaries = []
+    for step in (1, 2):
+        if step == 2:
+            for name in os.listdir(step2):
+                if name.endswith(".safetensors"):
+                    shutil.copy(os.path.join(step2, name), os.path.join(src, name))
+        r = sync([(2, [src, dst, "--json", "--bucket-size", "4K"] + layout)])
+        if not c.that(r.returncode == 0 and r.stderr == "",
+                      "step %d: exit %d: %s" % (step, r.returncode, r.stderr.strip())):
+            return c.problems
+        summaries.append(json.loads(r.stdout))
+    compare_dirs(c, job.convert(step2, layout), dst)
+    first, second = summaries
+    c.that(first == second, "the summaries of the two steps differ: %r, %r" % (first, second))
+    c.that(sorted(second) == ["ep", "format", "processes", "target", "tp", "world"] and
+           [sorted(p) for p in second["processes"]] ==
+           [["dst", "host", "process", "ranks", "received", "written"]] * 2,
+           "summary keys: %r" % second)
+    for p in second["processes"]:
+        name = os.path.join(dst, "kernel-rank-%d-part-0.safetensors" % p["process"])
+        with open(name, "rb") as f:
+            header = int.from_bytes(f.read(8), "little")
+        c.that(p["ranks"] == [p["process"]] and p["dst"] == dst and
+               p["written"] == os.path.getsize(name) - 8 - header,
+               "process %d: %r" % (p["process"], p))
     return c.problems
 
 
@@ -695,6 +742,8 @@ def main(argv):
                           lambda: check_two_directories(job)))
             tests.append(("a second sync replaces its own output",
                           lambda: check_replaces_own_output(job)))
+            tests.append(("two steps into one DST, SRC rewritten between them",
+                          lambda: check_steps(job)))
             tests.append(("-q --json prints the summary", lambda: check_quiet_json(job)))
             tests.append(("the text summary: rank 0, ranks 1-3, the totals",
                           lambda: check_text_summary(job)))

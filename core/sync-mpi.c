@@ -1142,6 +1142,71 @@ write_companions(Sync *s)
   }
 }
 
+/* The tensor whose data holds byte @offset of @f, from the file's header (wsync's own,
+ * from process 0), for messages; NULL outside every tensor. */
+static char *
+tensor_at(const OutFile *f, guint64 offset)
+{
+  gsize len = 0;
+  const guint8 *header = g_bytes_get_data(f->header, &len);
+  guint64 json_len = 0;
+
+  if (len < sizeof json_len)
+    return NULL;
+  memcpy(&json_len, header, sizeof json_len);
+  json_len = GUINT64_FROM_LE(json_len);
+  if (json_len > len - sizeof json_len)
+    return NULL;
+  g_autoptr(JsonParser) parser = json_parser_new();
+  if (!json_parser_load_from_data(parser, (const char *)header + sizeof json_len,
+                                  (gssize)json_len, NULL) ||
+      !JSON_NODE_HOLDS_OBJECT(json_parser_get_root(parser)))
+    return NULL;
+  JsonObject *tensors = json_node_get_object(json_parser_get_root(parser));
+  guint64 base = sizeof json_len + json_len;
+  g_autoptr(GList) names = json_object_get_members(tensors);
+  for (GList *l = names; l != NULL; l = l->next) {
+    JsonNode *node = json_object_get_member(tensors, l->data);
+    JsonObject *entry = JSON_NODE_HOLDS_OBJECT(node) ? json_node_get_object(node) : NULL;
+    JsonArray *range = entry != NULL && json_object_has_member(entry, "data_offsets")
+                           ? json_object_get_array_member(entry, "data_offsets")
+                           : NULL;
+    if (range != NULL && json_array_get_length(range) == 2 &&
+        offset >= base + (guint64)json_array_get_int_element(range, 0) &&
+        offset < base + (guint64)json_array_get_int_element(range, 1))
+      return g_strdup(l->data);
+  }
+  return NULL;
+}
+
+/* pwrite(2) of @nbytes at @offset of @f; a failure names the file and the tensor it was
+ * writing, as convert's does (core/exec.c), e.g. a full disk: "cannot write
+ * .../kernel-rank-1-part-0.safetensors: No space left on device (tensor "...")". */
+static gboolean
+write_data(const OutFile *f, const guint8 *data, guint64 nbytes, guint64 offset,
+           GError **error)
+{
+  while (nbytes > 0) {
+    ssize_t k = pwrite(f->fd, data, MIN(nbytes, G_GUINT64_CONSTANT(1) << 30), (off_t)offset);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k <= 0) {
+      int errsv = k < 0 ? errno : ENOSPC;
+      g_autofree char *tensor = tensor_at(f, offset);
+      g_autofree char *path = wsync_printable(f->path);
+      g_autofree char *name = tensor != NULL ? wsync_printable(tensor) : NULL;
+      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO, "cannot write %s: %s%s%s%s", path,
+                  g_strerror(errsv), name ? " (tensor \"" : "", name ? name : "",
+                  name ? "\")" : "");
+      return FALSE;
+    }
+    data += k;
+    nbytes -= (guint64)k;
+    offset += (guint64)k;
+  }
+  return TRUE;
+}
+
 /* Syncs and closes this process's files. */
 static void
 close_files(Sync *s)
@@ -1330,7 +1395,7 @@ write_own_range(Sync *s, const ShipRange *sr, guint8 **buffer, gsize *size, Slot
     const guint8 *from = part->run != NULL ? part->run
                                            : *buffer + (part->offset - sr->range->offset);
     /* a run is read from the input's map here: a file that shrank is an I/O error */
-    if (!wsync_file_pwrite_all(out->fd, out->path, from, part->nbytes, part->offset, &error)) {
+    if (!write_data(out, from, part->nbytes, part->offset, &error)) {
       fail(s, error);
       return FALSE;
     }
@@ -1462,8 +1527,7 @@ receive(Sync *s)
     if ((guint64)count != m->nbytes)
       short_message = TRUE;
     else if (s->files_ok &&
-             !wsync_file_pwrite_all(f->fd, f->path, buffers[done % POSTED], m->nbytes, m->offset,
-                                    &error)) {
+             !write_data(f, buffers[done % POSTED], m->nbytes, m->offset, &error)) {
       fail(s, error);
       s->files_ok = FALSE;
     }

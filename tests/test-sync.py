@@ -652,6 +652,63 @@ def check_killed_process(job):
     return c.problems
 
 
+def check_full_disk(job):
+    """A DST on a file system without room for the new output (a tmpfs of 1.2 MB in a
+    mount namespace of its own, filled until 150 kB are left; root only): every process
+    exits 4 with the same line, naming the file and, as convert does, the tensor it was
+    writing (it used to name the file alone); the previous DST stays as it was and no
+    temporary is left."""
+    c = Checks()
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        print("# skipped: a full disk needs root and unshare(1), to mount a small tmpfs")
+        return c.problems
+    import shlex
+    src = job.synth("tiny-qwen3-moe")
+    small, saved = job.path("small"), job.path("saved")
+    os.mkdir(saved)
+    layout = layout_args("vllm", "kernel", 2, 2)
+
+    def mpi(*args):
+        return " ".join(shlex.quote(a) for a in mpirun_prefix() + ["-np", "2"] +
+                        wsync_cmd("sync", src, os.path.join(small, "out"), *args))
+    q = shlex.quote
+    script = "\n".join([
+        "mount --make-rprivate / && mkdir -p %s && mount -t tmpfs -o size=1200000 wsync-test"
+        " %s || exit 99" % (q(small), q(small)),
+        "%s || exit 98" % mpi("-q", *layout),
+        "cp -a %s %s" % (q(os.path.join(small, "out")), q(os.path.join(saved, "before"))),
+        "head -c $((1200000 - 360000 - 150000)) /dev/zero > %s" % q(os.path.join(small, "fill")),
+        "%s 2> %s; echo $? > %s" % (mpi(*layout), q(os.path.join(saved, "err")),
+                                     q(os.path.join(saved, "status"))),
+        "cp -a %s %s" % (q(os.path.join(small, "out")), q(os.path.join(saved, "after"))),
+        "ls -a %s > %s" % (q(small), q(os.path.join(saved, "listing")))])
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True,
+                       env=dict(os.environ, WSYNC_PLUGIN_PATH="", **MPI_ENV))
+    if r.returncode == 99:
+        print("# skipped: cannot mount a tmpfs here: %s" % r.stderr.strip())
+        return c.problems
+    if not c.that(r.returncode == 0, "the run in its mount namespace: exit %d: %s"
+                  % (r.returncode, r.stderr.strip())):
+        return c.problems
+    with open(os.path.join(saved, "status")) as f:
+        status = f.read().strip()
+    with open(os.path.join(saved, "err")) as f:
+        err = f.read()
+    c.that(status == "4", "exit %s, expected 4" % status)
+    lines = err.splitlines()
+    c.that(len(lines) == 2 and len(set(lines)) == 1, "stderr: %r" % err)
+    pattern = (r"wsync: sync: process [01]: cannot write %s/\.out\.wsync-\w+/"
+               r"kernel-rank-[01]-part-0\.safetensors: No space left on device "
+               r"\(tensor \"[\w.]+\"\)( \(2 of 2 processes failed\))?" % re.escape(small))
+    c.that(all(re.fullmatch(pattern, line) for line in lines), "stderr: %r" % err)
+    check_untouched(c, job, os.path.join(saved, "after"), os.path.join(saved, "before"))
+    with open(os.path.join(saved, "listing")) as f:
+        listing = f.read().split()
+    c.that(sorted(listing) == [".", "..", "fill", "out"], "on the tmpfs: %r" % listing)
+    return c.problems
+
+
 def check_not_wsync_output(job):
     c = Checks()
     src = job.synth("tiny-qwen3-moe")
@@ -702,6 +759,7 @@ FAULTS = [
     ("processes given different SRC or options refused (exit 2)", check_mismatched_args),
     ("kill -9 of a process mid-sync: one line, no temporary, DST as it was",
      check_killed_process),
+    ("a full disk: exit 4, the file and the tensor named, DST as it was", check_full_disk),
     ("usage errors from every process (exit 2)", check_usage),
 ]
 

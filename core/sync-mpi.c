@@ -1490,6 +1490,71 @@ ship(Sync *s, gboolean abort_all)
   wsync_progress_end(&shown); /* before an error too */
 }
 
+/* The input tensor of the plan whose bytes hold @address, or NULL. */
+static const WsyncTensor *
+input_at(WsyncPlan *plan, const void *address)
+{
+  const guint8 *a = address;
+
+  for (guint i = 0; plan->inputs != NULL && i < plan->inputs->len; i++) {
+    const WsyncTensor *t = g_array_index(plan->inputs, InputState, i).tensor;
+    if (t != NULL && t->data != NULL && a >= t->data && a < t->data + t->nbytes)
+      return t;
+  }
+  for (guint i = 0; plan->chunk_tensors != NULL && i < plan->chunk_tensors->len; i++) {
+    const WsyncTensor *t = plan->chunk_tensors->pdata[i];
+    if (t->data != NULL && a >= t->data && a < t->data + t->nbytes)
+      return t;
+  }
+  return NULL;
+}
+
+typedef struct {
+  Sync *sync;
+  gboolean abort_all;
+} ShipCall;
+
+static void
+ship_call(gpointer data)
+{
+  ShipCall *call = data;
+
+  ship(call->sync, call->abort_all);
+}
+
+/* Process 0's data phase, guarded: Open MPI copies the runs sent straight from the
+ * inputs' maps inside its own calls (MPI_Isend, MPI_Test), where a source file that
+ * shrank meanwhile (a trainer rewriting its checkpoint in place) faults.  That used to
+ * kill process 0 with SIGBUS, Open MPI's backtrace on stderr and the temporary
+ * directory left behind.  Now process 0 says which file and tensor, as convert does
+ * (core/exec.c), removes the temporary directory it leads and exits 4 without going
+ * back into MPI, whose state the fault left unknown; mpirun then ends the others
+ * (abandon_if_signalled()).  wsync_run_guarded() wants a function that only reads and
+ * writes memory; ship() allocates and calls MPI, but the fault can only come from a
+ * read of an input's map, a memcpy (Open MPI's, or the plan's own copies, which guard
+ * themselves), never from inside malloc, and nothing after it calls MPI again. */
+static void
+ship_guarded(Sync *s, gboolean abort_all)
+{
+  ShipCall call = {s, abort_all};
+  const void *address = NULL;
+
+  if (wsync_run_guarded(ship_call, &call, &address))
+    return;
+  const WsyncTensor *in = input_at(s->plan, address);
+  if (s->leader && s->tmp != NULL)
+    wsync_remove_tree(s->tmp, NULL);
+  if (in != NULL)
+    cli_error_line("wsync: sync: process 0: cannot read %s: the file shrank while wsync was "
+                   "reading it (tensor \"%s\")",
+                   in->file, in->name);
+  else
+    cli_error_line("wsync: sync: process 0: a memory map failed (SIGBUS at %p): a file "
+                   "shrank while wsync was reading it",
+                   address);
+  _exit(WSYNC_EXIT_IO);
+}
+
 /* ------------------------------------------------------------------ receiving */
 
 /* A receiver's data phase: its messages arrive in manifest order, each into one of
@@ -1726,7 +1791,7 @@ run(Sync *s)
     write_companions(s);
   say(s, "files created");
   if (s->me == 0)
-    ship(s, !all_ready);
+    ship_guarded(s, !all_ready);
   else if (s->n_mine > 0)
     receive(s);
   say(s, "data sent and written");

@@ -600,14 +600,10 @@ def process_pids(mpirun_pid):
     return pids
 
 
-def check_killed_process(job):
-    """kill -9 of process 1 while it receives (its file is in the temporary directory):
-    mpirun ends process 0 (SIGTERM, then SIGKILL a second later), which used to wait for
-    process 1 until killed, silently, its temporary directory left behind.  Now it
-    removes it, prints one line saying what happened, and ends by the signal; the
-    existing DST stays as it was.  A model of 20 MB and buckets of 4 KiB make the sync
-    last long enough to be caught in the middle."""
-    c = Checks()
+def slow_sync(job):
+    """A model of 20 MB, a DST an earlier sync of it wrote, a copy of that DST, and a
+    second sync into it, -np 2 --tp 2, started (a Popen): buckets of 4 KiB make it last
+    long enough (a second) to be caught in the middle."""
     with open(os.path.join(CONFIG_DIR, "tiny-qwen3-moe.json")) as f:
         config = json.load(f)
     config.update(vocab_size=20000, hidden_size=256)
@@ -616,13 +612,13 @@ def check_killed_process(job):
         json.dump(config, f)
     src = job.path("wide")
     r = run(wsync_cmd("synth", "--config", config_path, src, "-q"))
-    if not c.that(r.returncode == 0, "synth: %s" % r.stderr.strip()):
-        return c.problems
+    if r.returncode != 0:
+        raise SystemExit("Bail out! synth: %s" % r.stderr.strip())
     layout = layout_args("vllm", "sharded-state", 2, 1)
     dst = job.path("existing")
     r = sync([(2, [src, dst, "-q"] + layout)])
-    if not c.that(r.returncode == 0, "a first sync: %s" % r.stderr.strip()):
-        return c.problems
+    if r.returncode != 0:
+        raise SystemExit("Bail out! a first sync: %s" % r.stderr.strip())
     copy = job.path("existing-copy")
     shutil.copytree(dst, copy)
     cmd = mpirun_prefix() + ["-np", "2"] + wsync_cmd("sync", src, dst, "--bucket-size", "4K",
@@ -630,6 +626,55 @@ def check_killed_process(job):
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             universal_newlines=True,
                             env=dict(os.environ, WSYNC_PLUGIN_PATH="", **MPI_ENV))
+    return src, dst, copy, proc
+
+
+INTERRUPTED = ("wsync: sync: interrupted by SIGTERM before every process was done (mpirun "
+               "ends them all when one of them ends or is killed): DST is as it was")
+
+
+def check_source_shrinks(job):
+    """SRC's file truncated while process 0 sends it (a trainer rewriting its checkpoint
+    in place): Open MPI copies the runs sent from the input's map inside its own calls,
+    where the read faulted, and process 0 died of SIGBUS with Open MPI's backtrace on
+    stderr and the temporary directory left behind.  Now process 0 names the file and a
+    tensor, as convert does, and exits 4 (process 1, ended by mpirun, says it was
+    interrupted; or, when the fault came in the plan's own copies, it prints process 0's
+    line too); the existing DST stays as it was and no temporary is left."""
+    c = Checks()
+    src, dst, copy, proc = slow_sync(job)
+    weights = os.path.join(src, "model-00001-of-00001.safetensors")
+    truncated = False
+    base = os.path.basename(dst)
+    while proc.poll() is None and not truncated:
+        for tmp in temporaries(job.work, base):
+            if os.path.exists(os.path.join(job.work, tmp, "model-rank-1-part-0.safetensors")):
+                os.truncate(weights, 1 << 20)
+                truncated = True
+    out, err = proc.communicate()
+    if not c.that(truncated, "the sync ended before SRC could be truncated: exit %d, %r"
+                  % (proc.returncode, err)):
+        return c.problems
+    c.that(proc.returncode == 4, "exit %d, expected 4" % proc.returncode)
+    lines = err.splitlines()
+    said = re.escape("wsync: sync: process 0: cannot read %s: the file shrank while wsync "
+                     "was reading it (tensor \"" % weights) + r"[\w.]+\"\)"
+    c.that(len(lines) == 2 and re.fullmatch(said, lines[0]) is not None and
+           (lines[1] == INTERRUPTED or lines[1] == lines[0]), "stderr: %r" % err)
+    c.that(out == "", "stdout: %r" % out)
+    check_untouched(c, job, dst, copy)
+    return c.problems
+
+
+def check_killed_process(job):
+    """kill -9 of process 1 while it receives (its file is in the temporary directory):
+    mpirun ends process 0 (SIGTERM, then SIGKILL a second later), which used to wait for
+    process 1 until killed, silently, its temporary directory left behind.  Now it
+    removes it, prints one line saying what happened, and ends by the signal; the
+    existing DST stays as it was.  A model of 20 MB and buckets of 4 KiB make the sync
+    last long enough to be caught in the middle."""
+    c = Checks()
+    src, dst, copy, proc = slow_sync(job)
     killed = False
     base = os.path.basename(dst)
     while proc.poll() is None and not killed:
@@ -644,9 +689,7 @@ def check_killed_process(job):
                   % (proc.returncode, err)):
         return c.problems
     c.that(proc.returncode != 0, "exit 0 after a process was killed")
-    c.that(err.splitlines() == ["wsync: sync: interrupted by SIGTERM before every process "
-                                "was done (mpirun ends them all when one of them ends or "
-                                "is killed): DST is as it was"], "stderr: %r" % err)
+    c.that(err.splitlines() == [INTERRUPTED], "stderr: %r" % err)
     c.that(out == "", "stdout: %r" % out)
     check_untouched(c, job, dst, copy)
     return c.problems
@@ -760,6 +803,8 @@ FAULTS = [
     ("kill -9 of a process mid-sync: one line, no temporary, DST as it was",
      check_killed_process),
     ("a full disk: exit 4, the file and the tensor named, DST as it was", check_full_disk),
+    ("SRC truncated mid-sync: exit 4, the file and a tensor named, DST as it was",
+     check_source_shrinks),
     ("usage errors from every process (exit 2)", check_usage),
 ]
 

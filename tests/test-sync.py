@@ -171,7 +171,27 @@ class Job:
 
 
 def layout_args(target, fmt, tp, ep):
-    return ["--target", target, "--format", fmt, "--tp", str(tp), "--ep", str(ep)]
+    """The layout options; @fmt None for a target without named formats (hf...)."""
+    return (["--target", target] + (["--format", fmt] if fmt else []) +
+            ["--tp", str(tp), "--ep", str(ep)])
+
+
+def split_extra(extra):
+    """@extra's options that shape the files (--part-size: convert's too), and those
+    of sync alone."""
+    both, sync_only = [], []
+    for i in range(0, len(extra), 2):
+        (both if extra[i] == "--part-size" else sync_only).extend(extra[i:i + 2])
+    return both, sync_only
+
+
+def rank_of_file(name):
+    """The rank whose file @name is (a rank file, or a part of the one checkpoint of a
+    target of one rank, hf...), or None for the other files."""
+    m = re.match(r"(?:model|kernel)-rank-(\d+)-part-\d+\.safetensors$", name)
+    if m:
+        return int(m.group(1))
+    return 0 if name.endswith(".safetensors") else None
 
 
 # (config, np, target, format, tp, ep, extra sync options)
@@ -186,6 +206,17 @@ EQUAL_CASES = [
     ("tiny-qwen3.5-moe", 4, "vllm", "sharded-state", 4, 1, ["--bucket-size", "4K"]),
     ("tiny-qwen3.5-moe", 4, "vllm-ascend", "kernel", 2, 4, ["--bucket-size", "4K"]),
     ("tiny-qwen3.5-moe", 2, "vllm-ascend", "sharded-state", 2, 2, []),
+    # the targets of one rank, --part-size (several files per rank, the index), a dense
+    # model, tied embeddings, tp 1 with ep 3, a single process
+    ("tiny-qwen3-moe", 1, "hf", None, 1, 1, ["--part-size", "64K"]),
+    ("tiny-qwen3-moe", 2, "hf-experts", None, 1, 1, ["--part-size", "30K", "--ranks", "/0"]),
+    ("tiny-qwen3.5-moe", 1, "hf-fused", None, 1, 1, ["--part-size", "100K",
+                                                     "--bucket-size", "4K"]),
+    ("tiny-qwen3-moe", 2, "vllm", "kernel", 2, 2, ["--part-size", "50K", "--bucket-size", "4K"]),
+    ("tiny-qwen3.5-moe", 4, "vllm-ascend", "sharded-state", 4, 1, ["--part-size", "40K"]),
+    ("tiny-qwen3", 2, "vllm", "sharded-state", 2, 1, ["--bucket-size", "4K"]),
+    ("tiny-qwen3-moe-tied", 2, "vllm-ascend", "kernel", 2, 2, ["--part-size", "32K"]),
+    ("tiny-qwen3-moe", 3, "vllm", "kernel", 1, 3, []),
 ]
 
 
@@ -193,7 +224,8 @@ def check_equal(job, case):
     config, np, target, fmt, tp, ep, extra = case
     c = Checks()
     src = job.synth(config)
-    layout = layout_args(target, fmt, tp, ep)
+    both, extra = split_extra(extra)
+    layout = layout_args(target, fmt, tp, ep) + both
     expected = job.convert(src, layout)
     dst = job.path("sync")
     r = sync([(np, [src, dst, "--json"] + layout + extra)])
@@ -215,8 +247,7 @@ def check_equal(job, case):
     for p in summary["processes"]:
         data = 0
         for name in data_files(dst):
-            m = re.match(r"(?:model|kernel)-rank-(\d+)-part-\d+\.safetensors$", name)
-            if m and int(m.group(1)) in p["ranks"]:
+            if rank_of_file(name) in p["ranks"]:
                 with open(os.path.join(dst, name), "rb") as f:
                     header = int.from_bytes(f.read(8), "little")
                 data += os.path.getsize(os.path.join(dst, name)) - 8 - header
@@ -834,8 +865,9 @@ def main(argv):
         if why_not is None:
             for case in EQUAL_CASES:
                 config, np, target, fmt, tp, ep, extra = case
-                name = "-np %d %s --target %s --format %s --tp %d --ep %d%s equals convert" % (
-                    np, config, target, fmt, tp, ep, "".join(" " + e for e in extra))
+                name = "-np %d %s %s%s equals convert" % (
+                    np, config, " ".join(layout_args(target, fmt, tp, ep)),
+                    "".join(" " + e for e in extra))
                 tests.append((name, lambda case=case: check_equal(job, case)))
             tests.append(("--select: a DCP save of the model beside its optimizer",
                           lambda: check_select(job)))

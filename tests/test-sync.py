@@ -340,6 +340,31 @@ def check_config_option(job):
     return c.problems
 
 
+def check_conf_sync_section(job):
+    """conf.d's `sync { }` section gives the layout when the command line does not
+    (target, format, tp, ep, part-size), as for convert; its `rank` is convert's alone
+    (every rank is written)."""
+    c = Checks()
+    src = job.synth("tiny-qwen3-moe")
+    conf = job.path("conf.d")
+    shutil.copytree(CONF_DIR, conf)
+    with open(os.path.join(conf, "90-sync.conf"), "w") as f:
+        f.write('sync {\n  target = "vllm-ascend"\n  format = "kernel"\n  tp = 2\n  ep = 2\n'
+                '  rank = 1\n  part-size = "40K"\n}\n')
+    expected = job.convert(src, layout_args("vllm-ascend", "kernel", 2, 2) +
+                           ["--part-size", "40K"])
+    dst = job.path("sync")
+    cmd = mpirun_prefix() + ["-np", "2", BINARY, "--conf-dir", conf, "--plugin-dir",
+                             PLUGIN_DIR, "sync", src, dst, "-q"]
+    r = run(cmd, MPI_ENV)
+    if c.that(r.returncode == 0 and r.stderr == "",
+              "exit %d: %s" % (r.returncode, r.stderr.strip())):
+        compare_dirs(c, expected, dst)
+        c.that(len([n for n in data_files(dst) if n.startswith("kernel-rank-0-")]) > 1,
+               "one file for rank 0: --part-size from conf.d not applied")
+    return c.problems
+
+
 def check_two_directories(job):
     """Processes 0-1 write into one DST, 2-3 into another (MPMD): each directory holds
     its ranks' files, config.json and the companion files, and is swapped in once."""
@@ -873,6 +898,8 @@ def main(argv):
                           lambda: check_select(job)))
             tests.append(("--config: a DCP save with no config.json, the model's elsewhere",
                           lambda: check_config_option(job)))
+            tests.append(("conf.d's sync section gives the layout (its rank is convert's)",
+                          lambda: check_conf_sync_section(job)))
             tests.append(("two DSTs on one host (MPMD), each swapped in once",
                           lambda: check_two_directories(job)))
             tests.append(("a second sync replaces its own output",

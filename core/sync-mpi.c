@@ -253,7 +253,7 @@ abandon_if_signalled(void)
     wsync_remove_tree(s->tmp, NULL);
   const char *name = sigabbrev_np(sig);
   cli_error_line("wsync: sync: interrupted by SIG%s before every process was done (mpirun "
-                 "ends them all when one of them ends or is killed): %s",
+                 "was interrupted, or a process ended or was killed): %s",
                  name ? name : "NAL",
                  s->swapped ? "this host's DST was already swapped in" : "DST is as it was");
   cli_end_by_caught_signal();

@@ -686,7 +686,7 @@ def slow_sync(job):
 
 
 INTERRUPTED = ("wsync: sync: interrupted by SIGTERM before every process was done (mpirun "
-               "ends them all when one of them ends or is killed): DST is as it was")
+               "was interrupted, or a process ended or was killed): DST is as it was")
 
 
 def check_source_shrinks(job):

@@ -657,12 +657,12 @@ def process_pids(mpirun_pid):
 
 
 def slow_sync(job):
-    """A model of 20 MB, a DST an earlier sync of it wrote, a copy of that DST, and a
+    """A model of 40 MB, a DST an earlier sync of it wrote, a copy of that DST, and a
     second sync into it, -np 2 --tp 2, started (a Popen): buckets of 4 KiB make it last
     long enough (a second) to be caught in the middle."""
     with open(os.path.join(CONFIG_DIR, "tiny-qwen3-moe.json")) as f:
         config = json.load(f)
-    config.update(vocab_size=20000, hidden_size=256)
+    config.update(vocab_size=40000, hidden_size=256)
     config_path = os.path.join(job.work, "wide-qwen3-moe.json")
     with open(config_path, "w") as f:
         json.dump(config, f)
@@ -727,7 +727,7 @@ def check_killed_process(job):
     mpirun ends process 0 (SIGTERM, then SIGKILL a second later), which used to wait for
     process 1 until killed, silently, its temporary directory left behind.  Now it
     removes it, prints one line saying what happened, and ends by the signal; the
-    existing DST stays as it was.  A model of 20 MB and buckets of 4 KiB make the sync
+    existing DST stays as it was.  A model of 40 MB and buckets of 4 KiB make the sync
     last long enough to be caught in the middle."""
     c = Checks()
     src, dst, copy, proc = slow_sync(job)

@@ -1179,12 +1179,34 @@ tensor_at(const OutFile *f, guint64 offset)
   return NULL;
 }
 
+/* The input tensor of the plan whose bytes hold @address, or NULL. */
+static const WsyncTensor *
+input_at(WsyncPlan *plan, const void *address)
+{
+  const guint8 *a = address;
+
+  for (guint i = 0; plan->inputs != NULL && i < plan->inputs->len; i++) {
+    const WsyncTensor *t = g_array_index(plan->inputs, InputState, i).tensor;
+    if (t != NULL && t->data != NULL && a >= t->data && a < t->data + t->nbytes)
+      return t;
+  }
+  for (guint i = 0; plan->chunk_tensors != NULL && i < plan->chunk_tensors->len; i++) {
+    const WsyncTensor *t = plan->chunk_tensors->pdata[i];
+    if (t->data != NULL && a >= t->data && a < t->data + t->nbytes)
+      return t;
+  }
+  return NULL;
+}
+
 /* pwrite(2) of @nbytes at @offset of @f; a failure names the file and the tensor it was
  * writing, as convert's does (core/exec.c), e.g. a full disk: "cannot write
- * .../kernel-rank-1-part-0.safetensors: No space left on device (tensor "...")". */
+ * .../kernel-rank-1-part-0.safetensors: No space left on device (tensor "...")".  With
+ * @plan, @data may be a run of one of its inputs' maps (process 0's own ranks): pwrite(2)
+ * from a page the input's file no longer has (it shrank) fails with EFAULT, which names
+ * the input, as convert does. */
 static gboolean
 write_data(const OutFile *f, const guint8 *data, guint64 nbytes, guint64 offset,
-           GError **error)
+           WsyncPlan *plan, GError **error)
 {
   while (nbytes > 0) {
     ssize_t k = pwrite(f->fd, data, MIN(nbytes, G_GUINT64_CONSTANT(1) << 30), (off_t)offset);
@@ -1192,6 +1214,14 @@ write_data(const OutFile *f, const guint8 *data, guint64 nbytes, guint64 offset,
       continue;
     if (k <= 0) {
       int errsv = k < 0 ? errno : ENOSPC;
+      const WsyncTensor *in = errsv == EFAULT && plan != NULL ? input_at(plan, data) : NULL;
+      if (in != NULL) {
+        g_autofree char *file = wsync_printable(in->file), *name = wsync_printable(in->name);
+        g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO,
+                    "cannot read %s: the file shrank while wsync was reading it (tensor \"%s\")",
+                    file, name);
+        return FALSE;
+      }
       g_autofree char *tensor = tensor_at(f, offset);
       g_autofree char *path = wsync_printable(f->path);
       g_autofree char *name = tensor != NULL ? wsync_printable(tensor) : NULL;
@@ -1394,8 +1424,9 @@ write_own_range(Sync *s, const ShipRange *sr, guint8 **buffer, gsize *size, Slot
     const OutFile *out = s->files->pdata[part->file];
     const guint8 *from = part->run != NULL ? part->run
                                            : *buffer + (part->offset - sr->range->offset);
-    /* a run is read from the input's map here: a file that shrank is an I/O error */
-    if (!write_data(out, from, part->nbytes, part->offset, &error)) {
+    /* a run is read from the input's map here: a file that shrank is EFAULT */
+    if (!write_data(out, from, part->nbytes, part->offset, part->run ? s->plan : NULL,
+                    &error)) {
       fail(s, error);
       return FALSE;
     }
@@ -1490,25 +1521,6 @@ ship(Sync *s, gboolean abort_all)
   wsync_progress_end(&shown); /* before an error too */
 }
 
-/* The input tensor of the plan whose bytes hold @address, or NULL. */
-static const WsyncTensor *
-input_at(WsyncPlan *plan, const void *address)
-{
-  const guint8 *a = address;
-
-  for (guint i = 0; plan->inputs != NULL && i < plan->inputs->len; i++) {
-    const WsyncTensor *t = g_array_index(plan->inputs, InputState, i).tensor;
-    if (t != NULL && t->data != NULL && a >= t->data && a < t->data + t->nbytes)
-      return t;
-  }
-  for (guint i = 0; plan->chunk_tensors != NULL && i < plan->chunk_tensors->len; i++) {
-    const WsyncTensor *t = plan->chunk_tensors->pdata[i];
-    if (t->data != NULL && a >= t->data && a < t->data + t->nbytes)
-      return t;
-  }
-  return NULL;
-}
-
 typedef struct {
   Sync *sync;
   gboolean abort_all;
@@ -1592,7 +1604,7 @@ receive(Sync *s)
     if ((guint64)count != m->nbytes)
       short_message = TRUE;
     else if (s->files_ok &&
-             !write_data(f, buffers[done % POSTED], m->nbytes, m->offset, &error)) {
+             !write_data(f, buffers[done % POSTED], m->nbytes, m->offset, NULL, &error)) {
       fail(s, error);
       s->files_ok = FALSE;
     }

@@ -656,7 +656,7 @@ def process_pids(mpirun_pid):
     return pids
 
 
-def slow_sync(job):
+def slow_sync(job, extra=()):
     """A model of 40 MB, a DST an earlier sync of it wrote, a copy of that DST, and a
     second sync into it, -np 2 --tp 2, started (a Popen): buckets of 4 KiB make it last
     long enough (a second) to be caught in the middle."""
@@ -678,7 +678,7 @@ def slow_sync(job):
     copy = job.path("existing-copy")
     shutil.copytree(dst, copy)
     cmd = mpirun_prefix() + ["-np", "2"] + wsync_cmd("sync", src, dst, "--bucket-size", "4K",
-                                                     *layout)
+                                                     *(layout + list(extra)))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             universal_newlines=True,
                             env=dict(os.environ, WSYNC_PLUGIN_PATH="", **MPI_ENV))
@@ -718,6 +718,44 @@ def check_source_shrinks(job):
     c.that(len(lines) == 2 and re.fullmatch(said, lines[0]) is not None and
            (lines[1] == INTERRUPTED or lines[1] == lines[0]), "stderr: %r" % err)
     c.that(out == "", "stdout: %r" % out)
+    check_untouched(c, job, dst, copy)
+    return c.problems
+
+
+def check_source_shrinks_own_ranks(job):
+    """SRC's file truncated while process 0 writes its own ranks (--ranks 0-1/: all of
+    them), stopped (SIGSTOP) once its files exist and resumed after the truncation: its
+    pwrite(2) from the input's map fails with EFAULT, which used to read "cannot write
+    .../model-rank-0-part-0.safetensors: Bad address", blaming the output.  Now every
+    process prints process 0's line naming the input and a tensor, as convert does, and
+    exits 4; the existing DST stays as it was.  The sync may end before it is stopped
+    (its own writes take some 40 ms): then it is tried again, three times at most."""
+    c = Checks()
+    for attempt in range(3):
+        src, dst, copy, proc = slow_sync(job, ["--ranks", "0-1/"])
+        weights = os.path.join(src, "model-00001-of-00001.safetensors")
+        stopped = None
+        while proc.poll() is None and stopped is None:
+            for tmp in temporaries(job.work, os.path.basename(dst)):
+                if os.path.exists(os.path.join(job.work, tmp, "model-rank-1-part-0.safetensors")):
+                    stopped = process_pids(proc.pid).get(0)
+                    if stopped is not None:
+                        os.kill(stopped, 19)
+                        os.truncate(weights, 1 << 20)
+                        os.kill(stopped, 18)
+                    break
+        out, err = proc.communicate()
+        if stopped is not None and proc.returncode != 0:
+            break
+    if not c.that(stopped is not None and proc.returncode != 0,
+                  "the sync ended three times before process 0 could be stopped: %r" % err):
+        return c.problems
+    c.that(proc.returncode == 4, "exit %d, expected 4" % proc.returncode)
+    said = re.escape("wsync: sync: process 0: cannot read %s: the file shrank while wsync "
+                     "was reading it (tensor \"" % weights) + r"[\w.]+\"\)"
+    lines = err.splitlines()
+    c.that(len(lines) == 2 and len(set(lines)) == 1 and re.fullmatch(said, lines[0]),
+           "stderr: %r" % err)
     check_untouched(c, job, dst, copy)
     return c.problems
 
@@ -861,6 +899,8 @@ FAULTS = [
     ("a full disk: exit 4, the file and the tensor named, DST as it was", check_full_disk),
     ("SRC truncated mid-sync: exit 4, the file and a tensor named, DST as it was",
      check_source_shrinks),
+    ("SRC truncated while process 0 writes its own ranks: the input named, exit 4",
+     check_source_shrinks_own_ranks),
     ("usage errors from every process (exit 2)", check_usage),
 ]
 

@@ -42,6 +42,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <glib/gstdio.h>
@@ -1093,6 +1094,45 @@ share_manifests(Sync *s)
 
 /* ------------------------------------------------------------------ files */
 
+/* Before any data, the leader refuses a file system without room for the files of
+ * every process of its group (their sizes, from the manifests), as convert refuses one
+ * without room for its output (core/exec.c, check_space()): else each process writes
+ * until the disk is full, gigabytes in vain.  A file system that does not count its
+ * blocks (f_blocks 0) is not checked.  The others of the group learn it and drop their
+ * messages. */
+static void
+check_room(Sync *s)
+{
+  guint64 mine = 0, total = 0;
+  int refused = 0;
+  MPI_Request req;
+
+  if (s->group == MPI_COMM_NULL)
+    return;
+  for (guint i = 0; i < s->files->len; i++)
+    mine += ((const OutFile *)s->files->pdata[i])->size;
+  MPI_Iallreduce(&mine, &total, 1, MPI_UINT64_T, MPI_SUM, s->group, &req);
+  wait_request(&req, NULL);
+  struct statvfs sv;
+  if (s->leader && s->tmp != NULL && s->error == NULL && statvfs(s->tmp, &sv) == 0 &&
+      sv.f_blocks != 0 && (guint64)sv.f_bavail * sv.f_frsize < total) {
+    g_autofree char *dst = wsync_printable(s->dst.path);
+    g_autofree char *need = g_format_size(total);
+    g_autofree char *have = g_format_size((guint64)sv.f_bavail * sv.f_frsize);
+    fail_with(s, WSYNC_ERROR_IO,
+              "cannot write %s: %s (the output needs %s, the file system has %s free)", dst,
+              g_strerror(ENOSPC), need, have);
+    refused = 1;
+  }
+  MPI_Ibcast(&refused, 1, MPI_INT, 0, s->group, &req); /* the group's 0 is its leader */
+  wait_request(&req, NULL);
+  if (refused && !s->leader && s->error == NULL) {
+    fail_with(s, WSYNC_ERROR_IO, "%s: the process that shares this DST found no room for it",
+              s->dst.path);
+    s->follows = TRUE;
+  }
+}
+
 /* Creates this process's files in the group's temporary directory, each with its header
  * and sized; the data is written with pwrite(2).  FALSE (with the error recorded) when
  * one cannot be made: the process then receives its messages and drops them. */
@@ -1791,13 +1831,15 @@ run(Sync *s)
   make_groups(s);
   make_temp_dir(s);
   say(s, "DST prepared");
-  /* process 0 learns whether every process could prepare its DST before it sends data */
+  share_manifests(s);
+  say(s, "manifest shared");
+  check_room(s);
+  /* process 0 learns whether every process could prepare its DST, with room for its
+   * files, before it sends data */
   int ready = s->error == NULL, all_ready = 0;
   MPI_Request req;
   MPI_Iallreduce(&ready, &all_ready, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD, &req);
   wait_request(&req, NULL);
-  share_manifests(s);
-  say(s, "manifest shared");
   s->files_ok = s->n_mine > 0 && create_files(s);
   if (s->leader)
     write_companions(s);

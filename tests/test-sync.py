@@ -790,35 +790,48 @@ def check_killed_process(job):
 
 
 def check_full_disk(job):
-    """A DST on a file system without room for the new output (a tmpfs of 1.2 MB in a
-    mount namespace of its own, filled until 150 kB are left; root only): every process
-    exits 4 with the same line, naming the file and, as convert does, the tensor it was
-    writing (it used to name the file alone); the previous DST stays as it was and no
-    temporary is left."""
+    """A DST on a small file system (a tmpfs of 1.2 MB in a mount namespace of its own;
+    root only), holding an earlier sync's output.  With 150 kB free, less than the
+    files' sizes: refused before any data, as convert refuses (it used to write until
+    the disk was full).  With room for the files' sizes rounded up to a page, but not
+    for config.json's page and each file's last one: the write that fails is named, file
+    and tensor, as convert's (it used to name the file alone).  Both: exit 4, the same
+    line from every process, the previous DST as it was, no temporary left."""
     c = Checks()
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         print("# skipped: a full disk needs root and unshare(1), to mount a small tmpfs")
         return c.problems
     import shlex
+    q = shlex.quote
     src = job.synth("tiny-qwen3-moe")
     small, saved = job.path("small"), job.path("saved")
     os.mkdir(saved)
+    out, fill = os.path.join(small, "out"), os.path.join(small, "fill")
     layout = layout_args("vllm", "kernel", 2, 2)
 
     def mpi(*args):
-        return " ".join(shlex.quote(a) for a in mpirun_prefix() + ["-np", "2"] +
-                        wsync_cmd("sync", src, os.path.join(small, "out"), *args))
-    q = shlex.quote
+        return " ".join(q(a) for a in mpirun_prefix() + ["-np", "2"] +
+                        wsync_cmd("sync", src, out, *args))
+
+    def attempt(name):
+        """The second sync, its stderr and status, DST and the file system's names."""
+        return [
+            "%s 2> %s; echo $? > %s" % (mpi(*layout), q(os.path.join(saved, name + ".err")),
+                                         q(os.path.join(saved, name + ".status"))),
+            "cp -a %s %s" % (q(out), q(os.path.join(saved, name))),
+            "ls -a %s > %s; rm -f %s" % (q(small), q(os.path.join(saved, name + ".ls")),
+                                         q(fill))]
     script = "\n".join([
         "mount --make-rprivate / && mkdir -p %s && mount -t tmpfs -o size=1200000 wsync-test"
         " %s || exit 99" % (q(small), q(small)),
         "%s || exit 98" % mpi("-q", *layout),
-        "cp -a %s %s" % (q(os.path.join(small, "out")), q(os.path.join(saved, "before"))),
-        "head -c $((1200000 - 360000 - 150000)) /dev/zero > %s" % q(os.path.join(small, "fill")),
-        "%s 2> %s; echo $? > %s" % (mpi(*layout), q(os.path.join(saved, "err")),
-                                     q(os.path.join(saved, "status"))),
-        "cp -a %s %s" % (q(os.path.join(small, "out")), q(os.path.join(saved, "after"))),
-        "ls -a %s > %s" % (q(small), q(os.path.join(saved, "listing")))])
+        "cp -a %s %s" % (q(out), q(os.path.join(saved, "before"))),
+        "avail() { df -B1 --output=avail %s | tail -n 1; }" % q(small),
+        "head -c $(($(avail) - 150000 / 4096 * 4096)) /dev/zero > %s" % q(fill)] +
+        attempt("refused") + [
+        "need=$(cat %s/*.safetensors | wc -c)" % q(out),
+        "head -c $(($(avail) - (need + 4095) / 4096 * 4096)) /dev/zero > %s" % q(fill)] +
+        attempt("short"))
     r = subprocess.run(["unshare", "-m", "sh", "-c", script], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, universal_newlines=True,
                        env=dict(os.environ, WSYNC_PLUGIN_PATH="", **MPI_ENV))
@@ -828,21 +841,27 @@ def check_full_disk(job):
     if not c.that(r.returncode == 0, "the run in its mount namespace: exit %d: %s"
                   % (r.returncode, r.stderr.strip())):
         return c.problems
-    with open(os.path.join(saved, "status")) as f:
-        status = f.read().strip()
-    with open(os.path.join(saved, "err")) as f:
-        err = f.read()
-    c.that(status == "4", "exit %s, expected 4" % status)
-    lines = err.splitlines()
-    c.that(len(lines) == 2 and len(set(lines)) == 1, "stderr: %r" % err)
-    pattern = (r"wsync: sync: process [01]: cannot write %s/\.out\.wsync-\w+/"
-               r"kernel-rank-[01]-part-0\.safetensors: No space left on device "
-               r"\(tensor \"[\w.]+\"\)( \(2 of 2 processes failed\))?" % re.escape(small))
-    c.that(all(re.fullmatch(pattern, line) for line in lines), "stderr: %r" % err)
-    check_untouched(c, job, os.path.join(saved, "after"), os.path.join(saved, "before"))
-    with open(os.path.join(saved, "listing")) as f:
-        listing = f.read().split()
-    c.that(sorted(listing) == [".", "..", "fill", "out"], "on the tmpfs: %r" % listing)
+    said = {
+        "refused": r"wsync: sync: process 0: cannot write %s: No space left on device \(the "
+                   r"output needs \d+\.\d\skB, the file system has 1[45]\d\.\d\skB free\)"
+                   % re.escape(out),
+        "short": r"wsync: sync: process [01]: cannot write %s/\.out\.wsync-\w+/"
+                 r"kernel-rank-[01]-part-0\.safetensors: No space left on device "
+                 r"\(tensor \"[\w.]+\"\)( \(2 of 2 processes failed\))?" % re.escape(small)}
+    for name, pattern in sorted(said.items()):
+        with open(os.path.join(saved, name + ".status")) as f:
+            status = f.read().strip()
+        with open(os.path.join(saved, name + ".err")) as f:
+            err = f.read()
+        c.that(status == "4", "%s: exit %s, expected 4" % (name, status))
+        lines = err.splitlines()
+        c.that(len(lines) == 2 and len(set(lines)) == 1 and
+               re.fullmatch(pattern, lines[0]) is not None, "%s: stderr: %r" % (name, err))
+        check_untouched(c, job, os.path.join(saved, name), os.path.join(saved, "before"))
+        with open(os.path.join(saved, name + ".ls")) as f:
+            listing = f.read().split()
+        c.that(sorted(listing) == [".", "..", "fill", "out"], "%s: on the tmpfs: %r"
+               % (name, listing))
     return c.problems
 
 
@@ -896,7 +915,8 @@ FAULTS = [
     ("processes given different SRC or options refused (exit 2)", check_mismatched_args),
     ("kill -9 of a process mid-sync: one line, no temporary, DST as it was",
      check_killed_process),
-    ("a full disk: exit 4, the file and the tensor named, DST as it was", check_full_disk),
+    ("a full disk: refused before the data, or the file and tensor named; DST as it was",
+     check_full_disk),
     ("SRC truncated mid-sync: exit 4, the file and a tensor named, DST as it was",
      check_source_shrinks),
     ("SRC truncated while process 0 writes its own ranks: the input named, exit 4",

@@ -481,17 +481,18 @@ gboolean
 wsync_run_guarded(void (*fn)(gpointer data), gpointer data, const void **address)
 {
   sigjmp_buf jump;
+  sigjmp_buf *outer = fault_jump; /* a guarded call inside another's @fn guards it again */
 
   guard_enter();
   if (sigsetjmp(jump, 1) != 0) { /* the mask is restored: SIGBUS is deliverable again */
-    fault_jump = NULL;
+    fault_jump = outer;
     *address = fault_address;
     guard_leave();
     return FALSE;
   }
   fault_jump = &jump;
   fn(data);
-  fault_jump = NULL;
+  fault_jump = outer;
   guard_leave();
   return TRUE;
 }

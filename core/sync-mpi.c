@@ -42,6 +42,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <glib/gstdio.h>
@@ -157,6 +158,7 @@ typedef struct {
   Dst dst;
   gboolean dst_parsed;
   char *tmp; /* the temporary directory the group writes into */
+  gboolean swapped; /* the leader swapped its DST into place */
   int lock_fd;
   /* the job, from process 0 */
   char *src; /* canonical */
@@ -229,6 +231,36 @@ stopped(Sync *s)
 
 /* ------------------------------------------------------------------ waiting */
 
+/* This process's state, for abandon_if_signalled(), which a wait calls. */
+static Sync *this_sync;
+
+/* A process killed outright (kill -9, the OOM killer, a crash) never answers: what
+ * waits for it waits for ever, until mpirun, seeing a process end before MPI_Finalize,
+ * ends the others, SIGTERM first and SIGKILL a second later (Open MPI 4.1,
+ * odls_base_sigkill_timeout).  A signal caught while waiting cannot be reported through
+ * the end's exchange (the dead process would never join it): the process removes its
+ * group's temporary directory when it leads it, says so in the one line every survivor
+ * prints alike, and ends by the signal.  Without this, every survivor was killed
+ * silently and every temporary directory left behind. */
+static void
+abandon_if_signalled(void)
+{
+  Sync *s = this_sync;
+  int sig = s != NULL && s->interrupted != NULL ? *s->interrupted : 0;
+
+  if (sig == 0)
+    return;
+  if (s->leader && s->tmp != NULL && !s->swapped)
+    wsync_remove_tree(s->tmp, NULL);
+  const char *name = sigabbrev_np(sig);
+  cli_error_line("wsync: sync: interrupted by SIG%s before every process was done (mpirun "
+                 "was interrupted, or a process ended or was killed): %s",
+                 name ? name : "NAL",
+                 s->swapped ? "this host's DST was already swapped in" : "DST is as it was");
+  cli_end_by_caught_signal();
+  _exit(128 + sig);
+}
+
 /* Waits for @req: tests it, and sleeps between tests, so that a waiting process leaves
  * its core to those that work (Open MPI would spin). */
 static void
@@ -240,6 +272,7 @@ wait_request(MPI_Request *req, MPI_Status *status)
     MPI_Test(req, &done, status != NULL ? status : MPI_STATUS_IGNORE);
     if (done)
       return;
+    abandon_if_signalled();
     g_usleep(WAIT_US);
   }
 }
@@ -447,6 +480,92 @@ parse_args(Sync *s, int *argc, char ***argv)
     fail_with(s, WSYNC_ERROR_USAGE, "DST is longer than %u bytes", DST_KEY_MAX - 1);
 }
 
+/* ------------------------------------------------------------------ the same arguments */
+
+/* What only process 0 reads (SRC, the layout and the configuration) as this process was
+ * given it: (option, value or nothing).  DST, --force, -q, -v, --json and --progress are
+ * each process's own. */
+static GVariant *
+shared_args(Sync *s)
+{
+  g_autofree char *conf_dirs = s->cli.conf_dirs ? g_strjoinv(" ", s->cli.conf_dirs) : NULL;
+  g_autofree char *plugin_dirs = s->cli.plugin_dirs ? g_strjoinv(" ", s->cli.plugin_dirs) : NULL;
+  const struct {
+    const char *name, *value;
+  } args[] = {{"SRC", s->src_arg},           {"--target", s->layout.target},
+              {"--format", s->layout.format}, {"--tp", s->layout.tp},
+              {"--ep", s->layout.ep},         {"--select", s->layout.select},
+              {"--config", s->layout.config}, {"--ranks", s->ranks_arg},
+              {"--bucket-size", s->bucket_arg}, {"--threads", s->layout.threads},
+              {"--part-size", s->layout.part_size}, {"--conf-dir", conf_dirs},
+              {"--plugin-dir", plugin_dirs}};
+  GVariantBuilder b;
+
+  g_variant_builder_init(&b, G_VARIANT_TYPE("a(sms)"));
+  for (guint i = 0; i < G_N_ELEMENTS(args); i++)
+    g_variant_builder_add(&b, "(sms)", args[i].name, args[i].value);
+  return g_variant_ref_sink(g_variant_builder_end(&b));
+}
+
+/* "--tp 4", "SRC /a/b", "no --tp" */
+static char *
+arg_text(const char *name, const char *value)
+{
+  return value != NULL ? g_strdup_printf("%s %s", name, value) : g_strdup_printf("no %s", name);
+}
+
+/* Every process must be given process 0's SRC and options (DST aside): the others never
+ * read them, so an MPMD launch whose app contexts disagree (--tp 4 on one, --tp 2 on
+ * another) would otherwise write, without a word, a layout one of the command lines did
+ * not ask for.  Process 0 broadcasts its own (nothing when its command line is already
+ * refused); a process that differs fails with a usage error naming the first option. */
+static void
+check_same_args(Sync *s)
+{
+  g_autoptr(GVariant) mine = shared_args(s);
+  g_autoptr(GBytes) sent = NULL;
+
+  if (s->me == 0) {
+    GVariant *v = s->error == NULL ? g_variant_ref(mine)
+                                   : g_variant_ref_sink(g_variant_new_array(
+                                         G_VARIANT_TYPE("(sms)"), NULL, 0));
+    sent = g_variant_get_data_as_bytes(v);
+    g_variant_unref(v);
+  }
+  g_autoptr(GBytes) got = bcast_blob(sent, 0, MPI_COMM_WORLD);
+  if (s->me == 0 || s->error != NULL)
+    return;
+  g_autoptr(GVariant) theirs = variant_of("a(sms)", got);
+  for (gsize i = 0; i < g_variant_n_children(theirs); i++) {
+    const char *name, *here, *there;
+    g_variant_get_child(mine, i, "(&sm&s)", &name, &here);
+    g_variant_get_child(theirs, i, "(&sm&s)", NULL, &there);
+    if (g_strcmp0(here, there) != 0) {
+      g_autofree char *a = arg_text(name, here), *b = arg_text(name, there);
+      fail_with(s, WSYNC_ERROR_USAGE,
+                "%s here, %s on process 0: give every process the same SRC and options (only "
+                "DST, --force, -q, -v, --json and --progress may differ)",
+                a, b);
+      break;
+    }
+  }
+}
+
+/* check_same_args(), then whether every process agreed: process 0 plans only then, so
+ * that the verdict names the difference, not what process 0's own options make of SRC. */
+static gboolean
+same_args_everywhere(Sync *s)
+{
+  int agrees, all_agree = 0;
+  MPI_Request req;
+
+  check_same_args(s);
+  agrees = s->error == NULL || s->me == 0;
+  MPI_Iallreduce(&agrees, &all_agree, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD, &req);
+  wait_request(&req, NULL);
+  return all_agree;
+}
+
 /* ------------------------------------------------------------------ process 0: the plan */
 
 /* "vllm --format kernel --tp 2 --ep 4", for messages. */
@@ -532,9 +651,9 @@ map_ranks(Sync *s, GError **error)
   if (s->world % (guint)s->n != 0) {
     g_autofree char *label = layout_label(s->plan);
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
-                "%d processes cannot write the %u ranks of %s in equal contiguous blocks: run "
+                "%d processes cannot write the %u rank%s of %s in equal contiguous blocks: run "
                 "a number of processes that divides %u, or map ranks to processes with --ranks",
-                s->n, s->world, label, s->world);
+                s->n, s->world, s->world == 1 ? "" : "s", label, s->world);
     return FALSE;
   }
   for (guint r = 0; r < s->world; r++)
@@ -975,6 +1094,45 @@ share_manifests(Sync *s)
 
 /* ------------------------------------------------------------------ files */
 
+/* Before any data, the leader refuses a file system without room for the files of
+ * every process of its group (their sizes, from the manifests), as convert refuses one
+ * without room for its output (core/exec.c, check_space()): else each process writes
+ * until the disk is full, gigabytes in vain.  A file system that does not count its
+ * blocks (f_blocks 0) is not checked.  The others of the group learn it and drop their
+ * messages. */
+static void
+check_room(Sync *s)
+{
+  guint64 mine = 0, total = 0;
+  int refused = 0;
+  MPI_Request req;
+
+  if (s->group == MPI_COMM_NULL)
+    return;
+  for (guint i = 0; i < s->files->len; i++)
+    mine += ((const OutFile *)s->files->pdata[i])->size;
+  MPI_Iallreduce(&mine, &total, 1, MPI_UINT64_T, MPI_SUM, s->group, &req);
+  wait_request(&req, NULL);
+  struct statvfs sv;
+  if (s->leader && s->tmp != NULL && s->error == NULL && statvfs(s->tmp, &sv) == 0 &&
+      sv.f_blocks != 0 && (guint64)sv.f_bavail * sv.f_frsize < total) {
+    g_autofree char *dst = wsync_printable(s->dst.path);
+    g_autofree char *need = g_format_size(total);
+    g_autofree char *have = g_format_size((guint64)sv.f_bavail * sv.f_frsize);
+    fail_with(s, WSYNC_ERROR_IO,
+              "cannot write %s: %s (the output needs %s, the file system has %s free)", dst,
+              g_strerror(ENOSPC), need, have);
+    refused = 1;
+  }
+  MPI_Ibcast(&refused, 1, MPI_INT, 0, s->group, &req); /* the group's 0 is its leader */
+  wait_request(&req, NULL);
+  if (refused && !s->leader && s->error == NULL) {
+    fail_with(s, WSYNC_ERROR_IO, "%s: the process that shares this DST found no room for it",
+              s->dst.path);
+    s->follows = TRUE;
+  }
+}
+
 /* Creates this process's files in the group's temporary directory, each with its header
  * and sized; the data is written with pwrite(2).  FALSE (with the error recorded) when
  * one cannot be made: the process then receives its messages and drops them. */
@@ -1022,6 +1180,101 @@ write_companions(Sync *s)
       s->files_ok = FALSE; /* a receiver then drops its messages */
     }
   }
+}
+
+/* The tensor whose data holds byte @offset of @f, from the file's header (wsync's own,
+ * from process 0), for messages; NULL outside every tensor. */
+static char *
+tensor_at(const OutFile *f, guint64 offset)
+{
+  gsize len = 0;
+  const guint8 *header = g_bytes_get_data(f->header, &len);
+  guint64 json_len = 0;
+
+  if (len < sizeof json_len)
+    return NULL;
+  memcpy(&json_len, header, sizeof json_len);
+  json_len = GUINT64_FROM_LE(json_len);
+  if (json_len > len - sizeof json_len)
+    return NULL;
+  g_autoptr(JsonParser) parser = json_parser_new();
+  if (!json_parser_load_from_data(parser, (const char *)header + sizeof json_len,
+                                  (gssize)json_len, NULL) ||
+      !JSON_NODE_HOLDS_OBJECT(json_parser_get_root(parser)))
+    return NULL;
+  JsonObject *tensors = json_node_get_object(json_parser_get_root(parser));
+  guint64 base = sizeof json_len + json_len;
+  g_autoptr(GList) names = json_object_get_members(tensors);
+  for (GList *l = names; l != NULL; l = l->next) {
+    JsonNode *node = json_object_get_member(tensors, l->data);
+    JsonObject *entry = JSON_NODE_HOLDS_OBJECT(node) ? json_node_get_object(node) : NULL;
+    JsonArray *range = entry != NULL && json_object_has_member(entry, "data_offsets")
+                           ? json_object_get_array_member(entry, "data_offsets")
+                           : NULL;
+    if (range != NULL && json_array_get_length(range) == 2 &&
+        offset >= base + (guint64)json_array_get_int_element(range, 0) &&
+        offset < base + (guint64)json_array_get_int_element(range, 1))
+      return g_strdup(l->data);
+  }
+  return NULL;
+}
+
+/* The input tensor of the plan whose bytes hold @address, or NULL. */
+static const WsyncTensor *
+input_at(WsyncPlan *plan, const void *address)
+{
+  const guint8 *a = address;
+
+  for (guint i = 0; plan->inputs != NULL && i < plan->inputs->len; i++) {
+    const WsyncTensor *t = g_array_index(plan->inputs, InputState, i).tensor;
+    if (t != NULL && t->data != NULL && a >= t->data && a < t->data + t->nbytes)
+      return t;
+  }
+  for (guint i = 0; plan->chunk_tensors != NULL && i < plan->chunk_tensors->len; i++) {
+    const WsyncTensor *t = plan->chunk_tensors->pdata[i];
+    if (t->data != NULL && a >= t->data && a < t->data + t->nbytes)
+      return t;
+  }
+  return NULL;
+}
+
+/* pwrite(2) of @nbytes at @offset of @f; a failure names the file and the tensor it was
+ * writing, as convert's does (core/exec.c), e.g. a full disk: "cannot write
+ * .../kernel-rank-1-part-0.safetensors: No space left on device (tensor "...")".  With
+ * @plan, @data may be a run of one of its inputs' maps (process 0's own ranks): pwrite(2)
+ * from a page the input's file no longer has (it shrank) fails with EFAULT, which names
+ * the input, as convert does. */
+static gboolean
+write_data(const OutFile *f, const guint8 *data, guint64 nbytes, guint64 offset,
+           WsyncPlan *plan, GError **error)
+{
+  while (nbytes > 0) {
+    ssize_t k = pwrite(f->fd, data, MIN(nbytes, G_GUINT64_CONSTANT(1) << 30), (off_t)offset);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k <= 0) {
+      int errsv = k < 0 ? errno : ENOSPC;
+      const WsyncTensor *in = errsv == EFAULT && plan != NULL ? input_at(plan, data) : NULL;
+      if (in != NULL) {
+        g_autofree char *file = wsync_printable(in->file), *name = wsync_printable(in->name);
+        g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO,
+                    "cannot read %s: the file shrank while wsync was reading it (tensor \"%s\")",
+                    file, name);
+        return FALSE;
+      }
+      g_autofree char *tensor = tensor_at(f, offset);
+      g_autofree char *path = wsync_printable(f->path);
+      g_autofree char *name = tensor != NULL ? wsync_printable(tensor) : NULL;
+      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO, "cannot write %s: %s%s%s%s", path,
+                  g_strerror(errsv), name ? " (tensor \"" : "", name ? name : "",
+                  name ? "\")" : "");
+      return FALSE;
+    }
+    data += k;
+    nbytes -= (guint64)k;
+    offset += (guint64)k;
+  }
+  return TRUE;
 }
 
 /* Syncs and closes this process's files. */
@@ -1211,8 +1464,9 @@ write_own_range(Sync *s, const ShipRange *sr, guint8 **buffer, gsize *size, Slot
     const OutFile *out = s->files->pdata[part->file];
     const guint8 *from = part->run != NULL ? part->run
                                            : *buffer + (part->offset - sr->range->offset);
-    /* a run is read from the input's map here: a file that shrank is an I/O error */
-    if (!wsync_file_pwrite_all(out->fd, out->path, from, part->nbytes, part->offset, &error)) {
+    /* a run is read from the input's map here: a file that shrank is EFAULT */
+    if (!write_data(out, from, part->nbytes, part->offset, part->run ? s->plan : NULL,
+                    &error)) {
       fail(s, error);
       return FALSE;
     }
@@ -1289,8 +1543,10 @@ ship(Sync *s, gboolean abort_all)
       local++;
       done += sr->range->nbytes;
       wsync_progress_show(&shown, done, FALSE);
-    } else
+    } else {
+      abandon_if_signalled(); /* both buffers in flight to a process that may be dead */
       g_usleep(WAIT_US);
+    }
   }
   for (guint i = 0; i < RING; i++) {
     for (guint r = 0; ring[i].busy && r < ring[i].reqs->len; r++)
@@ -1303,6 +1559,52 @@ ship(Sync *s, gboolean abort_all)
   if (!stopped(s))
     wsync_progress_show(&shown, done, TRUE);
   wsync_progress_end(&shown); /* before an error too */
+}
+
+typedef struct {
+  Sync *sync;
+  gboolean abort_all;
+} ShipCall;
+
+static void
+ship_call(gpointer data)
+{
+  ShipCall *call = data;
+
+  ship(call->sync, call->abort_all);
+}
+
+/* Process 0's data phase, guarded: Open MPI copies the runs sent straight from the
+ * inputs' maps inside its own calls (MPI_Isend, MPI_Test), where a source file that
+ * shrank meanwhile (a trainer rewriting its checkpoint in place) faults.  That used to
+ * kill process 0 with SIGBUS, Open MPI's backtrace on stderr and the temporary
+ * directory left behind.  Now process 0 says which file and tensor, as convert does
+ * (core/exec.c), removes the temporary directory it leads and exits 4 without going
+ * back into MPI, whose state the fault left unknown; mpirun then ends the others
+ * (abandon_if_signalled()).  wsync_run_guarded() wants a function that only reads and
+ * writes memory; ship() allocates and calls MPI, but the fault can only come from a
+ * read of an input's map, a memcpy (Open MPI's, or the plan's own copies, which guard
+ * themselves), never from inside malloc, and nothing after it calls MPI again. */
+static void
+ship_guarded(Sync *s, gboolean abort_all)
+{
+  ShipCall call = {s, abort_all};
+  const void *address = NULL;
+
+  if (wsync_run_guarded(ship_call, &call, &address))
+    return;
+  const WsyncTensor *in = input_at(s->plan, address);
+  if (s->leader && s->tmp != NULL)
+    wsync_remove_tree(s->tmp, NULL);
+  if (in != NULL)
+    cli_error_line("wsync: sync: process 0: cannot read %s: the file shrank while wsync was "
+                   "reading it (tensor \"%s\")",
+                   in->file, in->name);
+  else
+    cli_error_line("wsync: sync: process 0: a memory map failed (SIGBUS at %p): a file "
+                   "shrank while wsync was reading it",
+                   address);
+  _exit(WSYNC_EXIT_IO);
 }
 
 /* ------------------------------------------------------------------ receiving */
@@ -1342,8 +1644,7 @@ receive(Sync *s)
     if ((guint64)count != m->nbytes)
       short_message = TRUE;
     else if (s->files_ok &&
-             !wsync_file_pwrite_all(f->fd, f->path, buffers[done % POSTED], m->nbytes, m->offset,
-                                    &error)) {
+             !write_data(f, buffers[done % POSTED], m->nbytes, m->offset, NULL, &error)) {
       fail(s, error);
       s->files_ok = FALSE;
     }
@@ -1376,7 +1677,8 @@ finish_dst(Sync *s, gboolean success)
     wsync_remove_tree(s->tmp, NULL);
     if (error != NULL)
       fail(s, error);
-  }
+  } else
+    s->swapped = TRUE;
   if (s->lock_fd >= 0)
     close(s->lock_fd);
   s->lock_fd = -1;
@@ -1529,19 +1831,21 @@ run(Sync *s)
   make_groups(s);
   make_temp_dir(s);
   say(s, "DST prepared");
-  /* process 0 learns whether every process could prepare its DST before it sends data */
+  share_manifests(s);
+  say(s, "manifest shared");
+  check_room(s);
+  /* process 0 learns whether every process could prepare its DST, with room for its
+   * files, before it sends data */
   int ready = s->error == NULL, all_ready = 0;
   MPI_Request req;
   MPI_Iallreduce(&ready, &all_ready, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD, &req);
   wait_request(&req, NULL);
-  share_manifests(s);
-  say(s, "manifest shared");
   s->files_ok = s->n_mine > 0 && create_files(s);
   if (s->leader)
     write_companions(s);
   say(s, "files created");
   if (s->me == 0)
-    ship(s, !all_ready);
+    ship_guarded(s, !all_ready);
   else if (s->n_mine > 0)
     receive(s);
   say(s, "data sent and written");
@@ -1575,8 +1879,10 @@ main(int argc, char **argv)
   MPI_Allreduce(&is_0, &any_0, 1, MPI_INT, MPI_LOR, s.host);
   s.host_has_0 = any_0;
   s.interrupted = cli_catch_signals();
+  this_sync = &s;
   say(&s, "started");
-  if (s.me == 0 && s.error == NULL)
+  gboolean agreed = same_args_everywhere(&s);
+  if (s.me == 0 && s.error == NULL && agreed)
     plan_job(&s);
   if (s.me == 0)
     say(&s, "planned");

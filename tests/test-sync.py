@@ -171,7 +171,27 @@ class Job:
 
 
 def layout_args(target, fmt, tp, ep):
-    return ["--target", target, "--format", fmt, "--tp", str(tp), "--ep", str(ep)]
+    """The layout options; @fmt None for a target without named formats (hf...)."""
+    return (["--target", target] + (["--format", fmt] if fmt else []) +
+            ["--tp", str(tp), "--ep", str(ep)])
+
+
+def split_extra(extra):
+    """@extra's options that shape the files (--part-size: convert's too), and those
+    of sync alone."""
+    both, sync_only = [], []
+    for i in range(0, len(extra), 2):
+        (both if extra[i] == "--part-size" else sync_only).extend(extra[i:i + 2])
+    return both, sync_only
+
+
+def rank_of_file(name):
+    """The rank whose file @name is (a rank file, or a part of the one checkpoint of a
+    target of one rank, hf...), or None for the other files."""
+    m = re.match(r"(?:model|kernel)-rank-(\d+)-part-\d+\.safetensors$", name)
+    if m:
+        return int(m.group(1))
+    return 0 if name.endswith(".safetensors") else None
 
 
 # (config, np, target, format, tp, ep, extra sync options)
@@ -186,6 +206,17 @@ EQUAL_CASES = [
     ("tiny-qwen3.5-moe", 4, "vllm", "sharded-state", 4, 1, ["--bucket-size", "4K"]),
     ("tiny-qwen3.5-moe", 4, "vllm-ascend", "kernel", 2, 4, ["--bucket-size", "4K"]),
     ("tiny-qwen3.5-moe", 2, "vllm-ascend", "sharded-state", 2, 2, []),
+    # the targets of one rank, --part-size (several files per rank, the index), a dense
+    # model, tied embeddings, tp 1 with ep 3, a single process
+    ("tiny-qwen3-moe", 1, "hf", None, 1, 1, ["--part-size", "64K"]),
+    ("tiny-qwen3-moe", 2, "hf-experts", None, 1, 1, ["--part-size", "30K", "--ranks", "/0"]),
+    ("tiny-qwen3.5-moe", 1, "hf-fused", None, 1, 1, ["--part-size", "100K",
+                                                     "--bucket-size", "4K"]),
+    ("tiny-qwen3-moe", 2, "vllm", "kernel", 2, 2, ["--part-size", "50K", "--bucket-size", "4K"]),
+    ("tiny-qwen3.5-moe", 4, "vllm-ascend", "sharded-state", 4, 1, ["--part-size", "40K"]),
+    ("tiny-qwen3", 2, "vllm", "sharded-state", 2, 1, ["--bucket-size", "4K"]),
+    ("tiny-qwen3-moe-tied", 2, "vllm-ascend", "kernel", 2, 2, ["--part-size", "32K"]),
+    ("tiny-qwen3-moe", 3, "vllm", "kernel", 1, 3, []),
 ]
 
 
@@ -193,7 +224,8 @@ def check_equal(job, case):
     config, np, target, fmt, tp, ep, extra = case
     c = Checks()
     src = job.synth(config)
-    layout = layout_args(target, fmt, tp, ep)
+    both, extra = split_extra(extra)
+    layout = layout_args(target, fmt, tp, ep) + both
     expected = job.convert(src, layout)
     dst = job.path("sync")
     r = sync([(np, [src, dst, "--json"] + layout + extra)])
@@ -215,8 +247,7 @@ def check_equal(job, case):
     for p in summary["processes"]:
         data = 0
         for name in data_files(dst):
-            m = re.match(r"(?:model|kernel)-rank-(\d+)-part-\d+\.safetensors$", name)
-            if m and int(m.group(1)) in p["ranks"]:
+            if rank_of_file(name) in p["ranks"]:
                 with open(os.path.join(dst, name), "rb") as f:
                     header = int.from_bytes(f.read(8), "little")
                 data += os.path.getsize(os.path.join(dst, name)) - 8 - header
@@ -306,6 +337,31 @@ def check_config_option(job):
     r = sync([(2, [dcp, dst, "-q", "--config", src] + layout)])
     if c.that(r.returncode == 0, "exit %d: %s" % (r.returncode, r.stderr.strip())):
         compare_dirs(c, expected, dst)
+    return c.problems
+
+
+def check_conf_sync_section(job):
+    """conf.d's `sync { }` section gives the layout when the command line does not
+    (target, format, tp, ep, part-size), as for convert; its `rank` is convert's alone
+    (every rank is written)."""
+    c = Checks()
+    src = job.synth("tiny-qwen3-moe")
+    conf = job.path("conf.d")
+    shutil.copytree(CONF_DIR, conf)
+    with open(os.path.join(conf, "90-sync.conf"), "w") as f:
+        f.write('sync {\n  target = "vllm-ascend"\n  format = "kernel"\n  tp = 2\n  ep = 2\n'
+                '  rank = 1\n  part-size = "40K"\n}\n')
+    expected = job.convert(src, layout_args("vllm-ascend", "kernel", 2, 2) +
+                           ["--part-size", "40K"])
+    dst = job.path("sync")
+    cmd = mpirun_prefix() + ["-np", "2", BINARY, "--conf-dir", conf, "--plugin-dir",
+                             PLUGIN_DIR, "sync", src, dst, "-q"]
+    r = run(cmd, MPI_ENV)
+    if c.that(r.returncode == 0 and r.stderr == "",
+              "exit %d: %s" % (r.returncode, r.stderr.strip())):
+        compare_dirs(c, expected, dst)
+        c.that(len([n for n in data_files(dst) if n.startswith("kernel-rank-0-")]) > 1,
+               "one file for rank 0: --part-size from conf.d not applied")
     return c.problems
 
 
@@ -481,6 +537,53 @@ def check_not_dividing(job):
                                              "--ranks"])
     c.that(not os.path.exists(dst), "DST was written")
     c.that(temporaries(job.work, os.path.basename(dst)) == [], "a temporary is left")
+    # a target of one rank (hf) on two processes: "the 1 rank", not "the 1 ranks"
+    r = sync([(2, [src, dst, "--target", "hf"])])
+    one_line_from_every_process(c, r, 2, 2, ["process 0: 2 processes cannot write the 1 rank "
+                                             "of hf --tp 1 --ep 1 in equal contiguous blocks"])
+    return c.problems
+
+
+def check_steps(job):
+    """Two training steps into one DST (the RL loop): SRC's weights are rewritten in place
+    between them.  The second sync writes exactly what convert writes from the new
+    weights (none of the first step's bytes is left), and its --json summary is the
+    first's: the same plan, the same bytes written and received by each process, each
+    process's written bytes the tensor data of its files."""
+    c = Checks()
+    config = os.path.join(CONFIG_DIR, "tiny-qwen3-moe.json")
+    src, step2 = job.path("step"), job.path("step")
+    for d, seed in ((src, "1"), (step2, "2")):
+        r = run(wsync_cmd("synth", "--config", config, "--seed", seed, d, "-q"))
+        if not c.that(r.returncode == 0, "synth: %s" % r.stderr.strip()):
+            return c.problems
+    layout = layout_args("vllm-ascend", "kernel", 2, 2)
+    dst = job.path("sync")
+    summaries = []
+    for step in (1, 2):
+        if step == 2:
+            for name in os.listdir(step2):
+                if name.endswith(".safetensors"):
+                    shutil.copy(os.path.join(step2, name), os.path.join(src, name))
+        r = sync([(2, [src, dst, "--json", "--bucket-size", "4K"] + layout)])
+        if not c.that(r.returncode == 0 and r.stderr == "",
+                      "step %d: exit %d: %s" % (step, r.returncode, r.stderr.strip())):
+            return c.problems
+        summaries.append(json.loads(r.stdout))
+    compare_dirs(c, job.convert(step2, layout), dst)
+    first, second = summaries
+    c.that(first == second, "the summaries of the two steps differ: %r, %r" % (first, second))
+    c.that(sorted(second) == ["ep", "format", "processes", "target", "tp", "world"] and
+           [sorted(p) for p in second["processes"]] ==
+           [["dst", "host", "process", "ranks", "received", "written"]] * 2,
+           "summary keys: %r" % second)
+    for p in second["processes"]:
+        name = os.path.join(dst, "kernel-rank-%d-part-0.safetensors" % p["process"])
+        with open(name, "rb") as f:
+            header = int.from_bytes(f.read(8), "little")
+        c.that(p["ranks"] == [p["process"]] and p["dst"] == dst and
+               p["written"] == os.path.getsize(name) - 8 - header,
+               "process %d: %r" % (p["process"], p))
     return c.problems
 
 
@@ -500,6 +603,265 @@ def check_bad_ranks(job):
     r = sync([(1, [src, job.path("sync"), "--ranks", "0-1/2-3"] + layout)])
     one_line_from_every_process(c, r, 1, 2, ["process 0: ", "--ranks \"0-1/2-3\" has 2 entries, "
                                              "but 1 process runs (one entry per process"])
+    return c.problems
+
+
+def check_mismatched_args(job):
+    """An MPMD launch whose app contexts disagree on what only process 0 reads (the
+    layout, SRC, --ranks): process 0's alone used to be taken, and the others' ignored
+    without a word (exit 0, tp 2 written for a process told --tp 4).  Every process now
+    refuses, naming the first process that differs, the option, both values (exit 2); an
+    existing DST stays as it was.  A DST of their own, and -q, are each process's."""
+    c = Checks()
+    src, dst, copy = existing_dst(job)
+    other = job.synth("tiny-qwen3.5-moe")
+    layout = layout_args("vllm", "kernel", 2, 4)
+    tail = ": give every process the same SRC and options (only DST, --force, -q, -v, " \
+           "--json and --progress may differ)"
+    for second, third, fragment in (
+            ([src, dst] + layout_args("vllm", "kernel", 4, 4), [src, dst] + layout,
+             "process 1: --tp 4 here, --tp 2 on process 0" + tail),
+            ([src, dst] + layout, [other, dst] + layout,
+             "process 2: SRC %s here, SRC %s on process 0" % (other, src) + tail),
+            ([src, dst] + layout, [src, dst, "--ranks", "0/1/2/3"] + layout,
+             "process 2: --ranks 0/1/2/3 here, no --ranks on process 0" + tail)):
+        r = sync([(1, [src, dst] + layout), (1, second), (1, third), (1, [src, dst] + layout)])
+        one_line_from_every_process(c, r, 4, 2, [fragment])
+        check_untouched(c, job, dst, copy)
+    r = sync([(1, [src, dst, "-q"] + layout), (1, [src, dst] + layout)])
+    c.that(r.returncode == 0 and r.stderr == "" and r.stdout == "",
+           "-q on process 0 alone: exit %d, %r %r" % (r.returncode, r.stdout, r.stderr))
+    return c.problems
+
+
+def process_pids(mpirun_pid):
+    """{MPI process number: pid} of the processes @mpirun_pid started (its children, which
+    any of its threads may have forked)."""
+    pids = {}
+    for task in os.listdir("/proc/%d/task" % mpirun_pid):
+        try:
+            with open("/proc/%d/task/%s/children" % (mpirun_pid, task)) as f:
+                children = [int(p) for p in f.read().split()]
+        except OSError:
+            continue
+        for pid in children:
+            try:
+                with open("/proc/%d/environ" % pid, "rb") as f:
+                    env = f.read().split(b"\0")
+            except OSError:
+                continue
+            for item in env:
+                if item.startswith(b"OMPI_COMM_WORLD_RANK="):
+                    pids[int(item.split(b"=", 1)[1])] = pid
+    return pids
+
+
+def slow_sync(job, extra=()):
+    """A model of 40 MB, a DST an earlier sync of it wrote, a copy of that DST, and a
+    second sync into it, -np 2 --tp 2, started (a Popen): buckets of 4 KiB make it last
+    long enough (a second) to be caught in the middle."""
+    with open(os.path.join(CONFIG_DIR, "tiny-qwen3-moe.json")) as f:
+        config = json.load(f)
+    config.update(vocab_size=40000, hidden_size=256)
+    config_path = os.path.join(job.work, "wide-qwen3-moe.json")
+    with open(config_path, "w") as f:
+        json.dump(config, f)
+    src = job.path("wide")
+    r = run(wsync_cmd("synth", "--config", config_path, src, "-q"))
+    if r.returncode != 0:
+        raise SystemExit("Bail out! synth: %s" % r.stderr.strip())
+    layout = layout_args("vllm", "sharded-state", 2, 1)
+    dst = job.path("existing")
+    r = sync([(2, [src, dst, "-q"] + layout)])
+    if r.returncode != 0:
+        raise SystemExit("Bail out! a first sync: %s" % r.stderr.strip())
+    copy = job.path("existing-copy")
+    shutil.copytree(dst, copy)
+    cmd = mpirun_prefix() + ["-np", "2"] + wsync_cmd("sync", src, dst, "--bucket-size", "4K",
+                                                     *(layout + list(extra)))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            universal_newlines=True,
+                            env=dict(os.environ, WSYNC_PLUGIN_PATH="", **MPI_ENV))
+    return src, dst, copy, proc
+
+
+INTERRUPTED = ("wsync: sync: interrupted by SIGTERM before every process was done (mpirun "
+               "was interrupted, or a process ended or was killed): DST is as it was")
+
+
+def check_source_shrinks(job):
+    """SRC's file truncated while process 0 sends it (a trainer rewriting its checkpoint
+    in place): Open MPI copies the runs sent from the input's map inside its own calls,
+    where the read faulted, and process 0 died of SIGBUS with Open MPI's backtrace on
+    stderr and the temporary directory left behind.  Now process 0 names the file and a
+    tensor, as convert does, and exits 4 (process 1, ended by mpirun, says it was
+    interrupted; or, when the fault came in the plan's own copies, it prints process 0's
+    line too); the existing DST stays as it was and no temporary is left."""
+    c = Checks()
+    src, dst, copy, proc = slow_sync(job)
+    weights = os.path.join(src, "model-00001-of-00001.safetensors")
+    truncated = False
+    base = os.path.basename(dst)
+    while proc.poll() is None and not truncated:
+        for tmp in temporaries(job.work, base):
+            if os.path.exists(os.path.join(job.work, tmp, "model-rank-1-part-0.safetensors")):
+                os.truncate(weights, 1 << 20)
+                truncated = True
+    out, err = proc.communicate()
+    if not c.that(truncated, "the sync ended before SRC could be truncated: exit %d, %r"
+                  % (proc.returncode, err)):
+        return c.problems
+    c.that(proc.returncode == 4, "exit %d, expected 4" % proc.returncode)
+    lines = err.splitlines()
+    said = re.escape("wsync: sync: process 0: cannot read %s: the file shrank while wsync "
+                     "was reading it (tensor \"" % weights) + r"[\w.]+\"\)"
+    c.that(len(lines) == 2 and re.fullmatch(said, lines[0]) is not None and
+           (lines[1] == INTERRUPTED or lines[1] == lines[0]), "stderr: %r" % err)
+    c.that(out == "", "stdout: %r" % out)
+    check_untouched(c, job, dst, copy)
+    return c.problems
+
+
+def check_source_shrinks_own_ranks(job):
+    """SRC's file truncated while process 0 writes its own ranks (--ranks 0-1/: all of
+    them), stopped (SIGSTOP) once its files exist and resumed after the truncation: its
+    pwrite(2) from the input's map fails with EFAULT, which used to read "cannot write
+    .../model-rank-0-part-0.safetensors: Bad address", blaming the output.  Now every
+    process prints process 0's line naming the input and a tensor, as convert does, and
+    exits 4; the existing DST stays as it was.  The sync may end before it is stopped
+    (its own writes take some 40 ms): then it is tried again, three times at most."""
+    c = Checks()
+    for attempt in range(3):
+        src, dst, copy, proc = slow_sync(job, ["--ranks", "0-1/"])
+        weights = os.path.join(src, "model-00001-of-00001.safetensors")
+        stopped = None
+        while proc.poll() is None and stopped is None:
+            for tmp in temporaries(job.work, os.path.basename(dst)):
+                if os.path.exists(os.path.join(job.work, tmp, "model-rank-1-part-0.safetensors")):
+                    stopped = process_pids(proc.pid).get(0)
+                    if stopped is not None:
+                        os.kill(stopped, 19)
+                        os.truncate(weights, 1 << 20)
+                        os.kill(stopped, 18)
+                    break
+        out, err = proc.communicate()
+        if stopped is not None and proc.returncode != 0:
+            break
+    if not c.that(stopped is not None and proc.returncode != 0,
+                  "the sync ended three times before process 0 could be stopped: %r" % err):
+        return c.problems
+    c.that(proc.returncode == 4, "exit %d, expected 4" % proc.returncode)
+    said = re.escape("wsync: sync: process 0: cannot read %s: the file shrank while wsync "
+                     "was reading it (tensor \"" % weights) + r"[\w.]+\"\)"
+    lines = err.splitlines()
+    c.that(len(lines) == 2 and len(set(lines)) == 1 and re.fullmatch(said, lines[0]),
+           "stderr: %r" % err)
+    check_untouched(c, job, dst, copy)
+    return c.problems
+
+
+def check_killed_process(job):
+    """kill -9 of process 1 while it receives (its file is in the temporary directory):
+    mpirun ends process 0 (SIGTERM, then SIGKILL a second later), which used to wait for
+    process 1 until killed, silently, its temporary directory left behind.  Now it
+    removes it, prints one line saying what happened, and ends by the signal; the
+    existing DST stays as it was.  A model of 40 MB and buckets of 4 KiB make the sync
+    last long enough to be caught in the middle."""
+    c = Checks()
+    src, dst, copy, proc = slow_sync(job)
+    killed = False
+    base = os.path.basename(dst)
+    while proc.poll() is None and not killed:
+        for tmp in temporaries(job.work, base):
+            if os.path.exists(os.path.join(job.work, tmp, "model-rank-1-part-0.safetensors")):
+                pid = process_pids(proc.pid).get(1)
+                if pid is not None:
+                    os.kill(pid, 9)
+                    killed = True
+    out, err = proc.communicate()
+    if not c.that(killed, "the sync ended before process 1 could be killed: exit %d, %r"
+                  % (proc.returncode, err)):
+        return c.problems
+    c.that(proc.returncode != 0, "exit 0 after a process was killed")
+    c.that(err.splitlines() == [INTERRUPTED], "stderr: %r" % err)
+    c.that(out == "", "stdout: %r" % out)
+    check_untouched(c, job, dst, copy)
+    return c.problems
+
+
+def check_full_disk(job):
+    """A DST on a small file system (a tmpfs of 1.2 MB in a mount namespace of its own;
+    root only), holding an earlier sync's output.  With 150 kB free, less than the
+    files' sizes: refused before any data, as convert refuses (it used to write until
+    the disk was full).  With room for the files' sizes rounded up to a page, but not
+    for config.json's page and each file's last one: the write that fails is named, file
+    and tensor, as convert's (it used to name the file alone).  Both: exit 4, the same
+    line from every process, the previous DST as it was, no temporary left."""
+    c = Checks()
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        print("# skipped: a full disk needs root and unshare(1), to mount a small tmpfs")
+        return c.problems
+    import shlex
+    q = shlex.quote
+    src = job.synth("tiny-qwen3-moe")
+    small, saved = job.path("small"), job.path("saved")
+    os.mkdir(saved)
+    out, fill = os.path.join(small, "out"), os.path.join(small, "fill")
+    layout = layout_args("vllm", "kernel", 2, 2)
+
+    def mpi(*args):
+        return " ".join(q(a) for a in mpirun_prefix() + ["-np", "2"] +
+                        wsync_cmd("sync", src, out, *args))
+
+    def attempt(name):
+        """The second sync, its stderr and status, DST and the file system's names."""
+        return [
+            "%s 2> %s; echo $? > %s" % (mpi(*layout), q(os.path.join(saved, name + ".err")),
+                                         q(os.path.join(saved, name + ".status"))),
+            "cp -a %s %s" % (q(out), q(os.path.join(saved, name))),
+            "ls -a %s > %s; rm -f %s" % (q(small), q(os.path.join(saved, name + ".ls")),
+                                         q(fill))]
+    script = "\n".join([
+        "mount --make-rprivate / && mkdir -p %s && mount -t tmpfs -o size=1200000 wsync-test"
+        " %s || exit 99" % (q(small), q(small)),
+        "%s || exit 98" % mpi("-q", *layout),
+        "cp -a %s %s" % (q(out), q(os.path.join(saved, "before"))),
+        "avail() { df -B1 --output=avail %s | tail -n 1; }" % q(small),
+        "head -c $(($(avail) - 150000 / 4096 * 4096)) /dev/zero > %s" % q(fill)] +
+        attempt("refused") + [
+        "need=$(cat %s/*.safetensors | wc -c)" % q(out),
+        "head -c $(($(avail) - (need + 4095) / 4096 * 4096)) /dev/zero > %s" % q(fill)] +
+        attempt("short"))
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True,
+                       env=dict(os.environ, WSYNC_PLUGIN_PATH="", **MPI_ENV))
+    if r.returncode == 99:
+        print("# skipped: cannot mount a tmpfs here: %s" % r.stderr.strip())
+        return c.problems
+    if not c.that(r.returncode == 0, "the run in its mount namespace: exit %d: %s"
+                  % (r.returncode, r.stderr.strip())):
+        return c.problems
+    said = {
+        "refused": r"wsync: sync: process 0: cannot write %s: No space left on device \(the "
+                   r"output needs \d+\.\d\skB, the file system has 1[45]\d\.\d\skB free\)"
+                   % re.escape(out),
+        "short": r"wsync: sync: process [01]: cannot write %s/\.out\.wsync-\w+/"
+                 r"kernel-rank-[01]-part-0\.safetensors: No space left on device "
+                 r"\(tensor \"[\w.]+\"\)( \(2 of 2 processes failed\))?" % re.escape(small)}
+    for name, pattern in sorted(said.items()):
+        with open(os.path.join(saved, name + ".status")) as f:
+            status = f.read().strip()
+        with open(os.path.join(saved, name + ".err")) as f:
+            err = f.read()
+        c.that(status == "4", "%s: exit %s, expected 4" % (name, status))
+        lines = err.splitlines()
+        c.that(len(lines) == 2 and len(set(lines)) == 1 and
+               re.fullmatch(pattern, lines[0]) is not None, "%s: stderr: %r" % (name, err))
+        check_untouched(c, job, os.path.join(saved, name), os.path.join(saved, "before"))
+        with open(os.path.join(saved, name + ".ls")) as f:
+            listing = f.read().split()
+        c.that(sorted(listing) == [".", "..", "fill", "out"], "%s: on the tmpfs: %r"
+               % (name, listing))
     return c.problems
 
 
@@ -550,6 +912,15 @@ FAULTS = [
     ("3 processes do not divide 4 ranks (exit 2)", check_not_dividing),
     ("--ranks refusals (exit 2)", check_bad_ranks),
     ("DST that is not wsync's output refused (exit 2)", check_not_wsync_output),
+    ("processes given different SRC or options refused (exit 2)", check_mismatched_args),
+    ("kill -9 of a process mid-sync: one line, no temporary, DST as it was",
+     check_killed_process),
+    ("a full disk: refused before the data, or the file and tensor named; DST as it was",
+     check_full_disk),
+    ("SRC truncated mid-sync: exit 4, the file and a tensor named, DST as it was",
+     check_source_shrinks),
+    ("SRC truncated while process 0 writes its own ranks: the input named, exit 4",
+     check_source_shrinks_own_ranks),
     ("usage errors from every process (exit 2)", check_usage),
 ]
 
@@ -579,17 +950,22 @@ def main(argv):
         if why_not is None:
             for case in EQUAL_CASES:
                 config, np, target, fmt, tp, ep, extra = case
-                name = "-np %d %s --target %s --format %s --tp %d --ep %d%s equals convert" % (
-                    np, config, target, fmt, tp, ep, "".join(" " + e for e in extra))
+                name = "-np %d %s %s%s equals convert" % (
+                    np, config, " ".join(layout_args(target, fmt, tp, ep)),
+                    "".join(" " + e for e in extra))
                 tests.append((name, lambda case=case: check_equal(job, case)))
             tests.append(("--select: a DCP save of the model beside its optimizer",
                           lambda: check_select(job)))
             tests.append(("--config: a DCP save with no config.json, the model's elsewhere",
                           lambda: check_config_option(job)))
+            tests.append(("conf.d's sync section gives the layout (its rank is convert's)",
+                          lambda: check_conf_sync_section(job)))
             tests.append(("two DSTs on one host (MPMD), each swapped in once",
                           lambda: check_two_directories(job)))
             tests.append(("a second sync replaces its own output",
                           lambda: check_replaces_own_output(job)))
+            tests.append(("two steps into one DST, SRC rewritten between them",
+                          lambda: check_steps(job)))
             tests.append(("-q --json prints the summary", lambda: check_quiet_json(job)))
             tests.append(("the text summary: rank 0, ranks 1-3, the totals",
                           lambda: check_text_summary(job)))

@@ -801,6 +801,11 @@ def check_full_disk(job):
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         print("# skipped: a full disk needs root and unshare(1), to mount a small tmpfs")
         return c.problems
+    probe = subprocess.run(["unshare", "-m", "true"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, universal_newlines=True)
+    if probe.returncode != 0:  # a container or chroot without CAP_SYS_ADMIN
+        print("# skipped: cannot make a mount namespace here: %s" % probe.stderr.strip())
+        return c.problems
     import shlex
     q = shlex.quote
     src = job.synth("tiny-qwen3-moe")

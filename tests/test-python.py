@@ -1474,6 +1474,29 @@ class _DlpackOnly:
 
 
 @test
+def load_rank_file_too_short_from_the_start():
+    """A rank file of fewer than 8 bytes (its header length cannot be read) is refused in
+    the words `wsync inspect` uses for it (the C reader's), naming the file, status 3: it
+    did not shrink while it was read, it was always too short."""
+    path, _ = committed_dir(tp=1)
+    first = [f["file"] for f in record(path)["files"] if f["rank"] == 0][0]
+    short = fresh_dir("committed-too-short")
+    shutil.copytree(path, short)
+    where = os.path.join(short, first)
+    for size in (0, 5, 7):
+        with open(where, "r+b") as f:
+            f.truncate(size)
+        r = run_wsync("inspect", where)
+        assert r.returncode == 3, (size, r.returncode, r.stderr)
+        said = "%s: file is %d bytes, too short for the 8-byte header length" % (where, size)
+        assert r.stderr == "wsync: %s\n" % said, (size, r.stderr)
+        for require_commit in (True, False):
+            e = expect_error(said, wsync.load_rank, short, 0, {}, require_commit=require_commit,
+                             verify=False, status=3)
+            assert str(e) == said, (size, str(e))
+
+
+@test
 def load_rank_size_one_dimensions_take_any_stride():
     """A destination whose dimension of size 1 has an arbitrary stride (x[None], a
     [1, N] bias, as_strided) is contiguous as torch's is_contiguous() says it

@@ -18,7 +18,7 @@ struct _WsyncPlugin {
   char *name;
   char *path;   /* the file found in the plugin path, or NULL */
   char *reason; /* why it was refused */
-  char *selected_by; /* the conf.d file of the first section that named it */
+  char *selected_by; /* FILE:LINE of the first section that named it */
   WsyncPluginState state;
   gboolean enabled;     /* the configuration's last word */
   gboolean registering; /* inside its register function */

@@ -771,9 +771,9 @@ selection_pass(WsyncContext *ctx, GPtrArray *sources, GError **error)
       const char *name = cfg_title(section);
       WsyncPlugin *plugin;
 
+      /* the title's line; section->line is that of the closing '}' */
+      guint line = s < lines->len ? g_array_index(lines, guint, s) : (guint)section->line;
       if (!plugin_name_is_valid(name)) {
-        /* the title's line; section->line is that of the closing '}' */
-        guint line = s < lines->len ? g_array_index(lines, guint, s) : (guint)section->line;
         g_autofree char *psource = wsync_printable(source->name);
         g_autofree char *pname = wsync_printable(name ? name : "");
         g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG,
@@ -789,8 +789,11 @@ selection_pass(WsyncContext *ctx, GPtrArray *sources, GError **error)
         plugin->name = g_strdup(name);
         plugin->ctx = ctx;
         plugin->enabled = TRUE; /* a section selects its plugin */
-        /* (libconfuse gives a section the line that closes it, not the one naming it) */
-        plugin->selected_by = g_strdup(source->name);
+        /* FILE:LINE of the section's title, as every other conf.d error says where; the
+         * command line's text is wsync's own, its lines mean nothing to the user */
+        g_autofree char *psource = wsync_printable(source->name);
+        plugin->selected_by = source->text == NULL ? g_strdup_printf("%s:%u", psource, line)
+                                                   : g_strdup(psource);
         g_ptr_array_add(ctx->plugins, plugin);
       }
       if (cfg_size(section, "enabled") > 0)

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -217,6 +218,18 @@ cli_fail(const GError *error)
 {
   cli_error_line("wsync: %s", error->message);
   return wsync_error_exit_code(error);
+}
+
+JsonNode *
+cli_config_load(const char *path, GError **error)
+{
+  struct stat st;
+
+  if (stat(path, &st) != 0) {
+    wsync_set_io_error(error, errno, path, "open");
+    return NULL;
+  }
+  return wsync_config_load(path, error);
 }
 
 int

@@ -941,6 +941,67 @@ test_sharded_source(Fixture *f, gconstpointer data)
   run_clear(&r);
 }
 
+/* The exit status of a path that is not there, whichever command and argument names it
+ * (README "Exit status"): what the command line names (SRC, A, B, CONFIG.json, --config)
+ * is an I/O failure, 4, "cannot open PATH" as for an unreadable one; what the input
+ * lacks (SRC's own config.json) is bad input, 3.  (Before: config and synth --config
+ * said "PATH: no such file", exit 3, and --config PATH exit 2, while a missing SRC was
+ * 4.) */
+static void
+test_missing_paths_exit_status(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *missing = path_in(f, "no-such");
+  g_autofree char *dst = path_in(f, "dst");
+  g_autofree char *file = g_build_filename(f->tiny, "model-00001-of-00001.safetensors", NULL);
+  g_autofree char *step = path_in(f, "step");
+  g_autofree char *dcp = g_build_filename(step, "b", NULL);
+  g_autofree char *cannot = g_strdup_printf("wsync: cannot open %s: No such file or directory\n",
+                                            missing);
+  g_autofree char *flag = g_strdup_printf("wsync: --config %s: No such file or directory\n",
+                                          missing);
+  shard_file(file, step);
+  g_assert_cmpint(g_mkdir(dst, 0700), ==, 0); /* (a DST to keep: nothing replaces it) */
+  g_free(test_write(dst, "keep", "x"));
+  const struct {
+    const char *args[10];
+    const char *err;
+  } cases[] = {
+      {{"inspect", missing}, cannot},
+      {{"verify", missing, f->tiny}, cannot},
+      {{"verify", f->tiny, missing}, cannot},
+      {{"plan", missing, "--target", "vllm"}, cannot},
+      {{"convert", missing, dst, "--target", "vllm", "--force"}, cannot},
+      {{"merge", missing, dst, "--force"}, cannot},
+      {{"config", missing}, cannot},
+      {{"synth", "--config", missing, dst, "--force"}, cannot},
+      {{"plan", f->tiny, "--target", "vllm", "--config", missing}, flag},
+      {{"convert", f->tiny, dst, "--target", "vllm", "--force", "--config", missing}, flag},
+      {{"merge", dcp, dst, "--force", "--config", missing}, flag},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_autoptr(GPtrArray) args = g_ptr_array_new();
+    for (guint k = 0; cases[i].args[k] != NULL; k++)
+      g_ptr_array_add(args, (gpointer)cases[i].args[k]);
+    Run r = run_args(f, args);
+    if (r.status != 4 || g_strcmp0(r.err, cases[i].err) != 0)
+      g_error("wsync %s %s: exit %d, \"%s\"; expected exit 4, \"%s\"", cases[i].args[0],
+              cases[i].args[1], r.status, r.err, cases[i].err);
+    run_clear(&r);
+  }
+  g_autofree char *kept = g_build_filename(dst, "keep", NULL);
+  g_assert_true(g_file_test(kept, G_FILE_TEST_IS_REGULAR));
+
+  /* a checkpoint directory without its config.json: the input is incomplete, 3 */
+  g_autofree char *config = g_build_filename(f->tiny, "config.json", NULL);
+  g_assert_cmpint(unlink(config), ==, 0);
+  g_autofree char *lacks = g_strdup_printf("wsync: %s: no such file\n", config);
+  Run r = run_wsync(f, "plan", f->tiny, "--target", "vllm", NULL);
+  g_assert_cmpint(r.status, ==, 3);
+  g_assert_cmpstr(r.err, ==, lacks);
+  run_clear(&r);
+}
+
 /* A trainer's F32 weights written in the config's BF16 are rounded: convert says so in
  * one note (the 27 logical tensors of the 2-layer model: 3 outside the layers, 12 in
  * each, the experts one per projection), after the bytes it wrote; widening to F32 is
@@ -1109,6 +1170,7 @@ main(int argc, char **argv)
   ADD("/engine/proof/gap", test_gap_refused);
   ADD("/engine/proof/lost-inputs", test_lost_inputs_refused);
   ADD("/engine/input/unmapped", test_unmapped_input_refused);
+  ADD("/engine/input/missing-paths", test_missing_paths_exit_status);
   ADD("/engine/input/drop-rule", test_drop_rule_consumes);
   ADD("/engine/input/missing-tensor", test_missing_tensor_refused);
   ADD("/engine/input/unknown-target", test_unknown_target);

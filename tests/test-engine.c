@@ -941,6 +941,41 @@ test_sharded_source(Fixture *f, gconstpointer data)
   run_clear(&r);
 }
 
+/* --tp or --ep above 1 for a target of one rank (hf) was dropped without a word: the
+ * plan said "tp 1" and convert wrote one checkpoint.  Refused now, as --format is for a
+ * target without formats; conf.d's sync sizes, a deployment's for every target, still
+ * apply only to the targets with ranks. */
+static void
+test_parallel_sizes_of_a_target_without_ranks(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *dst = path_in(f, "whole");
+  Run r = run_wsync(f, "convert", f->tiny, dst, "--target", "hf", "--tp", "2", NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==, "wsync: --tp 2: target hf has no ranks to split into (it writes "
+                             "one checkpoint, whole)\n");
+  g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+  run_clear(&r);
+  r = run_wsync(f, "plan", f->tiny, "--target", "hf", "--ep", "4", NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==, "wsync: --ep 4: target hf has no ranks to split into (it writes "
+                             "one checkpoint, whole)\n");
+  run_clear(&r);
+  r = run_wsync(f, "plan", f->tiny, "--target", "hf", "--tp", "1", "--ep", "1", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+
+  g_free(test_write(f->conf, "20.conf", "sync {\n  tp = 2\n}\n"));
+  r = run_wsync(f, "plan", f->tiny, "--target", "hf", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  assert_has(r.out, "target hf, tp 1, ep 1, 1 rank\n");
+  run_clear(&r);
+  r = run_wsync(f, "plan", f->tiny, "--target", "vllm", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  assert_has(r.out, ", tp 2, ep 1, 2 ranks\n");
+  run_clear(&r);
+}
+
 /* The exit status of a path that is not there, whichever command and argument names it
  * (README "Exit status"): what the command line names (SRC, A, B, CONFIG.json, --config)
  * is an I/O failure, 4, "cannot open PATH" as for an unreadable one; what the input
@@ -1171,6 +1206,7 @@ main(int argc, char **argv)
   ADD("/engine/proof/lost-inputs", test_lost_inputs_refused);
   ADD("/engine/input/unmapped", test_unmapped_input_refused);
   ADD("/engine/input/missing-paths", test_missing_paths_exit_status);
+  ADD("/engine/layout/sizes-without-ranks", test_parallel_sizes_of_a_target_without_ranks);
   ADD("/engine/input/drop-rule", test_drop_rule_consumes);
   ADD("/engine/input/missing-tensor", test_missing_tensor_refused);
   ADD("/engine/input/unknown-target", test_unknown_target);

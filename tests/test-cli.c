@@ -531,6 +531,27 @@ test_config_bad_rope_format(void)
   test_rmtree(conf);
 }
 
+/* An empty or blank config.json: "empty", not "the top level is not an object" (there is
+ * none), exit 3, naming the file; an array is still "not an object". */
+static void
+test_config_empty(void)
+{
+  g_autofree char *conf = test_tmpdir();
+  const char *texts[][2] = {{"", "empty, not a JSON object"},
+                            {" \n\t\n", "empty, not a JSON object"},
+                            {"[1]\n", "the top level is not an object"}};
+  for (guint i = 0; i < G_N_ELEMENTS(texts); i++) {
+    g_autofree char *in = test_write(conf, "config.json", texts[i][0]);
+    Run r = run_wsync("config", in, "--conf-dir", conf, NULL);
+    g_autofree char *want = g_strdup_printf("wsync: %s: %s\n", in, texts[i][1]);
+    g_assert_cmpint(r.status, ==, 3);
+    g_assert_cmpstr(r.err, ==, want);
+    g_assert_cmpstr(r.out, ==, "");
+    run_clear(&r);
+  }
+  test_rmtree(conf);
+}
+
 /* ---------------------------------------------------------------- verify */
 
 /* A tensor of the verify tests.  Its bytes encode its position: byte i of the tensor
@@ -1239,6 +1260,7 @@ main(int argc, char **argv)
   g_test_add_func("/cli/plugins-json", test_plugins_json);
   g_test_add_func("/cli/plugins-name-clash", test_plugins_name_clash);
   g_test_add_func("/cli/config-bad-rope-format", test_config_bad_rope_format);
+  g_test_add_func("/cli/config-empty", test_config_empty);
   g_test_add_func("/cli/synth-layers-needs-declared-count", test_synth_layers_needs_declared_count);
   g_test_add_func("/cli/synth-numbers", test_synth_numbers);
   g_test_add_func("/cli/no-plugin-selected", test_no_plugin_selected);

@@ -134,13 +134,22 @@ static gboolean
 map_file(MapObject *m, GError **error)
 {
   struct stat sb;
-  int fd = open(m->path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: a FIFO in a rank file's place must not hang the load; refused below */
+  int fd = open(m->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   gboolean ok;
 
   if (fd < 0 || fstat(fd, &sb) < 0) {
     wsync_set_io_error(error, errno, m->path, "open");
     if (fd >= 0)
       close(fd);
+    return FALSE;
+  }
+  if (!S_ISREG(sb.st_mode)) { /* in the C reader's words (core/safetensors.c, open) */
+    g_autofree char *file = wsync_printable(m->path);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: %s", file,
+                S_ISDIR(sb.st_mode) ? "is a directory, not a safetensors file"
+                                    : "not a regular file");
+    close(fd);
     return FALSE;
   }
   if (sb.st_size < 8) {

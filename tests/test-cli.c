@@ -531,6 +531,23 @@ test_config_bad_rope_format(void)
   test_rmtree(conf);
 }
 
+/* An empty argument (an unset shell variable's "$SRC") is named as one: the message
+ * said "cannot open : No such file or directory", the name gone from the line. */
+static void
+test_empty_path_named(void)
+{
+  g_autofree char *conf = test_tmpdir();
+  const char *commands[][3] = {{"inspect", "", NULL}, {"config", "", NULL}, {"verify", "", ""}};
+  for (guint i = 0; i < G_N_ELEMENTS(commands); i++) {
+    Run r = run_wsync(commands[i][0], "--conf-dir", conf, commands[i][1], commands[i][2], NULL);
+    g_assert_cmpint(r.status, ==, 4);
+    g_assert_cmpstr(r.err, ==, "wsync: cannot open an empty path (\"\"): No such file or "
+                               "directory\n");
+    run_clear(&r);
+  }
+  test_rmtree(conf);
+}
+
 /* An empty or blank config.json: "empty", not "the top level is not an object" (there is
  * none), exit 3, naming the file; an array is still "not an object". */
 static void
@@ -1261,6 +1278,7 @@ main(int argc, char **argv)
   g_test_add_func("/cli/plugins-name-clash", test_plugins_name_clash);
   g_test_add_func("/cli/config-bad-rope-format", test_config_bad_rope_format);
   g_test_add_func("/cli/config-empty", test_config_empty);
+  g_test_add_func("/cli/empty-path-named", test_empty_path_named);
   g_test_add_func("/cli/synth-layers-needs-declared-count", test_synth_layers_needs_declared_count);
   g_test_add_func("/cli/synth-numbers", test_synth_numbers);
   g_test_add_func("/cli/no-plugin-selected", test_no_plugin_selected);

@@ -531,6 +531,32 @@ test_config_bad_rope_format(void)
   test_rmtree(conf);
 }
 
+/* A --plugin-dir that is not a directory is refused as a --conf-dir is (exit 2, naming
+ * it); it was skipped without a word, and the plugins of the next directories (the
+ * installed ones) loaded in place of those the user pointed at. */
+static void
+test_plugin_dir_not_a_directory(void)
+{
+  g_autofree char *conf = test_tmpdir();
+  g_autofree char *missing = g_build_filename(conf, "no-such", NULL);
+  g_autofree char *file = test_write(conf, "a-file", "x");
+  const char *dirs[][2] = {{missing, "No such file or directory"}, {file, "Not a directory"}};
+  for (guint i = 0; i < G_N_ELEMENTS(dirs); i++) {
+    for (guint c = 0; c < 2; c++) {
+      Run r = c == 0 ? run_wsync("plugins", "--conf-dir", conf, "--plugin-dir", dirs[i][0], NULL)
+                     : run_wsync("inspect", file, "--conf-dir", conf, "--plugin-dir", dirs[i][0],
+                                 NULL);
+      g_autofree char *want = g_strdup_printf(
+          "wsync: --plugin-dir %s: cannot read plugin directory: %s\n", dirs[i][0], dirs[i][1]);
+      g_assert_cmpint(r.status, ==, 2);
+      g_assert_cmpstr(r.err, ==, want);
+      g_assert_cmpstr(r.out, ==, "");
+      run_clear(&r);
+    }
+  }
+  test_rmtree(conf);
+}
+
 /* An empty argument (an unset shell variable's "$SRC") is named as one: the message
  * said "cannot open : No such file or directory", the name gone from the line. */
 static void
@@ -1279,6 +1305,7 @@ main(int argc, char **argv)
   g_test_add_func("/cli/config-bad-rope-format", test_config_bad_rope_format);
   g_test_add_func("/cli/config-empty", test_config_empty);
   g_test_add_func("/cli/empty-path-named", test_empty_path_named);
+  g_test_add_func("/cli/plugin-dir-not-a-directory", test_plugin_dir_not_a_directory);
   g_test_add_func("/cli/synth-layers-needs-declared-count", test_synth_layers_needs_declared_count);
   g_test_add_func("/cli/synth-numbers", test_synth_numbers);
   g_test_add_func("/cli/no-plugin-selected", test_no_plugin_selected);

@@ -976,6 +976,26 @@ test_parallel_sizes_of_a_target_without_ranks(Fixture *f, gconstpointer data)
   run_clear(&r);
 }
 
+/* verify of a directory of rank files against the checkpoint they came from: each rank
+ * holds lm_head.weight, the checkpoint once; verify said "only in A", which it is not. */
+static void
+test_verify_rank_files_against_checkpoint(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *ranks = path_in(f, "ranks");
+  Run r = run_wsync(f, "convert", f->tiny, ranks, "--target", "vllm", "--tp", "2", "-q", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+  g_autofree char *want = g_strdup_printf(
+      "differ: tensor \"lm_head.weight\" is in 2 files of A (%s), in 1 of B (%s)\n", ranks,
+      f->tiny);
+  r = run_wsync(f, "verify", ranks, f->tiny, NULL);
+  g_assert_cmpint(r.status, ==, 1);
+  g_assert_cmpstr(r.out, ==, want);
+  g_assert_cmpstr(r.err, ==, "");
+  run_clear(&r);
+}
+
 /* The exit status of a path that is not there, whichever command and argument names it
  * (README "Exit status"): what the command line names (SRC, A, B, CONFIG.json, --config)
  * is an I/O failure, 4, "cannot open PATH" as for an unreadable one; what the input
@@ -1206,6 +1226,7 @@ main(int argc, char **argv)
   ADD("/engine/proof/lost-inputs", test_lost_inputs_refused);
   ADD("/engine/input/unmapped", test_unmapped_input_refused);
   ADD("/engine/input/missing-paths", test_missing_paths_exit_status);
+  ADD("/engine/verify/rank-files-against-checkpoint", test_verify_rank_files_against_checkpoint);
   ADD("/engine/layout/sizes-without-ranks", test_parallel_sizes_of_a_target_without_ranks);
   ADD("/engine/input/drop-rule", test_drop_rule_consumes);
   ADD("/engine/input/missing-tensor", test_missing_tensor_refused);

@@ -100,6 +100,27 @@ resolve_count(WsyncContext *ctx, const char *given, const char *key, const char 
                            min, max, out, error);
 }
 
+/* A target conf.d names (no --target) that no plugin provides: refused naming FILE:LINE
+ * where it is set, which the refusal of the plan ("no loaded plugin provides the target")
+ * would not. */
+static gboolean
+configured_target_exists(WsyncContext *ctx, const WsyncPlanArgs *args, const char *target,
+                         GError **error)
+{
+  const char *origin = wsync_context_sync_option_origin(ctx, "target");
+  if (args->target != NULL || origin == NULL)
+    return TRUE;
+  g_autoptr(GPtrArray) converters = wsync_registry_lookup(wsync_context_get_registry(ctx),
+                                                          WSYNC_ENTRY_CONVERTER, target);
+  if (converters->len > 0 && wsync_entry_get_target(converters->pdata[0]) != NULL)
+    return TRUE;
+  g_autofree char *ptarget = wsync_printable(target);
+  return wsync_fail(error, WSYNC_ERROR_USAGE,
+                    "%s: sync target \"%s\": no loaded plugin provides it (wsync plugins lists "
+                    "the targets; --target overrides it)",
+                    origin, ptarget);
+}
+
 /* A --tp or --ep above 1 given to a target of one rank (no world function: plugin "hf"'s)
  * would be dropped without a word, and one checkpoint written where ranks were asked
  * for: refused as --format is for a target without formats (resolve.c choose_format).
@@ -141,6 +162,8 @@ wsync_plan_args_resolve(WsyncContext *ctx, const WsyncPlanArgs *args, WsyncPlanO
   if (opts->target == NULL)
     return wsync_fail(error, WSYNC_ERROR_USAGE,
                       "no --target given (and no sync { target = ... } in conf.d)");
+  if (!configured_target_exists(ctx, args, opts->target, error))
+    return FALSE;
   opts->format = wsync_context_resolve_sync_option(ctx, args->format, "format", NULL);
   opts->format_explicit = args->format != NULL;
   if (!resolve_count(ctx, args->tp, "tp", "1", 1, WSYNC_MAX_TP, &tp, error) ||

@@ -976,6 +976,53 @@ test_parallel_sizes_of_a_target_without_ranks(Fixture *f, gconstpointer data)
   run_clear(&r);
 }
 
+/* A target or format conf.d's sync section sets that is refused names FILE:LINE where
+ * it is set, as conf.d's other errors do: the target was "no loaded plugin provides the
+ * target", which named no file; the format "conf.d sync { } format ...", no file. */
+static void
+test_sync_section_refusals_name_the_place(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *conf = g_build_filename(f->conf, "20.conf", NULL);
+  g_free(test_write(f->conf, "20.conf", "# the deployment\nsync {\n  target = \"tensorrt\"\n}\n"));
+  g_autofree char *want = g_strdup_printf(
+      "wsync: %s:3: sync target \"tensorrt\": no loaded plugin provides it (wsync plugins "
+      "lists the targets; --target overrides it)\n",
+      conf);
+  Run r = run_wsync(f, "plan", f->tiny, NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==, want);
+  run_clear(&r);
+  r = run_wsync(f, "plan", f->tiny, "--target", "vllm", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+
+  g_free(test_write(f->conf, "20.conf", "sync {\n  target = \"vllm\"\n\n  format = \"fp8\"\n}\n"));
+  g_autofree char *format = g_strdup_printf(
+      "wsync: %s:4: sync format \"fp8\" is not one of target vllm's formats (sharded-state, "
+      "kernel)\n",
+      conf);
+  r = run_wsync(f, "plan", f->tiny, NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==, format);
+  run_clear(&r);
+  /* a later file's value, and its place, win */
+  g_free(test_write(f->conf, "30.conf", "sync {\n  format = \"kernel\"\n}\n"));
+  r = run_wsync(f, "plan", f->tiny, NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+  g_free(test_write(f->conf, "30.conf", "\nsync {\n  format = \"int4\"\n}\n"));
+  g_autofree char *later = g_build_filename(f->conf, "30.conf", NULL);
+  g_autofree char *int4 = g_strdup_printf(
+      "wsync: %s:3: sync format \"int4\" is not one of target vllm's formats (sharded-state, "
+      "kernel)\n",
+      later);
+  r = run_wsync(f, "plan", f->tiny, NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==, int4);
+  run_clear(&r);
+}
+
 /* verify of a directory of rank files against the checkpoint they came from: each rank
  * holds lm_head.weight, the checkpoint once; verify said "only in A", which it is not. */
 static void
@@ -1226,6 +1273,7 @@ main(int argc, char **argv)
   ADD("/engine/proof/lost-inputs", test_lost_inputs_refused);
   ADD("/engine/input/unmapped", test_unmapped_input_refused);
   ADD("/engine/input/missing-paths", test_missing_paths_exit_status);
+  ADD("/engine/conf/sync-refusals-name-the-place", test_sync_section_refusals_name_the_place);
   ADD("/engine/verify/rank-files-against-checkpoint", test_verify_rank_files_against_checkpoint);
   ADD("/engine/layout/sizes-without-ranks", test_parallel_sizes_of_a_target_without_ranks);
   ADD("/engine/input/drop-rule", test_drop_rule_consumes);

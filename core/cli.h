@@ -62,6 +62,12 @@ int cli_fail(const GError *error);
 /* Prints a usage error and returns 2. */
 int cli_usage_error(const WsyncCommand *cmd, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
 
+/* Reads the config.json at @path, a path the command line names (`wsync config
+ * CONFIG.json`, `synth --config`): one that is not there is the I/O error (exit 4) a
+ * missing SRC is, "cannot open PATH: REASON"; wsync_config_load() calls a missing
+ * config.json bad input (3), right for the one a checkpoint directory lacks. */
+JsonNode *cli_config_load(const char *path, GError **error);
+
 /* Writes @root as pretty JSON (indent 2) and a newline to stdout. */
 void cli_print_json(JsonNode *root);
 

@@ -58,7 +58,7 @@ cmd_config(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
     return cli_usage_error(cmd, "--rope-format: %s", flag_refusal(error->message));
   if (ctx == NULL)
     return cli_fail(error);
-  root = wsync_config_load(argv[1], &error);
+  root = cli_config_load(argv[1], &error);
   if (root == NULL || !wsync_context_patch_config(ctx, root, &error))
     return cli_fail(error);
 

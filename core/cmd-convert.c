@@ -176,7 +176,7 @@ cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   if (ctx == NULL)
     return cli_fail(error);
 
-  g_autoptr(JsonNode) root = wsync_config_load(config, &error);
+  g_autoptr(JsonNode) root = cli_config_load(config, &error);
   if (root == NULL)
     return cli_fail(error);
   /* the first N layers, by the fields the model's remapper declares (a number beyond

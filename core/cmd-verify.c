@@ -240,6 +240,17 @@ element_hex(const guint8 *data, guint64 element, guint size)
   return g_string_free(out, FALSE);
 }
 
+/* How many of @ck's files hold a tensor called @name (rank files: one per rank). */
+static guint
+copies(WsyncCheckpoint *ck, const char *name)
+{
+  guint n = 0;
+
+  for (guint i = 0; i < wsync_checkpoint_n_tensors(ck); i++)
+    n += strcmp(wsync_checkpoint_tensor(ck, i)->name, name) == 0;
+  return n;
+}
+
 static void
 print_text(WsyncCheckpoint *a, WsyncCheckpoint *b, const Verdict *v)
 {
@@ -255,6 +266,15 @@ print_text(WsyncCheckpoint *a, WsyncCheckpoint *b, const Verdict *v)
   case DIFF_MISSING_IN_B: {
     gboolean in_a = d->kind == DIFF_MISSING_IN_B;
     g_autofree char *path = printable(wsync_checkpoint_path(in_a ? a : b));
+    guint copies_a = copies(a, d->name), copies_b = copies(b, d->name);
+    if (copies_a > 0 && copies_b > 0) {
+      /* (a directory of rank files holds a name once per rank: "only in A" was false) */
+      g_autofree char *path_a = printable(wsync_checkpoint_path(a));
+      g_autofree char *path_b = printable(wsync_checkpoint_path(b));
+      printf("differ: tensor \"%s\" is in %u file%s of A (%s), in %u of B (%s)\n", name,
+             copies_a, copies_a == 1 ? "" : "s", path_a, copies_b, path_b);
+      return;
+    }
     printf("differ: tensor \"%s\" only in %s (%s)\n", name, in_a ? "A" : "B", path);
     return;
   }

@@ -100,6 +100,53 @@ resolve_count(WsyncContext *ctx, const char *given, const char *key, const char 
                            min, max, out, error);
 }
 
+/* A target conf.d names (no --target) that no plugin provides: refused naming FILE:LINE
+ * where it is set, which the refusal of the plan ("no loaded plugin provides the target")
+ * would not. */
+static gboolean
+configured_target_exists(WsyncContext *ctx, const WsyncPlanArgs *args, const char *target,
+                         GError **error)
+{
+  const char *origin = wsync_context_sync_option_origin(ctx, "target");
+  if (args->target != NULL || origin == NULL)
+    return TRUE;
+  g_autoptr(GPtrArray) converters = wsync_registry_lookup(wsync_context_get_registry(ctx),
+                                                          WSYNC_ENTRY_CONVERTER, target);
+  if (converters->len > 0 && wsync_entry_get_target(converters->pdata[0]) != NULL)
+    return TRUE;
+  g_autofree char *ptarget = wsync_printable(target);
+  return wsync_fail(error, WSYNC_ERROR_USAGE,
+                    "%s: sync target \"%s\": no loaded plugin provides it (wsync plugins lists "
+                    "the targets; --target overrides it)",
+                    origin, ptarget);
+}
+
+/* A --tp or --ep above 1 given to a target of one rank (no world function: plugin "hf"'s)
+ * would be dropped without a word, and one checkpoint written where ranks were asked
+ * for: refused as --format is for a target without formats (resolve.c choose_format).
+ * conf.d's sync section may hold a deployment's sizes for every target: those apply to
+ * the targets that have ranks.  An unknown target is refused later, naming it. */
+static gboolean
+parallel_sizes_apply(WsyncContext *ctx, const char *target, const WsyncPlanArgs *args,
+                     guint64 tp, guint64 ep, GError **error)
+{
+  g_autoptr(GPtrArray) converters = wsync_registry_lookup(wsync_context_get_registry(ctx),
+                                                          WSYNC_ENTRY_CONVERTER, target);
+  const WsyncTargetInfo *info =
+      converters->len > 0 ? wsync_entry_get_target(converters->pdata[0]) : NULL;
+
+  if (info == NULL || info->world != NULL)
+    return TRUE;
+  gboolean tp_given = args->tp != NULL && tp > 1, ep_given = args->ep != NULL && ep > 1;
+  if (!tp_given && !ep_given)
+    return TRUE;
+  g_autofree char *ptarget = wsync_printable(target);
+  return wsync_fail(error, WSYNC_ERROR_USAGE,
+                    "--%s %" G_GUINT64_FORMAT ": target %s has no ranks to split into (it "
+                    "writes one checkpoint, whole)",
+                    tp_given ? "tp" : "ep", tp_given ? tp : ep, ptarget);
+}
+
 gboolean
 wsync_plan_args_resolve(WsyncContext *ctx, const WsyncPlanArgs *args, WsyncPlanOptions *opts,
                         GError **error)
@@ -115,6 +162,8 @@ wsync_plan_args_resolve(WsyncContext *ctx, const WsyncPlanArgs *args, WsyncPlanO
   if (opts->target == NULL)
     return wsync_fail(error, WSYNC_ERROR_USAGE,
                       "no --target given (and no sync { target = ... } in conf.d)");
+  if (!configured_target_exists(ctx, args, opts->target, error))
+    return FALSE;
   opts->format = wsync_context_resolve_sync_option(ctx, args->format, "format", NULL);
   opts->format_explicit = args->format != NULL;
   if (!resolve_count(ctx, args->tp, "tp", "1", 1, WSYNC_MAX_TP, &tp, error) ||
@@ -124,6 +173,8 @@ wsync_plan_args_resolve(WsyncContext *ctx, const WsyncPlanArgs *args, WsyncPlanO
       !wsync_parse_size("--part-size", part_size, &opts->part_size, error))
     return FALSE;
   if (rank_text != NULL && !wsync_parse_count("--rank", rank_text, 0, WSYNC_MAX_RANK, &rank, error))
+    return FALSE;
+  if (!parallel_sizes_apply(ctx, opts->target, args, tp, ep, error))
     return FALSE;
   opts->tp = (guint)tp;
   opts->ep = (guint)ep;

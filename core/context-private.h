@@ -18,7 +18,7 @@ struct _WsyncPlugin {
   char *name;
   char *path;   /* the file found in the plugin path, or NULL */
   char *reason; /* why it was refused */
-  char *selected_by; /* the conf.d file of the first section that named it */
+  char *selected_by; /* FILE:LINE of the first section that named it */
   WsyncPluginState state;
   gboolean enabled;     /* the configuration's last word */
   gboolean registering; /* inside its register function */
@@ -37,7 +37,12 @@ struct _WsyncContext {
   GPtrArray *plugins;     /* WsyncPlugin*, sorted by name */
   GPtrArray *plugin_dirs; /* char*, NULL-terminated pdata */
   GHashTable *sync_options;
+  GHashTable *sync_origins; /* key -> "FILE:LINE" of the value sync_options holds */
   gboolean ltdl_ready;
 };
+
+/* Where conf.d set the sync section's @key ("FILE:LINE"), or NULL when it did not: for
+ * the errors a value from conf.d causes later, which name no flag the user gave. */
+const char *wsync_context_sync_option_origin(WsyncContext *ctx, const char *key);
 
 #endif /* WSYNC_CONTEXT_PRIVATE_H */

@@ -675,12 +675,29 @@ check_option_owner(cfg_t *section, cfg_opt_t *opt)
   return 0;
 }
 
+/* The FILE:LINE of each sync key the file being parsed sets (strict pass), which
+ * merge_file() keeps beside the value: libconfuse keeps no line per option, but the
+ * section's line, when a validator runs, is the option's. */
+static GHashTable *parsing_sync_origins;
+
+static int
+note_sync_origin(cfg_t *section, cfg_opt_t *opt)
+{
+  if (parsing_sync_origins != NULL) {
+    g_autofree char *pname = wsync_printable(parse_errors.source_name);
+    g_hash_table_insert(parsing_sync_origins, g_strdup(opt->name),
+                        g_strdup_printf("%s:%d", pname, section->line));
+  }
+  return 0;
+}
+
 /* A number of the sync section out of the bounds of its command option (`tp = 0`) is
  * refused as the file is read, with its FILE:LINE, like any bad value of conf.d: found
  * only when a command resolved it, the error named the flag (--tp) nobody gave. */
 static int
 check_sync_value(cfg_t *section, cfg_opt_t *opt)
 {
+  note_sync_origin(section, opt);
   static const struct {
     const char *key;
     long min, max;
@@ -750,6 +767,8 @@ strict_schema(WsyncContext *ctx, GPtrArray *union_names)
     g_autofree char *path = g_strconcat("sync|", *key, NULL);
     cfg_set_validate_func(cfg, path, check_sync_value);
   }
+  cfg_set_validate_func(cfg, "sync|target", note_sync_origin);
+  cfg_set_validate_func(cfg, "sync|format", note_sync_origin);
   return cfg;
 }
 
@@ -771,9 +790,9 @@ selection_pass(WsyncContext *ctx, GPtrArray *sources, GError **error)
       const char *name = cfg_title(section);
       WsyncPlugin *plugin;
 
+      /* the title's line; section->line is that of the closing '}' */
+      guint line = s < lines->len ? g_array_index(lines, guint, s) : (guint)section->line;
       if (!plugin_name_is_valid(name)) {
-        /* the title's line; section->line is that of the closing '}' */
-        guint line = s < lines->len ? g_array_index(lines, guint, s) : (guint)section->line;
         g_autofree char *psource = wsync_printable(source->name);
         g_autofree char *pname = wsync_printable(name ? name : "");
         g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG,
@@ -789,8 +808,11 @@ selection_pass(WsyncContext *ctx, GPtrArray *sources, GError **error)
         plugin->name = g_strdup(name);
         plugin->ctx = ctx;
         plugin->enabled = TRUE; /* a section selects its plugin */
-        /* (libconfuse gives a section the line that closes it, not the one naming it) */
-        plugin->selected_by = g_strdup(source->name);
+        /* FILE:LINE of the section's title, as every other conf.d error says where; the
+         * command line's text is wsync's own, its lines mean nothing to the user */
+        g_autofree char *psource = wsync_printable(source->name);
+        plugin->selected_by = source->text == NULL ? g_strdup_printf("%s:%u", psource, line)
+                                                   : g_strdup(psource);
         g_ptr_array_add(ctx->plugins, plugin);
       }
       if (cfg_size(section, "enabled") > 0)
@@ -850,9 +872,15 @@ merge_file(WsyncContext *ctx, cfg_t *cfg)
   }
   cfg_t *sync = cfg_getsec(cfg, "sync");
   for (guint k = 0; sync != NULL && k < G_N_ELEMENTS(sync_keys); k++)
-    if (cfg_size(sync, sync_keys[k]) > 0)
+    if (cfg_size(sync, sync_keys[k]) > 0) {
       g_hash_table_insert(ctx->sync_options, g_strdup(sync_keys[k]),
                           sync_value_text(sync, sync_keys[k]));
+      const char *origin = g_hash_table_lookup(parsing_sync_origins, sync_keys[k]);
+      if (origin != NULL)
+        g_hash_table_insert(ctx->sync_origins, g_strdup(sync_keys[k]), g_strdup(origin));
+      else
+        g_hash_table_remove(ctx->sync_origins, sync_keys[k]);
+    }
 }
 
 static gboolean
@@ -872,13 +900,16 @@ strict_pass(WsyncContext *ctx, GPtrArray *sources, GError **error)
   for (guint f = 0; f < sources->len; f++) {
     g_ptr_array_set_size(union_names, 0);
     cfg_t *cfg = strict_schema(ctx, union_names);
-    if (!parse_source(cfg, sources->pdata[f], NULL, error)) {
-      cfg_free(cfg);
+    parsing_sync_origins = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+    gboolean parsed = parse_source(cfg, sources->pdata[f], NULL, error);
+    if (parsed)
+      merge_file(ctx, cfg);
+    g_clear_pointer(&parsing_sync_origins, g_hash_table_unref);
+    cfg_free(cfg);
+    if (!parsed) {
       parsing_ctx = NULL;
       return FALSE;
     }
-    merge_file(ctx, cfg);
-    cfg_free(cfg);
   }
   parsing_ctx = NULL;
   return TRUE;
@@ -1000,6 +1031,7 @@ wsync_context_new(const char *const *conf_dirs, const char *const *plugin_dirs,
   ctx->plugins = g_ptr_array_new_with_free_func(plugin_free);
   ctx->plugin_dirs = g_ptr_array_new_null_terminated(4, g_free, TRUE);
   ctx->sync_options = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+  ctx->sync_origins = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
   for (guint i = 0; plugin_dirs != NULL && plugin_dirs[i] != NULL; i++)
     if (plugin_dirs[i][0] != '\0')
       g_ptr_array_add(ctx->plugin_dirs, g_strdup(plugin_dirs[i]));
@@ -1050,6 +1082,8 @@ wsync_context_free(WsyncContext *ctx)
     g_ptr_array_unref(ctx->plugin_dirs);
   if (ctx->sync_options != NULL)
     g_hash_table_unref(ctx->sync_options);
+  if (ctx->sync_origins != NULL)
+    g_hash_table_unref(ctx->sync_origins);
   if (ctx->ltdl_ready)
     lt_dlexit();
   g_free(ctx);
@@ -1075,6 +1109,12 @@ const char *
 wsync_context_get_sync_option(WsyncContext *ctx, const char *key)
 {
   return g_hash_table_lookup(ctx->sync_options, key);
+}
+
+const char *
+wsync_context_sync_option_origin(WsyncContext *ctx, const char *key)
+{
+  return g_hash_table_lookup(ctx->sync_origins, key);
 }
 
 cfg_t *

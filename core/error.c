@@ -33,8 +33,9 @@ wsync_set_io_error(GError **error, int errsv, const char *path, const char *what
 {
   /* paths can come from files (shard names in an index): keep the message one line */
   g_autofree char *ppath = wsync_printable(path);
-  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO, "cannot %s %s: %s", what, ppath,
-              g_strerror(errsv));
+  /* an empty argument ('' from an unset shell variable) would vanish from the line */
+  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO, "cannot %s %s: %s", what,
+              ppath[0] != '\0' ? ppath : "an empty path (\"\")", g_strerror(errsv));
 }
 
 gboolean

@@ -217,7 +217,9 @@ take_config_option(WsyncPlan *plan, const char *path, GError **error)
   struct stat st;
 
   if (stat(path, &st) != 0) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE, "--config %s: %s", ppath,
+    /* a path that is not there is the I/O error a missing SRC is (exit 4); one there but
+     * of the wrong kind (below) is a usage error */
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO, "--config %s: %s", ppath,
                 g_strerror(errno));
     return FALSE;
   }

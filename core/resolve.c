@@ -10,6 +10,7 @@
 
 #include <string.h>
 
+#include "context-private.h"
 #include "entry-private.h"
 #include "plan-private.h"
 
@@ -103,8 +104,8 @@ plan_unclaimed_reader(WsyncPlan *plan, PlanTarget *out, GError **error)
  * without named formats takes none; a format set in conf.d's sync section only applies
  * to targets that have it. */
 static gboolean
-choose_format(const PlanTarget *t, const char *asked, gboolean explicit, char **format,
-              GError **error)
+choose_format(const PlanTarget *t, const char *asked, gboolean explicit, const char *origin,
+              char **format, GError **error)
 {
   const char *const *formats = t->info->formats;
   g_autofree char *list = NULL;
@@ -122,9 +123,13 @@ choose_format(const PlanTarget *t, const char *asked, gboolean explicit, char **
     return TRUE;
   }
   list = g_strjoinv(", ", (char **)formats);
+  /* a format conf.d set is named where it is set, FILE:LINE */
+  g_autofree char *where = explicit           ? g_strdup("--")
+                           : origin != NULL ? g_strdup_printf("%s: sync ", origin)
+                                            : g_strdup("conf.d sync { } ");
   g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
-              "%sformat \"%s\" is not one of target %s's formats (%s)",
-              explicit ? "--" : "conf.d sync { } ", asked, t->info->name, list);
+              "%sformat \"%s\" is not one of target %s's formats (%s)", where, asked,
+              t->info->name, list);
   return FALSE;
 }
 
@@ -838,7 +843,8 @@ plan_build_outputs(WsyncPlan *plan, const WsyncPlanOptions *opts, GError **error
   guint tp = ranked ? MAX(opts->tp, 1) : 1, ep = ranked ? MAX(opts->ep, 1) : 1;
   guint world = plan_target_world(&plan->out, tp, ep);
 
-  if (!choose_format(&plan->out, opts->format, opts->format_explicit, &plan->out_format,
+  if (!choose_format(&plan->out, opts->format, opts->format_explicit,
+                     wsync_context_sync_option_origin(plan->ctx, "format"), &plan->out_format,
                      error))
     return FALSE;
   if (opts->rank >= 0 && (guint)opts->rank >= world) {

@@ -90,7 +90,16 @@ pin_header(MapObject *m, int fd, GError **error)
   guint8 prefix[8];
   guint64 n;
 
-  if (pread(fd, prefix, sizeof prefix, 0) != (ssize_t)sizeof prefix) {
+  ssize_t got;
+
+  do
+    got = pread(fd, prefix, sizeof prefix, 0);
+  while (got < 0 && errno == EINTR);
+  if (got < 0) { /* a failed read is not a shorter file */
+    wsync_set_io_error(error, errno, m->path, "read");
+    return FALSE;
+  }
+  if (got != (ssize_t)sizeof prefix) { /* map_file saw at least 8 bytes */
     set_shrunk_error(error, m->path, NULL);
     return FALSE;
   }
@@ -125,7 +134,8 @@ static gboolean
 map_file(MapObject *m, GError **error)
 {
   struct stat sb;
-  int fd = open(m->path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: a FIFO in a rank file's place must not hang the load; refused below */
+  int fd = open(m->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   gboolean ok;
 
   if (fd < 0 || fstat(fd, &sb) < 0) {
@@ -134,10 +144,21 @@ map_file(MapObject *m, GError **error)
       close(fd);
     return FALSE;
   }
-  if (sb.st_size < 8) {
+  if (!S_ISREG(sb.st_mode)) { /* in the C reader's words (core/safetensors.c, open) */
+    g_autofree char *file = wsync_printable(m->path);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: %s", file,
+                S_ISDIR(sb.st_mode) ? "is a directory, not a safetensors file"
+                                    : "not a regular file");
     close(fd);
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                "%s: %lld bytes, too short for a safetensors file", m->path, (long long)sb.st_size);
+    return FALSE;
+  }
+  if (sb.st_size < 8) {
+    /* a file that was always too short is bad input, not one that shrank: the C reader
+     * says so in its own words (core/safetensors.c check_header_length), from the length
+     * alone, before it reads a byte */
+    static const guint8 none[8];
+    close(fd);
+    wsync_safetensors_free(wsync_safetensors_parse(none, (gsize)sb.st_size, m->path, error));
     return FALSE;
   }
   m->data = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);

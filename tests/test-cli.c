@@ -555,6 +555,70 @@ test_config_bad_rope_format(void)
   test_rmtree(conf);
 }
 
+/* A --plugin-dir that is not a directory is refused as a --conf-dir is (exit 2, naming
+ * it); it was skipped without a word, and the plugins of the next directories (the
+ * installed ones) loaded in place of those the user pointed at. */
+static void
+test_plugin_dir_not_a_directory(void)
+{
+  g_autofree char *conf = test_tmpdir();
+  g_autofree char *missing = g_build_filename(conf, "no-such", NULL);
+  g_autofree char *file = test_write(conf, "a-file", "x");
+  const char *dirs[][2] = {{missing, "No such file or directory"}, {file, "Not a directory"}};
+  for (guint i = 0; i < G_N_ELEMENTS(dirs); i++) {
+    for (guint c = 0; c < 2; c++) {
+      Run r = c == 0 ? run_wsync("plugins", "--conf-dir", conf, "--plugin-dir", dirs[i][0], NULL)
+                     : run_wsync("inspect", file, "--conf-dir", conf, "--plugin-dir", dirs[i][0],
+                                 NULL);
+      g_autofree char *want = g_strdup_printf(
+          "wsync: --plugin-dir %s: cannot read plugin directory: %s\n", dirs[i][0], dirs[i][1]);
+      g_assert_cmpint(r.status, ==, 2);
+      g_assert_cmpstr(r.err, ==, want);
+      g_assert_cmpstr(r.out, ==, "");
+      run_clear(&r);
+    }
+  }
+  test_rmtree(conf);
+}
+
+/* An empty argument (an unset shell variable's "$SRC") is named as one: the message
+ * said "cannot open : No such file or directory", the name gone from the line. */
+static void
+test_empty_path_named(void)
+{
+  g_autofree char *conf = test_tmpdir();
+  const char *commands[][3] = {{"inspect", "", NULL}, {"config", "", NULL}, {"verify", "", ""}};
+  for (guint i = 0; i < G_N_ELEMENTS(commands); i++) {
+    Run r = run_wsync(commands[i][0], "--conf-dir", conf, commands[i][1], commands[i][2], NULL);
+    g_assert_cmpint(r.status, ==, 4);
+    g_assert_cmpstr(r.err, ==, "wsync: cannot open an empty path (\"\"): No such file or "
+                               "directory\n");
+    run_clear(&r);
+  }
+  test_rmtree(conf);
+}
+
+/* An empty or blank config.json: "empty", not "the top level is not an object" (there is
+ * none), exit 3, naming the file; an array is still "not an object". */
+static void
+test_config_empty(void)
+{
+  g_autofree char *conf = test_tmpdir();
+  const char *texts[][2] = {{"", "empty, not a JSON object"},
+                            {" \n\t\n", "empty, not a JSON object"},
+                            {"[1]\n", "the top level is not an object"}};
+  for (guint i = 0; i < G_N_ELEMENTS(texts); i++) {
+    g_autofree char *in = test_write(conf, "config.json", texts[i][0]);
+    Run r = run_wsync("config", in, "--conf-dir", conf, NULL);
+    g_autofree char *want = g_strdup_printf("wsync: %s: %s\n", in, texts[i][1]);
+    g_assert_cmpint(r.status, ==, 3);
+    g_assert_cmpstr(r.err, ==, want);
+    g_assert_cmpstr(r.out, ==, "");
+    run_clear(&r);
+  }
+  test_rmtree(conf);
+}
+
 /* ---------------------------------------------------------------- verify */
 
 /* A tensor of the verify tests.  Its bytes encode its position: byte i of the tensor
@@ -1273,6 +1337,9 @@ main(int argc, char **argv)
   g_test_add_func("/cli/plugins-json", test_plugins_json);
   g_test_add_func("/cli/plugins-name-clash", test_plugins_name_clash);
   g_test_add_func("/cli/config-bad-rope-format", test_config_bad_rope_format);
+  g_test_add_func("/cli/config-empty", test_config_empty);
+  g_test_add_func("/cli/empty-path-named", test_empty_path_named);
+  g_test_add_func("/cli/plugin-dir-not-a-directory", test_plugin_dir_not_a_directory);
   g_test_add_func("/cli/synth-layers-needs-declared-count", test_synth_layers_needs_declared_count);
   g_test_add_func("/cli/synth-numbers", test_synth_numbers);
   g_test_add_func("/cli/no-plugin-selected", test_no_plugin_selected);

@@ -428,9 +428,23 @@ test_refuse_missing(Fixture *f, gconstpointer data)
 {
   (void)data;
   expect_refused(f, "nonexistent", "no nonexistent.so in the plugin path");
-  /* a misspelt name: the refusal says which file names it */
-  g_autofree char *where = g_strdup_printf(" (selected in %s/10.conf)", f->conf);
+  /* a misspelt name: the refusal says which file names it, and on which line */
+  g_autofree char *where = g_strdup_printf(" (selected in %s/10.conf:1)", f->conf);
   expect_refused(f, "nonexistent", where);
+
+  /* the line of the section's title, not of its closing '}' (libconfuse's), and the
+   * first section to name it when two files do */
+  free_path(test_write(f->conf, "10.conf",
+                       "# a comment\n\nplugin \"good\" {}\nplugin \"nonexistent\" {\n"
+                       "  enabled = true\n}\n"));
+  free_path(test_write(f->conf, "20.conf", "plugin \"nonexistent\" {}\n"));
+  g_autoptr(GError) error = NULL;
+  g_autoptr(WsyncContext) ctx = load(f, NULL, &error);
+  g_assert_no_error(error);
+  g_autofree char *l = listing(ctx);
+  g_autofree char *at_line = g_strdup_printf(" (selected in %s/10.conf:4);", f->conf);
+  if (strstr(l, at_line) == NULL)
+    g_error("listing \"%s\" lacks \"%s\"", l, at_line);
 }
 
 static char *

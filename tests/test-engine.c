@@ -967,6 +967,169 @@ test_sharded_source(Fixture *f, gconstpointer data)
   run_clear(&r);
 }
 
+/* --tp or --ep above 1 for a target of one rank (hf) was dropped without a word: the
+ * plan said "tp 1" and convert wrote one checkpoint.  Refused now, as --format is for a
+ * target without formats; conf.d's sync sizes, a deployment's for every target, still
+ * apply only to the targets with ranks. */
+static void
+test_parallel_sizes_of_a_target_without_ranks(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *dst = path_in(f, "whole");
+  Run r = run_wsync(f, "convert", f->tiny, dst, "--target", "hf", "--tp", "2", NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==, "wsync: --tp 2: target hf has no ranks to split into (it writes "
+                             "one checkpoint, whole)\n");
+  g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+  run_clear(&r);
+  r = run_wsync(f, "plan", f->tiny, "--target", "hf", "--ep", "4", NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==, "wsync: --ep 4: target hf has no ranks to split into (it writes "
+                             "one checkpoint, whole)\n");
+  run_clear(&r);
+  r = run_wsync(f, "plan", f->tiny, "--target", "hf", "--tp", "1", "--ep", "1", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+
+  g_free(test_write(f->conf, "20.conf", "sync {\n  tp = 2\n}\n"));
+  r = run_wsync(f, "plan", f->tiny, "--target", "hf", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  assert_has(r.out, "target hf, tp 1, ep 1, 1 rank\n");
+  run_clear(&r);
+  r = run_wsync(f, "plan", f->tiny, "--target", "vllm", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  assert_has(r.out, ", tp 2, ep 1, 2 ranks\n");
+  run_clear(&r);
+}
+
+/* A target or format conf.d's sync section sets that is refused names FILE:LINE where
+ * it is set, as conf.d's other errors do: the target was "no loaded plugin provides the
+ * target", which named no file; the format "conf.d sync { } format ...", no file. */
+static void
+test_sync_section_refusals_name_the_place(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *conf = g_build_filename(f->conf, "20.conf", NULL);
+  g_free(test_write(f->conf, "20.conf", "# the deployment\nsync {\n  target = \"tensorrt\"\n}\n"));
+  g_autofree char *want = g_strdup_printf(
+      "wsync: %s:3: sync target \"tensorrt\": no loaded plugin provides it (wsync plugins "
+      "lists the targets; --target overrides it)\n",
+      conf);
+  Run r = run_wsync(f, "plan", f->tiny, NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==, want);
+  run_clear(&r);
+  r = run_wsync(f, "plan", f->tiny, "--target", "vllm", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+
+  g_free(test_write(f->conf, "20.conf", "sync {\n  target = \"vllm\"\n\n  format = \"fp8\"\n}\n"));
+  g_autofree char *format = g_strdup_printf(
+      "wsync: %s:4: sync format \"fp8\" is not one of target vllm's formats (sharded-state, "
+      "kernel)\n",
+      conf);
+  r = run_wsync(f, "plan", f->tiny, NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==, format);
+  run_clear(&r);
+  /* a later file's value, and its place, win */
+  g_free(test_write(f->conf, "30.conf", "sync {\n  format = \"kernel\"\n}\n"));
+  r = run_wsync(f, "plan", f->tiny, NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+  g_free(test_write(f->conf, "30.conf", "\nsync {\n  format = \"int4\"\n}\n"));
+  g_autofree char *later = g_build_filename(f->conf, "30.conf", NULL);
+  g_autofree char *int4 = g_strdup_printf(
+      "wsync: %s:3: sync format \"int4\" is not one of target vllm's formats (sharded-state, "
+      "kernel)\n",
+      later);
+  r = run_wsync(f, "plan", f->tiny, NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==, int4);
+  run_clear(&r);
+}
+
+/* verify of a directory of rank files against the checkpoint they came from: each rank
+ * holds lm_head.weight, the checkpoint once; verify said "only in A", which it is not. */
+static void
+test_verify_rank_files_against_checkpoint(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *ranks = path_in(f, "ranks");
+  Run r = run_wsync(f, "convert", f->tiny, ranks, "--target", "vllm", "--tp", "2", "-q", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+  g_autofree char *want = g_strdup_printf(
+      "differ: tensor \"lm_head.weight\" is in 2 files of A (%s), in 1 of B (%s)\n", ranks,
+      f->tiny);
+  r = run_wsync(f, "verify", ranks, f->tiny, NULL);
+  g_assert_cmpint(r.status, ==, 1);
+  g_assert_cmpstr(r.out, ==, want);
+  g_assert_cmpstr(r.err, ==, "");
+  run_clear(&r);
+}
+
+/* The exit status of a path that is not there, whichever command and argument names it
+ * (README "Exit status"): what the command line names (SRC, A, B, CONFIG.json, --config)
+ * is an I/O failure, 4, "cannot open PATH" as for an unreadable one; what the input
+ * lacks (SRC's own config.json) is bad input, 3.  (Before: config and synth --config
+ * said "PATH: no such file", exit 3, and --config PATH exit 2, while a missing SRC was
+ * 4.) */
+static void
+test_missing_paths_exit_status(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *missing = path_in(f, "no-such");
+  g_autofree char *dst = path_in(f, "dst");
+  g_autofree char *file = g_build_filename(f->tiny, "model-00001-of-00001.safetensors", NULL);
+  g_autofree char *step = path_in(f, "step");
+  g_autofree char *dcp = g_build_filename(step, "b", NULL);
+  g_autofree char *cannot = g_strdup_printf("wsync: cannot open %s: No such file or directory\n",
+                                            missing);
+  g_autofree char *flag = g_strdup_printf("wsync: --config %s: No such file or directory\n",
+                                          missing);
+  shard_file(file, step);
+  g_assert_cmpint(g_mkdir(dst, 0700), ==, 0); /* (a DST to keep: nothing replaces it) */
+  g_free(test_write(dst, "keep", "x"));
+  const struct {
+    const char *args[10];
+    const char *err;
+  } cases[] = {
+      {{"inspect", missing}, cannot},
+      {{"verify", missing, f->tiny}, cannot},
+      {{"verify", f->tiny, missing}, cannot},
+      {{"plan", missing, "--target", "vllm"}, cannot},
+      {{"convert", missing, dst, "--target", "vllm", "--force"}, cannot},
+      {{"merge", missing, dst, "--force"}, cannot},
+      {{"config", missing}, cannot},
+      {{"synth", "--config", missing, dst, "--force"}, cannot},
+      {{"plan", f->tiny, "--target", "vllm", "--config", missing}, flag},
+      {{"convert", f->tiny, dst, "--target", "vllm", "--force", "--config", missing}, flag},
+      {{"merge", dcp, dst, "--force", "--config", missing}, flag},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_autoptr(GPtrArray) args = g_ptr_array_new();
+    for (guint k = 0; cases[i].args[k] != NULL; k++)
+      g_ptr_array_add(args, (gpointer)cases[i].args[k]);
+    Run r = run_args(f, args);
+    if (r.status != 4 || g_strcmp0(r.err, cases[i].err) != 0)
+      g_error("wsync %s %s: exit %d, \"%s\"; expected exit 4, \"%s\"", cases[i].args[0],
+              cases[i].args[1], r.status, r.err, cases[i].err);
+    run_clear(&r);
+  }
+  g_autofree char *kept = g_build_filename(dst, "keep", NULL);
+  g_assert_true(g_file_test(kept, G_FILE_TEST_IS_REGULAR));
+
+  /* a checkpoint directory without its config.json: the input is incomplete, 3 */
+  g_autofree char *config = g_build_filename(f->tiny, "config.json", NULL);
+  g_assert_cmpint(unlink(config), ==, 0);
+  g_autofree char *lacks = g_strdup_printf("wsync: %s: no such file\n", config);
+  Run r = run_wsync(f, "plan", f->tiny, "--target", "vllm", NULL);
+  g_assert_cmpint(r.status, ==, 3);
+  g_assert_cmpstr(r.err, ==, lacks);
+  run_clear(&r);
+}
+
 /* A trainer's F32 weights written in the config's BF16 are rounded: convert says so in
  * one note (the 27 logical tensors of the 2-layer model: 3 outside the layers, 12 in
  * each, the experts one per projection), after the bytes it wrote; widening to F32 is
@@ -1135,6 +1298,10 @@ main(int argc, char **argv)
   ADD("/engine/proof/gap", test_gap_refused);
   ADD("/engine/proof/lost-inputs", test_lost_inputs_refused);
   ADD("/engine/input/unmapped", test_unmapped_input_refused);
+  ADD("/engine/input/missing-paths", test_missing_paths_exit_status);
+  ADD("/engine/conf/sync-refusals-name-the-place", test_sync_section_refusals_name_the_place);
+  ADD("/engine/verify/rank-files-against-checkpoint", test_verify_rank_files_against_checkpoint);
+  ADD("/engine/layout/sizes-without-ranks", test_parallel_sizes_of_a_target_without_ranks);
   ADD("/engine/input/drop-rule", test_drop_rule_consumes);
   ADD("/engine/input/missing-tensor", test_missing_tensor_refused);
   ADD("/engine/input/unknown-target", test_unknown_target);

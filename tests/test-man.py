@@ -435,6 +435,51 @@ def check_json_keys(page):
     return problems
 
 
+BOLD = re.compile(r"\\fB([^\\]+)\\f[RP]")
+
+
+def bold_words(lines):
+    """The words a section sets in bold: .B and .BR's first, third ... arguments, and
+    \\fB...\\fR spans."""
+    out = set()
+    for line in lines:
+        out.update(w for span in BOLD.findall(line) for w in span.split())
+        if line.startswith((".B ", ".BR ")):
+            args = re.findall(r'"[^"]*"|\S+', line.split(" ", 1)[1])
+            out.update(a.strip('"').replace("\\-", "-").strip(" ,;.()")
+                       for a in args[::2] if a.strip('"').strip())
+    return out
+
+
+def check_inspect_json_keys(page):
+    """Every key of `wsync inspect --json` of a checkpoint directory, at the top level and
+    in a tensor, is named in the inspect section (before: only "metadata" was, and nothing
+    said total_bytes counts the tensors' bytes, not the files')."""
+    work = tempfile.mkdtemp(prefix="wsync-test-man.")
+    try:
+        src = os.path.join(work, "tiny")
+        r = wsync("synth", "-q", "--config", os.path.join(SRC, "..", "configs",
+                                                          "tiny-qwen3-moe.json"), src)
+        if r.returncode != 0:
+            return ["wsync synth: exit %d: %s" % (r.returncode, r.stderr)]
+        r = wsync("--json", "inspect", src)
+        if r.returncode != 0:
+            return ["wsync inspect --json: exit %d: %s" % (r.returncode, r.stderr)]
+        data = json.loads(r.stdout)
+        files = sum(os.path.getsize(f) for f in data["files"])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    keys = set(data) | {k for t in data["tensors"] for k in t}
+    lines = next(v for h, v in page_sections(page, ".SS").items() if h.startswith("wsync inspect"))
+    problems = ["wsync inspect --json: key %s is not named in the inspect section" % k
+                for k in sorted(keys - bold_words(lines))]
+    # what the page says total_bytes is
+    if data["total_bytes"] != sum(t["bytes"] for t in data["tensors"]) or files <= data["total_bytes"]:
+        problems.append("total_bytes %d: not the tensors' %d bytes, or not below the files' %d"
+                        % (data["total_bytes"], sum(t["bytes"] for t in data["tensors"]), files))
+    return problems
+
+
 # ------------------------------------------------------------------ wsync.conf(5)
 
 def plugins_json():
@@ -620,6 +665,7 @@ def main(argv):
          lambda: check_environment(wsync1)),
         ("wsync.1: the keys of verify, plan, plugins and env --json",
          lambda: check_json_keys(wsync1)),
+        ("wsync.1: every key of inspect --json", lambda: check_inspect_json_keys(wsync1)),
         ("wsync.conf.5: the plugins' options as the plugins declare them",
          lambda: check_plugin_options(conf5)),
         ("wsync.conf.5: the sync section's keys", lambda: check_sync_keys(conf5)),

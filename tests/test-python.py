@@ -1660,6 +1660,66 @@ class _DlpackOnly:
 
 
 @test
+def load_rank_file_too_short_from_the_start():
+    """A rank file of fewer than 8 bytes (its header length cannot be read) is refused in
+    the words `wsync inspect` uses for it (the C reader's), naming the file, status 3: it
+    did not shrink while it was read, it was always too short."""
+    path, _ = committed_dir(tp=1)
+    first = [f["file"] for f in record(path)["files"] if f["rank"] == 0][0]
+    short = fresh_dir("committed-too-short")
+    shutil.copytree(path, short)
+    where = os.path.join(short, first)
+    for size in (0, 5, 7):
+        with open(where, "r+b") as f:
+            f.truncate(size)
+        r = run_wsync("inspect", where)
+        assert r.returncode == 3, (size, r.returncode, r.stderr)
+        said = "%s: file is %d bytes, too short for the 8-byte header length" % (where, size)
+        assert r.stderr == "wsync: %s\n" % said, (size, r.stderr)
+        for require_commit in (True, False):
+            e = expect_error(said, wsync.load_rank, short, 0, {}, require_commit=require_commit,
+                             verify=False, status=3)
+            assert str(e) == said, (size, str(e))
+
+
+_LOAD_IN_CHILD = """
+import json, sys
+sys.path[:0] = [p for p in sys.argv[2].split(":") if p]
+import wsync
+try:
+    wsync.load_rank(sys.argv[1], 0, {}, require_commit=False)
+    print(json.dumps(None))
+except wsync.Error as e:
+    print(json.dumps([str(e), e.exit_status]))
+"""
+
+
+@test
+def load_rank_file_not_a_regular_file():
+    """A directory or a FIFO where a rank file should be is refused in the C reader's
+    words, status 3.  (Before: the directory was "cannot map FILE: No such device",
+    status 4, and the FIFO hung load_rank for ever in open(2); the load runs in a child
+    with a timeout so that a hang fails the test.)"""
+    path, _ = committed_dir(tp=1)
+    first = [f["file"] for f in record(path)["files"] if f["rank"] == 0][0]
+    for kind, make, said in (("directory", os.mkdir, "is a directory, not a safetensors file"),
+                             ("fifo", os.mkfifo, "not a regular file")):
+        odd = fresh_dir("committed-%s" % kind)
+        shutil.copytree(path, odd)
+        where = os.path.join(odd, first)
+        os.unlink(where)
+        make(where)
+        try:
+            r = subprocess.run([sys.executable, "-c", _LOAD_IN_CHILD, odd, os.pathsep.join(sys.path)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               universal_newlines=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("%s: load_rank did not return in 60 s" % kind)
+        assert r.returncode == 0, (kind, r.stderr)
+        assert json.loads(r.stdout) == ["%s: %s" % (where, said), 3], (kind, r.stdout)
+
+
+@test
 def load_rank_size_one_dimensions_take_any_stride():
     """A destination whose dimension of size 1 has an arbitrary stride (x[None], a
     [1, N] bias, as_strided) is contiguous as torch's is_contiguous() says it

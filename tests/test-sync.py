@@ -491,6 +491,10 @@ def check_src_missing(job):
     r = sync([(4, [missing, dst] + layout_args("vllm", "kernel", 2, 4))])
     one_line_from_every_process(c, r, 4, 4, ["process 0: ", "no-such-checkpoint",
                                              "No such file"])
+    # a --config that is not there is the same I/O failure (README "Exit status"; was 2)
+    r = sync([(2, [src, dst, "--config", missing] + layout_args("vllm", "kernel", 2, 4))])
+    one_line_from_every_process(c, r, 2, 4, ["process 0: --config ", "no-such-checkpoint",
+                                             "No such file"])
     check_untouched(c, job, dst, copy)
     return c.problems
 

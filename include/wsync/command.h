@@ -136,7 +136,8 @@ WSYNC_API gboolean wsync_plan_args_resolve(WsyncContext *ctx, const WsyncPlanArg
  * {KEY: VALUE...}...}, "tensors": [{"name", "dtype", "shape", "bytes", "file"}...],
  * "total_tensors", "total_bytes"}`: "metadata" has every file's `__metadata__` (an empty
  * object for a file without), keys sorted; the tensors in the order of
- * wsync_checkpoint_tensor().
+ * wsync_checkpoint_tensor(); "total_bytes" is the sum of their "bytes"
+ * (wsync_checkpoint_total_bytes(), an index's `total_size`), not the files' size.
  *
  * Returns: (transfer full): the description.
  */

@@ -102,7 +102,8 @@ typedef guint (*WsyncWorldFunc)(guint tp, guint ep, gpointer user_data);
  *   refused)
  * @build: builds the layout of one rank
  * @world: (nullable): the number of ranks for a tp and ep; %NULL: one rank, and
- *   `--tp` / `--ep` do not apply
+ *   `--tp` / `--ep` do not apply (one above 1 given is refused; conf.d's sync section's
+ *   are ignored)
  * @file_name: names the files of a rank
  * @recognise: (nullable): claims the target's files when they are read back; %NULL
  *   when its files are never read back

@@ -1409,7 +1409,15 @@ env_output(const char *backend, const char *mode, gboolean json, const char *con
 
   if (r.status != 0)
     g_error("wsync env: exit %d\n%s", r.status, r.err);
-  g_assert_cmpstr(r.err, ==, "");
+  if (strcmp(backend, "npu-ascend") == 0) {
+    g_assert_cmpstr(r.err, ==, "");
+  } else { /* a backend this plugin does not patch: the note that says so */
+    g_autofree char *note = g_strdup_printf(
+        "wsync env: note: no plugin patches the environment of backend \"%s\", so there is "
+        "nothing to set (backends with patches: npu-ascend)\n",
+        backend);
+    g_assert_cmpstr(r.err, ==, note);
+  }
   out = g_steal_pointer(&r.out);
   test_run_clear(&r);
   return out;

@@ -63,11 +63,9 @@ read_config(WsyncModel *m, Llama *c, GError **error)
    * num_heads % num_kv_heads == 0`, attention.py:319 @ df1376907b16, docs/vllm.md §10).
    * LlamaConfig does not check it, so a checkpoint would load and fail at its first
    * forward, and vLLM would refuse to start. */
-  if (c->heads % c->kv_heads != 0)
-    return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
-                      "field \"num_key_value_heads\" is %" G_GUINT64_FORMAT
-                      ", which does not divide num_attention_heads %" G_GUINT64_FORMAT,
-                      c->kv_heads, c->heads);
+  if (!wsync_config_check_divides(&c->root, "num_key_value_heads", c->kv_heads,
+                                  "num_attention_heads", c->heads, error))
+    return FALSE;
   wsync_model_set_dtype(m, dtype);
   /* what the config of the first N layers changes (synth --layers) */
   wsync_model_declare_layer_field(m, &c->root, "num_hidden_layers", WSYNC_LAYER_FIELD_COUNT);

@@ -131,6 +131,18 @@ wsync_config_get_head_dim(const WsyncConfigSection *section, guint64 hidden, gui
 }
 
 gboolean
+wsync_config_check_divides(const WsyncConfigSection *section, const char *key, guint64 value,
+                           const char *multiple_key, guint64 multiple, GError **error)
+{
+  if (value != 0 && multiple % value == 0)
+    return TRUE;
+  return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
+                    "field \"%s%s\" is %" G_GUINT64_FORMAT ", which does not divide %s%s %"
+                    G_GUINT64_FORMAT,
+                    section->where, key, value, section->where, multiple_key, multiple);
+}
+
+gboolean
 wsync_config_get_bool_or(const WsyncConfigSection *section, const char *key, gboolean *out,
                          GError **error)
 {

@@ -7,8 +7,11 @@
  * tied or not; the final norm.  attention_bias gives q/k/v AND o_proj biases, mlp_bias
  * gives gate/up/down biases (Transformers' LlamaAttention and LlamaMLP; vLLM's
  * LlamaDecoderLayer, vllm/model_executor/models/llama.py:266-272, 303 @ df1376907b16,
- * docs/vllm.md §10 "Biases").  vLLM also honours `bias` and `qkv_bias`, which
- * LlamaConfig does not have (configuration_llama.py @ 008e57439125): not read here.
+ * docs/vllm.md §10 "Biases").  Two more keys that LlamaConfig does not have
+ * (configuration_llama.py @ 008e57439125) are read as LlamaDecoderLayer reads them,
+ * the one reader that gives them a meaning (llama.py:265-272): `bias` counts as
+ * attention_bias (abacusai/Smaug-72B-v0.1), and `qkv_bias`, when present, decides the
+ * q/k/v biases alone (internlm/internlm3-8b), o_proj keeping attention_bias or bias.
  * How an engine packs, names and slices these is the target's business, not this file's.
  *
  * RoPE (rope_theta, rope_scaling of type "llama3", or Transformers 5's rope_parameters)
@@ -19,8 +22,8 @@
  * Config fields, all at the root.  Every field that decides a shape is required;
  * defaults only where LlamaConfig has one (docs/hf-checkpoints.md §5,
  * configuration_llama.py:69-90 @ 008e57439125): num_key_value_heads (num_attention_heads),
- * head_dim (hidden_size / num_attention_heads), tie_word_embeddings, attention_bias and
- * mlp_bias (false), the dtype (bfloat16).
+ * head_dim (hidden_size / num_attention_heads), tie_word_embeddings, attention_bias,
+ * bias and mlp_bias (false), qkv_bias (attention_bias or bias), the dtype (bfloat16).
  */
 #include <wsync/model.h>
 #include <wsync/plugin.h>
@@ -28,11 +31,31 @@
 typedef struct {
   WsyncConfigSection root;
   guint64 hidden, heads, kv_heads, head_dim, vocab, layers, inter;
-  gboolean tie, attention_bias, mlp_bias;
+  gboolean tie, qkv_bias, o_bias, mlp_bias;
 } Llama;
 
 #define SIZE WSYNC_CONFIG_SIZE_MAX
 #define COUNT WSYNC_CONFIG_COUNT_MAX
+
+/* The attention biases, as vLLM's LlamaDecoderLayer decides them (llama.py:265-272 @
+ * df1376907b16, docs/vllm.md §10 "Biases"): `attention_bias or bias` gives o_proj's and,
+ * unless the config has `qkv_bias`, q/k/v's.  Without this, a config saying `bias` or
+ * `qkv_bias` had no biases here: wsync refused the checkpoint's bias tensors as unmapped,
+ * and from a checkpoint without them wrote rank files that vLLM's sharded_state loader
+ * refuses for the missing (or, with "qkv_bias": false, extra) qkv_proj.bias. */
+static gboolean
+read_biases(Llama *c, GError **error)
+{
+  gboolean attention_bias = FALSE, bias = FALSE;
+
+  if (!wsync_config_get_bool_or(&c->root, "attention_bias", &attention_bias, error) ||
+      !wsync_config_get_bool_or(&c->root, "bias", &bias, error))
+    return FALSE;
+  c->o_bias = attention_bias || bias;
+  c->qkv_bias = c->o_bias;
+  return wsync_config_get_bool_or(&c->root, "qkv_bias", &c->qkv_bias, error) &&
+         wsync_config_get_bool_or(&c->root, "mlp_bias", &c->mlp_bias, error);
+}
 
 /* head_dim: the field (null counts as absent), else hidden_size / num_attention_heads,
  * as LlamaConfig.__post_init__ and vLLM's LlamaAttention (llama.py:156-157 @ df1376907b16)
@@ -53,8 +76,7 @@ read_config(WsyncModel *m, Llama *c, GError **error)
       !wsync_config_get_uint(&c->root, "num_hidden_layers", 1, COUNT, &c->layers, error) ||
       !wsync_config_get_uint(&c->root, "intermediate_size", 1, SIZE, &c->inter, error) ||
       !wsync_config_get_bool_or(&c->root, "tie_word_embeddings", &c->tie, error) ||
-      !wsync_config_get_bool_or(&c->root, "attention_bias", &c->attention_bias, error) ||
-      !wsync_config_get_bool_or(&c->root, "mlp_bias", &c->mlp_bias, error) ||
+      !read_biases(c, error) ||
       !wsync_config_get_dtype(&c->root, 1, &dtype, error))
     return FALSE;
   /* Each KV head serves num_attention_heads / num_key_value_heads query heads, a whole
@@ -63,11 +85,9 @@ read_config(WsyncModel *m, Llama *c, GError **error)
    * num_heads % num_kv_heads == 0`, attention.py:319 @ df1376907b16, docs/vllm.md §10).
    * LlamaConfig does not check it, so a checkpoint would load and fail at its first
    * forward, and vLLM would refuse to start. */
-  if (c->heads % c->kv_heads != 0)
-    return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
-                      "field \"num_key_value_heads\" is %" G_GUINT64_FORMAT
-                      ", which does not divide num_attention_heads %" G_GUINT64_FORMAT,
-                      c->kv_heads, c->heads);
+  if (!wsync_config_check_divides(&c->root, "num_key_value_heads", c->kv_heads,
+                                  "num_attention_heads", c->heads, error))
+    return FALSE;
   wsync_model_set_dtype(m, dtype);
   /* what the config of the first N layers changes (synth --layers) */
   wsync_model_declare_layer_field(m, &c->root, "num_hidden_layers", WSYNC_LAYER_FIELD_COUNT);
@@ -79,8 +99,8 @@ static void
 describe_layer(WsyncModel *m, const Llama *c, guint64 l)
 {
   const WsyncAttention a = {.hidden = c->hidden, .heads = c->heads, .kv_heads = c->kv_heads,
-                            .head_dim = c->head_dim, .qkv_bias = c->attention_bias,
-                            .o_bias = c->attention_bias};
+                            .head_dim = c->head_dim, .qkv_bias = c->qkv_bias,
+                            .o_bias = c->o_bias};
   const WsyncMlp dense = {.hidden = c->hidden, .intermediate = c->inter, .bias = c->mlp_bias};
   const WsyncDecoderLayer layer = {.hidden = c->hidden, .attention = &a, .mlp = &dense};
 

@@ -145,12 +145,8 @@ read_linear(Qwen35 *c, GError **error)
       !wsync_config_get_uint(&c->text, "linear_conv_kernel_dim", 1, SIZE, &a->conv_kernel,
                              error))
     return FALSE;
-  if (a->value_heads % a->key_heads != 0)
-    return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
-                      "field \"%slinear_num_value_heads\" (%" G_GUINT64_FORMAT
-                      ") must be a multiple of %slinear_num_key_heads (%" G_GUINT64_FORMAT ")",
-                      c->text.where, a->value_heads, c->text.where, a->key_heads);
-  return TRUE;
+  return wsync_config_check_divides(&c->text, "linear_num_key_heads", a->key_heads,
+                                    "linear_num_value_heads", a->value_heads, error);
 }
 
 /* MoE: experts, moe_intermediate_size and shared_expert_intermediate_size; dense:
@@ -210,14 +206,17 @@ read_vision(WsyncModel *m, Qwen35 *c, GError **error)
       !wsync_config_get_uint(&s, "num_position_embeddings", 1, SIZE, &v->positions, error) ||
       !wsync_config_get_uint(&s, "out_hidden_size", 1, SIZE, &v->out, error))
     return FALSE;
-  if (v->hidden % v->heads != 0)
-    return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
-                      "field \"vision_config.hidden_size\" (%" G_GUINT64_FORMAT
-                      ") must be a multiple of vision_config.num_heads (%" G_GUINT64_FORMAT ")",
-                      v->hidden, v->heads);
-  return TRUE;
+  /* each head is hidden_size / num_heads wide (Qwen3_VisionTransformer, qwen3_vl.py:608
+   * @ df1376907b16) */
+  return wsync_config_check_divides(&s, "num_heads", v->heads, "hidden_size", v->hidden, error);
 }
 
+/* The full-attention sizes (the MTP block's layers share them).  Each KV head serves
+ * num_attention_heads / num_key_value_heads query heads: vLLM's Attention asserts
+ * `num_heads % num_kv_heads == 0` on every rank (vllm/model_executor/layers/attention/
+ * attention.py:319 @ df1376907b16, built by Qwen3NextAttention, qwen3_next.py:282-286,
+ * for each full-attention layer, qwen3_5.py:153; docs/vllm.md §9.2), and Transformers groups the query heads by KV head
+ * (`num_key_value_groups`, repeat_kv; docs/hf-checkpoints.md §5 "GQA"). */
 static gboolean
 read_text(Qwen35 *c, GError **error)
 {
@@ -225,6 +224,8 @@ read_text(Qwen35 *c, GError **error)
   return wsync_config_get_uint(&c->text, "hidden_size", 1, SIZE, &c->hidden, error) &&
          wsync_config_get_uint(&c->text, "num_attention_heads", 1, SIZE, &c->heads, error) &&
          wsync_config_get_uint(&c->text, "num_key_value_heads", 1, SIZE, &c->kv_heads, error) &&
+         wsync_config_check_divides(&c->text, "num_key_value_heads", c->kv_heads,
+                                    "num_attention_heads", c->heads, error) &&
          wsync_config_get_head_dim(&c->text, c->hidden, c->heads, 256, &c->head_dim, error) &&
          wsync_config_get_bool_or(&c->text, "attn_output_gate", &c->output_gate, error) &&
          wsync_config_get_uint(&c->text, "vocab_size", 1, SIZE, &c->vocab, error) &&

@@ -70,6 +70,18 @@ read_mlp(Qwen3 *c, GError **error)
          wsync_config_get_uint(&c->text, "intermediate_size", 1, SIZE, &c->inter, error);
 }
 
+/* Each KV head serves num_attention_heads / num_key_value_heads query heads, a whole
+ * number in every consumer: vLLM's Attention asserts `num_heads % num_kv_heads == 0` on
+ * every rank (vllm/model_executor/layers/attention/attention.py:319 @ df1376907b16,
+ * docs/vllm.md §8), and Transformers groups the query heads by KV head as Llama's
+ * attention does (`num_key_value_groups`, repeat_kv; docs/hf-checkpoints.md §5 "GQA"). */
+static gboolean
+check_kv_heads(const Qwen3 *c, GError **error)
+{
+  return wsync_config_check_divides(&c->text, "num_key_value_heads", c->kv_heads,
+                                    "num_attention_heads", c->heads, error);
+}
+
 /* head_dim: the field, else Qwen3Config's default 128 (dense) or what Qwen3-MoE's
  * attention computes, hidden_size / num_attention_heads (docs/hf-checkpoints.md §2). */
 static gboolean
@@ -94,7 +106,8 @@ read_config(WsyncModel *m, Qwen3 *c, GError **error)
       !wsync_config_get_bool_or(&c->text, "tie_word_embeddings", &c->tie, error) ||
       (c->text.object != sections[1].object &&
        !wsync_config_get_bool_or(&sections[1], "tie_word_embeddings", &c->tie, error)) ||
-      !wsync_config_get_dtype(sections, 2, &dtype, error))
+      !wsync_config_get_dtype(sections, 2, &dtype, error) ||
+      !check_kv_heads(c, error))
     return FALSE;
   wsync_model_set_dtype(m, dtype);
   /* what the config of the first N layers changes (synth --layers) */

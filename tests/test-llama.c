@@ -17,6 +17,12 @@
 
 #define UNTIED "tiny-llama3.json"            /* GQA 8/2, head_dim absent, vocab 300 */
 #define TIED "tiny-llama3-tied-bias.json"    /* tied, attention and MLP biases, vocab 200 */
+/* tiny-llama3.json with the bias keys vLLM's LlamaDecoderLayer also reads (docs/vllm.md
+ * §10 "Biases"): "bias" (q/k/v and o_proj biases), "qkv_bias": true (q/k/v only), and
+ * "attention_bias": true with "qkv_bias": false (o_proj only) */
+#define BIAS_KEY "tiny-llama3-bias-key.json"
+#define QKV_BIAS "tiny-llama3-qkv-bias.json"
+#define O_BIAS "tiny-llama3-o-bias.json"
 
 static char *work_dir;  /* everything made, removed at the end */
 static char *conf_dir;  /* hf, llama, vllm */
@@ -83,7 +89,7 @@ synth(const char *config)
 typedef struct {
   JsonObject *root;
   guint64 H, nh, nkv, hd, I, V, L;
-  gboolean tied, attention_bias, mlp_bias;
+  gboolean tied, qkv_bias, o_bias, mlp_bias;
 } Model;
 
 static JsonObject *
@@ -106,8 +112,10 @@ int_or(JsonObject *o, const char *key, guint64 fallback)
 }
 
 /* LlamaConfig's defaults (docs/hf-checkpoints.md §5): num_key_value_heads =
- * num_attention_heads, head_dim = hidden_size / num_attention_heads, the three flags
- * false. */
+ * num_attention_heads, head_dim = hidden_size / num_attention_heads, the flags false.
+ * The attention biases as vLLM's LlamaDecoderLayer decides them (docs/vllm.md §10
+ * "Biases"): attention_bias or bias gives o_proj's, and q/k/v's unless qkv_bias is
+ * there. */
 static Model
 read_model(const char *config)
 {
@@ -122,7 +130,9 @@ read_model(const char *config)
   m.V = int_or(m.root, "vocab_size", 0);
   m.L = int_or(m.root, "num_hidden_layers", 0);
   m.tied = json_object_get_boolean_member_with_default(m.root, "tie_word_embeddings", FALSE);
-  m.attention_bias = json_object_get_boolean_member_with_default(m.root, "attention_bias", FALSE);
+  m.o_bias = json_object_get_boolean_member_with_default(m.root, "attention_bias", FALSE) ||
+             json_object_get_boolean_member_with_default(m.root, "bias", FALSE);
+  m.qkv_bias = json_object_get_boolean_member_with_default(m.root, "qkv_bias", m.o_bias);
   m.mlp_bias = json_object_get_boolean_member_with_default(m.root, "mlp_bias", FALSE);
   return m;
 }
@@ -169,12 +179,13 @@ hf_tensors(const Model *m)
     expect_tensor(want, LAYER(l, "mlp.gate_proj.weight"), 2, m->I, m->H, 0);
     expect_tensor(want, LAYER(l, "mlp.up_proj.weight"), 2, m->I, m->H, 0);
     expect_tensor(want, LAYER(l, "mlp.down_proj.weight"), 2, m->H, m->I, 0);
-    if (m->attention_bias) {
+    if (m->qkv_bias) {
       expect_tensor(want, LAYER(l, "self_attn.q_proj.bias"), 1, q, 0, 0);
       expect_tensor(want, LAYER(l, "self_attn.k_proj.bias"), 1, kv, 0, 0);
       expect_tensor(want, LAYER(l, "self_attn.v_proj.bias"), 1, kv, 0, 0);
-      expect_tensor(want, LAYER(l, "self_attn.o_proj.bias"), 1, m->H, 0, 0);
     }
+    if (m->o_bias)
+      expect_tensor(want, LAYER(l, "self_attn.o_proj.bias"), 1, m->H, 0, 0);
     if (m->mlp_bias) {
       expect_tensor(want, LAYER(l, "mlp.gate_proj.bias"), 1, m->I, 0, 0);
       expect_tensor(want, LAYER(l, "mlp.up_proj.bias"), 1, m->I, 0, 0);
@@ -206,10 +217,10 @@ rank_tensors(const Model *m, guint tp, gboolean kernel)
     expect_tensor(want, LAYER(l, "self_attn.o_proj.weight"), 2, m->H, m->nh * m->hd / tp, 0);
     expect_tensor(want, LAYER(l, "mlp.gate_up_proj.weight"), 2, 2 * m->I / tp, m->H, 0);
     expect_tensor(want, LAYER(l, "mlp.down_proj.weight"), 2, m->H, m->I / tp, 0);
-    if (m->attention_bias) {
+    if (m->qkv_bias)
       expect_tensor(want, LAYER(l, "self_attn.qkv_proj.bias"), 1, qkv, 0, 0);
+    if (m->o_bias)
       expect_tensor(want, LAYER(l, "self_attn.o_proj.bias"), 1, m->H, 0, 0);
-    }
     if (m->mlp_bias) {
       expect_tensor(want, LAYER(l, "mlp.gate_up_proj.bias"), 1, 2 * m->I / tp, 0, 0);
       expect_tensor(want, LAYER(l, "mlp.down_proj.bias"), 1, m->H, 0, 0);
@@ -281,10 +292,10 @@ check_layer(RankCheck *c, const Model *m, guint64 l, gboolean kernel)
   check_row(c, down);
   /* biases are split like their weights' rows; a row-parallel layer's bias is whole
    * (docs/vllm.md §2, §10) */
-  if (m->attention_bias) {
+  if (m->qkv_bias)
     check_qkv(c, attn, "bias", m->nh, m->nkv, m->hd);
+  if (m->o_bias)
     check_replicated_as(c, o_bias, o_bias);
-  }
   if (m->mlp_bias) {
     check_gate_up(c, mlp, "bias", m->I);
     check_replicated_as(c, down_bias, down_bias);
@@ -521,6 +532,8 @@ test_refused(void)
       {"num_attention_heads", "config.json: field \"num_attention_heads\" is missing\n", 0},
       {"attention_bias", "config.json: field \"attention_bias\" must be true or false, not 1\n",
        1},
+      {"bias", "config.json: field \"bias\" must be true or false, not 1\n", 1},
+      {"qkv_bias", "config.json: field \"qkv_bias\" must be true or false, not 1\n", 1},
       /* head_dim absent: hidden_size / num_attention_heads, which must divide */
       {"num_attention_heads",
        "config.json: field \"head_dim\" is missing and hidden_size 64 is not a multiple of "
@@ -580,7 +593,7 @@ test_refused(void)
 int
 main(int argc, char **argv)
 {
-  static const char *const configs[] = {UNTIED, TIED};
+  static const char *const configs[] = {UNTIED, TIED, BIAS_KEY, QKV_BIAS, O_BIAS};
   static const char *const formats[] = {"sharded-state", "kernel"};
   static const guint tps[] = {1, 2, 4, 8};
   static Case cases[G_N_ELEMENTS(configs) * G_N_ELEMENTS(formats) * G_N_ELEMENTS(tps)];

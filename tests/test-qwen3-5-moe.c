@@ -2980,16 +2980,24 @@ test_refuse_configs(void)
                         "field \"text_config.layer_types[1]\" must be \"linear_attention\" or "
                         "\"full_attention\", not \"sliding_attention\"");
   assert_config_refused("text_config.linear_num_value_heads", "6",
-                        "field \"text_config.linear_num_value_heads\" (6) must be a multiple of "
-                        "text_config.linear_num_key_heads (4)");
+                        "field \"text_config.linear_num_key_heads\" is 4, which does not divide "
+                        "text_config.linear_num_value_heads 6\n");
+  /* the full-attention layers: vLLM's Attention asserts num_heads % num_kv_heads == 0
+   * (docs/vllm.md §9.2) */
+  assert_config_refused("text_config.num_key_value_heads", "3",
+                        "field \"text_config.num_key_value_heads\" is 3, which does not divide "
+                        "text_config.num_attention_heads 4\n");
+  assert_config_refused("text_config.num_key_value_heads", "8",
+                        "field \"text_config.num_key_value_heads\" is 8, which does not divide "
+                        "text_config.num_attention_heads 4\n");
   assert_config_refused("text_config.model_type", "\"qwen3_5_text\"",
                         "field \"text_config.model_type\" is \"qwen3_5_text\", but model_type "
                         "\"qwen3_5_moe\" has the text model \"qwen3_5_moe_text\"");
   assert_config_refused("text_config.shared_expert_intermediate_size", NULL,
                         "field \"text_config.shared_expert_intermediate_size\" is missing");
   assert_config_refused("vision_config.num_heads", "5",
-                        "field \"vision_config.hidden_size\" (32) must be a multiple of "
-                        "vision_config.num_heads (5)");
+                        "field \"vision_config.num_heads\" is 5, which does not divide "
+                        "vision_config.hidden_size 32\n");
   assert_config_refused("vision_config.depth", "\"2\"",
                         "field \"vision_config.depth\" must be a positive integer, not \"2\"");
   assert_config_refused("text_config.mtp_use_dedicated_embeddings", "true",

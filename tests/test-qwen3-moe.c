@@ -795,6 +795,80 @@ test_config_field_missing(Fixture *f, gconstpointer data)
   model_clear(&m);
 }
 
+/* KV heads that do not divide the query heads (fewer, as 3 of 4, or more, as 8 of 4),
+ * in Qwen3 dense and Qwen3-MoE: vLLM's Attention asserts `num_heads % num_kv_heads == 0`
+ * (docs/vllm.md §8), so such a config is refused, naming the field: synth writes nothing,
+ * and plan and convert of a checkpoint whose k_proj and v_proj have that config's
+ * [nkv*D, H] (which wsync used to convert, exit 0) exit 3, one line. */
+static void
+test_kv_heads_not_dividing(Fixture *f, gconstpointer data)
+{
+  static const struct {
+    const char *config;
+    gint64 kv_heads;
+    const char *message;
+  } cases[] = {
+      {"tiny-qwen3.json", 3,
+       "config.json: field \"num_key_value_heads\" is 3, which does not divide "
+       "num_attention_heads 4\n"},
+      {"tiny-qwen3-moe.json", 3,
+       "config.json: field \"num_key_value_heads\" is 3, which does not divide "
+       "num_attention_heads 4\n"},
+      {"tiny-qwen3-moe.json", 8,
+       "config.json: field \"num_key_value_heads\" is 8, which does not divide "
+       "num_attention_heads 4\n"},
+  };
+
+  (void)data;
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_autofree char *name = g_strdup_printf("good-%u", i);
+    g_autofree char *good = sub(f, name);
+    g_autofree char *bad = sub(f, "bad");
+    g_autofree char *bad_config = sub(f, "bad-config.json");
+    g_autofree char *synth_out = sub(f, "synth-out");
+    const char *const fragments[] = {cases[i].message, NULL};
+    Model m = load_model(cases[i].config);
+    Run r;
+
+    synth(cases[i].config, good, NULL, NULL);
+    json_object_set_int_member(m.root, "num_key_value_heads", cases[i].kv_heads);
+    write_config(m.root, bad_config);
+    {
+      g_autoptr(WsyncCheckpoint) ck = open_ck(good);
+      g_autoptr(GPtrArray) tensors = g_ptr_array_new();
+      g_autoptr(GPtrArray) kv = g_ptr_array_new_with_free_func(g_free);
+      g_autoptr(GPtrArray) names = g_ptr_array_new_with_free_func(g_free);
+      const WsyncTensor *embed = lookup(ck, "model.embed_tokens.weight");
+
+      for (guint t = 0; t < wsync_checkpoint_n_tensors(ck); t++) {
+        const WsyncTensor *x = wsync_checkpoint_tensor(ck, t);
+        if (!g_str_has_suffix(x->name, ".self_attn.k_proj.weight") &&
+            !g_str_has_suffix(x->name, ".self_attn.v_proj.weight"))
+          g_ptr_array_add(tensors, (gpointer)x);
+      }
+      for (guint64 l = 0; l < m.layers; l++)
+        for (guint p = 0; p < 2; p++) {
+          char *tname = g_strdup_printf("model.layers.%" G_GUINT64_FORMAT ".self_attn.%s.weight",
+                                        l, p == 0 ? "k_proj" : "v_proj");
+          WsyncTensor *t =
+              tensor_like(embed, tname, 2, cases[i].kv_heads * m.head_dim, m.hidden);
+          g_ptr_array_add(names, tname);
+          g_ptr_array_add(kv, t);
+          g_ptr_array_add(tensors, t);
+        }
+      write_checkpoint(bad, bad_config, tensors);
+    }
+    expect_refused(f, bad, "hf", 3, fragments);
+    r = run_wsync("synth", "--config", bad_config, synth_out, NULL);
+    expect_status(&r, 3, "synth with KV heads that do not divide the query heads");
+    assert_has(r.err, cases[i].message);
+    g_assert_false(g_file_test(synth_out, G_FILE_TEST_EXISTS));
+    run_clear(&r);
+    test_rmtree(bad);
+    model_clear(&m);
+  }
+}
+
 static void
 test_unknown_tensor(Fixture *f, gconstpointer data)
 {
@@ -1044,6 +1118,7 @@ main(int argc, char **argv)
   ADD("bad-input/missing-expert", test_missing_expert, NULL);
   ADD("bad-input/shape-contradicts-config", test_shape_contradicts_config, NULL);
   ADD("bad-input/config-field-missing", test_config_field_missing, NULL);
+  ADD("bad-input/kv-heads-not-dividing", test_kv_heads_not_dividing, NULL);
   ADD("bad-input/unknown-tensor", test_unknown_tensor, NULL);
   ADD("bad-input/unclaimed-model-type", test_unclaimed_model_type, NULL);
   ADD("vllm/moe-backend", test_vllm_moe_backend, NULL);

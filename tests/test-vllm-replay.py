@@ -61,14 +61,20 @@ CONFIGS = ["tiny-qwen3-moe", "tiny-qwen3-moe-tied", "tiny-qwen3-moe-8heads", "ti
            "tiny-llama3-bias-mqa", "tiny-llama3-wide-vocab",
            # attention_bias on Qwen3-MoE and Qwen3: q/k/v biases packed into qkv_proj.bias
            # and sliced like its rows, o_proj.bias ignored as vLLM does (docs/vllm.md §8)
-           "tiny-qwen3-moe-bias", "tiny-qwen3-bias"]
+           "tiny-qwen3-moe-bias", "tiny-qwen3-bias",
+           # the other keys vLLM's LlamaDecoderLayer reads for Llama's attention biases
+           # (docs/vllm.md §10 "Biases"): "bias" (q/k/v and o_proj), "qkv_bias": true (q/k/v
+           # only), "attention_bias": true with "qkv_bias": false (o_proj only)
+           "tiny-llama3-bias-key", "tiny-llama3-qkv-bias", "tiny-llama3-o-bias"]
 TP_SIZES = [1, 2, 4, 8]
 # tp sizes other than TP_SIZES: 6 heads (and a vocabulary padded to 384) divide by 3 and 6;
 # 12 heads of 128 wide by 1, 2 and 4, where a vocabulary of 65 rows (padded to 128) leaves
 # rank 2 one real row and rank 3 padding only (docs/vllm.md §3).
 TP_SIZES_OF = {"tiny-qwen3-moe-6heads": [1, 2, 3, 6], "tiny-llama3-wide-vocab": [1, 2, 4],
                # 2 KV heads: tp 4 replicates them, with their biases
-               "tiny-qwen3-moe-bias": [1, 2, 4], "tiny-qwen3-bias": [2, 4]}
+               "tiny-qwen3-moe-bias": [1, 2, 4], "tiny-qwen3-bias": [2, 4],
+               "tiny-llama3-bias-key": [2], "tiny-llama3-qkv-bias": [2, 4],
+               "tiny-llama3-o-bias": [2]}
 # EP sizes beside 1 and tp (with every tp they are a multiple of): 4 over 6 experts gives
 # 2, 2, 1, 1 on vLLM (docs/vllm.md §4) and is refused on vLLM-Ascend
 # (docs/vllm-ascend.md §2 "Expert placement").

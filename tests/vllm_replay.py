@@ -760,7 +760,8 @@ def attention_scales(heads=None, kv_heads=None, par=None):
     _v_scale, _q_scale and _prob_scale as persistent float32 0-dim buffers of 1.0
     (docs/vllm.md §6 "Persistent buffers that do not come from the Hugging Face
     checkpoint").  Given the model's @heads and @kv_heads, its `assert num_heads %
-    num_kv_heads == 0` on this rank's heads (nh/tp and max(1, nkv/tp), docs/vllm.md §10)."""
+    num_kv_heads == 0` on this rank's heads (nh/tp and max(1, nkv/tp), docs/vllm.md §8,
+    §9.2, §10)."""
     if heads is not None:
         local_heads = heads // par.tp
         local_kv = max(1, kv_heads // par.tp)
@@ -1028,7 +1029,8 @@ def _full_attention(cfg, par, gate_factor):
     m.add_module("q_norm", norm(hd, dtype))
     m.add_module("k_norm", norm(hd, dtype))
     m.add_module("rotary_emb", rotary(hd))
-    m.add_module("attn", attention_scales())
+    # Qwen3NextAttention passes its own heads, not the gate's (qwen3_next.py:282-286)
+    m.add_module("attn", attention_scales(cfg.heads, cfg.kv_heads, par))
     return m
 
 

@@ -114,6 +114,25 @@ WSYNC_API gboolean wsync_config_get_head_dim(const WsyncConfigSection *section, 
                                              GError **error);
 
 /**
+ * wsync_config_check_divides:
+ * @section: where @key and @multiple_key were read
+ * @key: the field that gave @value, e.g. "num_key_value_heads"
+ * @value: its value (not 0)
+ * @multiple_key: the field that gave @multiple, e.g. "num_attention_heads"
+ * @multiple: its value
+ * @error: return location for a #WSYNC_ERROR_BAD_INPUT error
+ *
+ * Checks that @value divides @multiple, as when each of @value groups (key/value heads)
+ * serves a whole number of @multiple members (query heads).  A refusal names both
+ * fields: `field "KEY" is V, which does not divide MULTIPLE_KEY M`.
+ *
+ * Returns: %TRUE when @multiple is a multiple of @value.
+ */
+WSYNC_API gboolean wsync_config_check_divides(const WsyncConfigSection *section, const char *key,
+                                              guint64 value, const char *multiple_key,
+                                              guint64 multiple, GError **error);
+
+/**
  * wsync_config_get_bool_or:
  * @section: where to read
  * @key: the field

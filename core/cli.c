@@ -29,7 +29,7 @@ global_entries(WsyncCli *cli)
        NULL},
       /* (only sync-mpi.c reads it; the other commands take it and print nothing more) */
       {"verbose", 'v', 0, G_OPTION_ARG_NONE, &cli->verbose,
-       "Say more (sync only: when each phase ended)", NULL},
+       "Say more (sync only: when each phase ended; not with -q)", NULL},
       {NULL}};
   return g_memdup2(entries, sizeof entries);
 }
@@ -96,6 +96,15 @@ cli_parse_checked(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries,
     g_clear_pointer(&octx, g_option_context_free);
     g_clear_pointer(&globals, g_free);
     exit(WSYNC_EXIT_OK);
+  }
+  /* -q and -v ask for less and for more: no meaning is documented for both, so neither
+   * silently wins (after --help, which says what each does) */
+  if (cli->quiet && cli->verbose) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
+                "wsync %s: -q (--quiet) and -v (--verbose) contradict each other: give one "
+                "(see wsync %s --help)",
+                cmd->name, cmd->name);
+    return FALSE;
   }
   return TRUE;
 }

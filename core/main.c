@@ -60,7 +60,7 @@ print_main_help(FILE *out)
           "  --json             machine-readable output on stdout\n"
           "  -q, --quiet        print only errors and the command's result (no warnings,\n"
           "                     no progress, no notes after a write)\n"
-          "  -v, --verbose      say more (sync only: when each phase ended)\n"
+          "  -v, --verbose      say more (sync only: when each phase ended; not with -q)\n"
           "  -h, --help         show help (wsync COMMAND --help for a command's options)\n"
           "  --version          show the version\n\n"
           "Exit status: 0 success, 1 a check found a difference, 2 usage or configuration\n"

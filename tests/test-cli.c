@@ -48,6 +48,32 @@ test_version_on_every_command(void)
   run_clear(&r);
 }
 
+/* -q and -v together: every command refused them (exit 2), naming both, before anything
+ * else it checks; both were accepted, and -q silently won (no meaning is documented). */
+static void
+test_quiet_and_verbose_refused(void)
+{
+  static const char *const commands[] = {"plugins", "inspect", "verify", "plan", "convert",
+                                         "merge",   "synth",   "env",    "config"};
+
+  for (guint i = 0; i < G_N_ELEMENTS(commands); i++) {
+    g_autofree char *want = g_strdup_printf(
+        "wsync %s: -q (--quiet) and -v (--verbose) contradict each other: give one "
+        "(see wsync %s --help)\n",
+        commands[i], commands[i]);
+    Run r = run_wsync(commands[i], "-q", "-v", NULL);
+    g_assert_cmpint(r.status, ==, 2);
+    g_assert_cmpstr(r.out, ==, "");
+    g_assert_cmpstr(r.err, ==, want);
+    run_clear(&r);
+    /* long forms, before the command word */
+    r = run_wsync("--verbose", commands[i], "--quiet", NULL);
+    g_assert_cmpint(r.status, ==, 2);
+    g_assert_cmpstr(r.err, ==, want);
+    run_clear(&r);
+  }
+}
+
 static void
 test_help_lists_commands_and_exit_codes(void)
 {
@@ -224,7 +250,7 @@ test_plugins_text(void)
   assert_has(r.out, "  -q, --quiet        print only errors and the command's result (no "
                     "warnings,\n                     no progress, no notes after a write)\n");
   /* only sync says more with -v (it said "say more", for every command) */
-  assert_has(r.out, "  -v, --verbose      say more (sync only: when each phase ended)\n");
+  assert_has(r.out, "  -v, --verbose      say more (sync only: when each phase ended; not with -q)\n");
   run_clear(&r);
   test_rmtree(conf);
 }
@@ -1331,6 +1357,7 @@ main(int argc, char **argv)
   g_test_add_func("/cli/version", test_version);
   g_test_add_func("/cli/version-on-every-command", test_version_on_every_command);
   g_test_add_func("/cli/help", test_help_lists_commands_and_exit_codes);
+  g_test_add_func("/cli/quiet-and-verbose", test_quiet_and_verbose_refused);
   g_test_add_func("/cli/usage-errors", test_usage_errors);
   g_test_add_func("/cli/sync-not-installed", test_sync_not_installed);
   g_test_add_func("/cli/plugins-text", test_plugins_text);

@@ -38,6 +38,7 @@ typedef enum {
   DIFF_SHAPE,
   DIFF_DATA,
   DIFF_RECORD,
+  DIFF_FILE_COUNT, /* a name both sides hold, in more files on one side (rank files) */
 } DiffKind;
 
 static const char *const diff_kind_names[] = {
@@ -48,6 +49,7 @@ static const char *const diff_kind_names[] = {
     [DIFF_SHAPE] = "shape",
     [DIFF_DATA] = "data",
     [DIFF_RECORD] = "metadata",
+    [DIFF_FILE_COUNT] = "file-count",
 };
 
 typedef struct {
@@ -73,8 +75,21 @@ typedef struct {
 /* The one-line output stays one line (control characters escaped). */
 #define printable wsync_printable
 
-/* The first name (in name order) that only one side has.  Both sides list their
- * tensors sorted by name, so one merge finds it. */
+/* How many of @ck's files hold a tensor called @name (rank files: one per rank). */
+static guint
+copies(WsyncCheckpoint *ck, const char *name)
+{
+  guint n = 0;
+
+  for (guint i = 0; i < wsync_checkpoint_n_tensors(ck); i++)
+    n += strcmp(wsync_checkpoint_tensor(ck, i)->name, name) == 0;
+  return n;
+}
+
+/* The first name (in name order) that only one side has, or that one side holds in more
+ * files than the other (a directory of rank files holds lm_head.weight once per rank:
+ * "missing" was false).  Both sides list their tensors sorted by name, so one merge
+ * finds it. */
 static gboolean
 find_missing(WsyncCheckpoint *a, WsyncCheckpoint *b, Difference *diff)
 {
@@ -87,10 +102,14 @@ find_missing(WsyncCheckpoint *a, WsyncCheckpoint *b, Difference *diff)
     int cmp = ta == NULL ? 1 : tb == NULL ? -1 : strcmp(ta->name, tb->name);
     if (cmp < 0) {
       *diff = (Difference){.kind = DIFF_MISSING_IN_B, .name = ta->name, .a = ta};
+      if (copies(b, ta->name) > 0)
+        diff->kind = DIFF_FILE_COUNT;
       return TRUE;
     }
     if (cmp > 0) {
       *diff = (Difference){.kind = DIFF_MISSING_IN_A, .name = tb->name, .b = tb};
+      if (copies(a, tb->name) > 0)
+        diff->kind = DIFF_FILE_COUNT;
       return TRUE;
     }
     i++;
@@ -240,17 +259,6 @@ element_hex(const guint8 *data, guint64 element, guint size)
   return g_string_free(out, FALSE);
 }
 
-/* How many of @ck's files hold a tensor called @name (rank files: one per rank). */
-static guint
-copies(WsyncCheckpoint *ck, const char *name)
-{
-  guint n = 0;
-
-  for (guint i = 0; i < wsync_checkpoint_n_tensors(ck); i++)
-    n += strcmp(wsync_checkpoint_tensor(ck, i)->name, name) == 0;
-  return n;
-}
-
 static void
 print_text(WsyncCheckpoint *a, WsyncCheckpoint *b, const Verdict *v)
 {
@@ -266,16 +274,15 @@ print_text(WsyncCheckpoint *a, WsyncCheckpoint *b, const Verdict *v)
   case DIFF_MISSING_IN_B: {
     gboolean in_a = d->kind == DIFF_MISSING_IN_B;
     g_autofree char *path = printable(wsync_checkpoint_path(in_a ? a : b));
-    guint copies_a = copies(a, d->name), copies_b = copies(b, d->name);
-    if (copies_a > 0 && copies_b > 0) {
-      /* (a directory of rank files holds a name once per rank: "only in A" was false) */
-      g_autofree char *path_a = printable(wsync_checkpoint_path(a));
-      g_autofree char *path_b = printable(wsync_checkpoint_path(b));
-      printf("differ: tensor \"%s\" is in %u file%s of A (%s), in %u of B (%s)\n", name,
-             copies_a, copies_a == 1 ? "" : "s", path_a, copies_b, path_b);
-      return;
-    }
     printf("differ: tensor \"%s\" only in %s (%s)\n", name, in_a ? "A" : "B", path);
+    return;
+  }
+  case DIFF_FILE_COUNT: {
+    guint copies_a = copies(a, d->name), copies_b = copies(b, d->name);
+    g_autofree char *path_a = printable(wsync_checkpoint_path(a));
+    g_autofree char *path_b = printable(wsync_checkpoint_path(b));
+    printf("differ: tensor \"%s\" is in %u file%s of A (%s), in %u of B (%s)\n", name,
+           copies_a, copies_a == 1 ? "" : "s", path_a, copies_b, path_b);
     return;
   }
   case DIFF_DTYPE:
@@ -326,8 +333,22 @@ add_string_or_null(JsonBuilder *jb, const char *name, const char *value)
     json_builder_add_null_value(jb);
 }
 
+/* JSON member @member: the files of @ck that hold a tensor called @name, in @ck's order. */
 static void
-print_json(const Verdict *v)
+add_files_holding(JsonBuilder *jb, const char *member, WsyncCheckpoint *ck, const char *name)
+{
+  json_builder_set_member_name(jb, member);
+  json_builder_begin_array(jb);
+  for (guint i = 0; i < wsync_checkpoint_n_tensors(ck); i++) {
+    const WsyncTensor *t = wsync_checkpoint_tensor(ck, i);
+    if (strcmp(t->name, name) == 0)
+      json_builder_add_string_value(jb, t->file);
+  }
+  json_builder_end_array(jb);
+}
+
+static void
+print_json(WsyncCheckpoint *a, WsyncCheckpoint *b, const Verdict *v)
 {
   g_autoptr(JsonBuilder) jb = json_builder_new();
   const Difference *d = &v->diff;
@@ -372,6 +393,10 @@ print_json(const Verdict *v)
       add_string_or_null(jb, "value_a", d->value_a);
       add_string_or_null(jb, "file_b", d->file_b);
       add_string_or_null(jb, "value_b", d->value_b);
+    }
+    if (d->kind == DIFF_FILE_COUNT) {
+      add_files_holding(jb, "files_a", a, d->name);
+      add_files_holding(jb, "files_b", b, d->name);
     }
     json_builder_end_object(jb);
   }
@@ -450,7 +475,7 @@ cmd_verify(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
     return cli_fail(error);
   }
   if (cli->json)
-    print_json(&v);
+    print_json(a, b, &v);
   else if (!cli->quiet || v.diff.kind != DIFF_NONE)
     print_text(a, b, &v); /* -q: only a difference is news (the status says equal) */
   return v.diff.kind == DIFF_NONE ? WSYNC_EXIT_OK : WSYNC_EXIT_DIFFERENT;

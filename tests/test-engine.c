@@ -1067,6 +1067,21 @@ test_verify_rank_files_against_checkpoint(Fixture *f, gconstpointer data)
   g_assert_cmpstr(r.out, ==, want);
   g_assert_cmpstr(r.err, ==, "");
   run_clear(&r);
+  /* --json said kind "missing-in-b", which it is not: a kind of its own, with the files
+   * that hold the name on each side (B's first here, A's in name order) */
+  g_autofree char *json = g_strdup_printf(
+      "{\n  \"equal\" : false,\n  \"tensors\" : 0,\n  \"bytes\" : 0,\n"
+      "  \"difference\" : {\n    \"tensor\" : \"lm_head.weight\",\n"
+      "    \"kind\" : \"file-count\",\n    \"element\" : null,\n    \"index\" : null,\n"
+      "    \"files_a\" : [\n      \"%s/model-00001-of-00001.safetensors\"\n    ],\n"
+      "    \"files_b\" : [\n      \"%s/model-rank-0-part-0.safetensors\",\n"
+      "      \"%s/model-rank-1-part-0.safetensors\"\n    ]\n  }\n}\n",
+      f->tiny, ranks, ranks);
+  r = run_wsync(f, "--json", "verify", f->tiny, ranks, NULL);
+  g_assert_cmpint(r.status, ==, 1);
+  g_assert_cmpstr(r.out, ==, json);
+  g_assert_cmpstr(r.err, ==, "");
+  run_clear(&r);
 }
 
 /* The exit status of a path that is not there, whichever command and argument names it

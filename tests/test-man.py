@@ -397,8 +397,13 @@ def check_json_keys(page):
             made = wsync("synth", "-q", "--config", config, "--seed", seed, dst)
             if made.returncode != 0:
                 return ["wsync synth: exit %d: %s" % (made.returncode, made.stderr)]
+        # rank files hold lm_head.weight once per rank: verify's "file-count" difference
+        ranks = os.path.join(work, "ranks")
+        made = wsync("convert", "-q", a, ranks, "--target", "vllm", "--tp", "2")
+        if made.returncode != 0:
+            return ["wsync convert: exit %d: %s" % (made.returncode, made.stderr)]
         runs = {
-            "verify": [["verify", a, a], ["verify", a, b]],
+            "verify": [["verify", a, a], ["verify", a, b], ["verify", ranks, a]],
             # tp 2: a fill (the attention scale buffers), copies, a padded vocabulary
             "plugins": [["plugins"]],
             "env": [["env", "--backend", "npu-ascend", "--mode", "colocate"]],
@@ -410,6 +415,7 @@ def check_json_keys(page):
                    "plugins": "cmd-plugins.c", "env": "cmd-env.c"}
         sections = {h.split()[1]: lines for h, lines in page_sections(page, ".SS").items()
                     if h.startswith("wsync ") and len(h.split()) > 1}
+        printed_kinds = set()
         for command, argvs in runs.items():
             printed = set()
             for argv in argvs:
@@ -419,6 +425,8 @@ def check_json_keys(page):
                                     % (" ".join(argv[:1]), r.returncode, r.stderr))
                     continue
                 printed |= json_keys(json.loads(r.stdout))
+                if command == "verify" and json.loads(r.stdout)["difference"]:
+                    printed_kinds.add(json.loads(r.stdout)["difference"]["kind"])
             words = {w for w in bold_words(json_paragraph(sections.get(command, [])))
                      if re.match(r"[a-z_]+$", w)}
             # (the page also names keys that only some inputs make, such as a metadata
@@ -430,8 +438,46 @@ def check_json_keys(page):
             problems += ["wsync %s --json: the page names the key %s, which core/%s does "
                          "not print" % (command, w, sources[command])
                          for w in sorted(words) if '"%s"' % w not in text]
+        problems += check_verify_kinds(sections.get("verify", []), printed_kinds)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    return problems
+
+
+def italic_words(lines):
+    """The words set in italics by .I, .IR, .RI and \\fI of @lines."""
+    words = []
+    for line in lines:
+        line = line.replace("\\-", "-")
+        words += re.findall(r"\\fI(.*?)\\f[RPB]", line)
+        macro, _, rest = line.partition(" ")
+        try:
+            args = shlex.split(rest)
+        except ValueError:
+            continue
+        start = {".I": None, ".IR": 0, ".RI": 1}.get(macro, -1)
+        if start is None:
+            words += args
+        elif start >= 0:
+            words += args[start::2]
+    return {w.strip(" ,;.()") for w in words}
+
+
+def check_verify_kinds(section, printed_kinds):
+    """Every kind of difference core/cmd-verify.c names (diff_kind_names, but "none",
+    which --json prints as a null difference) is set in italics in verify's --json
+    paragraph, and the runs made the kind of a name held by more files on one side."""
+    kinds = set(re.findall(r'\[DIFF_[A-Z_]+\] = "([a-z-]+)"',
+                           read_source("core", "cmd-verify.c"))) - {"none"}
+    problems = [] if len(kinds) >= 7 else ["core/cmd-verify.c: found only the kinds %s"
+                                           % sorted(kinds)]
+    problems += ["wsync verify --json: the kind %s is not named in the verify section" % k
+                 for k in sorted(kinds - italic_words(json_paragraph(section)))]
+    problems += ["wsync verify --json: printed the kind %s, which core/cmd-verify.c does not "
+                 "name" % k for k in sorted(printed_kinds - kinds)]
+    if "file-count" not in printed_kinds:
+        problems.append("wsync verify --json of rank files against their checkpoint: kinds "
+                        "%s, not file-count" % sorted(printed_kinds))
     return problems
 
 

@@ -836,6 +836,57 @@ note_lossy_casts(WsyncPlan *plan)
   }
 }
 
+/* Where conf.d's sync section set @key, when the value planned with (@value) is the one
+ * set there: the options do not say whether it was typed, but a value that equals
+ * conf.d's is conf.d's even when typed too, so naming the place is never false. */
+static const char *
+configured_origin(WsyncPlan *plan, const char *key, guint64 value)
+{
+  const char *origin = wsync_context_sync_option_origin(plan->ctx, key);
+  const char *text = wsync_context_get_sync_option(plan->ctx, key);
+  guint64 set;
+
+  if (origin == NULL || text == NULL ||
+      !g_ascii_string_to_unsigned(text, 10, 0, G_MAXUINT64, &set, NULL) || set != value)
+    return NULL;
+  return origin;
+}
+
+/* A layout refused for sizes conf.d's sync section set ("tp 3 does not divide the padded
+ * vocabulary ..." from a target's build): the user, who typed no --tp, is told where tp
+ * came from ("(tp 3 comes from FILE:LINE, conf.d's sync section; --tp overrides it)").
+ * Only sizes above 1 are named: a size of 1 splits nothing. */
+static void
+name_configured_sizes(WsyncPlan *plan, guint tp, guint ep, GError **error)
+{
+  const struct {
+    const char *key;
+    guint value;
+  } sizes[] = {{"tp", tp}, {"ep", ep}};
+  g_autoptr(GString) places = g_string_new(NULL);
+  g_autoptr(GString) flags = g_string_new(NULL);
+  guint n = 0;
+
+  if (error == NULL || *error == NULL || !g_error_matches(*error, WSYNC_ERROR, WSYNC_ERROR_USAGE))
+    return;
+  for (guint i = 0; i < G_N_ELEMENTS(sizes); i++) {
+    const char *origin = configured_origin(plan, sizes[i].key, sizes[i].value);
+    if (sizes[i].value <= 1 || origin == NULL)
+      continue;
+    g_string_append_printf(places, n == 0 ? "%s %u comes from %s" : " and %s %u from %s",
+                           sizes[i].key, sizes[i].value, origin);
+    g_string_append_printf(flags, n == 0 ? "--%s" : " and --%s", sizes[i].key);
+    n++;
+  }
+  if (n == 0)
+    return;
+  char *message = g_strdup_printf("%s (%s, conf.d's sync section; %s override%s)",
+                                  (*error)->message, places->str, flags->str,
+                                  n == 1 ? "s it" : " them");
+  g_free((*error)->message);
+  (*error)->message = message;
+}
+
 gboolean
 plan_build_outputs(WsyncPlan *plan, const WsyncPlanOptions *opts, GError **error)
 {
@@ -848,9 +899,14 @@ plan_build_outputs(WsyncPlan *plan, const WsyncPlanOptions *opts, GError **error
                      error))
     return FALSE;
   if (opts->rank >= 0 && (guint)opts->rank >= world) {
+    /* a rank conf.d set is named where it is set, as a format is */
+    const char *origin = configured_origin(plan, "rank", (guint64)opts->rank);
+    g_autofree char *where = origin != NULL ? g_strdup_printf("%s: sync ", origin)
+                                            : g_strdup("--");
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
-                "--rank %d is not a rank of a %u-rank layout (tp %u, ep %u)", opts->rank, world,
-                tp, ep);
+                "%srank %d is not a rank of a %u-rank layout (tp %u, ep %u)", where, opts->rank,
+                world, tp, ep);
+    name_configured_sizes(plan, tp, ep, error);
     return FALSE;
   }
   plan->out_tp = tp;
@@ -868,6 +924,7 @@ plan_build_outputs(WsyncPlan *plan, const WsyncPlanOptions *opts, GError **error
     WsyncLayout *layout = plan_build_layout(plan, &plan->out, plan->out_format, tp, ep, r, FALSE,
                                        NULL, NULL, error);
     if (layout == NULL) {
+      name_configured_sizes(plan, tp, ep, error);
       ok = FALSE;
       break;
     }

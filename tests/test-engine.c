@@ -1049,6 +1049,72 @@ test_sync_section_refusals_name_the_place(Fixture *f, gconstpointer data)
   run_clear(&r);
 }
 
+/* A size conf.d's sync section sets that the target's layout refuses deeper in planning
+ * ("tp 3 does not divide the padded vocabulary ...") says where it was set: the user
+ * typed no --tp.  It said nothing of conf.d.  A size typed on the command line, which
+ * differs from conf.d's, gets no such note; a rank conf.d sets that the layout lacks is
+ * "FILE:LINE: sync rank", not "--rank". */
+static void
+test_sync_section_sizes_name_the_place(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *conf = g_build_filename(f->conf, "20.conf", NULL);
+  g_free(test_write(f->conf, "20.conf", "sync {\n  target = \"vllm\"\n  tp = 3\n}\n"));
+  g_autofree char *want = g_strdup_printf(
+      "wsync: tp 3 does not divide the padded vocabulary of 320 rows of "
+      "model.embed_tokens.weight (tp 3 comes from %s:3, conf.d's sync section; --tp overrides "
+      "it)\n",
+      conf);
+  Run r = run_wsync(f, "plan", f->tiny, NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.out, ==, "");
+  g_assert_cmpstr(r.err, ==, want);
+  run_clear(&r);
+  g_autofree char *dst = path_in(f, "out");
+  r = run_wsync(f, "convert", f->tiny, dst, NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==, want);
+  run_clear(&r);
+  g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+
+  /* typed: the user knows where it came from */
+  g_free(test_write(f->conf, "20.conf", "sync {\n  target = \"vllm\"\n  tp = 2\n}\n"));
+  r = run_wsync(f, "plan", f->tiny, "--tp", "3", NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==, "wsync: tp 3 does not divide the padded vocabulary of 320 rows of "
+                             "model.embed_tokens.weight\n");
+  run_clear(&r);
+
+  /* both sizes */
+  g_free(test_write(f->conf, "20.conf",
+                    "sync {\n  target = \"vllm\"\n  tp = 3\n  ep = 2\n}\n"));
+  g_autofree char *both = g_strdup_printf(
+      "(tp 3 comes from %s:3 and ep 2 from %s:4, conf.d's sync section; --tp and --ep "
+      "override them)\n",
+      conf, conf);
+  r = run_wsync(f, "plan", f->tiny, NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_true(g_str_has_prefix(r.err, "wsync: "));
+  g_assert_true(g_str_has_suffix(r.err, both));
+  run_clear(&r);
+
+  /* a rank */
+  g_free(test_write(f->conf, "20.conf",
+                    "sync {\n  target = \"vllm\"\n  tp = 2\n  rank = 5\n}\n"));
+  g_autofree char *rank = g_strdup_printf(
+      "wsync: %s:4: sync rank 5 is not a rank of a 2-rank layout (tp 2, ep 1) (tp 2 comes "
+      "from %s:3, conf.d's sync section; --tp overrides it)\n",
+      conf, conf);
+  r = run_wsync(f, "plan", f->tiny, NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==, rank);
+  run_clear(&r);
+  r = run_wsync(f, "plan", f->tiny, "--rank", "7", "--tp", "4", NULL);
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.err, ==, "wsync: --rank 7 is not a rank of a 4-rank layout (tp 4, ep 1)\n");
+  run_clear(&r);
+}
+
 /* verify of a directory of rank files against the checkpoint they came from: each rank
  * holds lm_head.weight, the checkpoint once; verify said "only in A", which it is not. */
 static void
@@ -1315,6 +1381,7 @@ main(int argc, char **argv)
   ADD("/engine/input/unmapped", test_unmapped_input_refused);
   ADD("/engine/input/missing-paths", test_missing_paths_exit_status);
   ADD("/engine/conf/sync-refusals-name-the-place", test_sync_section_refusals_name_the_place);
+  ADD("/engine/conf/sync-sizes-name-the-place", test_sync_section_sizes_name_the_place);
   ADD("/engine/verify/rank-files-against-checkpoint", test_verify_rank_files_against_checkpoint);
   ADD("/engine/layout/sizes-without-ranks", test_parallel_sizes_of_a_target_without_ranks);
   ADD("/engine/input/drop-rule", test_drop_rule_consumes);

@@ -439,6 +439,7 @@ def check_json_keys(page):
                          "not print" % (command, w, sources[command])
                          for w in sorted(words) if '"%s"' % w not in text]
         problems += check_verify_kinds(sections.get("verify", []), printed_kinds)
+        problems += check_source_layouts(sections.get("plan", []), work, a, ranks, config)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return problems
@@ -461,6 +462,39 @@ def italic_words(lines):
         elif start >= 0:
             words += args[start::2]
     return {w.strip(" ,;.()") for w in words}
+
+
+def check_source_layouts(section, work, checkpoint, ranks, config):
+    """plan --json's source_layout and source_format, for each kind of source (a Hugging
+    Face checkpoint, rank files, a sharded training checkpoint through merge, generated
+    weights through synth), are values plan's --json paragraph names in italics: the
+    page says what they hold for each (a sharded checkpoint's "hf" and null read oddly
+    without it)."""
+    dcp = os.path.join(work, "dcp")
+    shard = [f for f in sorted(os.listdir(checkpoint)) if f.endswith(".safetensors")]
+    made = subprocess.run([sys.executable, os.path.join(SRC, "make-dcp-fixtures.py"), "--shard",
+                           os.path.join(checkpoint, shard[0]), dcp],
+                          capture_output=True, text=True)
+    if made.returncode != 0 or not shard:
+        return ["make-dcp-fixtures.py --shard: exit %d: %s" % (made.returncode, made.stderr)]
+    runs = {"a Hugging Face checkpoint": ["plan", checkpoint, "--target", "vllm"],
+            "rank files": ["plan", ranks, "--target", "hf"],
+            "a sharded checkpoint": ["merge", os.path.join(dcp, "a"),
+                                     os.path.join(work, "merged")],
+            "generated weights": ["synth", "--config", config, os.path.join(work, "gen")]}
+    named = italic_words(json_paragraph(section))
+    problems = []
+    for kind, argv in runs.items():
+        r = wsync(*(argv + ["--json"]))
+        if r.returncode != 0:
+            problems.append("wsync %s --json: exit %d: %s" % (argv[0], r.returncode, r.stderr))
+            continue
+        data = json.loads(r.stdout)
+        for key in ("source_layout", "source_format"):
+            if data[key] is not None and data[key] not in named:
+                problems.append("wsync %s --json of %s: %s %s is not named in plan's --json "
+                                "paragraph" % (argv[0], kind, key, data[key]))
+    return problems
 
 
 def check_verify_kinds(section, printed_kinds):

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "filekind.h"
 
 static GOptionEntry *
 global_entries(WsyncCli *cli)
@@ -265,6 +266,9 @@ cli_config_load(const char *path, GError **error)
     wsync_set_io_error(error, errno, path, "open");
     return NULL;
   }
+  /* a socket, which cannot even be opened, is refused as a FIFO is (exit 3) */
+  if (!wsync_file_check_not_special(path, WSYNC_ERROR_BAD_INPUT, error))
+    return NULL;
   return wsync_config_load(path, error);
 }
 

@@ -14,6 +14,7 @@
 #include <wsync/plan.h>
 
 #include "companion.h"
+#include "filekind.h"
 #include "files.h"
 #include "plan-private.h"
 
@@ -93,9 +94,12 @@ static gboolean
 copy_file(const char *from, const char *to, const volatile sig_atomic_t *stop, GError **error)
 {
   struct stat st;
-  int in = wsync_file_open_regular(from, FALSE, WSYNC_ERROR_BAD_INPUT, &st, error);
   gboolean ok = TRUE;
 
+  /* a socket cannot even be opened: refused in the words of a FIFO */
+  if (!wsync_file_check_not_special(from, WSYNC_ERROR_BAD_INPUT, error))
+    return FALSE;
+  int in = wsync_file_open_regular(from, FALSE, WSYNC_ERROR_BAD_INPUT, &st, error);
   if (in < 0)
     return FALSE;
   int out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);

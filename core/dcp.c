@@ -15,6 +15,7 @@
 #include <wsync/error.h>
 
 #include "dcp.h"
+#include "filekind.h"
 #include "json-check.h"
 #include "pickle.h"
 
@@ -1612,6 +1613,13 @@ get_map(WsyncDcp *dcp, const char *relative_path, const char *where, const char 
     return NULL;
   }
   g_autofree char *path = g_build_filename(dcp->dir, relative_path, NULL);
+  /* a socket cannot even be opened (ENXIO): refused as a FIFO is below, before the open */
+  struct stat sb;
+  if (stat(path, &sb) == 0 && wsync_file_special_kind(sb.st_mode) != NULL) {
+    bad_input(error, where, fqn, "chunk %s: \"%s\" is not a regular file that can be mapped",
+              box, prel);
+    return NULL;
+  }
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     int errsv = errno;
@@ -1621,7 +1629,6 @@ get_map(WsyncDcp *dcp, const char *relative_path, const char *where, const char 
       wsync_set_io_error(error, errsv, path, "open");
     return NULL;
   }
-  struct stat sb;
   if (fstat(fd, &sb) != 0) {
     wsync_set_io_error(error, errno, path, "stat");
     close(fd);
@@ -1737,7 +1744,8 @@ parse_metadata_file(const char *path, GError **error)
 {
   g_autoptr(GMappedFile) mf = NULL;
   GError *local = NULL;
-  /* not a regular file (a directory, a FIFO that would block): bad input, said once */
+  /* not a regular file (a directory, a FIFO that would block, a socket): bad input, said
+   * once (g_file_test() stats: a socket, which open(2) refuses, is caught here too) */
   if (g_file_test(path, G_FILE_TEST_EXISTS) && !g_file_test(path, G_FILE_TEST_IS_REGULAR)) {
     g_autofree char *p = wsync_json_printable(path);
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: not a regular file", p);
@@ -1960,11 +1968,13 @@ open_b_ranks(const char *dir, GArray *meta_ranks, GArray *data_ranks,
 
 /* ================================================================ detect and open */
 
+/* A .metadata of any kind: one that is not a regular file (a FIFO, a socket) is refused
+ * naming it when it is read (parse_metadata_file()), not taken for a missing one. */
 static gboolean
 has_metadata(const char *dir)
 {
   g_autofree char *path = g_build_filename(dir, WSYNC_DCP_METADATA_NAME, NULL);
-  return g_file_test(path, G_FILE_TEST_IS_REGULAR);
+  return g_file_test(path, G_FILE_TEST_EXISTS);
 }
 
 static gboolean

@@ -23,8 +23,19 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "filekind.h"
 #include "files.h"
 #include "plan-private.h"
+
+/* wsync_config_load() of @path, a socket refused first in the words of a FIFO: it
+ * cannot even be opened ("No such device or address", exit 4, was the error). */
+static JsonNode *
+load_config(const char *path, GError **error)
+{
+  if (!wsync_file_check_not_special(path, WSYNC_ERROR_BAD_INPUT, error))
+    return NULL;
+  return wsync_config_load(path, error);
+}
 
 /* ------------------------------------------------------------------ plan object */
 
@@ -321,7 +332,7 @@ plan_sharded(WsyncPlan *plan, const WsyncPlanOptions *opts, GError **error)
     g_autoptr(JsonObject) empty = json_object_new();
     plan->config = json_node_init_object(json_node_alloc(), empty);
     plan->no_config = TRUE;
-  } else if ((plan->config = wsync_config_load(config_path, error)) == NULL)
+  } else if ((plan->config = load_config(config_path, error)) == NULL)
     return FALSE;
   if (merge)
     plan_describe_identity(plan);
@@ -355,7 +366,7 @@ plan_checkpoint(WsyncPlan *plan, const WsyncPlanOptions *opts, GError **error)
   }
   if (plan->model_dir == NULL)
     plan->model_dir = g_path_get_dirname(config_path);
-  plan->config = wsync_config_load(config_path, error);
+  plan->config = load_config(config_path, error);
   if (plan->config == NULL || !plan_describe(plan, config_path, error) ||
       !choose_output(plan, error))
     return FALSE;
@@ -421,7 +432,7 @@ plan_new_session(WsyncContext *ctx, const char *config_path, const WsyncPlanOpti
 {
   g_autoptr(WsyncPlan) plan = plan_alloc(ctx, PLAN_SESSION, "session", opts);
 
-  plan->config = wsync_config_load(config_path, error);
+  plan->config = load_config(config_path, error);
   if (plan->config == NULL || !plan_describe(plan, config_path, error) ||
       !choose_output(plan, error))
     return NULL;

@@ -6,6 +6,10 @@
  * the unsharded source; every bad one must be refused with the expected words. */
 #define _GNU_SOURCE
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <glib.h>
 #include <glib/gstdio.h>
@@ -771,6 +775,88 @@ test_select_cli(void)
   g_assert_cmpstr(run.err, ==, want_plan);
   g_assert_false(g_file_test(dst2, G_FILE_TEST_EXISTS));
   test_run_clear(&run);
+  test_rmtree(conf);
+}
+
+/* A copy of the directory tree @from at @to (files and directories only). */
+static void
+copy_tree(const char *from, const char *to)
+{
+  g_autoptr(GDir) d = g_dir_open(from, 0, NULL);
+  const char *name;
+
+  g_assert_nonnull(d);
+  g_assert_cmpint(g_mkdir(to, 0700), ==, 0);
+  while ((name = g_dir_read_name(d)) != NULL) {
+    g_autofree char *a = g_build_filename(from, name, NULL);
+    g_autofree char *b = g_build_filename(to, name, NULL);
+    if (g_file_test(a, G_FILE_TEST_IS_DIR))
+      copy_tree(a, b);
+    else
+      test_copy(a, b);
+  }
+}
+
+/* A Unix socket (bound, then left behind) or a FIFO in place of the file @path. */
+static void
+replace_by_special(const char *path, gboolean socket_file)
+{
+  g_assert_cmpint(g_unlink(path), ==, 0);
+  if (!socket_file) {
+    g_assert_cmpint(mkfifo(path, 0600), ==, 0);
+    return;
+  }
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  g_assert_cmpuint(strlen(path), <, sizeof addr.sun_path);
+  strcpy(addr.sun_path, path);
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  g_assert_cmpint(fd, >=, 0);
+  g_assert_cmpint(bind(fd, (struct sockaddr *)&addr, sizeof addr), ==, 0);
+  close(fd);
+}
+
+/* merge and inspect refuse a socket in a sharded checkpoint as they refuse a FIFO, in
+ * the same words (exit 3, naming it): a shard of format A, the .metadata and a data file
+ * of format B.  A socket was "cannot open ...: No such device or address" (exit 4), and a
+ * socket or FIFO .metadata "no .metadata", as if there were none. */
+static void
+test_merge_special_files_cli(void)
+{
+  g_autofree char *conf = hf_conf_dir();
+  const char *plugins = test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR");
+  const struct {
+    const char *fixture, *file, *want; /* want: after "wsync: SRC/" */
+  } cases[] = {
+      {"good-a", "sharded/shard-00001-model-00001-of-00002.safetensors",
+       "sharded/shard-00001-model-00001-of-00002.safetensors: not a regular file\n"},
+      {"good-b", ".metadata", ".metadata: not a regular file\n"},
+      {"good-b", "__1_0.distcp",
+       ".metadata: tensor \"lm_head.weight\": chunk [3:6, 0:4]: \"__1_0.distcp\" is not a "
+       "regular file that can be mapped\n"},
+  };
+
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    for (guint k = 0; k < 2; k++) {
+      g_autofree char *from = fixture(cases[i].fixture);
+      g_autofree char *src = g_build_filename(conf, "src", NULL);
+      g_autofree char *dst = g_build_filename(conf, "merged", NULL);
+      copy_tree(from, src);
+      g_autofree char *odd = g_build_filename(src, cases[i].file, NULL);
+      replace_by_special(odd, k == 0);
+      g_autofree char *want = g_strdup_printf("wsync: %s/%s", src, cases[i].want);
+      TestRun run = test_run("merge", src, dst, "--conf-dir", conf, "--plugin-dir", plugins, NULL);
+      g_assert_cmpint(run.status, ==, 3);
+      g_assert_cmpstr(run.err, ==, want);
+      g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+      test_run_clear(&run);
+      run = test_run("inspect", src, "--conf-dir", conf, "--plugin-dir", plugins, NULL);
+      g_assert_cmpint(run.status, ==, 3);
+      g_assert_cmpstr(run.out, ==, "");
+      g_assert_cmpstr(run.err, ==, want);
+      test_run_clear(&run);
+      test_rmtree(src);
+    }
+  }
   test_rmtree(conf);
 }
 
@@ -1819,6 +1905,7 @@ main(int argc, char **argv)
   }
   g_test_add_func("/dcp/cli/merge", test_merge_cli);
   g_test_add_func("/dcp/cli/merge-per-rank-metadata", test_merge_per_rank_cli);
+  g_test_add_func("/dcp/cli/merge-special-files", test_merge_special_files_cli);
   g_test_add_func("/dcp/refuse/not-a-checkpoint", test_not_a_checkpoint);
   g_test_add_func("/dcp/refuse/both-shard-dirs", test_both_shard_dirs);
   g_test_add_func("/dcp/refuse/step-directory", test_step_directory);

@@ -10,7 +10,9 @@
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
 #include <sys/statvfs.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <json-glib/json-glib.h>
@@ -985,6 +987,113 @@ test_companion_files_streamed(Fixture *f, gconstpointer data)
   assert_no_temporaries(f->dir);
 }
 
+/* A Unix socket (bound, then left behind: its file stays) or a FIFO at @path. */
+static void
+make_special(const char *path, const char *kind)
+{
+  if (strcmp(kind, "FIFO") == 0) {
+    g_assert_cmpint(mkfifo(path, 0600), ==, 0);
+    return;
+  }
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  g_assert_cmpuint(strlen(path), <, sizeof addr.sun_path);
+  strcpy(addr.sun_path, path);
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  g_assert_cmpint(fd, >=, 0);
+  g_assert_cmpint(bind(fd, (struct sockaddr *)&addr, sizeof addr), ==, 0);
+  close(fd);
+}
+
+/* The safetensors reader (a safetensors file, a shard) says "PATH: not a regular file",
+ * the readers of config.json, the index and companions "PATH: is a FIFO, not a regular
+ * file" (core/files.c): each the same for a socket as for a FIFO. */
+typedef enum { SAFETENSORS_WORDS, KIND_WORDS } Words;
+
+/* @path made a socket or a FIFO (@kind), then wsync @args: refused, exit 3, in @words,
+ * nothing on stdout, no DST; @path removed again. */
+static void
+assert_special_refused(Fixture *f, const char *path, const char *kind, Words words,
+                       const char *dst, const char *first, ...)
+{
+  g_autoptr(GPtrArray) args = g_ptr_array_new();
+  va_list ap;
+
+  make_special(path, kind);
+  va_start(ap, first);
+  for (const char *a = first; a != NULL; a = va_arg(ap, const char *))
+    g_ptr_array_add(args, (gpointer)a);
+  va_end(ap);
+  Run r = run_args(f, args);
+  g_autofree char *msg = words == SAFETENSORS_WORDS
+                             ? g_strdup_printf("%s: not a regular file", path)
+                             : g_strdup_printf("%s: is a %s, not a regular file", path, kind);
+  if (r.status != 3 || g_strcmp0(r.out, "") != 0)
+    g_error("wsync %s with %s a %s: exit %d, stdout \"%s\", stderr \"%s\"", first, path, kind,
+            r.status, r.out, r.err);
+  assert_refusal(&r, 3, msg);
+  run_clear(&r);
+  g_assert_false(dst != NULL && g_file_test(dst, G_FILE_TEST_EXISTS));
+  g_assert_cmpint(g_unlink(path), ==, 0);
+}
+
+/* Every command that reads files refuses a socket as it refuses a FIFO, in the same
+ * words, exit 3, whether the command line names it or a checkpoint holds it.  (A socket
+ * was "cannot open PATH: No such device or address", exit 4: open(2) fails on one
+ * before fstat() can tell.) */
+static void
+test_socket_refused_as_fifo(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  static const char *const kinds[] = {"socket", "FIFO"};
+  g_autofree char *odd = path_in(f, "odd");
+  g_autofree char *odd_dir = path_in(f, "elsewhere");
+  g_autofree char *odd_config = g_build_filename(odd_dir, "config.json", NULL);
+  g_autofree char *dst = path_in(f, "out");
+  g_autofree char *config = g_build_filename(f->tiny, "config.json", NULL);
+  g_autofree char *saved_config = path_in(f, "config.json.saved");
+  g_autofree char *index = g_build_filename(f->tiny, "model.safetensors.index.json", NULL);
+  g_autofree char *saved_index = path_in(f, "index.saved");
+  g_autofree char *shard = g_build_filename(f->tiny, "model-00001-of-00001.safetensors", NULL);
+  g_autofree char *saved_shard = path_in(f, "shard.saved");
+  g_autofree char *tok = g_build_filename(f->tiny, "tokenizer.json", NULL);
+
+  g_assert_cmpint(g_mkdir(odd_dir, 0700), ==, 0);
+  for (guint k = 0; k < G_N_ELEMENTS(kinds); k++) {
+    const char *kind = kinds[k];
+    /* named on the command line */
+    assert_special_refused(f, odd, kind, SAFETENSORS_WORDS, NULL, "inspect", odd, NULL);
+    assert_special_refused(f, odd, kind, SAFETENSORS_WORDS, NULL, "verify", odd, f->tiny, NULL);
+    assert_special_refused(f, odd, kind, SAFETENSORS_WORDS, NULL, "verify", f->tiny, odd, NULL);
+    assert_special_refused(f, odd, kind, SAFETENSORS_WORDS, NULL, "plan", odd, "--target",
+                           "vllm", NULL);
+    assert_special_refused(f, odd, kind, SAFETENSORS_WORDS, dst, "convert", odd, dst, "--target",
+                           "vllm", NULL);
+    assert_special_refused(f, odd, kind, KIND_WORDS, NULL, "config", odd, NULL);
+    assert_special_refused(f, odd, kind, KIND_WORDS, dst, "synth", "--config", odd, dst, NULL);
+    assert_special_refused(f, odd_config, kind, KIND_WORDS, dst, "convert", f->tiny, dst,
+                           "--target", "vllm", "--config", odd_config, NULL);
+    /* held by the checkpoint: its config.json, its index, a shard, a companion */
+    g_assert_cmpint(g_rename(config, saved_config), ==, 0);
+    assert_special_refused(f, config, kind, KIND_WORDS, NULL, "plan", f->tiny, "--target", "vllm",
+                           NULL);
+    g_assert_cmpint(g_rename(saved_config, config), ==, 0);
+    g_assert_cmpint(g_rename(index, saved_index), ==, 0);
+    assert_special_refused(f, index, kind, KIND_WORDS, NULL, "inspect", f->tiny, NULL);
+    g_assert_cmpint(g_rename(saved_index, index), ==, 0);
+    g_assert_cmpint(g_rename(shard, saved_shard), ==, 0);
+    assert_special_refused(f, shard, kind, SAFETENSORS_WORDS, NULL, "verify", f->tiny, f->tiny,
+                           NULL);
+    g_assert_cmpint(g_rename(saved_shard, shard), ==, 0);
+    assert_special_refused(f, tok, kind, KIND_WORDS, dst, "convert", f->tiny, dst, "--target",
+                           "vllm", NULL);
+  }
+  /* and the checkpoint, whole again, converts */
+  Run r = run_wsync(f, "convert", f->tiny, dst, "--target", "vllm", "-q", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+  assert_no_temporaries(f->dir);
+}
+
 /* ------------------------------------------------------------------ signals and leftovers */
 
 /* The ".out.wsync-*" directories in the fixture's directory. */
@@ -1302,6 +1411,7 @@ main(int argc, char **argv)
   ADD("/reliability/crash/full-disk", test_full_disk);
   ADD("/reliability/hang/conf-d-fifo-and-huge", test_conf_d_fifo_and_huge);
   ADD("/reliability/hang/index-fifo-device-huge", test_index_fifo_device_huge);
+  ADD("/reliability/input/socket-refused-as-fifo", test_socket_refused_as_fifo);
   ADD("/reliability/memory/model-counts", test_model_counts_checked_first);
   ADD("/reliability/memory/model-counts-qwen3_5", test_model_counts_checked_first_qwen3_5);
   ADD("/reliability/memory/companion-files", test_companion_files_streamed);

@@ -28,6 +28,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -514,6 +515,57 @@ def check_bad_input(job):
     return c.problems
 
 
+def bind_socket(path):
+    """A Unix socket at @path, left behind (its file stays once closed)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.bind(path)
+    finally:
+        s.close()
+
+
+def check_socket_input(job):
+    """A socket on process 0 where a file is read, SRC itself or a checkpoint's
+    config.json: exit 3 from every process, in the words of a FIFO at the same place (it
+    was "cannot open SRC: No such device or address", exit 4)."""
+    c = Checks()
+    src, dst, copy = existing_dst(job)
+    sock = job.path("socket")
+    bind_socket(sock)
+    r = sync([(2, [sock, dst] + layout_args("vllm", "kernel", 2, 4))])
+    one_line_from_every_process(c, r, 2, 3, ["process 0: %s: not a regular file" % sock])
+    bad = job.path("socket-config")
+    shutil.copytree(src, bad)
+    config = os.path.join(bad, "config.json")
+    os.unlink(config)
+    bind_socket(config)
+    r = sync([(2, [bad, dst] + layout_args("vllm", "kernel", 2, 4))])
+    one_line_from_every_process(c, r, 2, 3, ["process 0: %s: is a socket, not a regular file"
+                                             % config])
+    check_untouched(c, job, dst, copy)
+    return c.problems
+
+
+def check_conf_sync_size_refused(job):
+    """A tp conf.d's sync section sets that the target's layout refuses names where it is
+    set (the user typed no --tp), from every process, exit 2."""
+    c = Checks()
+    src, dst, copy = existing_dst(job)
+    conf = job.path("conf.d")
+    shutil.copytree(CONF_DIR, conf)
+    place = os.path.join(conf, "90-sync.conf")
+    with open(place, "w") as f:
+        f.write('sync {\n  target = "vllm"\n  tp = 3\n}\n')
+    cmd = mpirun_prefix() + ["-np", "2", BINARY, "--conf-dir", conf, "--plugin-dir",
+                             PLUGIN_DIR, "sync", src, dst, "-q"]
+    r = run(cmd, MPI_ENV)
+    one_line_from_every_process(c, r, 2, 2, [
+        "process 0: tp 3 does not divide the padded vocabulary of ",
+        " (tp 3 comes from %s:3, conf.d's sync section; --tp overrides it)" % place])
+    check_untouched(c, job, dst, copy)
+    return c.problems
+
+
 def check_dst_fails_on_process_2(job):
     """Process 2 is given a DST under a regular file (an MPMD launch); the others share
     an existing DST, which stays as it was: every process names process 2 and the
@@ -917,6 +969,10 @@ def check_not_installed(job):
 FAULTS = [
     ("bad input on process 0: SRC missing (exit 4)", check_src_missing),
     ("bad input on process 0: a safetensors file cut short (exit 3)", check_bad_input),
+    ("a socket on process 0 (SRC, its config.json): refused as a FIFO (exit 3)",
+     check_socket_input),
+    ("a tp from conf.d the layout refuses names its file and line (exit 2)",
+     check_conf_sync_size_refused),
     ("process 2 cannot write its DST; the shared DST stays as it was", check_dst_fails_on_process_2),
     ("3 processes do not divide 4 ranks (exit 2)", check_not_dividing),
     ("--ranks refusals (exit 2)", check_bad_ranks),

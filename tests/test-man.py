@@ -471,11 +471,13 @@ def check_source_layouts(section, work, checkpoint, ranks, config):
     page says what they hold for each (a sharded checkpoint's "hf" and null read oddly
     without it)."""
     dcp = os.path.join(work, "dcp")
-    shard = [f for f in sorted(os.listdir(checkpoint)) if f.endswith(".safetensors")]
+    shards = [f for f in sorted(os.listdir(checkpoint)) if f.endswith(".safetensors")]
+    if len(shards) != 1:
+        return ["%s: expected one safetensors file, found %s" % (checkpoint, shards)]
     made = subprocess.run([sys.executable, os.path.join(SRC, "make-dcp-fixtures.py"), "--shard",
-                           os.path.join(checkpoint, shard[0]), dcp],
+                           os.path.join(checkpoint, shards[0]), dcp],
                           capture_output=True, text=True)
-    if made.returncode != 0 or not shard:
+    if made.returncode != 0:
         return ["make-dcp-fixtures.py --shard: exit %d: %s" % (made.returncode, made.stderr)]
     runs = {"a Hugging Face checkpoint": ["plan", checkpoint, "--target", "vllm"],
             "rank files": ["plan", ranks, "--target", "hf"],

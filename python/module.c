@@ -244,6 +244,23 @@ wsync_py_count(PyObject *obj, const char *name, guint64 *out)
 }
 
 gboolean
+wsync_py_size(PyObject *obj, const char *name, guint64 *out)
+{
+  g_autofree char *text = NULL;
+  g_autoptr(GError) error = NULL;
+
+  *out = 0;
+  /* the text, then the command's own parser: "4K" and 4096 alike, and its message */
+  if (!wsync_py_option_text(obj, name, TRUE, &text))
+    return FALSE;
+  if (text != NULL && !wsync_parse_size(name, text, out, &error)) {
+    wsync_py_raise(error);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+gboolean
 wsync_py_step_number(PyObject *obj, guint64 *out)
 {
   if (PyUnicode_Check(obj)) {

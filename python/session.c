@@ -407,7 +407,7 @@ session_init(SessionObject *self, PyObject *args, PyObject *kwargs)
       !wsync_py_option_text(part_size, "part_size", TRUE, &text[3]) ||
       !wsync_py_option_text(target, "target", FALSE, &text[4]) ||
       !wsync_py_option_text(format, "format", FALSE, &text[5]) ||
-      !wsync_py_count(bucket_bytes, "bucket_bytes", &so.bucket_bytes) ||
+      !wsync_py_size(bucket_bytes, "bucket_bytes", &so.bucket_bytes) ||
       !wsync_py_count(max_open, "max_open_buckets", &open_cap))
     goto out;
   if (out != Py_None && PyCallable_Check(out)) {

@@ -422,11 +422,41 @@ def options_take_what_python_passes():
     s.commit()
     s.close()
     assert buckets and all(len(b.entries) == 1 for b in buckets), len(buckets)
-    for name in ("bucket_bytes", "max_open_buckets"):
-        expect_error("%s must be an int, not bool" % name, wsync.Session, config, target="vllm",
-                     out=buckets.append, **{name: True}, **KW, kind=TypeError)
-        expect_error("%s must be a number of at least 1" % name, wsync.Session, config,
-                     target="vllm", out=buckets.append, **{name: 0}, **KW, status=2)
+    expect_error("max_open_buckets must be an int, not bool", wsync.Session, config,
+                 target="vllm", out=buckets.append, max_open_buckets=True, **KW, kind=TypeError)
+    expect_error("max_open_buckets must be a number of at least 1", wsync.Session, config,
+                 target="vllm", out=buckets.append, max_open_buckets=0, **KW, status=2)
+
+
+@test
+def size_keywords_take_what_the_command_line_takes():
+    """Every size keyword (part_size of the commands and Session, bucket_bytes) takes
+    what the command line's sizes take: an int (numpy's too) or its text with K, M, G
+    or T (powers of 1024), refuses a bool, and refuses a bad size with the command's
+    size error naming the keyword.  (Before: bucket_bytes="4K" raised "bucket_bytes
+    must be an int, not str" while part_size="5G" worked.)"""
+    need_numpy()
+    src = synth("tiny-qwen3-moe")
+    config = os.path.join(src, "config.json")
+    assert collect_buckets(src, "vllm", "kernel", 2, 1, "4K") == \
+        collect_buckets(src, "vllm", "kernel", 2, 1, 4096)
+    assert collect_buckets(src, "vllm", "kernel", 2, 1, "1m") == \
+        collect_buckets(src, "vllm", "kernel", 2, 1, numpy.int64(1 << 20))
+    size_error = ("%s must be a size from 1 byte to 2^64-1 bytes: a number, optionally "
+                  'followed by K, M, G or T (powers of 1024), not "%s"')
+    for name, make in (("bucket_bytes", lambda **kw: wsync.Session(config, target="vllm",
+                                                                    out=print, **KW, **kw)),
+                       ("part_size", lambda **kw: wsync.Session(config, target="vllm", **KW, **kw)),
+                       ("part_size", lambda **kw: wsync.plan(src, target="vllm", **KW, **kw))):
+        expect_error("%s must be an int or its text, not bool" % name, make, **{name: True},
+                     kind=TypeError)
+        expect_error("%s must be an int or its text, not float" % name, make, **{name: 4.0},
+                     kind=TypeError)
+        for bad in (0, -1, "0", "4Q", "", "K", 2 ** 64, "16777216T"):
+            expect_error(size_error % (name, bad), make, **{name: bad}, status=2)
+    want = json.loads(wsync_ok("plan", src, "--target", "vllm", "--part-size", "64K", "--json"))
+    assert wsync.plan(src, target="vllm", part_size="64K", **KW) == want
+    assert wsync.plan(src, target="vllm", part_size=65536, **KW) == want
 
 
 @test

@@ -20,6 +20,7 @@ import ctypes
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import struct
@@ -3254,6 +3255,23 @@ def signatures_and_docstrings():
     # the keywords the signatures show are the ones the calls take
     assert not os.path.exists(os.path.join(TMP, "nothing"))
     expect_error("cannot open", wsync.inspect, path=os.path.join(TMP, "nothing"), **KW, status=4)
+
+
+@test
+def public_names_are_the_documented_api():
+    """dir(wsync) of a fresh import shows the API and nothing else: its public names are
+    __all__, and each is named as wsync.NAME in README's section on the Python module.
+    (Before: itertools and sys, the package's own imports, were among them.)"""
+    code = "import wsync; print(' '.join(n for n in dir(wsync) if not n.startswith('_')))"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    public = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, env=env,
+                            universal_newlines=True, check=True).stdout.split()
+    assert sorted(public) == sorted(wsync.__all__), (public, wsync.__all__)
+    with open(os.path.join(SRCDIR, "README.md")) as f:
+        readme = f.read()
+    section = readme.split("### The Python module `wsync`")[1].split("\n### ")[0]
+    documented = set(re.findall(r"\bwsync\.([A-Za-z_]\w*)", section))
+    assert set(public) <= documented, sorted(set(public) - documented)
 
 
 @test

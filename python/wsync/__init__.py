@@ -13,8 +13,9 @@ Errors raise wsync.Error with the one-line message the command line prints and
 numpy and torch are used when the caller hands them over, never imported here.
 """
 
-import itertools
-import sys
+# private names: dir(wsync) and help(wsync) show the API (__all__), not these imports
+import itertools as _itertools
+import sys as _sys
 
 from _wsync import (Bucket, Error, ManifestEntry, Session, __version__, convert,  # noqa: F401
                     inspect, merge, plan)
@@ -75,7 +76,7 @@ def _shape_text(shape):
 
 
 def _is_torch_tensor(obj):
-    torch = sys.modules.get("torch")  # a torch tensor means torch is imported already
+    torch = _sys.modules.get("torch")  # a torch tensor means torch is imported already
     return torch is not None and isinstance(obj, torch.Tensor)
 
 
@@ -243,7 +244,7 @@ def _pieces(shape, itemsize, limit):
         row //= shape[split]
     rows = limit // row
     outer = shape[:split]
-    for position, prefix in enumerate(itertools.product(*(range(d) for d in outer))):
+    for position, prefix in enumerate(_itertools.product(*(range(d) for d in outer))):
         first = position * shape[split]  # the row of dimension split where prefix starts
         for start in range(0, shape[split], rows):
             stop = min(start + rows, shape[split])

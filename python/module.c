@@ -623,19 +623,41 @@ run_plan(PyObject *src_obj, PyObject *dst_obj, LayoutKwargs *k, gboolean merge)
                             &(k).part_size, &(k).conf_dir, &(k).plugin_dir, &(k).select, \
                             &(k).config
 
+/* The keywords convert(), plan() and merge() share, for their docstrings: every keyword a
+ * function takes is named in its help() (tests/test-python.py checks it). */
+#define PATHS_DOC \
+"Paths are str, bytes or os.PathLike.\n"
+#define SIZE_OPTIONS_DOC \
+"  threads     worker threads, an int or its text, as --threads (default: the cores)\n" \
+"  part_size   start a new file before a tensor that would pass it: an int or the\n" \
+"              command's size text (\"5G\", the default; K, M, G, T), as --part-size\n"
+#define CONFIG_OPTIONS_DOC \
+"  conf_dir    a directory of *.conf (or a list of them) read in place of the installed\n" \
+"              configuration, as --conf-dir: without it and without an installed one,\n" \
+"              no plugin is selected\n" \
+"  plugin_dir  a directory (or a list) searched first for plugins, as --plugin-dir\n" \
+"  select      of a sharded checkpoint (DCP): take the tensors directly under this\n" \
+"              dotted key of the saved state dict, as --select\n" \
+"  config      the directory of the model's config.json and tokenizer (or that\n" \
+"              config.json), read in place of the source's own, as --config\n"
+#define LAYOUT_OPTIONS_DOC \
+"  target      the target layout, a str, as --target (\"vllm\")\n" \
+"  format      one of the target's file formats, a str, as --format (\"kernel\")\n" \
+"  tp, ep      tensor- and expert-parallel sizes, an int or its text, as --tp / --ep\n" \
+"  rank        only this rank, an int or its text, as --rank (default: every rank)\n" \
+SIZE_OPTIONS_DOC CONFIG_OPTIONS_DOC \
+"Options left None come from the sync { } section of conf.d, then the command's\n" \
+"defaults; a bool is refused where a number is expected.\n"
+
 PyDoc_STRVAR(convert_doc,
 "convert($module, src, dst, *, target=None, format=None, tp=None, ep=None, rank=None,\n"
 "        threads=None, part_size=None, conf_dir=None, plugin_dir=None, select=None,\n"
 "        config=None, force=False)\n"
 "--\n\n"
 "`wsync convert SRC DST`: writes the target layout of the checkpoint src into the\n"
-"directory dst, atomically (force=True: replace dst even when it is not wsync's\n"
-"output, as --force).  Options left None come from the sync { } section of\n"
-"conf.d, then the command's defaults; part_size may be \"5G\".  conf_dir and plugin_dir\n"
-"(a path or a list) replace the installed configuration / are searched first for\n"
-"plugins, as --conf-dir / --plugin-dir; select, of a sharded checkpoint, as --select;\n"
-"config, the directory of the model's config.json and tokenizer (or that config.json),\n"
-"read in place of the source's own, as --config.\n"
+"directory dst, atomically.  " PATHS_DOC "The keywords are the command's options:\n"
+LAYOUT_OPTIONS_DOC
+"  force       True: replace dst even when it is not wsync's output, as --force\n"
 "Returns the plan as a dict, as `wsync convert --json` prints it.  Raises wsync.Error\n"
 "with the command's message and exit_status.  Ctrl-C stops it at the next piece of work\n"
 "(KeyboardInterrupt; dst stays as it was).");
@@ -660,7 +682,10 @@ PyDoc_STRVAR(plan_doc,
 "plan($module, src, *, target=None, format=None, tp=None, ep=None, rank=None, threads=None,\n"
 "     part_size=None, conf_dir=None, plugin_dir=None, select=None, config=None)\n"
 "--\n\n"
-"`wsync plan SRC --json`: the plan of converting src, as a dict, without writing.");
+"`wsync plan SRC --json`: the plan of converting the checkpoint src, as a dict, without\n"
+"writing.  " PATHS_DOC "The keywords are the command's options, as convert()'s:\n"
+LAYOUT_OPTIONS_DOC
+"Raises wsync.Error with the command's message and exit_status.");
 
 static PyObject *
 py_plan(PyObject *self, PyObject *args, PyObject *kwargs)
@@ -682,10 +707,13 @@ PyDoc_STRVAR(merge_doc,
 "merge($module, src, dst, *, part_size=None, threads=None, conf_dir=None, plugin_dir=None,\n"
 "      select=None, config=None, force=False)\n"
 "--\n\n"
-"`wsync merge SRC DST`: consolidates a sharded training checkpoint (PyTorch DCP) into a\n"
-"plain Hugging Face checkpoint; select=\"app.model\" takes only the tensors directly\n"
-"under that key, as --select; config as convert()'s.  Returns the plan as a dict, as\n"
-"`wsync merge --json` prints it.  Ctrl-C stops it as it stops convert().");
+"`wsync merge SRC DST`: consolidates the sharded training checkpoint (PyTorch DCP) src\n"
+"into a plain Hugging Face checkpoint in the directory dst.\n" PATHS_DOC
+"The keywords are the command's options:\n"
+SIZE_OPTIONS_DOC CONFIG_OPTIONS_DOC
+"  force       True: replace dst even when it is not wsync's output, as --force\n"
+"Returns the plan as a dict, as `wsync merge --json` prints it.  Ctrl-C stops it as it\n"
+"stops convert().");
 
 static PyObject *
 py_merge(PyObject *self, PyObject *args, PyObject *kwargs)
@@ -717,9 +745,12 @@ PyDoc_STRVAR(inspect_doc,
 "inspect($module, path, *, conf_dir=None, plugin_dir=None, select=None)\n"
 "--\n\n"
 "`wsync inspect PATH --json` as a dict: the tensors (name, dtype, shape, bytes, file) of\n"
-"a safetensors file or a checkpoint directory, with totals, and each file's metadata;\n"
-"of a sharded training checkpoint (PyTorch DCP), its logical tensors (global shapes),\n"
-"what merge skips and drops, and why it would refuse (select as --select).");
+"path, a safetensors file or a checkpoint directory (str, bytes or os.PathLike), with\n"
+"totals, and each file's metadata; of a sharded training checkpoint (PyTorch DCP), its\n"
+"logical tensors (global shapes), what merge skips and drops, and why it would refuse.\n"
+"  conf_dir, plugin_dir  as convert()'s (--conf-dir, --plugin-dir)\n"
+"  select      of a sharded checkpoint: as --select\n"
+"Raises wsync.Error with the command's message and exit_status.");
 
 static PyObject *
 py_inspect(PyObject *self, PyObject *args, PyObject *kwargs)

@@ -3258,6 +3258,36 @@ def signatures_and_docstrings():
 
 
 @test
+def every_keyword_is_documented():
+    """help() of each public callable (the functions, Session and its methods) names every
+    keyword it accepts, as a word of its docstring.  (Before: load_rank did not name
+    conf_dir and plugin_dir, without which rank files of no commit record fail with "no
+    rank file of rank 0" where no configuration is installed; Session named neither
+    threads, part_size nor max_open_buckets; plan named none of its options.)"""
+    import inspect
+    callables = [(name, getattr(wsync, name)) for name in wsync.__all__]
+    callables += [("Session." + name, getattr(wsync.Session, name)) for name in dir(wsync.Session)
+                  if callable(getattr(wsync.Session, name)) and name in SESSION_METHODS]
+    checked = 0
+    for path, obj in callables:
+        try:
+            parameters = inspect.signature(obj).parameters.values()
+        except ValueError:  # Error, Bucket, ManifestEntry: built-in constructors
+            assert path in ("Error", "Bucket", "ManifestEntry"), path
+            continue
+        doc = inspect.getdoc(obj) or ""
+        keywords = [p.name for p in parameters if p.name != "self" and
+                    p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        missing = [k for k in keywords if not re.search(r"\b%s\b" % re.escape(k), doc)]
+        assert not missing, "help(wsync.%s) does not name %s" % (path, ", ".join(missing))
+        checked += len(keywords)
+    assert checked >= 60, checked  # every function's keywords were seen
+
+
+SESSION_METHODS = {name.split(".")[1] for name in SIGNATURES if name.startswith("Session.")}
+
+
+@test
 def public_names_are_the_documented_api():
     """dir(wsync) of a fresh import shows the API and nothing else: its public names are
     __all__, and each is named as wsync.NAME in README's section on the Python module.

@@ -144,6 +144,14 @@ def load_rank(dir, rank, params, *, verify=True, require_commit=True, version=No
     (numpy's too), version also its decimal text ("12", as vLLM keeps weight versions);
     digest a str; verify and require_commit a bool or the text "true"/"false".  Returns
     the commit record as a dict (None without one).
+
+    conf_dir and plugin_dir (a path or a list of them, as `wsync --conf-dir` and
+    `--plugin-dir`) serve rank files without a commit record (require_commit=False):
+    the targets of the configuration tell which files are of which rank.  conf_dir
+    replaces the installed configuration, plugin_dir is searched first for plugins;
+    without them and without an installed configuration no target recognises a file,
+    and the load fails with "no rank file of rank N".  A commit record lists the files
+    itself: then they are not read.
     """
     verify, require_commit = _flag("verify", verify), _flag("require_commit", require_commit)
     files = _wsync._open_rank(dir, rank, require_commit=require_commit, verify=verify,

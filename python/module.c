@@ -465,6 +465,65 @@ plan_job_run(gpointer data)
 
 #define SIGNAL_CHECK_US (50 * G_TIME_SPAN_MILLISECOND)
 
+/* Which signal's handler raised the exception set by PyErr_CheckSignals(): Python does
+ * not say, so it is found from the handlers (signal.getsignal()): the one whose code is
+ * the frame the exception left (the first of its traceback), or, for a KeyboardInterrupt
+ * without a traceback, the one whose handler is signal.default_int_handler (a C
+ * function: no frame).  Any doubt (no match, several) gives the interrupt flag's -1:
+ * the session's error then names no signal rather than a wrong one (SIGINT was recorded
+ * whichever signal's handler raised). */
+static const char raised_signal_source[] =
+    "def raised_signal(kind, tb):\n"
+    "    import signal\n"
+    "    code = tb.tb_frame.f_code if tb is not None else None\n"
+    "    if code is None and not issubclass(kind, KeyboardInterrupt):\n"
+    "        return -1\n"
+    "    found = set()\n"
+    "    for number in signal.valid_signals():\n"
+    "        try:\n"
+    "            handler = signal.getsignal(number)\n"
+    "        except (OSError, ValueError):\n"
+    "            continue\n"
+    "        if code is None:\n"
+    "            if handler is signal.default_int_handler:\n"
+    "                found.add(number)\n"
+    "            continue\n"
+    "        for f in (handler, getattr(handler, '__func__', None),\n"
+    "                  getattr(getattr(handler, '__call__', None), '__func__', None)):\n"
+    "            if getattr(f, '__code__', None) is code:\n"
+    "                found.add(number)\n"
+    "    return int(found.pop()) if len(found) == 1 else -1\n";
+
+static int
+raised_signal(void)
+{
+  static PyObject *finder;
+  PyObject *type, *value, *tb, *found = NULL;
+  int sig = -1;
+
+  PyErr_Fetch(&type, &value, &tb);
+  if (finder == NULL) {
+    PyObject *globals = PyDict_New();
+    PyObject *code = Py_CompileString(raised_signal_source, "<wsync>", Py_file_input);
+    PyObject *done = globals && code ? PyEval_EvalCode(code, globals, globals) : NULL;
+    if (done != NULL)
+      finder = Py_XNewRef(PyDict_GetItemString(globals, "raised_signal"));
+    Py_XDECREF(done);
+    Py_XDECREF(code);
+    Py_XDECREF(globals);
+  }
+  if (finder != NULL && type != NULL)
+    found = PyObject_CallFunctionObjArgs(finder, type, tb != NULL ? tb : Py_None, NULL);
+  if (found != NULL)
+    sig = (int)PyLong_AsLong(found);
+  if (sig == 0 || PyErr_Occurred())
+    sig = -1;
+  PyErr_Clear();
+  Py_XDECREF(found);
+  PyErr_Restore(type, value, tb);
+  return sig;
+}
+
 /* Runs @j to its end, checking for signals every SIGNAL_CHECK_US; returns FALSE with the
  * exception a signal handler raised (KeyboardInterrupt) set, the run stopped and DST as
  * it was (unless the handler ran too late to stop it). */
@@ -489,7 +548,7 @@ plan_job_wait(PlanJob *j)
     Py_END_ALLOW_THREADS
     if (!done && !raised && PyErr_CheckSignals() < 0) {
       raised = TRUE;
-      j->stop = SIGINT; /* the run stops; Python's own exception is what the caller sees */
+      j->stop = raised_signal(); /* the run stops; Python's exception is what the caller sees */
     }
   } while (!done);
   g_thread_join(thread);
@@ -572,7 +631,8 @@ wsync_py_run_interruptible(void (*fn)(gpointer data), gpointer data,
     Py_END_ALLOW_THREADS
     if (!done && !raised && PyErr_CheckSignals() < 0) {
       raised = TRUE;
-      *stop = SIGINT; /* the call stops; the handler's exception is what the caller sees */
+      *stop = raised_signal(); /* the call stops; the handler's exception is what the caller
+                                  sees, and a session's later error names the signal */
     }
   } while (!done);
   g_thread_join(thread);

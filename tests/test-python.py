@@ -729,16 +729,18 @@ def session_device_memory_refused():
     s.close()
 
 
-def _ctrl_c_during(fn, *args):
-    """fn(*args) with SIGINT sent to this process 50 ms after the call began, from
-    another thread; returns whether it raised KeyboardInterrupt, and how long it ran."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # not SIG_IGN (make's)
+def _ctrl_c_during(fn, *args, sig=signal.SIGINT, handler=signal.default_int_handler,
+                   kind=KeyboardInterrupt):
+    """fn(*args) with sig (SIGINT) sent to this process 50 ms after the call began, from
+    another thread, handler handling it; returns whether it raised kind
+    (KeyboardInterrupt), and how long it ran."""
+    previous = signal.signal(sig, handler)  # not SIG_IGN (make's)
     started = threading.Event()
 
     def interrupt():
         started.wait()
         time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), sig)
 
     sender = threading.Thread(target=interrupt)
     sender.start()
@@ -747,12 +749,78 @@ def _ctrl_c_during(fn, *args):
         started.set()
         fn(*args)
         time.sleep(1)  # the handler's KeyboardInterrupt, if fn returned first
-    except KeyboardInterrupt:
+    except kind:
         return True, time.monotonic() - began
     finally:
         sender.join()
-        signal.signal(signal.SIGINT, previous)
+        signal.signal(sig, previous)
     return False, time.monotonic() - began
+
+
+class Terminated(Exception):
+    pass
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated(signum)
+
+
+class _Handler:
+    def on_signal(self, signum, frame):
+        raise Terminated(signum)
+
+    def __call__(self, signum, frame):
+        raise Terminated(signum)
+
+
+@test
+def session_names_the_signal_whose_handler_raised():
+    """A push or commit stopped by a SIGTERM handler that raises fails the step with an
+    error naming SIGTERM, whatever the handler (a function, a bound method, a callable
+    object); a handler that cannot be told from the others (a functools.partial) gives
+    "interrupted by a signal", naming none.  (Before: "interrupted by SIGINT" whichever
+    signal's handler raised.)"""
+    need_numpy()
+    import functools
+    src = synth("tiny-qwen3-moe")
+    with open(os.path.join(src, "config.json")) as f:
+        config = json.load(f)
+    vocab = config["vocab_size"] = 1 << 21  # 256 MiB of BF16 embedding and as much lm_head
+    big_dir = fresh_dir("sigterm-config")
+    os.makedirs(big_dir)
+    with open(os.path.join(big_dir, "config.json"), "w") as f:
+        json.dump(config, f)
+    big = "model.embed_tokens.weight"
+    described = [(n, d, (vocab,) + tuple(shape[1:]) if n in (big, "lm_head.weight") else shape)
+                 for n, d, shape in description(src)]
+    zeros = {n: numpy.zeros(shape, dtype=NUMPY_DTYPES[d]) for n, d, shape in described}
+    s = wsync.Session(os.path.join(big_dir, "config.json"), target="vllm", format="kernel",
+                      out=fresh_dir("sigterm"), threads=1, **KW)
+    s.describe(described)
+    for step, (handler, named) in enumerate(((_raise_terminated, "SIGTERM"),
+                                             (_Handler().on_signal, "SIGTERM"),
+                                             (_Handler(), "SIGTERM"),
+                                             (functools.partial(_raise_terminated), "a signal")), 1):
+        s.begin(step)
+        for n, _, _ in described:
+            if n != big:
+                s.push(n, zeros[n])
+        heard, took = _ctrl_c_during(s.push, big, zeros[big], sig=signal.SIGTERM, handler=handler,
+                                     kind=Terminated)
+        assert heard and took < 1, (handler, heard, took)
+        expect_error('commit: step %d failed (push: tensor "%s": interrupted by %s (abort the '
+                     'step)): abort it' % (step, big, named), s.commit, status=2)
+        s.abort()
+    s.begin(9)
+    for n, _, _ in described:
+        s.push(n, zeros[n])
+    heard, took = _ctrl_c_during(s.commit, sig=signal.SIGTERM, handler=_raise_terminated,
+                                 kind=Terminated)
+    assert heard, took
+    expect_error("commit: step 9 failed (commit: step 9: interrupted by SIGTERM: no commit "
+                 "record was written (abort the step)): abort it", s.commit, status=2)
+    s.abort()
+    s.close()
 
 
 @test

@@ -411,8 +411,8 @@ session_init(SessionObject *self, PyObject *args, PyObject *kwargs)
       !wsync_py_count(max_open, "max_open_buckets", &open_cap))
     goto out;
   if (out != Py_None && PyCallable_Check(out)) {
-    Py_INCREF(out);
-    self->callback = out;
+    /* an __init__ called again after one that failed may have stored one already */
+    Py_XSETREF(self->callback, Py_NewRef(out));
     so.on_bucket = on_bucket;
     so.user_data = self;
   } else if (out != Py_None && !PyUnicode_FSConverter(out, &out_bytes)) {
@@ -450,6 +450,8 @@ session_init(SessionObject *self, PyObject *args, PyObject *kwargs)
     status = 0;
   }
 out:
+  if (status != 0)
+    Py_CLEAR(self->callback); /* no session holds it: a failed __init__ keeps nothing */
   for (guint i = 0; i < G_N_ELEMENTS(text); i++)
     g_free(text[i]);
   Py_XDECREF(config_bytes);

@@ -461,6 +461,42 @@ def size_keywords_take_what_the_command_line_takes():
 
 
 @test
+def session_init_again_keeps_no_earlier_callback():
+    """Session.__init__ called again after a call that failed once it had taken its
+    callback (a bad conf_dir) holds only the new callback: the first is freed.
+    (Before: the first callback's reference leaked, the callable lived on.)"""
+    import gc
+    import weakref
+    src = synth("tiny-qwen3-moe")
+    config = os.path.join(src, "config.json")
+
+    class Sink:
+        def __call__(self, bucket):
+            pass
+
+    first, second = Sink(), Sink()
+    gone, kept = weakref.ref(first), weakref.ref(second)
+    s = wsync.Session.__new__(wsync.Session)
+    expect_error("conf_dir", s.__init__, config, target="vllm", out=first, conf_dir=1,
+                 plugin_dir=PLUGIN_DIR, kind=TypeError)
+    s.__init__(config, target="vllm", out=second, **KW)
+    del first, second
+    gc.collect()
+    assert gone() is None, "the first callback is still referenced"
+    assert kept() is not None, "the session dropped its callback"
+    s.close()
+    # a failed __init__ alone keeps nothing either
+    third = Sink()
+    gone = weakref.ref(third)
+    t = wsync.Session.__new__(wsync.Session)
+    expect_error("conf_dir", t.__init__, config, target="vllm", out=third, conf_dir=1,
+                 kind=TypeError)
+    del third
+    gc.collect()
+    assert gone() is None, "a failed __init__ kept its callback"
+
+
+@test
 def session_refusals_speak_python():
     """The refusals name the Python methods and arguments, not the C functions behind
     them: a session not yet described, no step open, a shard pushed without its offsets

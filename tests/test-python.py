@@ -1437,6 +1437,30 @@ def rank_files_readinto_refuses_ranges_outside_the_entry():
             raise AssertionError("readinto(0, %d, %d) was not refused" % (offset, length))
 
 
+@test
+def rank_files_calls_refuse_a_bool_index():
+    """The internal calls load_rank copies through (files.check, files.copy,
+    files.readinto) refuse a bool where they take an entry index, an offset or a length,
+    as the public calls refuse one, and copy nothing.  (Before: True was taken as entry 1
+    and False as entry 0.)"""
+    need_numpy()
+    path, _ = committed_dir()
+    import _wsync
+    files = _wsync._open_rank(path, 0, **KW)
+    _, dtype, shape, _ = files.entries[1]
+    dest = numpy.zeros(shape, dtype=NUMPY_DTYPES[dtype])
+    for call in (files.check, files.copy):
+        expect_error("index must be an int, not bool", call, [(True, dest)], kind=TypeError)
+    assert not dest.any()
+    buf = bytearray(16)
+    for args, what in (((True, 0, 2), "index"), ((0, False, 2), "offset"), ((0, 0, True), "length")):
+        expect_error("readinto: %s must be an int, not bool" % what, files.readinto, *args, buf,
+                     kind=TypeError)
+    assert buf == bytearray(16)
+    files.copy([(numpy.int64(1), dest)])  # numpy's integers are still indices
+    assert dest.any()
+
+
 def torch_model(tensors):
     """A module tree with a zero parameter at every dotted name."""
     root = torch.nn.Module()

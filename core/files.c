@@ -481,17 +481,20 @@ gboolean
 wsync_run_guarded(void (*fn)(gpointer data), gpointer data, const void **address)
 {
   sigjmp_buf jump;
+  /* a guarded call made by @fn of another (on this thread) puts the outer one's jump
+   * back when it ends: NULL would leave the rest of the outer call unguarded */
+  sigjmp_buf *volatile outer = fault_jump;
 
   guard_enter();
   if (sigsetjmp(jump, 1) != 0) { /* the mask is restored: SIGBUS is deliverable again */
-    fault_jump = NULL;
+    fault_jump = outer;
     *address = fault_address;
     guard_leave();
     return FALSE;
   }
   fault_jump = &jump;
   fn(data);
-  fault_jump = NULL;
+  fault_jump = outer;
   guard_leave();
   return TRUE;
 }

@@ -152,7 +152,8 @@ G_DEFINE_AUTOPTR_CLEANUP_FUNC(WsyncCheckpoint, wsync_checkpoint_free)
  * to the handler there was before.  The SIGBUS handler is installed only while guarded
  * calls are under way: when the last one returns, the handler there was before is back
  * (a host program's own, such as Python's faulthandler).  @fn must only read and write
- * memory (no locks, no allocation): it may stop anywhere.
+ * memory (no locks, no allocation): it may stop anywhere.  @fn may make guarded calls
+ * of its own: a fault in one ends that one only, and the rest of @fn stays guarded.
  *
  * Returns: %TRUE when @fn returned, %FALSE when a fault ended it.
  */

@@ -515,6 +515,17 @@ load_error(const WsyncPlugin *plugin, const char *through)
   return g_strdup_printf("%.*s%s%s", (int)(at - msg), msg, plugin->path, at + strlen(through));
 }
 
+/* Whether @opt's comment has a description (WSYNC_OPTION_DOC(): the text before the first
+ * newline) with a word in it: one of blanks alone says no more than none. */
+static gboolean
+option_is_described(const cfg_opt_t *opt)
+{
+  for (const char *c = opt->comment; c != NULL && *c != '\0' && *c != '\n'; c++)
+    if (!g_ascii_isspace(*c))
+      return TRUE;
+  return FALSE;
+}
+
 /* libconfuse option types a plugin may use; sections and functions could not be merged
  * across files option by option. */
 static gboolean
@@ -535,7 +546,7 @@ option_table_is_valid(WsyncPlugin *plugin)
     /* `wsync plugins` is where a user learns what an option does: one it would list
      * without a word is the descriptor's mistake, found before any of its code runs
      * (as the in-tree plugins' are when wsync.conf(5) is made, man/plugin-options.py) */
-    if (opt->comment == NULL || opt->comment[0] == '\n' || opt->comment[0] == '\0') {
+    if (!option_is_described(opt)) {
       refuse(plugin, "%s: option \"%s\" has no description (its comment must say what it "
                      "does: WSYNC_OPTION_DOC(description, values), <wsync/plugin.h>)",
              plugin->path, opt->name);

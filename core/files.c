@@ -392,11 +392,7 @@ wsync_config_json_parse(const char *text, gsize len, const char *file, GError **
   if (!wsync_json_parse(parser, text, len, file, NULL, error))
     return NULL;
   JsonNode *root = json_parser_get_root(parser);
-  if (root == NULL) { /* (an empty or blank file: there is no top level to speak of) */
-    wsync_json_bad_input(error, file, "empty, not a JSON object");
-    return NULL;
-  }
-  if (!JSON_NODE_HOLDS_OBJECT(root)) {
+  if (root == NULL || !JSON_NODE_HOLDS_OBJECT(root)) {
     wsync_json_bad_input(error, file, "the top level is not an object");
     return NULL;
   }
@@ -485,7 +481,9 @@ gboolean
 wsync_run_guarded(void (*fn)(gpointer data), gpointer data, const void **address)
 {
   sigjmp_buf jump;
-  sigjmp_buf *outer = fault_jump; /* a guarded call inside another's @fn guards it again */
+  /* a guarded call made by @fn of another (on this thread) puts the outer one's jump
+   * back when it ends: NULL would leave the rest of the outer call unguarded */
+  sigjmp_buf *volatile outer = fault_jump;
 
   guard_enter();
   if (sigsetjmp(jump, 1) != 0) { /* the mask is restored: SIGBUS is deliverable again */

@@ -94,6 +94,11 @@ void plan_json_add_layout(JsonBuilder *b, const WsyncPlan *plan);
 gboolean plan_describe(WsyncPlan *plan, const char *config_name, GError **error);
 void plan_describe_identity(WsyncPlan *plan);
 
+/* resolve.c */
+/* The plan's note for a runtime switch @sw the source's rank files decided against
+ * conf.d; @plugin: the remapper's plugin, NULL for one without (no conf.d section). */
+char *plan_switch_note(const RuntimeSwitch *sw, const char *plugin);
+
 /* inputs.c */
 gboolean plan_open_input(WsyncPlan *plan, GError **error);
 /* Every target that recognises its own files (PlanTarget*), in dispatch order. */

@@ -224,6 +224,22 @@ apply_recorded_switches(WsyncPlan *plan, WsyncLayout *layout, GError **error)
   return TRUE;
 }
 
+char *
+plan_switch_note(const RuntimeSwitch *sw, const char *plugin)
+{
+  /* (a remapper without a plugin has no conf.d section: what it set is its own
+   * option's value, as check_unrecorded_switches() says it) */
+  g_autofree char *set_by =
+      plugin != NULL ? g_strdup_printf("as conf.d sets it (plugin \"%s\")", plugin)
+                     : g_strdup("as the remapper sets it");
+
+  return g_strdup_printf("%s = %s, as the source's rank files record (metadata %s%s), not %s "
+                         "%s: the plan reads and writes the blocks it switches off as the "
+                         "source was written",
+                         sw->option, sw->on ? "true" : "false", WSYNC_RUNTIME_DROP_KEY,
+                         sw->option, sw->conf_on ? "true" : "false", set_by);
+}
+
 /* A layout to write records each switch its target asked about; where the source's
  * files decided one against conf.d, the plan says so. */
 static void
@@ -238,13 +254,7 @@ record_switches(WsyncPlan *plan, WsyncLayout *layout)
     RuntimeSwitch *sw = plan->model->switches->pdata[i];
     if (!sw->from_files || sw->on == sw->conf_on)
       continue;
-    g_autofree char *note = g_strdup_printf(
-        "%s = %s, as the source's rank files record (metadata %s%s), not %s as conf.d sets "
-        "it (plugin \"%s\"): the plan reads and writes the blocks it switches off as the "
-        "source was written",
-        sw->option, sw->on ? "true" : "false", WSYNC_RUNTIME_DROP_KEY, sw->option,
-        sw->conf_on ? "true" : "false",
-        plan->model->remapper_plugin != NULL ? plan->model->remapper_plugin : "none");
+    g_autofree char *note = plan_switch_note(sw, plan->model->remapper_plugin);
     wsync_layout_add_note(layout, note);
   }
 }

@@ -266,13 +266,15 @@ interrupted(const WsyncSession *s)
   return s->interrupt != NULL ? *s->interrupt : 0;
 }
 
-/* "interrupted by SIGINT" */
+/* "interrupted by SIGINT"; a flag value that is no signal (-1: the setter does not know
+ * which, wsync_session_set_interrupt()) names none. */
 static char *
 interruption(int sig)
 {
-  const char *name = sigabbrev_np(sig);
+  const char *name = sig > 0 ? sigabbrev_np(sig) : NULL;
 
-  return g_strdup_printf("interrupted by SIG%s", name != NULL ? name : "NAL");
+  return name != NULL ? g_strdup_printf("interrupted by SIG%s", name)
+                      : g_strdup("interrupted by a signal");
 }
 
 /* "tensor "NAME"" or "shard [0:4, 0:8] of tensor "NAME"", for messages. */

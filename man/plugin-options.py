@@ -61,7 +61,7 @@ def default_text(option):
 
 
 def option_block(plugin, option):
-    if not option.get("description"):
+    if not (option.get("description") or "").strip():
         raise Undocumented('plugin "%s": option "%s" has no description (WSYNC_OPTION_DOC() '
                            "in its comment)" % (plugin["name"], option["name"]))
     kind = option["type"] + (" list" if option["list"] else "")

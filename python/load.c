@@ -724,6 +724,19 @@ rank_files_record(RankFilesObject *self, void *closure)
   return wsync_py_from_json(self->record.root);
 }
 
+/* An entry index, offset or length of the calls below: an int (numpy's too) but not a
+ * bool, as the public calls refuse one (PyArg's "n" takes True for 1). */
+static gboolean
+ssize_arg(PyObject *obj, const char *what, Py_ssize_t *out)
+{
+  if (!wsync_py_is_int(obj)) {
+    PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what, Py_TYPE(obj)->tp_name);
+    return FALSE;
+  }
+  *out = PyNumber_AsSsize_t(obj, PyExc_OverflowError);
+  return !(*out == -1 && PyErr_Occurred());
+}
+
 static gboolean
 entry_index(RankFilesObject *self, Py_ssize_t index)
 {
@@ -767,9 +780,9 @@ pairs_take(RankFilesObject *self, PyObject *list, Pairs *p)
   p->bytes = g_new0(WsyncPyBytes, n);
   for (Py_ssize_t i = 0; i < n; i++) {
     Py_ssize_t index;
-    PyObject *dest;
-    if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "nO", &index, &dest) ||
-        !entry_index(self, index))
+    PyObject *index_obj, *dest;
+    if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "OO", &index_obj, &dest) ||
+        !ssize_arg(index_obj, "index", &index) || !entry_index(self, index))
       goto fail;
     const WsyncTensor *t = self->tensors->pdata[index];
     g_autofree char *what = g_strdup_printf("%s: tensor \"%s\"", t->file, t->name);
@@ -900,11 +913,14 @@ static PyObject *
 rank_files_readinto(RankFilesObject *self, PyObject *args)
 {
   Py_ssize_t index, offset, length;
+  PyObject *index_obj, *offset_obj, *length_obj;
   Py_buffer into;
 
-  if (!PyArg_ParseTuple(args, "nnnw*:readinto", &index, &offset, &length, &into))
+  if (!PyArg_ParseTuple(args, "OOOw*:readinto", &index_obj, &offset_obj, &length_obj, &into))
     return NULL;
-  if (!entry_index(self, index)) {
+  if (!ssize_arg(index_obj, "readinto: index", &index) ||
+      !ssize_arg(offset_obj, "readinto: offset", &offset) ||
+      !ssize_arg(length_obj, "readinto: length", &length) || !entry_index(self, index)) {
     PyBuffer_Release(&into);
     return NULL;
   }

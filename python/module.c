@@ -244,6 +244,23 @@ wsync_py_count(PyObject *obj, const char *name, guint64 *out)
 }
 
 gboolean
+wsync_py_size(PyObject *obj, const char *name, guint64 *out)
+{
+  g_autofree char *text = NULL;
+  g_autoptr(GError) error = NULL;
+
+  *out = 0;
+  /* the text, then the command's own parser: "4K" and 4096 alike, and its message */
+  if (!wsync_py_option_text(obj, name, TRUE, &text))
+    return FALSE;
+  if (text != NULL && !wsync_parse_size(name, text, out, &error)) {
+    wsync_py_raise(error);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+gboolean
 wsync_py_step_number(PyObject *obj, guint64 *out)
 {
   if (PyUnicode_Check(obj)) {
@@ -448,6 +465,65 @@ plan_job_run(gpointer data)
 
 #define SIGNAL_CHECK_US (50 * G_TIME_SPAN_MILLISECOND)
 
+/* Which signal's handler raised the exception set by PyErr_CheckSignals(): Python does
+ * not say, so it is found from the handlers (signal.getsignal()): the one whose code is
+ * the frame the exception left (the first of its traceback), or, for a KeyboardInterrupt
+ * without a traceback, the one whose handler is signal.default_int_handler (a C
+ * function: no frame).  Any doubt (no match, several) gives the interrupt flag's -1:
+ * the session's error then names no signal rather than a wrong one (SIGINT was recorded
+ * whichever signal's handler raised). */
+static const char raised_signal_source[] =
+    "def raised_signal(kind, tb):\n"
+    "    import signal\n"
+    "    code = tb.tb_frame.f_code if tb is not None else None\n"
+    "    if code is None and not issubclass(kind, KeyboardInterrupt):\n"
+    "        return -1\n"
+    "    found = set()\n"
+    "    for number in signal.valid_signals():\n"
+    "        try:\n"
+    "            handler = signal.getsignal(number)\n"
+    "        except (OSError, ValueError):\n"
+    "            continue\n"
+    "        if code is None:\n"
+    "            if handler is signal.default_int_handler:\n"
+    "                found.add(number)\n"
+    "            continue\n"
+    "        for f in (handler, getattr(handler, '__func__', None),\n"
+    "                  getattr(getattr(handler, '__call__', None), '__func__', None)):\n"
+    "            if getattr(f, '__code__', None) is code:\n"
+    "                found.add(number)\n"
+    "    return int(found.pop()) if len(found) == 1 else -1\n";
+
+static int
+raised_signal(void)
+{
+  static PyObject *finder;
+  PyObject *type, *value, *tb, *found = NULL;
+  int sig = -1;
+
+  PyErr_Fetch(&type, &value, &tb);
+  if (finder == NULL) {
+    PyObject *globals = PyDict_New();
+    PyObject *code = Py_CompileString(raised_signal_source, "<wsync>", Py_file_input);
+    PyObject *done = globals && code ? PyEval_EvalCode(code, globals, globals) : NULL;
+    if (done != NULL)
+      finder = Py_XNewRef(PyDict_GetItemString(globals, "raised_signal"));
+    Py_XDECREF(done);
+    Py_XDECREF(code);
+    Py_XDECREF(globals);
+  }
+  if (finder != NULL && type != NULL)
+    found = PyObject_CallFunctionObjArgs(finder, type, tb != NULL ? tb : Py_None, NULL);
+  if (found != NULL)
+    sig = (int)PyLong_AsLong(found);
+  if (sig == 0 || PyErr_Occurred())
+    sig = -1;
+  PyErr_Clear();
+  Py_XDECREF(found);
+  PyErr_Restore(type, value, tb);
+  return sig;
+}
+
 /* Runs @j to its end, checking for signals every SIGNAL_CHECK_US; returns FALSE with the
  * exception a signal handler raised (KeyboardInterrupt) set, the run stopped and DST as
  * it was (unless the handler ran too late to stop it). */
@@ -472,7 +548,7 @@ plan_job_wait(PlanJob *j)
     Py_END_ALLOW_THREADS
     if (!done && !raised && PyErr_CheckSignals() < 0) {
       raised = TRUE;
-      j->stop = SIGINT; /* the run stops; Python's own exception is what the caller sees */
+      j->stop = raised_signal(); /* the run stops; Python's exception is what the caller sees */
     }
   } while (!done);
   g_thread_join(thread);
@@ -555,7 +631,8 @@ wsync_py_run_interruptible(void (*fn)(gpointer data), gpointer data,
     Py_END_ALLOW_THREADS
     if (!done && !raised && PyErr_CheckSignals() < 0) {
       raised = TRUE;
-      *stop = SIGINT; /* the call stops; the handler's exception is what the caller sees */
+      *stop = raised_signal(); /* the call stops; the handler's exception is what the caller
+                                  sees, and a session's later error names the signal */
     }
   } while (!done);
   g_thread_join(thread);
@@ -606,19 +683,41 @@ run_plan(PyObject *src_obj, PyObject *dst_obj, LayoutKwargs *k, gboolean merge)
                             &(k).part_size, &(k).conf_dir, &(k).plugin_dir, &(k).select, \
                             &(k).config
 
+/* The keywords convert(), plan() and merge() share, for their docstrings: every keyword a
+ * function takes is named in its help() (tests/test-python.py checks it). */
+#define PATHS_DOC \
+"Paths are str, bytes or os.PathLike.\n"
+#define SIZE_OPTIONS_DOC \
+"  threads     worker threads, an int or its text, as --threads (default: the cores)\n" \
+"  part_size   start a new file before a tensor that would pass it: an int or the\n" \
+"              command's size text (\"5G\", the default; K, M, G, T), as --part-size\n"
+#define CONFIG_OPTIONS_DOC \
+"  conf_dir    a directory of *.conf (or a list of them) read in place of the installed\n" \
+"              configuration, as --conf-dir: without it and without an installed one,\n" \
+"              no plugin is selected\n" \
+"  plugin_dir  a directory (or a list) searched first for plugins, as --plugin-dir\n" \
+"  select      of a sharded checkpoint (DCP): take the tensors directly under this\n" \
+"              dotted key of the saved state dict, as --select\n" \
+"  config      the directory of the model's config.json and tokenizer (or that\n" \
+"              config.json), read in place of the source's own, as --config\n"
+#define LAYOUT_OPTIONS_DOC \
+"  target      the target layout, a str, as --target (\"vllm\")\n" \
+"  format      one of the target's file formats, a str, as --format (\"kernel\")\n" \
+"  tp, ep      tensor- and expert-parallel sizes, an int or its text, as --tp / --ep\n" \
+"  rank        only this rank, an int or its text, as --rank (default: every rank)\n" \
+SIZE_OPTIONS_DOC CONFIG_OPTIONS_DOC \
+"Options left None come from the sync { } section of conf.d, then the command's\n" \
+"defaults; a bool is refused where a number is expected.\n"
+
 PyDoc_STRVAR(convert_doc,
 "convert($module, src, dst, *, target=None, format=None, tp=None, ep=None, rank=None,\n"
 "        threads=None, part_size=None, conf_dir=None, plugin_dir=None, select=None,\n"
 "        config=None, force=False)\n"
 "--\n\n"
 "`wsync convert SRC DST`: writes the target layout of the checkpoint src into the\n"
-"directory dst, atomically (force=True: replace dst even when it is not wsync's\n"
-"output, as --force).  Options left None come from the sync { } section of\n"
-"conf.d, then the command's defaults; part_size may be \"5G\".  conf_dir and plugin_dir\n"
-"(a path or a list) replace the installed configuration / are searched first for\n"
-"plugins, as --conf-dir / --plugin-dir; select, of a sharded checkpoint, as --select;\n"
-"config, the directory of the model's config.json and tokenizer (or that config.json),\n"
-"read in place of the source's own, as --config.\n"
+"directory dst, atomically.  " PATHS_DOC "The keywords are the command's options:\n"
+LAYOUT_OPTIONS_DOC
+"  force       True: replace dst even when it is not wsync's output, as --force\n"
 "Returns the plan as a dict, as `wsync convert --json` prints it.  Raises wsync.Error\n"
 "with the command's message and exit_status.  Ctrl-C stops it at the next piece of work\n"
 "(KeyboardInterrupt; dst stays as it was).");
@@ -643,7 +742,10 @@ PyDoc_STRVAR(plan_doc,
 "plan($module, src, *, target=None, format=None, tp=None, ep=None, rank=None, threads=None,\n"
 "     part_size=None, conf_dir=None, plugin_dir=None, select=None, config=None)\n"
 "--\n\n"
-"`wsync plan SRC --json`: the plan of converting src, as a dict, without writing.");
+"`wsync plan SRC --json`: the plan of converting the checkpoint src, as a dict, without\n"
+"writing.  " PATHS_DOC "The keywords are the command's options, as convert()'s:\n"
+LAYOUT_OPTIONS_DOC
+"Raises wsync.Error with the command's message and exit_status.");
 
 static PyObject *
 py_plan(PyObject *self, PyObject *args, PyObject *kwargs)
@@ -665,10 +767,13 @@ PyDoc_STRVAR(merge_doc,
 "merge($module, src, dst, *, part_size=None, threads=None, conf_dir=None, plugin_dir=None,\n"
 "      select=None, config=None, force=False)\n"
 "--\n\n"
-"`wsync merge SRC DST`: consolidates a sharded training checkpoint (PyTorch DCP) into a\n"
-"plain Hugging Face checkpoint; select=\"app.model\" takes only the tensors directly\n"
-"under that key, as --select; config as convert()'s.  Returns the plan as a dict, as\n"
-"`wsync merge --json` prints it.  Ctrl-C stops it as it stops convert().");
+"`wsync merge SRC DST`: consolidates the sharded training checkpoint (PyTorch DCP) src\n"
+"into a plain Hugging Face checkpoint in the directory dst.\n" PATHS_DOC
+"The keywords are the command's options:\n"
+SIZE_OPTIONS_DOC CONFIG_OPTIONS_DOC
+"  force       True: replace dst even when it is not wsync's output, as --force\n"
+"Returns the plan as a dict, as `wsync merge --json` prints it.  Ctrl-C stops it as it\n"
+"stops convert().");
 
 static PyObject *
 py_merge(PyObject *self, PyObject *args, PyObject *kwargs)
@@ -700,9 +805,12 @@ PyDoc_STRVAR(inspect_doc,
 "inspect($module, path, *, conf_dir=None, plugin_dir=None, select=None)\n"
 "--\n\n"
 "`wsync inspect PATH --json` as a dict: the tensors (name, dtype, shape, bytes, file) of\n"
-"a safetensors file or a checkpoint directory, with totals, and each file's metadata;\n"
-"of a sharded training checkpoint (PyTorch DCP), its logical tensors (global shapes),\n"
-"what merge skips and drops, and why it would refuse (select as --select).");
+"path, a safetensors file or a checkpoint directory (str, bytes or os.PathLike), with\n"
+"totals, and each file's metadata; of a sharded training checkpoint (PyTorch DCP), its\n"
+"logical tensors (global shapes), what merge skips and drops, and why it would refuse.\n"
+"  conf_dir, plugin_dir  as convert()'s (--conf-dir, --plugin-dir)\n"
+"  select      of a sharded checkpoint: as --select\n"
+"Raises wsync.Error with the command's message and exit_status.");
 
 static PyObject *
 py_inspect(PyObject *self, PyObject *args, PyObject *kwargs)

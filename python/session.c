@@ -407,12 +407,12 @@ session_init(SessionObject *self, PyObject *args, PyObject *kwargs)
       !wsync_py_option_text(part_size, "part_size", TRUE, &text[3]) ||
       !wsync_py_option_text(target, "target", FALSE, &text[4]) ||
       !wsync_py_option_text(format, "format", FALSE, &text[5]) ||
-      !wsync_py_count(bucket_bytes, "bucket_bytes", &so.bucket_bytes) ||
+      !wsync_py_size(bucket_bytes, "bucket_bytes", &so.bucket_bytes) ||
       !wsync_py_count(max_open, "max_open_buckets", &open_cap))
     goto out;
   if (out != Py_None && PyCallable_Check(out)) {
-    Py_INCREF(out);
-    self->callback = out;
+    /* an __init__ called again after one that failed may have stored one already */
+    Py_XSETREF(self->callback, Py_NewRef(out));
     so.on_bucket = on_bucket;
     so.user_data = self;
   } else if (out != Py_None && !PyUnicode_FSConverter(out, &out_bytes)) {
@@ -450,6 +450,8 @@ session_init(SessionObject *self, PyObject *args, PyObject *kwargs)
     status = 0;
   }
 out:
+  if (status != 0)
+    Py_CLEAR(self->callback); /* no session holds it: a failed __init__ keeps nothing */
   for (guint i = 0; i < G_N_ELEMENTS(text); i++)
     g_free(text[i]);
   Py_XDECREF(config_bytes);
@@ -721,10 +723,10 @@ run_step_call(SessionObject *self, void (*fn)(gpointer data), gpointer data, gsi
 
 PyDoc_STRVAR(push_doc,
 "push($self, name, tensor, offsets=None)\n--\n\n"
-"Pushes one described tensor (or, with offsets, the shard described at them) into the\n"
-"open step; returns when every destination byte that comes from it is written.  tensor\n"
-"is a C-contiguous buffer in host memory (numpy array, memoryview, bytes; a BF16 tensor\n"
-"as any 2-byte integer array) or a DLPack tensor (a torch CPU tensor, bfloat16\n"
+"Pushes the described tensor called name (or, with offsets, its shard described at them)\n"
+"into the open step; returns when every destination byte that comes from it is written.\n"
+"tensor is a C-contiguous buffer in host memory (numpy array, memoryview, bytes; a BF16\n"
+"tensor as any 2-byte integer array) or a DLPack tensor (a torch CPU tensor, bfloat16\n"
 "included), read where it is, without a copy and without the GIL.  Its element type,\n"
 "byte count and (unless it is flat) shape must be the described ones.  Any order, any\n"
 "thread.  A refused push writes nothing.  Ctrl-C (directory sink, main thread, a push\n"
@@ -919,15 +921,32 @@ PyDoc_STRVAR(session_doc,
 "                      out=\"/dev/shm/weights\")\n"
 "    s.describe((name, \"BF16\", t.shape) for name, t in weights.items())\n"
 "    s.begin(step); [s.push(name, t) for name, t in weights.items()]; s.commit()\n\n"
-"out is a directory (the rank files `wsync convert` writes, rewritten in place every\n"
-"step, and the commit record wsync-commit.json written last at each commit), or a\n"
-"callable receiving each filled wsync.Bucket (version, rank, file, file_offset, data,\n"
-"entries: whole tensors of one rank file, at most bucket_bytes unless one tensor is\n"
-"larger) in\n"
-"the pushing thread; its data is valid only during the call.  None: plan, digest and\n"
-"manifests only.  Unset options come from conf.d's sync { } section, as for the\n"
-"commands.  Errors raise wsync.Error (an exception the callback raised propagates as\n"
-"it is); after a failed sink, abort() the step.");
+"config_path: the model's config.json (str, bytes or os.PathLike).  The keywords are\n"
+"`wsync convert`'s options, and the sink:\n"
+"  target, format    the target layout and its file format, str (--target, --format)\n"
+"  tp, ep            tensor- and expert-parallel sizes, an int or its text (--tp, --ep)\n"
+"  out               the sink: a directory (the rank files `wsync convert` writes,\n"
+"                    rewritten in place every step, and the commit record\n"
+"                    wsync-commit.json written last at each commit), or a callable\n"
+"                    receiving each filled wsync.Bucket (version, rank, file,\n"
+"                    file_offset, data, entries) in the pushing thread, its data valid\n"
+"                    only during the call; None: plan, digest and manifests only\n"
+"  conf_dir          a directory of *.conf (or a list) read in place of the installed\n"
+"                    configuration (--conf-dir); without it and without an installed\n"
+"                    one, no plugin is selected\n"
+"  plugin_dir        a directory (or a list) searched first for plugins (--plugin-dir)\n"
+"  threads           threads that copy a pushed tensor, the pushing one among them: an\n"
+"                    int or its text (--threads; default: one per core)\n"
+"  part_size         start a new rank file before a tensor that would pass it: an int\n"
+"                    or the command's size text (--part-size; default \"5G\")\n"
+"  bucket_bytes      callable sink: a bucket holds whole tensors of one rank file, at\n"
+"                    most this many bytes unless one tensor is larger: an int or a size\n"
+"                    text as part_size's (default \"512M\")\n"
+"  max_open_buckets  callable sink: refuse a push that would make more buckets open\n"
+"                    (started, not yet filled) than this, an int (default: no cap)\n"
+"Options left None come from conf.d's sync { } section, as for the commands; a bool\n"
+"is refused where a number is expected.  Errors raise wsync.Error (an exception the\n"
+"callback raised propagates as it is); after a failed sink, abort() the step.");
 
 PyTypeObject WsyncPySessionType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "wsync.Session",

@@ -52,9 +52,15 @@ gboolean wsync_py_rank(PyObject *obj, const char *what, guint64 *rank);
  * with TypeError set naming @name. */
 gboolean wsync_py_option_text(PyObject *obj, const char *name, gboolean number, char **out);
 
-/* A count argument (bucket_bytes, max_open_buckets): any integer but a bool, at least 1;
- * None (not given) leaves @out 0.  FALSE with an exception set naming @name. */
+/* A count argument (max_open_buckets): any integer but a bool, at least 1; None (not
+ * given) leaves @out 0.  FALSE with an exception set naming @name. */
 gboolean wsync_py_count(PyObject *obj, const char *name, guint64 *out);
+
+/* A size argument given directly (bucket_bytes): what the command line's sizes take
+ * (wsync_parse_size(): "4K", "5G"), or any integer but a bool as its decimal text; None
+ * (not given) leaves @out 0.  FALSE with an exception set naming @name: TypeError, or
+ * the command's size error (exit status 2). */
+gboolean wsync_py_size(PyObject *obj, const char *name, guint64 *out);
 
 /* A step's version (Session.begin, load_rank, wsync_load): any integer but a bool
  * (numpy's too) or its decimal text (vLLM keeps weight versions as text), from 0 to

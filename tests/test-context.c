@@ -416,6 +416,16 @@ test_refuse_undocumented_option(Fixture *f, gconstpointer data)
                  "what it does: WSYNC_OPTION_DOC(description, values), <wsync/plugin.h>);");
 }
 
+/* A description of blanks only says no more than none */
+static void
+test_refuse_blank_option_description(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  expect_refused(f, "blank-doc",
+                 "blank-doc.so: option \"blank\" has no description (its comment must say "
+                 "what it does: WSYNC_OPTION_DOC(description, values), <wsync/plugin.h>);");
+}
+
 static void
 test_refuse_misnamed(Fixture *f, gconstpointer data)
 {
@@ -848,6 +858,7 @@ main(int argc, char **argv)
   ADD("/context/refuse/failed-registration", test_refuse_failed_registration);
   ADD("/context/refuse/misnamed", test_refuse_misnamed);
   ADD("/context/refuse/undocumented-option", test_refuse_undocumented_option);
+  ADD("/context/refuse/blank-option-description", test_refuse_blank_option_description);
   ADD("/context/refuse/missing", test_refuse_missing);
   ADD("/context/refuse/symlink", test_refuse_symlink);
   ADD("/context/refuse/world-writable-dir", test_refuse_world_writable_dir);

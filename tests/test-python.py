@@ -20,6 +20,7 @@ import ctypes
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import struct
@@ -422,11 +423,77 @@ def options_take_what_python_passes():
     s.commit()
     s.close()
     assert buckets and all(len(b.entries) == 1 for b in buckets), len(buckets)
-    for name in ("bucket_bytes", "max_open_buckets"):
-        expect_error("%s must be an int, not bool" % name, wsync.Session, config, target="vllm",
-                     out=buckets.append, **{name: True}, **KW, kind=TypeError)
-        expect_error("%s must be a number of at least 1" % name, wsync.Session, config,
-                     target="vllm", out=buckets.append, **{name: 0}, **KW, status=2)
+    expect_error("max_open_buckets must be an int, not bool", wsync.Session, config,
+                 target="vllm", out=buckets.append, max_open_buckets=True, **KW, kind=TypeError)
+    expect_error("max_open_buckets must be a number of at least 1", wsync.Session, config,
+                 target="vllm", out=buckets.append, max_open_buckets=0, **KW, status=2)
+
+
+@test
+def size_keywords_take_what_the_command_line_takes():
+    """Every size keyword (part_size of the commands and Session, bucket_bytes) takes
+    what the command line's sizes take: an int (numpy's too) or its text with K, M, G
+    or T (powers of 1024), refuses a bool, and refuses a bad size with the command's
+    size error naming the keyword.  (Before: bucket_bytes="4K" raised "bucket_bytes
+    must be an int, not str" while part_size="5G" worked.)"""
+    need_numpy()
+    src = synth("tiny-qwen3-moe")
+    config = os.path.join(src, "config.json")
+    assert collect_buckets(src, "vllm", "kernel", 2, 1, "4K") == \
+        collect_buckets(src, "vllm", "kernel", 2, 1, 4096)
+    assert collect_buckets(src, "vllm", "kernel", 2, 1, "1m") == \
+        collect_buckets(src, "vllm", "kernel", 2, 1, numpy.int64(1 << 20))
+    size_error = ("%s must be a size from 1 byte to 2^64-1 bytes: a number, optionally "
+                  'followed by K, M, G or T (powers of 1024), not "%s"')
+    for name, make in (("bucket_bytes", lambda **kw: wsync.Session(config, target="vllm",
+                                                                    out=print, **KW, **kw)),
+                       ("part_size", lambda **kw: wsync.Session(config, target="vllm", **KW, **kw)),
+                       ("part_size", lambda **kw: wsync.plan(src, target="vllm", **KW, **kw))):
+        expect_error("%s must be an int or its text, not bool" % name, make, **{name: True},
+                     kind=TypeError)
+        expect_error("%s must be an int or its text, not float" % name, make, **{name: 4.0},
+                     kind=TypeError)
+        for bad in (0, -1, "0", "4Q", "", "K", 2 ** 64, "16777216T"):
+            expect_error(size_error % (name, bad), make, **{name: bad}, status=2)
+    want = json.loads(wsync_ok("plan", src, "--target", "vllm", "--part-size", "64K", "--json"))
+    assert wsync.plan(src, target="vllm", part_size="64K", **KW) == want
+    assert wsync.plan(src, target="vllm", part_size=65536, **KW) == want
+
+
+@test
+def session_init_again_keeps_no_earlier_callback():
+    """Session.__init__ called again after a call that failed once it had taken its
+    callback (a bad conf_dir) holds only the new callback: the first is freed.
+    (Before: the first callback's reference leaked, the callable lived on.)"""
+    import gc
+    import weakref
+    src = synth("tiny-qwen3-moe")
+    config = os.path.join(src, "config.json")
+
+    class Sink:
+        def __call__(self, bucket):
+            pass
+
+    first, second = Sink(), Sink()
+    gone, kept = weakref.ref(first), weakref.ref(second)
+    s = wsync.Session.__new__(wsync.Session)
+    expect_error("conf_dir", s.__init__, config, target="vllm", out=first, conf_dir=1,
+                 plugin_dir=PLUGIN_DIR, kind=TypeError)
+    s.__init__(config, target="vllm", out=second, **KW)
+    del first, second
+    gc.collect()
+    assert gone() is None, "the first callback is still referenced"
+    assert kept() is not None, "the session dropped its callback"
+    s.close()
+    # a failed __init__ alone keeps nothing either
+    third = Sink()
+    gone = weakref.ref(third)
+    t = wsync.Session.__new__(wsync.Session)
+    expect_error("conf_dir", t.__init__, config, target="vllm", out=third, conf_dir=1,
+                 kind=TypeError)
+    del third
+    gc.collect()
+    assert gone() is None, "a failed __init__ kept its callback"
 
 
 @test
@@ -698,16 +765,18 @@ def session_device_memory_refused():
     s.close()
 
 
-def _ctrl_c_during(fn, *args):
-    """fn(*args) with SIGINT sent to this process 50 ms after the call began, from
-    another thread; returns whether it raised KeyboardInterrupt, and how long it ran."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # not SIG_IGN (make's)
+def _ctrl_c_during(fn, *args, sig=signal.SIGINT, handler=signal.default_int_handler,
+                   kind=KeyboardInterrupt):
+    """fn(*args) with sig (SIGINT) sent to this process 50 ms after the call began, from
+    another thread, handler handling it; returns whether it raised kind
+    (KeyboardInterrupt), and how long it ran."""
+    previous = signal.signal(sig, handler)  # not SIG_IGN (make's)
     started = threading.Event()
 
     def interrupt():
         started.wait()
         time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), sig)
 
     sender = threading.Thread(target=interrupt)
     sender.start()
@@ -716,12 +785,78 @@ def _ctrl_c_during(fn, *args):
         started.set()
         fn(*args)
         time.sleep(1)  # the handler's KeyboardInterrupt, if fn returned first
-    except KeyboardInterrupt:
+    except kind:
         return True, time.monotonic() - began
     finally:
         sender.join()
-        signal.signal(signal.SIGINT, previous)
+        signal.signal(sig, previous)
     return False, time.monotonic() - began
+
+
+class Terminated(Exception):
+    pass
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated(signum)
+
+
+class _Handler:
+    def on_signal(self, signum, frame):
+        raise Terminated(signum)
+
+    def __call__(self, signum, frame):
+        raise Terminated(signum)
+
+
+@test
+def session_names_the_signal_whose_handler_raised():
+    """A push or commit stopped by a SIGTERM handler that raises fails the step with an
+    error naming SIGTERM, whatever the handler (a function, a bound method, a callable
+    object); a handler that cannot be told from the others (a functools.partial) gives
+    "interrupted by a signal", naming none.  (Before: "interrupted by SIGINT" whichever
+    signal's handler raised.)"""
+    need_numpy()
+    import functools
+    src = synth("tiny-qwen3-moe")
+    with open(os.path.join(src, "config.json")) as f:
+        config = json.load(f)
+    vocab = config["vocab_size"] = 1 << 21  # 256 MiB of BF16 embedding and as much lm_head
+    big_dir = fresh_dir("sigterm-config")
+    os.makedirs(big_dir)
+    with open(os.path.join(big_dir, "config.json"), "w") as f:
+        json.dump(config, f)
+    big = "model.embed_tokens.weight"
+    described = [(n, d, (vocab,) + tuple(shape[1:]) if n in (big, "lm_head.weight") else shape)
+                 for n, d, shape in description(src)]
+    zeros = {n: numpy.zeros(shape, dtype=NUMPY_DTYPES[d]) for n, d, shape in described}
+    s = wsync.Session(os.path.join(big_dir, "config.json"), target="vllm", format="kernel",
+                      out=fresh_dir("sigterm"), threads=1, **KW)
+    s.describe(described)
+    for step, (handler, named) in enumerate(((_raise_terminated, "SIGTERM"),
+                                             (_Handler().on_signal, "SIGTERM"),
+                                             (_Handler(), "SIGTERM"),
+                                             (functools.partial(_raise_terminated), "a signal")), 1):
+        s.begin(step)
+        for n, _, _ in described:
+            if n != big:
+                s.push(n, zeros[n])
+        heard, took = _ctrl_c_during(s.push, big, zeros[big], sig=signal.SIGTERM, handler=handler,
+                                     kind=Terminated)
+        assert heard and took < 1, (handler, heard, took)
+        expect_error('commit: step %d failed (push: tensor "%s": interrupted by %s (abort the '
+                     'step)): abort it' % (step, big, named), s.commit, status=2)
+        s.abort()
+    s.begin(9)
+    for n, _, _ in described:
+        s.push(n, zeros[n])
+    heard, took = _ctrl_c_during(s.commit, sig=signal.SIGTERM, handler=_raise_terminated,
+                                 kind=Terminated)
+    assert heard, took
+    expect_error("commit: step 9 failed (commit: step 9: interrupted by SIGTERM: no commit "
+                 "record was written (abort the step)): abort it", s.commit, status=2)
+    s.abort()
+    s.close()
 
 
 @test
@@ -1300,6 +1435,30 @@ def rank_files_readinto_refuses_ranges_outside_the_entry():
             assert str(e) == want, (str(e), want)
         else:
             raise AssertionError("readinto(0, %d, %d) was not refused" % (offset, length))
+
+
+@test
+def rank_files_calls_refuse_a_bool_index():
+    """The internal calls load_rank copies through (files.check, files.copy,
+    files.readinto) refuse a bool where they take an entry index, an offset or a length,
+    as the public calls refuse one, and copy nothing.  (Before: True was taken as entry 1
+    and False as entry 0.)"""
+    need_numpy()
+    path, _ = committed_dir()
+    import _wsync
+    files = _wsync._open_rank(path, 0, **KW)
+    _, dtype, shape, _ = files.entries[1]
+    dest = numpy.zeros(shape, dtype=NUMPY_DTYPES[dtype])
+    for call in (files.check, files.copy):
+        expect_error("index must be an int, not bool", call, [(True, dest)], kind=TypeError)
+    assert not dest.any()
+    buf = bytearray(16)
+    for args, what in (((True, 0, 2), "index"), ((0, False, 2), "offset"), ((0, 0, True), "length")):
+        expect_error("readinto: %s must be an int, not bool" % what, files.readinto, *args, buf,
+                     kind=TypeError)
+    assert buf == bytearray(16)
+    files.copy([(numpy.int64(1), dest)])  # numpy's integers are still indices
+    assert dest.any()
 
 
 def torch_model(tensors):
@@ -3284,6 +3443,53 @@ def signatures_and_docstrings():
     # the keywords the signatures show are the ones the calls take
     assert not os.path.exists(os.path.join(TMP, "nothing"))
     expect_error("cannot open", wsync.inspect, path=os.path.join(TMP, "nothing"), **KW, status=4)
+
+
+@test
+def every_keyword_is_documented():
+    """help() of each public callable (the functions, Session and its methods) names every
+    keyword it accepts, as a word of its docstring.  (Before: load_rank did not name
+    conf_dir and plugin_dir, without which rank files of no commit record fail with "no
+    rank file of rank 0" where no configuration is installed; Session named neither
+    threads, part_size nor max_open_buckets; plan named none of its options.)"""
+    import inspect
+    callables = [(name, getattr(wsync, name)) for name in wsync.__all__]
+    callables += [("Session." + name, getattr(wsync.Session, name)) for name in dir(wsync.Session)
+                  if callable(getattr(wsync.Session, name)) and name in SESSION_METHODS]
+    checked = 0
+    for path, obj in callables:
+        try:
+            parameters = inspect.signature(obj).parameters.values()
+        except ValueError:  # Error, Bucket, ManifestEntry: built-in constructors
+            assert path in ("Error", "Bucket", "ManifestEntry"), path
+            continue
+        doc = inspect.getdoc(obj) or ""
+        keywords = [p.name for p in parameters if p.name != "self" and
+                    p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        missing = [k for k in keywords if not re.search(r"\b%s\b" % re.escape(k), doc)]
+        assert not missing, "help(wsync.%s) does not name %s" % (path, ", ".join(missing))
+        checked += len(keywords)
+    assert checked >= 60, checked  # every function's keywords were seen
+
+
+SESSION_METHODS = {name.split(".")[1] for name in SIGNATURES if name.startswith("Session.")}
+
+
+@test
+def public_names_are_the_documented_api():
+    """dir(wsync) of a fresh import shows the API and nothing else: its public names are
+    __all__, and each is named as wsync.NAME in README's section on the Python module.
+    (Before: itertools and sys, the package's own imports, were among them.)"""
+    code = "import wsync; print(' '.join(n for n in dir(wsync) if not n.startswith('_')))"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    public = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, env=env,
+                            universal_newlines=True, check=True).stdout.split()
+    assert sorted(public) == sorted(wsync.__all__), (public, wsync.__all__)
+    with open(os.path.join(SRCDIR, "README.md")) as f:
+        readme = f.read()
+    section = readme.split("### The Python module `wsync`")[1].split("\n### ")[0]
+    documented = set(re.findall(r"\bwsync\.([A-Za-z_]\w*)", section))
+    assert set(public) <= documented, sorted(set(public) - documented)
 
 
 @test

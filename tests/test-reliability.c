@@ -646,6 +646,69 @@ test_guarded_map_reads(Fixture *f, gconstpointer data)
   munmap(map, len);
 }
 
+/* A guarded call made inside another (on the same thread): its fault ends it alone, and
+ * the outer call stays guarded after it returns, with or without a fault. */
+typedef struct {
+  Reader *inner; /* read inside a guarded call of its own */
+  Reader *outer; /* read after it, by the outer call */
+  gboolean inner_ok;
+  const void *inner_address;
+} Nested;
+
+static void
+read_nested(gpointer data)
+{
+  Nested *n = data;
+  n->inner_ok = wsync_run_guarded(read_all, n->inner, &n->inner_address);
+  read_all(n->outer);
+}
+
+static void
+test_guarded_calls_nest(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  gsize len = 4 * (gsize)sysconf(_SC_PAGESIZE);
+  g_autofree char *bytes = g_malloc0(len);
+  guint8 *maps[2];
+  for (int i = 0; i < 2; i++) {
+    g_autofree char *path = g_strdup_printf("%s/nested-%d.bin", f->dir, i);
+    g_assert_true(g_file_set_contents(path, bytes, (gssize)len, NULL));
+    int fd = open(path, O_RDONLY);
+    maps[i] = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    g_assert_true(maps[i] != MAP_FAILED);
+    if (i == 1)
+      g_assert_cmpint(truncate(path, 0), ==, 0); /* maps[1] faults */
+  }
+  /* a fault outside any guarded call would abort: the old code left the outer call
+   * unguarded once the inner one returned */
+  struct sigaction host = {.sa_handler = host_sigbus}, old_action;
+  sigemptyset(&host.sa_mask);
+  g_assert_cmpint(sigaction(SIGBUS, &host, &old_action), ==, 0);
+
+  Reader good = {maps[0], len, 0}, bad = {maps[1], len, 0};
+  const void *address = NULL;
+  /* the inner call passes, then the outer one faults */
+  Nested n = {&good, &bad, FALSE, NULL};
+  g_assert_false(wsync_run_guarded(read_nested, &n, &address));
+  g_assert_true(n.inner_ok);
+  g_assert_true(address == maps[1]);
+  /* the inner call faults, then the outer one faults too */
+  Nested m = {&bad, &bad, TRUE, NULL};
+  address = NULL;
+  g_assert_false(wsync_run_guarded(read_nested, &m, &address));
+  g_assert_false(m.inner_ok);
+  g_assert_true(m.inner_address == maps[1] && address == maps[1]);
+  /* the inner call faults, the outer one ends well */
+  Nested k = {&bad, &good, TRUE, NULL};
+  g_assert_true(wsync_run_guarded(read_nested, &k, &address));
+  g_assert_false(k.inner_ok);
+  g_assert_true(sigbus_handler() == host_sigbus);
+  g_assert_cmpint(sigaction(SIGBUS, &old_action, NULL), ==, 0);
+  munmap(maps[0], len);
+  munmap(maps[1], len);
+}
+
 /* ------------------------------------------------------------------ a full disk */
 
 /* A tmpfs of @bytes at @dir, in a mount namespace of this process's own: a real full
@@ -1408,6 +1471,7 @@ main(int argc, char **argv)
   ADD("/reliability/conf/unclosed-block", test_unclosed_conf_block);
   ADD("/reliability/crash/source-shrinks", test_source_shrinks_while_converting);
   ADD("/reliability/crash/guarded-map-reads", test_guarded_map_reads);
+  ADD("/reliability/crash/guarded-calls-nest", test_guarded_calls_nest);
   ADD("/reliability/crash/full-disk", test_full_disk);
   ADD("/reliability/hang/conf-d-fifo-and-huge", test_conf_d_fifo_and_huge);
   ADD("/reliability/hang/index-fifo-device-huge", test_index_fifo_device_huge);

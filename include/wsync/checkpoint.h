@@ -151,9 +151,9 @@ G_DEFINE_AUTOPTR_CLEANUP_FUNC(WsyncCheckpoint, wsync_checkpoint_free)
  * thread, so worker threads use it side by side; a SIGBUS outside any guarded call goes
  * to the handler there was before.  The SIGBUS handler is installed only while guarded
  * calls are under way: when the last one returns, the handler there was before is back
- * (a host program's own, such as Python's faulthandler).  A guarded call made inside
- * @fn guards its own function, and then @fn is guarded again.  @fn must only read and
- * write memory (no locks, no allocation): it may stop anywhere.
+ * (a host program's own, such as Python's faulthandler).  @fn must only read and write
+ * memory (no locks, no allocation): it may stop anywhere.  @fn may make guarded calls
+ * of its own: a fault in one ends that one only, and the rest of @fn stays guarded.
  *
  * Returns: %TRUE when @fn returned, %FALSE when a fault ended it.
  */

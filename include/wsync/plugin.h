@@ -95,8 +95,8 @@ typedef struct {
  * plugin's options from that output.
  *
  * The comment holds the description, a newline, then the values; a comment without a
- * newline is all description.  A plugin with an option whose description is missing
- * or empty is refused when its descriptor is read.
+ * newline is all description.  A plugin with an option whose description is missing,
+ * empty or blanks only is refused when its descriptor is read.
  */
 #define WSYNC_OPTION_DOC(description, values) (description "\n" values)
 

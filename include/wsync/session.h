@@ -393,7 +393,8 @@ WSYNC_API void wsync_session_abort(WsyncSession *s);
 /**
  * wsync_session_set_interrupt:
  * @s: a session
- * @flag: (nullable): a flag that a signal handler sets to the signal's number, or %NULL
+ * @flag: (nullable): a flag that a signal handler sets to the signal's number (-1 when
+ *   it does not know which signal: the error then names none), or %NULL
  *
  * When @flag becomes nonzero during wsync_session_push() or wsync_session_commit()
  * (as wsync_plan_set_interrupt() for a plan), the call stops at the next piece of work

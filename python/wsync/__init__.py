@@ -13,8 +13,9 @@ Errors raise wsync.Error with the one-line message the command line prints and
 numpy and torch are used when the caller hands them over, never imported here.
 """
 
-import itertools
-import sys
+# private names: dir(wsync) and help(wsync) show the API (__all__), not these imports
+import itertools as _itertools
+import sys as _sys
 
 from _wsync import (Bucket, Error, ManifestEntry, Session, __version__, convert,  # noqa: F401
                     inspect, merge, plan)
@@ -75,7 +76,7 @@ def _shape_text(shape):
 
 
 def _is_torch_tensor(obj):
-    torch = sys.modules.get("torch")  # a torch tensor means torch is imported already
+    torch = _sys.modules.get("torch")  # a torch tensor means torch is imported already
     return torch is not None and isinstance(obj, torch.Tensor)
 
 
@@ -143,6 +144,14 @@ def load_rank(dir, rank, params, *, verify=True, require_commit=True, version=No
     (numpy's too), version also its decimal text ("12", as vLLM keeps weight versions);
     digest a str; verify and require_commit a bool or the text "true"/"false".  Returns
     the commit record as a dict (None without one).
+
+    conf_dir and plugin_dir (a path or a list of them, as `wsync --conf-dir` and
+    `--plugin-dir`) serve rank files without a commit record (require_commit=False):
+    the targets of the configuration tell which files are of which rank.  conf_dir
+    replaces the installed configuration, plugin_dir is searched first for plugins;
+    without them and without an installed configuration no target recognises a file,
+    and the load fails with "no rank file of rank N".  A commit record lists the files
+    itself: then they are not read.
     """
     verify, require_commit = _flag("verify", verify), _flag("require_commit", require_commit)
     files = _wsync._open_rank(dir, rank, require_commit=require_commit, verify=verify,
@@ -243,7 +252,7 @@ def _pieces(shape, itemsize, limit):
         row //= shape[split]
     rows = limit // row
     outer = shape[:split]
-    for position, prefix in enumerate(itertools.product(*(range(d) for d in outer))):
+    for position, prefix in enumerate(_itertools.product(*(range(d) for d in outer))):
         first = position * shape[split]  # the row of dimension split where prefix starts
         for start in range(0, shape[split], rows):
             stop = min(start + rows, shape[split])

@@ -392,7 +392,11 @@ wsync_config_json_parse(const char *text, gsize len, const char *file, GError **
   if (!wsync_json_parse(parser, text, len, file, NULL, error))
     return NULL;
   JsonNode *root = json_parser_get_root(parser);
-  if (root == NULL || !JSON_NODE_HOLDS_OBJECT(root)) {
+  if (root == NULL) { /* (an empty or blank file: there is no top level to speak of) */
+    wsync_json_bad_input(error, file, "empty, not a JSON object");
+    return NULL;
+  }
+  if (!JSON_NODE_HOLDS_OBJECT(root)) {
     wsync_json_bad_input(error, file, "the top level is not an object");
     return NULL;
   }

@@ -910,6 +910,71 @@ def check_full_disk(job):
     return c.problems
 
 
+def check_full_disk_two_dsts(job):
+    """Two DSTs of one host on one small file system (an MPMD launch, one process each,
+    on a tmpfs in a mount namespace of its own; root only), with room for either's files
+    but not for both: refused before any data, naming both needs (each leader used to
+    check its own DST alone, both passed, and the processes wrote until the disk was
+    full).  Exit 4, the same line from both processes, nothing left on the tmpfs."""
+    c = Checks()
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        print("# skipped: a full disk needs root and unshare(1), to mount a small tmpfs")
+        return c.problems
+    probe = subprocess.run(["unshare", "-m", "true"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, universal_newlines=True)
+    if probe.returncode != 0:  # a container or chroot without CAP_SYS_ADMIN
+        print("# skipped: cannot make a mount namespace here: %s" % probe.stderr.strip())
+        return c.problems
+    import shlex
+    q = shlex.quote
+    src = job.synth("tiny-qwen3-moe")
+    small, saved = job.path("small"), job.path("saved")
+    os.mkdir(saved)
+    a, b, fill = (os.path.join(small, n) for n in ("a", "b", "fill"))
+    layout = layout_args("vllm", "kernel", 2, 2)
+    probe_cmd = mpirun_prefix() + ["-np", "2"] + wsync_cmd("sync", src, a, "-q", *layout)
+    both = mpirun_prefix() + ["-np", "1"] + wsync_cmd("sync", src, a, *layout) + [":"] + \
+        ["-np", "1"] + wsync_cmd("sync", src, b, *layout)
+    script = "\n".join([
+        "mount --make-rprivate / && mkdir -p %s && mount -t tmpfs -o size=1200000 wsync-test"
+        " %s || exit 99" % (q(small), q(small)),
+        "%s || exit 98" % " ".join(q(x) for x in probe_cmd),
+        "need=$(cat %s/*.safetensors | wc -c); rm -rf %s" % (q(a), q(a)),
+        "avail() { df -B1 --output=avail %s | tail -n 1; }" % q(small),
+        # room for the two files' sizes, each rounded up to a page, and config.json's
+        # page: either DST fits, both do not
+        "head -c $(($(avail) - (need * 3 / 4 + 8191) / 4096 * 4096)) /dev/zero > %s" % q(fill),
+        "%s 2> %s; echo $? > %s" % (" ".join(q(x) for x in both),
+                                     q(os.path.join(saved, "err")),
+                                     q(os.path.join(saved, "status"))),
+        "ls -a %s > %s" % (q(small), q(os.path.join(saved, "ls")))])
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True,
+                       env=dict(os.environ, WSYNC_PLUGIN_PATH="", **MPI_ENV))
+    if r.returncode == 99:
+        print("# skipped: cannot mount a tmpfs here: %s" % r.stderr.strip())
+        return c.problems
+    if not c.that(r.returncode == 0, "the run in its mount namespace: exit %d: %s"
+                  % (r.returncode, r.stderr.strip())):
+        return c.problems
+    with open(os.path.join(saved, "status")) as f:
+        status = f.read().strip()
+    with open(os.path.join(saved, "err")) as f:
+        err = f.read()
+    with open(os.path.join(saved, "ls")) as f:
+        listing = f.read().split()
+    said = (r"wsync: sync: process 0: cannot write %s: No space left on device \(the output "
+            r"needs \d+\.\d\skB, \d+\.\d\skB with the other DSTs this host writes on the "
+            r"same file system, which has \d+\.\d\skB free\) \(2 of 2 processes failed\)"
+            % re.escape(a))
+    lines = err.splitlines()
+    c.that(status == "4", "exit %s, expected 4" % status)
+    c.that(len(lines) == 2 and len(set(lines)) == 1 and re.fullmatch(said, lines[0]),
+           "stderr: %r" % err)
+    c.that(sorted(listing) == [".", "..", "fill"], "on the tmpfs: %r" % listing)
+    return c.problems
+
+
 def check_not_wsync_output(job):
     c = Checks()
     src = job.synth("tiny-qwen3-moe")
@@ -962,6 +1027,8 @@ FAULTS = [
      check_killed_process),
     ("a full disk: refused before the data, or the file and tensor named; DST as it was",
      check_full_disk),
+    ("two DSTs on one full file system: refused before the data, naming both needs",
+     check_full_disk_two_dsts),
     ("SRC truncated mid-sync: exit 4, the file and a tensor named, DST as it was",
      check_source_shrinks),
     ("SRC truncated while process 0 writes its own ranks: the input named, exit 4",

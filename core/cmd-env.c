@@ -94,10 +94,10 @@ note_unpatched_backend(WsyncContext *ctx, const char *backend)
   if (patches->len > 0)
     return;
   g_autofree char *known = patched_backends(ctx);
-  fprintf(stderr,
-          "wsync env: note: no plugin patches the environment of backend \"%s\", so there is "
-          "nothing to set (backends with patches: %s)\n",
-          backend, known);
+  /* cli_error_line() escapes what a terminal would act on, as every other message does */
+  cli_error_line("wsync env: note: no plugin patches the environment of backend \"%s\", so "
+                 "there is nothing to set (backends with patches: %s)",
+                 backend, known);
 }
 
 int

@@ -1094,34 +1094,75 @@ share_manifests(Sync *s)
 
 /* ------------------------------------------------------------------ files */
 
+/* What a leader needs on the file system of its temporary directory (st_dev), for the
+ * other leaders of its host: two DSTs on one file system share its free space. */
+typedef struct {
+  guint64 dev;
+  guint64 total;
+  guint64 counted; /* 0: not a leader with a temporary directory */
+} RoomNeed;
+
+/* The bytes the groups of this host need on the file system @mine names: its own total
+ * and that of every other group whose temporary directory is on the same one.  Every
+ * process of the host calls it (a collective on s->host). */
+static guint64
+room_needed_on_host(Sync *s, const RoomNeed *mine)
+{
+  int n_local;
+  MPI_Request req;
+  guint64 needed = 0;
+
+  MPI_Comm_size(s->host, &n_local);
+  g_autofree RoomNeed *all = g_new0(RoomNeed, n_local);
+  MPI_Iallgather(mine, sizeof *mine, MPI_BYTE, all, sizeof *mine, MPI_BYTE, s->host, &req);
+  wait_request(&req, NULL);
+  for (int i = 0; mine->counted && i < n_local; i++)
+    if (all[i].counted && all[i].dev == mine->dev)
+      needed += all[i].total;
+  return needed;
+}
+
 /* Before any data, the leader refuses a file system without room for the files of
- * every process of its group (their sizes, from the manifests), as convert refuses one
- * without room for its output (core/exec.c, check_space()): else each process writes
- * until the disk is full, gigabytes in vain.  A file system that does not count its
- * blocks (f_blocks 0) is not checked.  The others of the group learn it and drop their
- * messages. */
+ * every process of its group (their sizes, from the manifests), and of the other groups
+ * of its host writing on the same file system, as convert refuses one without room for
+ * its output (core/exec.c, check_space()): else each process writes until the disk is
+ * full, gigabytes in vain.  A file system that does not count its blocks (f_blocks 0)
+ * is not checked.  The others of the group learn it and drop their messages. */
 static void
 check_room(Sync *s)
 {
   guint64 mine = 0, total = 0;
   int refused = 0;
   MPI_Request req;
+  RoomNeed need = {0, 0, 0};
+  struct stat st;
 
+  if (s->group != MPI_COMM_NULL) {
+    for (guint i = 0; i < s->files->len; i++)
+      mine += ((const OutFile *)s->files->pdata[i])->size;
+    MPI_Iallreduce(&mine, &total, 1, MPI_UINT64_T, MPI_SUM, s->group, &req);
+    wait_request(&req, NULL);
+  }
+  if (s->leader && s->tmp != NULL && s->error == NULL && stat(s->tmp, &st) == 0)
+    need = (RoomNeed){(guint64)st.st_dev, total, 1};
+  guint64 needed = room_needed_on_host(s, &need);
   if (s->group == MPI_COMM_NULL)
     return;
-  for (guint i = 0; i < s->files->len; i++)
-    mine += ((const OutFile *)s->files->pdata[i])->size;
-  MPI_Iallreduce(&mine, &total, 1, MPI_UINT64_T, MPI_SUM, s->group, &req);
-  wait_request(&req, NULL);
   struct statvfs sv;
-  if (s->leader && s->tmp != NULL && s->error == NULL && statvfs(s->tmp, &sv) == 0 &&
-      sv.f_blocks != 0 && (guint64)sv.f_bavail * sv.f_frsize < total) {
+  if (need.counted && statvfs(s->tmp, &sv) == 0 && sv.f_blocks != 0 &&
+      (guint64)sv.f_bavail * sv.f_frsize < needed) {
     g_autofree char *dst = wsync_printable(s->dst.path);
-    g_autofree char *need = g_format_size(total);
+    g_autofree char *out = g_format_size(total), *all = g_format_size(needed);
     g_autofree char *have = g_format_size((guint64)sv.f_bavail * sv.f_frsize);
-    fail_with(s, WSYNC_ERROR_IO,
-              "cannot write %s: %s (the output needs %s, the file system has %s free)", dst,
-              g_strerror(ENOSPC), need, have);
+    if (needed > total)
+      fail_with(s, WSYNC_ERROR_IO,
+                "cannot write %s: %s (the output needs %s, %s with the other DSTs this host "
+                "writes on the same file system, which has %s free)",
+                dst, g_strerror(ENOSPC), out, all, have);
+    else
+      fail_with(s, WSYNC_ERROR_IO,
+                "cannot write %s: %s (the output needs %s, the file system has %s free)", dst,
+                g_strerror(ENOSPC), out, have);
     refused = 1;
   }
   MPI_Ibcast(&refused, 1, MPI_INT, 0, s->group, &req); /* the group's 0 is its leader */

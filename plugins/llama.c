@@ -52,7 +52,10 @@ read_biases(Llama *c, GError **error)
       !wsync_config_get_bool_or(&c->root, "bias", &bias, error))
     return FALSE;
   c->o_bias = attention_bias || bias;
-  c->qkv_bias = c->o_bias;
+  /* vLLM asks hasattr(config, "qkv_bias"): "qkv_bias": null passes it and gives None,
+   * no q/k/v biases, where a null elsewhere counts as absent (it is falsy there too) */
+  JsonNode *qkv = json_object_get_member(c->root.object, "qkv_bias");
+  c->qkv_bias = qkv == NULL ? c->o_bias : FALSE;
   return wsync_config_get_bool_or(&c->root, "qkv_bias", &c->qkv_bias, error) &&
          wsync_config_get_bool_or(&c->root, "mlp_bias", &c->mlp_bias, error);
 }

@@ -1202,6 +1202,16 @@ test_env_exports(void)
                   "wsync env: note: no plugin patches the environment of backend \"cuda\", so "
                   "there is nothing to set (backends with patches: test-backend)\n");
   run_clear(&r);
+  /* the backend as every message names a value: escaped, not raw to the terminal */
+  r = run_wsync("env", "--backend", "cu\033[2Jda", "--mode", "server", "--conf-dir", conf,
+                "--plugin-dir", pdir, NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_assert_cmpstr(r.out, ==, "");
+  g_assert_cmpstr(r.err, ==,
+                  "wsync env: note: no plugin patches the environment of backend "
+                  "\"cu\\x1b[2Jda\", so there is nothing to set (backends with patches: "
+                  "test-backend)\n");
+  run_clear(&r);
   r = run_wsync("env", "-q", "--backend", "cuda", "--mode", "server", "--conf-dir", conf,
                 "--plugin-dir", pdir, NULL);
   g_assert_cmpint(r.status, ==, 0);

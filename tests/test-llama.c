@@ -23,6 +23,8 @@
 #define BIAS_KEY "tiny-llama3-bias-key.json"
 #define QKV_BIAS "tiny-llama3-qkv-bias.json"
 #define O_BIAS "tiny-llama3-o-bias.json"
+/* O_BIAS with "qkv_bias": null: there to hasattr() and falsy, so o_proj only */
+#define QKV_BIAS_NULL "tiny-llama3-qkv-bias-null.json"
 
 static char *work_dir;  /* everything made, removed at the end */
 static char *conf_dir;  /* hf, llama, vllm */
@@ -132,7 +134,10 @@ read_model(const char *config)
   m.tied = json_object_get_boolean_member_with_default(m.root, "tie_word_embeddings", FALSE);
   m.o_bias = json_object_get_boolean_member_with_default(m.root, "attention_bias", FALSE) ||
              json_object_get_boolean_member_with_default(m.root, "bias", FALSE);
-  m.qkv_bias = json_object_get_boolean_member_with_default(m.root, "qkv_bias", m.o_bias);
+  /* vLLM asks hasattr(config, "qkv_bias"), which "qkv_bias": null passes (None: no
+   * bias) */
+  JsonNode *qkv = json_object_get_member(m.root, "qkv_bias");
+  m.qkv_bias = qkv == NULL ? m.o_bias : !JSON_NODE_HOLDS_NULL(qkv) && json_node_get_boolean(qkv);
   m.mlp_bias = json_object_get_boolean_member_with_default(m.root, "mlp_bias", FALSE);
   return m;
 }
@@ -593,7 +598,8 @@ test_refused(void)
 int
 main(int argc, char **argv)
 {
-  static const char *const configs[] = {UNTIED, TIED, BIAS_KEY, QKV_BIAS, O_BIAS};
+  static const char *const configs[] = {UNTIED, TIED, BIAS_KEY, QKV_BIAS, O_BIAS,
+                                         QKV_BIAS_NULL};
   static const char *const formats[] = {"sharded-state", "kernel"};
   static const guint tps[] = {1, 2, 4, 8};
   static Case cases[G_N_ELEMENTS(configs) * G_N_ELEMENTS(formats) * G_N_ELEMENTS(tps)];

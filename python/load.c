@@ -330,6 +330,13 @@ record_read(const char *path, char **text, gsize *len, GError **error)
       wsync_set_io_error(error, errno, path, "read");
     return FALSE;
   }
+  if (!S_ISREG(sb.st_mode)) {
+    /* g_file_get_contents() opens without O_NONBLOCK: a FIFO here hung load_rank for ever
+     * (and a socket failed open(2) with ENXIO); refused as map_file() refuses a rank file */
+    g_autofree char *file = wsync_printable(path);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: not a regular file", file);
+    return FALSE;
+  }
   if (sb.st_size > MAX_RECORD_BYTES) {
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: %lld bytes, more than a commit "
                 "record can be", path, (long long)sb.st_size);

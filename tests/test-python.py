@@ -23,6 +23,7 @@ import random
 import re
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -1876,6 +1877,35 @@ def load_rank_file_not_a_regular_file():
             raise AssertionError("%s: load_rank did not return in 60 s" % kind)
         assert r.returncode == 0, (kind, r.stderr)
         assert json.loads(r.stdout) == ["%s: %s" % (where, said), 3], (kind, r.stdout)
+
+
+@test
+def load_rank_record_not_a_regular_file():
+    """A FIFO, a socket or a directory where the commit record (wsync-commit.json) should
+    be is refused as a rank file is, "RECORD: not a regular file", status 3.  (Before:
+    the FIFO hung load_rank for ever in g_file_get_contents()'s open(2), the socket was
+    status 4, "No such device or address"; the load runs in a child with a timeout.)"""
+    path, _ = committed_dir(tp=1)
+
+    def bind_socket(where):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(where)
+        sock.close()  # the socket file stays; open(2) of it fails with ENXIO
+
+    for kind, make in (("fifo", os.mkfifo), ("socket", bind_socket), ("directory", os.mkdir)):
+        odd = fresh_dir("record-%s" % kind)
+        shutil.copytree(path, odd)
+        where = os.path.join(odd, "wsync-commit.json")
+        os.unlink(where)
+        make(where)
+        try:
+            r = subprocess.run([sys.executable, "-c", _LOAD_IN_CHILD, odd, os.pathsep.join(sys.path)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               universal_newlines=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("%s: load_rank did not return in 60 s" % kind)
+        assert r.returncode == 0, (kind, r.stderr)
+        assert json.loads(r.stdout) == ["%s: not a regular file" % where, 3], (kind, r.stdout)
 
 
 @test

@@ -3330,6 +3330,46 @@ def convert_hears_ctrl_c_and_other_threads_run():
 
 
 @test
+def missing_path_is_an_io_failure():
+    """A path the caller names that is not there is an I/O failure (status 4) in every
+    entry point, as the command's exit status is for it (README "Exit status"; commit
+    953feca): wsync.Session's config_path was "PATH: no such file", status 3, where
+    `wsync config PATH` says "cannot open PATH: No such file or directory", exit 4."""
+    src = synth("tiny-qwen3-moe")
+    step = fresh_dir("missing-path-dcp")
+    single = [n for n in os.listdir(src) if n.endswith(".safetensors")]
+    subprocess.run([sys.executable, os.path.join(HERE, "make-dcp-fixtures.py"), "--shard",
+                    os.path.join(src, single[0]), step], check=True, stdout=subprocess.DEVNULL)
+    dcp = os.path.join(step, "b")
+    gone = fresh_dir("missing-path")
+    config = os.path.join(gone, "config.json")
+    out = fresh_dir("missing-path-out")
+    enoent = "No such file or directory"
+    cannot = "cannot open %s: %s" % (gone, enoent)
+    said_config = "--config %s: %s" % (config, enoent)
+    calls = [
+        ("convert", cannot, wsync.convert, (gone, out), {"target": "vllm"}),
+        ("plan", cannot, wsync.plan, (gone,), {"target": "vllm"}),
+        ("merge", cannot, wsync.merge, (gone, out), {}),
+        ("inspect", cannot, wsync.inspect, (gone,), {}),
+        ("load_rank", cannot, wsync.load_rank, (gone, 0, {}), None),
+        ("Session", "cannot open %s: %s" % (config, enoent), wsync.Session, (config,),
+         {"target": "vllm"}),
+        ("convert config=", said_config, wsync.convert, (src, out),
+         {"target": "vllm", "config": config}),
+        ("plan config=", said_config, wsync.plan, (src,), {"target": "vllm", "config": config}),
+        ("merge config=", said_config, wsync.merge, (dcp, out), {"config": config}),
+    ]
+    for what, said, fn, args, kw in calls:
+        e = expect_error(said, fn, *args, **(dict(KW, **kw) if kw is not None else {}))
+        assert (str(e), e.exit_status) == (said, 4), (what, str(e), e.exit_status)
+    assert not os.path.exists(out)
+    # the command says the same of the same path
+    r = run_wsync("config", config)
+    assert (r.returncode, r.stderr) == (4, "wsync: cannot open %s: %s\n" % (config, enoent)), r
+
+
+@test
 def merge_as_function():
     """merge consolidates a sharded checkpoint (DCP's safetensors mode) as `wsync merge`."""
     src = synth("tiny-qwen3-moe")

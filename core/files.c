@@ -44,6 +44,22 @@ file_kind(mode_t mode)
   return "not a regular file";
 }
 
+/* What @path is when open(2) of it failed with @errsv because it is not a regular file,
+ * or NULL.  open(2) of a Unix socket fails with ENXIO before fstat() can tell (Linux,
+ * open(2): "the file is a UNIX domain socket"): stat() then (lstat() for @nofollow, as
+ * the open did not follow), so that a socket is refused as a FIFO is, not "cannot open
+ * PATH: No such device or address" (an I/O failure). */
+static const char *
+unopenable_kind(const char *path, gboolean nofollow, int errsv)
+{
+  struct stat st;
+
+  if (errsv != ENXIO || (nofollow ? lstat(path, &st) : stat(path, &st)) != 0 ||
+      S_ISREG(st.st_mode))
+    return NULL;
+  return file_kind(st.st_mode);
+}
+
 int
 wsync_file_open_regular(const char *path, gboolean nofollow, WsyncError code, struct stat *st,
                         GError **error)
@@ -51,10 +67,15 @@ wsync_file_open_regular(const char *path, gboolean nofollow, WsyncError code, st
   /* O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below. */
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | (nofollow ? O_NOFOLLOW : 0));
   if (fd < 0) {
-    if (nofollow && errno == ELOOP)
+    int errsv = errno;
+    const char *kind = unopenable_kind(path, nofollow, errsv);
+    if (nofollow && errsv == ELOOP)
       wsync_fail_at(error, code, path, "is a symlink");
+    else if (kind != NULL)
+      wsync_fail_at(error, code, path, "is %s%s", kind,
+                    g_str_has_prefix(kind, "not") ? "" : ", not a regular file");
     else
-      wsync_set_io_error(error, errno, path, "open");
+      wsync_set_io_error(error, errsv, path, "open");
     return -1;
   }
   if (fstat(fd, st) != 0) {
@@ -211,10 +232,15 @@ wsync_file_open_trusted(const char *path, const char *what, struct stat *st, cha
   g_autofree char *real = g_build_filename(real_dir, base, NULL);
   int fd = open(real, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) {
-    if (errno == ELOOP)
+    int errsv = errno;
+    const char *kind = unopenable_kind(real, TRUE, errsv);
+    if (errsv == ELOOP)
       *reason = g_strdup_printf("%s: is a symlink; %s must be regular files", ppath, what);
+    else if (kind != NULL) /* a socket: refused as a FIFO is below */
+      *reason = g_strdup_printf("%s: is %s%s", ppath, kind,
+                                g_str_has_prefix(kind, "not") ? "" : ", not a regular file");
     else
-      *reason = g_strdup_printf("%s: cannot open: %s", ppath, g_strerror(errno));
+      *reason = g_strdup_printf("%s: cannot open: %s", ppath, g_strerror(errsv));
     return -1;
   }
   if (fstat(fd, st) != 0) {

@@ -27,7 +27,8 @@ G_BEGIN_DECLS
 
 /* Opens @path for reading and insists that it is a regular file, so that a FIFO, a
  * device (/dev/zero) or a directory is refused instead of blocking or reading without
- * end.  @nofollow: refuse a symlink as the last component (trusted files).  @code is
+ * end, and a socket, which open(2) fails on, in the same words ("PATH: is a socket, not
+ * a regular file", not an I/O error).  @nofollow: refuse a symlink as the last component (trusted files).  @code is
  * the error code of a refusal (what it means depends on the file: bad input for a
  * checkpoint's files, a configuration error for conf.d); failures of the system are
  * #WSYNC_ERROR_IO.  Fills @st from fstat().  Returns the descriptor, or -1. */

@@ -129,6 +129,18 @@ pin_header(MapObject *m, int fd, GError **error)
   return TRUE;
 }
 
+/* A rank file that is not a regular file (of mode @mode), in the C reader's words
+ * (core/safetensors.c, open). */
+static gboolean
+refuse_not_regular(const char *path, mode_t mode, GError **error)
+{
+  g_autofree char *file = wsync_printable(path);
+
+  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: %s", file,
+              S_ISDIR(mode) ? "is a directory, not a safetensors file" : "not a regular file");
+  return FALSE;
+}
+
 /* Maps and parses @path (without the GIL); NULL with @error set. */
 static gboolean
 map_file(MapObject *m, GError **error)
@@ -138,19 +150,20 @@ map_file(MapObject *m, GError **error)
   int fd = open(m->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   gboolean ok;
 
+  /* open(2) of a Unix socket fails with ENXIO before fstat() can tell (open(2), Linux):
+   * stat() then, and a socket is refused below as a FIFO is, not "No such device or
+   * address", status 4 (as core/filekind.h does for the commands) */
+  if (fd < 0 && errno == ENXIO && stat(m->path, &sb) == 0 && !S_ISREG(sb.st_mode))
+    return refuse_not_regular(m->path, sb.st_mode, error);
   if (fd < 0 || fstat(fd, &sb) < 0) {
     wsync_set_io_error(error, errno, m->path, "open");
     if (fd >= 0)
       close(fd);
     return FALSE;
   }
-  if (!S_ISREG(sb.st_mode)) { /* in the C reader's words (core/safetensors.c, open) */
-    g_autofree char *file = wsync_printable(m->path);
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: %s", file,
-                S_ISDIR(sb.st_mode) ? "is a directory, not a safetensors file"
-                                    : "not a regular file");
+  if (!S_ISREG(sb.st_mode)) {
     close(fd);
-    return FALSE;
+    return refuse_not_regular(m->path, sb.st_mode, error);
   }
   if (sb.st_size < 8) {
     /* a file that was always too short is bad input, not one that shrank: the C reader

@@ -1,6 +1,9 @@
 /* The context: conf.d parsing and merging, plugin selection, loading and refusal. */
 #define _GNU_SOURCE
+#include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <wsync/wsync.h>
@@ -694,6 +697,52 @@ test_conf_d_trust(Fixture *f, gconstpointer data)
     g_test_message("not root: the owner check of conf.d files is not exercised");
 }
 
+/* A Unix socket (bound, then left behind: its file stays) or a FIFO at @path. */
+static void
+make_special(const char *path, const char *kind)
+{
+  if (strcmp(kind, "FIFO") == 0) {
+    g_assert_cmpint(mkfifo(path, 0600), ==, 0);
+    return;
+  }
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  g_assert_cmpuint(strlen(path), <, sizeof addr.sun_path);
+  strcpy(addr.sun_path, path);
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  g_assert_cmpint(fd, >=, 0);
+  g_assert_cmpint(bind(fd, (struct sockaddr *)&addr, sizeof addr), ==, 0);
+  close(fd);
+}
+
+/* A conf.d file that is a socket is refused as one that is a FIFO is, "PATH: is a
+ * socket, not a regular file" (a configuration error), and so is a config.json read
+ * through the library's wsync_config_load() (bad input): open(2) of a socket fails with
+ * ENXIO before fstat() can tell, and they were "PATH: cannot open: No such device or
+ * address" and "cannot open PATH: No such device or address" (an I/O error). */
+static void
+test_socket_refused_as_fifo(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  static const char *const kinds[] = {"socket", "FIFO"};
+  g_autofree char *conf = g_build_filename(f->conf, "10.conf", NULL);
+  g_autofree char *config = g_build_filename(f->scratch, "config.json", NULL);
+
+  for (guint k = 0; k < G_N_ELEMENTS(kinds); k++) {
+    g_autoptr(GError) error = NULL;
+    make_special(conf, kinds[k]);
+    g_autofree char *m1 = g_strdup_printf("%s: is a %s, not a regular file", conf, kinds[k]);
+    expect_conf_refused(f, m1);
+    g_assert_cmpint(g_unlink(conf), ==, 0);
+
+    make_special(config, kinds[k]);
+    g_assert_null(wsync_config_load(config, &error));
+    g_assert_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT);
+    g_autofree char *m2 = g_strdup_printf("%s: is a %s, not a regular file", config, kinds[k]);
+    g_assert_cmpstr(error->message, ==, m2);
+    g_assert_cmpint(g_unlink(config), ==, 0);
+  }
+}
+
 /* The options of a refused plugin are unknown because the plugin is: the error says
  * why it was refused instead of only "no such option". */
 static void
@@ -870,6 +919,7 @@ main(int argc, char **argv)
   ADD("/context/trust/other-owner", test_refuse_other_owner);
   ADD("/context/trust/symlinked-dir", test_symlinked_plugin_dir);
   ADD("/context/trust/conf-d", test_conf_d_trust);
+  ADD("/context/trust/conf-d-socket", test_socket_refused_as_fifo);
   ADD("/context/trust/refused-plugin-options", test_refused_plugin_options_say_why);
   return g_test_run();
 }

@@ -1842,6 +1842,14 @@ def load_rank_file_too_short_from_the_start():
             assert str(e) == said, (size, str(e))
 
 
+def bind_socket(where):
+    """A Unix socket at where: bound, then closed (its file stays; open(2) of it fails
+    with ENXIO)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(where)
+    sock.close()
+
+
 _LOAD_IN_CHILD = """
 import json, sys
 sys.path[:0] = [p for p in sys.argv[2].split(":") if p]
@@ -1859,11 +1867,14 @@ def load_rank_file_not_a_regular_file():
     """A directory or a FIFO where a rank file should be is refused in the C reader's
     words, status 3.  (Before: the directory was "cannot map FILE: No such device",
     status 4, and the FIFO hung load_rank for ever in open(2); the load runs in a child
-    with a timeout so that a hang fails the test.)"""
+    with a timeout so that a hang fails the test.)  A Unix socket is refused as the FIFO
+    is: open(2) of one fails with ENXIO, and it was "cannot open FILE: No such device or
+    address", status 4."""
     path, _ = committed_dir(tp=1)
     first = [f["file"] for f in record(path)["files"] if f["rank"] == 0][0]
     for kind, make, said in (("directory", os.mkdir, "is a directory, not a safetensors file"),
-                             ("fifo", os.mkfifo, "not a regular file")):
+                             ("fifo", os.mkfifo, "not a regular file"),
+                             ("socket", bind_socket, "not a regular file")):
         odd = fresh_dir("committed-%s" % kind)
         shutil.copytree(path, odd)
         where = os.path.join(odd, first)
@@ -1886,12 +1897,6 @@ def load_rank_record_not_a_regular_file():
     the FIFO hung load_rank for ever in g_file_get_contents()'s open(2), the socket was
     status 4, "No such device or address"; the load runs in a child with a timeout.)"""
     path, _ = committed_dir(tp=1)
-
-    def bind_socket(where):
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.bind(where)
-        sock.close()  # the socket file stays; open(2) of it fails with ENXIO
-
     for kind, make in (("fifo", os.mkfifo), ("socket", bind_socket), ("directory", os.mkdir)):
         odd = fresh_dir("record-%s" % kind)
         shutil.copytree(path, odd)

@@ -255,7 +255,8 @@ WSYNC_API WsyncCheckpoint *wsync_context_open_checkpoint(WsyncContext *ctx, cons
  * Reads a config.json as every command does: a regular file of at most 16 MiB, through
  * the checks wsync applies to every JSON it reads (nesting depth, duplicate keys), whose
  * top level must be an object.  A missing file or bad content is #WSYNC_ERROR_BAD_INPUT,
- * a failing read #WSYNC_ERROR_IO; the message names @path.
+ * and so is a socket, a FIFO or a device ("PATH: is a socket, not a regular file"); a
+ * failing read is #WSYNC_ERROR_IO; the message names @path.
  *
  * Returns: (transfer full) (nullable): the root node, or %NULL with @error set.
  */

@@ -480,6 +480,23 @@ parse_args(Sync *s, int *argc, char ***argv)
     fail_with(s, WSYNC_ERROR_USAGE, "DST is longer than %u bytes", DST_KEY_MAX - 1);
 }
 
+/* A command line refused on any process (-q with -v, a bad --bucket-size...) ends the
+ * sync at the first exchange, where every process prints the refusal: no process prints
+ * its -v lines before it, so that the refusal is all any process says, whichever
+ * process was given -v (a process's own -v would otherwise print "started", and
+ * process 0's "planned", first). */
+static void
+quiet_unless_every_command_line_accepted(Sync *s)
+{
+  int accepted = s->error == NULL, all_accepted = 0;
+  MPI_Request req;
+
+  MPI_Iallreduce(&accepted, &all_accepted, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD, &req);
+  wait_request(&req, NULL);
+  if (!all_accepted)
+    s->cli.verbose = FALSE;
+}
+
 /* ------------------------------------------------------------------ the same arguments */
 
 /* What only process 0 reads (SRC, the layout and the configuration) as this process was
@@ -1921,6 +1938,7 @@ main(int argc, char **argv)
   s.host_has_0 = any_0;
   s.interrupted = cli_catch_signals();
   this_sync = &s;
+  quiet_unless_every_command_line_accepted(&s);
   say(&s, "started");
   gboolean agreed = same_args_everywhere(&s);
   if (s.me == 0 && s.error == NULL && agreed)

@@ -1052,6 +1052,26 @@ def check_usage(job):
     return c.problems
 
 
+def check_quiet_and_verbose(job):
+    """-q with -v, refused as by the other commands (exit 2; tests/test-cli.c
+    /cli/quiet-and-verbose has them without mpirun): process 0 used to print its -v lines
+    ("started", "planned") before the refusal.  Now every process prints the refusal
+    alone, also where only process 1 was given both and process 0 only -v."""
+    c = Checks()
+    src = job.synth("tiny-qwen3-moe")
+    layout = layout_args("vllm", "kernel", 2, 4)
+    refusal = "-q (--quiet) and -v (--verbose) contradict each other: give one " \
+              "(see wsync sync --help)"
+    r = sync([(2, [src, job.path("sync"), "-q", "-v"] + layout)])
+    one_line_from_every_process(c, r, 2, 2, ["wsync: sync: process 0: " + refusal])
+    c.that(r.stdout == "", "stdout: %r" % r.stdout)
+    dst = job.path("sync")
+    r = sync([(1, [src, dst, "-v"] + layout), (1, [src, dst, "-q", "-v"] + layout)])
+    one_line_from_every_process(c, r, 2, 2, ["wsync: sync: process 1: " + refusal])
+    c.that(not os.path.exists(dst), "%s was written" % dst)
+    return c.problems
+
+
 def check_not_installed(job):
     """Without wsync-mpi, `wsync sync` says so in one line and exits 2."""
     c = Checks()
@@ -1090,6 +1110,8 @@ FAULTS = [
     ("SRC truncated while process 0 writes its own ranks: the input named, exit 4",
      check_source_shrinks_own_ranks),
     ("usage errors from every process (exit 2)", check_usage),
+    ("-q with -v refused before any -v line, from every process (exit 2)",
+     check_quiet_and_verbose),
 ]
 
 

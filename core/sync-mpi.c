@@ -137,6 +137,16 @@ typedef struct {
   char *message;
 } Verdict;
 
+/* What a process knows of its DST when a signal ends it (abandon_if_signalled()).  A
+ * leader swaps only after every process has said it has the verdict (run()), so until
+ * a process has said so no DST anywhere can have been swapped; after it, a process that
+ * does not lead its DST knows only what its leader tells it. */
+typedef enum {
+  DST_AS_IT_WAS,   /* not swapped, and no leader will swap it now */
+  DST_UNKNOWN,     /* this process said it has the verdict; its leader may have swapped */
+  DST_SWAPPED,     /* the leader swapped it in (a non-leader: as its leader told it) */
+} DstFate;
+
 typedef struct {
   int me, n;
   /* the command line */
@@ -158,7 +168,9 @@ typedef struct {
   Dst dst;
   gboolean dst_parsed;
   char *tmp; /* the temporary directory the group writes into */
+  int leader_process; /* the group's leader, by its number in MPI_COMM_WORLD */
   gboolean swapped; /* the leader swapped its DST into place */
+  DstFate fate; /* what this process knows of its DST, for abandon_if_signalled() */
   int lock_fd;
   /* the job, from process 0 */
   char *src; /* canonical */
@@ -205,6 +217,25 @@ fail_with(Sync *s, WsyncError code, const char *fmt, ...)
   fail(s, g_error_new_literal(WSYNC_ERROR, code, message));
 }
 
+static void abandon_if_signalled(void);
+
+/* For tests: a signal at an exact point of the protocol, which no signal from outside
+ * can hit reliably (the end's phases last microseconds).  WSYNC_TEST_SIGNAL_AFTER=PHASE
+ * makes every process raise SIGTERM once it has ended PHASE (a phase of -v), N:PHASE
+ * process N alone; the signal is caught as mpirun's would be, and the process ends as
+ * it would at its next wait (which could otherwise find its request already done). */
+static void
+signal_if_asked(Sync *s, const char *phase)
+{
+  const char *asked = g_getenv("WSYNC_TEST_SIGNAL_AFTER");
+  g_autofree char *here = g_strdup_printf("%d:%s", s->me, phase);
+
+  if (asked != NULL && (strcmp(asked, phase) == 0 || strcmp(asked, here) == 0)) {
+    raise(SIGTERM);
+    abandon_if_signalled();
+  }
+}
+
 /* -v: when each phase of each process ended, on stderr. */
 static void
 say(Sync *s, const char *phase)
@@ -216,6 +247,7 @@ say(Sync *s, const char *phase)
   if (s->cli.verbose)
     cli_error_line("wsync: sync: process %d: %s after %.3f s", s->me, phase,
                    (double)(g_get_monotonic_time() - start) / 1e6);
+  signal_if_asked(s, phase);
 }
 
 static gboolean
@@ -234,14 +266,37 @@ stopped(Sync *s)
 /* This process's state, for abandon_if_signalled(), which a wait calls. */
 static Sync *this_sync;
 
+/* What this process can say of its DST, and no more: every process says the same until
+ * some process has the verdict of success, and after it each DST's leader, and the
+ * processes it told, say whether it was swapped. */
+static char *
+fate_text(Sync *s)
+{
+  switch (s->fate) {
+  case DST_AS_IT_WAS:
+    return g_strdup("DST is as it was");
+  case DST_SWAPPED:
+    return g_strdup("DST was already swapped in");
+  case DST_UNKNOWN:
+  default:
+    if (s->group == MPI_COMM_NULL)
+      return g_strdup("this process writes no DST and cannot tell whether the others' were "
+                      "swapped in");
+    return g_strdup_printf("this process cannot tell whether process %d, which leads DST, "
+                           "swapped it in",
+                           s->leader_process);
+  }
+}
+
 /* A process killed outright (kill -9, the OOM killer, a crash) never answers: what
  * waits for it waits for ever, until mpirun, seeing a process end before MPI_Finalize,
  * ends the others, SIGTERM first and SIGKILL a second later (Open MPI 4.1,
  * odls_base_sigkill_timeout).  A signal caught while waiting cannot be reported through
  * the end's exchange (the dead process would never join it): the process removes its
- * group's temporary directory when it leads it, says so in the one line every survivor
- * prints alike, and ends by the signal.  Without this, every survivor was killed
- * silently and every temporary directory left behind. */
+ * group's temporary directory when it leads it, says so in one line, and ends by the
+ * signal.  Before every process has the verdict, every survivor prints the same line
+ * ("DST is as it was"); after it, what it knows of its own DST (fate_text()).  Without
+ * this, every survivor was killed silently and every temporary directory left behind. */
 static void
 abandon_if_signalled(void)
 {
@@ -253,10 +308,10 @@ abandon_if_signalled(void)
   if (s->leader && s->tmp != NULL && !s->swapped)
     wsync_remove_tree(s->tmp, NULL);
   const char *name = sigabbrev_np(sig);
+  g_autofree char *fate = fate_text(s);
   cli_error_line("wsync: sync: interrupted by SIG%s before every process was done (mpirun "
                  "was interrupted, or a process ended or was killed): %s",
-                 name ? name : "NAL",
-                 s->swapped ? "this host's DST was already swapped in" : "DST is as it was");
+                 name ? name : "NAL", fate);
   cli_end_by_caught_signal();
   _exit(128 + sig);
 }
@@ -478,6 +533,23 @@ parse_args(Sync *s, int *argc, char ***argv)
   g_autofree char *canonical = g_canonicalize_filename(s->dst.path, NULL);
   if (strlen(canonical) >= DST_KEY_MAX)
     fail_with(s, WSYNC_ERROR_USAGE, "DST is longer than %u bytes", DST_KEY_MAX - 1);
+}
+
+/* A command line refused on any process (-q with -v, a bad --bucket-size...) ends the
+ * sync at the first exchange, where every process prints the refusal: no process prints
+ * its -v lines before it, so that the refusal is all any process says, whichever
+ * process was given -v (a process's own -v would otherwise print "started", and
+ * process 0's "planned", first). */
+static void
+quiet_unless_every_command_line_accepted(Sync *s)
+{
+  int accepted = s->error == NULL, all_accepted = 0;
+  MPI_Request req;
+
+  MPI_Iallreduce(&accepted, &all_accepted, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD, &req);
+  wait_request(&req, NULL);
+  if (!all_accepted)
+    s->cli.verbose = FALSE;
 }
 
 /* ------------------------------------------------------------------ the same arguments */
@@ -945,6 +1017,7 @@ make_temp_dir(Sync *s)
     return;
   if (s->leader) {
     s->lock_fd = -1;
+    s->leader_process = s->me;
     /* SRC is a path on process 0's host: only there can DST be (or hold) it */
     if (check_not_source(s->host_has_0 ? s->src : NULL, &s->dst, &error) &&
         check_replaceable(&s->dst, s->force, &error))
@@ -961,6 +1034,7 @@ make_temp_dir(Sync *s)
     const char *tmp;
     int leader;
     g_variant_get(v, "(&si)", &tmp, &leader);
+    s->leader_process = leader;
     if (tmp[0] != '\0')
       s->tmp = g_strdup(tmp);
     else {
@@ -1704,6 +1778,36 @@ receive(Sync *s)
 
 /* ------------------------------------------------------------------ the end */
 
+/* After a verdict of success, before any leader swaps: every process says it has the
+ * verdict.  Until this process says so, no leader can swap (so "DST is as it was" is
+ * true of every DST); after it, a process that does not lead its DST cannot tell until
+ * its leader says (tell_group()).  Without this, a process waiting for the verdict, or
+ * told it, could say "DST is as it was" after its leader had swapped. */
+static void
+have_the_verdict(Sync *s)
+{
+  MPI_Request req;
+
+  if (!s->leader)
+    s->fate = DST_UNKNOWN; /* before the barrier: from here on its leader may swap */
+  MPI_Ibarrier(MPI_COMM_WORLD, &req);
+  wait_request(&req, NULL);
+}
+
+/* The leader tells the processes of its group whether it swapped their DST in. */
+static void
+tell_group(Sync *s)
+{
+  int swapped = s->swapped;
+  MPI_Request req;
+
+  if (s->group == MPI_COMM_NULL)
+    return;
+  MPI_Ibcast(&swapped, 1, MPI_INT, 0, s->group, &req); /* the group's 0 is its leader */
+  wait_request(&req, NULL);
+  s->fate = swapped ? DST_SWAPPED : DST_AS_IT_WAS;
+}
+
 /* After the verdict: the leaders write the marker and swap their directory into place
  * when every process succeeded, and remove it otherwise. */
 static void
@@ -1718,8 +1822,10 @@ finish_dst(Sync *s, gboolean success)
     wsync_remove_tree(s->tmp, NULL);
     if (error != NULL)
       fail(s, error);
-  } else
+  } else {
     s->swapped = TRUE;
+    s->fate = DST_SWAPPED;
+  }
   if (s->lock_fd >= 0)
     close(s->lock_fd);
   s->lock_fd = -1;
@@ -1893,9 +1999,16 @@ run(Sync *s)
   close_files(s);
   say(s, "files closed");
   Verdict v = exchange(s);
+  say(s, "verdict known");
+  if (v.status == 0) {
+    have_the_verdict(s);
+    say(s, "verdict shared");
+  }
   finish_dst(s, v.status == 0);
   if (v.status != 0)
     return v;
+  tell_group(s);
+  say(s, "swap ended");
   /* a swap that failed on one host after others swapped: everyone says so */
   g_free(v.message);
   return exchange(s);
@@ -1921,6 +2034,7 @@ main(int argc, char **argv)
   s.host_has_0 = any_0;
   s.interrupted = cli_catch_signals();
   this_sync = &s;
+  quiet_unless_every_command_line_accepted(&s);
   say(&s, "started");
   gboolean agreed = same_args_everywhere(&s);
   if (s.me == 0 && s.error == NULL && agreed)

@@ -790,6 +790,76 @@ def catch_mid_sync(job, act, extra=(), acted_too_late=None):
     return None
 
 
+INTERRUPTED_PREFIX = INTERRUPTED[:-len("DST is as it was")]
+
+
+def signalled_at(job, phase):
+    """A DST an earlier sync (-np 2 --tp 2, one DST: process 0 leads it, process 1 shares
+    it) wrote, its inode, a copy of it, and a second sync into it, WSYNC_TEST_SIGNAL_AFTER
+    =@phase: SIGTERM at that exact point of the end (core/sync-mpi.c, signal_if_asked()),
+    where no signal from outside lands reliably (the phases last microseconds)."""
+    src = job.synth("tiny-qwen3-moe")
+    layout = layout_args("vllm", "kernel", 2, 1)
+    dst = job.path("signalled")
+    r = sync([(2, [src, dst, "-q"] + layout)])
+    if r.returncode != 0:
+        raise SystemExit("Bail out! a first sync: %s" % r.stderr.strip())
+    copy = job.path("signalled-copy")
+    shutil.copytree(dst, copy)
+    inode = os.stat(dst).st_ino
+    cmd = mpirun_prefix() + ["-np", "2"] + wsync_cmd("sync", src, dst, *layout)
+    r = run(cmd, dict(MPI_ENV, WSYNC_TEST_SIGNAL_AFTER=phase))
+    return r, dst, inode, copy
+
+
+def check_signal_after_swap(job):
+    """SIGTERM on both processes once the leader has swapped DST in: process 1, which
+    shares DST without leading it, used to say "DST is as it was" (always), process 0
+    "this host's DST was already swapped in".  Now the leader tells the group whether
+    it swapped, and both say "DST was already swapped in", which it was."""
+    c = Checks()
+    r, dst, inode, copy = signalled_at(job, "swap ended")
+    c.that(r.returncode != 0, "exit 0 though every process was signalled")
+    lines = r.stderr.splitlines()
+    c.that(lines == [INTERRUPTED_PREFIX + "DST was already swapped in"] * 2,
+           "stderr: %r" % r.stderr)
+    c.that(os.stat(dst).st_ino != inode and os.path.isfile(os.path.join(dst, MARKER)),
+           "DST was not swapped in")
+    c.that(temporaries(job.work, os.path.basename(dst)) == [], "a temporary is left")
+    return c.problems
+
+
+def check_signal_before_every_process_has_verdict(job):
+    """Process 1 ends (SIGTERM) on learning the verdict of success, before saying it has
+    it: process 0 used to swap DST in all the same, and then, ended by mpirun, say it
+    had while process 1 said "DST is as it was".  Now no leader swaps before every
+    process has the verdict: DST stays as it was, and both processes say so."""
+    c = Checks()
+    r, dst, inode, copy = signalled_at(job, "1:verdict known")
+    c.that(r.returncode != 0, "exit 0 though process 1 was signalled")
+    c.that(r.stderr.splitlines() == [INTERRUPTED] * 2, "stderr: %r" % r.stderr)
+    check_untouched(c, job, dst, copy)
+    return c.problems
+
+
+def check_signal_before_leader_says(job):
+    """Process 1 ends (SIGTERM) after every process has the verdict, before process 0,
+    which leads DST, has said whether it swapped: process 1 cannot know, and says so
+    instead of "DST is as it was"; process 0 says what it did, which DST shows."""
+    c = Checks()
+    r, dst, inode, copy = signalled_at(job, "1:verdict shared")
+    c.that(r.returncode != 0, "exit 0 though process 1 was signalled")
+    swapped = os.stat(dst).st_ino != inode
+    expected = sorted([INTERRUPTED_PREFIX + "this process cannot tell whether process 0, "
+                       "which leads DST, swapped it in",
+                       INTERRUPTED_PREFIX + ("DST was already swapped in" if swapped
+                                             else "DST is as it was")])
+    c.that(sorted(r.stderr.splitlines()) == expected,
+           "stderr: %r, expected %r" % (r.stderr, expected))
+    c.that(temporaries(job.work, os.path.basename(dst)) == [], "a temporary is left")
+    return c.problems
+
+
 def skip_missed(what):
     print("# skipped: %d syncs of a 40 MB model were not caught in the middle, before %s "
           "(a machine faster, or a test process slower, than this test expects)"
@@ -1052,6 +1122,26 @@ def check_usage(job):
     return c.problems
 
 
+def check_quiet_and_verbose(job):
+    """-q with -v, refused as by the other commands (exit 2; tests/test-cli.c
+    /cli/quiet-and-verbose has them without mpirun): process 0 used to print its -v lines
+    ("started", "planned") before the refusal.  Now every process prints the refusal
+    alone, also where only process 1 was given both and process 0 only -v."""
+    c = Checks()
+    src = job.synth("tiny-qwen3-moe")
+    layout = layout_args("vllm", "kernel", 2, 4)
+    refusal = "-q (--quiet) and -v (--verbose) contradict each other: give one " \
+              "(see wsync sync --help)"
+    r = sync([(2, [src, job.path("sync"), "-q", "-v"] + layout)])
+    one_line_from_every_process(c, r, 2, 2, ["wsync: sync: process 0: " + refusal])
+    c.that(r.stdout == "", "stdout: %r" % r.stdout)
+    dst = job.path("sync")
+    r = sync([(1, [src, dst, "-v"] + layout), (1, [src, dst, "-q", "-v"] + layout)])
+    one_line_from_every_process(c, r, 2, 2, ["wsync: sync: process 1: " + refusal])
+    c.that(not os.path.exists(dst), "%s was written" % dst)
+    return c.problems
+
+
 def check_not_installed(job):
     """Without wsync-mpi, `wsync sync` says so in one line and exits 2."""
     c = Checks()
@@ -1089,7 +1179,14 @@ FAULTS = [
      check_source_shrinks),
     ("SRC truncated while process 0 writes its own ranks: the input named, exit 4",
      check_source_shrinks_own_ranks),
+    ("SIGTERM after the swap: every process says DST was swapped in", check_signal_after_swap),
+    ("a process ends before every process has the verdict: no swap, all say so",
+     check_signal_before_every_process_has_verdict),
+    ("a process ends before its leader says whether it swapped: it says it cannot tell",
+     check_signal_before_leader_says),
     ("usage errors from every process (exit 2)", check_usage),
+    ("-q with -v refused before any -v line, from every process (exit 2)",
+     check_quiet_and_verbose),
 ]
 
 

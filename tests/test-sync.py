@@ -90,6 +90,15 @@ def sync(apps):
     return run(cmd, MPI_ENV)
 
 
+# Why the test under way was skipped (skip()), for its TAP line: a case that could not
+# run must read "ok N - ... # SKIP why", not pass.
+SKIPPED = []
+
+
+def skip(why):
+    SKIPPED.append(why)
+
+
 class Checks:
     def __init__(self):
         self.problems = []
@@ -861,9 +870,9 @@ def check_signal_before_leader_says(job):
 
 
 def skip_missed(what):
-    print("# skipped: %d syncs of a 40 MB model were not caught in the middle, before %s "
-          "(a machine faster, or a test process slower, than this test expects)"
-          % (MISSED_TRIES, what))
+    skip("%d syncs of a 40 MB model were not caught in the middle, before %s "
+         "(a machine faster, or a test process slower, than this test expects)"
+         % (MISSED_TRIES, what))
 
 
 def truncate_source(src, pids):
@@ -961,12 +970,12 @@ def check_full_disk(job):
     line from every process, the previous DST as it was, no temporary left."""
     c = Checks()
     if os.geteuid() != 0 or shutil.which("unshare") is None:
-        print("# skipped: a full disk needs root and unshare(1), to mount a small tmpfs")
+        skip("a full disk needs root and unshare(1), to mount a small tmpfs")
         return c.problems
     probe = subprocess.run(["unshare", "-m", "true"], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, universal_newlines=True)
     if probe.returncode != 0:  # a container or chroot without CAP_SYS_ADMIN
-        print("# skipped: cannot make a mount namespace here: %s" % probe.stderr.strip())
+        skip("cannot make a mount namespace here: %s" % probe.stderr.strip())
         return c.problems
     import shlex
     q = shlex.quote
@@ -1003,7 +1012,7 @@ def check_full_disk(job):
                        stderr=subprocess.PIPE, universal_newlines=True,
                        env=dict(os.environ, WSYNC_PLUGIN_PATH="", **MPI_ENV))
     if r.returncode == 99:
-        print("# skipped: cannot mount a tmpfs here: %s" % r.stderr.strip())
+        skip("cannot mount a tmpfs here: %s" % r.stderr.strip())
         return c.problems
     if not c.that(r.returncode == 0, "the run in its mount namespace: exit %d: %s"
                   % (r.returncode, r.stderr.strip())):
@@ -1040,12 +1049,12 @@ def check_full_disk_two_dsts(job):
     full).  Exit 4, the same line from both processes, nothing left on the tmpfs."""
     c = Checks()
     if os.geteuid() != 0 or shutil.which("unshare") is None:
-        print("# skipped: a full disk needs root and unshare(1), to mount a small tmpfs")
+        skip("a full disk needs root and unshare(1), to mount a small tmpfs")
         return c.problems
     probe = subprocess.run(["unshare", "-m", "true"], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, universal_newlines=True)
     if probe.returncode != 0:  # a container or chroot without CAP_SYS_ADMIN
-        print("# skipped: cannot make a mount namespace here: %s" % probe.stderr.strip())
+        skip("cannot make a mount namespace here: %s" % probe.stderr.strip())
         return c.problems
     import shlex
     q = shlex.quote
@@ -1074,7 +1083,7 @@ def check_full_disk_two_dsts(job):
                        stderr=subprocess.PIPE, universal_newlines=True,
                        env=dict(os.environ, WSYNC_PLUGIN_PATH="", **MPI_ENV))
     if r.returncode == 99:
-        print("# skipped: cannot mount a tmpfs here: %s" % r.stderr.strip())
+        skip("cannot mount a tmpfs here: %s" % r.stderr.strip())
         return c.problems
     if not c.that(r.returncode == 0, "the run in its mount namespace: exit %d: %s"
                   % (r.returncode, r.stderr.strip())):
@@ -1246,8 +1255,10 @@ def main(argv):
             print("# skipping the runs under mpirun: " + why_not)
         failures = 0
         for number, (name, check) in enumerate(tests, 1):
+            del SKIPPED[:]
             problems = check()
-            print("%s %d - %s" % ("not ok" if problems else "ok", number, name))
+            directive = (" # SKIP " + " ".join(SKIPPED[0].split())) if SKIPPED and not problems else ""
+            print("%s %d - %s%s" % ("not ok" if problems else "ok", number, name, directive))
             for p in problems[:8]:
                 print("# " + p)
             failures += 1 if problems else 0

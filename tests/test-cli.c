@@ -164,6 +164,7 @@ test_synth_layers_needs_declared_count(void)
   g_assert_cmpstr(r.out, ==, "");
   g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
   run_clear(&r);
+  test_rmtree(conf);
 }
 
 /* synth's --layers and --seed are read as every number option is: --layers -1 is no

@@ -202,32 +202,11 @@ report_warning(const char *plugin_name, const char *message, gpointer user_data)
   fprintf(stderr, "wsync: plugin \"%s\": %s\n", plugin_name, message);
 }
 
-/* A --plugin-dir that is not a directory: a configuration error, as a --conf-dir's is
- * (context.c list_conf_dir).  Skipped without a word, a mistyped one let the plugins of
- * the next directories load (the installed ones, in place of a build's). */
-static gboolean
-check_plugin_dirs(char **dirs, GError **error)
-{
-  for (guint i = 0; dirs != NULL && dirs[i] != NULL; i++) {
-    struct stat st;
-    int errsv = stat(dirs[i], &st) != 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
-    if (dirs[i][0] != '\0' && errsv != 0) {
-      g_autofree char *pdir = wsync_printable(dirs[i]);
-      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG,
-                  "--plugin-dir %s: cannot read plugin directory: %s", pdir, g_strerror(errsv));
-      return FALSE;
-    }
-  }
-  return TRUE;
-}
-
 WsyncContext *
 cli_context(WsyncCli *cli, GError **error)
 {
   if (cli->ctx != NULL)
     return cli->ctx;
-  if (!check_plugin_dirs(cli->plugin_dirs, error))
-    return NULL;
   cli->ctx = wsync_context_new_default((const char *const *)cli->conf_dirs,
                                        (const char *const *)cli->plugin_dirs,
                                        cli->overrides ? cli->overrides->str : NULL, error);

@@ -2,7 +2,9 @@
  * shared by the `wsync` command and the Python module. */
 #include "config.h"
 
+#include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <wsync/command.h>
 #include <wsync/error.h>
@@ -10,6 +12,30 @@
 #include "context-private.h"
 #include "dcp.h"
 #include "plan-private.h"
+
+/* A plugin directory the caller named that is not there or not a directory: a
+ * configuration error, worded as a bad configuration directory's (context.c
+ * list_conf_dir()).  Skipped without a word, a mistyped one let the plugins of the next
+ * directories load: the installed ones in place of a build's.  Only the caller's are
+ * checked: $WSYNC_PLUGIN_PATH's and the installed one may be absent (an uninstalled
+ * build).  An empty entry (an unset "$DIR") is skipped, as wsync_context_new() skips it. */
+static gboolean
+check_plugin_dirs(const char *const *dirs, GError **error)
+{
+  for (guint i = 0; dirs != NULL && dirs[i] != NULL; i++) {
+    struct stat st;
+    if (dirs[i][0] == '\0')
+      continue;
+    int errsv = stat(dirs[i], &st) != 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+    if (errsv != 0) {
+      g_autofree char *pdir = wsync_printable(dirs[i]);
+      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG, "%s: cannot read plugin directory: %s",
+                  pdir, g_strerror(errsv));
+      return FALSE;
+    }
+  }
+  return TRUE;
+}
 
 WsyncContext *
 wsync_context_new_default(const char *const *conf_dirs, const char *const *plugin_dirs,
@@ -20,6 +46,8 @@ wsync_context_new_default(const char *const *conf_dirs, const char *const *plugi
   g_auto(GStrv) path = NULL;
   const char *env = g_getenv("WSYNC_PLUGIN_PATH");
 
+  if (!check_plugin_dirs(plugin_dirs, error))
+    return NULL;
   /* The installed default may not exist (an uninstalled build): then there is none. */
   if (conf_dirs == NULL && g_file_test(WSYNC_CONF_DIR, G_FILE_TEST_IS_DIR))
     conf_dirs = installed_conf;

@@ -2,10 +2,8 @@
  * commands as functions.  Every function releases the GIL while the library works. */
 #include "config.h"
 
-#include <errno.h>
 #include <signal.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "wsync-python.h"
 
@@ -124,26 +122,6 @@ warn_plugin(const char *plugin_name, const char *message, gpointer user_data)
         PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "wsync: plugin \"%s\": %s", plugin_name, message);
 }
 
-/* A plugin_dir that is not a directory: a configuration error naming the keyword, as the
- * command's --plugin-dir is one (core/cli.c check_plugin_dirs(), commit 6cc41a4).
- * Skipped without a word, a mistyped one let the installed plugins load in place of a
- * build's.  An empty entry is skipped, as the command skips one. */
-static gboolean
-check_plugin_dirs(char **dirs, GError **error)
-{
-  for (guint i = 0; dirs != NULL && dirs[i] != NULL; i++) {
-    struct stat st;
-    int errsv = stat(dirs[i], &st) != 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
-    if (dirs[i][0] != '\0' && errsv != 0) {
-      g_autofree char *pdir = wsync_printable(dirs[i]);
-      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG,
-                  "plugin_dir %s: cannot read plugin directory: %s", pdir, g_strerror(errsv));
-      return FALSE;
-    }
-  }
-  return TRUE;
-}
-
 WsyncContext *
 wsync_py_context(PyObject *conf_dir, PyObject *plugin_dir)
 {
@@ -157,10 +135,8 @@ wsync_py_context(PyObject *conf_dir, PyObject *plugin_dir)
       !path_list(plugin_dir, "plugin_dir", &plugin_dirs))
     return NULL;
   Py_BEGIN_ALLOW_THREADS
-  ctx = check_plugin_dirs(plugin_dirs, &error)
-            ? wsync_context_new_default((const char *const *)conf_dirs,
-                                        (const char *const *)plugin_dirs, NULL, &error)
-            : NULL;
+  ctx = wsync_context_new_default((const char *const *)conf_dirs,
+                                  (const char *const *)plugin_dirs, NULL, &error);
   Py_END_ALLOW_THREADS
   if (ctx == NULL) {
     wsync_py_raise(error);

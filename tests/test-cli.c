@@ -583,8 +583,9 @@ test_config_bad_rope_format(void)
 }
 
 /* A --plugin-dir that is not a directory is refused as a --conf-dir is (exit 2, naming
- * it); it was skipped without a word, and the plugins of the next directories (the
- * installed ones) loaded in place of those the user pointed at. */
+ * it, in the library's words: wsync_context_new_default()); it was skipped without a
+ * word, and the plugins of the next directories (the installed ones) loaded in place of
+ * those the user pointed at. */
 static void
 test_plugin_dir_not_a_directory(void)
 {
@@ -598,7 +599,7 @@ test_plugin_dir_not_a_directory(void)
                      : run_wsync("inspect", file, "--conf-dir", conf, "--plugin-dir", dirs[i][0],
                                  NULL);
       g_autofree char *want = g_strdup_printf(
-          "wsync: --plugin-dir %s: cannot read plugin directory: %s\n", dirs[i][0], dirs[i][1]);
+          "wsync: %s: cannot read plugin directory: %s\n", dirs[i][0], dirs[i][1]);
       g_assert_cmpint(r.status, ==, 2);
       g_assert_cmpstr(r.err, ==, want);
       g_assert_cmpstr(r.out, ==, "");

@@ -362,6 +362,68 @@ test_missing_conf_dir(Fixture *f, gconstpointer data)
   g_assert_cmpstr(error->message, ==, expect);
 }
 
+/* A plugin directory the caller names that is missing or not a directory is refused by
+ * wsync_context_new_default() in the words of a bad conf dir, whatever its place in the
+ * list; an empty entry is skipped.  (Before, the library skipped it without a word, and
+ * the command and the Python module each checked it in their own words.) */
+static void
+test_plugin_dir_not_a_directory(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *missing = g_build_filename(f->scratch, "nope", NULL);
+  g_autofree char *file = test_write(f->scratch, "a-file", "x");
+  const char *conf_dirs[] = {f->conf, NULL};
+  const char *cases[][2] = {{missing, "No such file or directory"}, {file, "Not a directory"}};
+  free_path(test_write(f->conf, "10.conf", "plugin \"good\" {}\n"));
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    const char *plugin_dirs[] = {test_env_dir("WSYNC_TEST_PLUGIN_DIR"), cases[i][0], NULL};
+    g_autoptr(GError) error = NULL;
+    g_autoptr(WsyncContext) ctx = wsync_context_new_default(conf_dirs, plugin_dirs, NULL, &error);
+    g_assert_null(ctx);
+    g_assert_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG);
+    g_autofree char *expect =
+        g_strdup_printf("%s: cannot read plugin directory: %s", cases[i][0], cases[i][1]);
+    g_assert_cmpstr(error->message, ==, expect);
+  }
+  const char *with_empty[] = {"", test_env_dir("WSYNC_TEST_PLUGIN_DIR"), NULL};
+  g_autoptr(GError) error = NULL;
+  g_autoptr(WsyncContext) ctx = wsync_context_new_default(conf_dirs, with_empty, NULL, &error);
+  g_assert_no_error(error);
+  g_autofree char *l = listing(ctx);
+  g_assert_cmpstr(l, ==, "good=active;");
+}
+
+/* The directories wsync_context_new_default() adds on its own may be missing (an
+ * uninstalled build has no installed one; $WSYNC_PLUGIN_PATH may name a directory not
+ * made yet): they are skipped, and the plugins come from the next one. */
+static void
+test_default_plugin_dirs_may_be_missing(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *missing = g_build_filename(f->scratch, "nope", NULL);
+  g_autofree char *file = test_write(f->scratch, "a-file", "x");
+  g_autofree char *saved = g_strdup(g_getenv("WSYNC_PLUGIN_PATH"));
+  g_autofree char *env =
+      g_strjoin(":", missing, file, test_env_dir("WSYNC_TEST_PLUGIN_DIR"), NULL);
+  const char *conf_dirs[] = {f->conf, NULL};
+  free_path(test_write(f->conf, "10.conf", "plugin \"good\" {}\n"));
+  g_setenv("WSYNC_PLUGIN_PATH", env, TRUE);
+  g_autoptr(GError) error = NULL;
+  g_autoptr(WsyncContext) ctx = wsync_context_new_default(conf_dirs, NULL, NULL, &error);
+  if (saved != NULL)
+    g_setenv("WSYNC_PLUGIN_PATH", saved, TRUE);
+  else
+    g_unsetenv("WSYNC_PLUGIN_PATH");
+  g_assert_no_error(error);
+  g_autofree char *l = listing(ctx);
+  g_assert_cmpstr(l, ==, "good=active;");
+  /* the installed directory (last in the path) is skipped as well when missing, which
+   * it is in a build not installed (as `make check` runs) */
+  if (!g_file_test(WSYNC_PLUGIN_DIR, G_FILE_TEST_EXISTS))
+    g_test_message("%s (installed plugin directory) is missing and was skipped",
+                   WSYNC_PLUGIN_DIR);
+}
+
 /* ------------------------------------------------------------------ refused plugins */
 
 static void
@@ -901,6 +963,8 @@ main(int argc, char **argv)
   ADD("/context/error/options-of-unloadable-plugin", test_options_of_unloadable_plugin);
   ADD("/context/error/overrides", test_error_in_overrides);
   ADD("/context/error/missing-conf-dir", test_missing_conf_dir);
+  ADD("/context/error/plugin-dir-not-a-directory", test_plugin_dir_not_a_directory);
+  ADD("/context/default-plugin-dirs-may-be-missing", test_default_plugin_dirs_may_be_missing);
   ADD("/context/refuse/abi-mismatch", test_refuse_abi_mismatch);
   ADD("/context/refuse/missing-register", test_refuse_missing_register);
   ADD("/context/refuse/missing-descriptor", test_refuse_missing_descriptor);

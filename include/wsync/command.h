@@ -33,6 +33,12 @@ G_BEGIN_DECLS
  * the colon-separated directories of `$WSYNC_PLUGIN_PATH`, then the installed
  * `$(pkglibdir)/plugins`.
  *
+ * An entry of @plugin_dirs that is missing or not a directory is a %WSYNC_ERROR_CONFIG
+ * error, "DIR: cannot read plugin directory: REASON", as a bad entry of @conf_dirs is
+ * ("DIR: cannot read configuration directory: REASON"); an empty entry is skipped.  The
+ * directories of `$WSYNC_PLUGIN_PATH` and the installed one may be missing: they are
+ * skipped.
+ *
  * Returns: (transfer full) (nullable): the context, or %NULL with @error set.
  */
 WSYNC_API WsyncContext *wsync_context_new_default(const char *const *conf_dirs,

@@ -219,21 +219,31 @@ fail_with(Sync *s, WsyncError code, const char *fmt, ...)
 
 static void abandon_if_signalled(void);
 
+/* TRUE when a test hook's value @asked asks for a signal after @phase: "PHASE" (every
+ * process) or "N:PHASE" (process N alone). */
+static gboolean
+signal_asked(Sync *s, const char *asked, const char *phase)
+{
+  g_autofree char *here = g_strdup_printf("%d:%s", s->me, phase);
+
+  return asked != NULL && (strcmp(asked, phase) == 0 || strcmp(asked, here) == 0);
+}
+
 /* For tests: a signal at an exact point of the protocol, which no signal from outside
  * can hit reliably (the end's phases last microseconds).  WSYNC_TEST_SIGNAL_AFTER=PHASE
  * makes every process raise SIGTERM once it has ended PHASE (a phase of -v), N:PHASE
  * process N alone; the signal is caught as mpirun's would be, and the process ends as
- * it would at its next wait (which could otherwise find its request already done). */
+ * it would at its next wait (which could otherwise find its request already done).
+ * WSYNC_TEST_SIGNAL_UNSEEN_AFTER (same values) raises it and goes on: a signal that
+ * landed during a wait after its request was done, which only a later check sees. */
 static void
 signal_if_asked(Sync *s, const char *phase)
 {
-  const char *asked = g_getenv("WSYNC_TEST_SIGNAL_AFTER");
-  g_autofree char *here = g_strdup_printf("%d:%s", s->me, phase);
-
-  if (asked != NULL && (strcmp(asked, phase) == 0 || strcmp(asked, here) == 0)) {
+  if (signal_asked(s, g_getenv("WSYNC_TEST_SIGNAL_AFTER"), phase)) {
     raise(SIGTERM);
     abandon_if_signalled();
-  }
+  } else if (signal_asked(s, g_getenv("WSYNC_TEST_SIGNAL_UNSEEN_AFTER"), phase))
+    raise(SIGTERM);
 }
 
 /* -v: when each phase of each process ended, on stderr. */
@@ -1809,7 +1819,11 @@ tell_group(Sync *s)
 }
 
 /* After the verdict: the leaders write the marker and swap their directory into place
- * when every process succeeded, and remove it otherwise. */
+ * when every process succeeded, and remove it otherwise.  A leader that caught a signal
+ * (in the barrier of have_the_verdict(), whose last test found it done, or since) does
+ * not swap: it abandons as at any wait (its DST as it was, the temporary removed, the
+ * same line and exit), since a signalled process must not replace the output.  This is
+ * the last moment a signal can stop the swap, as in convert (core/exec.c). */
 static void
 finish_dst(Sync *s, gboolean success)
 {
@@ -1817,6 +1831,8 @@ finish_dst(Sync *s, gboolean success)
 
   if (!s->leader || s->tmp == NULL)
     return;
+  if (success)
+    abandon_if_signalled();
   if (!success || !write_marker(s->tmp, &error) ||
       !install_dir(s->tmp, &s->dst, s->force, &error)) {
     wsync_remove_tree(s->tmp, NULL);

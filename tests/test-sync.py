@@ -802,11 +802,12 @@ def catch_mid_sync(job, act, extra=(), acted_too_late=None):
 INTERRUPTED_PREFIX = INTERRUPTED[:-len("DST is as it was")]
 
 
-def signalled_at(job, phase):
+def signalled_at(job, phase, unseen=False):
     """A DST an earlier sync (-np 2 --tp 2, one DST: process 0 leads it, process 1 shares
     it) wrote, its inode, a copy of it, and a second sync into it, WSYNC_TEST_SIGNAL_AFTER
     =@phase: SIGTERM at that exact point of the end (core/sync-mpi.c, signal_if_asked()),
-    where no signal from outside lands reliably (the phases last microseconds)."""
+    where no signal from outside lands reliably (the phases last microseconds); @unseen:
+    WSYNC_TEST_SIGNAL_UNSEEN_AFTER, the signal caught there but left to a later check."""
     src = job.synth("tiny-qwen3-moe")
     layout = layout_args("vllm", "kernel", 2, 1)
     dst = job.path("signalled")
@@ -817,7 +818,8 @@ def signalled_at(job, phase):
     shutil.copytree(dst, copy)
     inode = os.stat(dst).st_ino
     cmd = mpirun_prefix() + ["-np", "2"] + wsync_cmd("sync", src, dst, *layout)
-    r = run(cmd, dict(MPI_ENV, WSYNC_TEST_SIGNAL_AFTER=phase))
+    hook = "WSYNC_TEST_SIGNAL_UNSEEN_AFTER" if unseen else "WSYNC_TEST_SIGNAL_AFTER"
+    r = run(cmd, dict(MPI_ENV, **{hook: phase}))
     return r, dst, inode, copy
 
 
@@ -866,6 +868,31 @@ def check_signal_before_leader_says(job):
     c.that(sorted(r.stderr.splitlines()) == expected,
            "stderr: %r, expected %r" % (r.stderr, expected))
     c.that(temporaries(job.work, os.path.basename(dst)) == [], "a temporary is left")
+    return c.problems
+
+
+def check_signal_in_barrier_before_swap(job):
+    """SIGTERM on process 0, which leads DST, caught during the barrier where every
+    process says it has the verdict but seen by no wait (the barrier was done at its
+    next test; WSYNC_TEST_SIGNAL_UNSEEN_AFTER): process 0 used to swap DST in all the
+    same, a signalled process going on to replace the output.  Now the swap is decided
+    only if no signal was caught, so it ends exactly as when the signal is seen at once
+    (WSYNC_TEST_SIGNAL_AFTER): the same lines ("DST is as it was" from process 0), the
+    same exit status, the previous DST intact and no temporary left."""
+    c = Checks()
+    seen, seen_dst, seen_inode, seen_copy = signalled_at(job, "0:verdict shared")
+    r, dst, inode, copy = signalled_at(job, "0:verdict shared", unseen=True)
+    expected = sorted([INTERRUPTED, INTERRUPTED_PREFIX + "this process cannot tell whether "
+                       "process 0, which leads DST, swapped it in"])
+    c.that(sorted(seen.stderr.splitlines()) == expected,
+           "signal seen at once: stderr: %r, expected %r" % (seen.stderr, expected))
+    c.that(sorted(r.stderr.splitlines()) == expected,
+           "stderr: %r, expected %r" % (r.stderr, expected))
+    c.that(r.returncode == seen.returncode and r.returncode != 0,
+           "exit %d, expected %d as when the signal is seen at once"
+           % (r.returncode, seen.returncode))
+    c.that(os.stat(dst).st_ino == inode, "DST was swapped in by a signalled process")
+    check_untouched(c, job, dst, copy)
     return c.problems
 
 
@@ -1193,6 +1220,8 @@ FAULTS = [
      check_signal_before_every_process_has_verdict),
     ("a process ends before its leader says whether it swapped: it says it cannot tell",
      check_signal_before_leader_says),
+    ("a leader signalled in the barrier before the swap: no swap, as if seen at once",
+     check_signal_in_barrier_before_swap),
     ("usage errors from every process (exit 2)", check_usage),
     ("-q with -v refused before any -v line, from every process (exit 2)",
      check_quiet_and_verbose),

@@ -1833,15 +1833,14 @@ finish_dst(Sync *s, gboolean success)
     return;
   if (success)
     abandon_if_signalled();
-  if (!success || !write_marker(s->tmp, &error) ||
-      !install_dir(s->tmp, &s->dst, s->force, &error)) {
-    wsync_remove_tree(s->tmp, NULL);
-    if (error != NULL)
-      fail(s, error);
-  } else {
-    s->swapped = TRUE;
+  gboolean installed = success && write_marker(s->tmp, &error) &&
+                       install_dir(s->tmp, &s->dst, s->force, &s->swapped, &error);
+  if (s->swapped) /* also when only the parent's sync failed: DST is the new output */
     s->fate = DST_SWAPPED;
-  }
+  else
+    wsync_remove_tree(s->tmp, NULL);
+  if (!installed && error != NULL)
+    fail(s, error);
   if (s->lock_fd >= 0)
     close(s->lock_fd);
   s->lock_fd = -1;

@@ -1179,7 +1179,19 @@ share_manifests(Sync *s)
 /* ------------------------------------------------------------------ files */
 
 /* What a leader needs on the file system of its temporary directory (st_dev), for the
- * other leaders of its host: two DSTs on one file system share its free space. */
+ * other leaders of its host: two DSTs on one file system share its free space.
+ *
+ * Why st_dev and not statvfs's f_fsid: st_dev is the mounted file system's own number
+ * (its superblock's), unique among the file systems mounted on the host and the same
+ * through every mount of it (a bind mount shows the st_dev of what it binds: one tmpfs
+ * through two mounts is counted once, tests/test-sync.py check_full_disk_two_dsts).
+ * f_fsid groups no better and sometimes worse: btrfs masks the subvolume's id into it
+ * (fs/btrfs/super.c, btrfs_statfs(): "to disambiguate subvols"), so subvolumes differ
+ * there as in st_dev; ext2/ext4 derive it from the UUID (ext4_statfs(): uuid_to_fsid(
+ * es->s_uuid)), which a cloned file system (an LVM snapshot, a copied image) mounted
+ * beside its original shares, though each has its own free space; and a file system
+ * that sets none reports 0.  (Linux 6.18 here: an overlay mount has an f_fsid and st_dev
+ * of its own, not its upper file system's.) */
 typedef struct {
   guint64 dev;
   guint64 total;

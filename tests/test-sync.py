@@ -1131,7 +1131,9 @@ def check_full_disk_two_dsts(job):
     on a tmpfs in a mount namespace of its own; root only), with room for either's files
     but not for both: refused before any data, naming both needs (each leader used to
     check its own DST alone, both passed, and the processes wrote until the disk was
-    full).  Exit 4, the same line from both processes, nothing left on the tmpfs."""
+    full).  Exit 4, the same line from both processes, nothing left on the tmpfs.  The
+    second DST is reached through a bind mount of the tmpfs: another mount, the same
+    file system and free space (and st_dev, by which core/sync-mpi.c groups them)."""
     c = Checks()
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         skip("a full disk needs root and unshare(1), to mount a small tmpfs")
@@ -1144,16 +1146,18 @@ def check_full_disk_two_dsts(job):
     import shlex
     q = shlex.quote
     src = job.synth("tiny-qwen3-moe")
-    small, saved = job.path("small"), job.path("saved")
+    small, bound, saved = job.path("small"), job.path("bound"), job.path("saved")
     os.mkdir(saved)
-    a, b, fill = (os.path.join(small, n) for n in ("a", "b", "fill"))
+    a, fill = (os.path.join(small, n) for n in ("a", "fill"))
+    b = os.path.join(bound, "b")
     layout = layout_args("vllm", "kernel", 2, 2)
     probe_cmd = mpirun_prefix() + ["-np", "2"] + wsync_cmd("sync", src, a, "-q", *layout)
     both = mpirun_prefix() + ["-np", "1"] + wsync_cmd("sync", src, a, *layout) + [":"] + \
         ["-np", "1"] + wsync_cmd("sync", src, b, *layout)
     script = "\n".join([
-        "mount --make-rprivate / && mkdir -p %s && mount -t tmpfs -o size=1200000 wsync-test"
-        " %s || exit 99" % (q(small), q(small)),
+        "mount --make-rprivate / && mkdir -p %s %s && mount -t tmpfs -o size=1200000 "
+        "wsync-test %s && mount --bind %s %s || exit 99"
+        % (q(small), q(bound), q(small), q(small), q(bound)),
         "%s || exit 98" % " ".join(q(x) for x in probe_cmd),
         "need=$(cat %s/*.safetensors | wc -c); rm -rf %s" % (q(a), q(a)),
         "avail() { df -B1 --output=avail %s | tail -n 1; }" % q(small),

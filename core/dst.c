@@ -251,18 +251,53 @@ write_marker(const char *dir, GError **error)
          wsync_dir_sync(dir, error);
 }
 
+/* Syncs DST's parent after the rename that put the new DST there.  The rename is done,
+ * so a failure says first that DST is in place, then the directory and the errno ("cannot
+ * sync PARENT: ..." alone read, and the distributed sync reported it, as though DST had
+ * not been replaced).  WSYNC_TEST_FAIL_SWAP_SYNC (for tests: no file system at hand
+ * fails fsync on demand) makes it fail with EIO. */
+static gboolean
+sync_after_swap(const Dst *d, GError **error)
+{
+  GError *sync_error = NULL;
+
+  if (g_getenv("WSYNC_TEST_FAIL_SWAP_SYNC") != NULL)
+    wsync_set_io_error(&sync_error, EIO, d->parent, "sync");
+  else if (wsync_dir_sync(d->parent, &sync_error))
+    return TRUE;
+  g_autofree char *pdst = wsync_printable(d->path);
+  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO,
+              "%s is in place, but its durability is not confirmed (it may not survive a "
+              "crash): %s",
+              pdst, sync_error->message); /* "cannot sync PARENT: ERRNO" */
+  g_error_free(sync_error);
+  return FALSE;
+}
+
 /* Puts the finished @tmp at DST: renamed when there is none, else swapped atomically
  * with it (RENAME_EXCHANGE swaps the directory entries, never what a symlink points
  * to, and DST was checked not to be one), and the previous DST, now at @tmp, removed.
- * The parent is synced so that the new name survives a crash. */
+ * The parent is synced so that the new name survives a crash.
+ *
+ * When that sync fails, DST has been replaced all the same: *@swapped says so, and the
+ * error says "is in place, but its durability is not confirmed".  It is still a
+ * failure (WSYNC_ERROR_IO, exit 4), as every failed fsync of wsync's output is
+ * (write_marker(), the file writes, core/session.c's commit record): a run that ends 0
+ * promises an output that survives a crash, and after a failed fsync(2) the kernel may
+ * have dropped the entry it could not write, so no later fsync can confirm it. */
 gboolean
-install_dir(const char *tmp, const Dst *d, gboolean force, GError **error)
+install_dir(const char *tmp, const Dst *d, gboolean force, gboolean *swapped, GError **error)
 {
+  if (swapped != NULL)
+    *swapped = FALSE;
   /* checked again: DST may have changed while the run was writing */
   if (!check_replaceable(d, force, error))
     return FALSE;
-  if (renameat2(AT_FDCWD, tmp, AT_FDCWD, d->path, RENAME_NOREPLACE) == 0)
-    return wsync_dir_sync(d->parent, error);
+  if (renameat2(AT_FDCWD, tmp, AT_FDCWD, d->path, RENAME_NOREPLACE) == 0) {
+    if (swapped != NULL)
+      *swapped = TRUE;
+    return sync_after_swap(d, error);
+  }
   if (errno != EEXIST && errno != ENOTEMPTY) {
     wsync_set_io_error(error, errno, d->path, "rename into place");
     return FALSE;
@@ -271,8 +306,9 @@ install_dir(const char *tmp, const Dst *d, gboolean force, GError **error)
     wsync_set_io_error(error, errno, d->path, "swap into place");
     return FALSE;
   }
-  if (!wsync_dir_sync(d->parent, error))
-    return FALSE;
+  if (swapped != NULL)
+    *swapped = TRUE;
+  gboolean durable = sync_after_swap(d, error);
   wsync_remove_tree(tmp, NULL); /* now the previous DST; a later run removes what is left */
-  return TRUE;
+  return durable;
 }

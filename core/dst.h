@@ -37,7 +37,10 @@ char *make_temp(const Dst *d, int *lock_fd, GError **error);
 gboolean write_marker(const char *dir, GError **error);
 
 /* Puts the finished @tmp at DST (renamed, or swapped with the previous DST, which is
- * then removed), checking again that DST may be replaced; syncs the parent. */
-gboolean install_dir(const char *tmp, const Dst *d, gboolean force, GError **error);
+ * then removed), checking again that DST may be replaced; syncs the parent.  *@swapped
+ * (may be NULL): whether DST is now the new output, TRUE also when only the sync of the
+ * parent failed (FALSE returned: "is in place, but its durability is not confirmed"). */
+gboolean install_dir(const char *tmp, const Dst *d, gboolean force, gboolean *swapped,
+                     GError **error);
 
 #endif /* WSYNC_DST_H */

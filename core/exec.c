@@ -693,7 +693,7 @@ wsync_plan_execute(WsyncPlan *plan, const char *dst_arg, WsyncExecuteFlags flags
   /* the last moment a signal can stop the run: after this, DST is the new output */
   if (interrupted != NULL && *interrupted)
     ok = companion_interrupted(error, *interrupted);
-  ok = ok && install_dir(tmp, &d, force, error);
+  ok = ok && install_dir(tmp, &d, force, NULL, error);
   if (!ok)
     wsync_remove_tree(tmp, NULL);
   close(lock_fd);

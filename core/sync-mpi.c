@@ -219,21 +219,31 @@ fail_with(Sync *s, WsyncError code, const char *fmt, ...)
 
 static void abandon_if_signalled(void);
 
+/* TRUE when a test hook's value @asked asks for a signal after @phase: "PHASE" (every
+ * process) or "N:PHASE" (process N alone). */
+static gboolean
+signal_asked(Sync *s, const char *asked, const char *phase)
+{
+  g_autofree char *here = g_strdup_printf("%d:%s", s->me, phase);
+
+  return asked != NULL && (strcmp(asked, phase) == 0 || strcmp(asked, here) == 0);
+}
+
 /* For tests: a signal at an exact point of the protocol, which no signal from outside
  * can hit reliably (the end's phases last microseconds).  WSYNC_TEST_SIGNAL_AFTER=PHASE
  * makes every process raise SIGTERM once it has ended PHASE (a phase of -v), N:PHASE
  * process N alone; the signal is caught as mpirun's would be, and the process ends as
- * it would at its next wait (which could otherwise find its request already done). */
+ * it would at its next wait (which could otherwise find its request already done).
+ * WSYNC_TEST_SIGNAL_UNSEEN_AFTER (same values) raises it and goes on: a signal that
+ * landed during a wait after its request was done, which only a later check sees. */
 static void
 signal_if_asked(Sync *s, const char *phase)
 {
-  const char *asked = g_getenv("WSYNC_TEST_SIGNAL_AFTER");
-  g_autofree char *here = g_strdup_printf("%d:%s", s->me, phase);
-
-  if (asked != NULL && (strcmp(asked, phase) == 0 || strcmp(asked, here) == 0)) {
+  if (signal_asked(s, g_getenv("WSYNC_TEST_SIGNAL_AFTER"), phase)) {
     raise(SIGTERM);
     abandon_if_signalled();
-  }
+  } else if (signal_asked(s, g_getenv("WSYNC_TEST_SIGNAL_UNSEEN_AFTER"), phase))
+    raise(SIGTERM);
 }
 
 /* -v: when each phase of each process ended, on stderr. */
@@ -1169,7 +1179,19 @@ share_manifests(Sync *s)
 /* ------------------------------------------------------------------ files */
 
 /* What a leader needs on the file system of its temporary directory (st_dev), for the
- * other leaders of its host: two DSTs on one file system share its free space. */
+ * other leaders of its host: two DSTs on one file system share its free space.
+ *
+ * Why st_dev and not statvfs's f_fsid: st_dev is the mounted file system's own number
+ * (its superblock's), unique among the file systems mounted on the host and the same
+ * through every mount of it (a bind mount shows the st_dev of what it binds: one tmpfs
+ * through two mounts is counted once, tests/test-sync.py check_full_disk_two_dsts).
+ * f_fsid groups no better and sometimes worse: btrfs masks the subvolume's id into it
+ * (fs/btrfs/super.c, btrfs_statfs(): "to disambiguate subvols"), so subvolumes differ
+ * there as in st_dev; ext2/ext4 derive it from the UUID (ext4_statfs(): uuid_to_fsid(
+ * es->s_uuid)), which a cloned file system (an LVM snapshot, a copied image) mounted
+ * beside its original shares, though each has its own free space; and a file system
+ * that sets none reports 0.  (Linux 6.18 here: an overlay mount has an f_fsid and st_dev
+ * of its own, not its upper file system's.) */
 typedef struct {
   guint64 dev;
   guint64 total;
@@ -1809,7 +1831,11 @@ tell_group(Sync *s)
 }
 
 /* After the verdict: the leaders write the marker and swap their directory into place
- * when every process succeeded, and remove it otherwise. */
+ * when every process succeeded, and remove it otherwise.  A leader that caught a signal
+ * (in the barrier of have_the_verdict(), whose last test found it done, or since) does
+ * not swap: it abandons as at any wait (its DST as it was, the temporary removed, the
+ * same line and exit), since a signalled process must not replace the output.  This is
+ * the last moment a signal can stop the swap, as in convert (core/exec.c). */
 static void
 finish_dst(Sync *s, gboolean success)
 {
@@ -1817,15 +1843,16 @@ finish_dst(Sync *s, gboolean success)
 
   if (!s->leader || s->tmp == NULL)
     return;
-  if (!success || !write_marker(s->tmp, &error) ||
-      !install_dir(s->tmp, &s->dst, s->force, &error)) {
-    wsync_remove_tree(s->tmp, NULL);
-    if (error != NULL)
-      fail(s, error);
-  } else {
-    s->swapped = TRUE;
+  if (success)
+    abandon_if_signalled();
+  gboolean installed = success && write_marker(s->tmp, &error) &&
+                       install_dir(s->tmp, &s->dst, s->force, &s->swapped, &error);
+  if (s->swapped) /* also when only the parent's sync failed: DST is the new output */
     s->fate = DST_SWAPPED;
-  }
+  else
+    wsync_remove_tree(s->tmp, NULL);
+  if (!installed && error != NULL)
+    fail(s, error);
   if (s->lock_fd >= 0)
     close(s->lock_fd);
   s->lock_fd = -1;

@@ -802,11 +802,13 @@ def catch_mid_sync(job, act, extra=(), acted_too_late=None):
 INTERRUPTED_PREFIX = INTERRUPTED[:-len("DST is as it was")]
 
 
-def signalled_at(job, phase):
+def signalled_at(job, phase, unseen=False, fail_swap_sync=False):
     """A DST an earlier sync (-np 2 --tp 2, one DST: process 0 leads it, process 1 shares
     it) wrote, its inode, a copy of it, and a second sync into it, WSYNC_TEST_SIGNAL_AFTER
     =@phase: SIGTERM at that exact point of the end (core/sync-mpi.c, signal_if_asked()),
-    where no signal from outside lands reliably (the phases last microseconds)."""
+    where no signal from outside lands reliably (the phases last microseconds); @unseen:
+    WSYNC_TEST_SIGNAL_UNSEEN_AFTER, the signal caught there but left to a later check;
+    @fail_swap_sync: WSYNC_TEST_FAIL_SWAP_SYNC too."""
     src = job.synth("tiny-qwen3-moe")
     layout = layout_args("vllm", "kernel", 2, 1)
     dst = job.path("signalled")
@@ -817,7 +819,11 @@ def signalled_at(job, phase):
     shutil.copytree(dst, copy)
     inode = os.stat(dst).st_ino
     cmd = mpirun_prefix() + ["-np", "2"] + wsync_cmd("sync", src, dst, *layout)
-    r = run(cmd, dict(MPI_ENV, WSYNC_TEST_SIGNAL_AFTER=phase))
+    hook = "WSYNC_TEST_SIGNAL_UNSEEN_AFTER" if unseen else "WSYNC_TEST_SIGNAL_AFTER"
+    env = dict(MPI_ENV, **{hook: phase})
+    if fail_swap_sync:
+        env["WSYNC_TEST_FAIL_SWAP_SYNC"] = "1"
+    r = run(cmd, env)
     return r, dst, inode, copy
 
 
@@ -865,6 +871,85 @@ def check_signal_before_leader_says(job):
                                              else "DST is as it was")])
     c.that(sorted(r.stderr.splitlines()) == expected,
            "stderr: %r, expected %r" % (r.stderr, expected))
+    c.that(temporaries(job.work, os.path.basename(dst)) == [], "a temporary is left")
+    return c.problems
+
+
+def check_signal_in_barrier_before_swap(job):
+    """SIGTERM on process 0, which leads DST, caught during the barrier where every
+    process says it has the verdict but seen by no wait (the barrier was done at its
+    next test; WSYNC_TEST_SIGNAL_UNSEEN_AFTER): process 0 used to swap DST in all the
+    same, a signalled process going on to replace the output.  Now the swap is decided
+    only if no signal was caught, so it ends exactly as when the signal is seen at once
+    (WSYNC_TEST_SIGNAL_AFTER): the same lines ("DST is as it was" from process 0), the
+    same exit status, the previous DST intact and no temporary left."""
+    c = Checks()
+    seen, seen_dst, seen_inode, seen_copy = signalled_at(job, "0:verdict shared")
+    r, dst, inode, copy = signalled_at(job, "0:verdict shared", unseen=True)
+    expected = sorted([INTERRUPTED, INTERRUPTED_PREFIX + "this process cannot tell whether "
+                       "process 0, which leads DST, swapped it in"])
+    c.that(sorted(seen.stderr.splitlines()) == expected,
+           "signal seen at once: stderr: %r, expected %r" % (seen.stderr, expected))
+    c.that(sorted(r.stderr.splitlines()) == expected,
+           "stderr: %r, expected %r" % (r.stderr, expected))
+    c.that(r.returncode == seen.returncode and r.returncode != 0,
+           "exit %d, expected %d as when the signal is seen at once"
+           % (r.returncode, seen.returncode))
+    c.that(os.stat(dst).st_ino == inode, "DST was swapped in by a signalled process")
+    check_untouched(c, job, dst, copy)
+    return c.problems
+
+
+def not_durable_line(dst):
+    return ("%s is in place, but its durability is not confirmed (it may not survive a "
+            "crash): cannot sync %s: Input/output error" % (dst, os.path.dirname(dst)))
+
+
+def check_swap_not_durable(job):
+    """The sync of DST's parent fails after the swap (WSYNC_TEST_FAIL_SWAP_SYNC: EIO, as a
+    failing disk's; core/dst.c, sync_after_swap()).  The leader used to report "cannot
+    sync PARENT", count its DST as not swapped (a signal then had every process say
+    "DST is as it was") and remove the temporary, which was the new DST's old name.  Now
+    DST is the new output, and every process says so, naming the directory and the
+    errno; exit 4, as every failed fsync of the output is; a signal after it has every
+    process say "DST was already swapped in"."""
+    c = Checks()
+    src, dst, copy = existing_dst(job)
+    inode = os.stat(dst).st_ino
+    r = run(mpirun_prefix() + ["-np", "2"] +
+            wsync_cmd("sync", src, dst, *layout_args("vllm", "kernel", 2, 4)),
+            dict(MPI_ENV, WSYNC_TEST_FAIL_SWAP_SYNC="1"))
+    one_line_from_every_process(c, r, 2, 4, ["wsync: sync: process 0: " +
+                                             not_durable_line(dst)])
+    c.that(os.stat(dst).st_ino != inode, "DST was not swapped in")
+    compare_dirs(c, copy, dst)
+    c.that(temporaries(job.work, os.path.basename(dst)) == [], "a temporary is left")
+    r, dst, inode, copy = signalled_at(job, "swap ended", fail_swap_sync=True)
+    c.that(r.returncode != 0, "exit 0 though every process was signalled")
+    c.that(r.stderr.splitlines() == [INTERRUPTED_PREFIX + "DST was already swapped in"] * 2,
+           "signalled after the swap: stderr: %r" % r.stderr)
+    c.that(os.stat(dst).st_ino != inode, "signalled after the swap: DST was not swapped in")
+    c.that(temporaries(job.work, os.path.basename(dst)) == [], "a temporary is left")
+    return c.problems
+
+
+def check_convert_not_durable(job):
+    """convert shares DST's installation with sync (core/dst.c): a failed sync of the
+    parent after the rename into a new DST said "cannot sync PARENT" as though nothing
+    was written.  Now: DST is in place, exit 4, the directory and errno named."""
+    c = Checks()
+    src = os.path.join(job.work, "convert-src")
+    r = run(wsync_cmd("synth", "--config", os.path.join(CONFIG_DIR, "tiny-qwen3-moe.json"),
+                      "--pattern", "index", src, "-q"))
+    if r.returncode != 0:
+        raise SystemExit("Bail out! wsync synth: %s" % r.stderr.strip())
+    dst = job.path("convert-not-durable")
+    r = run(wsync_cmd("convert", src, dst, "-q", *layout_args("vllm", "kernel", 2, 1)),
+            {"WSYNC_TEST_FAIL_SWAP_SYNC": "1"})
+    c.that(r.returncode == 4, "exit %d, expected 4" % r.returncode)
+    c.that(r.stderr == "wsync: " + not_durable_line(dst) + "\n", "stderr: %r" % r.stderr)
+    c.that(os.path.isfile(os.path.join(dst, MARKER)) and
+           "kernel-rank-1-part-0.safetensors" in os.listdir(dst), "DST was not written")
     c.that(temporaries(job.work, os.path.basename(dst)) == [], "a temporary is left")
     return c.problems
 
@@ -1046,7 +1131,9 @@ def check_full_disk_two_dsts(job):
     on a tmpfs in a mount namespace of its own; root only), with room for either's files
     but not for both: refused before any data, naming both needs (each leader used to
     check its own DST alone, both passed, and the processes wrote until the disk was
-    full).  Exit 4, the same line from both processes, nothing left on the tmpfs."""
+    full).  Exit 4, the same line from both processes, nothing left on the tmpfs.  The
+    second DST is reached through a bind mount of the tmpfs: another mount, the same
+    file system and free space (and st_dev, by which core/sync-mpi.c groups them)."""
     c = Checks()
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         skip("a full disk needs root and unshare(1), to mount a small tmpfs")
@@ -1059,16 +1146,18 @@ def check_full_disk_two_dsts(job):
     import shlex
     q = shlex.quote
     src = job.synth("tiny-qwen3-moe")
-    small, saved = job.path("small"), job.path("saved")
+    small, bound, saved = job.path("small"), job.path("bound"), job.path("saved")
     os.mkdir(saved)
-    a, b, fill = (os.path.join(small, n) for n in ("a", "b", "fill"))
+    a, fill = (os.path.join(small, n) for n in ("a", "fill"))
+    b = os.path.join(bound, "b")
     layout = layout_args("vllm", "kernel", 2, 2)
     probe_cmd = mpirun_prefix() + ["-np", "2"] + wsync_cmd("sync", src, a, "-q", *layout)
     both = mpirun_prefix() + ["-np", "1"] + wsync_cmd("sync", src, a, *layout) + [":"] + \
         ["-np", "1"] + wsync_cmd("sync", src, b, *layout)
     script = "\n".join([
-        "mount --make-rprivate / && mkdir -p %s && mount -t tmpfs -o size=1200000 wsync-test"
-        " %s || exit 99" % (q(small), q(small)),
+        "mount --make-rprivate / && mkdir -p %s %s && mount -t tmpfs -o size=1200000 "
+        "wsync-test %s && mount --bind %s %s || exit 99"
+        % (q(small), q(bound), q(small), q(small), q(bound)),
         "%s || exit 98" % " ".join(q(x) for x in probe_cmd),
         "need=$(cat %s/*.safetensors | wc -c); rm -rf %s" % (q(a), q(a)),
         "avail() { df -B1 --output=avail %s | tail -n 1; }" % q(small),
@@ -1193,6 +1282,10 @@ FAULTS = [
      check_signal_before_every_process_has_verdict),
     ("a process ends before its leader says whether it swapped: it says it cannot tell",
      check_signal_before_leader_says),
+    ("a leader signalled in the barrier before the swap: no swap, as if seen at once",
+     check_signal_in_barrier_before_swap),
+    ("DST swapped in, its parent not synced: said in place, not durable (exit 4)",
+     check_swap_not_durable),
     ("usage errors from every process (exit 2)", check_usage),
     ("-q with -v refused before any -v line, from every process (exit 2)",
      check_quiet_and_verbose),
@@ -1215,7 +1308,9 @@ def main(argv):
     try:
         job = Job(work)
         tests = [("wsync sync without wsync-mpi: one line, exit 2",
-                  lambda: check_not_installed(job))]
+                  lambda: check_not_installed(job)),
+                 ("convert: DST renamed in, its parent not synced: said in place (exit 4)",
+                  lambda: check_convert_not_durable(job))]
         why_not = None
         if os.environ.get("WSYNC_TEST_MPI") != "yes":
             why_not = "wsync-mpi was not built (./configure found no MPI, or --without-mpi)"
@@ -1248,8 +1343,8 @@ def main(argv):
             for name, check in FAULTS:
                 tests.append((name, lambda check=check: check(job)))
         else:
-            # keep the one test that means something without MPI (wsync-mpi is absent)
-            tests = tests[:1]
+            # keep the tests that mean something without MPI (wsync-mpi is absent)
+            tests = tests[:2]
         print("1..%d" % len(tests))
         if why_not is not None:
             print("# skipping the runs under mpirun: " + why_not)

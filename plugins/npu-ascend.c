@@ -156,12 +156,14 @@ recorded_state(WsyncLayout *layout, const char *key, MoeLayout fallback, MoeLayo
 
 /* The deployments an ND kernel-format file serves (see the top of this file): a note,
  * not an error, since the plan cannot know which one will load the files. */
-#define NOTE_KERNEL_ND                                                                     \
-  "format kernel on vllm-ascend: every weight is written in ND format, which serves "     \
-  "A2/A3 with weight_nz_mode 0 or 1 (the default) and enable_fused_mc2 off (the "         \
-  "default); it does not serve 310P (which casts weights to FRACTAL_NZ), fused MC2 "      \
-  "(enable_fused_mc2: the MoE kernel runs the experts in FRACTAL_NZ or from per-expert "  \
-  "copies) or weight_nz_mode=2 (BF16/FP16 in FRACTAL_NZ) (docs/vllm-ascend.md §3, §4)"
+#define NOTE_KERNEL_ND                                                                   \
+  "format kernel on vllm-ascend: every weight is written in ND format, which serves "    \
+  "A2/A3 with weight_nz_mode 0 or 1 (the default) and enable_fused_mc2 off (the "        \
+  "default); it does not serve 310P (which casts weights to FRACTAL_NZ), fused MC2 "     \
+  "(enable_fused_mc2: the MoE kernel runs the experts in FRACTAL_NZ or from per-expert " \
+  "copies) or weight_nz_mode=2 (BF16/FP16 in FRACTAL_NZ); vLLM-Ascend's own sleep-mode " \
+  "wake-up and start_weight_update refuse every weight_nz_mode but 0, which `wsync env " \
+  "--backend npu-ascend` sets (docs/vllm-ascend.md §3, §4, §6)"
 
 /* vLLM-Ascend's release branches for vLLM 0.17 to 0.26.x (v0.17.0rc1 to
  * releases/v0.26.0rc) transpose the routed experts back to the loader shape in

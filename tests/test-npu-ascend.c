@@ -1218,8 +1218,9 @@ test_plan_nd_note(void)
       "A2/A3 with weight_nz_mode 0 or 1 (the default) and enable_fused_mc2 off (the "
       "default); it does not serve 310P (which casts weights to FRACTAL_NZ), fused MC2 "
       "(enable_fused_mc2: the MoE kernel runs the experts in FRACTAL_NZ or from per-expert "
-      "copies) or weight_nz_mode=2 (BF16/FP16 in FRACTAL_NZ) (docs/vllm-ascend.md §3, "
-      "§4)";
+      "copies) or weight_nz_mode=2 (BF16/FP16 in FRACTAL_NZ); vLLM-Ascend's own sleep-mode "
+      "wake-up and start_weight_update refuse every weight_nz_mode but 0, which `wsync env "
+      "--backend npu-ascend` sets (docs/vllm-ascend.md §3, §4, §6)";
   static const struct {
     const char *target, *format;
     gboolean noted;

@@ -72,7 +72,9 @@
  * a warning.
  *
  * Environment (`wsync env --backend npu-ascend --mode colocate|server`): see the env
- * patches at the end of this file (§6).
+ * patches at the end of this file (§6), VLLM_ASCEND_ENABLE_NZ=0 among them: the kernel
+ * format above serves weight_nz_mode 0 or 1, and the engine's own update entry points
+ * accept only 0.
  */
 #include <string.h>
 
@@ -154,12 +156,14 @@ recorded_state(WsyncLayout *layout, const char *key, MoeLayout fallback, MoeLayo
 
 /* The deployments an ND kernel-format file serves (see the top of this file): a note,
  * not an error, since the plan cannot know which one will load the files. */
-#define NOTE_KERNEL_ND                                                                     \
-  "format kernel on vllm-ascend: every weight is written in ND format, which serves "     \
-  "A2/A3 with weight_nz_mode 0 or 1 (the default) and enable_fused_mc2 off (the "         \
-  "default); it does not serve 310P (which casts weights to FRACTAL_NZ), fused MC2 "      \
-  "(enable_fused_mc2: the MoE kernel runs the experts in FRACTAL_NZ or from per-expert "  \
-  "copies) or weight_nz_mode=2 (BF16/FP16 in FRACTAL_NZ) (docs/vllm-ascend.md §3, §4)"
+#define NOTE_KERNEL_ND                                                                   \
+  "format kernel on vllm-ascend: every weight is written in ND format, which serves "    \
+  "A2/A3 with weight_nz_mode 0 or 1 (the default) and enable_fused_mc2 off (the "        \
+  "default); it does not serve 310P (which casts weights to FRACTAL_NZ), fused MC2 "     \
+  "(enable_fused_mc2: the MoE kernel runs the experts in FRACTAL_NZ or from per-expert " \
+  "copies) or weight_nz_mode=2 (BF16/FP16 in FRACTAL_NZ); vLLM-Ascend's own sleep-mode " \
+  "wake-up and start_weight_update refuse every weight_nz_mode but 0, which `wsync env " \
+  "--backend npu-ascend` sets (docs/vllm-ascend.md §3, §4, §6)"
 
 /* vLLM-Ascend's release branches for vLLM 0.17 to 0.26.x (v0.17.0rc1 to
  * releases/v0.26.0rc) transpose the routed experts back to the loader shape in
@@ -328,6 +332,44 @@ env_alloc_conf(WsyncEnv *env, gpointer user_data, GError **error)
   return TRUE;
 }
 
+/* Whether @text is what Python's int() reads as 0 in envs.py (surrounding blanks, a
+ * sign and leading zeros allowed). */
+static gboolean
+is_python_int_zero(const char *text)
+{
+  g_autofree char *copy = g_strstrip(g_strdup(text));
+  gint64 value;
+
+  return g_ascii_string_to_signed(copy[0] == '+' ? copy + 1 : copy, 10, G_MININT64,
+                                  G_MAXINT64, &value, NULL) &&
+         value == 0;
+}
+
+/* FRACTAL_NZ off: vLLM-Ascend refuses its weight updates while weight_nz_mode is not 0,
+ * and its default is 1.  wake_up (sleep mode, colocated) raises "FRACTAL_NZ mode is
+ * enabled" in every release (reading VLLM_ASCEND_ENABLE_NZ at v0.18.0, weight_nz_mode
+ * later), and so does start_weight_update (the weight-transfer API, server or colocated),
+ * which reads the variable itself in the releases for 0.24 to 0.26 (docs/vllm-ascend.md
+ * §4, §6).  The variable is the one setting every release reads; an additional_config
+ * weight_nz_mode overrides it and must be 0 too.  In both modes: both update paths
+ * refuse. */
+static gboolean
+env_nz_off(WsyncEnv *env, gpointer user_data, GError **error)
+{
+  const char *old = wsync_env_getenv(env, "VLLM_ASCEND_ENABLE_NZ");
+
+  (void)user_data;
+  (void)error;
+  if (old != NULL && is_python_int_zero(old))
+    return TRUE;
+  wsync_env_set(env, "VLLM_ASCEND_ENABLE_NZ", "0",
+                "vLLM-Ascend refuses weight updates with FRACTAL_NZ on (its default, mode 1): "
+                "wake_up and start_weight_update raise \"FRACTAL_NZ mode is enabled\" unless "
+                "it is 0; an additional_config weight_nz_mode, which takes precedence, must be "
+                "0 as well");
+  return TRUE;
+}
+
 /* ------------------------------------------------------------------ registration */
 
 /* Designated initialisers: CFG_STR() has no slot for a validating callback or a comment. */
@@ -362,7 +404,9 @@ ascend_register(WsyncPlugin *plugin, GError **error)
          wsync_plugin_add_env_patch(plugin, "cann-pythonpath", WSYNC_PRIORITY_DEFAULT,
                                     "npu-ascend", env_cann_pythonpath, NULL, NULL, error) &&
          wsync_plugin_add_env_patch(plugin, "npu-alloc-conf", WSYNC_PRIORITY_DEFAULT,
-                                    "npu-ascend", env_alloc_conf, NULL, NULL, error);
+                                    "npu-ascend", env_alloc_conf, NULL, NULL, error) &&
+         wsync_plugin_add_env_patch(plugin, "npu-nz-off", WSYNC_PRIORITY_DEFAULT,
+                                    "npu-ascend", env_nz_off, NULL, NULL, error);
 }
 
 WSYNC_PLUGIN_DEFINE("npu-ascend",

@@ -37,7 +37,8 @@ typedef TestRun Run;
 /* Variables the env patches read: removed from every environment a test builds. */
 static const char *const env_vars[] = {"CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES",
                                        "ASCEND_TOOLKIT_HOME", "PYTHONPATH",
-                                       "PYTORCH_NPU_ALLOC_CONF", "WSYNC_TRANSPOSE"};
+                                       "PYTORCH_NPU_ALLOC_CONF", "VLLM_ASCEND_ENABLE_NZ",
+                                       "WSYNC_TRANSPOSE"};
 
 /* Runs wsync with @args (NULL-terminated).  With @set (NAME, VALUE, ... NULL) the
  * program gets the test's environment without any of env_vars, plus those settings;
@@ -1217,8 +1218,9 @@ test_plan_nd_note(void)
       "A2/A3 with weight_nz_mode 0 or 1 (the default) and enable_fused_mc2 off (the "
       "default); it does not serve 310P (which casts weights to FRACTAL_NZ), fused MC2 "
       "(enable_fused_mc2: the MoE kernel runs the experts in FRACTAL_NZ or from per-expert "
-      "copies) or weight_nz_mode=2 (BF16/FP16 in FRACTAL_NZ) (docs/vllm-ascend.md §3, "
-      "§4)";
+      "copies) or weight_nz_mode=2 (BF16/FP16 in FRACTAL_NZ); vLLM-Ascend's own sleep-mode "
+      "wake-up and start_weight_update refuse every weight_nz_mode but 0, which `wsync env "
+      "--backend npu-ascend` sets (docs/vllm-ascend.md §3, §4, §6)";
   static const struct {
     const char *target, *format;
     gboolean noted;
@@ -1387,6 +1389,7 @@ test_shipped_conf(void)
   assert_has(r.out, "ascend-visible-devices   priority 0  serves npu-ascend");
   assert_has(r.out, "cann-pythonpath          priority 0  serves npu-ascend");
   assert_has(r.out, "npu-alloc-conf           priority 0  serves npu-ascend");
+  assert_has(r.out, "npu-nz-off               priority 0  serves npu-ascend");
   test_run_clear(&r);
   dst = convert(synth(TINY, FALSE), conf, "vllm-ascend", NULL, 2, 0);
   check_ascend(&(Case){TINY, FALSE, NOW, 2, 0}, dst, PREPROCESSED);
@@ -1432,6 +1435,11 @@ env_output(const char *backend, const char *mode, gboolean json, const char *con
 #define WHY_ALLOC                                                                             \
   "# colocated memory saving (sleep/wake-up) breaks with the expandable_segments:True that "  \
   "NPU images set; an empty value is not enough, it must be set to False explicitly"
+#define WHY_NZ                                                                                \
+  "# vLLM-Ascend refuses weight updates with FRACTAL_NZ on (its default, mode 1): wake_up "   \
+  "and start_weight_update raise \"FRACTAL_NZ mode is enabled\" unless it is 0; an "          \
+  "additional_config weight_nz_mode, which takes precedence, must be 0 as well"
+#define EXPORT_NZ "export VLLM_ASCEND_ENABLE_NZ='0'"
 
 /* The output, line by line. */
 static void
@@ -1465,13 +1473,15 @@ test_env_colocate(void)
       "/opt/x'",
       WHY_ALLOC,
       "export PYTORCH_NPU_ALLOC_CONF='expandable_segments:False'",
+      WHY_NZ,
+      EXPORT_NZ,
       NULL};
   g_autofree char *out = env_output("npu-ascend", "colocate", FALSE, set);
 
   assert_lines(out, want);
 }
 
-/* Server mode: no allocator setting. */
+/* Server mode: no allocator setting; NZ off all the same (start_weight_update). */
 static void
 test_env_server(void)
 {
@@ -1479,7 +1489,8 @@ test_env_server(void)
                                     "/usr/local/Ascend/ascend-toolkit/latest/", NULL};
   static const char *const want[] = {
       WHY_DEVICES, "export ASCEND_RT_VISIBLE_DEVICES='3'", WHY_PYTHONPATH,
-      "export PYTHONPATH='/usr/local/Ascend/ascend-toolkit/latest/python/site-packages'", NULL};
+      "export PYTHONPATH='/usr/local/Ascend/ascend-toolkit/latest/python/site-packages'", WHY_NZ,
+      EXPORT_NZ, NULL};
   g_autofree char *out = env_output("npu-ascend", "server", FALSE, set);
 
   assert_lines(out, want);
@@ -1497,6 +1508,7 @@ test_env_existing(void)
       "PYTHONPATH", "/a:/opt/cann/python/site-packages:/b",
       "PYTORCH_NPU_ALLOC_CONF", "garbage_collection_threshold:0.6, expandable_segments:True,"
                                 "max_split_size_mb:128",
+      "VLLM_ASCEND_ENABLE_NZ", "0",
       NULL};
   static const char *const want[] = {
       WHY_PYTHONPATH,
@@ -1515,8 +1527,10 @@ test_env_existing(void)
 static void
 test_env_alloc_conf(void)
 {
-  static const char *const empty[] = {"PYTORCH_NPU_ALLOC_CONF", "", NULL};
-  static const char *const other[] = {"PYTORCH_NPU_ALLOC_CONF", "max_split_size_mb:64", NULL};
+  static const char *const empty[] = {"PYTORCH_NPU_ALLOC_CONF", "", "VLLM_ASCEND_ENABLE_NZ", "0",
+                                      NULL};
+  static const char *const other[] = {"PYTORCH_NPU_ALLOC_CONF", "max_split_size_mb:64",
+                                      "VLLM_ASCEND_ENABLE_NZ", "0", NULL};
   static const char *const want_empty[] = {
       WHY_ALLOC, "export PYTORCH_NPU_ALLOC_CONF='expandable_segments:False'", NULL};
   static const char *const want_other[] = {
@@ -1534,13 +1548,50 @@ static void
 test_env_nothing(void)
 {
   static const char *const cuda[] = {"CUDA_VISIBLE_DEVICES", "0", NULL};
-  g_autofree char *a = env_output("npu-ascend", "server", FALSE, NULL);
+  static const char *const nz_off[] = {"VLLM_ASCEND_ENABLE_NZ", "0", NULL};
+  g_autofree char *a = env_output("npu-ascend", "server", FALSE, nz_off);
   g_autofree char *b = env_output("vllm", "colocate", FALSE, cuda);
   g_autofree char *c = env_output("cuda", "server", FALSE, cuda);
 
   g_assert_cmpstr(a, ==, "");
   g_assert_cmpstr(b, ==, "");
   g_assert_cmpstr(c, ==, "");
+}
+
+/* VLLM_ASCEND_ENABLE_NZ: set to 0 in both modes when unset, empty or not what Python's
+ * int() reads as 0 (vLLM-Ascend's default is 1, and its wake_up and start_weight_update
+ * refuse every mode but 0: docs/vllm-ascend.md §4); left alone when it is 0 already. */
+static void
+test_env_nz(void)
+{
+  static const char *const want[] = {WHY_NZ, EXPORT_NZ, NULL};
+  static const char *const want_colocate[] = {
+      WHY_ALLOC, "export PYTORCH_NPU_ALLOC_CONF='expandable_segments:False'", WHY_NZ, EXPORT_NZ,
+      NULL};
+  static const char *const want_colocate_off[] = {
+      WHY_ALLOC, "export PYTORCH_NPU_ALLOC_CONF='expandable_segments:False'", NULL};
+  static const char *const off[] = {"0", "00", " 0 ", "+0", NULL};
+  static const char *const on[] = {"1", "2", "", "zero", NULL};
+  static const char *const off_set[] = {"VLLM_ASCEND_ENABLE_NZ", "0", NULL};
+  g_autofree char *server = env_output("npu-ascend", "server", FALSE, NULL);
+  g_autofree char *colocate = env_output("npu-ascend", "colocate", FALSE, NULL);
+  g_autofree char *colocate_off = env_output("npu-ascend", "colocate", FALSE, off_set);
+
+  assert_lines(server, want);
+  assert_lines(colocate, want_colocate);
+  assert_lines(colocate_off, want_colocate_off);
+  for (guint i = 0; off[i] != NULL; i++) {
+    const char *set[] = {"VLLM_ASCEND_ENABLE_NZ", off[i], NULL};
+    g_autofree char *out = env_output("npu-ascend", "server", FALSE, set);
+
+    g_assert_cmpstr(out, ==, "");
+  }
+  for (guint i = 0; on[i] != NULL; i++) {
+    const char *set[] = {"VLLM_ASCEND_ENABLE_NZ", on[i], NULL};
+    g_autofree char *out = env_output("npu-ascend", "server", FALSE, set);
+
+    assert_lines(out, want);
+  }
 }
 
 /* --json gives the same as data. */
@@ -1564,8 +1615,8 @@ test_env_json(void)
   g_assert_cmpstr(json_object_get_string_member(root, "backend"), ==, "npu-ascend");
   g_assert_cmpstr(json_object_get_string_member(root, "mode"), ==, "colocate");
   vars = json_object_get_array_member(root, "variables");
-  g_assert_cmpuint(json_array_get_length(vars), ==, 3);
-  g_assert_cmpuint(g_strv_length(lines), ==, 2 * 3 + 1);
+  g_assert_cmpuint(json_array_get_length(vars), ==, 4);
+  g_assert_cmpuint(g_strv_length(lines), ==, 2 * 4 + 1);
   for (guint i = 0; i < json_array_get_length(vars); i++) {
     JsonObject *v = json_array_get_object_element(vars, i);
     g_autofree char *comment =
@@ -1657,6 +1708,7 @@ main(int argc, char **argv)
   g_test_add_func("/npu-ascend/env/alloc-conf", test_env_alloc_conf);
   g_test_add_func("/npu-ascend/env/nothing", test_env_nothing);
   g_test_add_func("/npu-ascend/env/json", test_env_json);
+  g_test_add_func("/npu-ascend/env/nz", test_env_nz);
 
   status = g_test_run();
   test_rmtree(work_dir);

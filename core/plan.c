@@ -23,17 +23,14 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "filekind.h"
 #include "files.h"
 #include "plan-private.h"
 
-/* wsync_config_load() of @path, a socket refused first in the words of a FIFO: it
- * cannot even be opened ("No such device or address", exit 4, was the error). */
+/* wsync_config_load() of @path: a socket, which cannot even be opened, is refused in
+ * the words of a FIFO by wsync_file_open_regular() under it. */
 static JsonNode *
 load_config(const char *path, GError **error)
 {
-  if (!wsync_file_check_not_special(path, WSYNC_ERROR_BAD_INPUT, error))
-    return NULL;
   return wsync_config_load(path, error);
 }
 

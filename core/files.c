@@ -439,9 +439,9 @@ wsync_config_json_parse(const char *text, gsize len, const char *file, GError **
   return json_node_copy(root);
 }
 
-/* wsync_config_load(): one open of @path (no stat() before it, which looked at a file
- * the open might not see), whose failure with ENOENT or ENOTDIR is "PATH: no such
- * file" (bad input) unless @named, when it stays "cannot open PATH: REASON" (I/O). */
+/* wsync_config_load() and wsync_config_load_named(): one open of @path, whose failure
+ * with ENOENT or ENOTDIR is "PATH: no such file" (bad input) unless @named, when it
+ * stays "cannot open PATH: REASON" (I/O). */
 static JsonNode *
 config_load(const char *path, gboolean named, GError **error)
 {
@@ -474,6 +474,11 @@ wsync_config_load(const char *path, GError **error)
   return config_load(path, FALSE, error);
 }
 
+JsonNode *
+wsync_config_load_named(const char *path, GError **error)
+{
+  return config_load(path, TRUE, error);
+}
 
 /* ------------------------------------------------------------------ faults on maps */
 

@@ -429,7 +429,8 @@ plan_new_session(WsyncContext *ctx, const char *config_path, const WsyncPlanOpti
 {
   g_autoptr(WsyncPlan) plan = plan_alloc(ctx, PLAN_SESSION, "session", opts);
 
-  plan->config = load_config(config_path, error);
+  /* the caller named it: missing is an I/O error, as on the command line */
+  plan->config = wsync_config_load_named(config_path, error);
   if (plan->config == NULL || !plan_describe(plan, config_path, error) ||
       !choose_output(plan, error))
     return NULL;

@@ -18,7 +18,6 @@
 #include <wsync/error.h>
 
 #include "dcp.h"
-#include "filekind.h"
 #include "files.h"
 #include "json-check.h"
 
@@ -238,10 +237,10 @@ open_indexed(WsyncCheckpoint *ck, const char *dir, const char *index, GError **e
 {
   g_autofree char *text = NULL;
   gsize len;
-  /* a regular file of bounded size: a FIFO or /dev/zero in its place is refused, and a
-   * socket, which cannot even be opened, in the same words */
-  if (!wsync_file_check_not_special(index, WSYNC_ERROR_BAD_INPUT, error) ||
-      !wsync_file_read_regular(index, WSYNC_INDEX_JSON_MAX, WSYNC_INDEX_NAME,
+  /* a regular file of bounded size: a FIFO or /dev/zero in its place is refused by
+   * fstat() of what was opened, and a socket, which cannot even be opened, in the same
+   * words (wsync_file_open_regular()) */
+  if (!wsync_file_read_regular(index, WSYNC_INDEX_JSON_MAX, WSYNC_INDEX_NAME,
                                WSYNC_ERROR_BAD_INPUT, &text, &len, error))
     return FALSE;
   g_autoptr(JsonParser) parser = json_parser_new();

@@ -14,7 +14,6 @@
 #include <wsync/plan.h>
 
 #include "companion.h"
-#include "filekind.h"
 #include "files.h"
 #include "plan-private.h"
 
@@ -96,9 +95,8 @@ copy_file(const char *from, const char *to, const volatile sig_atomic_t *stop, G
   struct stat st;
   gboolean ok = TRUE;
 
-  /* a socket cannot even be opened: refused in the words of a FIFO */
-  if (!wsync_file_check_not_special(from, WSYNC_ERROR_BAD_INPUT, error))
-    return FALSE;
+  /* a FIFO, a device and a socket (which cannot even be opened) are refused in one
+   * wording by wsync_file_open_regular(), by fstat() of what it opened */
   int in = wsync_file_open_regular(from, FALSE, WSYNC_ERROR_BAD_INPUT, &st, error);
   if (in < 0)
     return FALSE;

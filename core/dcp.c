@@ -1613,15 +1613,12 @@ get_map(WsyncDcp *dcp, const char *relative_path, const char *where, const char 
     return NULL;
   }
   g_autofree char *path = g_build_filename(dcp->dir, relative_path, NULL);
-  /* a socket cannot even be opened (ENXIO): refused as a FIFO is below, before the open */
+  /* what is opened is what is checked (core/filekind.h): a FIFO, a device and a socket
+   * (which cannot even be opened) are refused alike, below */
   struct stat sb;
-  if (stat(path, &sb) == 0 && wsync_file_special_kind(sb.st_mode) != NULL) {
-    bad_input(error, where, fqn, "chunk %s: \"%s\" is not a regular file that can be mapped",
-              box, prel);
-    return NULL;
-  }
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
+  const char *special;
+  int fd = wsync_file_open_input(path, &sb, &special);
+  if (fd < 0 && special == NULL) {
     int errsv = errno;
     if (errsv == ENOENT)
       bad_input(error, where, fqn, "chunk %s: its data file \"%s\" is missing", box, prel);
@@ -1629,15 +1626,11 @@ get_map(WsyncDcp *dcp, const char *relative_path, const char *where, const char 
       wsync_set_io_error(error, errsv, path, "open");
     return NULL;
   }
-  if (fstat(fd, &sb) != 0) {
-    wsync_set_io_error(error, errno, path, "stat");
-    close(fd);
-    return NULL;
-  }
-  if (!S_ISREG(sb.st_mode) || (guint64)sb.st_size > G_MAXSIZE) {
+  if (fd < 0 || !S_ISREG(sb.st_mode) || (guint64)sb.st_size > G_MAXSIZE) {
     bad_input(error, where, fqn, "chunk %s: \"%s\" is not a regular file that can be mapped", box,
               prel);
-    close(fd);
+    if (fd >= 0)
+      close(fd);
     return NULL;
   }
   mf = g_new0(MappedFile, 1);
@@ -1744,14 +1737,26 @@ parse_metadata_file(const char *path, GError **error)
 {
   g_autoptr(GMappedFile) mf = NULL;
   GError *local = NULL;
-  /* not a regular file (a directory, a FIFO that would block, a socket): bad input, said
-   * once (g_file_test() stats: a socket, which open(2) refuses, is caught here too) */
-  if (g_file_test(path, G_FILE_TEST_EXISTS) && !g_file_test(path, G_FILE_TEST_IS_REGULAR)) {
-    g_autofree char *p = wsync_json_printable(path);
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: not a regular file", p);
+  struct stat sb;
+  const char *special;
+  /* not a regular file (a directory, a FIFO, a socket): bad input, said once.  Opened
+   * first and judged by fstat() (core/filekind.h): a g_file_test() before
+   * g_mapped_file_new(), whose open(2) blocks, hung for ever on a FIFO put in place
+   * of a regular file between the two. */
+  int fd = wsync_file_open_input(path, &sb, &special);
+  if (fd < 0 && special == NULL) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO, "cannot read %s: %s", path, g_strerror(errno));
     return NULL;
   }
-  mf = g_mapped_file_new(path, FALSE, &local);
+  if (fd < 0 || !S_ISREG(sb.st_mode)) {
+    g_autofree char *p = wsync_json_printable(path);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: not a regular file", p);
+    if (fd >= 0)
+      close(fd);
+    return NULL;
+  }
+  mf = g_mapped_file_new_from_fd(fd, FALSE, &local);
+  close(fd); /* a mapping outlives its descriptor */
   if (mf == NULL) {
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO, "cannot read %s: %s", path, local->message);
     g_error_free(local);
@@ -2064,12 +2069,19 @@ static gboolean
 is_torch_save_archive(const char *name, const char *path)
 {
   (void)name;
-  if (!g_file_test(path, G_FILE_TEST_IS_REGULAR))
+  /* opened first, judged by fstat() (core/filekind.h): zip_open() of a FIFO put in place
+   * after a g_file_test() blocked for ever */
+  struct stat sb;
+  const char *special;
+  int fd = wsync_file_open_input(path, &sb, &special);
+  if (fd < 0)
     return FALSE;
   int zerr = 0;
-  zip_t *za = zip_open(path, ZIP_RDONLY, &zerr);
-  if (za == NULL)
+  zip_t *za = S_ISREG(sb.st_mode) ? zip_fdopen(fd, ZIP_RDONLY, &zerr) : NULL;
+  if (za == NULL) { /* (zip_fdopen() takes @fd only when it succeeds, zip_fdopen(3)) */
+    close(fd);
     return FALSE;
+  }
   gboolean found = FALSE;
   const char *first = zip_get_num_entries(za, 0) > 0 ? zip_get_name(za, 0, ZIP_FL_ENC_RAW) : NULL;
   const char *slash = first != NULL ? strchr(first, '/') : NULL;

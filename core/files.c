@@ -64,8 +64,9 @@ int
 wsync_file_open_regular(const char *path, gboolean nofollow, WsyncError code, struct stat *st,
                         GError **error)
 {
-  /* O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below. */
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | (nofollow ? O_NOFOLLOW : 0));
+  /* O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
+   * O_NOCTTY: a terminal named by mistake does not become the controlling one. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | (nofollow ? O_NOFOLLOW : 0));
   if (fd < 0) {
     int errsv = errno;
     const char *kind = unopenable_kind(path, nofollow, errsv);
@@ -76,6 +77,7 @@ wsync_file_open_regular(const char *path, gboolean nofollow, WsyncError code, st
                     g_str_has_prefix(kind, "not") ? "" : ", not a regular file");
     else
       wsync_set_io_error(error, errsv, path, "open");
+    errno = errsv; /* for the caller that words a missing file its own way */
     return -1;
   }
   if (fstat(fd, st) != 0) {
@@ -132,6 +134,21 @@ wsync_file_read_bounded(int fd, const char *path, gsize max, const char *what, W
   return TRUE;
 }
 
+/* Reads all of @fd, opened on @path and described by @st, and closes it. */
+static gboolean
+read_opened(int fd, const struct stat *st, const char *path, gsize max, const char *what,
+            WsyncError code, char **text, gsize *len, GError **error)
+{
+  if ((guint64)st->st_size > max) { /* refused before reading anything */
+    g_autofree char *limit = format_limit(max);
+    close(fd);
+    return wsync_fail_at(error, code, path, "more than %s; a %s is never that big", limit, what);
+  }
+  gboolean ok = wsync_file_read_bounded(fd, path, max, what, code, text, len, error);
+  close(fd);
+  return ok;
+}
+
 gboolean
 wsync_file_read_regular(const char *path, gsize max, const char *what, WsyncError code,
                         char **text, gsize *len, GError **error)
@@ -140,14 +157,7 @@ wsync_file_read_regular(const char *path, gsize max, const char *what, WsyncErro
   int fd = wsync_file_open_regular(path, FALSE, code, &st, error);
   if (fd < 0)
     return FALSE;
-  if ((guint64)st.st_size > max) { /* refused before reading anything */
-    g_autofree char *limit = format_limit(max);
-    close(fd);
-    return wsync_fail_at(error, code, path, "more than %s; a %s is never that big", limit, what);
-  }
-  gboolean ok = wsync_file_read_bounded(fd, path, max, what, code, text, len, error);
-  close(fd);
-  return ok;
+  return read_opened(fd, &st, path, max, what, code, text, len, error);
 }
 
 /* ------------------------------------------------------------------ trust */
@@ -429,22 +439,45 @@ wsync_config_json_parse(const char *text, gsize len, const char *file, GError **
   return json_node_copy(root);
 }
 
-JsonNode *
-wsync_config_load(const char *path, GError **error)
+/* wsync_config_load() and wsync_config_load_named(): one open of @path, whose failure
+ * with ENOENT or ENOTDIR is "PATH: no such file" (bad input) unless @named, when it
+ * stays "cannot open PATH: REASON" (I/O). */
+static JsonNode *
+config_load(const char *path, gboolean named, GError **error)
 {
   g_autofree char *text = NULL;
   gsize len = 0;
   struct stat st;
+  GError *local = NULL;
 
-  if (stat(path, &st) != 0 && (errno == ENOENT || errno == ENOTDIR)) {
-    g_autofree char *ppath = wsync_printable(path);
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: no such file", ppath);
+  int fd = wsync_file_open_regular(path, FALSE, WSYNC_ERROR_BAD_INPUT, &st, &local);
+  if (fd < 0) {
+    int errsv = errno;
+    if (!named && g_error_matches(local, WSYNC_ERROR, WSYNC_ERROR_IO) &&
+        (errsv == ENOENT || errsv == ENOTDIR)) {
+      g_autofree char *ppath = wsync_printable(path);
+      g_clear_error(&local);
+      g_set_error(&local, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: no such file", ppath);
+    }
+    g_propagate_error(error, local);
     return NULL;
   }
-  if (!wsync_file_read_regular(path, WSYNC_CONFIG_JSON_MAX, "config.json", WSYNC_ERROR_BAD_INPUT,
-                               &text, &len, error))
+  if (!read_opened(fd, &st, path, WSYNC_CONFIG_JSON_MAX, "config.json", WSYNC_ERROR_BAD_INPUT,
+                   &text, &len, error))
     return NULL;
   return wsync_config_json_parse(text, len, path, error);
+}
+
+JsonNode *
+wsync_config_load(const char *path, GError **error)
+{
+  return config_load(path, FALSE, error);
+}
+
+JsonNode *
+wsync_config_load_named(const char *path, GError **error)
+{
+  return config_load(path, TRUE, error);
 }
 
 /* ------------------------------------------------------------------ faults on maps */

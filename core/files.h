@@ -101,6 +101,13 @@ gboolean wsync_file_write_synced(const char *path, gboolean replace, const void 
  * system that cannot sync directories, EINVAL, counts as done).  Errors name @path. */
 gboolean wsync_dir_sync(const char *path, GError **error);
 
+/* wsync_config_load() of a config.json the user named (wsync_session_new()'s
+ * config_path): a missing one is the I/O error a missing path on the command line is
+ * (#WSYNC_ERROR_IO, "cannot open PATH: No such file or directory", exit 4: README "Exit
+ * status", core/cli.c cli_config_load()), not "PATH: no such file", the bad input a
+ * checkpoint directory without its config.json is. */
+JsonNode *wsync_config_load_named(const char *path, GError **error);
+
 /* wsync_run_guarded() and wsync_config_load() are public: <wsync/checkpoint.h>, <wsync/plan.h>. */
 
 

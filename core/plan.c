@@ -23,17 +23,14 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "filekind.h"
 #include "files.h"
 #include "plan-private.h"
 
-/* wsync_config_load() of @path, a socket refused first in the words of a FIFO: it
- * cannot even be opened ("No such device or address", exit 4, was the error). */
+/* wsync_config_load() of @path: a socket, which cannot even be opened, is refused in
+ * the words of a FIFO by wsync_file_open_regular() under it. */
 static JsonNode *
 load_config(const char *path, GError **error)
 {
-  if (!wsync_file_check_not_special(path, WSYNC_ERROR_BAD_INPUT, error))
-    return NULL;
   return wsync_config_load(path, error);
 }
 
@@ -432,7 +429,8 @@ plan_new_session(WsyncContext *ctx, const char *config_path, const WsyncPlanOpti
 {
   g_autoptr(WsyncPlan) plan = plan_alloc(ctx, PLAN_SESSION, "session", opts);
 
-  plan->config = load_config(config_path, error);
+  /* the caller named it: missing is an I/O error, as on the command line */
+  plan->config = wsync_config_load_named(config_path, error);
   if (plan->config == NULL || !plan_describe(plan, config_path, error) ||
       !choose_output(plan, error))
     return NULL;

@@ -533,22 +533,18 @@ wsync_safetensors_open(const char *path, GError **error)
   g_return_val_if_fail(path != NULL, NULL);
   g_return_val_if_fail(error == NULL || *error == NULL, NULL);
 
-  /* a socket cannot even be opened (ENXIO): refused as a FIFO is, before the open, in
-   * this reader's words for both (python/load.c, which reads rank files, says the same) */
+  /* what is opened is what is checked (core/filekind.h): a FIFO, a device and a socket
+   * (which cannot even be opened) in this reader's words for all three (python/load.c,
+   * which reads rank files, says the same) */
   struct stat sb;
-  if (stat(path, &sb) == 0 && wsync_file_special_kind(sb.st_mode) != NULL) {
+  const char *special;
+  int fd = wsync_file_open_input(path, &sb, &special);
+  if (fd < 0 && special != NULL) {
     bad_input(error, path, NULL, "not a regular file");
     return NULL;
   }
-  /* O_NONBLOCK: opening a FIFO by mistake must not hang; it is refused below. */
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     wsync_set_io_error(error, errno, path, "open");
-    return NULL;
-  }
-  if (fstat(fd, &sb) != 0) {
-    wsync_set_io_error(error, errno, path, "stat");
-    close(fd);
     return NULL;
   }
   if (S_ISDIR(sb.st_mode)) { /* named by an index, say: bad input, like a FIFO */
@@ -556,7 +552,7 @@ wsync_safetensors_open(const char *path, GError **error)
     close(fd);
     return NULL;
   }
-  if (!S_ISREG(sb.st_mode)) { /* (one swapped in since the check above) */
+  if (!S_ISREG(sb.st_mode)) {
     bad_input(error, path, NULL, "not a regular file");
     close(fd);
     return NULL;

@@ -27,6 +27,8 @@
 
 #include "wsync-python.h"
 
+#include "../core/filekind.h"
+
 #include <wsync/session.h>
 
 #define COMMIT_RECORD WSYNC_SESSION_COMMIT_RECORD
@@ -146,19 +148,17 @@ static gboolean
 map_file(MapObject *m, GError **error)
 {
   struct stat sb;
-  /* O_NONBLOCK: a FIFO in a rank file's place must not hang the load; refused below */
-  int fd = open(m->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  const char *special;
+  /* a FIFO in a rank file's place must not hang the load, and a socket, which open(2)
+   * refuses, is refused as a FIFO is, not "No such device or address", status 4: what
+   * is opened is what is checked (core/filekind.h) */
+  int fd = wsync_file_open_input(m->path, &sb, &special);
   gboolean ok;
 
-  /* open(2) of a Unix socket fails with ENXIO before fstat() can tell (open(2), Linux):
-   * stat() then, and a socket is refused below as a FIFO is, not "No such device or
-   * address", status 4 (as core/filekind.h does for the commands) */
-  if (fd < 0 && errno == ENXIO && stat(m->path, &sb) == 0 && !S_ISREG(sb.st_mode))
+  if (fd < 0 && special != NULL)
     return refuse_not_regular(m->path, sb.st_mode, error);
-  if (fd < 0 || fstat(fd, &sb) < 0) {
+  if (fd < 0) {
     wsync_set_io_error(error, errno, m->path, "open");
-    if (fd >= 0)
-      close(fd);
     return FALSE;
   }
   if (!S_ISREG(sb.st_mode)) {
@@ -330,37 +330,65 @@ record_parse(const char *path, const char *text, gsize len, Record *r, GError **
   return TRUE;
 }
 
+/* Reads all of @fd, the record @path, of @size bytes when it was opened. */
+static gboolean
+record_read_fd(int fd, const char *path, off_t size, char **text, gsize *len, GError **error)
+{
+  GString *buf = g_string_new(NULL);
+  char chunk[65536];
+
+  for (;;) {
+    if (size > MAX_RECORD_BYTES || buf->len > MAX_RECORD_BYTES) { /* (or grew past it) */
+      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: %lld bytes, more than a "
+                  "commit record can be", path, (long long)MAX(size, (off_t)buf->len));
+      g_string_free(buf, TRUE);
+      return FALSE;
+    }
+    ssize_t k = read(fd, chunk, sizeof chunk);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k < 0) {
+      wsync_set_io_error(error, errno, path, "read");
+      g_string_free(buf, TRUE);
+      return FALSE;
+    }
+    if (k == 0)
+      break;
+    g_string_append_len(buf, chunk, (gsize)k);
+  }
+  *len = buf->len;
+  *text = g_string_free(buf, FALSE);
+  return TRUE;
+}
+
 /* Reads the record's bytes; FALSE with @error unset when there is none. */
 static gboolean
 record_read(const char *path, char **text, gsize *len, GError **error)
 {
   struct stat sb;
-  g_autoptr(GError) local = NULL;
+  const char *special;
 
   *text = NULL;
-  if (stat(path, &sb) < 0) {
+  /* opened once and judged by fstat() (core/filekind.h): a stat() before
+   * g_file_get_contents(), whose open(2) blocks, hung load_rank for ever on a FIFO put
+   * in place of the record between the two; a FIFO, a socket or a directory here is
+   * refused as map_file() refuses a rank file */
+  int fd = wsync_file_open_input(path, &sb, &special);
+  if (fd < 0 && special == NULL) {
     if (errno != ENOENT)
       wsync_set_io_error(error, errno, path, "read");
     return FALSE;
   }
-  if (!S_ISREG(sb.st_mode)) {
-    /* g_file_get_contents() opens without O_NONBLOCK: a FIFO here hung load_rank for ever
-     * (and a socket failed open(2) with ENXIO); refused as map_file() refuses a rank file */
+  if (fd < 0 || !S_ISREG(sb.st_mode)) {
     g_autofree char *file = wsync_printable(path);
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: not a regular file", file);
+    if (fd >= 0)
+      close(fd);
     return FALSE;
   }
-  if (sb.st_size > MAX_RECORD_BYTES) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: %lld bytes, more than a commit "
-                "record can be", path, (long long)sb.st_size);
-    return FALSE;
-  }
-  if (!g_file_get_contents(path, text, len, &local)) {
-    if (!g_error_matches(local, G_FILE_ERROR, G_FILE_ERROR_NOENT))
-      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO, "%s", local->message);
-    return FALSE;
-  }
-  return TRUE;
+  gboolean ok = record_read_fd(fd, path, sb.st_size, text, len, error);
+  close(fd);
+  return ok;
 }
 
 /* A mistyped or vanished directory is an error of its own, not "no step is complete",

@@ -11,9 +11,7 @@
  */
 #include "config.h"
 
-#include <errno.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "wsync-python.h"
 
@@ -377,21 +375,6 @@ session_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
   return (PyObject *)self;
 }
 
-/* A config_path that is not there is the I/O error (4) a path the command line names is
- * for the commands (core/cli.c cli_config_load(), README "Exit status"), "cannot open
- * PATH: REASON": wsync_session_new() calls it bad input (3), "PATH: no such file", its
- * words for the config.json a checkpoint directory lacks. */
-static gboolean
-config_path_exists(const char *path, GError **error)
-{
-  struct stat st;
-
-  if (stat(path, &st) == 0)
-    return TRUE;
-  wsync_set_io_error(error, errno, path, "open");
-  return FALSE;
-}
-
 static int
 session_init(SessionObject *self, PyObject *args, PyObject *kwargs)
 {
@@ -457,8 +440,9 @@ session_init(SessionObject *self, PyObject *args, PyObject *kwargs)
   so.out_dir = out_bytes != NULL ? PyBytes_AS_STRING(out_bytes) : NULL;
   const char *config_path = PyBytes_AS_STRING(config_bytes);
   Py_BEGIN_ALLOW_THREADS
-  if (config_path_exists(config_path, &error))
-    self->session = wsync_session_new(self->ctx, config_path, &so, &error);
+  /* a config_path that is not there: "cannot open PATH: REASON", status 4, said by
+   * wsync_session_new() itself, as the commands say it (README "Exit status") */
+  self->session = wsync_session_new(self->ctx, config_path, &so, &error);
   Py_END_ALLOW_THREADS
   if (self->session == NULL)
     wsync_py_raise(error);

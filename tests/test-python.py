@@ -1913,6 +1913,75 @@ def load_rank_record_not_a_regular_file():
         assert json.loads(r.stdout) == ["%s: not a regular file" % where, 3], (kind, r.stdout)
 
 
+def run_swapping_after_stat(cmd, victim):
+    """Runs cmd with tests/swap-after-stat.c preloaded: a stat() of a path named as
+    victim is is followed, before it returns, by a FIFO renamed over that path (the race
+    of a path replaced between stat() and open(), made to happen every time).  Returns
+    the CompletedProcess; a run that does not end in 60 s fails the test."""
+    shim = os.path.join(os.environ.get("G_TEST_BUILDDIR") or HERE, ".libs", "swap-after-stat.so")
+    assert os.path.exists(shim), shim
+    fifo = os.path.join(TMP, "swap-fifo")
+    if os.path.lexists(fifo):
+        os.unlink(fifo)
+    os.mkfifo(fifo)
+    env = dict(os.environ, WSYNC_PLUGIN_PATH="", LD_PRELOAD=shim,
+               WSYNC_SWAP_NAME=os.path.basename(victim), WSYNC_SWAP_WITH=fifo)
+    try:
+        return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                              universal_newlines=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("%s: did not end in 60 s (a FIFO opened without O_NONBLOCK)"
+                             % " ".join(cmd))
+    finally:
+        if os.path.lexists(fifo):
+            os.unlink(fifo)
+
+
+@test
+def files_are_opened_before_they_are_judged():
+    """What a reader checks is what it opened: it opens without blocking and fstat()s
+    the descriptor, never stat()s a path and then opens it (core/filekind.h).  A FIFO put
+    in place of the file after a stat() (made to happen every time by an LD_PRELOAD shim,
+    tests/swap-after-stat.c) hung for ever: `wsync inspect` of a DCP checkpoint in
+    g_mapped_file_new() of its .metadata, load_rank in g_file_get_contents() of the
+    commit record.  Now neither stat()s those paths: each reads the file that was there,
+    and says what it says without the shim."""
+    import stat
+    # the shim does swap a file stat()ed by name (else this test could not fail)
+    probe = fresh_dir("swap-probe")
+    os.mkdir(probe)
+    with open(os.path.join(probe, "victim"), "w") as f:
+        f.write("x")
+    r = run_swapping_after_stat([sys.executable, "-c", "import os, stat, sys; os.stat(sys.argv[1]); "
+                                 "print(stat.S_ISFIFO(os.stat(sys.argv[1]).st_mode))",
+                                 os.path.join(probe, "victim")], os.path.join(probe, "victim"))
+    assert (r.returncode, r.stdout) == (0, "True\n"), r
+
+    src = synth("tiny-qwen3-moe")
+    step = fresh_dir("swap-dcp")
+    single = [n for n in os.listdir(src) if n.endswith(".safetensors")]
+    subprocess.run([sys.executable, os.path.join(HERE, "make-dcp-fixtures.py"), "--shard",
+                    os.path.join(src, single[0]), step], check=True, stdout=subprocess.DEVNULL)
+    dcp = os.path.join(step, "b")
+    cmd = [BINARY, "--conf-dir", CONF_DIR, "--plugin-dir", PLUGIN_DIR, "-q", "inspect", dcp]
+    plain = run_wsync("-q", "inspect", dcp)
+    assert plain.returncode == 0, plain
+    r = run_swapping_after_stat(cmd, os.path.join(dcp, ".metadata"))
+    assert (r.returncode, r.stdout, r.stderr) == (0, plain.stdout, ""), r
+    assert not stat.S_ISFIFO(os.lstat(os.path.join(dcp, ".metadata")).st_mode)
+
+    path, _ = committed_dir(tp=1)
+    record_path = os.path.join(path, "wsync-commit.json")
+    child = [sys.executable, "-c", _LOAD_IN_CHILD.replace("require_commit=False", "require_commit=True"),
+             path, os.pathsep.join(sys.path)]
+    plain = subprocess.run(child, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, timeout=60)
+    assert plain.returncode == 0 and "wsync-commit.json" not in plain.stdout, plain
+    r = run_swapping_after_stat(child, record_path)
+    assert (r.returncode, r.stdout, r.stderr) == (0, plain.stdout, ""), r
+    assert not stat.S_ISFIFO(os.lstat(record_path).st_mode)
+
+
 @test
 def load_rank_size_one_dimensions_take_any_stride():
     """A destination whose dimension of size 1 has an arbitrary stride (x[None], a

@@ -6,6 +6,7 @@
  * formats, several tp and ep, vLLM-Ascend's transposed experts included.  A second step
  * with other values (a random synth) rewrites the same files in place.  Then the caller
  * sink, shards, fused experts, the digest, and every refusal. */
+#include <errno.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/file.h>
@@ -1493,10 +1494,21 @@ test_new_refusals(void)
   g_assert_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE);
   assert_message_has(error, "no loaded plugin provides the target \"nowhere\"");
   g_clear_error(&error);
+  /* a config_path that is not there is the I/O error (exit 4) a missing path named on
+   * the command line is, in the same words, as wsync.Session says it (before: bad input,
+   * "PATH: no such file", the words for a checkpoint directory's missing config.json) */
   g_autofree char *missing = g_build_filename(work_dir, "no-such", "config.json", NULL);
+  g_autofree char *cannot = g_strdup_printf("cannot open %s: %s", missing, g_strerror(ENOENT));
   g_assert_null(new_session(missing, &c, NULL, &error));
-  g_assert_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT);
-  assert_message_has(error, "no-such/config.json: no such file");
+  g_assert_error(error, WSYNC_ERROR, WSYNC_ERROR_IO);
+  g_assert_cmpstr(error->message, ==, cannot);
+  g_assert_cmpint(wsync_error_exit_code(error), ==, 4);
+  g_clear_error(&error);
+  g_autofree char *under_file = g_build_filename(config, "config.json", NULL); /* ENOTDIR */
+  g_autofree char *not_dir = g_strdup_printf("cannot open %s: %s", under_file, g_strerror(ENOTDIR));
+  g_assert_null(new_session(under_file, &c, NULL, &error));
+  g_assert_error(error, WSYNC_ERROR, WSYNC_ERROR_IO);
+  g_assert_cmpstr(error->message, ==, not_dir);
   g_clear_error(&error);
 
   /* another layout's rank files in the directory: refused at the first begin */

@@ -188,9 +188,12 @@ typedef struct {
  *
  * Makes a session and describes the model; the trainer's tensors come next.
  *
- * Returns: (transfer full) (nullable): the session, or %NULL with @error set (a bad
- *   config.json: %WSYNC_ERROR_BAD_INPUT; an unknown target, a model no plugin claims,
- *   two sinks: %WSYNC_ERROR_USAGE).
+ * Returns: (transfer full) (nullable): the session, or %NULL with @error set (a
+ *   @config_path that is not there or cannot be opened: %WSYNC_ERROR_IO, "cannot open
+ *   PATH: No such file or directory", exit status 4, as for a path named on the
+ *   command line (README "Exit status"); a bad config.json, or a socket, a FIFO or a
+ *   directory in its place: %WSYNC_ERROR_BAD_INPUT; an unknown target, a model no
+ *   plugin claims, two sinks: %WSYNC_ERROR_USAGE).
  */
 WSYNC_API WsyncSession *wsync_session_new(WsyncContext *ctx, const char *config_path,
                                           const WsyncSessionOptions *opts, GError **error);

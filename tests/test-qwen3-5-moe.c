@@ -3003,6 +3003,21 @@ test_refuse_configs(void)
   assert_config_refused("text_config.mtp_use_dedicated_embeddings", "true",
                         "field \"text_config.mtp_use_dedicated_embeddings\" is true: an MTP "
                         "block with its own embedding is not a layout qwen3_5_moe knows");
+  /* q/k/v/o biases: Transformers reads attention_bias (all four), vLLM's Qwen3.5 attention
+   * qkv_bias (q/k/v only, qwen3_next.py:252, 260): no checkpoint with either loads in
+   * both.  The old tree ignored both and wrote the config as if they were false. */
+  assert_config_refused("text_config.attention_bias", "true",
+                        "field \"text_config.attention_bias\" is true: Transformers then builds "
+                        "q/k/v_proj and o_proj biases, vLLM's Qwen3.5 attention none (it reads "
+                        "qkv_bias, and its o_proj has no bias), so no checkpoint loads in both; "
+                        "qwen3_5_moe accepts only false (or absent)\n");
+  assert_config_refused("text_config.qkv_bias", "true",
+                        "field \"text_config.qkv_bias\" is true: vLLM's Qwen3.5 attention then "
+                        "builds a qkv_proj.bias, Transformers' none (it reads attention_bias), "
+                        "so no checkpoint loads in both; qwen3_5_moe accepts only false (or "
+                        "absent)\n");
+  assert_config_refused("text_config.qkv_bias", "1",
+                        "field \"text_config.qkv_bias\" must be true or false, not 1");
   assert_config_refused("text_config.dtype", "\"int8\"",
                         "field \"text_config.dtype\" must be \"bfloat16\", \"float16\" or "
                         "\"float32\", not \"int8\"");

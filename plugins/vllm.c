@@ -617,6 +617,57 @@ drops_o_proj_bias(WsyncModel *model)
   return FALSE;
 }
 
+/* Architectures whose vLLM model runs its gated MLPs with SiluAndMul alone, whatever
+ * `hidden_act` says: their MLP classes raise `ValueError(f"Unsupported activation:
+ * {hidden_act}. Only silu is supported for now.")` when built with anything else, so
+ * vLLM does not start from the files (docs/vllm.md §2 "Activation").  Transformers runs
+ * any ACT2FN activation, so the model plugins take the field as it is; this rule is
+ * vLLM's.  vLLM-Ascend builds the same classes (docs/vllm-ascend.md §7 "Model
+ * classes"). */
+static const struct {
+  const char *architecture;
+  const char *where; /* the class that raises, at df1376907b16 */
+} silu_only[] = {
+    {"LlamaForCausalLM", "LlamaMLP, vllm/model_executor/models/llama.py:110-113"},
+    {"Qwen3ForCausalLM", "Qwen3MLP = Qwen2MLP, vllm/model_executor/models/qwen2.py:104-107"},
+    /* a Qwen3-MoE whose every layer is sparse builds no Qwen3MoeMLP and starts, but its
+     * routed experts run FusedMoE's default "silu" (fused_moe/layer.py:115): not what
+     * the config says either */
+    {"Qwen3MoeForCausalLM", "Qwen3MoeMLP, vllm/model_executor/models/qwen3_moe.py:112-115"},
+    {"Qwen3_5ForConditionalGeneration",
+     "Qwen3NextMLP = Qwen2MoeMLP, vllm/model_executor/models/qwen2_moe.py:103-106"},
+    {"Qwen3_5MoeForConditionalGeneration",
+     "its shared expert, Qwen2MoeMLP, vllm/model_executor/models/qwen2_moe.py:103-106"},
+};
+
+/* hidden_act, read where vLLM reads it (hf_text_config: text_config, else the root),
+ * must be "silu" for the architectures above; absent, each config class's default is
+ * "silu".  The old tree wrote rank files vLLM would not start from. */
+static gboolean
+check_activation(WsyncModel *model, GError **error)
+{
+  const char *architecture = wsync_model_get_architecture(model);
+  const char *act = "silu";
+  WsyncConfigSection text;
+
+  for (guint i = 0; i < G_N_ELEMENTS(silu_only); i++) {
+    if (g_strcmp0(architecture, silu_only[i].architecture) != 0)
+      continue;
+    if (!wsync_model_config_section(model, "text_config", TRUE, &text) ||
+        !wsync_config_get_string_or(&text, "hidden_act", &act, error))
+      return FALSE;
+    if (strcmp(act, "silu") == 0)
+      return TRUE;
+    g_autofree char *printable = g_strescape(act, NULL);
+    return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
+                      "config.json: field \"%shidden_act\" is \"%s\", but vLLM's %s accepts "
+                      "only \"silu\" (%s raises \"Unsupported activation\"), so vLLM would "
+                      "not load these files as the config means them",
+                      text.where, printable, architecture, silu_only[i].where);
+  }
+  return TRUE;
+}
+
 /* A published name (or module path) as vLLM names it. */
 static char *
 runtime_of(const Prefix *prefixes, const char *name)
@@ -1986,7 +2037,8 @@ build_rank(WsyncLayout *layout, gpointer user_data, GError **error)
 
   if (!check_parallel(&r, error) || !choose_convention(&r, settings, error) ||
       !choose_dtype(&r, settings, error) || !check_replicas(&r, error) ||
-      !check_sharded_state(&r, error))
+      !check_sharded_state(&r, error) ||
+      !check_activation(wsync_layout_get_model(layout), error))
     return FALSE;
   r.prefixes = prefixes_of(wsync_layout_get_model(layout));
   /* vllm-ascend's kernel format is this layout finished by another plugin's post-load

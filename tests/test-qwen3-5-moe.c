@@ -2966,6 +2966,44 @@ assert_config_refused(const char *edit_key, const char *json_value, const char *
   test_run_clear(&r);
 }
 
+/* text_config.hidden_act other than "silu": Transformers runs it (ACT2FN), so synth
+ * writes the checkpoint; vLLM's Qwen3.5 shared expert (dense: its MLP), Qwen2MoeMLP,
+ * raises "Unsupported activation" (qwen2_moe.py:103-106 @ df1376907b16, docs/vllm.md §2
+ * "Activation"), so plan --target vllm refuses it: exit 3, config.json, the field, the
+ * value and "silu".  The old tree planned (and wrote) rank files vLLM would not start
+ * from. */
+static void
+test_refuse_hidden_act(void)
+{
+  static const char *const bases[] = {MOE, DENSE};
+
+  for (guint i = 0; i < G_N_ELEMENTS(bases); i++) {
+    g_autofree char *base = config_path(bases[i]);
+    g_autoptr(JsonNode) root = load_json(base);
+    JsonObject *text = json_object_get_object_member(json_node_get_object(root), "text_config");
+    g_autofree char *dir = new_path("gelu");
+    g_autofree char *config = new_path("gelu-config.json");
+    g_autofree char *arch = g_strdup_printf(
+        "but vLLM's %s accepts only \"silu\"",
+        i == 0 ? "Qwen3_5MoeForConditionalGeneration" : "Qwen3_5ForConditionalGeneration");
+    Run r;
+
+    json_object_set_string_member(text, "hidden_act", "gelu_pytorch_tanh");
+    save_json(root, config);
+    r = run_wsync("synth", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), "--config", config,
+                  dir, NULL);
+    g_assert_cmpint(r.status, ==, 0);
+    test_run_clear(&r);
+    r = run_wsync("plan", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), dir, "--target",
+                  "vllm", "--tp", "2", NULL);
+    g_assert_cmpint(r.status, ==, 3);
+    assert_has(r.err,
+               "config.json: field \"text_config.hidden_act\" is \"gelu_pytorch_tanh\", ");
+    assert_has(r.err, arch);
+    test_run_clear(&r);
+  }
+}
+
 static void
 test_refuse_configs(void)
 {
@@ -3376,6 +3414,7 @@ main(int argc, char **argv)
   g_test_add_func("/qwen3_5_moe/refuse/key-heads", test_refuse_key_heads);
   g_test_add_func("/qwen3_5_moe/refuse/heads", test_refuse_heads);
   g_test_add_func("/qwen3_5_moe/refuse/configs", test_refuse_configs);
+  g_test_add_func("/qwen3_5_moe/refuse/hidden-act", test_refuse_hidden_act);
   g_test_add_func("/qwen3_5_moe/config/tie-combinations", test_tie_combinations);
   g_test_add_func("/qwen3_5_moe/config/shipped", test_shipped_conf);
   g_test_add_func("/qwen3_5_moe/real/qwen3.5-35b-a3b", test_real_qwen3_5_35b_a3b);

@@ -149,6 +149,25 @@ read_linear(Qwen35 *c, GError **error)
                                     "linear_num_value_heads", a->value_heads, error);
 }
 
+/* num_experts, the one spelling both readers take: Transformers' Qwen3_5MoeTextConfig
+ * declares `num_experts: int = 256` and, unlike Qwen3MoeConfig, has no attribute_map
+ * (CFG-Q35MOE, docs/hf-checkpoints.md §3); vLLM's own Qwen3_5MoeTextConfig takes
+ * `num_experts=256` (vllm/transformers_utils/configs/qwen3_5_moe.py:69, 118 @
+ * df1376907b16).  A `num_local_experts` is kept as an unread attribute by both, so the
+ * old tree, which took it for num_experts, built a layout of that many experts where
+ * both readers build 256 (or num_experts). */
+static gboolean
+read_experts(Qwen35 *c, GError **error)
+{
+  if (!json_object_has_member(c->text.object, "num_experts") &&
+      json_object_has_member(c->text.object, "num_local_experts"))
+    return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
+                      "field \"%snum_experts\" is missing: Transformers' and vLLM's Qwen3.5 "
+                      "configs read num_experts (default 256) and ignore \"%snum_local_experts\"",
+                      c->text.where, c->text.where);
+  return wsync_config_get_uint(&c->text, "num_experts", 1, COUNT, &c->experts, error);
+}
+
 /* MoE: experts, moe_intermediate_size and shared_expert_intermediate_size; dense:
  * intermediate_size. */
 static gboolean
@@ -156,8 +175,7 @@ read_mlp(Qwen35 *c, GError **error)
 {
   if (!c->moe)
     return wsync_config_get_uint(&c->text, "intermediate_size", 1, SIZE, &c->inter, error);
-  return wsync_config_get_uint(&c->text, "num_experts|num_local_experts", 1, COUNT, &c->experts,
-                               error) &&
+  return read_experts(c, error) &&
          wsync_config_get_uint(&c->text, "moe_intermediate_size", 1, SIZE, &c->moe_inter,
                                error) &&
          wsync_config_get_uint(&c->text, "shared_expert_intermediate_size", 1, SIZE,

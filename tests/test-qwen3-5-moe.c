@@ -3004,6 +3004,35 @@ test_refuse_hidden_act(void)
   }
 }
 
+/* num_local_experts in place of num_experts: Transformers' and vLLM's Qwen3.5-MoE text
+ * configs have no attribute_map for it and build num_experts (default 256) experts
+ * (docs/hf-checkpoints.md §3).  The old tree took num_local_experts for num_experts and
+ * converted (exit 0) a layout neither reader builds; refused: exit 3, both names. */
+static void
+test_refuse_num_local_experts(void)
+{
+  g_autofree char *base = config_path(MOE);
+  g_autoptr(JsonNode) root = load_json(base);
+  JsonObject *text = json_object_get_object_member(json_node_get_object(root), "text_config");
+  guint64 experts = (guint64)json_object_get_int_member(text, "num_experts");
+  g_autofree char *path = new_path("local-experts.json");
+  g_autofree char *dst = new_path("refused");
+  Run r;
+
+  json_object_remove_member(text, "num_experts");
+  json_object_set_int_member(text, "num_local_experts", (gint64)experts);
+  save_json(root, path);
+  r = run_wsync("synth", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), "--config", path, dst,
+                NULL);
+  g_assert_cmpint(r.status, ==, 3);
+  assert_has(r.err, path);
+  assert_has(r.err, "field \"text_config.num_experts\" is missing: Transformers' and vLLM's "
+                    "Qwen3.5 configs read num_experts (default 256) and ignore "
+                    "\"text_config.num_local_experts\"\n");
+  g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+  test_run_clear(&r);
+}
+
 static void
 test_refuse_configs(void)
 {
@@ -3415,6 +3444,7 @@ main(int argc, char **argv)
   g_test_add_func("/qwen3_5_moe/refuse/heads", test_refuse_heads);
   g_test_add_func("/qwen3_5_moe/refuse/configs", test_refuse_configs);
   g_test_add_func("/qwen3_5_moe/refuse/hidden-act", test_refuse_hidden_act);
+  g_test_add_func("/qwen3_5_moe/refuse/num-local-experts", test_refuse_num_local_experts);
   g_test_add_func("/qwen3_5_moe/config/tie-combinations", test_tie_combinations);
   g_test_add_func("/qwen3_5_moe/config/shipped", test_shipped_conf);
   g_test_add_func("/qwen3_5_moe/real/qwen3.5-35b-a3b", test_real_qwen3_5_35b_a3b);

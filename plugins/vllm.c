@@ -668,6 +668,79 @@ check_activation(WsyncModel *model, GError **error)
   return TRUE;
 }
 
+/* Config fields that make vLLM's model build parameters that Transformers' class of
+ * the same architecture does not have, so that no Hugging Face checkpoint holds them:
+ * the rank files could only leave them out.  sharded_state then refuses the files for
+ * the missing keys (§6); a live update leaves them as vLLM initialised them. */
+static const struct {
+  const char *architecture;
+  const char *field;   /* read where vLLM reads it: text_config, else the root */
+  const char *builds;  /* what vLLM builds when it is true or above 0, and where */
+  gboolean kernel_ok;  /* vLLM's initial value is what the checkpoint means: a live
+                        * update without them computes what Transformers computes */
+} vllm_only_params[] = {
+    /* Transformers' Qwen3-MoE has no shared expert (docs/hf-checkpoints.md §2) */
+    {"Qwen3MoeForCausalLM", "shared_expert_intermediate_size",
+     "a shared expert and its gate in every MoE layer "
+     "(vllm/model_executor/models/qwen3_moe.py:176-197)",
+     FALSE},
+    /* zeros, applied as x * (1 + scale) (qwen3_next.py:498-506): the identity;
+     * Qwen3_5(Moe)TextConfig has no layer_scale field (docs/hf-checkpoints.md §3) */
+    {"Qwen3_5ForConditionalGeneration", "layer_scale",
+     "attn_layer_scale and ffn_layer_scale in every layer "
+     "(vllm/model_executor/models/qwen3_5.py:189-204)",
+     TRUE},
+    {"Qwen3_5MoeForConditionalGeneration", "layer_scale",
+     "attn_layer_scale and ffn_layer_scale in every layer "
+     "(vllm/model_executor/models/qwen3_5.py:189-204)",
+     TRUE},
+};
+
+/* Python's truth of a JSON value, as `getattr(config, FIELD, False)` or `> 0` sees it. */
+static gboolean
+json_truthy(JsonNode *node)
+{
+  GType type;
+
+  if (node == NULL || !JSON_NODE_HOLDS_VALUE(node))
+    return node != NULL && !JSON_NODE_HOLDS_NULL(node);
+  type = json_node_get_value_type(node);
+  if (type == G_TYPE_BOOLEAN)
+    return json_node_get_boolean(node);
+  if (type == G_TYPE_INT64)
+    return json_node_get_int(node) > 0;
+  if (type == G_TYPE_DOUBLE)
+    return json_node_get_double(node) > 0;
+  return json_node_get_string(node) != NULL && *json_node_get_string(node) != '\0';
+}
+
+/* The old tree ignored these fields and wrote rank files without the parameters. */
+static gboolean
+check_vllm_only_params(WsyncModel *model, gboolean kernel, GError **error)
+{
+  const char *architecture = wsync_model_get_architecture(model);
+  WsyncConfigSection text;
+
+  for (guint i = 0; i < G_N_ELEMENTS(vllm_only_params); i++) {
+    if (g_strcmp0(architecture, vllm_only_params[i].architecture) != 0 ||
+        (kernel && vllm_only_params[i].kernel_ok) ||
+        !wsync_model_config_section(model, "text_config", TRUE, &text))
+      continue;
+    JsonNode *node = json_object_get_member(text.object, vllm_only_params[i].field);
+    if (!json_truthy(node))
+      continue;
+    g_autofree char *value = json_to_string(node, FALSE);
+    return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
+                      "config.json: field \"%s%s\" is %s: vLLM's %s then builds %s, which "
+                      "Transformers' model does not have and no checkpoint of it holds; "
+                      "%s accepts only 0, false or absent",
+                      text.where, vllm_only_params[i].field, value, architecture,
+                      vllm_only_params[i].builds,
+                      kernel ? "--format kernel" : "--format sharded-state");
+  }
+  return TRUE;
+}
+
 /* A published name (or module path) as vLLM names it. */
 static char *
 runtime_of(const Prefix *prefixes, const char *name)
@@ -2038,7 +2111,8 @@ build_rank(WsyncLayout *layout, gpointer user_data, GError **error)
   if (!check_parallel(&r, error) || !choose_convention(&r, settings, error) ||
       !choose_dtype(&r, settings, error) || !check_replicas(&r, error) ||
       !check_sharded_state(&r, error) ||
-      !check_activation(wsync_layout_get_model(layout), error))
+      !check_activation(wsync_layout_get_model(layout), error) ||
+      !check_vllm_only_params(wsync_layout_get_model(layout), r.kernel, error))
     return FALSE;
   r.prefixes = prefixes_of(wsync_layout_get_model(layout));
   /* vllm-ascend's kernel format is this layout finished by another plugin's post-load

@@ -3004,6 +3004,43 @@ test_refuse_hidden_act(void)
   }
 }
 
+/* text_config.layer_scale true: vLLM's Qwen3.5 layers then build attn_layer_scale and
+ * ffn_layer_scale (qwen3_5.py:189-204 @ df1376907b16), which Transformers' model does
+ * not have.  sharded_state would refuse rank files without them: plan --format
+ * sharded-state refuses the config (exit 3, the field and what vLLM builds).  vLLM
+ * initialises them to zeros and applies x * (1 + scale), the identity, so a live update
+ * (--format kernel) without them computes what the checkpoint means: accepted.  The old
+ * tree planned both without a word. */
+static void
+test_refuse_layer_scale(void)
+{
+  g_autofree char *base = config_path(MOE);
+  g_autoptr(JsonNode) root = load_json(base);
+  JsonObject *text = json_object_get_object_member(json_node_get_object(root), "text_config");
+  g_autofree char *dir = new_path("layer-scale");
+  g_autofree char *config = new_path("layer-scale-config.json");
+  Run r;
+
+  json_object_set_boolean_member(text, "layer_scale", TRUE);
+  save_json(root, config);
+  r = run_wsync("synth", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), "--config", config,
+                dir, NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  test_run_clear(&r);
+  r = run_wsync("plan", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), dir, "--target",
+                "vllm", "--tp", "2", NULL);
+  g_assert_cmpint(r.status, ==, 3);
+  assert_has(r.err, "config.json: field \"text_config.layer_scale\" is true: vLLM's "
+                    "Qwen3_5MoeForConditionalGeneration then builds attn_layer_scale and "
+                    "ffn_layer_scale in every layer");
+  assert_has(r.err, "--format sharded-state accepts only 0, false or absent\n");
+  test_run_clear(&r);
+  r = run_wsync("plan", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), dir, "--target",
+                "vllm", "--tp", "2", "--format", "kernel", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  test_run_clear(&r);
+}
+
 /* num_local_experts in place of num_experts: Transformers' and vLLM's Qwen3.5-MoE text
  * configs have no attribute_map for it and build num_experts (default 256) experts
  * (docs/hf-checkpoints.md §3).  The old tree took num_local_experts for num_experts and
@@ -3445,6 +3482,7 @@ main(int argc, char **argv)
   g_test_add_func("/qwen3_5_moe/refuse/configs", test_refuse_configs);
   g_test_add_func("/qwen3_5_moe/refuse/hidden-act", test_refuse_hidden_act);
   g_test_add_func("/qwen3_5_moe/refuse/num-local-experts", test_refuse_num_local_experts);
+  g_test_add_func("/qwen3_5_moe/refuse/layer-scale", test_refuse_layer_scale);
   g_test_add_func("/qwen3_5_moe/config/tie-combinations", test_tie_combinations);
   g_test_add_func("/qwen3_5_moe/config/shipped", test_shipped_conf);
   g_test_add_func("/qwen3_5_moe/real/qwen3.5-35b-a3b", test_real_qwen3_5_35b_a3b);

@@ -23,7 +23,12 @@
  * head_dim (256), attn_output_gate (true), layer_types (from full_attention_interval,
  * default 4), mtp_num_hidden_layers (1), vision in_channels (3), tie_word_embeddings
  * (false, at the top level and in text_config alike; the two must agree), the dtype
- * (bfloat16).  attention_bias and qkv_bias must be false or absent (check_no_biases()).
+ * (bfloat16), attention_bias (false).
+ *
+ * attention_bias gives q_proj, k_proj, v_proj AND o_proj a bias, as Transformers'
+ * Qwen3_5(Moe)Attention builds them (`nn.Linear(..., bias=config.attention_bias)` on all
+ * four, MOD-Q35MOE, docs/hf-checkpoints.md §3).  vLLM reads `qkv_bias` instead and gives
+ * o_proj none (docs/vllm.md §9.2); that is the vllm target's business.
  *
  * Option (conf.d/31-qwen3_5_moe.conf):
  *   language-model-only  the engine builds no vision tower (vLLM's
@@ -51,6 +56,7 @@ typedef struct {
   gboolean moe; /* model_type "qwen3_5_moe": the sparse block in every layer */
   guint64 hidden, heads, kv_heads, head_dim, vocab, layers;
   gboolean output_gate;
+  gboolean attention_bias; /* q/k/v/o_proj biases */
   guint *kind; /* per layer: an index into layer_kinds */
   WsyncLinearAttention linear;
   guint64 experts, moe_inter, shared_inter, inter;
@@ -246,6 +252,7 @@ read_text(Qwen35 *c, GError **error)
                                     "num_attention_heads", c->heads, error) &&
          wsync_config_get_head_dim(&c->text, c->hidden, c->heads, 256, &c->head_dim, error) &&
          wsync_config_get_bool_or(&c->text, "attn_output_gate", &c->output_gate, error) &&
+         wsync_config_get_bool_or(&c->text, "attention_bias", &c->attention_bias, error) &&
          wsync_config_get_uint(&c->text, "vocab_size", 1, SIZE, &c->vocab, error) &&
          wsync_config_get_uint(&c->text, "num_hidden_layers", 1, COUNT, &c->layers, error);
 }
@@ -285,44 +292,6 @@ read_tie(Qwen35 *c, GError **error)
   return TRUE;
 }
 
-/* The attention biases.  The two consumers read different fields: Transformers'
- * Qwen3_5(Moe)Attention gives q_proj, k_proj, v_proj AND o_proj a bias by
- * `attention_bias` (`nn.Linear(..., bias=config.attention_bias)` on all four, MOD-Q35MOE,
- * docs/hf-checkpoints.md §3); vLLM's Qwen3NextAttention, which Qwen3_5DecoderLayer builds
- * for every full-attention layer (vllm/model_executor/models/qwen3_5.py:153 @
- * df1376907b16), gives qkv_proj a bias by `qkv_bias` alone and o_proj none
- * (`bias=getattr(config, "qkv_bias", False)`, `bias=False`, qwen3_next.py:252, 260;
- * docs/vllm.md §9.2).  With either true no set of tensors loads in both: Transformers
- * wants biases vLLM never builds, or vLLM wants a qkv_proj.bias no Transformers
- * checkpoint has.  Refused, not invented; the old tree ignored both, so a checkpoint's
- * biases were refused as unmapped, and without them it wrote rank files missing the
- * qkv_proj.bias vLLM builds.  No published config sets either. */
-static gboolean
-check_no_biases(const Qwen35 *c, GError **error)
-{
-  static const struct {
-    const char *key, *why;
-  } fields[] = {
-      {"attention_bias", "Transformers then builds q/k/v_proj and o_proj biases, vLLM's "
-                         "Qwen3.5 attention none (it reads qkv_bias, and its o_proj has no "
-                         "bias)"},
-      {"qkv_bias", "vLLM's Qwen3.5 attention then builds a qkv_proj.bias, Transformers' "
-                   "none (it reads attention_bias)"},
-  };
-
-  for (guint i = 0; i < G_N_ELEMENTS(fields); i++) {
-    gboolean on = FALSE;
-    if (!wsync_config_get_bool_or(&c->text, fields[i].key, &on, error))
-      return FALSE;
-    if (on)
-      return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
-                        "field \"%s%s\" is true: %s, so no checkpoint loads in both; "
-                        "qwen3_5_moe accepts only false (or absent)",
-                        c->text.where, fields[i].key, fields[i].why);
-  }
-  return TRUE;
-}
-
 static gboolean
 read_config(WsyncModel *m, Qwen35 *c, GError **error)
 {
@@ -335,7 +304,7 @@ read_config(WsyncModel *m, Qwen35 *c, GError **error)
   sections[1] = c->root;
   c->moe = g_strcmp0(wsync_model_get_model_type(m), "qwen3_5_moe") == 0;
   if (!check_text_model_type(m, c, error) || !read_text(c, error) ||
-      !check_no_biases(c, error) || !read_layer_types(c, error) || !read_linear(c, error) ||
+      !read_layer_types(c, error) || !read_linear(c, error) ||
       !read_mlp(c, error) || !read_mtp(c, error) || !read_tie(c, error) ||
       !wsync_config_get_dtype(sections, 2, &dtype, error) || !read_vision(m, c, error))
     return FALSE;
@@ -363,7 +332,8 @@ describe_layer(WsyncModel *m, const Qwen35 *c, const char *layers, guint64 l,
 {
   const WsyncAttention a = {.hidden = c->hidden, .heads = c->heads, .kv_heads = c->kv_heads,
                             .head_dim = c->head_dim, .output_gate = c->output_gate,
-                            .qk_norm = TRUE};
+                            .qk_norm = TRUE, .qkv_bias = c->attention_bias,
+                            .o_bias = c->attention_bias};
   const WsyncMoe moe = {.hidden = c->hidden, .experts = c->experts, .intermediate = c->moe_inter,
                         .shared_intermediate = c->shared_inter, .published = published};
   const WsyncMlp dense = {.hidden = c->hidden, .intermediate = c->inter};

@@ -668,32 +668,45 @@ check_activation(WsyncModel *model, GError **error)
   return TRUE;
 }
 
-/* Config fields that make vLLM's model build parameters that Transformers' class of
- * the same architecture does not have, so that no Hugging Face checkpoint holds them:
- * the rank files could only leave them out.  sharded_state then refuses the files for
- * the missing keys (§6); a live update leaves them as vLLM initialised them. */
+/* Config fields that vLLM's model reads differently from Transformers' class of the same
+ * architecture, so that it holds other parameters than a Hugging Face checkpoint of that
+ * config has (the model plugins describe the checkpoint as Transformers builds it).  The
+ * rank files could only leave parameters out or drop trained ones: sharded_state refuses
+ * missing keys (§6), a live update leaves them as vLLM initialised them. */
+#define NO_CHECKPOINT_HOLDS                                                                     \
+  ", which Transformers' model does not have and no checkpoint of it holds"
+#define BUILDS_LAYER_SCALE                                                                      \
+  "then builds attn_layer_scale and ffn_layer_scale in every layer "                           \
+  "(vllm/model_executor/models/qwen3_5.py:189-204)" NO_CHECKPOINT_HOLDS
+#define BUILDS_QKV_BIAS                                                                         \
+  "then builds a qkv_proj.bias in every full-attention layer "                                 \
+  "(vllm/model_executor/models/qwen3_next.py:252)" NO_CHECKPOINT_HOLDS
+#define IGNORES_ATTENTION_BIAS                                                                  \
+  "builds none of the q/k/v_proj and o_proj biases Transformers' model then has (it reads "    \
+  "qkv_bias, and its o_proj has no bias: vllm/model_executor/models/qwen3_next.py:252, 260), " \
+  "so it would run without the checkpoint's trained biases"
 static const struct {
   const char *architecture;
   const char *field;   /* read where vLLM reads it: text_config, else the root */
-  const char *builds;  /* what vLLM builds when it is true or above 0, and where */
+  const char *problem; /* what vLLM does when it is true or above 0, and where */
   gboolean kernel_ok;  /* vLLM's initial value is what the checkpoint means: a live
                         * update without them computes what Transformers computes */
-} vllm_only_params[] = {
+} vllm_config_divergences[] = {
     /* Transformers' Qwen3-MoE has no shared expert (docs/hf-checkpoints.md §2) */
     {"Qwen3MoeForCausalLM", "shared_expert_intermediate_size",
-     "a shared expert and its gate in every MoE layer "
-     "(vllm/model_executor/models/qwen3_moe.py:176-197)",
+     "then builds a shared expert and its gate in every MoE layer "
+     "(vllm/model_executor/models/qwen3_moe.py:176-197)" NO_CHECKPOINT_HOLDS,
      FALSE},
     /* zeros, applied as x * (1 + scale) (qwen3_next.py:498-506): the identity;
      * Qwen3_5(Moe)TextConfig has no layer_scale field (docs/hf-checkpoints.md §3) */
-    {"Qwen3_5ForConditionalGeneration", "layer_scale",
-     "attn_layer_scale and ffn_layer_scale in every layer "
-     "(vllm/model_executor/models/qwen3_5.py:189-204)",
-     TRUE},
-    {"Qwen3_5MoeForConditionalGeneration", "layer_scale",
-     "attn_layer_scale and ffn_layer_scale in every layer "
-     "(vllm/model_executor/models/qwen3_5.py:189-204)",
-     TRUE},
+    {"Qwen3_5ForConditionalGeneration", "layer_scale", BUILDS_LAYER_SCALE, TRUE},
+    {"Qwen3_5MoeForConditionalGeneration", "layer_scale", BUILDS_LAYER_SCALE, TRUE},
+    /* Transformers' Qwen3.5 attention reads attention_bias (all four projections) and
+     * not qkv_bias; vLLM's Qwen3NextAttention the reverse (docs/vllm.md §9.2) */
+    {"Qwen3_5ForConditionalGeneration", "qkv_bias", BUILDS_QKV_BIAS, FALSE},
+    {"Qwen3_5MoeForConditionalGeneration", "qkv_bias", BUILDS_QKV_BIAS, FALSE},
+    {"Qwen3_5ForConditionalGeneration", "attention_bias", IGNORES_ATTENTION_BIAS, FALSE},
+    {"Qwen3_5MoeForConditionalGeneration", "attention_bias", IGNORES_ATTENTION_BIAS, FALSE},
 };
 
 /* Python's truth of a JSON value, as `getattr(config, FIELD, False)` or `> 0` sees it. */
@@ -714,28 +727,27 @@ json_truthy(JsonNode *node)
   return json_node_get_string(node) != NULL && *json_node_get_string(node) != '\0';
 }
 
-/* The old tree ignored these fields and wrote rank files without the parameters. */
+/* The old tree ignored these fields and wrote rank files vLLM refuses or runs wrong. */
 static gboolean
-check_vllm_only_params(WsyncModel *model, gboolean kernel, GError **error)
+check_config_divergences(WsyncModel *model, gboolean kernel, GError **error)
 {
   const char *architecture = wsync_model_get_architecture(model);
   WsyncConfigSection text;
 
-  for (guint i = 0; i < G_N_ELEMENTS(vllm_only_params); i++) {
-    if (g_strcmp0(architecture, vllm_only_params[i].architecture) != 0 ||
-        (kernel && vllm_only_params[i].kernel_ok) ||
+  for (guint i = 0; i < G_N_ELEMENTS(vllm_config_divergences); i++) {
+    if (g_strcmp0(architecture, vllm_config_divergences[i].architecture) != 0 ||
+        (kernel && vllm_config_divergences[i].kernel_ok) ||
         !wsync_model_config_section(model, "text_config", TRUE, &text))
       continue;
-    JsonNode *node = json_object_get_member(text.object, vllm_only_params[i].field);
+    JsonNode *node = json_object_get_member(text.object, vllm_config_divergences[i].field);
     if (!json_truthy(node))
       continue;
     g_autofree char *value = json_to_string(node, FALSE);
     return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
-                      "config.json: field \"%s%s\" is %s: vLLM's %s then builds %s, which "
-                      "Transformers' model does not have and no checkpoint of it holds; "
-                      "%s accepts only 0, false or absent",
-                      text.where, vllm_only_params[i].field, value, architecture,
-                      vllm_only_params[i].builds,
+                      "config.json: field \"%s%s\" is %s: vLLM's %s %s; %s accepts only 0, "
+                      "false or absent",
+                      text.where, vllm_config_divergences[i].field, value, architecture,
+                      vllm_config_divergences[i].problem,
                       kernel ? "--format kernel" : "--format sharded-state");
   }
   return TRUE;
@@ -2112,7 +2124,7 @@ build_rank(WsyncLayout *layout, gpointer user_data, GError **error)
       !choose_dtype(&r, settings, error) || !check_replicas(&r, error) ||
       !check_sharded_state(&r, error) ||
       !check_activation(wsync_layout_get_model(layout), error) ||
-      !check_vllm_only_params(wsync_layout_get_model(layout), r.kernel, error))
+      !check_config_divergences(wsync_layout_get_model(layout), r.kernel, error))
     return FALSE;
   r.prefixes = prefixes_of(wsync_layout_get_model(layout));
   /* vllm-ascend's kernel format is this layout finished by another plugin's post-load

@@ -3004,6 +3004,82 @@ test_refuse_hidden_act(void)
   }
 }
 
+/* q/k/v/o biases.  Transformers' Qwen3.5 attention gives all four projections a bias by
+ * attention_bias and does not read qkv_bias; vLLM's gives qkv_proj one by qkv_bias and
+ * o_proj none (qwen3_next.py:252, 260 @ df1376907b16, docs/vllm.md §9.2).  synth and the
+ * hf target follow Transformers: with attention_bias the four biases are written and read
+ * back; the vllm target refuses either field true in both formats (exit 3, the field and
+ * what vLLM does), writing nothing.  The old tree ignored both: it wrote no biases for
+ * attention_bias (Transformers then initialises them at random) and rank files without
+ * the qkv_proj.bias vLLM builds for qkv_bias. */
+static void
+test_biases(void)
+{
+  static const struct {
+    const char *field, *message;
+    gboolean biases; /* Transformers' model has them */
+  } cases[] = {
+      {"attention_bias",
+       "config.json: field \"text_config.attention_bias\" is true: vLLM's "
+       "Qwen3_5MoeForConditionalGeneration builds none of the q/k/v_proj and o_proj biases "
+       "Transformers' model then has (it reads qkv_bias, and its o_proj has no bias: "
+       "vllm/model_executor/models/qwen3_next.py:252, 260), so it would run without the "
+       "checkpoint's trained biases; --format ",
+       TRUE},
+      {"qkv_bias",
+       "config.json: field \"text_config.qkv_bias\" is true: vLLM's "
+       "Qwen3_5MoeForConditionalGeneration then builds a qkv_proj.bias in every "
+       "full-attention layer (vllm/model_executor/models/qwen3_next.py:252), which "
+       "Transformers' model does not have and no checkpoint of it holds; --format ",
+       FALSE},
+  };
+  static const char *const biases[] = {"q_proj.bias", "k_proj.bias", "v_proj.bias",
+                                       "o_proj.bias"};
+
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_autofree char *base = config_path(MOE);
+    g_autoptr(JsonNode) root = load_json(base);
+    JsonObject *text = json_object_get_object_member(json_node_get_object(root), "text_config");
+    g_autofree char *dir = new_path("biases");
+    g_autofree char *config = new_path("biases-config.json");
+    g_autofree char *back = new_path("biases-hf");
+    g_autofree char *ranks = new_path("biases-vllm");
+    g_autofree char *index = g_build_filename(dir, "model.safetensors.index.json", NULL);
+    g_autofree char *listing = NULL;
+    Run r;
+
+    json_object_set_boolean_member(text, cases[i].field, TRUE);
+    save_json(root, config);
+    r = run_wsync("synth", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), "--config", config,
+                  dir, "--pattern", "index", NULL);
+    g_assert_cmpint(r.status, ==, 0);
+    test_run_clear(&r);
+    /* the full-attention layer 3 has the biases exactly when Transformers builds them */
+    g_assert_true(g_file_get_contents(index, &listing, NULL, NULL));
+    for (guint b = 0; b < G_N_ELEMENTS(biases); b++) {
+      g_autofree char *name =
+          g_strdup_printf("\"model.language_model.layers.3.self_attn.%s\"", biases[b]);
+      g_assert_cmpint(strstr(listing, name) != NULL, ==, cases[i].biases);
+    }
+    r = run_wsync("convert", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), dir, back,
+                  "--target", "hf", NULL);
+    g_assert_cmpint(r.status, ==, 0);
+    test_run_clear(&r);
+    r = run_wsync("verify", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), dir, back, NULL);
+    g_assert_cmpint(r.status, ==, 0);
+    test_run_clear(&r);
+    for (guint kernel = 0; kernel < 2; kernel++) {
+      r = run_wsync("convert", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), dir, ranks,
+                    "--target", "vllm", "--tp", "2", "--format",
+                    kernel ? "kernel" : "sharded-state", NULL);
+      g_assert_cmpint(r.status, ==, 3);
+      assert_has(r.err, cases[i].message);
+      g_assert_false(g_file_test(ranks, G_FILE_TEST_EXISTS));
+      test_run_clear(&r);
+    }
+  }
+}
+
 /* text_config.layer_scale true: vLLM's Qwen3.5 layers then build attn_layer_scale and
  * ffn_layer_scale (qwen3_5.py:189-204 @ df1376907b16), which Transformers' model does
  * not have.  sharded_state would refuse rank files without them: plan --format
@@ -3107,21 +3183,6 @@ test_refuse_configs(void)
   assert_config_refused("text_config.mtp_use_dedicated_embeddings", "true",
                         "field \"text_config.mtp_use_dedicated_embeddings\" is true: an MTP "
                         "block with its own embedding is not a layout qwen3_5_moe knows");
-  /* q/k/v/o biases: Transformers reads attention_bias (all four), vLLM's Qwen3.5 attention
-   * qkv_bias (q/k/v only, qwen3_next.py:252, 260): no checkpoint with either loads in
-   * both.  The old tree ignored both and wrote the config as if they were false. */
-  assert_config_refused("text_config.attention_bias", "true",
-                        "field \"text_config.attention_bias\" is true: Transformers then builds "
-                        "q/k/v_proj and o_proj biases, vLLM's Qwen3.5 attention none (it reads "
-                        "qkv_bias, and its o_proj has no bias), so no checkpoint loads in both; "
-                        "qwen3_5_moe accepts only false (or absent)\n");
-  assert_config_refused("text_config.qkv_bias", "true",
-                        "field \"text_config.qkv_bias\" is true: vLLM's Qwen3.5 attention then "
-                        "builds a qkv_proj.bias, Transformers' none (it reads attention_bias), "
-                        "so no checkpoint loads in both; qwen3_5_moe accepts only false (or "
-                        "absent)\n");
-  assert_config_refused("text_config.qkv_bias", "1",
-                        "field \"text_config.qkv_bias\" must be true or false, not 1");
   assert_config_refused("text_config.dtype", "\"int8\"",
                         "field \"text_config.dtype\" must be \"bfloat16\", \"float16\" or "
                         "\"float32\", not \"int8\"");
@@ -3483,6 +3544,7 @@ main(int argc, char **argv)
   g_test_add_func("/qwen3_5_moe/refuse/hidden-act", test_refuse_hidden_act);
   g_test_add_func("/qwen3_5_moe/refuse/num-local-experts", test_refuse_num_local_experts);
   g_test_add_func("/qwen3_5_moe/refuse/layer-scale", test_refuse_layer_scale);
+  g_test_add_func("/qwen3_5_moe/config/biases", test_biases);
   g_test_add_func("/qwen3_5_moe/config/tie-combinations", test_tie_combinations);
   g_test_add_func("/qwen3_5_moe/config/shipped", test_shipped_conf);
   g_test_add_func("/qwen3_5_moe/real/qwen3.5-35b-a3b", test_real_qwen3_5_35b_a3b);

@@ -1070,6 +1070,51 @@ test_vllm_shared_expert_size(Fixture *f, gconstpointer data)
   model_clear(&m);
 }
 
+/* hidden_act "gelu" for Qwen3-MoE and Qwen3 dense: vLLM's Qwen3MoeMLP and Qwen2MLP raise
+ * "Unsupported activation" (qwen3_moe.py:112-115, qwen2.py:104-107 @ df1376907b16), and
+ * an all-sparse Qwen3-MoE, which builds neither, runs FusedMoE's default silu
+ * (fused_moe/layer.py:115; docs/vllm.md §2 "Activation").  The vllm target refuses it
+ * (exit 3, config.json, the field, the value, "silu"); the hf targets take it, as
+ * Transformers runs any ACT2FN activation.  The old tree converted it (exit 0). */
+static void
+test_vllm_hidden_act(Fixture *f, gconstpointer data)
+{
+  static const struct {
+    const char *config, *architecture;
+  } cases[] = {{"tiny-qwen3-moe.json", "Qwen3MoeForCausalLM"},
+               {"tiny-qwen3.json", "Qwen3ForCausalLM"}};
+
+  (void)data;
+  if (!have_vllm) {
+    g_test_skip("the vllm plugin was not built");
+    return;
+  }
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_autofree char *ck = sub(f, cases[i].architecture);
+    g_autofree char *config = g_strconcat(ck, ".json", NULL);
+    g_autofree char *hf = g_strconcat(ck, "-hf", NULL);
+    g_autofree char *ranks = g_strconcat(ck, "-ranks", NULL);
+    g_autofree char *message = g_strdup_printf(
+        "config.json: field \"hidden_act\" is \"gelu\", but vLLM's %s accepts only \"silu\"",
+        cases[i].architecture);
+    Model m = load_model(cases[i].config);
+    Run r;
+
+    json_object_set_string_member(m.root, "hidden_act", "gelu");
+    write_config(m.root, config);
+    model_clear(&m);
+    r = run_wsync("synth", "--config", config, ck, NULL);
+    expect_status(&r, 0, "synth with hidden_act gelu");
+    run_clear(&r);
+    convert(ck, hf, "hf");
+    r = run_wsync("convert", ck, ranks, "--target", "vllm", "--tp", "2", NULL);
+    expect_status(&r, 3, "convert to vllm with hidden_act gelu");
+    assert_has(r.err, message);
+    g_assert_false(g_file_test(ranks, G_FILE_TEST_EXISTS));
+    run_clear(&r);
+  }
+}
+
 static void
 test_vllm_moe_backend(Fixture *f, gconstpointer data)
 {
@@ -1174,6 +1219,7 @@ main(int argc, char **argv)
   ADD("bad-input/unclaimed-model-type", test_unclaimed_model_type, NULL);
   ADD("vllm/moe-backend", test_vllm_moe_backend, NULL);
   ADD("vllm/shared-expert-size", test_vllm_shared_expert_size, NULL);
+  ADD("vllm/hidden-act", test_vllm_hidden_act, NULL);
   for (guint i = 0; i < G_N_ELEMENTS(vllm_cases); i++) {
     g_autofree char *path =
         g_strdup_printf("vllm/%s/%s/tp%s%s%s", vllm_cases[i].config, vllm_cases[i].format,

@@ -23,7 +23,12 @@
  * head_dim (256), attn_output_gate (true), layer_types (from full_attention_interval,
  * default 4), mtp_num_hidden_layers (1), vision in_channels (3), tie_word_embeddings
  * (false, at the top level and in text_config alike; the two must agree), the dtype
- * (bfloat16).
+ * (bfloat16), attention_bias (false).
+ *
+ * attention_bias gives q_proj, k_proj, v_proj AND o_proj a bias, as Transformers'
+ * Qwen3_5(Moe)Attention builds them (`nn.Linear(..., bias=config.attention_bias)` on all
+ * four, MOD-Q35MOE, docs/hf-checkpoints.md §3).  vLLM reads `qkv_bias` instead and gives
+ * o_proj none (docs/vllm.md §9.2); that is the vllm target's business.
  *
  * Option (conf.d/31-qwen3_5_moe.conf):
  *   language-model-only  the engine builds no vision tower (vLLM's
@@ -51,6 +56,7 @@ typedef struct {
   gboolean moe; /* model_type "qwen3_5_moe": the sparse block in every layer */
   guint64 hidden, heads, kv_heads, head_dim, vocab, layers;
   gboolean output_gate;
+  gboolean attention_bias; /* q/k/v/o_proj biases */
   guint *kind; /* per layer: an index into layer_kinds */
   WsyncLinearAttention linear;
   guint64 experts, moe_inter, shared_inter, inter;
@@ -149,6 +155,25 @@ read_linear(Qwen35 *c, GError **error)
                                     "linear_num_value_heads", a->value_heads, error);
 }
 
+/* num_experts, the one spelling both readers take: Transformers' Qwen3_5MoeTextConfig
+ * declares `num_experts: int = 256` and, unlike Qwen3MoeConfig, has no attribute_map
+ * (CFG-Q35MOE, docs/hf-checkpoints.md §3); vLLM's own Qwen3_5MoeTextConfig takes
+ * `num_experts=256` (vllm/transformers_utils/configs/qwen3_5_moe.py:69, 118 @
+ * df1376907b16).  A `num_local_experts` is kept as an unread attribute by both, so the
+ * old tree, which took it for num_experts, built a layout of that many experts where
+ * both readers build 256 (or num_experts). */
+static gboolean
+read_experts(Qwen35 *c, GError **error)
+{
+  if (!json_object_has_member(c->text.object, "num_experts") &&
+      json_object_has_member(c->text.object, "num_local_experts"))
+    return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
+                      "field \"%snum_experts\" is missing: Transformers' and vLLM's Qwen3.5 "
+                      "configs read num_experts (default 256) and ignore \"%snum_local_experts\"",
+                      c->text.where, c->text.where);
+  return wsync_config_get_uint(&c->text, "num_experts", 1, COUNT, &c->experts, error);
+}
+
 /* MoE: experts, moe_intermediate_size and shared_expert_intermediate_size; dense:
  * intermediate_size. */
 static gboolean
@@ -156,8 +181,7 @@ read_mlp(Qwen35 *c, GError **error)
 {
   if (!c->moe)
     return wsync_config_get_uint(&c->text, "intermediate_size", 1, SIZE, &c->inter, error);
-  return wsync_config_get_uint(&c->text, "num_experts|num_local_experts", 1, COUNT, &c->experts,
-                               error) &&
+  return read_experts(c, error) &&
          wsync_config_get_uint(&c->text, "moe_intermediate_size", 1, SIZE, &c->moe_inter,
                                error) &&
          wsync_config_get_uint(&c->text, "shared_expert_intermediate_size", 1, SIZE,
@@ -228,6 +252,7 @@ read_text(Qwen35 *c, GError **error)
                                     "num_attention_heads", c->heads, error) &&
          wsync_config_get_head_dim(&c->text, c->hidden, c->heads, 256, &c->head_dim, error) &&
          wsync_config_get_bool_or(&c->text, "attn_output_gate", &c->output_gate, error) &&
+         wsync_config_get_bool_or(&c->text, "attention_bias", &c->attention_bias, error) &&
          wsync_config_get_uint(&c->text, "vocab_size", 1, SIZE, &c->vocab, error) &&
          wsync_config_get_uint(&c->text, "num_hidden_layers", 1, COUNT, &c->layers, error);
 }
@@ -279,8 +304,8 @@ read_config(WsyncModel *m, Qwen35 *c, GError **error)
   sections[1] = c->root;
   c->moe = g_strcmp0(wsync_model_get_model_type(m), "qwen3_5_moe") == 0;
   if (!check_text_model_type(m, c, error) || !read_text(c, error) ||
-      !read_layer_types(c, error) || !read_linear(c, error) || !read_mlp(c, error) ||
-      !read_mtp(c, error) || !read_tie(c, error) ||
+      !read_layer_types(c, error) || !read_linear(c, error) ||
+      !read_mlp(c, error) || !read_mtp(c, error) || !read_tie(c, error) ||
       !wsync_config_get_dtype(sections, 2, &dtype, error) || !read_vision(m, c, error))
     return FALSE;
   wsync_model_set_dtype(m, dtype);
@@ -307,7 +332,8 @@ describe_layer(WsyncModel *m, const Qwen35 *c, const char *layers, guint64 l,
 {
   const WsyncAttention a = {.hidden = c->hidden, .heads = c->heads, .kv_heads = c->kv_heads,
                             .head_dim = c->head_dim, .output_gate = c->output_gate,
-                            .qk_norm = TRUE};
+                            .qk_norm = TRUE, .qkv_bias = c->attention_bias,
+                            .o_bias = c->attention_bias};
   const WsyncMoe moe = {.hidden = c->hidden, .experts = c->experts, .intermediate = c->moe_inter,
                         .shared_intermediate = c->shared_inter, .published = published};
   const WsyncMlp dense = {.hidden = c->hidden, .intermediate = c->inter};

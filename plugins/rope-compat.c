@@ -58,6 +58,9 @@
  * order of Transformers' setdefault calls).  So a config Transformers saved, with
  * sorted keys, converts back and forth to exactly itself.
  *
+ * RoPE types: the reader of the form written must know the type (known_types_*);
+ * the legacy "mrope" and "su" are written as the types they are (legacy_types).
+ *
  * Numbers are moved as they are, so an integer stays an integer and a float a float.
  * The only numbers made up are Transformers' defaults: `rope_theta` 10000.0
  * (`default_theta`) and, for Qwen3.5 and Qwen3-Next only, `partial_rotary_factor` 0.25.
@@ -77,11 +80,26 @@ typedef struct {
   RopeFormat format;
 } RopeCompat;
 
-/* The RoPE types Transformers knows: "default" plus ROPE_INIT_FUNCTIONS
+/* The RoPE types the reader of each form knows: "default" plus ROPE_INIT_FUNCTIONS
  * (docs/hf-checkpoints.md §6, "RoPE types").  Anything else would fail when the model is
- * built. */
-static const char *const known_types[] = {"default", "linear", "dynamic", "yarn",
-                                          "longrope", "llama3", NULL};
+ * built.  Transformers 5 adds "proportional" (Gemma 4's p-RoPE, ROPE5), which vLLM's
+ * get_rope() builds as well (vllm/model_executor/layers/rotary_embedding/__init__.py:144-153
+ * @ df1376907b16); Transformers 4 has no such type (ROPE4b). */
+static const char *const known_types_transformers4[] = {"default", "linear", "dynamic", "yarn",
+                                                        "longrope", "llama3", NULL};
+static const char *const known_types_transformers5[] = {
+    "default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional", NULL};
+
+/* Legacy names and the type each one is: Qwen2-VL's Transformers 4 configs say "mrope",
+ * which their config classes rewrite to "default" (M-RoPE is default RoPE split by
+ * mrope_section); Phi-3's first configs said "su", the old name of "longrope", which
+ * vLLM rewrites for every model (patch_legacy_rope_type(), also accepting "type": "su"
+ * beside "rope_type": "longrope", vllm/transformers_utils/config.py:496-497, 514-516 @
+ * df1376907b16) and which no ROPE_INIT_FUNCTIONS of Transformers 4 or 5 has: written as
+ * "longrope", it builds the same RoPE in vLLM and builds at all in Transformers. */
+static const struct {
+  const char *legacy, *name;
+} legacy_types[] = {{"mrope", "default"}, {"su", "longrope"}};
 
 /* The config classes whose __post_init__ does kwargs.setdefault("partial_rotary_factor",
  * 0.25) (hf-qwen.md §4 step 3; configuration_qwen3_next.py, configuration_qwen3_5.py,
@@ -229,6 +247,7 @@ is_number(JsonNode *node)
 typedef struct {
   JsonObject *obj;
   const char *where;  /* "" or "text_config.", prefixed to key names in messages */
+  RopeFormat format;  /* the form written: whose reader must know the type */
   JsonObject *params; /* the Transformers 5 dict being built */
   const char *source; /* the key params came from, for messages */
   const char *model_type; /* the config class's model_type, or NULL */
@@ -236,30 +255,43 @@ typedef struct {
 
 /* Checks a `type` or `rope_type` value and returns its canonical name. */
 static gboolean
-type_name(JsonNode *node, const char *where, const char *key, const char **name, GError **error)
+type_name(JsonNode *node, const Rope *rope, const char *key, const char **name,
+          GError **error)
 {
+  const char *const *known = rope->format == ROPE_TRANSFORMERS4 ? known_types_transformers4
+                                                                 : known_types_transformers5;
   const char *value;
+  g_autofree char *list = NULL;
 
   if (!JSON_NODE_HOLDS_VALUE(node) || json_node_get_value_type(node) != G_TYPE_STRING)
-    return bad_value(error, where, key, node, "a string");
+    return bad_value(error, rope->where, key, node, "a string");
   value = json_node_get_string(node);
-  /* Transformers 4 Qwen2-VL-family configs say "type": "mrope"; their config classes
-   * rewrite it to "default", as M-RoPE is default RoPE split by mrope_section. */
-  *name = strcmp(value, "mrope") == 0 ? "default" : value;
-  if (g_strv_contains(known_types, *name))
+  *name = value;
+  for (guint i = 0; i < G_N_ELEMENTS(legacy_types); i++)
+    if (strcmp(value, legacy_types[i].legacy) == 0)
+      *name = legacy_types[i].name;
+  if (g_strv_contains(known, *name))
     return TRUE;
+  if (g_strv_contains(known_types_transformers5, *name)) {
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
+                "%s%s: RoPE type \"%s\" is Transformers 5's (and vLLM's); Transformers 4 "
+                "has none, so rope-format transformers4 cannot write it",
+                rope->where, key, value);
+    return FALSE;
+  }
+  list = g_strjoinv(", ", (char **)known);
   g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-              "%s%s: unknown RoPE type \"%s\" (known: default, linear, dynamic, yarn, longrope, "
-              "llama3)",
-              where, key, value);
+              "%s%s: unknown RoPE type \"%s\" (known: %s; legacy: mrope, su)", rope->where, key,
+              value, list);
   return FALSE;
 }
 
 /* Folds the legacy `type` into `rope_type`, in its place (standardize_rope_params()
  * does setdefault("rope_type", get("type", ...))); the two must agree. */
 static gboolean
-fold_type(JsonObject *dict, const char *where, const char *dict_key, GError **error)
+fold_type(JsonObject *dict, const Rope *rope, const char *dict_key, GError **error)
 {
+  const char *where = rope->where;
   JsonNode *legacy = json_object_get_member(dict, "type");
   JsonNode *current = json_object_get_member(dict, "rope_type");
   g_autofree char *legacy_key = g_strconcat(dict_key, ".type", NULL);
@@ -267,9 +299,9 @@ fold_type(JsonObject *dict, const char *where, const char *dict_key, GError **er
   const char *legacy_name = NULL, *name = NULL;
   JsonNode *folded;
 
-  if (legacy != NULL && !type_name(legacy, where, legacy_key, &legacy_name, error))
+  if (legacy != NULL && !type_name(legacy, rope, legacy_key, &legacy_name, error))
     return FALSE;
-  if (current != NULL && !type_name(current, where, current_key, &name, error))
+  if (current != NULL && !type_name(current, rope, current_key, &name, error))
     return FALSE;
   if (legacy_name != NULL && name != NULL && strcmp(legacy_name, name) != 0)
     return conflict(error, where, legacy_key, legacy, current_key, current);
@@ -305,7 +337,7 @@ rope_dict_copy(Rope *rope, const char *key, GError **error)
   names = json_object_get_members(dict);
   for (GList *l = names; l != NULL; l = l->next)
     json_object_set_member(copy, l->data, json_node_copy(json_object_get_member(dict, l->data)));
-  if (!fold_type(copy, rope->where, key, error)) {
+  if (!fold_type(copy, rope, key, error)) {
     json_object_unref(copy);
     return NULL;
   }
@@ -505,7 +537,7 @@ static gboolean
 plan(JsonObject *obj, const char *where, const char *model_type, RopeFormat format,
      JsonObject **params, GError **error)
 {
-  Rope rope = {obj, where, NULL, NULL, model_type};
+  Rope rope = {obj, where, format, NULL, NULL, model_type};
 
   *params = NULL;
   if (format == ROPE_KEEP || !has_rope_keys(obj))

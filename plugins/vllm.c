@@ -617,6 +617,142 @@ drops_o_proj_bias(WsyncModel *model)
   return FALSE;
 }
 
+/* Architectures whose vLLM model runs its gated MLPs with SiluAndMul alone, whatever
+ * `hidden_act` says: their MLP classes raise `ValueError(f"Unsupported activation:
+ * {hidden_act}. Only silu is supported for now.")` when built with anything else, so
+ * vLLM does not start from the files (docs/vllm.md §2 "Activation").  Transformers runs
+ * any ACT2FN activation, so the model plugins take the field as it is; this rule is
+ * vLLM's.  vLLM-Ascend builds the same classes (docs/vllm-ascend.md §7 "Model
+ * classes"). */
+static const struct {
+  const char *architecture;
+  const char *where; /* the class that raises, at df1376907b16 */
+} silu_only[] = {
+    {"LlamaForCausalLM", "LlamaMLP, vllm/model_executor/models/llama.py:110-113"},
+    {"Qwen3ForCausalLM", "Qwen3MLP = Qwen2MLP, vllm/model_executor/models/qwen2.py:104-107"},
+    /* a Qwen3-MoE whose every layer is sparse builds no Qwen3MoeMLP and starts, but its
+     * routed experts run FusedMoE's default "silu" (fused_moe/layer.py:115): not what
+     * the config says either */
+    {"Qwen3MoeForCausalLM", "Qwen3MoeMLP, vllm/model_executor/models/qwen3_moe.py:112-115"},
+    {"Qwen3_5ForConditionalGeneration",
+     "Qwen3NextMLP = Qwen2MoeMLP, vllm/model_executor/models/qwen2_moe.py:103-106"},
+    {"Qwen3_5MoeForConditionalGeneration",
+     "its shared expert, Qwen2MoeMLP, vllm/model_executor/models/qwen2_moe.py:103-106"},
+};
+
+/* hidden_act, read where vLLM reads it (hf_text_config: text_config, else the root),
+ * must be "silu" for the architectures above; absent, each config class's default is
+ * "silu".  The old tree wrote rank files vLLM would not start from. */
+static gboolean
+check_activation(WsyncModel *model, GError **error)
+{
+  const char *architecture = wsync_model_get_architecture(model);
+  const char *act = "silu";
+  WsyncConfigSection text;
+
+  for (guint i = 0; i < G_N_ELEMENTS(silu_only); i++) {
+    if (g_strcmp0(architecture, silu_only[i].architecture) != 0)
+      continue;
+    if (!wsync_model_config_section(model, "text_config", TRUE, &text) ||
+        !wsync_config_get_string_or(&text, "hidden_act", &act, error))
+      return FALSE;
+    if (strcmp(act, "silu") == 0)
+      return TRUE;
+    g_autofree char *printable = g_strescape(act, NULL);
+    return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
+                      "config.json: field \"%shidden_act\" is \"%s\", but vLLM's %s accepts "
+                      "only \"silu\" (%s raises \"Unsupported activation\"), so vLLM would "
+                      "not load these files as the config means them",
+                      text.where, printable, architecture, silu_only[i].where);
+  }
+  return TRUE;
+}
+
+/* Config fields that vLLM's model reads differently from Transformers' class of the same
+ * architecture, so that it holds other parameters than a Hugging Face checkpoint of that
+ * config has (the model plugins describe the checkpoint as Transformers builds it).  The
+ * rank files could only leave parameters out or drop trained ones: sharded_state refuses
+ * missing keys (§6), a live update leaves them as vLLM initialised them. */
+#define NO_CHECKPOINT_HOLDS                                                                     \
+  ", which Transformers' model does not have and no checkpoint of it holds"
+#define BUILDS_LAYER_SCALE                                                                      \
+  "then builds attn_layer_scale and ffn_layer_scale in every layer "                           \
+  "(vllm/model_executor/models/qwen3_5.py:189-204)" NO_CHECKPOINT_HOLDS
+#define BUILDS_QKV_BIAS                                                                         \
+  "then builds a qkv_proj.bias in every full-attention layer "                                 \
+  "(vllm/model_executor/models/qwen3_next.py:252)" NO_CHECKPOINT_HOLDS
+#define IGNORES_ATTENTION_BIAS                                                                  \
+  "builds none of the q/k/v_proj and o_proj biases Transformers' model then has (it reads "    \
+  "qkv_bias, and its o_proj has no bias: vllm/model_executor/models/qwen3_next.py:252, 260), " \
+  "so it would run without the checkpoint's trained biases"
+static const struct {
+  const char *architecture;
+  const char *field;   /* read where vLLM reads it: text_config, else the root */
+  const char *problem; /* what vLLM does when it is true or above 0, and where */
+  gboolean kernel_ok;  /* vLLM's initial value is what the checkpoint means: a live
+                        * update without them computes what Transformers computes */
+} vllm_config_divergences[] = {
+    /* Transformers' Qwen3-MoE has no shared expert (docs/hf-checkpoints.md §2) */
+    {"Qwen3MoeForCausalLM", "shared_expert_intermediate_size",
+     "then builds a shared expert and its gate in every MoE layer "
+     "(vllm/model_executor/models/qwen3_moe.py:176-197)" NO_CHECKPOINT_HOLDS,
+     FALSE},
+    /* zeros, applied as x * (1 + scale) (qwen3_next.py:498-506): the identity;
+     * Qwen3_5(Moe)TextConfig has no layer_scale field (docs/hf-checkpoints.md §3) */
+    {"Qwen3_5ForConditionalGeneration", "layer_scale", BUILDS_LAYER_SCALE, TRUE},
+    {"Qwen3_5MoeForConditionalGeneration", "layer_scale", BUILDS_LAYER_SCALE, TRUE},
+    /* Transformers' Qwen3.5 attention reads attention_bias (all four projections) and
+     * not qkv_bias; vLLM's Qwen3NextAttention the reverse (docs/vllm.md §9.2) */
+    {"Qwen3_5ForConditionalGeneration", "qkv_bias", BUILDS_QKV_BIAS, FALSE},
+    {"Qwen3_5MoeForConditionalGeneration", "qkv_bias", BUILDS_QKV_BIAS, FALSE},
+    {"Qwen3_5ForConditionalGeneration", "attention_bias", IGNORES_ATTENTION_BIAS, FALSE},
+    {"Qwen3_5MoeForConditionalGeneration", "attention_bias", IGNORES_ATTENTION_BIAS, FALSE},
+};
+
+/* Python's truth of a JSON value, as `getattr(config, FIELD, False)` or `> 0` sees it. */
+static gboolean
+json_truthy(JsonNode *node)
+{
+  GType type;
+
+  if (node == NULL || !JSON_NODE_HOLDS_VALUE(node))
+    return node != NULL && !JSON_NODE_HOLDS_NULL(node);
+  type = json_node_get_value_type(node);
+  if (type == G_TYPE_BOOLEAN)
+    return json_node_get_boolean(node);
+  if (type == G_TYPE_INT64)
+    return json_node_get_int(node) > 0;
+  if (type == G_TYPE_DOUBLE)
+    return json_node_get_double(node) > 0;
+  return json_node_get_string(node) != NULL && *json_node_get_string(node) != '\0';
+}
+
+/* The old tree ignored these fields and wrote rank files vLLM refuses or runs wrong. */
+static gboolean
+check_config_divergences(WsyncModel *model, gboolean kernel, GError **error)
+{
+  const char *architecture = wsync_model_get_architecture(model);
+  WsyncConfigSection text;
+
+  for (guint i = 0; i < G_N_ELEMENTS(vllm_config_divergences); i++) {
+    if (g_strcmp0(architecture, vllm_config_divergences[i].architecture) != 0 ||
+        (kernel && vllm_config_divergences[i].kernel_ok) ||
+        !wsync_model_config_section(model, "text_config", TRUE, &text))
+      continue;
+    JsonNode *node = json_object_get_member(text.object, vllm_config_divergences[i].field);
+    if (!json_truthy(node))
+      continue;
+    g_autofree char *value = json_to_string(node, FALSE);
+    return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
+                      "config.json: field \"%s%s\" is %s: vLLM's %s %s; %s accepts only 0, "
+                      "false or absent",
+                      text.where, vllm_config_divergences[i].field, value, architecture,
+                      vllm_config_divergences[i].problem,
+                      kernel ? "--format kernel" : "--format sharded-state");
+  }
+  return TRUE;
+}
+
 /* A published name (or module path) as vLLM names it. */
 static char *
 runtime_of(const Prefix *prefixes, const char *name)
@@ -1986,7 +2122,9 @@ build_rank(WsyncLayout *layout, gpointer user_data, GError **error)
 
   if (!check_parallel(&r, error) || !choose_convention(&r, settings, error) ||
       !choose_dtype(&r, settings, error) || !check_replicas(&r, error) ||
-      !check_sharded_state(&r, error))
+      !check_sharded_state(&r, error) ||
+      !check_activation(wsync_layout_get_model(layout), error) ||
+      !check_config_divergences(wsync_layout_get_model(layout), r.kernel, error))
     return FALSE;
   r.prefixes = prefixes_of(wsync_layout_get_model(layout));
   /* vllm-ascend's kernel format is this layout finished by another plugin's post-load

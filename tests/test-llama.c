@@ -595,6 +595,48 @@ test_refused(void)
   }
 }
 
+/* hidden_act other than "silu": Transformers' LlamaMLP runs it (ACT2FN), so synth and the
+ * hf target take it; vLLM's LlamaMLP raises "Unsupported activation" (llama.py:110-113 @
+ * df1376907b16, docs/vllm.md §2 "Activation"), so plan and convert to vllm refuse it:
+ * exit 3, one line naming config.json, the field, the value and "silu", nothing written.
+ * The old tree wrote rank files vLLM would not start from. */
+static void
+test_hidden_act(void)
+{
+  g_autofree char *config =
+      config_variant(UNTIED, "hidden_act", json_node_init_string(json_node_alloc(), "gelu"));
+  g_autofree char *ck = new_path("gelu");
+  g_autofree char *ck_config = g_build_filename(ck, "config.json", NULL);
+  g_autofree char *hf = new_path("gelu-hf");
+  g_autofree char *ranks = new_path("gelu-vllm");
+  TestRun r;
+
+  r = run_wsync("synth", "--config", config, ck, NULL);
+  expect_status(&r, 0, "synth with hidden_act gelu");
+  r = run_wsync("convert", ck, hf, "--target", "hf", NULL);
+  expect_status(&r, 0, "convert to hf with hidden_act gelu");
+  for (guint kernel = 0; kernel < 2; kernel++) {
+    r = kernel ? run_wsync("convert", ck, ranks, "--target", "vllm", "--tp", "2", "--format",
+                           "kernel", NULL)
+               : run_wsync("plan", ck, "--target", "vllm", "--tp", "2", NULL);
+    if (r.status != 3)
+      g_error("hidden_act gelu to vllm: exit %d, expected 3: %s", r.status, r.err);
+    test_assert_has(r.err, "config.json: field \"hidden_act\" is \"gelu\", but vLLM's "
+                           "LlamaForCausalLM accepts only \"silu\" (LlamaMLP, "
+                           "vllm/model_executor/models/llama.py:110-113 raises \"Unsupported "
+                           "activation\")");
+    g_assert_true(strchr(r.err, '\n') == r.err + strlen(r.err) - 1);
+    g_assert_false(g_file_test(ranks, G_FILE_TEST_EXISTS));
+    test_run_clear(&r);
+  }
+  /* "silu" itself, as the published configs say it, converts */
+  g_autofree char *silu =
+      config_variant(UNTIED, "hidden_act", json_node_init_string(json_node_alloc(), "silu"));
+  test_copy(silu, ck_config);
+  r = run_wsync("plan", ck, "--target", "vllm", "--tp", "2", NULL);
+  expect_status(&r, 0, "plan with hidden_act silu");
+}
+
 int
 main(int argc, char **argv)
 {
@@ -622,6 +664,7 @@ main(int argc, char **argv)
   g_test_add_func("/llama/config/defaults", test_defaults);
   g_test_add_func("/llama/config/tie-absent", test_tie_absent);
   g_test_add_func("/llama/config/refused", test_refused);
+  g_test_add_func("/llama/config/hidden-act", test_hidden_act);
   g_test_add_func("/llama/rotary-buffers-dropped", test_rotary_buffers_dropped);
   for (guint i = 0; i < G_N_ELEMENTS(configs); i++)
     for (guint f = 0; f < G_N_ELEMENTS(formats); f++)

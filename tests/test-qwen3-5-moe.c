@@ -2966,6 +2966,186 @@ assert_config_refused(const char *edit_key, const char *json_value, const char *
   test_run_clear(&r);
 }
 
+/* text_config.hidden_act other than "silu": Transformers runs it (ACT2FN), so synth
+ * writes the checkpoint; vLLM's Qwen3.5 shared expert (dense: its MLP), Qwen2MoeMLP,
+ * raises "Unsupported activation" (qwen2_moe.py:103-106 @ df1376907b16, docs/vllm.md §2
+ * "Activation"), so plan --target vllm refuses it: exit 3, config.json, the field, the
+ * value and "silu".  The old tree planned (and wrote) rank files vLLM would not start
+ * from. */
+static void
+test_refuse_hidden_act(void)
+{
+  static const char *const bases[] = {MOE, DENSE};
+
+  for (guint i = 0; i < G_N_ELEMENTS(bases); i++) {
+    g_autofree char *base = config_path(bases[i]);
+    g_autoptr(JsonNode) root = load_json(base);
+    JsonObject *text = json_object_get_object_member(json_node_get_object(root), "text_config");
+    g_autofree char *dir = new_path("gelu");
+    g_autofree char *config = new_path("gelu-config.json");
+    g_autofree char *arch = g_strdup_printf(
+        "but vLLM's %s accepts only \"silu\"",
+        i == 0 ? "Qwen3_5MoeForConditionalGeneration" : "Qwen3_5ForConditionalGeneration");
+    Run r;
+
+    json_object_set_string_member(text, "hidden_act", "gelu_pytorch_tanh");
+    save_json(root, config);
+    r = run_wsync("synth", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), "--config", config,
+                  dir, NULL);
+    g_assert_cmpint(r.status, ==, 0);
+    test_run_clear(&r);
+    r = run_wsync("plan", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), dir, "--target",
+                  "vllm", "--tp", "2", NULL);
+    g_assert_cmpint(r.status, ==, 3);
+    assert_has(r.err,
+               "config.json: field \"text_config.hidden_act\" is \"gelu_pytorch_tanh\", ");
+    assert_has(r.err, arch);
+    test_run_clear(&r);
+  }
+}
+
+/* q/k/v/o biases.  Transformers' Qwen3.5 attention gives all four projections a bias by
+ * attention_bias and does not read qkv_bias; vLLM's gives qkv_proj one by qkv_bias and
+ * o_proj none (qwen3_next.py:252, 260 @ df1376907b16, docs/vllm.md §9.2).  synth and the
+ * hf target follow Transformers: with attention_bias the four biases are written and read
+ * back; the vllm target refuses either field true in both formats (exit 3, the field and
+ * what vLLM does), writing nothing.  The old tree ignored both: it wrote no biases for
+ * attention_bias (Transformers then initialises them at random) and rank files without
+ * the qkv_proj.bias vLLM builds for qkv_bias. */
+static void
+test_biases(void)
+{
+  static const struct {
+    const char *field, *message;
+    gboolean biases; /* Transformers' model has them */
+  } cases[] = {
+      {"attention_bias",
+       "config.json: field \"text_config.attention_bias\" is true: vLLM's "
+       "Qwen3_5MoeForConditionalGeneration builds none of the q/k/v_proj and o_proj biases "
+       "Transformers' model then has (it reads qkv_bias, and its o_proj has no bias: "
+       "vllm/model_executor/models/qwen3_next.py:252, 260), so it would run without the "
+       "checkpoint's trained biases; --format ",
+       TRUE},
+      {"qkv_bias",
+       "config.json: field \"text_config.qkv_bias\" is true: vLLM's "
+       "Qwen3_5MoeForConditionalGeneration then builds a qkv_proj.bias in every "
+       "full-attention layer (vllm/model_executor/models/qwen3_next.py:252), which "
+       "Transformers' model does not have and no checkpoint of it holds; --format ",
+       FALSE},
+  };
+  static const char *const biases[] = {"q_proj.bias", "k_proj.bias", "v_proj.bias",
+                                       "o_proj.bias"};
+
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_autofree char *base = config_path(MOE);
+    g_autoptr(JsonNode) root = load_json(base);
+    JsonObject *text = json_object_get_object_member(json_node_get_object(root), "text_config");
+    g_autofree char *dir = new_path("biases");
+    g_autofree char *config = new_path("biases-config.json");
+    g_autofree char *back = new_path("biases-hf");
+    g_autofree char *ranks = new_path("biases-vllm");
+    g_autofree char *index = g_build_filename(dir, "model.safetensors.index.json", NULL);
+    g_autofree char *listing = NULL;
+    Run r;
+
+    json_object_set_boolean_member(text, cases[i].field, TRUE);
+    save_json(root, config);
+    r = run_wsync("synth", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), "--config", config,
+                  dir, "--pattern", "index", NULL);
+    g_assert_cmpint(r.status, ==, 0);
+    test_run_clear(&r);
+    /* the full-attention layer 3 has the biases exactly when Transformers builds them */
+    g_assert_true(g_file_get_contents(index, &listing, NULL, NULL));
+    for (guint b = 0; b < G_N_ELEMENTS(biases); b++) {
+      g_autofree char *name =
+          g_strdup_printf("\"model.language_model.layers.3.self_attn.%s\"", biases[b]);
+      g_assert_cmpint(strstr(listing, name) != NULL, ==, cases[i].biases);
+    }
+    r = run_wsync("convert", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), dir, back,
+                  "--target", "hf", NULL);
+    g_assert_cmpint(r.status, ==, 0);
+    test_run_clear(&r);
+    r = run_wsync("verify", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), dir, back, NULL);
+    g_assert_cmpint(r.status, ==, 0);
+    test_run_clear(&r);
+    for (guint kernel = 0; kernel < 2; kernel++) {
+      r = run_wsync("convert", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), dir, ranks,
+                    "--target", "vllm", "--tp", "2", "--format",
+                    kernel ? "kernel" : "sharded-state", NULL);
+      g_assert_cmpint(r.status, ==, 3);
+      assert_has(r.err, cases[i].message);
+      g_assert_false(g_file_test(ranks, G_FILE_TEST_EXISTS));
+      test_run_clear(&r);
+    }
+  }
+}
+
+/* text_config.layer_scale true: vLLM's Qwen3.5 layers then build attn_layer_scale and
+ * ffn_layer_scale (qwen3_5.py:189-204 @ df1376907b16), which Transformers' model does
+ * not have.  sharded_state would refuse rank files without them: plan --format
+ * sharded-state refuses the config (exit 3, the field and what vLLM builds).  vLLM
+ * initialises them to zeros and applies x * (1 + scale), the identity, so a live update
+ * (--format kernel) without them computes what the checkpoint means: accepted.  The old
+ * tree planned both without a word. */
+static void
+test_refuse_layer_scale(void)
+{
+  g_autofree char *base = config_path(MOE);
+  g_autoptr(JsonNode) root = load_json(base);
+  JsonObject *text = json_object_get_object_member(json_node_get_object(root), "text_config");
+  g_autofree char *dir = new_path("layer-scale");
+  g_autofree char *config = new_path("layer-scale-config.json");
+  Run r;
+
+  json_object_set_boolean_member(text, "layer_scale", TRUE);
+  save_json(root, config);
+  r = run_wsync("synth", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), "--config", config,
+                dir, NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  test_run_clear(&r);
+  r = run_wsync("plan", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), dir, "--target",
+                "vllm", "--tp", "2", NULL);
+  g_assert_cmpint(r.status, ==, 3);
+  assert_has(r.err, "config.json: field \"text_config.layer_scale\" is true: vLLM's "
+                    "Qwen3_5MoeForConditionalGeneration then builds attn_layer_scale and "
+                    "ffn_layer_scale in every layer");
+  assert_has(r.err, "--format sharded-state accepts only 0, false or absent\n");
+  test_run_clear(&r);
+  r = run_wsync("plan", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), dir, "--target",
+                "vllm", "--tp", "2", "--format", "kernel", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  test_run_clear(&r);
+}
+
+/* num_local_experts in place of num_experts: Transformers' and vLLM's Qwen3.5-MoE text
+ * configs have no attribute_map for it and build num_experts (default 256) experts
+ * (docs/hf-checkpoints.md §3).  The old tree took num_local_experts for num_experts and
+ * converted (exit 0) a layout neither reader builds; refused: exit 3, both names. */
+static void
+test_refuse_num_local_experts(void)
+{
+  g_autofree char *base = config_path(MOE);
+  g_autoptr(JsonNode) root = load_json(base);
+  JsonObject *text = json_object_get_object_member(json_node_get_object(root), "text_config");
+  guint64 experts = (guint64)json_object_get_int_member(text, "num_experts");
+  g_autofree char *path = new_path("local-experts.json");
+  g_autofree char *dst = new_path("refused");
+  Run r;
+
+  json_object_remove_member(text, "num_experts");
+  json_object_set_int_member(text, "num_local_experts", (gint64)experts);
+  save_json(root, path);
+  r = run_wsync("synth", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), "--config", path, dst,
+                NULL);
+  g_assert_cmpint(r.status, ==, 3);
+  assert_has(r.err, path);
+  assert_has(r.err, "field \"text_config.num_experts\" is missing: Transformers' and vLLM's "
+                    "Qwen3.5 configs read num_experts (default 256) and ignore "
+                    "\"text_config.num_local_experts\"\n");
+  g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+  test_run_clear(&r);
+}
+
 static void
 test_refuse_configs(void)
 {
@@ -3361,6 +3541,10 @@ main(int argc, char **argv)
   g_test_add_func("/qwen3_5_moe/refuse/key-heads", test_refuse_key_heads);
   g_test_add_func("/qwen3_5_moe/refuse/heads", test_refuse_heads);
   g_test_add_func("/qwen3_5_moe/refuse/configs", test_refuse_configs);
+  g_test_add_func("/qwen3_5_moe/refuse/hidden-act", test_refuse_hidden_act);
+  g_test_add_func("/qwen3_5_moe/refuse/num-local-experts", test_refuse_num_local_experts);
+  g_test_add_func("/qwen3_5_moe/refuse/layer-scale", test_refuse_layer_scale);
+  g_test_add_func("/qwen3_5_moe/config/biases", test_biases);
   g_test_add_func("/qwen3_5_moe/config/tie-combinations", test_tie_combinations);
   g_test_add_func("/qwen3_5_moe/config/shipped", test_shipped_conf);
   g_test_add_func("/qwen3_5_moe/real/qwen3.5-35b-a3b", test_real_qwen3_5_35b_a3b);

@@ -1019,6 +1019,102 @@ assert_w13_rows(const char *per, const char *dir, guint rank, guint tp, const ch
  * records the choice, and reads back to the original bytes with the default options;
  * the default keeps the loader layout and records nothing; flashinfer-trtllm (a block
  * layout) is refused in one line, before anything is written; a bad record is refused. */
+/* shared_expert_intermediate_size > 0: vLLM's Qwen3-MoE then builds a shared expert and
+ * its gate in every MoE layer (qwen3_moe.py:176-197 @ df1376907b16), which Transformers'
+ * Qwen3-MoE does not have and no checkpoint holds.  The hf targets take the config;
+ * the vllm target refuses it in both formats (exit 3, the field, its value, what vLLM
+ * builds), writing nothing.  The old tree wrote rank files without them, which
+ * sharded_state refuses and a live update leaves uninitialised. */
+static void
+test_vllm_shared_expert_size(Fixture *f, gconstpointer data)
+{
+  g_autofree char *ck = sub(f, "shared");
+  g_autofree char *config = sub(f, "shared-config.json");
+  g_autofree char *hf = sub(f, "shared-hf");
+  g_autofree char *ranks = sub(f, "shared-ranks");
+  Model m = load_model("tiny-qwen3-moe.json");
+  Run r;
+
+  (void)data;
+  if (!have_vllm) {
+    g_test_skip("the vllm plugin was not built");
+    model_clear(&m);
+    return;
+  }
+  json_object_set_int_member(m.root, "shared_expert_intermediate_size", 16);
+  write_config(m.root, config);
+  r = run_wsync("synth", "--config", config, ck, NULL);
+  expect_status(&r, 0, "synth with shared_expert_intermediate_size");
+  run_clear(&r);
+  convert(ck, hf, "hf");
+  for (guint kernel = 0; kernel < 2; kernel++) {
+    r = run_wsync("convert", ck, ranks, "--target", "vllm", "--tp", "2", "--format",
+                  kernel ? "kernel" : "sharded-state", NULL);
+    expect_status(&r, 3, "convert to vllm with shared_expert_intermediate_size");
+    assert_has(r.err, "config.json: field \"shared_expert_intermediate_size\" is 16: vLLM's "
+                      "Qwen3MoeForCausalLM then builds a shared expert and its gate in every "
+                      "MoE layer (vllm/model_executor/models/qwen3_moe.py:176-197)");
+    g_assert_false(g_file_test(ranks, G_FILE_TEST_EXISTS));
+    run_clear(&r);
+  }
+  /* 0, what vLLM's getattr default says too, converts */
+  json_object_set_int_member(m.root, "shared_expert_intermediate_size", 0);
+  write_config(m.root, config);
+  {
+    g_autofree char *ck_config = g_build_filename(ck, "config.json", NULL);
+    test_copy(config, ck_config);
+  }
+  r = run_wsync("plan", ck, "--target", "vllm", "--tp", "2", NULL);
+  expect_status(&r, 0, "plan with shared_expert_intermediate_size 0");
+  run_clear(&r);
+  model_clear(&m);
+}
+
+/* hidden_act "gelu" for Qwen3-MoE and Qwen3 dense: vLLM's Qwen3MoeMLP and Qwen2MLP raise
+ * "Unsupported activation" (qwen3_moe.py:112-115, qwen2.py:104-107 @ df1376907b16), and
+ * an all-sparse Qwen3-MoE, which builds neither, runs FusedMoE's default silu
+ * (fused_moe/layer.py:115; docs/vllm.md §2 "Activation").  The vllm target refuses it
+ * (exit 3, config.json, the field, the value, "silu"); the hf targets take it, as
+ * Transformers runs any ACT2FN activation.  The old tree converted it (exit 0). */
+static void
+test_vllm_hidden_act(Fixture *f, gconstpointer data)
+{
+  static const struct {
+    const char *config, *architecture;
+  } cases[] = {{"tiny-qwen3-moe.json", "Qwen3MoeForCausalLM"},
+               {"tiny-qwen3.json", "Qwen3ForCausalLM"}};
+
+  (void)data;
+  if (!have_vllm) {
+    g_test_skip("the vllm plugin was not built");
+    return;
+  }
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_autofree char *ck = sub(f, cases[i].architecture);
+    g_autofree char *config = g_strconcat(ck, ".json", NULL);
+    g_autofree char *hf = g_strconcat(ck, "-hf", NULL);
+    g_autofree char *ranks = g_strconcat(ck, "-ranks", NULL);
+    g_autofree char *message = g_strdup_printf(
+        "config.json: field \"hidden_act\" is \"gelu\", but vLLM's %s accepts only \"silu\"",
+        cases[i].architecture);
+    Model m = load_model(cases[i].config);
+    Run r;
+
+    json_object_set_string_member(m.root, "hidden_act", "gelu");
+    write_config(m.root, config);
+    model_clear(&m);
+    r = run_wsync("synth", "--config", config, ck, NULL);
+    expect_status(&r, 0, "synth with hidden_act gelu");
+    run_clear(&r);
+    convert(ck, hf, "hf");
+    r = run_wsync("convert", ck, ranks, "--target", "vllm", "--tp", "2", NULL);
+    expect_status(&r, 3, "convert to vllm with hidden_act gelu");
+    assert_has(r.err, message);
+    g_assert_false(g_file_test(ranks, G_FILE_TEST_EXISTS));
+    run_clear(&r);
+  }
+}
+
 static void
 test_vllm_moe_backend(Fixture *f, gconstpointer data)
 {
@@ -1122,6 +1218,8 @@ main(int argc, char **argv)
   ADD("bad-input/unknown-tensor", test_unknown_tensor, NULL);
   ADD("bad-input/unclaimed-model-type", test_unclaimed_model_type, NULL);
   ADD("vllm/moe-backend", test_vllm_moe_backend, NULL);
+  ADD("vllm/shared-expert-size", test_vllm_shared_expert_size, NULL);
+  ADD("vllm/hidden-act", test_vllm_hidden_act, NULL);
   for (guint i = 0; i < G_N_ELEMENTS(vllm_cases); i++) {
     g_autofree char *path =
         g_strdup_printf("vllm/%s/%s/tp%s%s%s", vllm_cases[i].config, vllm_cases[i].format,

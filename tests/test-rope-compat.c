@@ -561,6 +561,62 @@ test_legacy_type(void)
                   "{\"rope_scaling\":{\"type\":\"linear\",\"factor\":2.0},\"rope_theta\":10000.0}");
 }
 
+/* "su", Phi-3's first name for LongRoPE: vLLM rewrites it to "longrope" for every model
+ * (vllm/transformers_utils/config.py:514-516 @ df1376907b16) and accepts "type": "su"
+ * beside "rope_type": "longrope" (:496-497); no ROPE_INIT_FUNCTIONS has "su".  Written
+ * as "longrope" (with original_max_position_embeddings, as for longrope), not refused:
+ * the old tree refused it as an unknown type. */
+static void
+test_legacy_su(void)
+{
+  assert_converts(ROPE_TRANSFORMERS5,
+                  "{\"max_position_embeddings\":131072,\"rope_scaling\":{\"type\":\"su\","
+                  "\"long_factor\":[2.0],\"short_factor\":[1.0]},\"rope_theta\":10000.0}",
+                  "{\"max_position_embeddings\":131072,\"rope_parameters\":{\"rope_type\":"
+                  "\"longrope\",\"long_factor\":[2.0],\"short_factor\":[1.0],\"rope_theta\":"
+                  "10000.0,\"original_max_position_embeddings\":131072}}");
+  assert_converts(ROPE_TRANSFORMERS5,
+                  "{\"original_max_position_embeddings\":4096,\"rope_scaling\":{\"long_factor\":"
+                  "[2.0],\"rope_type\":\"longrope\",\"short_factor\":[1.0],\"type\":\"su\"}}",
+                  "{\"original_max_position_embeddings\":4096,\"rope_parameters\":{"
+                  "\"long_factor\":[2.0],\"original_max_position_embeddings\":4096,"
+                  "\"rope_theta\":10000.0,\"rope_type\":\"longrope\",\"short_factor\":[1.0]}}");
+  assert_converts(ROPE_TRANSFORMERS4,
+                  "{\"rope_parameters\":{\"rope_type\":\"su\",\"long_factor\":[2.0],"
+                  "\"short_factor\":[1.0],\"original_max_position_embeddings\":4096,"
+                  "\"rope_theta\":10000.0}}",
+                  "{\"rope_scaling\":{\"rope_type\":\"longrope\",\"long_factor\":[2.0],"
+                  "\"short_factor\":[1.0],\"original_max_position_embeddings\":4096},"
+                  "\"rope_theta\":10000.0}");
+  /* "su" against another type is still a conflict */
+  assert_refused(ROPE_TRANSFORMERS5,
+                 "{\"rope_scaling\":{\"rope_type\":\"yarn\",\"type\":\"su\",\"factor\":2.0}}",
+                 "conflicting RoPE settings: rope_scaling.type is \"su\" but "
+                 "rope_scaling.rope_type is \"yarn\"",
+                 NULL);
+}
+
+/* "proportional" (Gemma 4's p-RoPE) is in Transformers 5's ROPE_INIT_FUNCTIONS and in
+ * vLLM's get_rope() (rotary_embedding/__init__.py:144-153 @ df1376907b16), not in
+ * Transformers 4's: transformers5 writes it, transformers4 refuses it, naming why.  The
+ * old tree refused it in both forms as an unknown type. */
+static void
+test_proportional(void)
+{
+  static const char t5[] = "{\"rope_parameters\":{\"partial_rotary_factor\":0.25,"
+                           "\"rope_theta\":1000000.0,\"rope_type\":\"proportional\"}}";
+
+  assert_converts(ROPE_TRANSFORMERS5, t5, t5);
+  assert_converts(ROPE_TRANSFORMERS5,
+                  "{\"rope_scaling\":{\"rope_type\":\"proportional\"},\"rope_theta\":1000000.0}",
+                  "{\"rope_parameters\":{\"rope_theta\":1000000.0,\"rope_type\":"
+                  "\"proportional\"}}");
+  assert_refused(ROPE_TRANSFORMERS4, t5,
+                 "rope_parameters.rope_type: RoPE type \"proportional\" is Transformers 5's (and "
+                 "vLLM's); Transformers 4 has none, so rope-format transformers4 cannot write it",
+                 NULL);
+}
+
 /* Both levels are converted; objects without RoPE keys are left alone. */
 static void
 test_levels(void)
@@ -816,6 +872,8 @@ main(int argc, char **argv)
   g_test_add_func("/rope-compat/partial-rotary-factor/qwen-default", test_quarter_rotary_default);
   g_test_add_func("/rope-compat/scaling-wins", test_scaling_wins);
   g_test_add_func("/rope-compat/legacy-type", test_legacy_type);
+  g_test_add_func("/rope-compat/legacy-su", test_legacy_su);
+  g_test_add_func("/rope-compat/proportional", test_proportional);
   g_test_add_func("/rope-compat/levels", test_levels);
   g_test_add_func("/rope-compat/per-layer-type", test_per_layer_type);
   g_test_add_func("/rope-compat/error/unknown-type", test_unknown_type);

@@ -332,17 +332,17 @@ env_alloc_conf(WsyncEnv *env, gpointer user_data, GError **error)
   return TRUE;
 }
 
-/* Whether @text is what Python's int() reads as 0 in envs.py (surrounding blanks, a
- * sign and leading zeros allowed). */
+/* Whether @text is what Python's int() reads as 0 in envs.py: surrounding blanks, one
+ * sign and one or more zeros.  ("++0" and "+-0" are not: int() raises ValueError on
+ * them, so vLLM-Ascend fails when it reads the variable.  "0_0", which int() reads as 0,
+ * is not recognised: it gets the export of 0 it needs no more, which is harmless.) */
 static gboolean
 is_python_int_zero(const char *text)
 {
   g_autofree char *copy = g_strstrip(g_strdup(text));
-  gint64 value;
+  const char *zeros = copy[0] == '+' || copy[0] == '-' ? copy + 1 : copy;
 
-  return g_ascii_string_to_signed(copy[0] == '+' ? copy + 1 : copy, 10, G_MININT64,
-                                  G_MAXINT64, &value, NULL) &&
-         value == 0;
+  return zeros[0] != '\0' && zeros[strspn(zeros, "0")] == '\0';
 }
 
 /* FRACTAL_NZ off: vLLM-Ascend refuses its weight updates while weight_nz_mode is not 0,

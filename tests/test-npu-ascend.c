@@ -1570,8 +1570,9 @@ test_env_nz(void)
       NULL};
   static const char *const want_colocate_off[] = {
       WHY_ALLOC, "export PYTORCH_NPU_ALLOC_CONF='expandable_segments:False'", NULL};
-  static const char *const off[] = {"0", "00", " 0 ", "+0", NULL};
-  static const char *const on[] = {"1", "2", "", "zero", NULL};
+  static const char *const off[] = {"0", "00", " 0 ", "+0", "-0", NULL};
+  /* "++0" and "+-0" are no number to int(), which raises on them as on "" */
+  static const char *const on[] = {"1", "2", "", "zero", "++0", "+-0", "-+0", "0x0", NULL};
   static const char *const off_set[] = {"VLLM_ASCEND_ENABLE_NZ", "0", NULL};
   g_autofree char *server = env_output("npu-ascend", "server", FALSE, NULL);
   g_autofree char *colocate = env_output("npu-ascend", "colocate", FALSE, NULL);

@@ -1832,10 +1832,12 @@ tell_group(Sync *s)
 
 /* After the verdict: the leaders write the marker and swap their directory into place
  * when every process succeeded, and remove it otherwise.  A leader that caught a signal
- * (in the barrier of have_the_verdict(), whose last test found it done, or since) does
- * not swap: it abandons as at any wait (its DST as it was, the temporary removed, the
- * same line and exit), since a signalled process must not replace the output.  This is
- * the last moment a signal can stop the swap, as in convert (core/exec.c). */
+ * (in the barrier of have_the_verdict(), whose last test found it done, or since, the
+ * marker's fsyncs included) does not swap: it abandons as at any wait (its DST as it
+ * was, the temporary removed, the same line and exit), since a signalled process must
+ * not replace the output.  The check comes after the marker is written, right before
+ * the swap: the last moment a signal can stop it, as in convert (core/exec.c,
+ * wsync_plan_execute()). */
 static void
 finish_dst(Sync *s, gboolean success)
 {
@@ -1843,10 +1845,12 @@ finish_dst(Sync *s, gboolean success)
 
   if (!s->leader || s->tmp == NULL)
     return;
-  if (success)
+  gboolean installed = success && write_marker(s->tmp, &error);
+  if (installed) {
+    say(s, "marker written");
     abandon_if_signalled();
-  gboolean installed = success && write_marker(s->tmp, &error) &&
-                       install_dir(s->tmp, &s->dst, s->force, &s->swapped, &error);
+    installed = install_dir(s->tmp, &s->dst, s->force, &s->swapped, &error);
+  }
   if (s->swapped) /* also when only the parent's sync failed: DST is the new output */
     s->fate = DST_SWAPPED;
   else

@@ -162,8 +162,10 @@ recorded_state(WsyncLayout *layout, const char *key, MoeLayout fallback, MoeLayo
   "default); it does not serve 310P (which casts weights to FRACTAL_NZ), fused MC2 "     \
   "(enable_fused_mc2: the MoE kernel runs the experts in FRACTAL_NZ or from per-expert " \
   "copies) or weight_nz_mode=2 (BF16/FP16 in FRACTAL_NZ); vLLM-Ascend's own sleep-mode " \
-  "wake-up and start_weight_update refuse every weight_nz_mode but 0, which `wsync env " \
-  "--backend npu-ascend` sets (docs/vllm-ascend.md §3, §4, §6)"
+  "wake-up and start_weight_update refuse to run unless VLLM_ASCEND_ENABLE_NZ is 0 (the " \
+  "releases for vLLM 0.22 to 0.26 read it in start_weight_update whatever "              \
+  "additional_config says) and so is an additional_config weight_nz_mode if given; "     \
+  "`wsync env --backend npu-ascend` sets the variable (docs/vllm-ascend.md §3, §4, §6)"
 
 /* vLLM-Ascend's release branches for vLLM 0.17 to 0.26.x (v0.17.0rc1 to
  * releases/v0.26.0rc) transpose the routed experts back to the loader shape in
@@ -332,24 +334,24 @@ env_alloc_conf(WsyncEnv *env, gpointer user_data, GError **error)
   return TRUE;
 }
 
-/* Whether @text is what Python's int() reads as 0 in envs.py (surrounding blanks, a
- * sign and leading zeros allowed). */
+/* Whether @text is what Python's int() reads as 0 in envs.py: surrounding blanks, one
+ * sign and one or more zeros.  ("++0" and "+-0" are not: int() raises ValueError on
+ * them, so vLLM-Ascend fails when it reads the variable.  "0_0", which int() reads as 0,
+ * is not recognised: it gets the export of 0 it needs no more, which is harmless.) */
 static gboolean
 is_python_int_zero(const char *text)
 {
   g_autofree char *copy = g_strstrip(g_strdup(text));
-  gint64 value;
+  const char *zeros = copy[0] == '+' || copy[0] == '-' ? copy + 1 : copy;
 
-  return g_ascii_string_to_signed(copy[0] == '+' ? copy + 1 : copy, 10, G_MININT64,
-                                  G_MAXINT64, &value, NULL) &&
-         value == 0;
+  return zeros[0] != '\0' && zeros[strspn(zeros, "0")] == '\0';
 }
 
 /* FRACTAL_NZ off: vLLM-Ascend refuses its weight updates while weight_nz_mode is not 0,
  * and its default is 1.  wake_up (sleep mode, colocated) raises "FRACTAL_NZ mode is
  * enabled" in every release (reading VLLM_ASCEND_ENABLE_NZ at v0.18.0, weight_nz_mode
  * later), and so does start_weight_update (the weight-transfer API, server or colocated),
- * which reads the variable itself in the releases for 0.24 to 0.26 (docs/vllm-ascend.md
+ * which reads the variable itself in the releases for 0.22 to 0.26 (docs/vllm-ascend.md
  * §4, §6).  The variable is the one setting every release reads; an additional_config
  * weight_nz_mode overrides it and must be 0 too.  In both modes: both update paths
  * refuse. */

@@ -1219,8 +1219,10 @@ test_plan_nd_note(void)
       "default); it does not serve 310P (which casts weights to FRACTAL_NZ), fused MC2 "
       "(enable_fused_mc2: the MoE kernel runs the experts in FRACTAL_NZ or from per-expert "
       "copies) or weight_nz_mode=2 (BF16/FP16 in FRACTAL_NZ); vLLM-Ascend's own sleep-mode "
-      "wake-up and start_weight_update refuse every weight_nz_mode but 0, which `wsync env "
-      "--backend npu-ascend` sets (docs/vllm-ascend.md §3, §4, §6)";
+      "wake-up and start_weight_update refuse to run unless VLLM_ASCEND_ENABLE_NZ is 0 (the "
+      "releases for vLLM 0.22 to 0.26 read it in start_weight_update whatever "
+      "additional_config says) and so is an additional_config weight_nz_mode if given; "
+      "`wsync env --backend npu-ascend` sets the variable (docs/vllm-ascend.md §3, §4, §6)";
   static const struct {
     const char *target, *format;
     gboolean noted;
@@ -1570,8 +1572,9 @@ test_env_nz(void)
       NULL};
   static const char *const want_colocate_off[] = {
       WHY_ALLOC, "export PYTORCH_NPU_ALLOC_CONF='expandable_segments:False'", NULL};
-  static const char *const off[] = {"0", "00", " 0 ", "+0", NULL};
-  static const char *const on[] = {"1", "2", "", "zero", NULL};
+  static const char *const off[] = {"0", "00", " 0 ", "+0", "-0", NULL};
+  /* "++0" and "+-0" are no number to int(), which raises on them as on "" */
+  static const char *const on[] = {"1", "2", "", "zero", "++0", "+-0", "-+0", "0x0", NULL};
   static const char *const off_set[] = {"VLLM_ASCEND_ENABLE_NZ", "0", NULL};
   g_autofree char *server = env_output("npu-ascend", "server", FALSE, NULL);
   g_autofree char *colocate = env_output("npu-ascend", "colocate", FALSE, NULL);

@@ -900,6 +900,28 @@ def check_signal_in_barrier_before_swap(job):
     return c.problems
 
 
+def check_signal_while_marker_written(job):
+    """SIGTERM on process 0, which leads DST, caught while it writes and syncs the marker
+    of a verdict of success, and seen by no wait (WSYNC_TEST_SIGNAL_UNSEEN_AFTER after the
+    phase "marker written", which only a leader ends): process 0 used to check for a
+    signal before the marker only, and swapped DST in all the same after its fsyncs.
+    Now it checks right before the swap, as convert does: the same lines, exit status,
+    previous DST and no temporary as when the signal is seen at once."""
+    c = Checks()
+    seen, _, _, _ = signalled_at(job, "0:verdict shared")
+    r, dst, inode, copy = signalled_at(job, "0:marker written", unseen=True)
+    expected = sorted([INTERRUPTED, INTERRUPTED_PREFIX + "this process cannot tell whether "
+                       "process 0, which leads DST, swapped it in"])
+    c.that(sorted(r.stderr.splitlines()) == expected,
+           "stderr: %r, expected %r" % (r.stderr, expected))
+    c.that(r.returncode == seen.returncode and r.returncode != 0,
+           "exit %d, expected %d as when the signal is seen at once"
+           % (r.returncode, seen.returncode))
+    c.that(os.stat(dst).st_ino == inode, "DST was swapped in by a signalled process")
+    check_untouched(c, job, dst, copy)
+    return c.problems
+
+
 def not_durable_line(dst):
     return ("%s is in place, but its durability is not confirmed (it may not survive a "
             "crash): cannot sync %s: Input/output error" % (dst, os.path.dirname(dst)))
@@ -1284,6 +1306,8 @@ FAULTS = [
      check_signal_before_leader_says),
     ("a leader signalled in the barrier before the swap: no swap, as if seen at once",
      check_signal_in_barrier_before_swap),
+    ("a leader signalled while it writes the marker: no swap, as if seen at once",
+     check_signal_while_marker_written),
     ("DST swapped in, its parent not synced: said in place, not durable (exit 4)",
      check_swap_not_durable),
     ("usage errors from every process (exit 2)", check_usage),

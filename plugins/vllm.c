@@ -753,6 +753,23 @@ check_config_divergences(WsyncModel *model, gboolean kernel, GError **error)
   return TRUE;
 }
 
+/* The rules on what vLLM builds from the config (check_activation(),
+ * check_config_divergences()) are for files vLLM is to load: they apply when writing.
+ * Rank files read back are translated to the checkpoint they hold, which vLLM never
+ * loads: what they lack or hold beyond the model is refused by the reader (unmapped
+ * inputs, uncovered outputs), and the hf targets take these configs.  Refusing them
+ * there left the owner of rank files an earlier wsync wrote from such a config (exit 0)
+ * with no way back to the checkpoint. */
+static gboolean
+check_vllm_builds_it(const Rank *r, GError **error)
+{
+  WsyncModel *model = wsync_layout_get_model(r->layout);
+
+  if (wsync_layout_is_reading(r->layout))
+    return TRUE;
+  return check_activation(model, error) && check_config_divergences(model, r->kernel, error);
+}
+
 /* A published name (or module path) as vLLM names it. */
 static char *
 runtime_of(const Prefix *prefixes, const char *name)
@@ -2122,9 +2139,7 @@ build_rank(WsyncLayout *layout, gpointer user_data, GError **error)
 
   if (!check_parallel(&r, error) || !choose_convention(&r, settings, error) ||
       !choose_dtype(&r, settings, error) || !check_replicas(&r, error) ||
-      !check_sharded_state(&r, error) ||
-      !check_activation(wsync_layout_get_model(layout), error) ||
-      !check_config_divergences(wsync_layout_get_model(layout), r.kernel, error))
+      !check_sharded_state(&r, error) || !check_vllm_builds_it(&r, error))
     return FALSE;
   r.prefixes = prefixes_of(wsync_layout_get_model(layout));
   /* vllm-ascend's kernel format is this layout finished by another plugin's post-load

@@ -691,40 +691,52 @@ static const struct {
   const char *problem; /* what vLLM does when it is true or above 0, and where */
   gboolean kernel_ok;  /* vLLM's initial value is what the checkpoint means: a live
                         * update without them computes what Transformers computes */
+  gboolean compared;   /* vLLM tests `getattr(config, FIELD, 0) > 0`, not the value's
+                        * truth (`if getattr(config, FIELD, False)`, `bias=` of a layer) */
 } vllm_config_divergences[] = {
     /* Transformers' Qwen3-MoE has no shared expert (docs/hf-checkpoints.md §2) */
     {"Qwen3MoeForCausalLM", "shared_expert_intermediate_size",
      "then builds a shared expert and its gate in every MoE layer "
      "(vllm/model_executor/models/qwen3_moe.py:176-197)" NO_CHECKPOINT_HOLDS,
-     FALSE},
+     FALSE, TRUE},
     /* zeros, applied as x * (1 + scale) (qwen3_next.py:498-506): the identity;
      * Qwen3_5(Moe)TextConfig has no layer_scale field (docs/hf-checkpoints.md §3) */
-    {"Qwen3_5ForConditionalGeneration", "layer_scale", BUILDS_LAYER_SCALE, TRUE},
-    {"Qwen3_5MoeForConditionalGeneration", "layer_scale", BUILDS_LAYER_SCALE, TRUE},
+    {"Qwen3_5ForConditionalGeneration", "layer_scale", BUILDS_LAYER_SCALE, TRUE, FALSE},
+    {"Qwen3_5MoeForConditionalGeneration", "layer_scale", BUILDS_LAYER_SCALE, TRUE, FALSE},
     /* Transformers' Qwen3.5 attention reads attention_bias (all four projections) and
      * not qkv_bias; vLLM's Qwen3NextAttention the reverse (docs/vllm.md §9.2) */
-    {"Qwen3_5ForConditionalGeneration", "qkv_bias", BUILDS_QKV_BIAS, FALSE},
-    {"Qwen3_5MoeForConditionalGeneration", "qkv_bias", BUILDS_QKV_BIAS, FALSE},
-    {"Qwen3_5ForConditionalGeneration", "attention_bias", IGNORES_ATTENTION_BIAS, FALSE},
-    {"Qwen3_5MoeForConditionalGeneration", "attention_bias", IGNORES_ATTENTION_BIAS, FALSE},
+    {"Qwen3_5ForConditionalGeneration", "qkv_bias", BUILDS_QKV_BIAS, FALSE, FALSE},
+    {"Qwen3_5MoeForConditionalGeneration", "qkv_bias", BUILDS_QKV_BIAS, FALSE, FALSE},
+    {"Qwen3_5ForConditionalGeneration", "attention_bias", IGNORES_ATTENTION_BIAS, FALSE, FALSE},
+    {"Qwen3_5MoeForConditionalGeneration", "attention_bias", IGNORES_ATTENTION_BIAS, FALSE,
+     FALSE},
 };
 
-/* Python's truth of a JSON value, as `getattr(config, FIELD, False)` or `> 0` sees it. */
+/* Whether vLLM builds what @node, a config field's value (NULL: absent), asks for: with
+ * @compared, `value > 0` (a string or a list, which Python cannot compare with 0 and
+ * vLLM fails on, counts as asking); otherwise Python's truth of the value, as
+ * `if getattr(config, FIELD, False)` tests it: false, 0, "", [], {} and null are false,
+ * and a negative number is true (the old test, `> 0` for every field, let a
+ * "layer_scale": -1 through, for which vLLM builds the scales). */
 static gboolean
-json_truthy(JsonNode *node)
+vllm_builds_for(JsonNode *node, gboolean compared)
 {
   GType type;
 
-  if (node == NULL || !JSON_NODE_HOLDS_VALUE(node))
-    return node != NULL && !JSON_NODE_HOLDS_NULL(node);
+  if (node == NULL || JSON_NODE_HOLDS_NULL(node))
+    return FALSE;
+  if (JSON_NODE_HOLDS_OBJECT(node))
+    return compared || json_object_get_size(json_node_get_object(node)) > 0;
+  if (JSON_NODE_HOLDS_ARRAY(node))
+    return compared || json_array_get_length(json_node_get_array(node)) > 0;
   type = json_node_get_value_type(node);
   if (type == G_TYPE_BOOLEAN)
     return json_node_get_boolean(node);
   if (type == G_TYPE_INT64)
-    return json_node_get_int(node) > 0;
+    return compared ? json_node_get_int(node) > 0 : json_node_get_int(node) != 0;
   if (type == G_TYPE_DOUBLE)
-    return json_node_get_double(node) > 0;
-  return json_node_get_string(node) != NULL && *json_node_get_string(node) != '\0';
+    return compared ? json_node_get_double(node) > 0 : json_node_get_double(node) != 0;
+  return compared || *json_node_get_string(node) != '\0';
 }
 
 /* The old tree ignored these fields and wrote rank files vLLM refuses or runs wrong. */
@@ -740,7 +752,7 @@ check_config_divergences(WsyncModel *model, gboolean kernel, GError **error)
         !wsync_model_config_section(model, "text_config", TRUE, &text))
       continue;
     JsonNode *node = json_object_get_member(text.object, vllm_config_divergences[i].field);
-    if (!json_truthy(node))
+    if (!vllm_builds_for(node, vllm_config_divergences[i].compared))
       continue;
     g_autofree char *value = json_to_string(node, FALSE);
     return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,

@@ -624,20 +624,31 @@ drops_o_proj_bias(WsyncModel *model)
  * any ACT2FN activation, so the model plugins take the field as it is; this rule is
  * vLLM's.  vLLM-Ascend builds the same classes (docs/vllm-ascend.md §7 "Model
  * classes"). */
+#define UNSUPPORTED " raises \"Unsupported activation\" "
+#define NO_START ": vLLM would not start from these files"
 static const struct {
   const char *architecture;
-  const char *where; /* the class that raises, at df1376907b16 */
+  const char *why; /* what vLLM does with another activation, at df1376907b16 */
 } silu_only[] = {
-    {"LlamaForCausalLM", "LlamaMLP, vllm/model_executor/models/llama.py:110-113"},
-    {"Qwen3ForCausalLM", "Qwen3MLP = Qwen2MLP, vllm/model_executor/models/qwen2.py:104-107"},
+    {"LlamaForCausalLM",
+     "its MLP, LlamaMLP," UNSUPPORTED "(vllm/model_executor/models/llama.py:110-113)" NO_START},
+    {"Qwen3ForCausalLM", "its MLP, Qwen2MLP," UNSUPPORTED
+                         "(vllm/model_executor/models/qwen2.py:104-107)" NO_START},
     /* a Qwen3-MoE whose every layer is sparse builds no Qwen3MoeMLP and starts, but its
      * routed experts run FusedMoE's default "silu" (fused_moe/layer.py:115): not what
-     * the config says either */
-    {"Qwen3MoeForCausalLM", "Qwen3MoeMLP, vllm/model_executor/models/qwen3_moe.py:112-115"},
-    {"Qwen3_5ForConditionalGeneration",
-     "Qwen3NextMLP = Qwen2MoeMLP, vllm/model_executor/models/qwen2_moe.py:103-106"},
-    {"Qwen3_5MoeForConditionalGeneration",
-     "its shared expert, Qwen2MoeMLP, vllm/model_executor/models/qwen2_moe.py:103-106"},
+     * the config says either.  The message says both, as wsync does not tell which. */
+    {"Qwen3MoeForCausalLM",
+     "the MLP of a dense layer, Qwen3MoeMLP," UNSUPPORTED
+     "(vllm/model_executor/models/qwen3_moe.py:112-115), and the routed experts run silu "
+     "whatever hidden_act says (FusedMoE's default, "
+     "vllm/model_executor/layers/fused_moe/layer.py:115): vLLM would not start from these "
+     "files, or would run them with another activation than the config's"},
+    {"Qwen3_5ForConditionalGeneration", "its MLP, Qwen2MoeMLP," UNSUPPORTED
+                                        "(vllm/model_executor/models/qwen2_moe.py:103-106)"
+                                        NO_START},
+    {"Qwen3_5MoeForConditionalGeneration", "its shared expert, Qwen2MoeMLP," UNSUPPORTED
+                                           "(vllm/model_executor/models/qwen2_moe.py:103-106)"
+                                           NO_START},
 };
 
 /* hidden_act, read where vLLM reads it (hf_text_config: text_config, else the root),
@@ -661,9 +672,8 @@ check_activation(WsyncModel *model, GError **error)
     g_autofree char *printable = g_strescape(act, NULL);
     return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
                       "config.json: field \"%shidden_act\" is \"%s\", but vLLM's %s accepts "
-                      "only \"silu\" (%s raises \"Unsupported activation\"), so vLLM would "
-                      "not load these files as the config means them",
-                      text.where, printable, architecture, silu_only[i].where);
+                      "only \"silu\": %s",
+                      text.where, printable, architecture, silu_only[i].why);
   }
   return TRUE;
 }

@@ -1080,9 +1080,18 @@ static void
 test_vllm_hidden_act(Fixture *f, gconstpointer data)
 {
   static const struct {
-    const char *config, *architecture;
-  } cases[] = {{"tiny-qwen3-moe.json", "Qwen3MoeForCausalLM"},
-               {"tiny-qwen3.json", "Qwen3ForCausalLM"}};
+    const char *config, *architecture, *why;
+  } cases[] = {
+      /* every layer sparse: vLLM starts, and runs silu (the old message said only that
+       * Qwen3MoeMLP raises, which such a model never builds) */
+      {"tiny-qwen3-moe.json", "Qwen3MoeForCausalLM",
+       "the routed experts run silu whatever hidden_act says (FusedMoE's default, "
+       "vllm/model_executor/layers/fused_moe/layer.py:115): vLLM would not start from these "
+       "files, or would run them with another activation than the config's\n"},
+      {"tiny-qwen3.json", "Qwen3ForCausalLM",
+       "\"silu\": its MLP, Qwen2MLP, raises \"Unsupported activation\" "
+       "(vllm/model_executor/models/qwen2.py:104-107): vLLM would not start from these "
+       "files\n"}};
 
   (void)data;
   if (!have_vllm) {
@@ -1110,6 +1119,7 @@ test_vllm_hidden_act(Fixture *f, gconstpointer data)
     r = run_wsync("convert", ck, ranks, "--target", "vllm", "--tp", "2", NULL);
     expect_status(&r, 3, "convert to vllm with hidden_act gelu");
     assert_has(r.err, message);
+    assert_has(r.err, cases[i].why);
     g_assert_false(g_file_test(ranks, G_FILE_TEST_EXISTS));
     run_clear(&r);
   }

@@ -624,20 +624,31 @@ drops_o_proj_bias(WsyncModel *model)
  * any ACT2FN activation, so the model plugins take the field as it is; this rule is
  * vLLM's.  vLLM-Ascend builds the same classes (docs/vllm-ascend.md §7 "Model
  * classes"). */
+#define UNSUPPORTED " raises \"Unsupported activation\" "
+#define NO_START ": vLLM would not start from these files"
 static const struct {
   const char *architecture;
-  const char *where; /* the class that raises, at df1376907b16 */
+  const char *why; /* what vLLM does with another activation, at df1376907b16 */
 } silu_only[] = {
-    {"LlamaForCausalLM", "LlamaMLP, vllm/model_executor/models/llama.py:110-113"},
-    {"Qwen3ForCausalLM", "Qwen3MLP = Qwen2MLP, vllm/model_executor/models/qwen2.py:104-107"},
+    {"LlamaForCausalLM",
+     "its MLP, LlamaMLP," UNSUPPORTED "(vllm/model_executor/models/llama.py:110-113)" NO_START},
+    {"Qwen3ForCausalLM", "its MLP, Qwen2MLP," UNSUPPORTED
+                         "(vllm/model_executor/models/qwen2.py:104-107)" NO_START},
     /* a Qwen3-MoE whose every layer is sparse builds no Qwen3MoeMLP and starts, but its
      * routed experts run FusedMoE's default "silu" (fused_moe/layer.py:115): not what
-     * the config says either */
-    {"Qwen3MoeForCausalLM", "Qwen3MoeMLP, vllm/model_executor/models/qwen3_moe.py:112-115"},
-    {"Qwen3_5ForConditionalGeneration",
-     "Qwen3NextMLP = Qwen2MoeMLP, vllm/model_executor/models/qwen2_moe.py:103-106"},
-    {"Qwen3_5MoeForConditionalGeneration",
-     "its shared expert, Qwen2MoeMLP, vllm/model_executor/models/qwen2_moe.py:103-106"},
+     * the config says either.  The message says both, as wsync does not tell which. */
+    {"Qwen3MoeForCausalLM",
+     "the MLP of a dense layer, Qwen3MoeMLP," UNSUPPORTED
+     "(vllm/model_executor/models/qwen3_moe.py:112-115), and the routed experts run silu "
+     "whatever hidden_act says (FusedMoE's default, "
+     "vllm/model_executor/layers/fused_moe/layer.py:115): vLLM would not start from these "
+     "files, or would run them with another activation than the config's"},
+    {"Qwen3_5ForConditionalGeneration", "its MLP, Qwen2MoeMLP," UNSUPPORTED
+                                        "(vllm/model_executor/models/qwen2_moe.py:103-106)"
+                                        NO_START},
+    {"Qwen3_5MoeForConditionalGeneration", "its shared expert, Qwen2MoeMLP," UNSUPPORTED
+                                           "(vllm/model_executor/models/qwen2_moe.py:103-106)"
+                                           NO_START},
 };
 
 /* hidden_act, read where vLLM reads it (hf_text_config: text_config, else the root),
@@ -661,9 +672,8 @@ check_activation(WsyncModel *model, GError **error)
     g_autofree char *printable = g_strescape(act, NULL);
     return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
                       "config.json: field \"%shidden_act\" is \"%s\", but vLLM's %s accepts "
-                      "only \"silu\" (%s raises \"Unsupported activation\"), so vLLM would "
-                      "not load these files as the config means them",
-                      text.where, printable, architecture, silu_only[i].where);
+                      "only \"silu\": %s",
+                      text.where, printable, architecture, silu_only[i].why);
   }
   return TRUE;
 }
@@ -691,40 +701,52 @@ static const struct {
   const char *problem; /* what vLLM does when it is true or above 0, and where */
   gboolean kernel_ok;  /* vLLM's initial value is what the checkpoint means: a live
                         * update without them computes what Transformers computes */
+  gboolean compared;   /* vLLM tests `getattr(config, FIELD, 0) > 0`, not the value's
+                        * truth (`if getattr(config, FIELD, False)`, `bias=` of a layer) */
 } vllm_config_divergences[] = {
     /* Transformers' Qwen3-MoE has no shared expert (docs/hf-checkpoints.md §2) */
     {"Qwen3MoeForCausalLM", "shared_expert_intermediate_size",
      "then builds a shared expert and its gate in every MoE layer "
      "(vllm/model_executor/models/qwen3_moe.py:176-197)" NO_CHECKPOINT_HOLDS,
-     FALSE},
+     FALSE, TRUE},
     /* zeros, applied as x * (1 + scale) (qwen3_next.py:498-506): the identity;
      * Qwen3_5(Moe)TextConfig has no layer_scale field (docs/hf-checkpoints.md §3) */
-    {"Qwen3_5ForConditionalGeneration", "layer_scale", BUILDS_LAYER_SCALE, TRUE},
-    {"Qwen3_5MoeForConditionalGeneration", "layer_scale", BUILDS_LAYER_SCALE, TRUE},
+    {"Qwen3_5ForConditionalGeneration", "layer_scale", BUILDS_LAYER_SCALE, TRUE, FALSE},
+    {"Qwen3_5MoeForConditionalGeneration", "layer_scale", BUILDS_LAYER_SCALE, TRUE, FALSE},
     /* Transformers' Qwen3.5 attention reads attention_bias (all four projections) and
      * not qkv_bias; vLLM's Qwen3NextAttention the reverse (docs/vllm.md §9.2) */
-    {"Qwen3_5ForConditionalGeneration", "qkv_bias", BUILDS_QKV_BIAS, FALSE},
-    {"Qwen3_5MoeForConditionalGeneration", "qkv_bias", BUILDS_QKV_BIAS, FALSE},
-    {"Qwen3_5ForConditionalGeneration", "attention_bias", IGNORES_ATTENTION_BIAS, FALSE},
-    {"Qwen3_5MoeForConditionalGeneration", "attention_bias", IGNORES_ATTENTION_BIAS, FALSE},
+    {"Qwen3_5ForConditionalGeneration", "qkv_bias", BUILDS_QKV_BIAS, FALSE, FALSE},
+    {"Qwen3_5MoeForConditionalGeneration", "qkv_bias", BUILDS_QKV_BIAS, FALSE, FALSE},
+    {"Qwen3_5ForConditionalGeneration", "attention_bias", IGNORES_ATTENTION_BIAS, FALSE, FALSE},
+    {"Qwen3_5MoeForConditionalGeneration", "attention_bias", IGNORES_ATTENTION_BIAS, FALSE,
+     FALSE},
 };
 
-/* Python's truth of a JSON value, as `getattr(config, FIELD, False)` or `> 0` sees it. */
+/* Whether vLLM builds what @node, a config field's value (NULL: absent), asks for: with
+ * @compared, `value > 0` (a string or a list, which Python cannot compare with 0 and
+ * vLLM fails on, counts as asking); otherwise Python's truth of the value, as
+ * `if getattr(config, FIELD, False)` tests it: false, 0, "", [], {} and null are false,
+ * and a negative number is true (the old test, `> 0` for every field, let a
+ * "layer_scale": -1 through, for which vLLM builds the scales). */
 static gboolean
-json_truthy(JsonNode *node)
+vllm_builds_for(JsonNode *node, gboolean compared)
 {
   GType type;
 
-  if (node == NULL || !JSON_NODE_HOLDS_VALUE(node))
-    return node != NULL && !JSON_NODE_HOLDS_NULL(node);
+  if (node == NULL || JSON_NODE_HOLDS_NULL(node))
+    return FALSE;
+  if (JSON_NODE_HOLDS_OBJECT(node))
+    return compared || json_object_get_size(json_node_get_object(node)) > 0;
+  if (JSON_NODE_HOLDS_ARRAY(node))
+    return compared || json_array_get_length(json_node_get_array(node)) > 0;
   type = json_node_get_value_type(node);
   if (type == G_TYPE_BOOLEAN)
     return json_node_get_boolean(node);
   if (type == G_TYPE_INT64)
-    return json_node_get_int(node) > 0;
+    return compared ? json_node_get_int(node) > 0 : json_node_get_int(node) != 0;
   if (type == G_TYPE_DOUBLE)
-    return json_node_get_double(node) > 0;
-  return json_node_get_string(node) != NULL && *json_node_get_string(node) != '\0';
+    return compared ? json_node_get_double(node) > 0 : json_node_get_double(node) != 0;
+  return compared || *json_node_get_string(node) != '\0';
 }
 
 /* The old tree ignored these fields and wrote rank files vLLM refuses or runs wrong. */
@@ -740,7 +762,7 @@ check_config_divergences(WsyncModel *model, gboolean kernel, GError **error)
         !wsync_model_config_section(model, "text_config", TRUE, &text))
       continue;
     JsonNode *node = json_object_get_member(text.object, vllm_config_divergences[i].field);
-    if (!json_truthy(node))
+    if (!vllm_builds_for(node, vllm_config_divergences[i].compared))
       continue;
     g_autofree char *value = json_to_string(node, FALSE);
     return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
@@ -751,6 +773,23 @@ check_config_divergences(WsyncModel *model, gboolean kernel, GError **error)
                       kernel ? "--format kernel" : "--format sharded-state");
   }
   return TRUE;
+}
+
+/* The rules on what vLLM builds from the config (check_activation(),
+ * check_config_divergences()) are for files vLLM is to load: they apply when writing.
+ * Rank files read back are translated to the checkpoint they hold, which vLLM never
+ * loads: what they lack or hold beyond the model is refused by the reader (unmapped
+ * inputs, uncovered outputs), and the hf targets take these configs.  Refusing them
+ * there left the owner of rank files an earlier wsync wrote from such a config (exit 0)
+ * with no way back to the checkpoint. */
+static gboolean
+check_vllm_builds_it(const Rank *r, GError **error)
+{
+  WsyncModel *model = wsync_layout_get_model(r->layout);
+
+  if (wsync_layout_is_reading(r->layout))
+    return TRUE;
+  return check_activation(model, error) && check_config_divergences(model, r->kernel, error);
 }
 
 /* A published name (or module path) as vLLM names it. */
@@ -2122,9 +2161,7 @@ build_rank(WsyncLayout *layout, gpointer user_data, GError **error)
 
   if (!check_parallel(&r, error) || !choose_convention(&r, settings, error) ||
       !choose_dtype(&r, settings, error) || !check_replicas(&r, error) ||
-      !check_sharded_state(&r, error) ||
-      !check_activation(wsync_layout_get_model(layout), error) ||
-      !check_config_divergences(wsync_layout_get_model(layout), r.kernel, error))
+      !check_sharded_state(&r, error) || !check_vllm_builds_it(&r, error))
     return FALSE;
   r.prefixes = prefixes_of(wsync_layout_get_model(layout));
   /* vllm-ascend's kernel format is this layout finished by another plugin's post-load

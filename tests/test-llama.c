@@ -622,9 +622,10 @@ test_hidden_act(void)
     if (r.status != 3)
       g_error("hidden_act gelu to vllm: exit %d, expected 3: %s", r.status, r.err);
     test_assert_has(r.err, "config.json: field \"hidden_act\" is \"gelu\", but vLLM's "
-                           "LlamaForCausalLM accepts only \"silu\" (LlamaMLP, "
-                           "vllm/model_executor/models/llama.py:110-113 raises \"Unsupported "
-                           "activation\")");
+                           "LlamaForCausalLM accepts only \"silu\": its MLP, LlamaMLP, "
+                           "raises \"Unsupported activation\" "
+                           "(vllm/model_executor/models/llama.py:110-113): vLLM would not "
+                           "start from these files\n");
     g_assert_true(strchr(r.err, '\n') == r.err + strlen(r.err) - 1);
     g_assert_false(g_file_test(ranks, G_FILE_TEST_EXISTS));
     test_run_clear(&r);

@@ -1958,8 +1958,19 @@ def files_are_opened_before_they_are_judged():
     assert (r.returncode, r.stdout) == (0, "True\n"), r
 
     src = synth("tiny-qwen3-moe")
-    step = fresh_dir("swap-dcp")
     single = [n for n in os.listdir(src) if n.endswith(".safetensors")]
+    # ... and in wsync itself, which stat()s a SRC file by name (core/checkpoint.c) before
+    # its reader opens it: the FIFO swapped in is refused, not waited on.  Without this,
+    # a shim that did not reach wsync's own calls (a wrapper that drops LD_PRELOAD, a
+    # stat() symbol it does not replace) would let the cases below pass on any tree.
+    victim = os.path.join(probe, "victim.safetensors")
+    shutil.copyfile(os.path.join(src, single[0]), victim)
+    r = run_swapping_after_stat([BINARY, "--conf-dir", CONF_DIR, "--plugin-dir", PLUGIN_DIR, "-q",
+                                 "inspect", victim], victim)
+    assert (r.returncode, r.stdout, r.stderr) == (3, "", "wsync: %s: not a regular file\n" % victim), r
+    assert stat.S_ISFIFO(os.lstat(victim).st_mode), "the shim did not swap in wsync"
+
+    step = fresh_dir("swap-dcp")
     subprocess.run([sys.executable, os.path.join(HERE, "make-dcp-fixtures.py"), "--shard",
                     os.path.join(src, single[0]), step], check=True, stdout=subprocess.DEVNULL)
     dcp = os.path.join(step, "b")

@@ -3115,6 +3115,24 @@ test_refuse_layer_scale(void)
                 "vllm", "--tp", "2", "--format", "kernel", NULL);
   g_assert_cmpint(r.status, ==, 0);
   test_run_clear(&r);
+
+  /* vLLM tests `if self.layer_scale:`, Python's truth: -1 builds the scales (the old
+   * tree, which asked `> 0`, planned it: exit 0), an empty list does not (the old tree
+   * refused it: exit 3) */
+  g_autofree char *in_dir = g_build_filename(dir, "config.json", NULL);
+  json_object_set_int_member(text, "layer_scale", -1);
+  save_json(root, in_dir);
+  r = run_wsync("plan", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), dir, "--target",
+                "vllm", "--tp", "2", NULL);
+  g_assert_cmpint(r.status, ==, 3);
+  assert_has(r.err, "config.json: field \"text_config.layer_scale\" is -1: vLLM's ");
+  test_run_clear(&r);
+  json_object_set_array_member(text, "layer_scale", json_array_new());
+  save_json(root, in_dir);
+  r = run_wsync("plan", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), dir, "--target",
+                "vllm", "--tp", "2", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  test_run_clear(&r);
 }
 
 /* num_local_experts in place of num_experts: Transformers' and vLLM's Qwen3.5-MoE text

@@ -1080,9 +1080,18 @@ static void
 test_vllm_hidden_act(Fixture *f, gconstpointer data)
 {
   static const struct {
-    const char *config, *architecture;
-  } cases[] = {{"tiny-qwen3-moe.json", "Qwen3MoeForCausalLM"},
-               {"tiny-qwen3.json", "Qwen3ForCausalLM"}};
+    const char *config, *architecture, *why;
+  } cases[] = {
+      /* every layer sparse: vLLM starts, and runs silu (the old message said only that
+       * Qwen3MoeMLP raises, which such a model never builds) */
+      {"tiny-qwen3-moe.json", "Qwen3MoeForCausalLM",
+       "the routed experts run silu whatever hidden_act says (FusedMoE's default, "
+       "vllm/model_executor/layers/fused_moe/layer.py:115): vLLM would not start from these "
+       "files, or would run them with another activation than the config's\n"},
+      {"tiny-qwen3.json", "Qwen3ForCausalLM",
+       "\"silu\": its MLP, Qwen2MLP, raises \"Unsupported activation\" "
+       "(vllm/model_executor/models/qwen2.py:104-107): vLLM would not start from these "
+       "files\n"}};
 
   (void)data;
   if (!have_vllm) {
@@ -1110,8 +1119,61 @@ test_vllm_hidden_act(Fixture *f, gconstpointer data)
     r = run_wsync("convert", ck, ranks, "--target", "vllm", "--tp", "2", NULL);
     expect_status(&r, 3, "convert to vllm with hidden_act gelu");
     assert_has(r.err, message);
+    assert_has(r.err, cases[i].why);
     g_assert_false(g_file_test(ranks, G_FILE_TEST_EXISTS));
     run_clear(&r);
+  }
+}
+
+/* Rank files whose config.json says hidden_act "gelu" or shared_expert_intermediate_size
+ * 16 (as an earlier wsync wrote them, exit 0) read back to hf: vLLM's rules on what it
+ * builds are for files it is to load, and the files hold the checkpoint's bytes.  The
+ * old tree refused the read-back with the write's message (exit 3), leaving no way
+ * back to the checkpoint. */
+static void
+test_vllm_read_back_divergent_config(Fixture *f, gconstpointer data)
+{
+  static const struct {
+    const char *key;
+    int value; /* 0: the string "gelu" */
+  } cases[] = {{"hidden_act", 0}, {"shared_expert_intermediate_size", 16}};
+
+  (void)data;
+  if (!have_vllm) {
+    g_test_skip("the vllm plugin was not built");
+    return;
+  }
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_autofree char *ck = sub(f, cases[i].key);
+    g_autofree char *plain = g_strconcat(ck, "-plain", NULL);
+    g_autofree char *plain_config = g_build_filename(plain, "config.json", NULL);
+    g_autofree char *config = g_strconcat(ck, ".json", NULL);
+    g_autofree char *ranks = g_strconcat(ck, "-ranks", NULL);
+    g_autofree char *rank_config = g_build_filename(ranks, "config.json", NULL);
+    g_autofree char *back = g_strconcat(ck, "-back", NULL);
+    Model m = load_model("tiny-qwen3-moe.json");
+    Run r;
+
+    g_assert_cmpint(g_mkdir_with_parents(plain, 0755), ==, 0);
+    write_config(m.root, plain_config);
+    if (cases[i].value == 0)
+      json_object_set_string_member(m.root, cases[i].key, "gelu");
+    else
+      json_object_set_int_member(m.root, cases[i].key, cases[i].value);
+    write_config(m.root, config);
+    model_clear(&m);
+    r = run_wsync("synth", "--config", config, ck, NULL);
+    expect_status(&r, 0, "synth");
+    run_clear(&r);
+    /* the rank files an earlier wsync wrote: the same tensors, the config as it is */
+    r = run_wsync("convert", ck, ranks, "--target", "vllm", "--tp", "2", "--config", plain, NULL);
+    expect_status(&r, 0, "convert to vllm with the plain config");
+    run_clear(&r);
+    test_copy(config, rank_config);
+    r = run_wsync("convert", ranks, back, "--target", "hf", NULL);
+    expect_status(&r, 0, "read the rank files back to hf");
+    run_clear(&r);
+    expect_verify(ck, back, 0);
   }
 }
 
@@ -1220,6 +1282,7 @@ main(int argc, char **argv)
   ADD("vllm/moe-backend", test_vllm_moe_backend, NULL);
   ADD("vllm/shared-expert-size", test_vllm_shared_expert_size, NULL);
   ADD("vllm/hidden-act", test_vllm_hidden_act, NULL);
+  ADD("vllm/read-back-divergent-config", test_vllm_read_back_divergent_config, NULL);
   for (guint i = 0; i < G_N_ELEMENTS(vllm_cases); i++) {
     g_autofree char *path =
         g_strdup_printf("vllm/%s/%s/tp%s%s%s", vllm_cases[i].config, vllm_cases[i].format,

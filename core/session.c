@@ -867,7 +867,7 @@ slot_copy_bytes(const Slot *slot)
 {
   guint64 bytes = 0;
 
-  for (guint i = 0; i < slot->lt->ops->len; i++) {
+  for (guint i = 0; i < slot->lt->n_ops; i++) {
     Op op_buf;
     const Op *op = &op_buf;
     layout_tensor_op(slot->lt, i, &op_buf);
@@ -1091,7 +1091,7 @@ make_inputs(WsyncSession *s, GHashTable *slot_of, GError **error)
     for (guint t = 0; t < layout->tensors->len; t++) {
       WsyncLayoutTensor *lt = layout->tensors->pdata[t];
       Slot *slot = g_hash_table_lookup(slot_of, lt);
-      for (guint o = 0; o < lt->ops->len; o++) {
+      for (guint o = 0; o < lt->n_ops; o++) {
         Op op_buf;
         const Op *op = &op_buf;
         layout_tensor_op(lt, o, &op_buf);
@@ -1190,7 +1190,7 @@ apply_fills(GPtrArray *slots, guint8 *base, guint64 base_offset)
   for (guint i = 0; i < slots->len; i++) {
     const Slot *slot = slots->pdata[i];
     const WsyncLayoutTensor *lt = slot->lt;
-    for (guint o = 0; o < lt->ops->len; o++) {
+    for (guint o = 0; o < lt->n_ops; o++) {
       Op op_buf;
       const Op *op = &op_buf;
       layout_tensor_op(lt, o, &op_buf);

@@ -476,7 +476,8 @@ described_free(gpointer data)
   Described *d = data;
 
   g_free(d->g.name);
-  g_array_unref(d->g.chunks);
+  if (d->g.chunks != NULL)
+    g_array_unref(d->g.chunks);
   g_free(d);
 }
 
@@ -631,21 +632,26 @@ add_described(WsyncSession *s, const char *name, WsyncDtype dtype, guint ndim,
   d->g.ndim = ndim;
   if (ndim > 0)
     memcpy(d->g.shape, shape, ndim * sizeof *shape);
-  d->g.chunks = g_array_new(FALSE, TRUE, sizeof(WsyncDcpChunk));
+  /* a whole tensor is one row-major chunk: no array for it */
+  if (sharded)
+    d->g.chunks = g_array_new(FALSE, TRUE, sizeof(WsyncDcpChunk));
+  else
+    d->g.whole_file = SOURCE_NAME;
   d->sharded = sharded;
   g_ptr_array_add(s->described, d);
   g_hash_table_insert(s->by_name, d->g.name, d);
   return d;
 }
 
-/* A chunk of @d at @offsets of extent @sizes, its bytes pushed row-major. */
+/* A shard of @d at @offsets of extent @sizes, its bytes pushed row-major (a whole
+ * tensor's one chunk is implied: wsync_dcp_tensor_chunk()). */
 static void
 add_chunk(Described *d, const guint64 *offsets, const guint64 *sizes)
 {
   WsyncDcpChunk c = {.box.ndim = d->g.ndim, .file = SOURCE_NAME};
 
   for (guint k = 0; k < d->g.ndim; k++) {
-    c.box.offset[k] = offsets != NULL ? offsets[k] : 0;
+    c.box.offset[k] = offsets[k];
     c.box.extent[k] = sizes[k];
   }
   wsync_region_row_major(&c.region, d->g.ndim, sizes, NULL);
@@ -665,7 +671,7 @@ wsync_session_describe(WsyncSession *s, const char *name, WsyncDtype dtype, guin
                 "describe: tensor \"%s\" was described before", name);
     return FALSE;
   }
-  add_chunk(add_described(s, name, dtype, ndim, shape, FALSE), NULL, shape);
+  add_described(s, name, dtype, ndim, shape, FALSE);
   return TRUE;
 }
 
@@ -1075,7 +1081,7 @@ make_inputs(WsyncSession *s, GHashTable *slot_of, GError **error)
   for (guint i = 0; i < s->described->len; i++) {
     Described *d = s->described->pdata[i];
     d->first_input = at;
-    for (guint c = 0; c < d->g.chunks->len; c++, at++) {
+    for (guint c = 0; c < wsync_dcp_tensor_n_chunks(&d->g); c++, at++) {
       Input *in = &g_array_index(s->inputs, Input, at);
       in->d = d;
       in->chunk = c;
@@ -1776,7 +1782,8 @@ claim_input(WsyncSession *s, Input *in, gsize nbytes, GError **error)
   guint opening = 0;
 
   if (nbytes != in->nbytes) {
-    const WsyncDcpChunk *c = &g_array_index(in->d->g.chunks, WsyncDcpChunk, in->chunk);
+    WsyncDcpChunk buf;
+    const WsyncDcpChunk *c = wsync_dcp_tensor_chunk(&in->d->g, in->chunk, &buf);
     g_autofree char *shape = wsync_shape_format(c->box.ndim, c->box.extent);
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
                 "push: %s: %" G_GSIZE_FORMAT " bytes, but it was described as %s %s (%"

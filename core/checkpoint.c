@@ -180,22 +180,84 @@ shard_open(Shards *sh, const char *name, const char *tensor, GError **error)
   return st;
 }
 
-/* Every tensor of every shard must be named in the index, for that shard. */
+/* What the index says, kept once the JSON is gone: the JSON tree of a large index takes
+ * several times the size of its text, and keeping it while every shard's header is
+ * read made that the peak of memory (issue 14). */
+typedef struct {
+  const char *tensor;    /* in IndexMap.strings */
+  const char *shard;     /* as written, interned in IndexMap.strings */
+  WsyncSafetensors *st;  /* set once the shard is open */
+} IndexEntry;
+
+typedef struct {
+  GStringChunk *strings;
+  GArray *entries;     /* IndexEntry, in the index's order until sorted by tensor */
+  char *bad_tensor;    /* nullable: the first tensor whose shard is not a string, */
+  const char *bad_kind; /* and what it is instead */
+} IndexMap;
+
+static void
+index_map_clear(IndexMap *map)
+{
+  if (map->strings)
+    g_string_chunk_free(map->strings);
+  if (map->entries)
+    g_array_unref(map->entries);
+  g_free(map->bad_tensor);
+}
+
+/* Copies the weight map, in its order, up to the first shard that is not a string
+ * (reported only after the entries before it, as when the JSON was walked). */
+static void
+index_map_fill(IndexMap *map, JsonObject *weight_map)
+{
+  guint n = json_object_get_size(weight_map);
+  map->strings = g_string_chunk_new(4096);
+  map->entries = g_array_sized_new(FALSE, FALSE, sizeof(IndexEntry), n);
+  JsonObjectIter iter;
+  const char *tensor;
+  JsonNode *node;
+  json_object_iter_init_ordered(&iter, weight_map);
+  while (json_object_iter_next_ordered(&iter, &tensor, &node)) {
+    if (!JSON_NODE_HOLDS_VALUE(node) || json_node_get_value_type(node) != G_TYPE_STRING) {
+      map->bad_tensor = g_strdup(tensor);
+      map->bad_kind = node_kind(node);
+      return;
+    }
+    IndexEntry e = {
+        .tensor = g_string_chunk_insert(map->strings, tensor),
+        .shard = g_string_chunk_insert_const(map->strings, json_node_get_string(node)),
+    };
+    g_array_append_val(map->entries, e);
+  }
+}
+
+static int
+compare_entries(const void *a, const void *b)
+{
+  return strcmp(((const IndexEntry *)a)->tensor, ((const IndexEntry *)b)->tensor);
+}
+
+/* Every tensor of every shard must be named in the index, for that shard.  @map is
+ * sorted by tensor name. */
 static gboolean
-check_shards_named(WsyncCheckpoint *ck, JsonObject *weight_map, GHashTable *shard_of,
-                   const char *index, GError **error)
+check_shards_named(WsyncCheckpoint *ck, const IndexMap *map, const char *index, GError **error)
 {
   for (guint f = 0; f < ck->files->len; f++) {
     const WsyncSafetensors *st = g_ptr_array_index(ck->files, f);
     for (guint i = 0; i < wsync_safetensors_n_tensors(st); i++) {
       const char *name = wsync_safetensors_tensor(st, i)->name;
       g_autofree char *pname = wsync_json_printable(name);
-      if (!json_object_has_member(weight_map, name))
+      IndexEntry key = {.tensor = name};
+      const IndexEntry *e = map->entries->len == 0
+                                ? NULL
+                                : bsearch(&key, map->entries->data, map->entries->len,
+                                          sizeof(IndexEntry), compare_entries);
+      if (e == NULL)
         return bad_input(error, wsync_safetensors_path(st), "tensor \"%s\" is not named in %s",
                          pname, index);
-      if (g_hash_table_lookup(shard_of, name) != st) {
-        g_autofree char *pother =
-            wsync_json_printable(json_object_get_string_member(weight_map, name));
+      if (e->st != st) {
+        g_autofree char *pother = wsync_json_printable(e->shard);
         return bad_input(error, wsync_safetensors_path(st),
                          "tensor \"%s\" is named for shard \"%s\" in %s", pname, pother, index);
       }
@@ -204,36 +266,34 @@ check_shards_named(WsyncCheckpoint *ck, JsonObject *weight_map, GHashTable *shar
   return TRUE;
 }
 
-/* Opens the shards @weight_map names and checks that each holds the tensors named for
- * it.  Fills @shard_of: tensor name (owned by the JSON) -> its shard. */
+/* Opens the shards @map names and checks that each holds the tensors named for it. */
 static gboolean
-open_named_shards(Shards *sh, JsonObject *weight_map, GHashTable *shard_of, GError **error)
+open_named_shards(Shards *sh, IndexMap *map, GError **error)
 {
-  JsonObjectIter iter;
-  const char *tensor;
-  JsonNode *node;
-  json_object_iter_init_ordered(&iter, weight_map);
-  while (json_object_iter_next_ordered(&iter, &tensor, &node)) {
-    g_autofree char *ptensor = wsync_json_printable(tensor);
-    if (!JSON_NODE_HOLDS_VALUE(node) || json_node_get_value_type(node) != G_TYPE_STRING)
-      return bad_input(error, sh->index, "the shard of tensor \"%s\" is %s, not a string", ptensor,
-                       node_kind(node));
-    const char *shard = json_node_get_string(node);
-    WsyncSafetensors *st = shard_open(sh, shard, tensor, error);
+  for (guint i = 0; i < map->entries->len; i++) {
+    IndexEntry *e = &g_array_index(map->entries, IndexEntry, i);
+    WsyncSafetensors *st = shard_open(sh, e->shard, e->tensor, error);
     if (st == NULL)
       return FALSE;
-    if (wsync_safetensors_lookup(st, tensor) == NULL) {
-      g_autofree char *pshard = wsync_json_printable(shard);
+    if (wsync_safetensors_lookup(st, e->tensor) == NULL) {
+      g_autofree char *ptensor = wsync_json_printable(e->tensor);
+      g_autofree char *pshard = wsync_json_printable(e->shard);
       return bad_input(error, sh->index, "tensor \"%s\" is not in its shard \"%s\" (%s)", ptensor,
                        pshard, wsync_safetensors_path(st));
     }
-    g_hash_table_insert(shard_of, (char *)tensor, st);
+    e->st = st;
+  }
+  if (map->bad_tensor) {
+    g_autofree char *ptensor = wsync_json_printable(map->bad_tensor);
+    return bad_input(error, sh->index, "the shard of tensor \"%s\" is %s, not a string", ptensor,
+                     map->bad_kind);
   }
   return TRUE;
 }
 
+/* Reads the index into @map; the JSON text and tree are freed on return. */
 static gboolean
-open_indexed(WsyncCheckpoint *ck, const char *dir, const char *index, GError **error)
+read_index(const char *index, IndexMap *map, GError **error)
 {
   g_autofree char *text = NULL;
   gsize len;
@@ -247,19 +307,32 @@ open_indexed(WsyncCheckpoint *ck, const char *dir, const char *index, GError **e
   JsonObject *root = load_index_json(parser, text, len, index, error);
   if (root == NULL)
     return FALSE;
+  g_clear_pointer(&text, g_free);
 
   JsonNode *wm = json_object_get_member(root, "weight_map");
   if (wm == NULL)
     return bad_input(error, index, "no \"weight_map\"");
   if (!JSON_NODE_HOLDS_OBJECT(wm))
     return bad_input(error, index, "\"weight_map\" is %s, not an object", node_kind(wm));
-  JsonObject *weight_map = json_node_get_object(wm);
   if (!check_total_size(root, index, error))
     return FALSE;
+  index_map_fill(map, json_node_get_object(wm));
+  return TRUE;
+}
+
+static gboolean
+open_indexed(WsyncCheckpoint *ck, const char *dir, const char *index, GError **error)
+{
+  IndexMap map = {0};
+  if (!read_index(index, &map, error)) {
+    index_map_clear(&map);
+    return FALSE;
+  }
 
   g_autofree char *real_dir = realpath(dir, NULL);
   if (real_dir == NULL) {
     wsync_set_io_error(error, errno, dir, "resolve");
+    index_map_clear(&map);
     return FALSE;
   }
   Shards sh = {
@@ -270,11 +343,15 @@ open_indexed(WsyncCheckpoint *ck, const char *dir, const char *index, GError **e
       .by_name = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL),
       .by_real = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL),
   };
-  g_autoptr(GHashTable) shard_of = g_hash_table_new(g_str_hash, g_str_equal);
-  gboolean ok = open_named_shards(&sh, weight_map, shard_of, error);
+  gboolean ok = open_named_shards(&sh, &map, error);
   g_hash_table_destroy(sh.by_name);
   g_hash_table_destroy(sh.by_real);
-  return ok && check_shards_named(ck, weight_map, shard_of, index, error);
+  if (ok) {
+    g_array_sort(map.entries, compare_entries);
+    ok = check_shards_named(ck, &map, index, error);
+  }
+  index_map_clear(&map);
+  return ok;
 }
 
 /* ================================================================ directory without index */

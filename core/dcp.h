@@ -53,6 +53,8 @@
 #ifndef WSYNC_DCP_H
 #define WSYNC_DCP_H
 
+#include <string.h>
+
 #include <glib.h>
 #include <wsync/dtype.h>
 #include <wsync/layout.h>
@@ -99,9 +101,13 @@ typedef struct {
  * @dtype: element type (never a sub-byte type)
  * @ndim: number of axes (0 for a scalar)
  * @shape: the global shape
- * @chunks: (element-type WsyncDcpChunk): its chunks, in file order (format A: files by
- *   shard number, then data order) or in `.metadata` order (format B; per-rank metadata:
- *   rank by rank, each in its file's order)
+ * @chunks: (element-type WsyncDcpChunk) (nullable): its chunks, in file order (format A:
+ *   files by shard number, then data order) or in `.metadata` order (format B; per-rank
+ *   metadata: rank by rank, each in its file's order); NULL for a tensor that is one
+ *   whole row-major chunk with no data yet in @whole_file (a session's whole tensors: a
+ *   whole model has ~19k, and a WsyncDcpChunk array each cost ~560 bytes, issue 14).
+ *   Read them with wsync_dcp_tensor_n_chunks() and wsync_dcp_tensor_chunk().
+ * @whole_file: with @chunks NULL, the file of its one chunk
  * @part: format A: the output file index I of `shard-S-model-I-of-N` (1-based), the same
  *   for all the tensor's files; 0 when unknown (format B)
  * @n_parts: format A: N; 0 when unknown
@@ -114,9 +120,32 @@ typedef struct {
   guint ndim;
   guint64 shape[WSYNC_MAX_DIMS];
   GArray *chunks;
+  const char *whole_file;
   guint part;
   guint n_parts;
 } WsyncDcpTensor;
+
+/* The number of chunks of @g. */
+static inline guint
+wsync_dcp_tensor_n_chunks(const WsyncDcpTensor *g)
+{
+  return g->chunks != NULL ? g->chunks->len : 1;
+}
+
+/* Chunk @c of @g: in @g's chunks, or made in @buf for a whole tensor. */
+static inline const WsyncDcpChunk *
+wsync_dcp_tensor_chunk(const WsyncDcpTensor *g, guint c, WsyncDcpChunk *buf)
+{
+  if (g->chunks != NULL)
+    return &g_array_index(g->chunks, WsyncDcpChunk, c);
+  g_assert(c == 0);
+  memset(buf, 0, sizeof *buf);
+  buf->box.ndim = g->ndim;
+  memcpy(buf->box.extent, g->shape, sizeof buf->box.extent);
+  wsync_region_row_major(&buf->region, g->ndim, g->shape, NULL);
+  buf->file = g->whole_file;
+  return buf;
+}
 
 /**
  * WsyncDcpFormat:

@@ -156,9 +156,11 @@ struct _WsyncLayoutTensor {
   /* filled by the planner */
   guint part;
   guint64 nbytes;
-  GArray *ops;     /* StoredOp: read them with layout_tensor_op() */
-  GArray *op_axes; /* guint64: the ops' axes (see StoredOp): each op's lbox offset, and
-                    * extent and strides shared by runs of ops */
+  struct _StoredOp *ops; /* n_ops of them, read with layout_tensor_op(), followed in the
+                          * same allocation by op_axes (layout_tensor_seal_ops()) */
+  guint n_ops;
+  const guint64 *op_axes; /* the ops' axes (see StoredOp): each op's lbox offset, and
+                           * extent and strides shared by runs of ops */
   /* its ndim axes, allocated with it (a whole model has tens of thousands of layout
    * tensors per rank, nearly all of 1 to 3 axes) */
   guint64 shape[];
@@ -229,7 +231,7 @@ typedef struct {
  * WSYNC_MAX_DIMS axes is ~700 bytes, this is 48 plus 8 per axis).  An op's extent and
  * strides are those of the op before it more often than not (a rank's slice of each
  * expert in turn): such ops share one copy of them. */
-typedef struct {
+typedef struct _StoredOp {
   guint8 kind;        /* OpKind */
   guint8 ndim;
   WsyncDtype src_dtype;
@@ -285,8 +287,24 @@ GPtrArray *layout_take_tensors(WsyncLayout *layout);
 /* Frees tensor @i of @tensors (from layout_take_tensors()) now. */
 void layout_tensor_release(GPtrArray *tensors, guint i);
 
-/* Appends @op to the ops of @lt, keeping only its ndim axes. */
-void layout_tensor_add_op(WsyncLayoutTensor *lt, const Op *op);
+/* The ops of one layout tensor while they are made, in arrays that grow; reused from
+ * tensor to tensor of a layout, so that a tensor keeps only the exact storage
+ * layout_tensor_seal_ops() gives it (a whole model has tens of thousands of layout
+ * tensors per rank, nearly all of one op: two growing arrays each cost more than the
+ * ops, issue 14). */
+typedef struct {
+  GArray *ops;  /* StoredOp */
+  GArray *axes; /* guint64, as WsyncLayoutTensor.op_axes */
+} OpsBuilder;
+
+void ops_builder_init(OpsBuilder *b);
+void ops_builder_clear(OpsBuilder *b);
+
+/* Appends @op to the ops being made in @b, keeping only its ndim axes. */
+void layout_tensor_add_op(OpsBuilder *b, const Op *op);
+
+/* Moves the ops made in @b into @lt (which has none yet), and empties @b. */
+void layout_tensor_seal_ops(WsyncLayoutTensor *lt, OpsBuilder *b);
 
 /* Sets @op to op @i of @lt, whole (axes past its ndim are zero). */
 void layout_tensor_op(const WsyncLayoutTensor *lt, guint i, Op *op);

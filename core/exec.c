@@ -305,7 +305,7 @@ slab_is_runs(const Slab *slab)
 {
   const WsyncLayoutTensor *lt = slab->lt;
 
-  for (guint i = 0; i < lt->ops->len; i++) {
+  for (guint i = 0; i < lt->n_ops; i++) {
     Op op_buf;
     const Op *op = &op_buf;
     layout_tensor_op(lt, i, &op_buf);
@@ -370,7 +370,7 @@ write_runs(Executor *ex, const Slab *slab, guint64 pos)
 {
   const WsyncLayoutTensor *lt = slab->lt;
 
-  for (guint i = 0; i < lt->ops->len; i++) {
+  for (guint i = 0; i < lt->n_ops; i++) {
     Op op_buf;
     const Op *op = &op_buf;
     layout_tensor_op(lt, i, &op_buf);
@@ -411,7 +411,7 @@ stage_cb(gpointer data)
   const WsyncLayoutTensor *lt = slab->lt;
   gsize esize = wsync_dtype_size(lt->dtype);
 
-  for (guint i = 0; i < lt->ops->len; i++) {
+  for (guint i = 0; i < lt->n_ops; i++) {
     const Op *op = &st->current;
     Op part;
     layout_tensor_op(lt, i, &st->current);
@@ -433,7 +433,7 @@ whole_packed_copy(const WsyncLayoutTensor *lt, Op *op)
 {
   guint64 stride = 1;
 
-  if (lt->ops->len != 1)
+  if (lt->n_ops != 1)
     return FALSE;
   layout_tensor_op(lt, 0, op);
   if (op->kind != OP_COPY || op->source->kind != SOURCE_INPUT ||

@@ -676,8 +676,9 @@ collect_chunks(WsyncPlan *plan, GPtrArray *globals)
   plan->input_index = g_hash_table_new(g_direct_hash, g_direct_equal);
   for (guint i = 0; i < globals->len; i++) {
     const WsyncDcpTensor *g = globals->pdata[i];
-    for (guint c = 0; c < g->chunks->len; c++) {
-      const WsyncDcpChunk *chunk = &g_array_index(g->chunks, WsyncDcpChunk, c);
+    for (guint c = 0; c < wsync_dcp_tensor_n_chunks(g); c++) {
+      WsyncDcpChunk buf;
+      const WsyncDcpChunk *chunk = wsync_dcp_tensor_chunk(g, c, &buf);
       WsyncTensor *t = g_new0(WsyncTensor, 1);
       t->name = g->name;
       t->dtype = g->dtype;
@@ -713,8 +714,9 @@ bind_tensor_chunks(WsyncPlan *plan, WsyncLayoutTensor *lt, const WsyncDcpTensor 
                 have, want, lt->made_by ? lt->made_by : "layout");
     return FALSE;
   }
-  for (guint c = 0; c < g->chunks->len; c++) {
-    const WsyncDcpChunk *chunk = &g_array_index(g->chunks, WsyncDcpChunk, c);
+  for (guint c = 0; c < wsync_dcp_tensor_n_chunks(g); c++) {
+    WsyncDcpChunk buf;
+    const WsyncDcpChunk *chunk = wsync_dcp_tensor_chunk(g, c, &buf);
     InputState *state = &g_array_index(plan->inputs, InputState, first_input + c);
     state->bound = TRUE;
     state->runtime_only = layout_tensor_n_placements(lt) == 0;
@@ -815,7 +817,7 @@ plan_bind_chunked(WsyncPlan *plan, GPtrArray *globals, GError **error)
     const WsyncDcpTensor *g = globals->pdata[i];
     g_hash_table_insert(names, g->name, (gpointer)g);
     g_hash_table_insert(first_input, g->name, GUINT_TO_POINTER(at));
-    at += g->chunks->len;
+    at += wsync_dcp_tensor_n_chunks(g);
   }
   plan->in_tp = plan->in_ep = plan->in_world = 1;
   if (!plan_unclaimed_reader(plan, &plan->in, error))

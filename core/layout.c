@@ -141,10 +141,7 @@ layout_tensor_free(gpointer data)
   if (t->fills)
     g_array_unref(t->fills);
   g_free(t->state);
-  if (t->ops)
-    g_array_unref(t->ops);
-  if (t->op_axes)
-    g_array_unref(t->op_axes);
+  g_free(t->ops); /* and op_axes, in the same allocation */
   g_free(t);
 }
 
@@ -240,55 +237,91 @@ layout_tensor_release(GPtrArray *tensors, guint i)
 }
 
 
-/* The index in @lt's op_axes of @op's extent and strides: the previous op's, when they
+void
+ops_builder_init(OpsBuilder *b)
+{
+  b->ops = g_array_new(FALSE, TRUE, sizeof(StoredOp));
+  b->axes = g_array_new(FALSE, FALSE, sizeof(guint64));
+}
+
+void
+ops_builder_clear(OpsBuilder *b)
+{
+  g_clear_pointer(&b->ops, g_array_unref);
+  g_clear_pointer(&b->axes, g_array_unref);
+}
+
+/* The index in @b's axes of @op's extent and strides: the previous op's, when they
  * are the same, else a new copy. */
 static guint
-op_geometry(WsyncLayoutTensor *lt, const Op *op)
+op_geometry(OpsBuilder *b, const Op *op)
 {
   guint n = op->ndim;
 
   if (n == 0)
-    return lt->op_axes->len; /* no axes (a fill's box is its Fill's): op_axes may have no
-                              * data yet */
-  if (lt->ops->len > 0) {
-    const StoredOp *prev = &g_array_index(lt->ops, StoredOp, lt->ops->len - 1);
-    const guint64 *axes = &g_array_index(lt->op_axes, guint64, prev->geometry);
+    return b->axes->len; /* no axes (a fill's box is its Fill's) */
+  if (b->ops->len > 0) {
+    const StoredOp *prev = &g_array_index(b->ops, StoredOp, b->ops->len - 1);
+    const guint64 *axes = &g_array_index(b->axes, guint64, prev->geometry);
     if (prev->ndim == n && memcmp(axes, op->extent, n * sizeof(guint64)) == 0 &&
         memcmp(axes + n, op->dst_stride, n * sizeof(guint64)) == 0 &&
         memcmp(axes + 2 * n, op->src_stride, n * sizeof(guint64)) == 0)
       return prev->geometry;
   }
-  g_array_append_vals(lt->op_axes, op->extent, n);
-  g_array_append_vals(lt->op_axes, op->dst_stride, n);
-  g_array_append_vals(lt->op_axes, op->src_stride, n);
-  return lt->op_axes->len - 3 * n;
+  g_array_append_vals(b->axes, op->extent, n);
+  g_array_append_vals(b->axes, op->dst_stride, n);
+  g_array_append_vals(b->axes, op->src_stride, n);
+  return b->axes->len - 3 * n;
 }
 
 void
-layout_tensor_add_op(WsyncLayoutTensor *lt, const Op *op)
+layout_tensor_add_op(OpsBuilder *b, const Op *op)
 {
   StoredOp stored = {.kind = op->kind, .ndim = op->ndim, .src_dtype = op->src_dtype,
                      .dst_origin = op->dst_origin, .src_origin = op->src_origin, .lt = op->lt};
 
   g_assert(op->ndim <= WSYNC_MAX_DIMS);
-  g_assert(lt->op_axes->len + 4 * op->ndim <= G_MAXUINT);
+  g_assert(b->axes->len + 4 * op->ndim <= G_MAXUINT);
+  g_assert(b->ops->len < G_MAXUINT);
   if (op->kind == OP_FILL)
     stored.from.fill = op->fill;
   else
     stored.from.source = op->source;
-  stored.geometry = op_geometry(lt, op);
-  stored.lbox = lt->op_axes->len;
-  g_array_append_vals(lt->op_axes, op->lbox.offset, op->ndim);
-  g_array_append_val(lt->ops, stored);
+  stored.geometry = op_geometry(b, op);
+  stored.lbox = b->axes->len;
+  g_array_append_vals(b->axes, op->lbox.offset, op->ndim);
+  g_array_append_val(b->ops, stored);
+}
+
+void
+layout_tensor_seal_ops(WsyncLayoutTensor *lt, OpsBuilder *b)
+{
+  gsize ops_bytes = (gsize)b->ops->len * sizeof(StoredOp);
+  gsize axes_bytes = (gsize)b->axes->len * sizeof(guint64);
+
+  G_STATIC_ASSERT(sizeof(StoredOp) % sizeof(guint64) == 0); /* the axes stay aligned */
+  g_assert(lt->ops == NULL);
+  lt->n_ops = b->ops->len;
+  lt->ops = g_malloc(ops_bytes + axes_bytes);
+  if (ops_bytes > 0)
+    memcpy(lt->ops, b->ops->data, ops_bytes);
+  lt->op_axes = (const guint64 *)((guint8 *)lt->ops + ops_bytes);
+  if (axes_bytes > 0)
+    memcpy((guint8 *)lt->ops + ops_bytes, b->axes->data, axes_bytes);
+  g_array_set_size(b->ops, 0);
+  g_array_set_size(b->axes, 0);
 }
 
 void
 layout_tensor_op(const WsyncLayoutTensor *lt, guint i, Op *op)
 {
-  const StoredOp *stored = &g_array_index(lt->ops, StoredOp, i);
+  const StoredOp *stored;
   const guint64 *geometry;
-  guint n = stored->ndim;
+  guint n;
 
+  g_assert(i < lt->n_ops);
+  stored = &lt->ops[i];
+  n = stored->ndim;
   memset(op, 0, sizeof *op);
   op->kind = stored->kind;
   op->ndim = n;
@@ -302,13 +335,12 @@ layout_tensor_op(const WsyncLayoutTensor *lt, guint i, Op *op)
     op->source = stored->from.source;
   if (n == 0)
     return; /* it stored no axes (a fill: its box is its Fill's) */
-  geometry = &g_array_index(lt->op_axes, guint64, stored->geometry);
+  geometry = &lt->op_axes[stored->geometry];
   memcpy(op->extent, geometry, n * sizeof(guint64));
   memcpy(op->dst_stride, geometry + n, n * sizeof(guint64));
   memcpy(op->src_stride, geometry + 2 * n, n * sizeof(guint64));
   op->lbox.ndim = n;
-  memcpy(op->lbox.offset, &g_array_index(lt->op_axes, guint64, stored->lbox),
-         n * sizeof(guint64));
+  memcpy(op->lbox.offset, &lt->op_axes[stored->lbox], n * sizeof(guint64));
   memcpy(op->lbox.extent, geometry, n * sizeof(guint64));
 }
 

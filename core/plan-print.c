@@ -66,7 +66,7 @@ print_tensor(WsyncPlan *plan, const WsyncLayoutTensor *lt, FILE *out)
   fprintf(out, "  %s  %s %s  %" G_GUINT64_FORMAT " bytes  by %s%s%s\n", lt->name,
           wsync_dtype_name(lt->dtype), shape, lt->nbytes, lt->made_by ? lt->made_by : "?",
           lt->state ? "  state " : "", lt->state ? lt->state : "");
-  for (guint i = 0; i < lt->ops->len; i++) {
+  for (guint i = 0; i < lt->n_ops; i++) {
     Op op_buf;
     const Op *op = &op_buf;
     layout_tensor_op(lt, i, &op_buf);
@@ -261,7 +261,7 @@ add_tensor_json(WsyncPlan *plan, JsonBuilder *b, const WsyncLayout *layout,
     json_builder_add_null_value(b);
   json_builder_set_member_name(b, "ops");
   json_builder_begin_array(b);
-  for (guint i = 0; i < lt->ops->len; i++) {
+  for (guint i = 0; i < lt->n_ops; i++) {
     Op op;
     layout_tensor_op(lt, i, &op);
     add_op_json(plan, b, lt, &op);

@@ -247,7 +247,7 @@ piece_items(const WsyncPlan *plan, const RankFile *file, const RankPiece *piece,
 {
   const WsyncLayoutTensor *lt = piece->tensor->lt;
 
-  for (guint i = 0; i < lt->ops->len; i++) {
+  for (guint i = 0; i < lt->n_ops; i++) {
     Op op_buf;
     const Op *op = &op_buf;
     layout_tensor_op(lt, i, &op_buf);

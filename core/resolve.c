@@ -415,7 +415,7 @@ cast_is_lossy(WsyncDtype from, WsyncDtype to)
 
 static gboolean
 resolve_placement(WsyncPlan *plan, WsyncLayout *layout, WsyncLayoutTensor *lt,
-                  const Placement *pl, GError **error)
+                  const Placement *pl, OpsBuilder *builder, GError **error)
 {
   g_autoptr(GArray) uncovered = g_array_new(FALSE, FALSE, sizeof(WsyncBox));
   WsyncLogicalTensor *vt = pl->lt;
@@ -457,7 +457,7 @@ resolve_placement(WsyncPlan *plan, WsyncLayout *layout, WsyncLayoutTensor *lt,
       memcpy(op.dst_stride, pl->region.stride, sizeof op.dst_stride);
       op.src_origin = region_element(&src_region, &src_box, &inter);
       memcpy(op.src_stride, src_region.stride, sizeof op.src_stride);
-      layout_tensor_add_op(lt, &op);
+      layout_tensor_add_op(builder, &op);
       plan_box_subtract(ub, &inter, left);
     }
     g_array_set_size(uncovered, 0);
@@ -487,10 +487,10 @@ tensor_numel(const WsyncLayoutTensor *lt)
 static gboolean
 prove_coverage(WsyncLayout *layout, WsyncLayoutTensor *lt, GError **error)
 {
-  g_autoptr(GArray) boxes = g_array_sized_new(FALSE, FALSE, sizeof(WsyncBox), lt->ops->len);
+  g_autoptr(GArray) boxes = g_array_sized_new(FALSE, FALSE, sizeof(WsyncBox), lt->n_ops);
   guint64 total = 0;
 
-  for (guint i = 0; i < lt->ops->len; i++) {
+  for (guint i = 0; i < lt->n_ops; i++) {
     Op op_buf;
     const Op *op = &op_buf;
     WsyncBox b;
@@ -650,7 +650,8 @@ note_draft_omissions(WsyncPlan *plan, DraftOmissions *seen)
 }
 
 static gboolean
-resolve_layout(WsyncPlan *plan, WsyncLayout *layout, DraftOmissions *drafts, GError **error)
+resolve_layout(WsyncPlan *plan, WsyncLayout *layout, DraftOmissions *drafts,
+               OpsBuilder *builder, GError **error)
 {
   g_autoptr(GPtrArray) needed = g_ptr_array_new_with_free_func(g_free);
   const char *needed_rule = NULL;
@@ -673,8 +674,6 @@ resolve_layout(WsyncPlan *plan, WsyncLayout *layout, DraftOmissions *drafts, GEr
       continue;
     }
     i++;
-    lt->ops = g_array_new(FALSE, TRUE, sizeof(StoredOp));
-    lt->op_axes = g_array_new(FALSE, FALSE, sizeof(guint64));
     if (!wsync_dtype_nbytes(lt->dtype, tensor_numel(lt), &lt->nbytes)) {
       g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_PLUGIN, "tensor \"%s\": size overflows",
                   lt->name);
@@ -683,13 +682,14 @@ resolve_layout(WsyncPlan *plan, WsyncLayout *layout, DraftOmissions *drafts, GEr
     for (guint p = 0; p < layout_tensor_n_placements(lt); p++) {
       Placement pl;
       layout_tensor_placement(lt, p, &pl);
-      if (!resolve_placement(plan, layout, lt, &pl, error))
+      if (!resolve_placement(plan, layout, lt, &pl, builder, error))
         return FALSE;
     }
     for (guint f = 0; lt->fills != NULL && f < lt->fills->len; f++) {
       Op op = {.kind = OP_FILL, .fill = &g_array_index(lt->fills, Fill, f)};
-      layout_tensor_add_op(lt, &op);
+      layout_tensor_add_op(builder, &op);
     }
+    layout_tensor_seal_ops(lt, builder);
     if (!prove_coverage(layout, lt, error))
       return FALSE;
   }
@@ -927,6 +927,8 @@ plan_build_outputs(WsyncPlan *plan, const WsyncPlanOptions *opts, GError **error
   plan->lossy_casts = g_hash_table_new(NULL, NULL);
   DraftOmissions drafts = {g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL),
                            g_ptr_array_new_with_free_func(draft_omission_free)};
+  OpsBuilder builder;
+  ops_builder_init(&builder);
   gboolean ok = TRUE;
   for (guint r = 0; ok && r < world; r++) {
     if (opts->rank >= 0 && (guint)opts->rank != r)
@@ -940,10 +942,11 @@ plan_build_outputs(WsyncPlan *plan, const WsyncPlanOptions *opts, GError **error
     }
     g_ptr_array_add(plan->outputs, layout);
     collect_notes(plan, layout);
-    ok = resolve_layout(plan, layout, &drafts, error);
+    ok = resolve_layout(plan, layout, &drafts, &builder, error);
     if (ok)
       assign_parts(layout, opts->part_size ? opts->part_size : G_MAXUINT64);
   }
+  ops_builder_clear(&builder);
   if (ok)
     note_draft_omissions(plan, &drafts);
   g_hash_table_unref(drafts.names);

@@ -160,14 +160,19 @@ typedef struct {
   guint64 slice;    /* rows copied before counting them into the checksum's blocks */
 } Item;
 
-/* One described chunk: an input of the plan. */
+/* One described chunk: an input of the plan.  Its targets and items are made once, in
+ * one allocation of their exact size (a whole model has ~19k inputs: growing arrays of
+ * their own cost more than what they held, issue 14). */
 typedef struct {
   Described *d;
   guint chunk;
   guint64 nbytes;
-  GArray *targets;    /* Target */
-  GArray *items;      /* Item: its push's work, made once */
-  GPtrArray *buckets; /* the distinct Bucket* its targets write into */
+  Target *targets;    /* n_targets, then the items, in one allocation (owned) */
+  guint n_targets;
+  guint n_items;
+  Item *items;        /* its push's work, n_items, after the targets */
+  GPtrArray *buckets; /* caller sink: the distinct Bucket* its targets write into; else
+                       * NULL */
   guint64 pushed;     /* the serial of the step that pushed it */
 } Input;
 
@@ -476,7 +481,8 @@ described_free(gpointer data)
   Described *d = data;
 
   g_free(d->g.name);
-  g_array_unref(d->g.chunks);
+  if (d->g.chunks != NULL)
+    g_array_unref(d->g.chunks);
   g_free(d);
 }
 
@@ -515,10 +521,7 @@ input_clear(gpointer data)
 {
   Input *in = data;
 
-  if (in->targets)
-    g_array_unref(in->targets);
-  if (in->items)
-    g_array_unref(in->items);
+  g_free(in->targets); /* and the items */
   if (in->buckets)
     g_ptr_array_unref(in->buckets);
 }
@@ -631,21 +634,26 @@ add_described(WsyncSession *s, const char *name, WsyncDtype dtype, guint ndim,
   d->g.ndim = ndim;
   if (ndim > 0)
     memcpy(d->g.shape, shape, ndim * sizeof *shape);
-  d->g.chunks = g_array_new(FALSE, TRUE, sizeof(WsyncDcpChunk));
+  /* a whole tensor is one row-major chunk: no array for it */
+  if (sharded)
+    d->g.chunks = g_array_new(FALSE, TRUE, sizeof(WsyncDcpChunk));
+  else
+    d->g.whole_file = SOURCE_NAME;
   d->sharded = sharded;
   g_ptr_array_add(s->described, d);
   g_hash_table_insert(s->by_name, d->g.name, d);
   return d;
 }
 
-/* A chunk of @d at @offsets of extent @sizes, its bytes pushed row-major. */
+/* A shard of @d at @offsets of extent @sizes, its bytes pushed row-major (a whole
+ * tensor's one chunk is implied: wsync_dcp_tensor_chunk()). */
 static void
 add_chunk(Described *d, const guint64 *offsets, const guint64 *sizes)
 {
   WsyncDcpChunk c = {.box.ndim = d->g.ndim, .file = SOURCE_NAME};
 
   for (guint k = 0; k < d->g.ndim; k++) {
-    c.box.offset[k] = offsets != NULL ? offsets[k] : 0;
+    c.box.offset[k] = offsets[k];
     c.box.extent[k] = sizes[k];
   }
   wsync_region_row_major(&c.region, d->g.ndim, sizes, NULL);
@@ -665,7 +673,7 @@ wsync_session_describe(WsyncSession *s, const char *name, WsyncDtype dtype, guin
                 "describe: tensor \"%s\" was described before", name);
     return FALSE;
   }
-  add_chunk(add_described(s, name, dtype, ndim, shape, FALSE), NULL, shape);
+  add_described(s, name, dtype, ndim, shape, FALSE);
   return TRUE;
 }
 
@@ -867,7 +875,7 @@ slot_copy_bytes(const Slot *slot)
 {
   guint64 bytes = 0;
 
-  for (guint i = 0; i < slot->lt->ops->len; i++) {
+  for (guint i = 0; i < slot->lt->n_ops; i++) {
     Op op_buf;
     const Op *op = &op_buf;
     layout_tensor_op(slot->lt, i, &op_buf);
@@ -962,15 +970,15 @@ same_rows(const Op *a, const Op *b)
  * least @threads items where there are as many rows), each copied in slices of at most
  * SLICE_BYTES. */
 static void
-make_items(Input *in, guint threads)
+make_items(const Input *in, guint threads, GArray *items)
 {
-  for (guint t = 0, u; t < in->targets->len; t = u) {
-    const Target *first = &g_array_index(in->targets, Target, t);
+  for (guint t = 0, u; t < in->n_targets; t = u) {
+    const Target *first = &in->targets[t];
     guint64 rows = first->rows, row_bytes = first->row_bytes;
     Op first_op, op;
     target_op(first, &first_op);
-    for (u = t + 1; u < in->targets->len; u++) {
-      const Target *next = &g_array_index(in->targets, Target, u);
+    for (u = t + 1; u < in->n_targets; u++) {
+      const Target *next = &in->targets[u];
       target_op(next, &op);
       if (!same_rows(&first_op, &op))
         break;
@@ -985,9 +993,38 @@ make_items(Input *in, guint threads)
                  .from = from,
                  .to = MIN(from + step, rows),
                  .slice = MAX(SLICE_BYTES / row_bytes, 1)};
-      g_array_append_val(in->items, it);
+      g_array_append_val(items, it);
     }
   }
+}
+
+/* Gives @in its items, made in @items (then emptied), in one allocation with its
+ * targets: the items point into the new copy of the targets. */
+static void
+seal_input(Input *in, GArray *items)
+{
+  gsize targets_bytes = (gsize)in->n_targets * sizeof(Target);
+  gsize items_bytes = (gsize)items->len * sizeof(Item);
+  Target *block;
+
+  G_STATIC_ASSERT(sizeof(Target) % G_ALIGNOF(Item) == 0);
+  if (targets_bytes + items_bytes == 0) {
+    g_clear_pointer(&in->targets, g_free);
+    return;
+  }
+  block = g_malloc(targets_bytes + items_bytes);
+  if (targets_bytes > 0)
+    memcpy(block, in->targets, targets_bytes);
+  in->items = (Item *)(void *)((guint8 *)block + targets_bytes);
+  in->n_items = items->len;
+  for (guint i = 0; i < items->len; i++) {
+    Item it = g_array_index(items, Item, i);
+    it.targets = block + (it.targets - in->targets);
+    in->items[i] = it;
+  }
+  g_free(in->targets);
+  in->targets = block;
+  g_array_set_size(items, 0);
 }
 
 /* Counts, in block_left, the bytes a target's runs write into each block. */
@@ -1049,8 +1086,8 @@ make_blocks(WsyncSession *s)
   }
   for (guint i = 0; i < s->inputs->len; i++) {
     const Input *in = &g_array_index(s->inputs, Input, i);
-    for (guint t = 0; t < in->targets->len; t++) {
-      const Target *target = &g_array_index(in->targets, Target, t);
+    for (guint t = 0; t < in->n_targets; t++) {
+      const Target *target = &in->targets[t];
       Op op;
       target_op(target, &op);
       copy_op_runs(&op, 0, target->rows, target->slot->lt->dtype, count_block_writes,
@@ -1062,7 +1099,38 @@ make_blocks(WsyncSession *s)
 }
 
 /* Every copy op of every output reads one input: it becomes a target of that input's
- * push. */
+ * push.  Without @fill, only counts them into each input's n_targets; with it, stores
+ * them into targets of that size (n_targets counted again from 0). */
+static void
+add_targets(WsyncSession *s, GHashTable *slot_of, gboolean fill)
+{
+  WsyncPlan *plan = s->plan;
+
+  for (guint l = 0; l < plan->outputs->len; l++) {
+    WsyncLayout *layout = plan->outputs->pdata[l];
+    for (guint t = 0; t < layout->tensors->len; t++) {
+      WsyncLayoutTensor *lt = layout->tensors->pdata[t];
+      Slot *slot = g_hash_table_lookup(slot_of, lt);
+      for (guint o = 0; o < lt->n_ops; o++) {
+        Op op_buf;
+        const Op *op = &op_buf;
+        layout_tensor_op(lt, o, &op_buf);
+        if (op->kind != OP_COPY || copy_op_bytes(op, lt->dtype) == 0)
+          continue;
+        Input *in = &g_array_index(s->inputs, Input, op->source->input_index);
+        if (!fill) {
+          in->n_targets++;
+          continue;
+        }
+        op_drop_leading_units(&op_buf);
+        in->targets[in->n_targets++] = target_new(slot, o, op);
+        if (slot->bucket != NULL && !g_ptr_array_find(in->buckets, slot->bucket, NULL))
+          g_ptr_array_add(in->buckets, slot->bucket);
+      }
+    }
+  }
+}
+
 static gboolean
 make_inputs(WsyncSession *s, GHashTable *slot_of, GError **error)
 {
@@ -1075,42 +1143,32 @@ make_inputs(WsyncSession *s, GHashTable *slot_of, GError **error)
   for (guint i = 0; i < s->described->len; i++) {
     Described *d = s->described->pdata[i];
     d->first_input = at;
-    for (guint c = 0; c < d->g.chunks->len; c++, at++) {
+    for (guint c = 0; c < wsync_dcp_tensor_n_chunks(&d->g); c++, at++) {
       Input *in = &g_array_index(s->inputs, Input, at);
       in->d = d;
       in->chunk = c;
       in->nbytes = ((const WsyncTensor *)plan->chunk_tensors->pdata[at])->nbytes;
-      in->targets = g_array_new(FALSE, FALSE, sizeof(Target));
-      in->items = g_array_new(FALSE, FALSE, sizeof(Item));
-      in->buckets = g_ptr_array_new();
+      if (s->on_bucket != NULL)
+        in->buckets = g_ptr_array_new();
     }
   }
   g_assert(at == plan->inputs->len);
-  for (guint l = 0; l < plan->outputs->len; l++) {
-    WsyncLayout *layout = plan->outputs->pdata[l];
-    for (guint t = 0; t < layout->tensors->len; t++) {
-      WsyncLayoutTensor *lt = layout->tensors->pdata[t];
-      Slot *slot = g_hash_table_lookup(slot_of, lt);
-      for (guint o = 0; o < lt->ops->len; o++) {
-        Op op_buf;
-        const Op *op = &op_buf;
-        layout_tensor_op(lt, o, &op_buf);
-        if (op->kind != OP_COPY || copy_op_bytes(op, lt->dtype) == 0)
-          continue;
-        Input *in = &g_array_index(s->inputs, Input, op->source->input_index);
-        op_drop_leading_units(&op_buf);
-        Target target = target_new(slot, o, op);
-        g_array_append_val(in->targets, target);
-        if (slot->bucket != NULL && !g_ptr_array_find(in->buckets, slot->bucket, NULL))
-          g_ptr_array_add(in->buckets, slot->bucket);
-      }
-    }
+  add_targets(s, slot_of, FALSE);
+  for (guint i = 0; i < s->inputs->len; i++) {
+    Input *in = &g_array_index(s->inputs, Input, i);
+    in->targets = g_new(Target, in->n_targets);
+    in->n_targets = 0;
   }
-  for (guint i = 0; i < s->inputs->len; i++)
-    make_items(&g_array_index(s->inputs, Input, i), s->threads); /* targets final: items point in */
+  add_targets(s, slot_of, TRUE);
+  g_autoptr(GArray) items = g_array_new(FALSE, FALSE, sizeof(Item));
+  for (guint i = 0; i < s->inputs->len; i++) {
+    Input *in = &g_array_index(s->inputs, Input, i);
+    make_items(in, s->threads, items); /* targets final: items point in */
+    seal_input(in, items);
+  }
   for (guint i = 0; s->max_open_buckets > 0 && i < s->inputs->len; i++) {
     Input *in = &g_array_index(s->inputs, Input, i);
-    if (in->buckets->len > s->max_open_buckets) {
+    if (in->buckets != NULL && in->buckets->len > s->max_open_buckets) {
       g_autofree char *what = input_label(in);
       return usage_error(error,
                          "%s: %s alone fills %u buckets, more than max_open_buckets (%u)",
@@ -1190,7 +1248,7 @@ apply_fills(GPtrArray *slots, guint8 *base, guint64 base_offset)
   for (guint i = 0; i < slots->len; i++) {
     const Slot *slot = slots->pdata[i];
     const WsyncLayoutTensor *lt = slot->lt;
-    for (guint o = 0; o < lt->ops->len; o++) {
+    for (guint o = 0; o < lt->n_ops; o++) {
       Op op_buf;
       const Op *op = &op_buf;
       layout_tensor_op(lt, o, &op_buf);
@@ -1672,7 +1730,7 @@ wsync_session_begin(WsyncSession *s, guint64 version, GError **error)
 typedef struct {
   WsyncSession *s;
   const guint8 *src;
-  const GArray *items; /* Item */
+  const Item *items;
   GMutex lock;
   GPtrArray *filled; /* Bucket* whose last byte this push wrote (caller sink) */
 } Push;
@@ -1722,7 +1780,7 @@ static void
 run_item(gpointer data, guint index)
 {
   Push *push = data;
-  const Item *it = &g_array_index(push->items, Item, index);
+  const Item *it = &push->items[index];
   const WsyncPlan *plan = push->s->plan;
   Op stack_ops[ITEM_OPS_ON_STACK];
   g_autofree Op *heap_ops = NULL;
@@ -1776,7 +1834,8 @@ claim_input(WsyncSession *s, Input *in, gsize nbytes, GError **error)
   guint opening = 0;
 
   if (nbytes != in->nbytes) {
-    const WsyncDcpChunk *c = &g_array_index(in->d->g.chunks, WsyncDcpChunk, in->chunk);
+    WsyncDcpChunk buf;
+    const WsyncDcpChunk *c = wsync_dcp_tensor_chunk(&in->d->g, in->chunk, &buf);
     g_autofree char *shape = wsync_shape_format(c->box.ndim, c->box.extent);
     g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
                 "push: %s: %" G_GSIZE_FORMAT " bytes, but it was described as %s %s (%"
@@ -1796,7 +1855,7 @@ claim_input(WsyncSession *s, Input *in, gsize nbytes, GError **error)
                 "push: %s was already pushed in step %" G_GUINT64_FORMAT, what, s->version);
     return FALSE;
   }
-  for (guint i = 0; i < in->buckets->len; i++)
+  for (guint i = 0; in->buckets != NULL && i < in->buckets->len; i++)
     opening += !((Bucket *)in->buckets->pdata[i])->open;
   if (s->max_open_buckets > 0 && s->n_open + opening > s->max_open_buckets) {
     guint open = s->n_open;
@@ -1807,7 +1866,7 @@ claim_input(WsyncSession *s, Input *in, gsize nbytes, GError **error)
                        "(the manifest's order keeps one open per rank file)",
                        what, opening, open, s->max_open_buckets);
   }
-  for (guint i = 0; i < in->buckets->len; i++) {
+  for (guint i = 0; in->buckets != NULL && i < in->buckets->len; i++) {
     Bucket *b = in->buckets->pdata[i];
     if (!b->open)
       open_bucket(s, b);
@@ -1831,7 +1890,7 @@ push_input(WsyncSession *s, Input *in, const void *data, gsize nbytes, GError **
     push.filled = g_ptr_array_new();
     g_mutex_init(&push.lock);
   }
-  team_run(s, run_item, &push, in->items->len);
+  team_run(s, run_item, &push, in->n_items);
   if (interrupted(s)) { /* its bytes are written in part: the step cannot complete */
     g_autofree char *what = input_label(in);
     g_autofree char *why = interruption(interrupted(s));

@@ -348,6 +348,14 @@ test_index_malformed(Fixture *f, gconstpointer data)
       {"{\"metadata\": {}}", "no \"weight_map\""},
       {"{\"weight_map\": []}", "\"weight_map\" is an array, not an object"},
       {"{\"weight_map\": {\"a\": 1}}", "the shard of tensor \"a\" is a number, not a string"},
+      /* entries are checked in the index's order: a shard that is not a string after
+       * good entries, and what is wrong with an entry before it first */
+      {"{\"weight_map\": {\"a\": \"" SHARD1 "\", \"b\": [\"" SHARD1 "\"]}}",
+       "the shard of tensor \"b\" is an array, not a string"},
+      {"{\"weight_map\": {\"a\": \"gone.safetensors\", \"b\": null}}",
+       "shard \"gone.safetensors\" (named for tensor \"a\") is missing"},
+      {"{\"weight_map\": {\"z\": \"" SHARD1 "\", \"b\": true}}",
+       "tensor \"z\" is not in its shard \"" SHARD1 "\""},
       {"{\"weight_map\": {\"a\": \"\"}}", "tensor \"a\" has an empty shard name"},
       {"{\"weight_map\": {\"a\": \"" SHARD1 "\", \"a\": \"" SHARD2 "\"}}",
        "the key \"a\" appears twice"},

@@ -3,7 +3,9 @@
  * config.json alone (docs/hf-checkpoints.md §3).
  *
  * One remapper, serving model_type "qwen3_5_moe" and "qwen3_5" (text model_type
- * "qwen3_5_moe_text" / "qwen3_5_text").  The published checkpoints are a multimodal
+ * "qwen3_5_moe_text" / "qwen3_5_text"); a config of a text model at the top level, or
+ * whose architectures[0] is another class than the multimodal one, is refused (text-only
+ * checkpoints are not supported, docs/hf-checkpoints.md §3 "Text-only Qwen3.5").  The published checkpoints are a multimodal
  * wrapper: the text model under `model.language_model.`, the vision tower under
  * `model.visual.`, `lm_head.weight` at the top (absent when the embeddings are tied) and
  * a multi-token-prediction block under `mtp.` (a draft block).
@@ -458,6 +460,26 @@ check_architecture(WsyncModel *m, const Qwen35 *c, GError **error)
                     printable, wsync_model_get_model_type(m), want);
 }
 
+/* model_type "qwen3_5_moe_text" / "qwen3_5_text" at the top level: a text-only
+ * checkpoint, the config of Transformers' Qwen3_5(Moe)ForCausalLM (config class
+ * Qwen3_5(Moe)TextConfig).  Claimed only to refuse it with what is supported: left
+ * unclaimed, the user was told to select a model plugin, exit 2. */
+static gboolean
+check_not_text_only(WsyncModel *m, GError **error)
+{
+  const char *model_type = wsync_model_get_model_type(m);
+
+  if (!g_str_has_suffix(model_type, "_text"))
+    return TRUE;
+  return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
+                    "field \"model_type\" is \"%s\": a text-only Qwen3.5 checkpoint "
+                    "(Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM) is not supported; qwen3_5_moe "
+                    "supports model_type \"qwen3_5_moe\" and \"qwen3_5\" (the published "
+                    "multimodal checkpoint: model.language_model.*, model.visual.*, "
+                    "lm_head.weight)",
+                    model_type);
+}
+
 /* The remapper. */
 static gboolean
 describe(WsyncModel *m, gpointer user_data, GError **error)
@@ -467,6 +489,8 @@ describe(WsyncModel *m, gpointer user_data, GError **error)
   Qwen35 c = {0};
   gboolean ok;
 
+  if (!check_not_text_only(m, error))
+    return FALSE;
   ok = read_config(m, &c, error);
   kind = c.kind;
   if (!ok)
@@ -534,7 +558,7 @@ qwen3_5_moe_register(WsyncPlugin *plugin, GError **error)
   *language_model_only =
       cfg_getbool(wsync_plugin_get_options(plugin), "language-model-only") == cfg_true;
   return wsync_plugin_add_remapper(plugin, "qwen3_5_moe", WSYNC_PRIORITY_DEFAULT,
-                                   "qwen3_5_moe,qwen3_5", describe, language_model_only, g_free,
+                                   "qwen3_5_moe,qwen3_5,qwen3_5_moe_text,qwen3_5_text", describe, language_model_only, g_free,
                                    error);
 }
 

@@ -3288,6 +3288,45 @@ test_refuse_architecture(void)
   }
 }
 
+/* A text-only config, model_type "qwen3_5_moe_text" / "qwen3_5_text" at the top level (the
+ * text fields at the root, as Qwen3_5(Moe)TextConfig saves them): refused with exit 3, the
+ * config's path, the field, the value and what is supported; nothing written.  The old
+ * tree left them unclaimed: "claimed by no loaded plugin (select a model plugin in
+ * conf.d...)", exit 2, though the plugin was selected. */
+static void
+test_refuse_text_model_type(void)
+{
+  static const char *const bases[] = {MOE, DENSE};
+
+  for (guint i = 0; i < G_N_ELEMENTS(bases); i++) {
+    g_autofree char *base = config_path(bases[i]);
+    g_autoptr(JsonNode) root = load_json(base);
+    g_autoptr(JsonNode) text =
+        json_node_copy(json_object_get_member(json_node_get_object(root), "text_config"));
+    const char *model_type = json_object_get_string_member(json_node_get_object(text),
+                                                           "model_type");
+    g_autofree char *config = new_path("text-config.json");
+    g_autofree char *refused = new_path("text-refused");
+    g_autofree char *want = NULL;
+    Run r;
+
+    g_assert_true(g_str_has_suffix(model_type, "_text"));
+    want = g_strdup_printf(
+        "wsync: %s: field \"model_type\" is \"%s\": a text-only Qwen3.5 checkpoint "
+        "(Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM) is not supported; qwen3_5_moe supports "
+        "model_type \"qwen3_5_moe\" and \"qwen3_5\" (the published multimodal checkpoint: "
+        "model.language_model.*, model.visual.*, lm_head.weight)\n",
+        config, model_type);
+    save_json(text, config);
+    r = run_wsync("synth", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), "--config", config,
+                  refused, NULL);
+    g_assert_cmpint(r.status, ==, 3);
+    g_assert_cmpstr(r.err, ==, want);
+    g_assert_false(g_file_test(refused, G_FILE_TEST_EXISTS));
+    test_run_clear(&r);
+  }
+}
+
 /* ------------------------------------------------------------------ tests: configuration */
 
 /* tie_word_embeddings: -1 absent, 0 false, 1 true. */
@@ -3389,7 +3428,7 @@ test_shipped_conf(void)
   r = run_wsync("plugins", "--conf-dir", conf, "--plugin-dir", plugin_dir(), NULL);
   g_assert_cmpint(r.status, ==, 0);
   assert_has(r.out, "qwen3_5_moe  active");
-  assert_has(r.out, "serves qwen3_5_moe,qwen3_5");
+  assert_has(r.out, "serves qwen3_5_moe,qwen3_5,qwen3_5_moe_text,qwen3_5_text");
   test_run_clear(&r);
   /* a value that is not a boolean, in a later file */
   bad = test_write(conf, "90-bad.conf",
@@ -3642,6 +3681,7 @@ main(int argc, char **argv)
   g_test_add_func("/qwen3_5_moe/refuse/heads", test_refuse_heads);
   g_test_add_func("/qwen3_5_moe/refuse/configs", test_refuse_configs);
   g_test_add_func("/qwen3_5_moe/refuse/architecture", test_refuse_architecture);
+  g_test_add_func("/qwen3_5_moe/refuse/text-model-type", test_refuse_text_model_type);
   g_test_add_func("/qwen3_5_moe/refuse/hidden-act", test_refuse_hidden_act);
   g_test_add_func("/qwen3_5_moe/refuse/num-local-experts", test_refuse_num_local_experts);
   g_test_add_func("/qwen3_5_moe/refuse/layer-scale", test_refuse_layer_scale);

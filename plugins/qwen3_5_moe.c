@@ -3,7 +3,9 @@
  * config.json alone (docs/hf-checkpoints.md §3).
  *
  * One remapper, serving model_type "qwen3_5_moe" and "qwen3_5" (text model_type
- * "qwen3_5_moe_text" / "qwen3_5_text").  The published checkpoints are a multimodal
+ * "qwen3_5_moe_text" / "qwen3_5_text"); a config of a text model at the top level, or
+ * whose architectures[0] is another class than the multimodal one, is refused (text-only
+ * checkpoints are not supported, docs/hf-checkpoints.md §3 "Text-only Qwen3.5").  The published checkpoints are a multimodal
  * wrapper: the text model under `model.language_model.`, the vision tower under
  * `model.visual.`, `lm_head.weight` at the top (absent when the embeddings are tied) and
  * a multi-token-prediction block under `mtp.` (a draft block).
@@ -430,6 +432,54 @@ describe_mtp(WsyncModel *m, const Qwen35 *c)
   wsync_model_add_norm(m, "mtp.norm.weight", c->hidden);
 }
 
+/* architectures[0] names the class Transformers builds, and the model's architecture is
+ * that name (wsync_model_set_architecture()).  This plugin describes the published
+ * checkpoint of Qwen3_5(Moe)ForConditionalGeneration: text under model.language_model.,
+ * the vision tower under model.visual., lm_head at the top.  Transformers'
+ * Qwen3_5(Moe)ForCausalLM, which AutoModelForCausalLM builds for these model_types too, is
+ * a text-only model of other names (model.layers.*, model.embed_tokens, model.norm; the
+ * tower is ignored on load) and vLLM's class of that name holds other names again
+ * (docs/hf-checkpoints.md §3 "Text-only Qwen3.5").  Neither is described here: refused,
+ * rather than described under a class whose names they are not. */
+static gboolean
+check_architecture(WsyncModel *m, const Qwen35 *c, GError **error)
+{
+  const char *want =
+      c->moe ? "Qwen3_5MoeForConditionalGeneration" : "Qwen3_5ForConditionalGeneration";
+  const char *given = wsync_model_get_architecture(m);
+  g_autofree char *printable = NULL;
+
+  if (strcmp(given, want) == 0)
+    return TRUE;
+  printable = g_strescape(given, NULL);
+  return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
+                    "field \"architectures\" begins with \"%s\", but model_type "
+                    "\"%s\" is supported only as \"%s\" (the published multimodal checkpoint: "
+                    "model.language_model.*, model.visual.*, lm_head.weight); a text-only "
+                    "checkpoint (Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM) is not supported",
+                    printable, wsync_model_get_model_type(m), want);
+}
+
+/* model_type "qwen3_5_moe_text" / "qwen3_5_text" at the top level: a text-only
+ * checkpoint, the config of Transformers' Qwen3_5(Moe)ForCausalLM (config class
+ * Qwen3_5(Moe)TextConfig).  Claimed only to refuse it with what is supported: left
+ * unclaimed, the user was told to select a model plugin, exit 2. */
+static gboolean
+check_not_text_only(WsyncModel *m, GError **error)
+{
+  const char *model_type = wsync_model_get_model_type(m);
+
+  if (!g_str_has_suffix(model_type, "_text"))
+    return TRUE;
+  return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
+                    "field \"model_type\" is \"%s\": a text-only Qwen3.5 checkpoint "
+                    "(Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM) is not supported; qwen3_5_moe "
+                    "supports model_type \"qwen3_5_moe\" and \"qwen3_5\" (the published "
+                    "multimodal checkpoint: model.language_model.*, model.visual.*, "
+                    "lm_head.weight)",
+                    model_type);
+}
+
 /* The remapper. */
 static gboolean
 describe(WsyncModel *m, gpointer user_data, GError **error)
@@ -439,12 +489,16 @@ describe(WsyncModel *m, gpointer user_data, GError **error)
   Qwen35 c = {0};
   gboolean ok;
 
+  if (!check_not_text_only(m, error))
+    return FALSE;
   ok = read_config(m, &c, error);
   kind = c.kind;
   if (!ok)
     return FALSE;
   wsync_model_set_architecture(m, c.moe ? "Qwen3_5MoeForConditionalGeneration"
                                         : "Qwen3_5ForConditionalGeneration");
+  if (!check_architecture(m, &c, error))
+    return FALSE;
   wsync_model_add_vocab(m, "model.language_model.embed_tokens.weight", "lm_head.weight", c.vocab,
                         c.hidden, c.tie);
   /* Tied: torch's state_dict() and checkpoints saved from it carry lm_head.weight beside
@@ -504,7 +558,7 @@ qwen3_5_moe_register(WsyncPlugin *plugin, GError **error)
   *language_model_only =
       cfg_getbool(wsync_plugin_get_options(plugin), "language-model-only") == cfg_true;
   return wsync_plugin_add_remapper(plugin, "qwen3_5_moe", WSYNC_PRIORITY_DEFAULT,
-                                   "qwen3_5_moe,qwen3_5", describe, language_model_only, g_free,
+                                   "qwen3_5_moe,qwen3_5,qwen3_5_moe_text,qwen3_5_text", describe, language_model_only, g_free,
                                    error);
 }
 

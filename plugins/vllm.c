@@ -600,6 +600,34 @@ prefixes_of(WsyncModel *model)
   return NULL;
 }
 
+/* Architectures vLLM registers whose parameter names this backend does not know, so it
+ * would write (or read) names the class does not hold: vLLM's text-only Qwen3.5 classes
+ * (vllm/model_executor/models/registry.py:208-209 @ df1376907b16, since #50210 of
+ * 2026-07-29, after the 0.24.0 cut; their loader strips `model.language_model.` to
+ * `model.`, qwen3_5.py:318-323, and holds no `language_model.` or `visual.` prefix,
+ * docs/vllm.md §9.6).  Any model plugin may name them (architectures[0] of config.json
+ * wins, wsync_model_set_architecture()); without a row in mappers[] the names would pass
+ * unchanged, and sharded_state would refuse them.  The old tree wrote such files, exit 0. */
+static const char *const unnamed_architectures[] = {"Qwen3_5ForCausalLM",
+                                                    "Qwen3_5MoeForCausalLM"};
+
+static gboolean
+check_names_known(WsyncModel *model, GError **error)
+{
+  const char *architecture = wsync_model_get_architecture(model);
+
+  for (guint i = 0; i < G_N_ELEMENTS(unnamed_architectures); i++)
+    if (g_strcmp0(architecture, unnamed_architectures[i]) == 0)
+      return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
+                        "config.json: field \"architectures\" begins with \"%s\": the vllm "
+                        "targets do not know the parameter names of vLLM's %s (a text-only "
+                        "Qwen3.5 class); of Qwen3.5 they support "
+                        "\"Qwen3_5MoeForConditionalGeneration\" and "
+                        "\"Qwen3_5ForConditionalGeneration\"",
+                        architecture, architecture);
+  return TRUE;
+}
+
 /* Architectures whose attention vLLM builds with `o_proj = RowParallelLinear(...,
  * bias=False)` whatever attention_bias says, the q/k/v bias alone following it
  * (`qkv_bias=getattr(config, "attention_bias", False)`), and whose loader ignores the
@@ -2161,7 +2189,8 @@ build_rank(WsyncLayout *layout, gpointer user_data, GError **error)
 
   if (!check_parallel(&r, error) || !choose_convention(&r, settings, error) ||
       !choose_dtype(&r, settings, error) || !check_replicas(&r, error) ||
-      !check_sharded_state(&r, error) || !check_vllm_builds_it(&r, error))
+      !check_sharded_state(&r, error) || !check_vllm_builds_it(&r, error) ||
+      !check_names_known(wsync_layout_get_model(layout), error))
     return FALSE;
   r.prefixes = prefixes_of(wsync_layout_get_model(layout));
   /* vllm-ascend's kernel format is this layout finished by another plugin's post-load

@@ -638,6 +638,53 @@ test_hidden_act(void)
   expect_status(&r, 0, "plan with hidden_act silu");
 }
 
+/* A config whose architectures[0] is one of vLLM's text-only Qwen3.5 classes
+ * (Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM: registry.py:208-209 @ df1376907b16): the
+ * model's architecture is that name (config.json wins), and the vllm target knows no
+ * names for those classes.  The old tree wrote the checkpoint's names unchanged, exit 0;
+ * now plan and convert --target vllm (both formats) refuse, exit 3, naming config.json,
+ * the field and the value, and write nothing.  The hf target, which does not look at
+ * architectures, still converts. */
+static void
+test_vllm_unnamed_architecture(void)
+{
+  static const char *const names[] = {"Qwen3_5MoeForCausalLM", "Qwen3_5ForCausalLM"};
+
+  for (guint i = 0; i < G_N_ELEMENTS(names); i++) {
+    JsonArray *list = json_array_new();
+    json_array_add_string_element(list, names[i]);
+    g_autofree char *config =
+        config_variant(UNTIED, "architectures", json_node_init_array(json_node_alloc(), list));
+    json_array_unref(list);
+    g_autofree char *ck = new_path("arch");
+    g_autofree char *hf = new_path("arch-hf");
+    g_autofree char *ranks = new_path("arch-vllm");
+    g_autofree char *want = g_strdup_printf(
+        "config.json: field \"architectures\" begins with \"%s\": the vllm targets do not "
+        "know the parameter names of vLLM's %s (a text-only Qwen3.5 class); of Qwen3.5 they "
+        "support \"Qwen3_5MoeForConditionalGeneration\" and "
+        "\"Qwen3_5ForConditionalGeneration\"\n",
+        names[i], names[i]);
+    TestRun r;
+
+    r = run_wsync("synth", "--config", config, ck, NULL);
+    expect_status(&r, 0, "synth");
+    r = run_wsync("convert", ck, hf, "--target", "hf", NULL);
+    expect_status(&r, 0, "convert to hf");
+    for (guint w = 0; w < 3; w++) {
+      r = w == 0   ? run_wsync("plan", ck, "--target", "vllm", "--tp", "2", NULL)
+          : w == 1 ? run_wsync("convert", ck, ranks, "--target", "vllm", "--tp", "1", NULL)
+                   : run_wsync("convert", ck, ranks, "--target", "vllm", "--tp", "2",
+                               "--format", "kernel", NULL);
+      if (r.status != 3)
+        g_error("%s to vllm (%u): exit %d, expected 3: %s", names[i], w, r.status, r.err);
+      test_assert_has(r.err, want);
+      g_assert_false(g_file_test(ranks, G_FILE_TEST_EXISTS));
+      test_run_clear(&r);
+    }
+  }
+}
+
 int
 main(int argc, char **argv)
 {
@@ -667,6 +714,7 @@ main(int argc, char **argv)
   g_test_add_func("/llama/config/refused", test_refused);
   g_test_add_func("/llama/config/hidden-act", test_hidden_act);
   g_test_add_func("/llama/rotary-buffers-dropped", test_rotary_buffers_dropped);
+  g_test_add_func("/llama/vllm/unnamed-architecture", test_vllm_unnamed_architecture);
   for (guint i = 0; i < G_N_ELEMENTS(configs); i++)
     for (guint f = 0; f < G_N_ELEMENTS(formats); f++)
       for (guint t = 0; t < G_N_ELEMENTS(tps); t++, n++) {

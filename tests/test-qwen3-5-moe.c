@@ -3206,6 +3206,127 @@ test_refuse_configs(void)
                         "\"float32\", not \"int8\"");
 }
 
+/* architectures[0] other than the multimodal class of the model_type: Transformers'
+ * Qwen3_5(Moe)ForCausalLM is a text-only model of other names (model.layers.*, no tower)
+ * and vLLM's class of that name holds `model.*` and `lm_head.*`, not the
+ * `language_model.model.*` the multimodal mapper gives (docs/hf-checkpoints.md §3
+ * "Text-only Qwen3.5", docs/vllm.md §9.6).  synth refuses the config, and plan and
+ * convert --target vllm or hf refuse a checkpoint whose config.json says so: exit 3, the
+ * config's path, the field, the value and what is supported; nothing written.  The old
+ * tree described the multimodal checkpoint under the text-only class and convert
+ * --target vllm wrote language_model.model.* names, exit 0. */
+static void
+test_refuse_architecture(void)
+{
+  static const struct {
+    const char *base, *architecture, *model_type, *supported;
+  } cases[] = {
+      {MOE, "Qwen3_5MoeForCausalLM", "qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration"},
+      {MOE, "Qwen3_5ForConditionalGeneration", "qwen3_5_moe",
+       "Qwen3_5MoeForConditionalGeneration"},
+      {DENSE, "Qwen3_5ForCausalLM", "qwen3_5", "Qwen3_5ForConditionalGeneration"},
+      {DENSE, "Qwen3_5MoeForConditionalGeneration", "qwen3_5", "Qwen3_5ForConditionalGeneration"},
+  };
+
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_autofree char *base = config_path(cases[i].base);
+    g_autoptr(JsonNode) root = load_json(base);
+    JsonArray *list = json_array_new();
+    g_autofree char *config = new_path("arch-config.json");
+    g_autofree char *refused = new_path("arch-refused");
+    g_autofree char *ck = g_strdup(synth(cases[i].base, FALSE));
+    g_autofree char *copy = new_path("arch-ck");
+    g_autofree char *ck_config = g_build_filename(copy, "config.json", NULL);
+    g_autofree char *want = g_strdup_printf(
+        "field \"architectures\" begins with \"%s\", but model_type \"%s\" is "
+        "supported only as \"%s\" (the published multimodal checkpoint: "
+        "model.language_model.*, model.visual.*, lm_head.weight); a text-only checkpoint "
+        "(Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM) is not supported\n",
+        cases[i].architecture, cases[i].model_type, cases[i].supported);
+    g_autofree char *line = NULL;
+    Run r;
+
+    g_test_message("%s as %s", cases[i].base, cases[i].architecture);
+    json_array_add_string_element(list, cases[i].architecture);
+    json_object_set_array_member(json_node_get_object(root), "architectures", list);
+    save_json(root, config);
+    r = run_wsync("synth", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), "--config", config,
+                  refused, NULL);
+    g_assert_cmpint(r.status, ==, 3);
+    g_free(line);
+    line = g_strdup_printf("wsync: %s: %s", config, want);
+    g_assert_cmpstr(r.err, ==, line);
+    g_assert_false(g_file_test(refused, G_FILE_TEST_EXISTS));
+    test_run_clear(&r);
+
+    /* a checkpoint of the published class whose config.json is given the other class */
+    g_assert_cmpint(g_mkdir(copy, 0755), ==, 0);
+    {
+      g_autoptr(GDir) dir = g_dir_open(ck, 0, NULL);
+      const char *name;
+      while ((name = g_dir_read_name(dir)) != NULL) {
+        g_autofree char *from = g_build_filename(ck, name, NULL);
+        g_autofree char *to = g_build_filename(copy, name, NULL);
+        test_copy(from, to);
+      }
+    }
+    test_copy(config, ck_config);
+    for (guint w = 0; w < 3; w++) {
+      r = w == 0   ? run_wsync("plan", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), copy,
+                               "--target", "vllm", "--tp", "2", NULL)
+          : w == 1 ? run_wsync("convert", "--conf-dir", CONF, "--plugin-dir", plugin_dir(),
+                               copy, refused, "--target", "vllm", "--tp", "1", NULL)
+                   : run_wsync("convert", "--conf-dir", CONF, "--plugin-dir", plugin_dir(),
+                               copy, refused, "--target", "hf", NULL);
+      g_assert_cmpint(r.status, ==, 3);
+      g_free(line);
+      line = g_strdup_printf("wsync: %s: %s", ck_config, want);
+      g_assert_cmpstr(r.err, ==, line);
+      g_assert_false(g_file_test(refused, G_FILE_TEST_EXISTS));
+      test_run_clear(&r);
+    }
+  }
+}
+
+/* A text-only config, model_type "qwen3_5_moe_text" / "qwen3_5_text" at the top level (the
+ * text fields at the root, as Qwen3_5(Moe)TextConfig saves them): refused with exit 3, the
+ * config's path, the field, the value and what is supported; nothing written.  The old
+ * tree left them unclaimed: "claimed by no loaded plugin (select a model plugin in
+ * conf.d...)", exit 2, though the plugin was selected. */
+static void
+test_refuse_text_model_type(void)
+{
+  static const char *const bases[] = {MOE, DENSE};
+
+  for (guint i = 0; i < G_N_ELEMENTS(bases); i++) {
+    g_autofree char *base = config_path(bases[i]);
+    g_autoptr(JsonNode) root = load_json(base);
+    g_autoptr(JsonNode) text =
+        json_node_copy(json_object_get_member(json_node_get_object(root), "text_config"));
+    const char *model_type = json_object_get_string_member(json_node_get_object(text),
+                                                           "model_type");
+    g_autofree char *config = new_path("text-config.json");
+    g_autofree char *refused = new_path("text-refused");
+    g_autofree char *want = NULL;
+    Run r;
+
+    g_assert_true(g_str_has_suffix(model_type, "_text"));
+    want = g_strdup_printf(
+        "wsync: %s: field \"model_type\" is \"%s\": a text-only Qwen3.5 checkpoint "
+        "(Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM) is not supported; qwen3_5_moe supports "
+        "model_type \"qwen3_5_moe\" and \"qwen3_5\" (the published multimodal checkpoint: "
+        "model.language_model.*, model.visual.*, lm_head.weight)\n",
+        config, model_type);
+    save_json(text, config);
+    r = run_wsync("synth", "--conf-dir", CONF, "--plugin-dir", plugin_dir(), "--config", config,
+                  refused, NULL);
+    g_assert_cmpint(r.status, ==, 3);
+    g_assert_cmpstr(r.err, ==, want);
+    g_assert_false(g_file_test(refused, G_FILE_TEST_EXISTS));
+    test_run_clear(&r);
+  }
+}
+
 /* ------------------------------------------------------------------ tests: configuration */
 
 /* tie_word_embeddings: -1 absent, 0 false, 1 true. */
@@ -3307,7 +3428,7 @@ test_shipped_conf(void)
   r = run_wsync("plugins", "--conf-dir", conf, "--plugin-dir", plugin_dir(), NULL);
   g_assert_cmpint(r.status, ==, 0);
   assert_has(r.out, "qwen3_5_moe  active");
-  assert_has(r.out, "serves qwen3_5_moe,qwen3_5");
+  assert_has(r.out, "serves qwen3_5_moe,qwen3_5,qwen3_5_moe_text,qwen3_5_text");
   test_run_clear(&r);
   /* a value that is not a boolean, in a later file */
   bad = test_write(conf, "90-bad.conf",
@@ -3559,6 +3680,8 @@ main(int argc, char **argv)
   g_test_add_func("/qwen3_5_moe/refuse/key-heads", test_refuse_key_heads);
   g_test_add_func("/qwen3_5_moe/refuse/heads", test_refuse_heads);
   g_test_add_func("/qwen3_5_moe/refuse/configs", test_refuse_configs);
+  g_test_add_func("/qwen3_5_moe/refuse/architecture", test_refuse_architecture);
+  g_test_add_func("/qwen3_5_moe/refuse/text-model-type", test_refuse_text_model_type);
   g_test_add_func("/qwen3_5_moe/refuse/hidden-act", test_refuse_hidden_act);
   g_test_add_func("/qwen3_5_moe/refuse/num-local-experts", test_refuse_num_local_experts);
   g_test_add_func("/qwen3_5_moe/refuse/layer-scale", test_refuse_layer_scale);

@@ -883,21 +883,7 @@ def check_signal_in_barrier_before_swap(job):
     only if no signal was caught, so it ends exactly as when the signal is seen at once
     (WSYNC_TEST_SIGNAL_AFTER): the same lines ("DST is as it was" from process 0), the
     same exit status, the previous DST intact and no temporary left."""
-    c = Checks()
-    seen, seen_dst, seen_inode, seen_copy = signalled_at(job, "0:verdict shared")
-    r, dst, inode, copy = signalled_at(job, "0:verdict shared", unseen=True)
-    expected = sorted([INTERRUPTED, INTERRUPTED_PREFIX + "this process cannot tell whether "
-                       "process 0, which leads DST, swapped it in"])
-    c.that(sorted(seen.stderr.splitlines()) == expected,
-           "signal seen at once: stderr: %r, expected %r" % (seen.stderr, expected))
-    c.that(sorted(r.stderr.splitlines()) == expected,
-           "stderr: %r, expected %r" % (r.stderr, expected))
-    c.that(r.returncode == seen.returncode and r.returncode != 0,
-           "exit %d, expected %d as when the signal is seen at once"
-           % (r.returncode, seen.returncode))
-    c.that(os.stat(dst).st_ino == inode, "DST was swapped in by a signalled process")
-    check_untouched(c, job, dst, copy)
-    return c.problems
+    return leader_signalled_unseen(job, "0:verdict shared")
 
 
 def check_signal_while_marker_written(job):
@@ -907,11 +893,21 @@ def check_signal_while_marker_written(job):
     signal before the marker only, and swapped DST in all the same after its fsyncs.
     Now it checks right before the swap, as convert does: the same lines, exit status,
     previous DST and no temporary as when the signal is seen at once."""
+    return leader_signalled_unseen(job, "0:marker written")
+
+
+def leader_signalled_unseen(job, phase):
+    """The checks of the two cases above: SIGTERM raised on process 0 after PHASE and
+    seen by no wait ends the sync exactly as a signal seen at once after "verdict
+    shared" does (the same lines, the same exit status), DST not swapped (its inode and
+    files as they were) and no temporary left."""
     c = Checks()
     seen, _, _, _ = signalled_at(job, "0:verdict shared")
-    r, dst, inode, copy = signalled_at(job, "0:marker written", unseen=True)
+    r, dst, inode, copy = signalled_at(job, phase, unseen=True)
     expected = sorted([INTERRUPTED, INTERRUPTED_PREFIX + "this process cannot tell whether "
                        "process 0, which leads DST, swapped it in"])
+    c.that(sorted(seen.stderr.splitlines()) == expected,
+           "signal seen at once: stderr: %r, expected %r" % (seen.stderr, expected))
     c.that(sorted(r.stderr.splitlines()) == expected,
            "stderr: %r, expected %r" % (r.stderr, expected))
     c.that(r.returncode == seen.returncode and r.returncode != 0,

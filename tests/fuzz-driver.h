@@ -1,6 +1,6 @@
 /* The driver the fuzz harnesses share (fuzz-safetensors, fuzz-index, fuzz-config,
- * fuzz-conf).  A harness defines FUZZ_NAME (e.g. "safetensors"), includes this file,
- * and then defines the functions declared below:
+ * fuzz-conf, fuzz-dcp-dir).  A harness defines FUZZ_NAME (e.g. "safetensors"), includes
+ * this file, and then defines the functions declared below:
  *
  *   fuzz_setup()       once, before any input
  *   fuzz_teardown()    once, at the end

@@ -89,6 +89,8 @@ write_bytes(const char *path, const void *data, gsize len)
 static gboolean
 unpack(const guint8 *data, gsize len)
 {
+  if (len == 0) /* data may be NULL then */
+    return FALSE;
   const guint8 *p = data, *end = data + len;
   guint n = 0;
   while (n < MAX_FILES && end - p > 3 && memcmp(p, "@@ ", 3) == 0) {

@@ -29,6 +29,7 @@
  *   done
  *   ./fuzz-dcp-blob -max_total_time=600 corpus/blob
  */
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -184,9 +185,19 @@ run_target(int target, const guint8 *data, gsize len)
 
 int LLVMFuzzerTestOneInput(const guint8 *data, size_t len);
 
+/* SIGTRAP (g_error) as SIGABRT, which libFuzzer reports and saves the input of: a broken
+ * rule otherwise left no crash file (fuzz/crash-TARGET-*) to replay. */
+static void
+trap_to_abort(int sig)
+{
+  (void)sig;
+  abort();
+}
+
 int
 LLVMFuzzerTestOneInput(const guint8 *data, size_t len)
 {
+  signal(SIGTRAP, trap_to_abort);
 #ifdef WSYNC_FUZZ_TARGET
   for (int t = 0; t < N_TARGETS; t++)
     if (strcmp(WSYNC_FUZZ_TARGET, target_names[t]) == 0) {

@@ -76,12 +76,17 @@ name_ok(const char *name)
   return TRUE;
 }
 
-static void
+/* FALSE when @path cannot be a file: an input may name both "sharded" and
+ * "sharded/NAME" (the second one is then left out). */
+static gboolean
 write_bytes(const char *path, const void *data, gsize len)
 {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0 || (len > 0 && write(fd, data, len) != (ssize_t)len) || close(fd) != 0)
+  if (fd < 0)
+    return FALSE;
+  if ((len > 0 && write(fd, data, len) != (ssize_t)len) || close(fd) != 0)
     g_error("cannot write %s", path);
+  return TRUE;
 }
 
 /* Writes the files of @data into the empty work directory; FALSE when it holds none
@@ -109,7 +114,8 @@ unpack(const guint8 *data, gsize len)
       g_mkdir(sub, 0755);
     }
     g_autofree char *path = g_build_filename(work, name, NULL);
-    write_bytes(path, body, (gsize)(body_end - body));
+    if (!write_bytes(path, body, (gsize)(body_end - body)))
+      break;
     n++;
     if (next == NULL)
       break;

@@ -617,12 +617,38 @@ push_layout(Reader *r, const char *name)
   return push(r, v);
 }
 
-/* A GLOBAL value, refused unless it is on the list. */
+/* @s is ASCII Python identifiers joined by '.' (one only unless @dotted): what every
+ * module and name on the list is. */
+static gboolean
+is_python_name(const char *s, gboolean dotted)
+{
+  gboolean start = TRUE;
+  for (; *s; s++) {
+    if (*s == '.' && dotted && !start) {
+      start = TRUE;
+      continue;
+    }
+    if (!(g_ascii_isalpha(*s) || *s == '_' || (!start && g_ascii_isdigit(*s))))
+      return FALSE;
+    start = FALSE;
+  }
+  return !start;
+}
+
+/* A GLOBAL value, refused unless it is on the list.  The list is matched by prefix
+ * (torch.distributed.*, torch.*), so a module is first held to Python's spelling: one
+ * with a control character in it ("torch.distributed.checkpoint\x0emetadata") was
+ * accepted, and its raw bytes went into every later message that named the class. */
 static gboolean
 push_global(Reader *r, const char *module, gsize module_len, const char *name, gsize name_len)
 {
   g_autofree char *m = g_strndup(module, module_len);
   g_autofree char *n = g_strndup(name, name_len);
+  if (!is_python_name(m, TRUE) || !is_python_name(n, FALSE)) {
+    g_autofree char *pm = wsync_json_printable(m);
+    g_autofree char *pn = wsync_json_printable(n);
+    return fail(r, "the global %s.%s is not one DCP writes (refused; nothing is imported)", pm, pn);
+  }
   /* torch.strided as a bare global: not what torch writes, but it can only be that layout. */
   if (is_torch_module(m) && strcmp(n, "strided") == 0)
     return push_layout(r, "torch.strided");

@@ -3,7 +3,10 @@
  *
  * Targets, chosen by a seed's file name prefix (or, under libFuzzer, by
  * WSYNC_FUZZ_TARGET or the input's first byte):
- *   pickle-*    wsync_pickle_load()
+ *   pickle-*    wsync_pickle_load(), then wsync_dcp_read_blob() of an archive built
+ *               around the input as its data.pkl (a blob-* seed's mutated data.pkl fails
+ *               the zip's CRC check before it is read, so the blob target alone never
+ *               fuzzes the reading of data.pkl)
  *   metadata-*  wsync_dcp_parse_metadata()
  *   blob-*      wsync_dcp_read_blob()
  *   shard-*     wsync_dcp_parse_shard() and wsync_dcp_check_coverage()
@@ -26,10 +29,12 @@
  *   done
  *   ./fuzz-dcp-blob -max_total_time=600 corpus/blob
  */
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <glib.h>
+#include <zip.h>
 
 #include <wsync/error.h>
 
@@ -39,6 +44,87 @@
 enum { T_PICKLE, T_METADATA, T_BLOB, T_SHARD, N_TARGETS };
 static const char *const target_names[N_TARGETS] = {"pickle", "metadata", "blob", "shard"};
 
+
+/* Fails unless a refusal is one line with an error, and an accepted blob's data lies
+ * inside it. */
+static void
+check_blob_result(gboolean ok, const WsyncDcpBlob *blob, gsize len, const GError *error,
+                  const char *target)
+{
+  if (!ok && error == NULL)
+    g_error("a refusal without an error (target %s)", target);
+  if (!ok && strchr(error->message, '\n') != NULL)
+    g_error("a refusal whose message is not one line (target %s): %s", target, error->message);
+  if (ok && blob->data_len > 0 &&
+      (blob->data_offset > len || blob->data_len > len - blob->data_offset))
+    g_error("wsync_dcp_read_blob accepted data [%" G_GUINT64_FORMAT ", +%" G_GUINT64_FORMAT
+            ") outside %" G_GSIZE_FORMAT " bytes",
+            blob->data_offset, blob->data_len, len);
+}
+
+static void
+add_stored(zip_t *za, const char *name, const void *data, gsize len)
+{
+  zip_source_t *s = zip_source_buffer(za, data, len, 0);
+  zip_int64_t i = s ? zip_file_add(za, name, s, ZIP_FL_ENC_UTF_8) : -1;
+  if (i < 0 || zip_set_file_compression(za, (zip_uint64_t)i, ZIP_CM_STORE, 0) != 0)
+    g_error("libzip cannot add %s: %s", name, zip_strerror(za));
+}
+
+/* A torch.save archive as DCP writes one chunk: archive/data.pkl (@pkl), byteorder and
+ * archive/data/0 of @data_len bytes, all stored, so that the zip's checksums are right
+ * whatever the pickle holds. */
+static GBytes *
+wrap_pickle(const guint8 *pkl, gsize len, gsize data_len)
+{
+  static const guint8 none[1];
+  zip_error_t ze;
+  zip_error_init(&ze);
+  zip_source_t *buf = zip_source_buffer_create(NULL, 0, 0, &ze);
+  zip_t *za = buf ? zip_open_from_source(buf, ZIP_TRUNCATE, &ze) : NULL;
+  if (za == NULL)
+    g_error("libzip: %s", zip_error_strerror(&ze));
+  zip_source_keep(buf); /* read back after zip_close() */
+  g_autofree guint8 *zeros = g_malloc0(data_len ? data_len : 1);
+  add_stored(za, "archive/data.pkl", len ? pkl : none, len);
+  add_stored(za, "archive/byteorder", "little", 6);
+  add_stored(za, "archive/data/0", zeros, data_len);
+  if (zip_close(za) != 0)
+    g_error("libzip: %s", zip_strerror(za));
+  zip_stat_t st;
+  if (zip_source_stat(buf, &st) != 0 || zip_source_open(buf) != 0)
+    g_error("libzip cannot read its own archive back");
+  guint8 *out = g_malloc(st.size ? st.size : 1);
+  if (zip_source_read(buf, out, st.size) != (zip_int64_t)st.size)
+    g_error("libzip cannot read its own archive back");
+  zip_source_close(buf);
+  zip_source_free(buf);
+  zip_error_fini(&ze);
+  return g_bytes_new_take(out, st.size);
+}
+
+/* The pickle as a chunk's data.pkl, so that what the blob target cannot reach (a mutated
+ * data.pkl inside a zip fails its CRC check) is fuzzed: read_data_pkl, the persistent id,
+ * the view checks.  The storage entry is first empty, then (when the pickle asked for a
+ * storage of some other small size) of that size. */
+static void
+run_archive(const guint8 *pkl, gsize len)
+{
+  gsize data_len = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    g_autoptr(GBytes) zip = wrap_pickle(pkl, len, data_len);
+    gsize zlen;
+    const guint8 *zdata = g_bytes_get_data(zip, &zlen);
+    WsyncDcpBlob blob;
+    GError *error = NULL;
+    gboolean ok = wsync_dcp_read_blob(zdata, zlen, "fuzz.distcp", &blob, &error);
+    check_blob_result(ok, &blob, zlen, error, "pickle as data.pkl");
+    g_clear_error(&error);
+    if (ok || blob.data_len == 0 || blob.data_len == data_len || blob.data_len > 1u << 16)
+      return;
+    data_len = blob.data_len;
+  }
+}
 
 /* Runs one input through one target.  Returns TRUE when the reader accepted it. */
 static gboolean
@@ -54,6 +140,7 @@ run_target(int target, const guint8 *data, gsize len)
       ok = TRUE;
     }
     wsync_pickle_free(pk);
+    run_archive(data, len);
     break;
   }
   case T_METADATA: {
@@ -65,11 +152,7 @@ run_target(int target, const guint8 *data, gsize len)
   case T_BLOB: {
     WsyncDcpBlob blob;
     ok = wsync_dcp_read_blob(data, len, "fuzz.blob", &blob, &error);
-    if (ok && blob.data_len > 0 &&
-        (blob.data_offset > len || blob.data_len > len - blob.data_offset))
-      g_error("wsync_dcp_read_blob accepted data [%" G_GUINT64_FORMAT ", +%" G_GUINT64_FORMAT
-              ") outside %" G_GSIZE_FORMAT " bytes",
-              blob.data_offset, blob.data_len, len);
+    check_blob_result(ok, &blob, len, error, "blob");
     break;
   }
   case T_SHARD: {
@@ -102,9 +185,19 @@ run_target(int target, const guint8 *data, gsize len)
 
 int LLVMFuzzerTestOneInput(const guint8 *data, size_t len);
 
+/* SIGTRAP (g_error) as SIGABRT, which libFuzzer reports and saves the input of: a broken
+ * rule otherwise left no crash file (fuzz/crash-TARGET-*) to replay. */
+static void
+trap_to_abort(int sig)
+{
+  (void)sig;
+  abort();
+}
+
 int
 LLVMFuzzerTestOneInput(const guint8 *data, size_t len)
 {
+  signal(SIGTRAP, trap_to_abort);
 #ifdef WSYNC_FUZZ_TARGET
   for (int t = 0; t < N_TARGETS; t++)
     if (strcmp(WSYNC_FUZZ_TARGET, target_names[t]) == 0) {

@@ -1,6 +1,6 @@
 /* The driver the fuzz harnesses share (fuzz-safetensors, fuzz-index, fuzz-config,
- * fuzz-conf).  A harness defines FUZZ_NAME (e.g. "safetensors"), includes this file,
- * and then defines the functions declared below:
+ * fuzz-conf, fuzz-dcp-dir).  A harness defines FUZZ_NAME (e.g. "safetensors"), includes
+ * this file, and then defines the functions declared below:
  *
  *   fuzz_setup()       once, before any input
  *   fuzz_teardown()    once, at the end
@@ -24,6 +24,7 @@
 #ifndef WSYNC_FUZZ_DRIVER_H
 #define WSYNC_FUZZ_DRIVER_H
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,12 +63,23 @@ fuzz_check_refusal(const GError *error, const WsyncError *allowed, guint n)
 
 int LLVMFuzzerTestOneInput(const guint8 *data, size_t len);
 
+/* SIGTRAP (g_error) as SIGABRT, which libFuzzer reports and saves the input of. */
+static void
+fuzz_trap_to_abort(int sig)
+{
+  (void)sig;
+  abort();
+}
+
 int
 LLVMFuzzerTestOneInput(const guint8 *data, size_t len)
 {
   static gboolean ready;
   if (!ready) {
     fuzz_setup(); /* torn down by the end of the process */
+    /* g_error() stops the process with SIGTRAP, which libFuzzer does not catch: a
+     * broken rule then left no crash file (fuzz/crash-TARGET-*) to replay */
+    signal(SIGTRAP, fuzz_trap_to_abort);
     ready = TRUE;
   }
   /* an exact-size copy, so that a read past the end is caught */

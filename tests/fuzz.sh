@@ -8,13 +8,13 @@
 # harness, one binary per target, the corpora (fuzz/corpus/TARGET, kept between runs,
 # started from the seeds the make-check harnesses write) and any crash
 # (fuzz/crash-TARGET-*).  FUZZ_TARGETS chooses targets (default: all of them):
-#   safetensors index config conf dcp-pickle dcp-metadata dcp-blob dcp-shard
+#   safetensors index config conf dcp-pickle dcp-metadata dcp-blob dcp-shard dcp-dir
 # Exit status: 0 when no target found anything, 1 otherwise.
 set -eu
 top=$WSYNC_SRC_DIR
 build=$WSYNC_BUILD_DIR
 seconds=${FUZZ_SECONDS:-60}
-targets=${FUZZ_TARGETS:-"safetensors index config conf dcp-pickle dcp-metadata dcp-blob dcp-shard"}
+targets=${FUZZ_TARGETS:-"safetensors index config conf dcp-pickle dcp-metadata dcp-blob dcp-shard dcp-dir"}
 cc=${FUZZ_CC:-clang}
 
 if ! command -v "$cc" >/dev/null 2>&1; then
@@ -64,6 +64,10 @@ status=0
 for t in $targets; do
   mkdir -p "$out/corpus/$t" "$out/seeds/$t"
   case $t in
+  dcp-dir) # tests/fuzz-dcp-dir.c, a harness of fuzz-driver.h like those below
+    build_target "$t" "$top/tests/fuzz-$t.c"
+    "$build/tests/fuzz-$t" --write-seeds "$out/seeds/$t"
+    ;;
   dcp-*)
     d=${t#dcp-}
     build_target "$t" "$top/tests/fuzz-dcp.c" "-DWSYNC_FUZZ_TARGET=\"$d\""

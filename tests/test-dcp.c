@@ -1637,6 +1637,15 @@ test_pickle_refusals(void)
   REFUSE("\x80\x02" "ctorch.distributed.checkpoint.metadata\nEvil\n.",
          "the global torch.distributed.checkpoint.metadata.Evil");
   REFUSE("\x80\x02" "ctorch\nload\n.", "the global torch.load is not one DCP writes");
+  /* a module under an accepted prefix, but no Python module: refused, and named in
+   * printable text (the class was accepted, and later messages that named it carried
+   * the raw control byte) */
+  REFUSE("\x80\x02" "ctorch.distributed.checkpoint\x0emetadata\nTensorStorageMetadata\n.",
+         "the global torch.distributed.checkpoint\\x0emetadata.TensorStorageMetadata is not one "
+         "DCP writes");
+  REFUSE("\x80\x02" "ctorch\nfloat32 \n.", "the global torch.float32  is not one DCP writes");
+  REFUSE("\x80\x02" "ctorch..serialization\n_get_layout\n.",
+         "the global torch..serialization._get_layout is not one DCP writes");
   REFUSE("\x80\x02" "ctorch\nbfloat16", "GLOBAL line is not terminated");
   REFUSE("\x80\x02G\x00\x00\x00\x00\x00\x00\x00\x00.",
          "opcode BINFLOAT (0x47) is not one DCP writes");

@@ -1268,9 +1268,12 @@ read_persistent_id(const WsyncPickleValue *pid, gboolean v3, const WsyncPickleVa
     return bad_input(error, what, NULL,
                      "data.pkl: the storage is not a persistent id ('storage', class, key, "
                      "location, numel)");
-  if (k->len == 0 || k->len > 20 || strspn(k->str, "0123456789") != k->len)
+  if (k->len == 0 || k->len > 20 || strspn(k->str, "0123456789") != k->len) {
+    /* escaped: the key is the pickle's bytes, and a message is one printable line */
+    g_autofree char *pkey = k->len <= 20 ? wsync_json_printable(k->str) : g_strdup("(long)");
     return bad_input(error, what, NULL, "data.pkl: storage key \"%s\" is not a decimal number",
-                     k->len <= 20 ? k->str : "(long)");
+                     pkey);
+  }
   *key = k->str;
   guint64 count = (guint64)numel->integer;
   if (!v3) {

@@ -45,6 +45,18 @@ enum { T_PICKLE, T_METADATA, T_BLOB, T_SHARD, N_TARGETS };
 static const char *const target_names[N_TARGETS] = {"pickle", "metadata", "blob", "shard"};
 
 
+/* Every refusal is one clean line: no newline, and no other control character either
+ * (a GLOBAL's module with a raw 0x0e in it once reached every later message, found by
+ * fuzz-dcp-dir; a newline-only check here had let it pass). */
+static void
+check_clean_line(const GError *error, const char *target)
+{
+  for (const guchar *c = (const guchar *)error->message; *c; c++)
+    if (*c < 0x20 || *c == 0x7f)
+      g_error("a refusal that is not one clean line (target %s): %s", target,
+              g_strescape(error->message, NULL));
+}
+
 /* Fails unless a refusal is one line with an error, and an accepted blob's data lies
  * inside it. */
 static void
@@ -53,8 +65,8 @@ check_blob_result(gboolean ok, const WsyncDcpBlob *blob, gsize len, const GError
 {
   if (!ok && error == NULL)
     g_error("a refusal without an error (target %s)", target);
-  if (!ok && strchr(error->message, '\n') != NULL)
-    g_error("a refusal whose message is not one line (target %s): %s", target, error->message);
+  if (!ok)
+    check_clean_line(error, target);
   if (ok && blob->data_len > 0 &&
       (blob->data_offset > len || blob->data_len > len - blob->data_offset))
     g_error("wsync_dcp_read_blob accepted data [%" G_GUINT64_FORMAT ", +%" G_GUINT64_FORMAT
@@ -172,10 +184,8 @@ run_target(int target, const guint8 *data, gsize len)
   }
   if (!ok && error == NULL)
     g_error("a refusal without an error (target %s)", target_names[target]);
-  /* Every refusal is one line. */
-  if (!ok && strchr(error->message, '\n') != NULL)
-    g_error("a refusal whose message is not one line (target %s): %s", target_names[target],
-            error->message);
+  if (!ok)
+    check_clean_line(error, target_names[target]);
   g_clear_error(&error);
   return ok;
 }

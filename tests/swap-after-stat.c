@@ -1,6 +1,6 @@
 /* An LD_PRELOAD shim for the tests: makes "a path replaced between stat() and open()"
  * happen every time, deterministically, instead of once in a while in a race; and lets a
- * test see which paths were opened.
+ * test see which paths were opened, and make a directory unreadable even to root.
  *
  * When the process stat()s a path whose last component is $WSYNC_SWAP_NAME, the real
  * stat() runs, and then $WSYNC_SWAP_WITH (a FIFO or another file the test made) is
@@ -14,8 +14,13 @@
  * Every open(2) of a path whose last component is $WSYNC_OPEN_NAME appends that path
  * and a newline to the file $WSYNC_OPEN_LOG: a FIFO or a device refused "without being
  * opened" leaves no line there.
+ *
+ * opendir(3) of a path whose last component is $WSYNC_DENY_OPENDIR fails with EACCES,
+ * as it does for a user without read permission (the tests run as root, whom mode bits
+ * do not stop).
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -167,4 +172,17 @@ __open64_2(const char *path, int flags)
   REAL(int, "__open64_2", const char *, int);
   log_open(path);
   return real(path, flags);
+}
+
+/* ---------------------------------------------------------------- unreadable directories */
+
+DIR *
+opendir(const char *path)
+{
+  REAL(DIR *, "opendir", const char *);
+  if (named(path, "WSYNC_DENY_OPENDIR")) {
+    errno = EACCES;
+    return NULL;
+  }
+  return real(path);
 }

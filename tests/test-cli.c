@@ -716,6 +716,28 @@ test_input_replaced_after_stat(void)
   test_rmtree(conf);
 }
 
+/* A --plugin-dir that cannot be read (opendir(3) fails: no read or search permission;
+ * the shim fails it with EACCES, as mode bits do not stop root) is refused as a missing
+ * one is, exit 2.  Before: only stat()ed, it passed, its plugins were skipped without a
+ * word and the run went on with the next directories' plugins. */
+static void
+test_plugin_dir_unreadable(void)
+{
+  g_autofree char *conf = test_tmpdir();
+  g_autofree char *denied = g_build_filename(conf, "denied", NULL);
+  g_assert_cmpint(g_mkdir(denied, 0755), ==, 0);
+  const char *env[] = {"WSYNC_DENY_OPENDIR", "denied", NULL};
+  const char *args[] = {"plugins", "--conf-dir", conf, "--plugin-dir", denied, NULL};
+  Run r = run_shimmed(env, args);
+  g_autofree char *want =
+      g_strdup_printf("wsync: %s: cannot read plugin directory: Permission denied\n", denied);
+  g_assert_cmpstr(r.err, ==, want);
+  g_assert_cmpstr(r.out, ==, "");
+  g_assert_cmpint(r.status, ==, 2);
+  run_clear(&r);
+  test_rmtree(conf);
+}
+
 /* An empty argument (an unset shell variable's "$SRC") is named as one: the message
  * said "cannot open : No such file or directory", the name gone from the line. */
 static void
@@ -1486,6 +1508,7 @@ main(int argc, char **argv)
   g_test_add_func("/cli/config-empty", test_config_empty);
   g_test_add_func("/cli/empty-path-named", test_empty_path_named);
   g_test_add_func("/cli/plugin-dir-not-a-directory", test_plugin_dir_not_a_directory);
+  g_test_add_func("/cli/plugin-dir-unreadable", test_plugin_dir_unreadable);
   g_test_add_func("/cli/fifo-input-never-opened", test_fifo_input_never_opened);
   g_test_add_func("/cli/input-replaced-after-stat", test_input_replaced_after_stat);
   g_test_add_func("/cli/synth-layers-needs-declared-count", test_synth_layers_needs_declared_count);

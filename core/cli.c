@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "filekind.h"
 
 static GOptionEntry *
 global_entries(WsyncCli *cli)
@@ -239,16 +238,23 @@ cli_fail(const GError *error)
 JsonNode *
 cli_config_load(const char *path, GError **error)
 {
+  GError *local = NULL;
   struct stat st;
 
-  if (stat(path, &st) != 0) {
-    wsync_set_io_error(error, errno, path, "open");
-    return NULL;
+  /* One check: wsync_config_load() judges @path as it opens it (a FIFO, a socket, a
+   * device or a directory refused in its words, none of them opened: core/filekind.h).
+   * Only the words of a missing one differ ("PATH: no such file", bad input): then the
+   * path is stat()ed for the reason of the I/O error. */
+  JsonNode *root = wsync_config_load(path, &local);
+  if (root == NULL && g_error_matches(local, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT) &&
+      stat(path, &st) != 0 && (errno == ENOENT || errno == ENOTDIR)) {
+    int errsv = errno;
+    g_clear_error(&local);
+    wsync_set_io_error(&local, errsv, path, "open");
   }
-  /* a socket, which cannot even be opened, is refused as a FIFO is (exit 3) */
-  if (!wsync_file_check_not_special(path, WSYNC_ERROR_BAD_INPUT, error))
-    return NULL;
-  return wsync_config_load(path, error);
+  if (local != NULL)
+    g_propagate_error(error, local);
+  return root;
 }
 
 int

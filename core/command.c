@@ -2,9 +2,9 @@
  * shared by the `wsync` command and the Python module. */
 #include "config.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include <wsync/command.h>
 #include <wsync/error.h>
@@ -13,26 +13,29 @@
 #include "dcp.h"
 #include "plan-private.h"
 
-/* A plugin directory the caller named that is not there or not a directory: a
- * configuration error, worded as a bad configuration directory's (context.c
- * list_conf_dir()).  Skipped without a word, a mistyped one let the plugins of the next
- * directories load: the installed ones in place of a build's.  Only the caller's are
- * checked: $WSYNC_PLUGIN_PATH's and the installed one may be absent (an uninstalled
- * build).  An empty entry (an unset "$DIR") is skipped, as wsync_context_new() skips it. */
+/* A plugin directory the caller named that opendir(3) fails on, as the listing of its
+ * plugins would: not there, not a directory, or not readable (no read or search
+ * permission).  A configuration error, worded as a bad configuration directory's
+ * (context.c list_conf_dir()).  Skipped without a word, a mistyped or unreadable one let
+ * the plugins of the next directories load: the installed ones in place of a build's.
+ * (A stat() alone let an unreadable directory pass.)  Only the caller's are checked:
+ * $WSYNC_PLUGIN_PATH's and the installed one may be absent (an uninstalled build).  An
+ * empty entry (an unset "$DIR") is skipped, as wsync_context_new() skips it. */
 static gboolean
 check_plugin_dirs(const char *const *dirs, GError **error)
 {
   for (guint i = 0; dirs != NULL && dirs[i] != NULL; i++) {
-    struct stat st;
     if (dirs[i][0] == '\0')
       continue;
-    int errsv = stat(dirs[i], &st) != 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
-    if (errsv != 0) {
+    DIR *dir = opendir(dirs[i]); /* O_DIRECTORY: a FIFO or a device is not opened */
+    if (dir == NULL) {
+      int errsv = errno;
       g_autofree char *pdir = wsync_printable(dirs[i]);
       g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_CONFIG, "%s: cannot read plugin directory: %s",
                   pdir, g_strerror(errsv));
       return FALSE;
     }
+    closedir(dir);
   }
   return TRUE;
 }

@@ -1742,13 +1742,13 @@ parse_metadata_file(const char *path, GError **error)
   GError *local = NULL;
   struct stat sb;
   const char *special;
-  /* not a regular file (a directory, a FIFO, a socket): bad input, said once.  Opened
-   * first and judged by fstat() (core/filekind.h): a g_file_test() before
-   * g_mapped_file_new(), whose open(2) blocks, hung for ever on a FIFO put in place
-   * of a regular file between the two. */
+  /* not a regular file (a directory, a FIFO, a socket): bad input, said once.  Judged
+   * as it is opened (core/filekind.h): a FIFO is never opened, and one put in place of
+   * the file after the stat() is refused, not waited on (a g_file_test() before
+   * g_mapped_file_new(), whose open(2) blocks, hung for ever on it). */
   int fd = wsync_file_open_input(path, &sb, &special);
   if (fd < 0 && special == NULL) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO, "cannot read %s: %s", path, g_strerror(errno));
+    wsync_set_io_error(error, errno, path, "read"); /* "cannot read PATH", made printable */
     return NULL;
   }
   if (fd < 0 || !S_ISREG(sb.st_mode)) {
@@ -1761,7 +1761,8 @@ parse_metadata_file(const char *path, GError **error)
   mf = g_mapped_file_new_from_fd(fd, FALSE, &local);
   close(fd); /* a mapping outlives its descriptor */
   if (mf == NULL) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO, "cannot read %s: %s", path, local->message);
+    g_autofree char *p = wsync_json_printable(path);
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO, "cannot read %s: %s", p, local->message);
     g_error_free(local);
     return NULL;
   }

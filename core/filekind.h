@@ -1,20 +1,20 @@
-/* wsync: open a file to read without a stat() before it, and one refusal for a socket,
- * a FIFO or a device where a file is read.
+/* wsync: open a file to read without opening what is not one, without reading a file
+ * swapped in after it was judged, and one refusal for a socket, a FIFO or a device where
+ * a file is read.
  *
- * A reader that stat()ed a path and then opened it looked at two files when the path
- * was replaced in between: a FIFO swapped in after the stat() hung a blocking open(2)
- * for ever.  wsync_file_open_input() opens first (O_NONBLOCK, so that opening a FIFO
- * does not wait for a writer) and asks fstat() of the descriptor what was opened.
+ * Two things to hold at once:
+ *  - a device, a FIFO or a socket named as an input is refused without being opened:
+ *    opening some devices does something (a watchdog, /dev/watchdog, arms; a tape
+ *    rewinds when closed), and a blocking open(2) of a FIFO waits for a writer for ever.
+ *    So the path is stat()ed first and only a regular file or a directory is opened.
+ *  - what is read is what was judged: a path replaced between that stat() and the
+ *    open(2) (a FIFO renamed over it) must not be read.  So the open is O_NONBLOCK (a
+ *    FIFO swapped in cannot hang it), and fstat() of the descriptor must show the file
+ *    the stat() saw: the same kind, st_dev and st_ino, else nothing is read.
+ * (tests/swap-after-stat.c makes both happen every time: it swaps a path right after it
+ * is stat()ed, and logs every open(2) of a path.)
  *
- * open(2) of a Unix socket fails with ENXIO (Linux, open(2): "the file is a UNIX domain
- * socket") before fstat() can say what it is: only then is the path stat()ed, to word
- * the refusal of a socket as that of a FIFO ("X: is a socket, not a regular file", exit
- * 3, not "cannot open X: No such device or address", exit 4).  Nothing is read after
- * that stat(), so a replaced path can change the words of the refusal, never what is
- * read.
- *
- * Inline, and built on the public wsync_fail_at() only: the command (core/cli.c), which
- * links nothing private of libwsync, refuses its CONFIG.json with it too.
+ * Inline, with no call into libwsync: the Python module (python/load.c) includes it too.
  */
 #ifndef WSYNC_FILEKIND_H
 #define WSYNC_FILEKIND_H
@@ -23,8 +23,6 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <wsync/error.h>
 
 /* "a socket", "a FIFO" or "a device" for a file of mode @mode that is one, else NULL
  * (a regular file, a directory, a symlink). */
@@ -40,24 +38,53 @@ wsync_file_special_kind(mode_t mode)
   return NULL;
 }
 
-/* Opens @path, following symlinks, to read it, and fills @st from fstat() of the
- * descriptor.  Returns:
- *   a descriptor (back to blocking reads) of what is not a socket, a FIFO or a device:
- *     a regular file or a directory, which the caller tells apart by @st;
- *   -1 with *@kind set ("a FIFO", from wsync_file_special_kind()) for one that is:
- *     nothing is left open, and @st describes it;
- *   -1 with *@kind NULL when open(2) or fstat() failed: errno says why. */
+/* errno of wsync_file_open_input() when @path was replaced, between its stat() and its
+ * open(2), by another file that is not a FIFO, a socket or a device (those are refused
+ * as they are): "Resource temporarily unavailable", as the next try reads the new file. */
+#define WSYNC_FILE_REPLACED_ERRNO EAGAIN
+
+/* TRUE when @a and @b describe the same file: the same kind, device and inode. */
 static inline int
-wsync_file_open_input(const char *path, struct stat *st, const char **kind)
+wsync_file_same(const struct stat *a, const struct stat *b)
 {
-  /* O_NONBLOCK: opening a FIFO must not wait for a writer; O_NOCTTY: a terminal
-   * device named by mistake does not become the controlling terminal */
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  return (a->st_mode & S_IFMT) == (b->st_mode & S_IFMT) && a->st_dev == b->st_dev &&
+         a->st_ino == b->st_ino;
+}
+
+/* Opens @path to read it (with @nofollow, a symlink as its last component is refused
+ * with ELOOP, as open(2) with O_NOFOLLOW refuses it) and fills @st.  Returns:
+ *   a descriptor (blocking reads) of a regular file or a directory, which the caller
+ *     tells apart by @st (from fstat() of the descriptor);
+ *   -1 with *@kind set ("a FIFO", from wsync_file_special_kind()) for a socket, a FIFO
+ *     or a device: nothing is left open, @st describes it, and unless it was swapped in
+ *     after the stat() it was never opened;
+ *   -1 with *@kind NULL when stat(), open(2) or fstat() failed, errno saying why, or
+ *     when the path was replaced by another file between the stat() and the open(2):
+ *     errno is then WSYNC_FILE_REPLACED_ERRNO. */
+static inline int
+wsync_file_open_judged(const char *path, int nofollow, struct stat *st, const char **kind)
+{
+  struct stat before;
 
   *kind = NULL;
+  if ((nofollow ? lstat(path, &before) : stat(path, &before)) != 0)
+    return -1;
+  if (nofollow && S_ISLNK(before.st_mode)) {
+    *st = before;
+    errno = ELOOP;
+    return -1;
+  }
+  if ((*kind = wsync_file_special_kind(before.st_mode)) != NULL) { /* not opened */
+    *st = before;
+    return -1;
+  }
+  /* O_NONBLOCK: a FIFO swapped in after the stat() must not wait for a writer; O_NOCTTY:
+   * nor may a terminal swapped in become the controlling terminal */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | (nofollow ? O_NOFOLLOW : 0));
   if (fd < 0) {
     int errsv = errno;
-    if (errsv == ENXIO && stat(path, st) == 0) /* a socket (see above) */
+    /* ENXIO: a socket swapped in (open(2) of one fails so) is refused as one */
+    if (errsv == ENXIO && (nofollow ? lstat(path, st) : stat(path, st)) == 0)
       *kind = wsync_file_special_kind(st->st_mode);
     errno = errsv;
     return -1;
@@ -68,8 +95,10 @@ wsync_file_open_input(const char *path, struct stat *st, const char **kind)
     errno = errsv;
     return -1;
   }
-  if ((*kind = wsync_file_special_kind(st->st_mode)) != NULL) {
+  *kind = wsync_file_special_kind(st->st_mode);
+  if (*kind != NULL || !wsync_file_same(&before, st)) {
     close(fd);
+    errno = WSYNC_FILE_REPLACED_ERRNO;
     return -1;
   }
   int flags = fcntl(fd, F_GETFL);
@@ -78,25 +107,11 @@ wsync_file_open_input(const char *path, struct stat *st, const char **kind)
   return fd;
 }
 
-/* Refuses @path, following symlinks, when it is a socket, a FIFO or a device: an error
- * of class @code "PATH: is a socket, not a regular file" (the path made printable).
- * Returns TRUE when it is none of them, or cannot be opened (the open that follows says
- * why).  It opens and fstat()s (wsync_file_open_input()), so it cannot block on a FIFO;
- * but the caller opens again after it: that open must refuse by its own fstat() what is
- * not a regular file (wsync_file_open_regular() does, in the same words), as the path
- * may have been replaced in between. */
-static inline gboolean
-wsync_file_check_not_special(const char *path, WsyncError code, GError **error)
+/* wsync_file_open_judged() following symlinks: what the readers of a checkpoint use. */
+static inline int
+wsync_file_open_input(const char *path, struct stat *st, const char **kind)
 {
-  struct stat st;
-  const char *kind;
-  int fd = wsync_file_open_input(path, &st, &kind);
-
-  if (fd >= 0)
-    close(fd);
-  if (kind == NULL)
-    return TRUE;
-  return wsync_fail_at(error, code, path, "is %s, not a regular file", kind);
+  return wsync_file_open_judged(path, 0, st, kind);
 }
 
 #endif /* WSYNC_FILEKIND_H */

@@ -13,6 +13,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include "filekind.h"
 #include "files.h"
 #include "json-check.h"
 
@@ -64,25 +65,20 @@ int
 wsync_file_open_regular(const char *path, gboolean nofollow, WsyncError code, struct stat *st,
                         GError **error)
 {
-  /* O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
-   * O_NOCTTY: a terminal named by mistake does not become the controlling one. */
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | (nofollow ? O_NOFOLLOW : 0));
+  /* stat()ed first: a FIFO or a device is refused without being opened; opened
+   * O_NONBLOCK and fstat()ed: a file swapped in after the stat() is not read
+   * (core/filekind.h) */
+  const char *special;
+  int fd = wsync_file_open_judged(path, nofollow, st, &special);
   if (fd < 0) {
     int errsv = errno;
-    const char *kind = unopenable_kind(path, nofollow, errsv);
-    if (nofollow && errsv == ELOOP)
+    if (special != NULL)
+      wsync_fail_at(error, code, path, "is %s, not a regular file", special);
+    else if (nofollow && errsv == ELOOP)
       wsync_fail_at(error, code, path, "is a symlink");
-    else if (kind != NULL)
-      wsync_fail_at(error, code, path, "is %s%s", kind,
-                    g_str_has_prefix(kind, "not") ? "" : ", not a regular file");
     else
       wsync_set_io_error(error, errsv, path, "open");
     errno = errsv; /* for the caller that words a missing file its own way */
-    return -1;
-  }
-  if (fstat(fd, st) != 0) {
-    wsync_set_io_error(error, errno, path, "stat");
-    close(fd);
     return -1;
   }
   if (!S_ISREG(st->st_mode)) {
@@ -92,7 +88,7 @@ wsync_file_open_regular(const char *path, gboolean nofollow, WsyncError code, st
     close(fd);
     return -1;
   }
-  return blocking(fd);
+  return fd;
 }
 
 static char *

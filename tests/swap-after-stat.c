@@ -1,32 +1,53 @@
 /* An LD_PRELOAD shim for the tests: makes "a path replaced between stat() and open()"
- * happen every time, deterministically, instead of once in a while in a race.
+ * happen every time, deterministically, instead of once in a while in a race; and lets a
+ * test see which paths were opened, and make a directory unreadable even to root.
  *
  * When the process stat()s a path whose last component is $WSYNC_SWAP_NAME, the real
- * stat() runs, and then $WSYNC_SWAP_WITH (a FIFO the test made) is renamed over that
- * path, before the stat() returns.  A reader that stat()s and then opens the same path
- * opens the FIFO; one that opens first and fstat()s the descriptor never stat()s it by
- * name, and reads the file that was there.  The rename(2) happens once: afterwards
- * $WSYNC_SWAP_WITH is gone.  lstat() and fstat() are left alone (neither is the
- * stat-then-open pattern: an lstat() is followed by no open of the same meaning, an
- * fstat() looks at what is open).
+ * stat() runs, and then $WSYNC_SWAP_WITH (a FIFO or another file the test made) is
+ * renamed over that path, before the stat() returns.  A reader that stat()s and then
+ * opens the same path opens the file swapped in: it must see, by fstat() of what it
+ * opened, that this is not the file it judged (core/filekind.h).  The rename(2) happens
+ * once: afterwards $WSYNC_SWAP_WITH is gone.  lstat() and fstat() are left alone (an
+ * lstat() is followed by no open of the same meaning, an fstat() looks at what is
+ * open).
+ *
+ * Every open(2) of a path whose last component is $WSYNC_OPEN_NAME appends that path
+ * and a newline to the file $WSYNC_OPEN_LOG: a FIFO or a device refused "without being
+ * opened" leaves no line there.
+ *
+ * opendir(3) of a path whose last component is $WSYNC_DENY_OPENDIR fails with EACCES,
+ * as it does for a user without read permission (the tests run as root, whom mode bits
+ * do not stop).
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* TRUE when the last component of @path is $@var */
+static int
+named(const char *path, const char *var)
+{
+  const char *name = getenv(var);
+  if (path == NULL || name == NULL)
+    return 0;
+  const char *slash = strrchr(path, '/');
+  return strcmp(slash != NULL ? slash + 1 : path, name) == 0;
+}
 
 static void
 swap_if_named(int dir, const char *path)
 {
-  const char *name = getenv("WSYNC_SWAP_NAME");
   const char *with = getenv("WSYNC_SWAP_WITH");
-  if (path == NULL || name == NULL || with == NULL)
-    return;
-  const char *slash = strrchr(path, '/');
-  if (strcmp(slash != NULL ? slash + 1 : path, name) == 0)
+  if (with != NULL && named(path, "WSYNC_SWAP_NAME"))
     renameat(AT_FDCWD, with, dir, path);
 }
 
@@ -71,4 +92,97 @@ fstatat64(int dir, const char *path, struct stat64 *st, int flags)
   if (!(flags & (AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH)))
     swap_if_named(dir, path);
   return r;
+}
+
+/* ---------------------------------------------------------------- the open log */
+
+static void
+log_open(const char *path)
+{
+  const char *log = getenv("WSYNC_OPEN_LOG");
+  if (log == NULL || !named(path, "WSYNC_OPEN_NAME"))
+    return;
+  /* the system call itself: the open() below would come back here */
+  int fd = (int)syscall(SYS_openat, AT_FDCWD, log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return;
+  if (write(fd, path, strlen(path)) < 0 || write(fd, "\n", 1) < 0)
+    perror(log);
+  close(fd);
+}
+
+/* the mode argument, there only with O_CREAT or O_TMPFILE */
+#define MODE_ARG(flags, last) \
+  mode_t mode = 0; \
+  if ((flags) & (O_CREAT | O_TMPFILE)) { \
+    va_list ap; \
+    va_start(ap, last); \
+    mode = (mode_t)va_arg(ap, int); \
+    va_end(ap); \
+  }
+
+int
+open(const char *path, int flags, ...)
+{
+  MODE_ARG(flags, flags);
+  REAL(int, "open", const char *, int, ...);
+  log_open(path);
+  return real(path, flags, mode);
+}
+
+int
+open64(const char *path, int flags, ...)
+{
+  MODE_ARG(flags, flags);
+  REAL(int, "open64", const char *, int, ...);
+  log_open(path);
+  return real(path, flags, mode);
+}
+
+int
+openat(int dir, const char *path, int flags, ...)
+{
+  MODE_ARG(flags, flags);
+  REAL(int, "openat", int, const char *, int, ...);
+  log_open(path);
+  return real(dir, path, flags, mode);
+}
+
+int
+openat64(int dir, const char *path, int flags, ...)
+{
+  MODE_ARG(flags, flags);
+  REAL(int, "openat64", int, const char *, int, ...);
+  log_open(path);
+  return real(dir, path, flags, mode);
+}
+
+/* what _FORTIFY_SOURCE makes of an open() whose flags are not a constant */
+int
+__open_2(const char *path, int flags)
+{
+  REAL(int, "__open_2", const char *, int);
+  log_open(path);
+  return real(path, flags);
+}
+
+int
+__open64_2(const char *path, int flags)
+{
+  REAL(int, "__open64_2", const char *, int);
+  log_open(path);
+  return real(path, flags);
+}
+
+/* ---------------------------------------------------------------- unreadable directories */
+
+DIR *
+opendir(const char *path)
+{
+  REAL(DIR *, "opendir", const char *);
+  if (named(path, "WSYNC_DENY_OPENDIR")) {
+    errno = EACCES;
+    return NULL;
+  }
+  return real(path);
 }

@@ -1,5 +1,6 @@
 /* The wsync command as a user sees it: output bytes, error lines, exit statuses. */
 #include <json-glib/json-glib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <wsync/wsync.h>
@@ -606,6 +607,134 @@ test_plugin_dir_not_a_directory(void)
       run_clear(&r);
     }
   }
+  test_rmtree(conf);
+}
+
+/* ---------------------------------------------------------------- inputs judged before they are opened */
+
+/* Runs wsync with tests/swap-after-stat.c preloaded and its variables set from @env
+ * (NAME, VALUE, ..., NULL), then unset. */
+static Run
+run_shimmed(const char *const *env, const char *const *args)
+{
+  g_autofree char *shim =
+      g_build_filename(test_env_dir("G_TEST_BUILDDIR"), ".libs", "swap-after-stat.so", NULL);
+  g_assert_true(g_file_test(shim, G_FILE_TEST_IS_REGULAR));
+  g_setenv("LD_PRELOAD", shim, TRUE);
+  for (guint i = 0; env[i] != NULL; i += 2)
+    g_setenv(env[i], env[i + 1], TRUE);
+  Run r = test_run_wsync_argv(args);
+  g_unsetenv("LD_PRELOAD");
+  for (guint i = 0; env[i] != NULL; i += 2)
+    g_unsetenv(env[i]);
+  return r;
+}
+
+/* The lines of the shim's open log @log ("" when nothing was opened), removed. */
+static char *
+take_open_log(const char *log)
+{
+  char *text = NULL;
+  if (!g_file_get_contents(log, &text, NULL, NULL))
+    return g_strdup("");
+  g_unlink(log);
+  return text;
+}
+
+/* A FIFO named as an input is refused without being opened (core/filekind.h: stat()ed
+ * first; opening some devices does something, a watchdog arms).  The FIFO has no
+ * writer, so an open(2) without O_NONBLOCK would hang: wsync opened it O_NONBLOCK and
+ * refused it by fstat(), which the shim's open log shows.  Before: the refusal was the
+ * same, but the log held the FIFO's path (`wsync config` opened it twice: in its own
+ * check and in wsync_config_load(); `inspect` opened a DCP's .metadata). */
+static void
+test_fifo_input_never_opened(void)
+{
+  g_autofree char *conf = hf_conf_dir();
+  const char *plugins = test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR");
+  g_autofree char *log = g_build_filename(conf, "opens.log", NULL);
+  g_autofree char *fifo = g_build_filename(conf, "watched.json", NULL);
+  g_autofree char *dcp = g_build_filename(conf, "dcp", NULL);
+  g_autofree char *metadata = g_build_filename(dcp, ".metadata", NULL);
+  g_assert_cmpint(g_mkdir(dcp, 0755), ==, 0);
+
+  /* the log does see wsync's opens: a regular file of that name is logged */
+  g_autofree char *other = g_build_filename(conf, "other", NULL);
+  g_assert_cmpint(g_mkdir(other, 0755), ==, 0);
+  g_autofree char *regular = test_write(other, "watched.json", "{}");
+  const char *env[] = {"WSYNC_OPEN_NAME", "watched.json", "WSYNC_OPEN_LOG", log, NULL};
+  const char *read_regular[] = {"config", "--conf-dir", conf, "--plugin-dir", plugins, regular, NULL};
+  Run r = run_shimmed(env, read_regular);
+  g_autofree char *seen = take_open_log(log);
+  g_autofree char *want_seen = g_strdup_printf("%s\n", regular);
+  g_assert_true(g_str_has_prefix(seen, want_seen));
+  run_clear(&r);
+
+  g_assert_cmpint(mkfifo(fifo, 0600), ==, 0);
+  g_assert_cmpint(mkfifo(metadata, 0600), ==, 0);
+  const char *read_fifo[] = {"config", "--conf-dir", conf, "--plugin-dir", plugins, fifo, NULL};
+  r = run_shimmed(env, read_fifo);
+  g_autofree char *want = g_strdup_printf("wsync: %s: is a FIFO, not a regular file\n", fifo);
+  g_assert_cmpstr(r.err, ==, want);
+  g_assert_cmpint(r.status, ==, 3);
+  g_autofree char *opened = take_open_log(log);
+  g_assert_cmpstr(opened, ==, "");
+  run_clear(&r);
+
+  const char *env_dcp[] = {"WSYNC_OPEN_NAME", ".metadata", "WSYNC_OPEN_LOG", log, NULL};
+  const char *inspect[] = {"inspect", "--conf-dir", conf, "--plugin-dir", plugins, dcp, NULL};
+  r = run_shimmed(env_dcp, inspect);
+  g_autofree char *want_dcp = g_strdup_printf("wsync: %s: not a regular file\n", metadata);
+  g_assert_cmpstr(r.err, ==, want_dcp);
+  g_assert_cmpint(r.status, ==, 3);
+  g_autofree char *opened_dcp = take_open_log(log);
+  g_assert_cmpstr(opened_dcp, ==, "");
+  run_clear(&r);
+  test_rmtree(conf);
+}
+
+/* A config.json replaced by another file between the stat() that judged it and the open
+ * (the shim renames the other file over it right after the stat()) is not read: fstat()
+ * of what was opened is not the file stat() saw.  Before: wsync read the file swapped in
+ * and printed its config, exit 0. */
+static void
+test_input_replaced_after_stat(void)
+{
+  g_autofree char *conf = test_tmpdir();
+  g_autofree char *victim = test_write(conf, "victim.json", "{\"model_type\": \"first\"}");
+  g_autofree char *other = test_write(conf, "other.json", "{\"model_type\": \"second\"}");
+  const char *env[] = {"WSYNC_SWAP_NAME", "victim.json", "WSYNC_SWAP_WITH", other, NULL};
+  const char *args[] = {"config", "--conf-dir", conf, victim, NULL};
+  Run r = run_shimmed(env, args);
+  g_autofree char *want =
+      g_strdup_printf("wsync: cannot open %s: Resource temporarily unavailable\n", victim);
+  g_assert_cmpstr(r.err, ==, want);
+  g_assert_cmpstr(r.out, ==, "");
+  g_assert_cmpint(r.status, ==, 4);
+  g_assert_false(g_file_test(other, G_FILE_TEST_EXISTS)); /* the shim did swap */
+  run_clear(&r);
+  test_rmtree(conf);
+}
+
+/* A --plugin-dir that cannot be read (opendir(3) fails: no read or search permission;
+ * the shim fails it with EACCES, as mode bits do not stop root) is refused as a missing
+ * one is, exit 2.  Before: only stat()ed, it passed, its plugins were skipped without a
+ * word and the run went on with the next directories' plugins. */
+static void
+test_plugin_dir_unreadable(void)
+{
+  g_autofree char *conf = test_tmpdir();
+  g_autofree char *denied = g_build_filename(conf, "denied", NULL);
+  g_assert_cmpint(g_mkdir(denied, 0755), ==, 0);
+  const char *env[] = {"WSYNC_DENY_OPENDIR", "denied", NULL};
+  const char *args[] = {"plugins", "--conf-dir", conf, "--plugin-dir", denied, NULL};
+  Run r = run_shimmed(env, args);
+  g_autofree char *want =
+      g_strdup_printf("wsync: %s: cannot read plugin directory: Permission denied\n", denied);
+  g_assert_cmpstr(r.err, ==, want);
+  g_assert_cmpstr(r.out, ==, "");
+  g_assert_cmpint(r.status, ==, 2);
+  run_clear(&r);
   test_rmtree(conf);
 }
 
@@ -1379,6 +1508,9 @@ main(int argc, char **argv)
   g_test_add_func("/cli/config-empty", test_config_empty);
   g_test_add_func("/cli/empty-path-named", test_empty_path_named);
   g_test_add_func("/cli/plugin-dir-not-a-directory", test_plugin_dir_not_a_directory);
+  g_test_add_func("/cli/plugin-dir-unreadable", test_plugin_dir_unreadable);
+  g_test_add_func("/cli/fifo-input-never-opened", test_fifo_input_never_opened);
+  g_test_add_func("/cli/input-replaced-after-stat", test_input_replaced_after_stat);
   g_test_add_func("/cli/synth-layers-needs-declared-count", test_synth_layers_needs_declared_count);
   g_test_add_func("/cli/synth-numbers", test_synth_numbers);
   g_test_add_func("/cli/no-plugin-selected", test_no_plugin_selected);

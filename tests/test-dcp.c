@@ -1086,6 +1086,29 @@ test_merge_cli(void)
   }
 }
 
+/* A metadata file that cannot be read is named printably, as every other message of the
+ * reader names its paths: the directory's newline and ESC as \x0a and \x1b, not raw
+ * bytes that split the line or drive a terminal (the I/O error of parse_metadata_file()
+ * printed the path as it was). */
+static void
+test_metadata_unreadable_path_printable(void)
+{
+  g_autofree char *tmp = test_tmpdir();
+  g_autofree char *dir = g_build_filename(tmp, "a\nb\033c", NULL);
+  g_assert_cmpint(g_mkdir(dir, 0755), ==, 0);
+  g_autofree char *meta = g_build_filename(dir, "__0.metadata", NULL);
+  g_assert_cmpint(symlink("nowhere", meta), ==, 0); /* listed, but cannot be opened */
+  GError *error = NULL;
+  g_autoptr(WsyncDcp) dcp = wsync_dcp_open(dir, &error);
+  g_assert_null(dcp);
+  g_assert_error(error, WSYNC_ERROR, WSYNC_ERROR_IO);
+  g_autofree char *want =
+      g_strdup_printf("cannot read %s/a\\x0ab\\x1bc/__0.metadata: No such file or directory", tmp);
+  g_assert_cmpstr(error->message, ==, want);
+  g_clear_error(&error);
+  test_rmtree(tmp);
+}
+
 static void
 test_not_a_checkpoint(void)
 {
@@ -1926,6 +1949,7 @@ main(int argc, char **argv)
   g_test_add_func("/dcp/pickle/layout-and-enum", test_pickle_layout_and_enum);
   g_test_add_func("/dcp/pickle/layout-and-enum-refusals", test_pickle_layout_and_enum_refusals);
   g_test_add_func("/dcp/blob", test_blobs);
+  g_test_add_func("/dcp/metadata-unreadable-path-printable", test_metadata_unreadable_path_printable);
   g_test_add_func("/dcp/seeds", test_seeds_parse);
   g_test_add_func("/dcp/seeds/reproducible", test_seeds_reproducible);
 

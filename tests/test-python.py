@@ -1939,13 +1939,14 @@ def run_swapping_after_stat(cmd, victim):
 
 @test
 def files_are_opened_before_they_are_judged():
-    """What a reader checks is what it opened: it opens without blocking and fstat()s
-    the descriptor, never stat()s a path and then opens it (core/filekind.h).  A FIFO put
-    in place of the file after a stat() (made to happen every time by an LD_PRELOAD shim,
-    tests/swap-after-stat.c) hung for ever: `wsync inspect` of a DCP checkpoint in
-    g_mapped_file_new() of its .metadata, load_rank in g_file_get_contents() of the
-    commit record.  Now neither stat()s those paths: each reads the file that was there,
-    and says what it says without the shim."""
+    """What a reader reads is what it checked: it stat()s a path (so that a FIFO or a
+    device is refused without being opened), then opens it without blocking and fstat()s
+    the descriptor, and refuses what is not the file the stat() saw (core/filekind.h).  A
+    FIFO put in place of the file right after the stat() (made to happen every time by an
+    LD_PRELOAD shim, tests/swap-after-stat.c) is refused, not waited on and not read:
+    `wsync inspect` of a DCP checkpoint (its .metadata) and load_rank (the commit
+    record).  (Long ago it hung for ever: g_mapped_file_new() of the .metadata and
+    g_file_get_contents() of the record, after a stat(), waited for a writer.)"""
     import stat
     # the shim does swap a file stat()ed by name (else this test could not fail)
     probe = fresh_dir("swap-probe")
@@ -1977,9 +1978,10 @@ def files_are_opened_before_they_are_judged():
     cmd = [BINARY, "--conf-dir", CONF_DIR, "--plugin-dir", PLUGIN_DIR, "-q", "inspect", dcp]
     plain = run_wsync("-q", "inspect", dcp)
     assert plain.returncode == 0, plain
-    r = run_swapping_after_stat(cmd, os.path.join(dcp, ".metadata"))
-    assert (r.returncode, r.stdout, r.stderr) == (0, plain.stdout, ""), r
-    assert not stat.S_ISFIFO(os.lstat(os.path.join(dcp, ".metadata")).st_mode)
+    metadata = os.path.join(dcp, ".metadata")
+    r = run_swapping_after_stat(cmd, metadata)
+    assert (r.returncode, r.stdout, r.stderr) == (3, "", "wsync: %s: not a regular file\n" % metadata), r
+    assert stat.S_ISFIFO(os.lstat(metadata).st_mode), "the shim did not swap the .metadata"
 
     path, _ = committed_dir(tp=1)
     record_path = os.path.join(path, "wsync-commit.json")
@@ -1989,8 +1991,9 @@ def files_are_opened_before_they_are_judged():
                            universal_newlines=True, timeout=60)
     assert plain.returncode == 0 and "wsync-commit.json" not in plain.stdout, plain
     r = run_swapping_after_stat(child, record_path)
-    assert (r.returncode, r.stdout, r.stderr) == (0, plain.stdout, ""), r
-    assert not stat.S_ISFIFO(os.lstat(record_path).st_mode)
+    assert (r.returncode, r.stderr) == (0, ""), r
+    assert json.loads(r.stdout) == ["%s: not a regular file" % record_path, 3], r.stdout
+    assert stat.S_ISFIFO(os.lstat(record_path).st_mode), "the shim did not swap the record"
 
 
 @test

@@ -1,5 +1,7 @@
 /* wsync env --backend B --mode colocate|server: the environment a deployment needs,
- * as shell export lines, each preceded by a comment saying why. */
+ * as shell export lines, each preceded by a comment saying why; then the engine
+ * settings no export can make, as comments only (an eval of the output runs the
+ * exports and nothing else). */
 #include "config.h"
 
 #include <stdio.h>
@@ -24,21 +26,18 @@ shell_quote(const char *value)
   return g_string_free(s, FALSE);
 }
 
-static void
-print_json(WsyncEnv *env)
-{
-  g_autoptr(JsonBuilder) b = json_builder_new();
+typedef void (*EnvEntryFunc)(WsyncEnv *env, guint index, const char **name,
+                             const char **value, const char **reason);
 
-  json_builder_begin_object(b);
-  json_builder_set_member_name(b, "backend");
-  json_builder_add_string_value(b, wsync_env_get_backend(env));
-  json_builder_set_member_name(b, "mode");
-  json_builder_add_string_value(b, wsync_env_get_mode(env));
-  json_builder_set_member_name(b, "variables");
+/* "MEMBER": [{"name", "value", "reason"}, ...] of @n entries read by @get. */
+static void
+add_entries_json(JsonBuilder *b, const char *member, WsyncEnv *env, guint n, EnvEntryFunc get)
+{
+  json_builder_set_member_name(b, member);
   json_builder_begin_array(b);
-  for (guint i = 0; i < wsync_env_n_vars(env); i++) {
+  for (guint i = 0; i < n; i++) {
     const char *name, *value, *reason;
-    wsync_env_var(env, i, &name, &value, &reason);
+    get(env, i, &name, &value, &reason);
     json_builder_begin_object(b);
     json_builder_set_member_name(b, "name");
     json_builder_add_string_value(b, name);
@@ -49,6 +48,20 @@ print_json(WsyncEnv *env)
     json_builder_end_object(b);
   }
   json_builder_end_array(b);
+}
+
+static void
+print_json(WsyncEnv *env)
+{
+  g_autoptr(JsonBuilder) b = json_builder_new();
+
+  json_builder_begin_object(b);
+  json_builder_set_member_name(b, "backend");
+  json_builder_add_string_value(b, wsync_env_get_backend(env));
+  json_builder_set_member_name(b, "mode");
+  json_builder_add_string_value(b, wsync_env_get_mode(env));
+  add_entries_json(b, "variables", env, wsync_env_n_vars(env), wsync_env_var);
+  add_entries_json(b, "settings", env, wsync_env_n_settings(env), wsync_env_setting);
   json_builder_end_object(b);
   g_autoptr(JsonNode) root = json_builder_get_root(b);
   cli_print_json(root);
@@ -139,6 +152,11 @@ cmd_env(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
     wsync_env_var(env, i, &name, &value, &reason);
     g_autofree char *quoted = shell_quote(value);
     printf("# %s\nexport %s=%s\n", reason, name, quoted);
+  }
+  for (guint i = 0; i < wsync_env_n_settings(env); i++) {
+    const char *name, *value, *reason;
+    wsync_env_setting(env, i, &name, &value, &reason);
+    printf("# %s\n# engine setting (no export makes it): %s = %s\n", reason, name, value);
   }
   return WSYNC_EXIT_OK;
 }

@@ -14,7 +14,8 @@ typedef struct {
 struct _WsyncEnv {
   const char *backend;
   const char *mode;
-  GArray *vars; /* EnvVar, in the order first set */
+  GArray *vars;     /* EnvVar, in the order first set */
+  GArray *settings; /* EnvVar too: engine settings no export can make */
 };
 
 static void
@@ -39,14 +40,37 @@ wsync_env_get_mode(WsyncEnv *env)
 }
 
 static EnvVar *
-find_var(WsyncEnv *env, const char *name)
+find_entry(GArray *entries, const char *name)
 {
-  for (guint i = 0; i < env->vars->len; i++) {
-    EnvVar *v = &g_array_index(env->vars, EnvVar, i);
+  for (guint i = 0; i < entries->len; i++) {
+    EnvVar *v = &g_array_index(entries, EnvVar, i);
     if (strcmp(v->name, name) == 0)
       return v;
   }
   return NULL;
+}
+
+static EnvVar *
+find_var(WsyncEnv *env, const char *name)
+{
+  return find_entry(env->vars, name);
+}
+
+/* Sets @name in @entries, replacing an earlier value and reason in place. */
+static void
+put_entry(GArray *entries, const char *name, const char *value, const char *reason)
+{
+  EnvVar *v = find_entry(entries, name);
+
+  if (v == NULL) {
+    EnvVar fresh = {g_strdup(name), NULL, NULL};
+    g_array_append_val(entries, fresh);
+    v = &g_array_index(entries, EnvVar, entries->len - 1);
+  }
+  g_free(v->value);
+  g_free(v->reason);
+  v->value = g_strdup(value);
+  v->reason = g_strdup(reason);
 }
 
 const char *
@@ -59,17 +83,14 @@ wsync_env_getenv(WsyncEnv *env, const char *name)
 void
 wsync_env_set(WsyncEnv *env, const char *name, const char *value, const char *reason)
 {
-  EnvVar *v = find_var(env, name);
+  put_entry(env->vars, name, value, reason);
+}
 
-  if (v == NULL) {
-    EnvVar fresh = {g_strdup(name), NULL, NULL};
-    g_array_append_val(env->vars, fresh);
-    v = &g_array_index(env->vars, EnvVar, env->vars->len - 1);
-  }
-  g_free(v->value);
-  g_free(v->reason);
-  v->value = g_strdup(value);
-  v->reason = g_strdup(reason);
+void
+wsync_env_advise(WsyncEnv *env, const char *name, const char *value, const char *reason)
+{
+  g_return_if_fail(name != NULL);
+  put_entry(env->settings, name, value, reason);
 }
 
 WsyncEnv *
@@ -81,6 +102,8 @@ wsync_env_new(const char *backend, const char *mode)
   env->mode = g_strdup(mode);
   env->vars = g_array_new(FALSE, TRUE, sizeof(EnvVar));
   g_array_set_clear_func(env->vars, env_var_clear);
+  env->settings = g_array_new(FALSE, TRUE, sizeof(EnvVar));
+  g_array_set_clear_func(env->settings, env_var_clear);
   return env;
 }
 
@@ -92,6 +115,7 @@ wsync_env_free(WsyncEnv *env)
   g_free((char *)env->backend);
   g_free((char *)env->mode);
   g_array_unref(env->vars);
+  g_array_unref(env->settings);
   g_free(env);
 }
 
@@ -111,6 +135,22 @@ wsync_env_var(WsyncEnv *env, guint index, const char **name, const char **value,
   *reason = v->reason;
 }
 
+guint
+wsync_env_n_settings(WsyncEnv *env)
+{
+  return env->settings->len;
+}
+
+void
+wsync_env_setting(WsyncEnv *env, guint index, const char **name, const char **value,
+                  const char **reason)
+{
+  EnvVar *v = &g_array_index(env->settings, EnvVar, index);
+  *name = v->name;
+  *value = v->value;
+  *reason = v->reason;
+}
+
 /* A variable name a shell accepts. */
 static gboolean
 valid_name(const char *name)
@@ -119,6 +159,19 @@ valid_name(const char *name)
     return FALSE;
   for (const char *p = name; *p != '\0'; p++)
     if (!g_ascii_isalnum(*p) && *p != '_')
+      return FALSE;
+  return TRUE;
+}
+
+/* Text printed inside a comment line: one line, nothing a terminal acts on, so that an
+ * eval of `wsync env`'s output runs its exports and nothing else. */
+static gboolean
+valid_comment_text(const char *text)
+{
+  if (text == NULL)
+    return FALSE;
+  for (const unsigned char *p = (const unsigned char *)text; *p != '\0'; p++)
+    if (*p < 0x20 || *p == 0x7f)
       return FALSE;
   return TRUE;
 }
@@ -146,6 +199,18 @@ wsync_env_run(WsyncContext *ctx, WsyncEnv *env, GError **error)
     if (!valid_name(v->name)) {
       g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_PLUGIN,
                   "an env patch set \"%s\", which is not a variable name", v->name);
+      return FALSE;
+    }
+  }
+  for (guint i = 0; i < env->settings->len; i++) {
+    EnvVar *v = &g_array_index(env->settings, EnvVar, i);
+    if (!valid_comment_text(v->name) || !valid_comment_text(v->value) ||
+        !valid_comment_text(v->reason)) {
+      g_autofree char *shown = g_strescape(v->name, NULL);
+      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_PLUGIN,
+                  "an env patch advised setting \"%s\" with a line break or control "
+                  "character in its name, value or reason, which a comment cannot hold",
+                  shown);
       return FALSE;
     }
   }

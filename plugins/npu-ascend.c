@@ -165,7 +165,9 @@ recorded_state(WsyncLayout *layout, const char *key, MoeLayout fallback, MoeLayo
   "wake-up and start_weight_update refuse to run unless VLLM_ASCEND_ENABLE_NZ is 0 (the " \
   "releases for vLLM 0.22 to 0.26 read it in start_weight_update whatever "              \
   "additional_config says) and so is an additional_config weight_nz_mode if given; "     \
-  "`wsync env --backend npu-ascend` sets the variable (docs/vllm-ascend.md §3, §4, §6)"
+  "`wsync env --backend npu-ascend` sets the variable and advises additional_config "    \
+  "weight_nz_mode = 0, the one setting left once main drops the variable "              \
+  "(docs/vllm-ascend.md §3, §4, §6)"
 
 /* vLLM-Ascend's release branches for vLLM 0.17 to 0.26.x (v0.17.0rc1 to
  * releases/v0.26.0rc) transpose the routed experts back to the loader shape in
@@ -352,9 +354,28 @@ is_python_int_zero(const char *text)
  * enabled" in every release (reading VLLM_ASCEND_ENABLE_NZ at v0.18.0, weight_nz_mode
  * later), and so does start_weight_update (the weight-transfer API, server or colocated),
  * which reads the variable itself in the releases for 0.22 to 0.26 (docs/vllm-ascend.md
- * §4, §6).  The variable is the one setting every release reads; an additional_config
- * weight_nz_mode overrides it and must be 0 too.  In both modes: both update paths
- * refuse. */
+ * §4, §6).  In both modes: both update paths refuse.
+ *
+ * Two settings, since no one of them works in every release:
+ * - the variable, the only switch up to the releases for vLLM 0.19 (v0.19.1rc1:
+ *   vllm_ascend/utils.py:167-172 reads it, no additional_config key) and the one
+ *   start_weight_update reads from 0.22 to 0.26;
+ * - additional_config weight_nz_mode, which takes precedence over the variable from the
+ *   releases for 0.20 on (ascend_config.py:218-224 @ 792ea0c6de31, :240-245 @
+ *   182b75ea84ff) and is the only one left once the variable goes: main warns that it
+ *   "will be removed in the next release" (_get_config_value, ascend_config.py:361-372
+ *   @ 182b75ea84ff) and its refusal says "Please set weight_nz_mode=0 via
+ *   --additional-config" (worker.py:248-255, 288-295).  Releases before 0.20 read the
+ *   additional_config keys they know with .get() and ignore this one.  wsync cannot see
+ *   the engine's additional_config, so this is advised whatever the variable says. */
+#define WHY_NZ_CONFIG                                                                      \
+  "vLLM-Ascend main warns that VLLM_ASCEND_ENABLE_NZ will be removed in the next "        \
+  "release: from then on only additional_config weight_nz_mode turns FRACTAL_NZ off "     \
+  "(read from the releases for vLLM 0.20 on, where it overrides the variable; ignored "   \
+  "before), so give both: vllm serve --additional-config '{\"weight_nz_mode\": 0}', or " \
+  "LLM(..., additional_config={\"weight_nz_mode\": 0}), merged into any additional_config " \
+  "already given"
+
 static gboolean
 env_nz_off(WsyncEnv *env, gpointer user_data, GError **error)
 {
@@ -362,13 +383,13 @@ env_nz_off(WsyncEnv *env, gpointer user_data, GError **error)
 
   (void)user_data;
   (void)error;
-  if (old != NULL && is_python_int_zero(old))
-    return TRUE;
-  wsync_env_set(env, "VLLM_ASCEND_ENABLE_NZ", "0",
-                "vLLM-Ascend refuses weight updates with FRACTAL_NZ on (its default, mode 1): "
-                "wake_up and start_weight_update raise \"FRACTAL_NZ mode is enabled\" unless "
-                "it is 0; an additional_config weight_nz_mode, which takes precedence, must be "
-                "0 as well");
+  if (old == NULL || !is_python_int_zero(old))
+    wsync_env_set(env, "VLLM_ASCEND_ENABLE_NZ", "0",
+                  "vLLM-Ascend refuses weight updates with FRACTAL_NZ on (its default, mode 1): "
+                  "wake_up and start_weight_update raise \"FRACTAL_NZ mode is enabled\" unless "
+                  "it is 0; an additional_config weight_nz_mode, which takes precedence, must be "
+                  "0 as well");
+  wsync_env_advise(env, "additional_config.weight_nz_mode", "0", WHY_NZ_CONFIG);
   return TRUE;
 }
 

@@ -1350,6 +1350,49 @@ test_env_exports(void)
   g_assert_cmpstr(r.err, ==, "");
   run_clear(&r);
 
+  /* an engine setting: comment lines after the exports (an eval runs only the exports),
+   * "settings" in --json; one with a line break, which would end the comment and put
+   * the rest on a line of its own, is a broken plugin's and refused */
+  g_setenv("GOOD_SETTING", "{\"k\": 'v'}", TRUE);
+  r = run_wsync("env", "--backend", "test-backend", "--mode", "server", "--conf-dir", conf,
+                "--plugin-dir", pdir, NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_assert_cmpstr(r.out, ==,
+                  "# the mode, after what rival set\n"
+                  "export GOOD_MODE='server-rival'\n"
+                  "# an empty value is still set explicitly\n"
+                  "export RIVAL_EMPTY=''\n"
+                  "# a value with a quote\n"
+                  "export GOOD_QUOTE='it'\\''s here'\n"
+                  "# a setting no variable makes\n"
+                  "# engine setting (no export makes it): good.setting = {\"k\": 'v'}\n");
+  run_clear(&r);
+  r = run_wsync("env", "--backend", "test-backend", "--mode", "server", "--json", "--conf-dir",
+                conf, "--plugin-dir", pdir, NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  g_assert_true(json_parser_load_from_data(parser, r.out, -1, NULL));
+  root = json_node_get_object(json_parser_get_root(parser));
+  JsonArray *settings = json_object_get_array_member(root, "settings");
+  g_assert_cmpuint(json_array_get_length(settings), ==, 1);
+  first = json_array_get_object_element(settings, 0);
+  g_assert_cmpuint(json_object_get_size(first), ==, 3);
+  g_assert_cmpstr(json_object_get_string_member(first, "name"), ==, "good.setting");
+  g_assert_cmpstr(json_object_get_string_member(first, "value"), ==, "{\"k\": 'v'}");
+  g_assert_cmpstr(json_object_get_string_member(first, "reason"), ==,
+                  "a setting no variable makes");
+  run_clear(&r);
+  g_setenv("GOOD_SETTING", "0\nrm -rf ~", TRUE);
+  r = run_wsync("env", "--backend", "test-backend", "--mode", "server", "--conf-dir", conf,
+                "--plugin-dir", pdir, NULL);
+  g_unsetenv("GOOD_SETTING");
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.out, ==, "");
+  g_assert_cmpstr(r.err, ==,
+                  "wsync: an env patch advised setting \"good.setting\" with a line break "
+                  "or control character in its name, value or reason, which a comment cannot "
+                  "hold\n");
+  run_clear(&r);
+
   r = run_wsync("env", "--backend", "test-backend", "--mode", "hybrid", "--conf-dir", conf, NULL);
   g_assert_cmpint(r.status, ==, 2);
   g_assert_cmpstr(r.err, ==, "wsync env: --mode must be colocate or server (see wsync env --help)\n");

@@ -1222,7 +1222,9 @@ test_plan_nd_note(void)
       "wake-up and start_weight_update refuse to run unless VLLM_ASCEND_ENABLE_NZ is 0 (the "
       "releases for vLLM 0.22 to 0.26 read it in start_weight_update whatever "
       "additional_config says) and so is an additional_config weight_nz_mode if given; "
-      "`wsync env --backend npu-ascend` sets the variable (docs/vllm-ascend.md §3, §4, §6)";
+      "`wsync env --backend npu-ascend` sets the variable and advises additional_config "
+      "weight_nz_mode = 0, the one setting left once main drops the variable "
+      "(docs/vllm-ascend.md §3, §4, §6)";
   static const struct {
     const char *target, *format;
     gboolean noted;
@@ -1442,6 +1444,16 @@ env_output(const char *backend, const char *mode, gboolean json, const char *con
   "and start_weight_update raise \"FRACTAL_NZ mode is enabled\" unless it is 0; an "          \
   "additional_config weight_nz_mode, which takes precedence, must be 0 as well"
 #define EXPORT_NZ "export VLLM_ASCEND_ENABLE_NZ='0'"
+/* The variable goes (vllm_ascend/ascend_config.py:361-372 @ 182b75ea84ff): the
+ * additional_config key that replaces it, advised whatever the variable says. */
+#define WHY_NZ_CONFIG                                                                         \
+  "# vLLM-Ascend main warns that VLLM_ASCEND_ENABLE_NZ will be removed in the next release: " \
+  "from then on only additional_config weight_nz_mode turns FRACTAL_NZ off (read from the "   \
+  "releases for vLLM 0.20 on, where it overrides the variable; ignored before), so give "     \
+  "both: vllm serve --additional-config '{\"weight_nz_mode\": 0}', or "                       \
+  "LLM(..., additional_config={\"weight_nz_mode\": 0}), merged into any additional_config "   \
+  "already given"
+#define SETTING_NZ "# engine setting (no export makes it): additional_config.weight_nz_mode = 0"
 
 /* The output, line by line. */
 static void
@@ -1477,6 +1489,8 @@ test_env_colocate(void)
       "export PYTORCH_NPU_ALLOC_CONF='expandable_segments:False'",
       WHY_NZ,
       EXPORT_NZ,
+      WHY_NZ_CONFIG,
+      SETTING_NZ,
       NULL};
   g_autofree char *out = env_output("npu-ascend", "colocate", FALSE, set);
 
@@ -1492,7 +1506,7 @@ test_env_server(void)
   static const char *const want[] = {
       WHY_DEVICES, "export ASCEND_RT_VISIBLE_DEVICES='3'", WHY_PYTHONPATH,
       "export PYTHONPATH='/usr/local/Ascend/ascend-toolkit/latest/python/site-packages'", WHY_NZ,
-      EXPORT_NZ, NULL};
+      EXPORT_NZ, WHY_NZ_CONFIG, SETTING_NZ, NULL};
   g_autofree char *out = env_output("npu-ascend", "server", FALSE, set);
 
   assert_lines(out, want);
@@ -1518,6 +1532,8 @@ test_env_existing(void)
       WHY_ALLOC,
       "export PYTORCH_NPU_ALLOC_CONF='garbage_collection_threshold:0.6,expandable_segments:False,"
       "max_split_size_mb:128'",
+      WHY_NZ_CONFIG,
+      SETTING_NZ,
       NULL};
   g_autofree char *out = env_output("npu-ascend", "colocate", FALSE, set);
 
@@ -1534,10 +1550,11 @@ test_env_alloc_conf(void)
   static const char *const other[] = {"PYTORCH_NPU_ALLOC_CONF", "max_split_size_mb:64",
                                       "VLLM_ASCEND_ENABLE_NZ", "0", NULL};
   static const char *const want_empty[] = {
-      WHY_ALLOC, "export PYTORCH_NPU_ALLOC_CONF='expandable_segments:False'", NULL};
+      WHY_ALLOC, "export PYTORCH_NPU_ALLOC_CONF='expandable_segments:False'", WHY_NZ_CONFIG,
+      SETTING_NZ, NULL};
   static const char *const want_other[] = {
       WHY_ALLOC, "export PYTORCH_NPU_ALLOC_CONF='max_split_size_mb:64,expandable_segments:False'",
-      NULL};
+      WHY_NZ_CONFIG, SETTING_NZ, NULL};
   g_autofree char *a = env_output("npu-ascend", "colocate", FALSE, empty);
   g_autofree char *b = env_output("npu-ascend", "colocate", FALSE, other);
 
@@ -1545,33 +1562,39 @@ test_env_alloc_conf(void)
   assert_lines(b, want_other);
 }
 
-/* Nothing to do, or a backend without patches: nothing printed. */
+/* No variable to set: only the additional_config advice, which wsync cannot check; a
+ * backend without patches: nothing printed. */
 static void
 test_env_nothing(void)
 {
   static const char *const cuda[] = {"CUDA_VISIBLE_DEVICES", "0", NULL};
   static const char *const nz_off[] = {"VLLM_ASCEND_ENABLE_NZ", "0", NULL};
+  static const char *const want_a[] = {WHY_NZ_CONFIG, SETTING_NZ, NULL};
   g_autofree char *a = env_output("npu-ascend", "server", FALSE, nz_off);
   g_autofree char *b = env_output("vllm", "colocate", FALSE, cuda);
   g_autofree char *c = env_output("cuda", "server", FALSE, cuda);
 
-  g_assert_cmpstr(a, ==, "");
+  assert_lines(a, want_a);
   g_assert_cmpstr(b, ==, "");
   g_assert_cmpstr(c, ==, "");
 }
 
 /* VLLM_ASCEND_ENABLE_NZ: set to 0 in both modes when unset, empty or not what Python's
  * int() reads as 0 (vLLM-Ascend's default is 1, and its wake_up and start_weight_update
- * refuse every mode but 0: docs/vllm-ascend.md §4); left alone when it is 0 already. */
+ * refuse every mode but 0: docs/vllm-ascend.md §4); left alone when it is 0 already.
+ * additional_config weight_nz_mode = 0 advised in every case: the variable goes, and
+ * wsync cannot see the engine's additional_config (§6). */
 static void
 test_env_nz(void)
 {
-  static const char *const want[] = {WHY_NZ, EXPORT_NZ, NULL};
+  static const char *const want[] = {WHY_NZ, EXPORT_NZ, WHY_NZ_CONFIG, SETTING_NZ, NULL};
+  static const char *const want_off[] = {WHY_NZ_CONFIG, SETTING_NZ, NULL};
   static const char *const want_colocate[] = {
       WHY_ALLOC, "export PYTORCH_NPU_ALLOC_CONF='expandable_segments:False'", WHY_NZ, EXPORT_NZ,
-      NULL};
+      WHY_NZ_CONFIG, SETTING_NZ, NULL};
   static const char *const want_colocate_off[] = {
-      WHY_ALLOC, "export PYTORCH_NPU_ALLOC_CONF='expandable_segments:False'", NULL};
+      WHY_ALLOC, "export PYTORCH_NPU_ALLOC_CONF='expandable_segments:False'", WHY_NZ_CONFIG,
+      SETTING_NZ, NULL};
   static const char *const off[] = {"0", "00", " 0 ", "+0", "-0", NULL};
   /* "++0" and "+-0" are no number to int(), which raises on them as on "" */
   static const char *const on[] = {"1", "2", "", "zero", "++0", "+-0", "-+0", "0x0", NULL};
@@ -1587,7 +1610,7 @@ test_env_nz(void)
     const char *set[] = {"VLLM_ASCEND_ENABLE_NZ", off[i], NULL};
     g_autofree char *out = env_output("npu-ascend", "server", FALSE, set);
 
-    g_assert_cmpstr(out, ==, "");
+    assert_lines(out, want_off);
   }
   for (guint i = 0; on[i] != NULL; i++) {
     const char *set[] = {"VLLM_ASCEND_ENABLE_NZ", on[i], NULL};
@@ -1609,17 +1632,28 @@ test_env_json(void)
   g_autoptr(JsonParser) parser = json_parser_new();
   g_auto(GStrv) lines = g_strsplit(text, "\n", -1);
   GError *error = NULL;
-  JsonObject *root;
-  JsonArray *vars;
+  JsonObject *root, *setting;
+  JsonArray *vars, *settings;
 
   json_parser_load_from_data(parser, json, -1, &error);
   g_assert_no_error(error);
   root = json_node_get_object(json_parser_get_root(parser));
   g_assert_cmpstr(json_object_get_string_member(root, "backend"), ==, "npu-ascend");
   g_assert_cmpstr(json_object_get_string_member(root, "mode"), ==, "colocate");
+  {
+    /* exactly these members */
+    g_autoptr(GList) members = json_object_get_members(root);
+    g_autoptr(GString) keys = g_string_new(NULL);
+    members = g_list_sort(members, (GCompareFunc)strcmp);
+    for (GList *m = members; m != NULL; m = m->next)
+      g_string_append_printf(keys, "%s%s", keys->len > 0 ? "," : "", (const char *)m->data);
+    g_assert_cmpstr(keys->str, ==, "backend,mode,settings,variables");
+  }
   vars = json_object_get_array_member(root, "variables");
+  settings = json_object_get_array_member(root, "settings");
   g_assert_cmpuint(json_array_get_length(vars), ==, 4);
-  g_assert_cmpuint(g_strv_length(lines), ==, 2 * 4 + 1);
+  g_assert_cmpuint(json_array_get_length(settings), ==, 1);
+  g_assert_cmpuint(g_strv_length(lines), ==, 2 * 4 + 2 + 1);
   for (guint i = 0; i < json_array_get_length(vars); i++) {
     JsonObject *v = json_array_get_object_element(vars, i);
     g_autofree char *comment =
@@ -1635,12 +1669,26 @@ test_env_json(void)
                   "ASCEND_RT_VISIBLE_DEVICES");
   g_assert_cmpstr(json_object_get_string_member(json_array_get_object_element(vars, 1), "value"),
                   ==, "/opt/cann/python/site-packages");
+  /* the setting: the same name, value and reason as the text's two comment lines */
+  setting = json_array_get_object_element(settings, 0);
+  g_assert_cmpuint(json_object_get_size(setting), ==, 3);
+  g_assert_cmpstr(json_object_get_string_member(setting, "name"), ==,
+                  "additional_config.weight_nz_mode");
+  g_assert_cmpstr(json_object_get_string_member(setting, "value"), ==, "0");
+  {
+    g_autofree char *comment =
+        g_strdup_printf("# %s", json_object_get_string_member(setting, "reason"));
+    g_assert_cmpstr(comment, ==, WHY_NZ_CONFIG);
+    g_assert_cmpstr(lines[2 * 4], ==, WHY_NZ_CONFIG);
+    g_assert_cmpstr(lines[2 * 4 + 1], ==, SETTING_NZ);
+  }
 
   json_parser_load_from_data(parser, none, -1, &error);
   g_assert_no_error(error);
   root = json_node_get_object(json_parser_get_root(parser));
   g_assert_cmpstr(json_object_get_string_member(root, "backend"), ==, "vllm");
   g_assert_cmpuint(json_array_get_length(json_object_get_array_member(root, "variables")), ==, 0);
+  g_assert_cmpuint(json_array_get_length(json_object_get_array_member(root, "settings")), ==, 0);
 }
 
 /* The plan records each expert tensor's layout state and credits the hook. */

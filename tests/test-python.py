@@ -2577,7 +2577,8 @@ def vllm_worker_expert_load_balancing():
     expert = [n for n in want if n.endswith("w13_weight") or n.endswith("w2_weight")][0]
     refusal = '%s: tensor "%s": this engine places the experts by ' % (file, expert)
     ascend = lambda dynamic, path: types.SimpleNamespace(
-        eplb_config=types.SimpleNamespace(dynamic_eplb=dynamic, expert_map_path=path))
+        eplb_config=types.SimpleNamespace(dynamic_eplb=dynamic, expert_map_path=path),
+        weight_nz_mode=0)
 
     def load(ascend_config=None, **kw):
         model = fake_model(want)
@@ -2610,6 +2611,65 @@ def vllm_worker_expert_load_balancing():
     with FakeVllm(2, 0):
         fake_worker(model, enable_eplb=True).wsync_load(dense)
     assert all(a.tobytes() == want[n][2] for n, a in model_arrays(model, want).items())
+
+
+@test
+def vllm_worker_refuses_nz_mode():
+    """On vLLM-Ascend with a weight NZ mode other than 0 (its default is 1) wsync_load
+    refuses before copying, as vLLM-Ascend's own start_weight_update and wake_up do
+    (_check_nz_disabled, vllm_ascend/worker/worker.py:288-306 @ 182b75ea84ff), which a
+    collective_rpc call never passes: the mode is get_ascend_config().weight_nz_mode, or
+    VLLM_ASCEND_ENABLE_NZ (default 1) in releases whose config has no such attribute
+    (v0.18.0).  Mode 0 loads; so does vLLM, whatever the variable says.  (Before: it
+    copied piece by piece into parameters vLLM-Ascend may hold in FRACTAL_NZ.)"""
+    import types
+    need_numpy()
+    path, _ = committed_dir("tiny-qwen3", "kernel", 2, 1)
+    want = rank_tensors(path, 0)
+    saved = os.environ.get("VLLM_ASCEND_ENABLE_NZ")
+    advice = ("(FRACTAL_NZ on; its default is 1), whose parameters wsync_load does not copy "
+              "into, as vLLM-Ascend refuses its own weight updates in it: start the engine "
+              "with additional_config {\"weight_nz_mode\": 0} and VLLM_ASCEND_ENABLE_NZ=0, "
+              "as `wsync env --backend npu-ascend` says (docs/vllm-ascend.md section 4)")
+
+    def run(config, env):
+        if env is None:
+            os.environ.pop("VLLM_ASCEND_ENABLE_NZ", None)
+        else:
+            os.environ["VLLM_ASCEND_ENABLE_NZ"] = env
+        model = fake_model(want)
+        return model, fake_worker(model).wsync_load
+
+    def loads(config, env):
+        model, load = run(config, env)
+        with FakeVllm(2, 0, config):
+            load(path)
+        assert all(a.tobytes() == want[n][2] for n, a in model_arrays(model, want).items())
+
+    def refused(config, env, shown):
+        model, load = run(config, env)
+        with FakeVllm(2, 0, config):
+            expect_error("%s: rank 0: this vLLM-Ascend engine runs with weight NZ mode %s %s"
+                         % (path, shown, advice), load, path, status=3)
+        assert untouched(model, want), "copied before refusing"
+
+    new = lambda mode: types.SimpleNamespace(weight_nz_mode=mode)
+    old = types.SimpleNamespace()  # v0.18.0: no weight_nz_mode, the variable decides
+    try:
+        loads(new(0), None)
+        loads(new(0), "1")  # additional_config's 0 overrides the variable
+        refused(new(1), None, "1")
+        refused(new(2), "0", "2")
+        refused(old, None, "1")
+        refused(old, "2", "2")
+        refused(old, "on", "'on'")
+        loads(old, "0")
+        loads(None, "1")  # not vLLM-Ascend
+    finally:
+        if saved is None:
+            os.environ.pop("VLLM_ASCEND_ENABLE_NZ", None)
+        else:
+            os.environ["VLLM_ASCEND_ENABLE_NZ"] = saved
 
 
 @test

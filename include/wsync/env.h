@@ -1,7 +1,8 @@
 /* wsync: preparing a deployment's environment (the `wsync env` command).
  *
  * Backends register environment patches (wsync_plugin_add_env_patch(), which read and
- * set variables with wsync_env_getenv() and wsync_env_set()); this runs them.
+ * set variables with wsync_env_getenv() and wsync_env_set(), and advise engine settings
+ * with wsync_env_advise()); this runs them.
  */
 #ifndef WSYNC_ENV_H
 #define WSYNC_ENV_H
@@ -50,6 +51,20 @@ WSYNC_API guint wsync_env_n_vars(WsyncEnv *env);
  */
 WSYNC_API void wsync_env_var(WsyncEnv *env, guint index, const char **name, const char **value,
                              const char **reason);
+
+/** wsync_env_n_settings: Returns: the number of engine settings advised. */
+WSYNC_API guint wsync_env_n_settings(WsyncEnv *env);
+
+/**
+ * wsync_env_setting:
+ * @env: the environment
+ * @index: 0 <= @index < wsync_env_n_settings(), in the order settings were first advised
+ * @name: (out) (transfer none): the setting
+ * @value: (out) (transfer none): what it must be
+ * @reason: (out) (transfer none): why, and how to give it to the engine
+ */
+WSYNC_API void wsync_env_setting(WsyncEnv *env, guint index, const char **name,
+                                 const char **value, const char **reason);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(WsyncEnv, wsync_env_free)
 

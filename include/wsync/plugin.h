@@ -213,13 +213,29 @@ WSYNC_API const char *wsync_env_getenv(WsyncEnv *env, const char *name);
 WSYNC_API void wsync_env_set(WsyncEnv *env, const char *name, const char *value, const char *reason);
 
 /**
+ * wsync_env_advise:
+ * @env: the environment
+ * @name: an engine setting that is no environment variable, e.g. a configuration key
+ * @value: what it must be, as the user writes it
+ * @reason: one line saying why and how to give it to the engine
+ *
+ * Advises a setting wsync cannot make with an export (nor see, so it is advised
+ * whatever the deployment already has): `wsync env` prints it as comments only, so an
+ * eval of its output stays a plain list of exports.  A later advice of the same @name
+ * replaces the earlier one.
+ */
+WSYNC_API void wsync_env_advise(WsyncEnv *env, const char *name, const char *value,
+                                const char *reason);
+
+/**
  * WsyncEnvPatchFunc:
  * @env: the environment being prepared
  * @user_data: the data given at registration
  * @error: return location for an error
  *
  * An environment patch: reads @env with wsync_env_getenv() and sets what the backend
- * needs with wsync_env_set().  Patches run in dispatch order.
+ * needs with wsync_env_set(), or advises it with wsync_env_advise() when no variable
+ * makes it.  Patches run in dispatch order.
  *
  * Returns: %TRUE on success.
  */

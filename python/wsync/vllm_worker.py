@@ -13,7 +13,8 @@ tensors of its rank file into the parameters (model.get_parameter(name).copy_(w)
 copy vLLM's own kernel-format update does, docs/vllm.md section 7): parameter addresses,
 and so CUDA graphs, stay valid.  Before copying anything it checks the files (the kernel
 format, every name a parameter of the right dtype and shape) and the engine (each MoE
-layer's backend, no expert load balancing, no reload in progress).
+layer's backend, no expert load balancing, no reload in progress, on vLLM-Ascend the
+weight NZ mode 0 that its own weight updates require).
 
 On vLLM-Ascend for vLLM 0.17 to 0.26.x, whose wake_up leaves the routed experts as
 transposed views in the loader shape, it puts the processed parameters back first
@@ -31,6 +32,7 @@ fake vllm parallel-state modules and fake module trees, replaying the rules cite
 """
 
 import logging
+import os as _os
 import re
 
 import _wsync
@@ -140,6 +142,51 @@ def _ascend_shared_expert_dp():
     if config is None:
         return None
     return bool(getattr(config, "enable_shared_expert_dp", False))
+
+
+def ascend_nz_mode(ascend_config):
+    """vLLM-Ascend's weight NZ mode (0 off, 1 quantized weights in FRACTAL_NZ, the
+    default, 2 BF16/FP16 too), read as its own worker reads it, or None when this is
+    not vLLM-Ascend (ascend_config None):
+
+      the releases for vLLM 0.20 on: get_ascend_config().weight_nz_mode, which is
+        additional_config["weight_nz_mode"], else VLLM_ASCEND_ENABLE_NZ
+        (vllm_ascend/ascend_config.py:240-245, 361-372 @ 182b75ea84ff), as
+        _check_nz_disabled reads it (vllm_ascend/worker/worker.py:288-289);
+      before (no such attribute): the variable itself, int(os.getenv(
+        "VLLM_ASCEND_ENABLE_NZ", 1)) (vllm_ascend/envs.py, read by
+        worker.py:208-212 and utils.py:148-153 @ e18643f8a4d5, v0.18.0)."""
+    if ascend_config is None:
+        return None
+    mode = getattr(ascend_config, "weight_nz_mode", None)
+    if mode is None:
+        text = _os.getenv("VLLM_ASCEND_ENABLE_NZ", "1")
+        try:
+            mode = int(text)
+        except ValueError:  # the engine's own int() fails on it: no mode 0 either
+            mode = repr(text)
+    return mode
+
+
+def nz_mode_refusal(dir, rank, mode):
+    """None, or why wsync_load refuses to copy into this vLLM-Ascend engine: its weight
+    NZ mode is not 0.  Then maybe_trans_nz has cast weights to FRACTAL_NZ (quantized
+    ones in mode 1, BF16/FP16 too in mode 2: vllm_ascend/utils.py:249-286 @
+    182b75ea84ff), and wsync_load copies each parameter a piece at a time through views
+    of it (wsync._copy_torch), a copy torch_npu's copy_ does not show to be right for a
+    FRACTAL_NZ tensor (copy_h2d casts a staging tensor of the piece's sizes into the
+    parameter's NZ storage: torch_npu/csrc/aten/common/CopyKernel.cpp @ 028285dee356;
+    not run).  vLLM-Ascend refuses its own weight updates in any mode but 0 for the
+    same engine (_check_nz_disabled, called by start_weight_update; wake_up:
+    vllm_ascend/worker/worker.py:247-255, 288-306 @ 182b75ea84ff), and wsync_load,
+    called by collective_rpc, never passes there (docs/vllm-ascend.md section 4)."""
+    if not mode:
+        return None
+    return (f"{dir}: rank {rank}: this vLLM-Ascend engine runs with weight NZ mode {mode} "
+            f"(FRACTAL_NZ on; its default is 1), whose parameters wsync_load does not copy "
+            f"into, as vLLM-Ascend refuses its own weight updates in it: start the engine "
+            f"with additional_config {{\"weight_nz_mode\": 0}} and VLLM_ASCEND_ENABLE_NZ=0, "
+            f"as `wsync env --backend npu-ascend` says (docs/vllm-ascend.md section 4)")
 
 
 def expert_load_balancing(parallel_config, ascend_config=None):
@@ -566,9 +613,13 @@ class WsyncWorkerExtension:
                 refusal = file_refusal(path, metadata)
                 if refusal is not None:
                     raise _bad_input(refusal)
+            ascend_config = _ascend_config()
+            refusal = nz_mode_refusal(dir, rank, ascend_nz_mode(ascend_config))
+            if refusal is not None:
+                raise _bad_input(refusal)
             check_moe_backends(files, model)
             check_expert_placement(files, expert_load_balancing(
-                self.vllm_config.parallel_config, _ascend_config()))
+                self.vllm_config.parallel_config, ascend_config))
             params = _ParametersThroughLora(model, processed_expert_tensors(files))
             record = _load_opened(files, dir, rank, params, buffers=False,
                                   before_copy=lambda: params.put_back(dir, rank))

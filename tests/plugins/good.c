@@ -54,16 +54,23 @@ good_patch(JsonNode *config, gpointer user_data, GError **error)
   return TRUE;
 }
 
-/* Sets GOOD_MODE from the deployment mode and a value that needs shell quoting. */
+/* Sets GOOD_MODE from the deployment mode and a value that needs shell quoting; with
+ * GOOD_SETTING in wsync's environment, advises the engine setting good.setting to its
+ * value (twice: the second advice replaces the first). */
 static gboolean
 good_env(WsyncEnv *env, gpointer user_data, GError **error)
 {
   g_autofree char *mode = g_strdup_printf("%s-%s", wsync_env_get_mode(env),
                                           wsync_env_getenv(env, "GOOD_MODE") ?: "unset");
+  const char *setting = wsync_env_getenv(env, "GOOD_SETTING");
   (void)user_data;
   (void)error;
   wsync_env_set(env, "GOOD_MODE", mode, "the mode, after what rival set");
   wsync_env_set(env, "GOOD_QUOTE", "it's here", "a value with a quote");
+  if (setting != NULL) {
+    wsync_env_advise(env, "good.setting", "replaced", "replaced");
+    wsync_env_advise(env, "good.setting", setting, "a setting no variable makes");
+  }
   return TRUE;
 }
 

@@ -605,9 +605,11 @@ prefixes_of(WsyncModel *model)
  * (vllm/model_executor/models/registry.py:208-209 @ df1376907b16, since #50210 of
  * 2026-07-29, after the 0.24.0 cut; their loader strips `model.language_model.` to
  * `model.`, qwen3_5.py:318-323, and holds no `language_model.` or `visual.` prefix,
- * docs/vllm.md §9.6).  Any model plugin may name them (architectures[0] of config.json
- * wins, wsync_model_set_architecture()); without a row in mappers[] the names would pass
- * unchanged, and sharded_state would refuse them.  The old tree wrote such files, exit 0. */
+ * docs/vllm.md §9.6).  The bundled model plugins refuse a config naming a class they do
+ * not describe (wsync_model_accept_architecture()); a plugin that uses the legacy
+ * wsync_model_set_architecture() passes config.json's architectures[0] whatever it
+ * names, and without a row in mappers[] the names would pass unchanged, and
+ * sharded_state would refuse them.  The old tree wrote such files, exit 0. */
 static const char *const unnamed_architectures[] = {"Qwen3_5ForCausalLM",
                                                     "Qwen3_5MoeForCausalLM"};
 

@@ -423,6 +423,7 @@ wsync_model_free(WsyncModel *m)
   json_object_unref(m->config);
   g_free(m->model_type);
   g_free(m->architecture);
+  g_free(m->config_name);
   g_hash_table_unref(m->logical_by_name);
   g_ptr_array_unref(m->logical);
   g_ptr_array_unref(m->params);
@@ -454,6 +455,12 @@ const char *
 wsync_model_get_model_type(WsyncModel *m)
 {
   return m->model_type;
+}
+
+const char *
+wsync_model_get_config_name(WsyncModel *m)
+{
+  return m->config_name;
 }
 
 gboolean

@@ -828,8 +828,13 @@ test_architecture_alias(void)
   r = run_wsync("convert", ck, ranks, "--target", "vllm", "--tp", "2", NULL);
   if (r.status != 3)
     g_error("LLaMAForCausalLM with gelu: exit %d, expected 3: %s", r.status, r.err);
-  test_assert_has(r.err, "config.json: field \"hidden_act\" is \"gelu\", but vLLM's "
-                         "LlamaForCausalLM accepts only \"silu\"");
+  /* naming config.json by its path (wsync_model_get_config_name()); the old tree said
+   * "config.json" alone */
+  g_autofree char *want = g_strdup_printf("wsync: %s/config.json: field \"hidden_act\" is "
+                                          "\"gelu\", but vLLM's LlamaForCausalLM accepts only "
+                                          "\"silu\"",
+                                          ck);
+  test_assert_has(r.err, want);
   g_assert_false(g_file_test(ranks, G_FILE_TEST_EXISTS));
   test_run_clear(&r);
 }

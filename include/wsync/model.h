@@ -238,6 +238,19 @@ WSYNC_API JsonObject *wsync_model_get_config(WsyncModel *m);
 WSYNC_API const char *wsync_model_get_model_type(WsyncModel *m);
 
 /**
+ * wsync_model_get_config_name:
+ * @m: the model
+ *
+ * The name the core gives config.json in errors: its path, as the plan found it (e.g.
+ * "/ckpt/config.json").  A remapper's errors need not name it (the core prefixes it);
+ * a backend's errors about the config can.
+ *
+ * Returns: (transfer none) (nullable): the name, or %NULL when the model was not
+ * described from a config file.
+ */
+WSYNC_API const char *wsync_model_get_config_name(WsyncModel *m);
+
+/**
  * wsync_model_config_section:
  * @m: the model
  * @key: (nullable): a member of the root holding an object (e.g. "text_config"), or

@@ -41,6 +41,7 @@ describe_model(WsyncContext *ctx, JsonObject *root, const char *config_name, GEr
   const WsyncEntry *entry = remappers->pdata[0];
   WsyncRemapFunc remap = (WsyncRemapFunc)wsync_entry_get_callback(entry);
   WsyncModel *model = wsync_model_new(root, model_type);
+  model->config_name = g_strdup(config_name); /* for backends' errors */
   model->remapper = plan_entry_label(entry);
   model->remapper_plugin = g_strdup(wsync_entry_get_plugin(entry));
   if (!remap(model, wsync_entry_get_user_data(entry), error)) {

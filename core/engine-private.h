@@ -89,6 +89,7 @@ struct _WsyncModel {
   JsonObject *config;
   char *model_type;
   char *architecture;
+  char *config_name; /* the config.json's path as errors name it, or NULL */
   WsyncDtype dtype;
   GPtrArray *logical; /* WsyncLogicalTensor*, owned */
   GHashTable *logical_by_name;

@@ -423,6 +423,7 @@ wsync_model_free(WsyncModel *m)
   json_object_unref(m->config);
   g_free(m->model_type);
   g_free(m->architecture);
+  g_free(m->config_name);
   g_hash_table_unref(m->logical_by_name);
   g_ptr_array_unref(m->logical);
   g_ptr_array_unref(m->params);
@@ -456,6 +457,12 @@ wsync_model_get_model_type(WsyncModel *m)
   return m->model_type;
 }
 
+const char *
+wsync_model_get_config_name(WsyncModel *m)
+{
+  return m->config_name;
+}
+
 gboolean
 wsync_model_config_section(WsyncModel *m, const char *key, gboolean fall_back,
                            WsyncConfigSection *out)
@@ -473,21 +480,99 @@ wsync_model_config_section(WsyncModel *m, const char *key, gboolean fall_back,
   return key == NULL || fall_back;
 }
 
-/* config.json's own word on the architecture wins over the plugin's default. */
-void
-wsync_model_set_architecture(WsyncModel *m, const char *architecture)
+/* config.json's architectures[0] when it is a string, else NULL (absent, null, empty,
+ * or not what Transformers writes: the legacy setter then takes the default). */
+static const char *
+config_architecture(WsyncModel *m)
 {
   JsonNode *node = json_object_get_member(m->config, "architectures");
-  const char *from_config = NULL;
 
   if (node != NULL && JSON_NODE_HOLDS_ARRAY(node) &&
       json_array_get_length(json_node_get_array(node)) > 0) {
     JsonNode *first = json_array_get_element(json_node_get_array(node), 0);
     if (JSON_NODE_HOLDS_VALUE(first) && json_node_get_value_type(first) == G_TYPE_STRING)
-      from_config = json_node_get_string(first);
+      return json_node_get_string(first);
   }
+  return NULL;
+}
+
+/* Legacy: config.json's own word on the architecture wins over the plugin's default,
+ * whatever class it names (wsync_model_accept_architecture() checks it). */
+void
+wsync_model_set_architecture(WsyncModel *m, const char *architecture)
+{
+  const char *from_config = config_architecture(m);
+
   g_free(m->architecture);
   m->architecture = g_strdup(from_config != NULL ? from_config : architecture);
+}
+
+/* `architectures` that is there but holds no class name to compare: not a list, or a
+ * list whose first element is not a string.  Transformers and vLLM both index it
+ * (`architectures[0]`), so such a config names no class either of them builds. */
+static gboolean
+check_architectures_shape(WsyncModel *m, GError **error)
+{
+  JsonNode *node = json_object_get_member(m->config, "architectures");
+  JsonNode *first = NULL;
+
+  if (node == NULL || JSON_NODE_HOLDS_NULL(node))
+    return TRUE;
+  if (JSON_NODE_HOLDS_ARRAY(node)) {
+    JsonArray *list = json_node_get_array(node);
+    if (json_array_get_length(list) == 0)
+      return TRUE;
+    first = json_array_get_element(list, 0);
+    if (JSON_NODE_HOLDS_VALUE(first) && json_node_get_value_type(first) == G_TYPE_STRING)
+      return TRUE;
+  }
+  g_autofree char *value = json_to_string(first != NULL ? first : node, FALSE);
+  return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
+                    first != NULL ? "field \"architectures\" begins with %s, not a class name"
+                                  : "field \"architectures\" is %s, not a list of class names",
+                    value);
+}
+
+/* `, or as its alias "A"` / `, or as its aliases "A", "B"`: nothing without aliases. */
+static char *
+aliases_text(const char *const *aliases)
+{
+  GString *text = g_string_new(NULL);
+  guint n = 0;
+
+  for (const char *const *a = aliases; a != NULL && *a != NULL; a++, n++)
+    g_string_append_printf(text, "%s\"%s\"", n == 0 ? "" : ", ", *a);
+  if (n > 0)
+    g_string_prepend(text, n == 1 ? ", or as its alias " : ", or as its aliases ");
+  return g_string_free(text, FALSE);
+}
+
+gboolean
+wsync_model_accept_architecture(WsyncModel *m, const char *architecture,
+                                const char *const *aliases, const char *note, GError **error)
+{
+  g_return_val_if_fail(m != NULL && architecture != NULL, FALSE);
+  const char *given = config_architecture(m);
+
+  if (!check_architectures_shape(m, error))
+    return FALSE;
+  gboolean described = given == NULL || strcmp(given, architecture) == 0;
+  for (const char *const *a = aliases; !described && a != NULL && *a != NULL; a++)
+    described = strcmp(given, *a) == 0;
+  if (!described) {
+    g_autofree char *printable = g_strescape(given, NULL);
+    g_autofree char *type = g_strescape(m->model_type, NULL);
+    g_autofree char *others = aliases_text(aliases);
+    return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
+                      "field \"architectures\" begins with \"%s\", but model_type \"%s\" is "
+                      "supported only as \"%s\"%s%s%s",
+                      printable, type, architecture, others, note != NULL ? " " : "",
+                      note != NULL ? note : "");
+  }
+  /* an alias is the same class to the engine: backends key their tables by one name */
+  g_free(m->architecture);
+  m->architecture = g_strdup(architecture);
+  return TRUE;
 }
 
 const char *

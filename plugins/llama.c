@@ -110,6 +110,15 @@ describe_layer(WsyncModel *m, const Llama *c, guint64 l)
   wsync_model_add_decoder_layer(m, "model.layers", l, &layer);
 }
 
+/* The classes described: LlamaForCausalLM, and the name the decapoda-research/llama-*
+ * conversions published, which vLLM builds as its LlamaForCausalLM (registry.py:155-156
+ * @ df1376907b16; Transformers builds the class of model_type "llama" whatever
+ * architectures says).  Any other class (LlamaForSequenceClassification, vLLM's
+ * MistralForCausalLM, ...) is refused: its names or its engine class are not these
+ * (docs/hf-checkpoints.md §5 "Architectures").  An alias is described as
+ * LlamaForCausalLM, so that the vllm backend's rules for that class apply to it. */
+static const char *const llama_aliases[] = {"LLaMAForCausalLM", NULL};
+
 /* The remapper. */
 static gboolean
 describe(WsyncModel *m, gpointer user_data, GError **error)
@@ -117,9 +126,9 @@ describe(WsyncModel *m, gpointer user_data, GError **error)
   Llama c = {0};
 
   (void)user_data;
-  if (!read_config(m, &c, error))
+  if (!read_config(m, &c, error) ||
+      !wsync_model_accept_architecture(m, "LlamaForCausalLM", llama_aliases, NULL, error))
     return FALSE;
-  wsync_model_set_architecture(m, "LlamaForCausalLM");
   /* tied: lm_head.weight is the embedding under a second name (`lm_head.tie_weights`,
    * llama.py:486-493 @ df1376907b16; docs/vllm.md §3, §10) */
   wsync_model_add_vocab(m, "model.embed_tokens.weight", "lm_head.weight", c.vocab, c.hidden,

@@ -432,33 +432,19 @@ describe_mtp(WsyncModel *m, const Qwen35 *c)
   wsync_model_add_norm(m, "mtp.norm.weight", c->hidden);
 }
 
-/* architectures[0] names the class Transformers builds, and the model's architecture is
- * that name (wsync_model_set_architecture()).  This plugin describes the published
- * checkpoint of Qwen3_5(Moe)ForConditionalGeneration: text under model.language_model.,
- * the vision tower under model.visual., lm_head at the top.  Transformers'
- * Qwen3_5(Moe)ForCausalLM, which AutoModelForCausalLM builds for these model_types too, is
- * a text-only model of other names (model.layers.*, model.embed_tokens, model.norm; the
- * tower is ignored on load) and vLLM's class of that name holds other names again
- * (docs/hf-checkpoints.md §3 "Text-only Qwen3.5").  Neither is described here: refused,
- * rather than described under a class whose names they are not. */
-static gboolean
-check_architecture(WsyncModel *m, const Qwen35 *c, GError **error)
-{
-  const char *want =
-      c->moe ? "Qwen3_5MoeForConditionalGeneration" : "Qwen3_5ForConditionalGeneration";
-  const char *given = wsync_model_get_architecture(m);
-  g_autofree char *printable = NULL;
-
-  if (strcmp(given, want) == 0)
-    return TRUE;
-  printable = g_strescape(given, NULL);
-  return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
-                    "field \"architectures\" begins with \"%s\", but model_type "
-                    "\"%s\" is supported only as \"%s\" (the published multimodal checkpoint: "
-                    "model.language_model.*, model.visual.*, lm_head.weight); a text-only "
-                    "checkpoint (Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM) is not supported",
-                    printable, wsync_model_get_model_type(m), want);
-}
+/* This plugin describes the published checkpoint of
+ * Qwen3_5(Moe)ForConditionalGeneration: text under model.language_model., the vision
+ * tower under model.visual., lm_head at the top.  Transformers' Qwen3_5(Moe)ForCausalLM,
+ * which AutoModelForCausalLM builds for these model_types too, is a text-only model of
+ * other names (model.layers.*, model.embed_tokens, model.norm; the tower is ignored on
+ * load) and vLLM's class of that name holds other names again (docs/hf-checkpoints.md §3
+ * "Text-only Qwen3.5").  Neither is described here: a config naming them, or any other
+ * class, is refused (wsync_model_accept_architecture()) rather than described under a
+ * class whose names they are not. */
+#define ONLY_MULTIMODAL                                                                         \
+  "(the published multimodal checkpoint: model.language_model.*, model.visual.*, "           \
+  "lm_head.weight); a text-only checkpoint (Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM) is "  \
+  "not supported"
 
 /* model_type "qwen3_5_moe_text" / "qwen3_5_text" at the top level: a text-only
  * checkpoint, the config of Transformers' Qwen3_5(Moe)ForCausalLM (config class
@@ -495,9 +481,10 @@ describe(WsyncModel *m, gpointer user_data, GError **error)
   kind = c.kind;
   if (!ok)
     return FALSE;
-  wsync_model_set_architecture(m, c.moe ? "Qwen3_5MoeForConditionalGeneration"
-                                        : "Qwen3_5ForConditionalGeneration");
-  if (!check_architecture(m, &c, error))
+  if (!wsync_model_accept_architecture(m,
+                                       c.moe ? "Qwen3_5MoeForConditionalGeneration"
+                                             : "Qwen3_5ForConditionalGeneration",
+                                       NULL, ONLY_MULTIMODAL, error))
     return FALSE;
   wsync_model_add_vocab(m, "model.language_model.embed_tokens.weight", "lm_head.weight", c.vocab,
                         c.hidden, c.tie);

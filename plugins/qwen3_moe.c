@@ -146,7 +146,12 @@ describe(WsyncModel *m, gpointer user_data, GError **error)
   mlp_only = c.mlp_only;
   if (!ok)
     return FALSE;
-  wsync_model_set_architecture(m, c.dense ? "Qwen3ForCausalLM" : "Qwen3MoeForCausalLM");
+  /* one class per model_type, no alias in vLLM's registry (registry.py:206-207 @
+   * df1376907b16): Qwen3MoeForCausalLM under "qwen3", a classification head, ... are
+   * refused (docs/hf-checkpoints.md §2 "Architectures") */
+  if (!wsync_model_accept_architecture(m, c.dense ? "Qwen3ForCausalLM" : "Qwen3MoeForCausalLM",
+                                       NULL, NULL, error))
+    return FALSE;
   wsync_model_add_vocab(m, "model.embed_tokens.weight", "lm_head.weight", c.vocab, c.hidden,
                         c.tie);
   /* Tied: torch's state_dict() and checkpoints saved from it carry lm_head.weight beside

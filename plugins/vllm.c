@@ -605,11 +605,23 @@ prefixes_of(WsyncModel *model)
  * (vllm/model_executor/models/registry.py:208-209 @ df1376907b16, since #50210 of
  * 2026-07-29, after the 0.24.0 cut; their loader strips `model.language_model.` to
  * `model.`, qwen3_5.py:318-323, and holds no `language_model.` or `visual.` prefix,
- * docs/vllm.md §9.6).  Any model plugin may name them (architectures[0] of config.json
- * wins, wsync_model_set_architecture()); without a row in mappers[] the names would pass
- * unchanged, and sharded_state would refuse them.  The old tree wrote such files, exit 0. */
+ * docs/vllm.md §9.6).  The bundled model plugins refuse a config naming a class they do
+ * not describe (wsync_model_accept_architecture()); a plugin that uses the legacy
+ * wsync_model_set_architecture() passes config.json's architectures[0] whatever it
+ * names, and without a row in mappers[] the names would pass unchanged, and
+ * sharded_state would refuse them.  The old tree wrote such files, exit 0. */
 static const char *const unnamed_architectures[] = {"Qwen3_5ForCausalLM",
                                                     "Qwen3_5MoeForCausalLM"};
+
+/* config.json as the core names it in errors (its path), for the refusals below; the
+ * bare name when the model was not described from a file. */
+static const char *
+config_name(WsyncModel *model)
+{
+  const char *name = wsync_model_get_config_name(model);
+
+  return name != NULL ? name : "config.json";
+}
 
 static gboolean
 check_names_known(WsyncModel *model, GError **error)
@@ -619,12 +631,12 @@ check_names_known(WsyncModel *model, GError **error)
   for (guint i = 0; i < G_N_ELEMENTS(unnamed_architectures); i++)
     if (g_strcmp0(architecture, unnamed_architectures[i]) == 0)
       return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
-                        "config.json: field \"architectures\" begins with \"%s\": the vllm "
+                        "%s: field \"architectures\" begins with \"%s\": the vllm "
                         "targets do not know the parameter names of vLLM's %s (a text-only "
                         "Qwen3.5 class); of Qwen3.5 they support "
                         "\"Qwen3_5MoeForConditionalGeneration\" and "
                         "\"Qwen3_5ForConditionalGeneration\"",
-                        architecture, architecture);
+                        config_name(model), architecture, architecture);
   return TRUE;
 }
 
@@ -699,9 +711,10 @@ check_activation(WsyncModel *model, GError **error)
       return TRUE;
     g_autofree char *printable = g_strescape(act, NULL);
     return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
-                      "config.json: field \"%shidden_act\" is \"%s\", but vLLM's %s accepts "
+                      "%s: field \"%shidden_act\" is \"%s\", but vLLM's %s accepts "
                       "only \"silu\": %s",
-                      text.where, printable, architecture, silu_only[i].why);
+                      config_name(model), text.where, printable, architecture,
+                      silu_only[i].why);
   }
   return TRUE;
 }
@@ -794,10 +807,10 @@ check_config_divergences(WsyncModel *model, gboolean kernel, GError **error)
       continue;
     g_autofree char *value = json_to_string(node, FALSE);
     return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
-                      "config.json: field \"%s%s\" is %s: vLLM's %s %s; %s accepts only 0, "
+                      "%s: field \"%s%s\" is %s: vLLM's %s %s; %s accepts only 0, "
                       "false or absent",
-                      text.where, vllm_config_divergences[i].field, value, architecture,
-                      vllm_config_divergences[i].problem,
+                      config_name(model), text.where, vllm_config_divergences[i].field, value,
+                      architecture, vllm_config_divergences[i].problem,
                       kernel ? "--format kernel" : "--format sharded-state");
   }
   return TRUE;

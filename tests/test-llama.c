@@ -638,51 +638,205 @@ test_hidden_act(void)
   expect_status(&r, 0, "plan with hidden_act silu");
 }
 
-/* A config whose architectures[0] is one of vLLM's text-only Qwen3.5 classes
- * (Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM: registry.py:208-209 @ df1376907b16): the
- * model's architecture is that name (config.json wins), and the vllm target knows no
- * names for those classes.  The old tree wrote the checkpoint's names unchanged, exit 0;
- * now plan and convert --target vllm (both formats) refuse, exit 3, naming config.json,
- * the field and the value, and write nothing.  The hf target, which does not look at
- * architectures, still converts. */
-static void
-test_vllm_unnamed_architecture(void)
+/* ------------------------------------------------------------------ architectures */
+
+/* A copy of @src (a flat directory) whose config.json is @config. */
+static char *
+checkpoint_with_config(const char *src, const char *config)
 {
-  static const char *const names[] = {"Qwen3_5MoeForCausalLM", "Qwen3_5ForCausalLM"};
+  char *ck = new_path("arch-checkpoint");
+  g_autofree char *ck_config = g_build_filename(ck, "config.json", NULL);
+  g_autoptr(GDir) d = g_dir_open(src, 0, NULL);
+  const char *name;
 
-  for (guint i = 0; i < G_N_ELEMENTS(names); i++) {
-    JsonArray *list = json_array_new();
-    json_array_add_string_element(list, names[i]);
-    g_autofree char *config =
-        config_variant(UNTIED, "architectures", json_node_init_array(json_node_alloc(), list));
-    json_array_unref(list);
-    g_autofree char *ck = new_path("arch");
-    g_autofree char *hf = new_path("arch-hf");
-    g_autofree char *ranks = new_path("arch-vllm");
-    g_autofree char *want = g_strdup_printf(
-        "config.json: field \"architectures\" begins with \"%s\": the vllm targets do not "
-        "know the parameter names of vLLM's %s (a text-only Qwen3.5 class); of Qwen3.5 they "
-        "support \"Qwen3_5MoeForConditionalGeneration\" and "
-        "\"Qwen3_5ForConditionalGeneration\"\n",
-        names[i], names[i]);
-    TestRun r;
+  g_assert_cmpint(g_mkdir(ck, 0755), ==, 0);
+  while ((name = g_dir_read_name(d)) != NULL) {
+    g_autofree char *from = g_build_filename(src, name, NULL);
+    g_autofree char *to = g_build_filename(ck, name, NULL);
+    if (strcmp(name, "config.json") != 0)
+      test_copy(from, to);
+  }
+  test_copy(config, ck_config);
+  return ck;
+}
 
-    r = run_wsync("synth", "--config", config, ck, NULL);
-    expect_status(&r, 0, "synth");
-    r = run_wsync("convert", ck, hf, "--target", "hf", NULL);
-    expect_status(&r, 0, "convert to hf");
-    for (guint w = 0; w < 3; w++) {
-      r = w == 0   ? run_wsync("plan", ck, "--target", "vllm", "--tp", "2", NULL)
-          : w == 1 ? run_wsync("convert", ck, ranks, "--target", "vllm", "--tp", "1", NULL)
-                   : run_wsync("convert", ck, ranks, "--target", "vllm", "--tp", "2",
-                               "--format", "kernel", NULL);
+/* @a and @b hold the same file names, and every file but config.json byte for byte. */
+static void
+assert_same_files(const char *a, const char *b)
+{
+  g_autoptr(GDir) da = g_dir_open(a, 0, NULL);
+  g_autoptr(GDir) db = g_dir_open(b, 0, NULL);
+  guint n_a = 0, n_b = 0;
+  const char *name;
+
+  if (da == NULL || db == NULL)
+    g_error("%s or %s is not a directory", a, b);
+  while ((name = g_dir_read_name(da)) != NULL) {
+    g_autofree char *pa = g_build_filename(a, name, NULL);
+    g_autofree char *pb = g_build_filename(b, name, NULL);
+    g_autofree char *ca = NULL, *cb = NULL;
+    gsize la = 0, lb = 0;
+    n_a++;
+    if (g_file_test(pa, G_FILE_TEST_IS_DIR)) {
+      assert_same_files(pa, pb);
+      continue;
+    }
+    if (!g_file_get_contents(pb, &cb, &lb, NULL))
+      g_error("%s has %s, %s has not", a, name, b);
+    if (strcmp(name, "config.json") == 0)
+      continue;
+    g_assert_true(g_file_get_contents(pa, &ca, &la, NULL));
+    if (la != lb || memcmp(ca, cb, la) != 0)
+      g_error("%s and %s differ", pa, pb);
+  }
+  while (g_dir_read_name(db) != NULL)
+    n_b++;
+  g_assert_cmpuint(n_a, ==, n_b);
+}
+
+/* The refusal of a llama config whose architectures[0] is @shown (as printed). */
+static char *
+llama_refusal(const char *shown)
+{
+  return g_strdup_printf("field \"architectures\" begins with %s, but model_type \"llama\" is "
+                         "supported only as \"LlamaForCausalLM\", or as its alias "
+                         "\"LLaMAForCausalLM\"\n",
+                         shown);
+}
+
+/* A llama config whose architectures[0] names a class the plugin does not describe: a
+ * classification head of other names (LlamaForSequenceClassification,
+ * LlamaForTokenClassification: score.weight, no lm_head), vLLM's text-only Qwen3.5
+ * classes (registry.py:208-209 @ df1376907b16), vLLM's MistralForCausalLM (another class,
+ * mistral.py:230), or a made-up name.  The old tree described them all as
+ * LlamaForCausalLM's names and wrote the files, exit 0 (then the vllm target keyed its
+ * rules by the other name).  Now synth, plan and convert exit 3 with one line naming
+ * config.json's path, the field, the class and the classes described; nothing written.
+ * `architectures` that is not a list of names is refused the same way. */
+static void
+test_architecture_refused(void)
+{
+  static const struct {
+    const char *value; /* JSON */
+    const char *message;
+  } cases[] = {
+      {"[\"LlamaForSequenceClassification\"]", NULL},
+      {"[\"LlamaForTokenClassification\"]", NULL},
+      {"[\"Qwen3_5ForCausalLM\"]", NULL},
+      {"[\"Qwen3_5MoeForCausalLM\"]", NULL},
+      {"[\"MistralForCausalLM\", \"LlamaForCausalLM\"]", NULL},
+      {"[\"Made\\nUp\"]", NULL},
+      {"[5]", "field \"architectures\" begins with 5, not a class name\n"},
+      {"\"LlamaForCausalLM\"",
+       "field \"architectures\" is \"LlamaForCausalLM\", not a list of class names\n"},
+  };
+  const char *src = synth(UNTIED);
+
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_autoptr(JsonNode) value = json_from_string(cases[i].value, NULL);
+    g_autofree char *config = config_variant(UNTIED, "architectures", json_node_copy(value));
+    g_autofree char *ck = checkpoint_with_config(src, config);
+    g_autofree char *ck_config = g_build_filename(ck, "config.json", NULL);
+    g_autofree char *out = new_path("arch-refused");
+    g_autofree char *shown = NULL;
+    g_autofree char *message = NULL;
+    g_autofree char *line = NULL;
+
+    if (cases[i].message == NULL) {
+      JsonNode *first = json_array_get_element(json_node_get_array(value), 0);
+      g_autofree char *escaped = g_strescape(json_node_get_string(first), NULL);
+      shown = g_strdup_printf("\"%s\"", escaped);
+      message = llama_refusal(shown);
+    } else
+      message = g_strdup(cases[i].message);
+    g_test_message("architectures %s", cases[i].value);
+    for (guint w = 0; w < 4; w++) {
+      TestRun r = w == 0   ? run_wsync("synth", "--config", config, out, NULL)
+                  : w == 1 ? run_wsync("plan", ck, "--target", "vllm", "--tp", "2", NULL)
+                  : w == 2 ? run_wsync("convert", ck, out, "--target", "vllm", "--tp", "2",
+                                       "--format", "kernel", NULL)
+                           : run_wsync("convert", ck, out, "--target", "hf", NULL);
       if (r.status != 3)
-        g_error("%s to vllm (%u): exit %d, expected 3: %s", names[i], w, r.status, r.err);
-      test_assert_has(r.err, want);
-      g_assert_false(g_file_test(ranks, G_FILE_TEST_EXISTS));
+        g_error("%s (%u): exit %d, expected 3: %s", cases[i].value, w, r.status, r.err);
+      g_free(line);
+      line = g_strdup_printf("wsync: %s: %s", w == 0 ? config : ck_config, message);
+      g_assert_cmpstr(r.err, ==, line);
+      g_assert_false(g_file_test(out, G_FILE_TEST_EXISTS));
       test_run_clear(&r);
     }
   }
+}
+
+/* LLaMAForCausalLM, the name of the decapoda-research/llama-* conversions, which vLLM
+ * builds as its LlamaForCausalLM (registry.py:155-156 @ df1376907b16), and a config with
+ * no class (architectures absent, null or []) are described as LlamaForCausalLM: the same
+ * rank files, byte for byte, as the canonical name, in both formats, and the same hf
+ * output.  The vllm target applies LlamaForCausalLM's rules to the alias too: hidden_act
+ * "gelu" is refused naming vLLM's LlamaForCausalLM (the old tree, keyed by
+ * "LLaMAForCausalLM", wrote the files, exit 0). */
+static void
+test_architecture_alias(void)
+{
+  static const char *const values[] = {"[\"LLaMAForCausalLM\"]", NULL, "null", "[]"};
+  const char *src = synth(UNTIED);
+  g_autofree char *canonical = new_path("arch-canonical");
+  TestRun r;
+
+  g_assert_cmpint(g_mkdir(canonical, 0755), ==, 0);
+  for (guint f = 0; f < 3; f++) {
+    g_autofree char *dst = g_strdup_printf("%s/%u", canonical, f);
+    r = f == 2 ? run_wsync("convert", src, dst, "--target", "hf", NULL)
+               : run_wsync("convert", src, dst, "--target", "vllm", "--tp", "2", "--format",
+                           f == 0 ? "sharded-state" : "kernel", NULL);
+    expect_status(&r, 0, "convert the canonical name");
+  }
+  for (guint i = 0; i < G_N_ELEMENTS(values); i++) {
+    JsonNode *value = values[i] != NULL ? json_from_string(values[i], NULL) : NULL;
+    g_autofree char *config = config_variant(UNTIED, "architectures", value);
+    g_autofree char *ck = checkpoint_with_config(src, config);
+    g_autofree char *made = new_path("arch-alias-synth");
+    g_autofree char *outs = new_path("arch-alias");
+
+    g_test_message("architectures %s", values[i] != NULL ? values[i] : "absent");
+    r = run_wsync("synth", "--config", config, made, "--pattern", "index", NULL);
+    expect_status(&r, 0, "synth");
+    assert_same_files(src, made);
+    g_assert_cmpint(g_mkdir(outs, 0755), ==, 0);
+    for (guint f = 0; f < 3; f++) {
+      g_autofree char *dst = g_strdup_printf("%s/%u", outs, f);
+      r = f == 2 ? run_wsync("convert", ck, dst, "--target", "hf", NULL)
+                 : run_wsync("convert", ck, dst, "--target", "vllm", "--tp", "2", "--format",
+                             f == 0 ? "sharded-state" : "kernel", NULL);
+      expect_status(&r, 0, "convert");
+    }
+    assert_same_files(canonical, outs);
+  }
+
+  /* the alias gets LlamaForCausalLM's rules in the vllm target */
+  g_autofree char *gelu = new_path("alias-gelu.json");
+  {
+    Model m = read_model(UNTIED);
+    JsonArray *list = json_array_new();
+    json_array_add_string_element(list, "LLaMAForCausalLM");
+    json_object_set_string_member(m.root, "hidden_act", "gelu");
+    json_object_set_array_member(m.root, "architectures", list);
+    write_config(m.root, gelu);
+    model_clear(&m);
+  }
+  g_autofree char *ck = checkpoint_with_config(src, gelu);
+  g_autofree char *ranks = new_path("arch-alias-gelu");
+  r = run_wsync("convert", ck, ranks, "--target", "vllm", "--tp", "2", NULL);
+  if (r.status != 3)
+    g_error("LLaMAForCausalLM with gelu: exit %d, expected 3: %s", r.status, r.err);
+  /* naming config.json by its path (wsync_model_get_config_name()); the old tree said
+   * "config.json" alone */
+  g_autofree char *want = g_strdup_printf("wsync: %s/config.json: field \"hidden_act\" is "
+                                          "\"gelu\", but vLLM's LlamaForCausalLM accepts only "
+                                          "\"silu\"",
+                                          ck);
+  test_assert_has(r.err, want);
+  g_assert_false(g_file_test(ranks, G_FILE_TEST_EXISTS));
+  test_run_clear(&r);
 }
 
 int
@@ -714,7 +868,8 @@ main(int argc, char **argv)
   g_test_add_func("/llama/config/refused", test_refused);
   g_test_add_func("/llama/config/hidden-act", test_hidden_act);
   g_test_add_func("/llama/rotary-buffers-dropped", test_rotary_buffers_dropped);
-  g_test_add_func("/llama/vllm/unnamed-architecture", test_vllm_unnamed_architecture);
+  g_test_add_func("/llama/config/architecture-refused", test_architecture_refused);
+  g_test_add_func("/llama/config/architecture-alias", test_architecture_alias);
   for (guint i = 0; i < G_N_ELEMENTS(configs); i++)
     for (guint f = 0; f < G_N_ELEMENTS(formats); f++)
       for (guint t = 0; t < G_N_ELEMENTS(tps); t++, n++) {

@@ -917,6 +917,143 @@ test_unclaimed_model_type(Fixture *f, gconstpointer data)
   model_clear(&m);
 }
 
+/* A config of model_type "qwen3" or "qwen3_moe" whose architectures[0] names a class
+ * the plugin does not describe for it: the other model_type's class (Transformers builds
+ * the class of model_type, vLLM the class of architectures[0]: two different models), a
+ * classification head (score.weight, no lm_head), a made-up name.  The old tree
+ * described them as the model_type's class and wrote the files under the other name,
+ * exit 0.  Now synth exits 3 with one line naming config.json's path, the field, the
+ * class found and the class described; plan and convert refuse a checkpoint of that
+ * config the same way; nothing is written. */
+static void
+test_architecture_refused(Fixture *f, gconstpointer data)
+{
+  static const struct {
+    const char *config, *architecture, *shown, *model_type, *described;
+  } cases[] = {
+      {"tiny-qwen3.json", "Qwen3MoeForCausalLM", "Qwen3MoeForCausalLM", "qwen3",
+       "Qwen3ForCausalLM"},
+      {"tiny-qwen3.json", "Qwen3ForSequenceClassification", "Qwen3ForSequenceClassification",
+       "qwen3", "Qwen3ForCausalLM"},
+      {"tiny-qwen3-moe.json", "Qwen3ForCausalLM", "Qwen3ForCausalLM", "qwen3_moe",
+       "Qwen3MoeForCausalLM"},
+      {"tiny-qwen3-moe.json", "Qwen3MoeForTokenClassification",
+       "Qwen3MoeForTokenClassification", "qwen3_moe", "Qwen3MoeForCausalLM"},
+      {"tiny-qwen3-moe.json", "Made\tUp", "Made\\tUp", "qwen3_moe", "Qwen3MoeForCausalLM"},
+  };
+
+  (void)data;
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_autofree char *name = g_strdup_printf("arch-%u", i);
+    g_autofree char *dir = sub(f, name);
+    g_autofree char *per = g_build_filename(dir, "per", NULL);
+    g_autofree char *bad = g_build_filename(dir, "bad", NULL);
+    g_autofree char *bad_config = g_build_filename(dir, "config.json", NULL);
+    g_autofree char *synth_out = g_build_filename(dir, "synth-out", NULL);
+    g_autofree char *message = g_strdup_printf(
+        "field \"architectures\" begins with \"%s\", but model_type \"%s\" is supported only "
+        "as \"%s\"\n",
+        cases[i].shown, cases[i].model_type, cases[i].described);
+    g_autofree char *line = g_strdup_printf("wsync: %s: %s", bad_config, message);
+    const char *const fragments[] = {message, NULL};
+    Model m = load_model(cases[i].config);
+    JsonArray *list = json_array_new();
+    Run r;
+
+    g_assert_cmpint(g_mkdir(dir, 0755), ==, 0);
+    synth(cases[i].config, per, NULL, NULL);
+    json_array_add_string_element(list, cases[i].architecture);
+    json_object_set_array_member(m.root, "architectures", list);
+    write_config(m.root, bad_config);
+    {
+      g_autoptr(WsyncCheckpoint) ck = open_ck(per);
+      g_autoptr(GPtrArray) tensors = tensors_except(ck, NULL);
+      write_checkpoint(bad, bad_config, tensors);
+    }
+    r = run_wsync("synth", "--config", bad_config, synth_out, NULL);
+    expect_status(&r, 3, "synth with another class");
+    g_assert_cmpstr(r.err, ==, line);
+    g_assert_false(g_file_test(synth_out, G_FILE_TEST_EXISTS));
+    run_clear(&r);
+    expect_refused(f, bad, "hf", 3, fragments);
+    if (have_vllm)
+      expect_refused(f, bad, "vllm", 3, fragments);
+    model_clear(&m);
+  }
+}
+
+/* @a and @b hold the same file names, and every file but config.json byte for byte. */
+static void
+assert_same_files(const char *a, const char *b)
+{
+  g_autoptr(GDir) da = g_dir_open(a, 0, NULL);
+  g_autoptr(GDir) db = g_dir_open(b, 0, NULL);
+  guint n_a = 0, n_b = 0;
+  const char *name;
+
+  g_assert_nonnull(da);
+  g_assert_nonnull(db);
+  while ((name = g_dir_read_name(da)) != NULL) {
+    g_autofree char *pa = g_build_filename(a, name, NULL);
+    g_autofree char *pb = g_build_filename(b, name, NULL);
+    g_autofree char *ca = NULL, *cb = NULL;
+    gsize la = 0, lb = 0;
+    n_a++;
+    if (!g_file_get_contents(pb, &cb, &lb, NULL))
+      g_error("%s has %s, %s has not", a, name, b);
+    if (strcmp(name, "config.json") == 0)
+      continue;
+    g_assert_true(g_file_get_contents(pa, &ca, &la, NULL));
+    if (la != lb || memcmp(ca, cb, la) != 0)
+      g_error("%s and %s differ", pa, pb);
+  }
+  while (g_dir_read_name(db) != NULL)
+    n_b++;
+  g_assert_cmpuint(n_a, ==, n_b);
+}
+
+/* A config without `architectures` (or with null or []) is described as the
+ * model_type's class: synth writes the same checkpoint, and convert the same files, byte
+ * for byte, as with the class named. */
+static void
+test_architecture_absent(Fixture *f, gconstpointer data)
+{
+  static const char *const configs[] = {"tiny-qwen3.json", "tiny-qwen3-moe.json"};
+  static const char *const values[] = {NULL, "null", "[]"};
+  const char *target = have_vllm ? "vllm" : "hf";
+
+  (void)data;
+  for (guint c = 0; c < G_N_ELEMENTS(configs); c++) {
+    g_autofree char *name = g_strdup_printf("named-%u", c);
+    g_autofree char *named = sub(f, name);
+    g_autofree char *named_out = g_strconcat(named, "-out", NULL);
+    synth(configs[c], named, "--pattern", "index");
+    convert(named, named_out, target);
+    for (guint v = 0; v < G_N_ELEMENTS(values); v++) {
+      g_autofree char *vname = g_strdup_printf("none-%u-%u", c, v);
+      g_autofree char *none = sub(f, vname);
+      g_autofree char *none_out = g_strconcat(none, "-out", NULL);
+      g_autofree char *config = g_strconcat(none, ".json", NULL);
+      Model m = load_model(configs[c]);
+      Run r;
+
+      if (values[v] == NULL)
+        json_object_remove_member(m.root, "architectures");
+      else
+        json_object_set_member(m.root, "architectures", json_from_string(values[v], NULL));
+      write_config(m.root, config);
+      r = run_wsync("synth", "--config", config, none, "--seed", "7", "--pattern", "index",
+                    NULL);
+      expect_status(&r, 0, "synth without architectures");
+      run_clear(&r);
+      assert_same_files(named, none);
+      convert(none, none_out, target);
+      assert_same_files(named_out, none_out);
+      model_clear(&m);
+    }
+  }
+}
+
 /* ---------------------------------------------------------------- through the vllm backend */
 
 typedef struct {
@@ -1279,6 +1416,8 @@ main(int argc, char **argv)
   ADD("bad-input/kv-heads-not-dividing", test_kv_heads_not_dividing, NULL);
   ADD("bad-input/unknown-tensor", test_unknown_tensor, NULL);
   ADD("bad-input/unclaimed-model-type", test_unclaimed_model_type, NULL);
+  ADD("bad-input/architecture-refused", test_architecture_refused, NULL);
+  ADD("config/architecture-absent", test_architecture_absent, NULL);
   ADD("vllm/moe-backend", test_vllm_moe_backend, NULL);
   ADD("vllm/shared-expert-size", test_vllm_shared_expert_size, NULL);
   ADD("vllm/hidden-act", test_vllm_hidden_act, NULL);

@@ -238,6 +238,19 @@ WSYNC_API JsonObject *wsync_model_get_config(WsyncModel *m);
 WSYNC_API const char *wsync_model_get_model_type(WsyncModel *m);
 
 /**
+ * wsync_model_get_config_name:
+ * @m: the model
+ *
+ * The name the core gives config.json in errors: its path, as the plan found it (e.g.
+ * "/ckpt/config.json").  A remapper's errors need not name it (the core prefixes it);
+ * a backend's errors about the config can.
+ *
+ * Returns: (transfer none) (nullable): the name, or %NULL when the model was not
+ * described from a config file.
+ */
+WSYNC_API const char *wsync_model_get_config_name(WsyncModel *m);
+
+/**
  * wsync_model_config_section:
  * @m: the model
  * @key: (nullable): a member of the root holding an object (e.g. "text_config"), or
@@ -254,12 +267,47 @@ WSYNC_API gboolean wsync_model_config_section(WsyncModel *m, const char *key,
  * wsync_model_set_architecture:
  * @m: the model
  * @architecture: the Hugging Face class whose names the description follows (e.g.
- *   "Qwen3MoeForCausalLM"); config.json's `architectures[0]` wins when it is set
+ *   "Qwen3MoeForCausalLM")
  *
  * Engines key their loaders by this name (vLLM's model registry); a backend uses it to
  * find how its engine renames the checkpoint's modules.
+ *
+ * Legacy: config.json's `architectures[0]`, when it is a string, wins over @architecture
+ * whatever class it names, so a config naming another class (e.g.
+ * "LlamaForSequenceClassification") is described with this description's names and
+ * reaches the backends under the other name.  New plugins use
+ * wsync_model_accept_architecture(), which refuses such a config.
  */
 WSYNC_API void wsync_model_set_architecture(WsyncModel *m, const char *architecture);
+
+/**
+ * wsync_model_accept_architecture:
+ * @m: the model
+ * @architecture: the Hugging Face class whose names and shapes the description follows
+ *   (e.g. "LlamaForCausalLM"): the model's architecture when config.json has no
+ *   `architectures` (absent, null or an empty list) or names this class or an alias
+ * @aliases: (nullable) (array zero-terminated=1): other names config.json may give for
+ *   the same class: names the engines build as @architecture, with the same parameter
+ *   names and shapes (e.g. vLLM's registry maps "LLaMAForCausalLM" to its
+ *   LlamaForCausalLM).  The model's architecture is then @architecture, so that backends,
+ *   which key their tables by class name, treat an alias as the class it stands for
+ * @note: (nullable): text appended to the refusal after a space (what the description
+ *   follows, what is not supported)
+ * @error: return location for a #WSYNC_ERROR_BAD_INPUT error
+ *
+ * Sets the model's architecture, as wsync_model_set_architecture() does, but only to a
+ * class the plugin describes.  When config.json's `architectures[0]` names another class
+ * (or `architectures` is not a list, or does not begin with a string), it fails with one
+ * line: `field "architectures" begins with "X", but model_type "T" is supported only as
+ * "A"[, or as its alias(es) "B", ...][ NOTE]`; the core prefixes config.json's path.  A
+ * plugin that describes several classes for one model_type calls it with the class the
+ * config's other fields select.
+ *
+ * Returns: %TRUE when the model's architecture is set.
+ */
+WSYNC_API gboolean wsync_model_accept_architecture(WsyncModel *m, const char *architecture,
+                                                   const char *const *aliases,
+                                                   const char *note, GError **error);
 
 /** wsync_model_get_architecture: Returns: (transfer none) (nullable): the architecture. */
 WSYNC_API const char *wsync_model_get_architecture(WsyncModel *m);

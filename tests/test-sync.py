@@ -923,6 +923,29 @@ def not_durable_line(dst):
             "crash): cannot sync %s: Input/output error" % (dst, os.path.dirname(dst)))
 
 
+def previous_kept(dst):
+    """Where a swap whose parent could not be synced keeps the previous DST."""
+    return dst + ".wsync-previous"
+
+
+def kept_line(dst):
+    """not_durable_line() of a swap that replaced a DST, which it keeps."""
+    return (not_durable_line(dst) + "; the previous output is kept as %s: remove it once "
+            "the new one is confirmed" % previous_kept(dst))
+
+
+def check_previous_kept(c, dst, inode, copy):
+    """The previous DST (inode @inode, a copy of it at @copy) is kept, whole, where
+    kept_line() says."""
+    previous = previous_kept(dst)
+    c.that(os.path.isdir(previous) and os.stat(previous).st_ino == inode,
+           "the previous DST is not at %s" % previous)
+    if os.path.isdir(previous):
+        compare_dirs(c, copy, previous)
+        c.that(os.path.isfile(os.path.join(previous, MARKER)),
+               "the previous DST at %s lost its marker" % previous)
+
+
 def check_swap_not_durable(job):
     """The sync of DST's parent fails after the swap (WSYNC_TEST_FAIL_SWAP_SYNC: EIO, as a
     failing disk's; core/dst.c, sync_after_swap()).  The leader used to report "cannot
@@ -930,23 +953,28 @@ def check_swap_not_durable(job):
     "DST is as it was") and remove the temporary, which was the new DST's old name.  Now
     DST is the new output, and every process says so, naming the directory and the
     errno; exit 4, as every failed fsync of the output is; a signal after it has every
-    process say "DST was already swapped in"."""
+    process say "DST was already swapped in".  The previous DST used to be removed all
+    the same, so that a crash could keep that removal and lose the swap (neither output
+    left); now it is kept as DST.wsync-previous, whole, and the line says so."""
     c = Checks()
     src, dst, copy = existing_dst(job)
     inode = os.stat(dst).st_ino
     r = run(mpirun_prefix() + ["-np", "2"] +
             wsync_cmd("sync", src, dst, *layout_args("vllm", "kernel", 2, 4)),
             dict(MPI_ENV, WSYNC_TEST_FAIL_SWAP_SYNC="1"))
-    one_line_from_every_process(c, r, 2, 4, ["wsync: sync: process 0: " +
-                                             not_durable_line(dst)])
+    one_line_from_every_process(c, r, 2, 4, ["wsync: sync: process 0: " + kept_line(dst)])
+    c.that(all(line == "wsync: sync: process 0: " + kept_line(dst)
+               for line in r.stderr.splitlines()), "stderr: %r" % r.stderr)
     c.that(os.stat(dst).st_ino != inode, "DST was not swapped in")
     compare_dirs(c, copy, dst)
+    check_previous_kept(c, dst, inode, copy)
     c.that(temporaries(job.work, os.path.basename(dst)) == [], "a temporary is left")
     r, dst, inode, copy = signalled_at(job, "swap ended", fail_swap_sync=True)
     c.that(r.returncode != 0, "exit 0 though every process was signalled")
     c.that(r.stderr.splitlines() == [INTERRUPTED_PREFIX + "DST was already swapped in"] * 2,
            "signalled after the swap: stderr: %r" % r.stderr)
     c.that(os.stat(dst).st_ino != inode, "signalled after the swap: DST was not swapped in")
+    check_previous_kept(c, dst, inode, copy)
     c.that(temporaries(job.work, os.path.basename(dst)) == [], "a temporary is left")
     return c.problems
 
@@ -954,7 +982,9 @@ def check_swap_not_durable(job):
 def check_convert_not_durable(job):
     """convert shares DST's installation with sync (core/dst.c): a failed sync of the
     parent after the rename into a new DST said "cannot sync PARENT" as though nothing
-    was written.  Now: DST is in place, exit 4, the directory and errno named."""
+    was written.  Now: DST is in place, exit 4, the directory and errno named.  Into an
+    existing DST (swapped), the previous DST used to be removed all the same; now it is
+    kept as DST.wsync-previous, byte for byte, and the line says so."""
     c = Checks()
     src = os.path.join(job.work, "convert-src")
     r = run(wsync_cmd("synth", "--config", os.path.join(CONFIG_DIR, "tiny-qwen3-moe.json"),
@@ -969,6 +999,32 @@ def check_convert_not_durable(job):
     c.that(os.path.isfile(os.path.join(dst, MARKER)) and
            "kernel-rank-1-part-0.safetensors" in os.listdir(dst), "DST was not written")
     c.that(temporaries(job.work, os.path.basename(dst)) == [], "a temporary is left")
+    c.that(not os.path.exists(previous_kept(dst)), "a new DST kept a previous one")
+    # into the DST just written, another layout (tp 1), so that the two differ
+    copy = job.path("convert-not-durable-copy")
+    shutil.copytree(dst, copy)
+    inode = os.stat(dst).st_ino
+    r = run(wsync_cmd("convert", src, dst, "-q", *layout_args("vllm", "kernel", 1, 1)),
+            {"WSYNC_TEST_FAIL_SWAP_SYNC": "1"})
+    c.that(r.returncode == 4, "into an existing DST: exit %d, expected 4" % r.returncode)
+    c.that(r.stderr == "wsync: " + kept_line(dst) + "\n",
+           "into an existing DST: stderr: %r" % r.stderr)
+    c.that(os.stat(dst).st_ino != inode and os.path.isfile(os.path.join(dst, MARKER)) and
+           "kernel-rank-1-part-0.safetensors" not in os.listdir(dst),
+           "DST is not the new output: %s" % sorted(os.listdir(dst)))
+    check_previous_kept(c, dst, inode, copy)
+    c.that(temporaries(job.work, os.path.basename(dst)) == [], "a temporary is left")
+    # once more: DST.wsync-previous is taken (and kept), so the next is DST.wsync-previous-2
+    inode = os.stat(dst).st_ino
+    r = run(wsync_cmd("convert", src, dst, "-q", *layout_args("vllm", "kernel", 2, 1)),
+            {"WSYNC_TEST_FAIL_SWAP_SYNC": "1"})
+    second = previous_kept(dst) + "-2"
+    c.that(r.returncode == 4 and r.stderr == "wsync: " + not_durable_line(dst) +
+           "; the previous output is kept as %s: remove it once the new one is confirmed\n"
+           % second, "a second time: exit %d, stderr: %r" % (r.returncode, r.stderr))
+    c.that(os.path.isdir(second) and os.stat(second).st_ino == inode,
+           "a second time: the previous DST is not at %s" % second)
+    check_previous_kept(c, dst, os.stat(previous_kept(dst)).st_ino, copy)
     return c.problems
 
 
@@ -1304,7 +1360,7 @@ FAULTS = [
      check_signal_in_barrier_before_swap),
     ("a leader signalled while it writes the marker: no swap, as if seen at once",
      check_signal_while_marker_written),
-    ("DST swapped in, its parent not synced: said in place, not durable (exit 4)",
+    ("DST swapped in, its parent not synced: said in place, previous kept (exit 4)",
      check_swap_not_durable),
     ("usage errors from every process (exit 2)", check_usage),
     ("-q with -v refused before any -v line, from every process (exit 2)",

@@ -918,6 +918,75 @@ def leader_signalled_unseen(job, phase):
     return c.problems
 
 
+LATE = "wsync: sync: interrupted by SIGTERM after every process was done: "
+
+
+def check_late_signal_after_swap(job):
+    """SIGTERM caught after the last exchange, which no wait sees (WSYNC_TEST_SIGNAL_
+    UNSEEN_AFTER=done; WSYNC_TEST_SIGNAL_AFTER=done alike, as there is no wait left to
+    end at): every process used to end by it at exit silently, process 1 (which does
+    not lead DST) as process 0, so that mpirun reported a process killed and nothing said
+    what became of DST.  Now each says it in one line: DST was swapped in.  Process 1
+    alone signalled: its line (and process 0's, when mpirun ends it by SIGTERM in
+    turn)."""
+    c = Checks()
+    expected = LATE + "DST was already swapped in"
+    for hook, phase in (("unseen", "done"), ("seen", "done"), ("unseen", "1:done")):
+        r, dst, inode, copy = signalled_at(job, phase, unseen=hook == "unseen")
+        what = "%s %s" % (hook, phase)
+        lines = r.stderr.splitlines()
+        c.that(r.returncode != 0, "%s: exit 0 though a process was signalled" % what)
+        if phase == "done":
+            c.that(lines == [expected] * 2, "%s: stderr: %r" % (what, r.stderr))
+        else:
+            c.that(lines in ([expected], [expected] * 2), "%s: stderr: %r" % (what, r.stderr))
+        c.that(os.stat(dst).st_ino != inode and os.path.isfile(os.path.join(dst, MARKER)),
+               "%s: DST was not swapped in" % what)
+        c.that(temporaries(job.work, os.path.basename(dst)) == [],
+               "%s: a temporary is left" % what)
+    return c.problems
+
+
+def check_late_signal_without_dst(job):
+    """The same with a process that writes no DST (-np 3 --ranks /0/1: process 0 has no
+    ranks): it says that every DST was swapped in, which the last exchange told it."""
+    c = Checks()
+    src = job.synth("tiny-qwen3-moe")
+    dst = job.path("late-no-dst")
+    r = run(mpirun_prefix() + ["-np", "3"] +
+            wsync_cmd("sync", src, dst, "-q", "--ranks", "/0/1",
+                      *layout_args("vllm", "kernel", 2, 1)),
+            dict(MPI_ENV, WSYNC_TEST_SIGNAL_UNSEEN_AFTER="done"))
+    c.that(r.returncode != 0, "exit 0 though every process was signalled")
+    expected = sorted([LATE + "this process writes no DST; every DST was already swapped in"] +
+                      [LATE + "DST was already swapped in"] * 2)
+    c.that(sorted(r.stderr.splitlines()) == expected,
+           "stderr: %r, expected %r" % (r.stderr, expected))
+    c.that(os.path.isfile(os.path.join(dst, MARKER)), "DST was not swapped in")
+    return c.problems
+
+
+def check_late_signal_after_failure(job):
+    """A late signal after a verdict of failure (a DST that is not wsync's, refused),
+    which every process has printed: it changes nothing, every process exits with the
+    refusal's status and prints the refusal alone (no second line, which mpirun's own
+    SIGTERM to the processes still finishing, once the first has exited 2, would add
+    at random)."""
+    c = Checks()
+    src = job.synth("tiny-qwen3-moe")
+    dst = job.path("late-mine")
+    os.mkdir(dst)
+    with open(os.path.join(dst, "notes.txt"), "w") as f:
+        f.write("mine\n")
+    r = run(mpirun_prefix() + ["-np", "2"] +
+            wsync_cmd("sync", src, dst, *layout_args("vllm", "kernel", 2, 4)),
+            dict(MPI_ENV, WSYNC_TEST_SIGNAL_UNSEEN_AFTER="done"))
+    one_line_from_every_process(c, r, 2, 2, ["process 0: ", "is not wsync's output"])
+    c.that(os.listdir(dst) == ["notes.txt"], "DST changed: %s" % os.listdir(dst))
+    c.that(temporaries(job.work, os.path.basename(dst)) == [], "a temporary is left")
+    return c.problems
+
+
 def not_durable_line(dst):
     return ("%s is in place, but its durability is not confirmed (it may not survive a "
             "crash): cannot sync %s: Input/output error" % (dst, os.path.dirname(dst)))
@@ -1360,6 +1429,12 @@ FAULTS = [
      check_signal_in_barrier_before_swap),
     ("a leader signalled while it writes the marker: no swap, as if seen at once",
      check_signal_while_marker_written),
+    ("a signal after the last exchange: every process says DST was swapped in",
+     check_late_signal_after_swap),
+    ("a signal after the last exchange on a process without ranks: all DSTs swapped in",
+     check_late_signal_without_dst),
+    ("a signal after a refusal's last exchange: the refusal alone, its status (exit 2)",
+     check_late_signal_after_failure),
     ("DST swapped in, its parent not synced: said in place, previous kept (exit 4)",
      check_swap_not_durable),
     ("usage errors from every process (exit 2)", check_usage),

@@ -251,27 +251,74 @@ write_marker(const char *dir, GError **error)
          wsync_dir_sync(dir, error);
 }
 
-/* Syncs DST's parent after the rename that put the new DST there.  The rename is done,
- * so a failure says first that DST is in place, then the directory and the errno ("cannot
- * sync PARENT: ..." alone read, and the distributed sync reported it, as though DST had
- * not been replaced).  WSYNC_TEST_FAIL_SWAP_SYNC (for tests: no file system at hand
- * fails fsync on demand) makes it fail with EIO. */
-static gboolean
-sync_after_swap(const Dst *d, GError **error)
+/* Syncs DST's parent after the rename that put the new DST there: NULL when done, else
+ * the error ("cannot sync PARENT: ERRNO").  WSYNC_TEST_FAIL_SWAP_SYNC (for tests: no file
+ * system at hand fails fsync on demand) makes it fail with EIO.  Called once per swap: a
+ * second fsync(2) after a failed one may succeed without having written anything. */
+static GError *
+sync_parent(const Dst *d)
 {
   GError *sync_error = NULL;
 
   if (g_getenv("WSYNC_TEST_FAIL_SWAP_SYNC") != NULL)
     wsync_set_io_error(&sync_error, EIO, d->parent, "sync");
-  else if (wsync_dir_sync(d->parent, &sync_error))
-    return TRUE;
+  else
+    wsync_dir_sync(d->parent, &sync_error);
+  return sync_error;
+}
+
+/* The error of a swap done whose parent could not be synced (@sync_error, freed).  The
+ * rename is done, so it says first that DST is in place, then the directory and the errno
+ * ("cannot sync PARENT: ..." alone read, and the distributed sync reported it, as though
+ * DST had not been replaced), then, when @previous is not NULL, where the previous DST is
+ * kept (keep_previous()) and that the user may remove it. */
+static gboolean
+not_durable(const Dst *d, GError *sync_error, const char *previous, GError **error)
+{
   g_autofree char *pdst = wsync_printable(d->path);
+  g_autofree char *kept = NULL;
+
+  if (previous != NULL) {
+    g_autofree char *pprev = wsync_printable(previous);
+    g_autofree char *name = g_path_get_basename(previous);
+    kept = g_strdup_printf("; the previous output is kept as %s%s: remove it once the new one "
+                           "is confirmed",
+                           pprev,
+                           is_temp_name(name, d->base) ? " (the next run into DST removes it)"
+                                                       : "");
+  }
   g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO,
               "%s is in place, but its durability is not confirmed (it may not survive a "
-              "crash): %s",
-              pdst, sync_error->message); /* "cannot sync PARENT: ERRNO" */
+              "crash): %s%s",
+              pdst, sync_error->message, kept ? kept : ""); /* "cannot sync PARENT: ERRNO" */
   g_error_free(sync_error);
   return FALSE;
+}
+
+#define PREVIOUS_INFIX ".wsync-previous"
+#define PREVIOUS_TRIES 100
+
+/* The previous DST, now at @tmp after the swap, kept when the swap is not known to be
+ * durable: removing it then could leave neither output after a crash, since a file
+ * system that does not order directory operations may keep the removal and lose the
+ * rename that put the new DST in place (after a failed fsync(2), Linux may drop the
+ * entries it could not write).  It is renamed (never copied, never removed) to
+ * "BASE.wsync-previous" beside DST ("BASE.wsync-previous-2", ... when taken), a visible
+ * name that no run removes, unlike the temporary's (remove_stale_temps()).  Returns
+ * where it is: that name, or @tmp itself when no rename succeeded. */
+static char *
+keep_previous(const char *tmp, const Dst *d)
+{
+  for (int i = 1; i <= PREVIOUS_TRIES; i++) {
+    g_autofree char *path =
+        i == 1 ? g_strdup_printf("%s/%s" PREVIOUS_INFIX, d->parent, d->base)
+               : g_strdup_printf("%s/%s" PREVIOUS_INFIX "-%d", d->parent, d->base, i);
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) == 0)
+      return g_steal_pointer(&path);
+    if (errno != EEXIST && errno != ENOTEMPTY)
+      break;
+  }
+  return g_strdup(tmp);
 }
 
 /* Puts the finished @tmp at DST: renamed when there is none, else swapped atomically
@@ -284,7 +331,8 @@ sync_after_swap(const Dst *d, GError **error)
  * failure (WSYNC_ERROR_IO, exit 4), as every failed fsync of wsync's output is
  * (write_marker(), the file writes, core/session.c's commit record): a run that ends 0
  * promises an output that survives a crash, and after a failed fsync(2) the kernel may
- * have dropped the entry it could not write, so no later fsync can confirm it. */
+ * have dropped the entry it could not write, so no later fsync can confirm it.  The
+ * previous DST is then kept, not removed (keep_previous()), and the error says where. */
 gboolean
 install_dir(const char *tmp, const Dst *d, gboolean force, gboolean *swapped, GError **error)
 {
@@ -296,7 +344,8 @@ install_dir(const char *tmp, const Dst *d, gboolean force, gboolean *swapped, GE
   if (renameat2(AT_FDCWD, tmp, AT_FDCWD, d->path, RENAME_NOREPLACE) == 0) {
     if (swapped != NULL)
       *swapped = TRUE;
-    return sync_after_swap(d, error);
+    GError *sync_error = sync_parent(d);
+    return sync_error == NULL || not_durable(d, sync_error, NULL, error);
   }
   if (errno != EEXIST && errno != ENOTEMPTY) {
     wsync_set_io_error(error, errno, d->path, "rename into place");
@@ -308,7 +357,11 @@ install_dir(const char *tmp, const Dst *d, gboolean force, gboolean *swapped, GE
   }
   if (swapped != NULL)
     *swapped = TRUE;
-  gboolean durable = sync_after_swap(d, error);
-  wsync_remove_tree(tmp, NULL); /* now the previous DST; a later run removes what is left */
-  return durable;
+  GError *sync_error = sync_parent(d);
+  if (sync_error == NULL) {
+    wsync_remove_tree(tmp, NULL); /* now the previous DST; a later run removes what is left */
+    return TRUE;
+  }
+  g_autofree char *previous = keep_previous(tmp, d);
+  return not_durable(d, sync_error, previous, error);
 }

@@ -39,7 +39,9 @@ gboolean write_marker(const char *dir, GError **error);
 /* Puts the finished @tmp at DST (renamed, or swapped with the previous DST, which is
  * then removed), checking again that DST may be replaced; syncs the parent.  *@swapped
  * (may be NULL): whether DST is now the new output, TRUE also when only the sync of the
- * parent failed (FALSE returned: "is in place, but its durability is not confirmed"). */
+ * parent failed (FALSE returned: "is in place, but its durability is not confirmed"); the
+ * previous DST is then kept as "BASE.wsync-previous" beside DST (or "-2", ...; at @tmp
+ * when it could not be renamed), and the error says where. */
 gboolean install_dir(const char *tmp, const Dst *d, gboolean force, gboolean *swapped,
                      GError **error);
 

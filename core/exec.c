@@ -693,8 +693,9 @@ wsync_plan_execute(WsyncPlan *plan, const char *dst_arg, WsyncExecuteFlags flags
   /* the last moment a signal can stop the run: after this, DST is the new output */
   if (interrupted != NULL && *interrupted)
     ok = companion_interrupted(error, *interrupted);
-  ok = ok && install_dir(tmp, &d, force, NULL, error);
-  if (!ok)
+  gboolean swapped = FALSE;
+  ok = ok && install_dir(tmp, &d, force, &swapped, error);
+  if (!ok && !swapped) /* swapped: @tmp is gone, or holds the previous DST, kept */
     wsync_remove_tree(tmp, NULL);
   close(lock_fd);
   dst_clear(&d);

@@ -38,6 +38,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <locale.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -171,6 +172,7 @@ typedef struct {
   int leader_process; /* the group's leader, by its number in MPI_COMM_WORLD */
   gboolean swapped; /* the leader swapped its DST into place */
   DstFate fate; /* what this process knows of its DST, for abandon_if_signalled() */
+  gboolean ended; /* past its last collective call: end_after_report() sees a signal */
   int lock_fd;
   /* the job, from process 0 */
   char *src; /* canonical */
@@ -286,6 +288,8 @@ fate_text(Sync *s)
   case DST_AS_IT_WAS:
     return g_strdup("DST is as it was");
   case DST_SWAPPED:
+    if (s->group == MPI_COMM_NULL) /* set at the end: every DST was swapped (run()) */
+      return g_strdup("this process writes no DST; every DST was already swapped in");
     return g_strdup("DST was already swapped in");
   case DST_UNKNOWN:
   default:
@@ -313,7 +317,7 @@ abandon_if_signalled(void)
   Sync *s = this_sync;
   int sig = s != NULL && s->interrupted != NULL ? *s->interrupted : 0;
 
-  if (sig == 0)
+  if (sig == 0 || s->ended) /* past the last wait: end_after_report() reports it */
     return;
   if (s->leader && s->tmp != NULL && !s->swapped)
     wsync_remove_tree(s->tmp, NULL);
@@ -2042,7 +2046,64 @@ run(Sync *s)
   say(s, "swap ended");
   /* a swap that failed on one host after others swapped: everyone says so */
   g_free(v.message);
-  return exchange(s);
+  v = exchange(s);
+  if (s->group == MPI_COMM_NULL && v.status == 0) /* every leader swapped, or it failed */
+    s->fate = DST_SWAPPED;
+  return v;
+}
+
+/* TRUE when the verdict @v, which every process printed, is this process's interruption
+ * by a signal it saw at a check between its waits (stopped(), the companions' copy):
+ * "process N: interrupted by SIGTERM: the temporary directory is removed; DST is as it
+ * was" already says what happened. */
+static gboolean
+verdict_is_my_interruption(Sync *s, const Verdict *v)
+{
+  GError *interruption = NULL;
+  gboolean mine;
+
+  if (v->status == 0 || v->process != s->me || s->interrupted == NULL || !*s->interrupted)
+    return FALSE;
+  companion_interrupted(&interruption, *s->interrupted);
+  mine = strcmp(v->message, interruption->message) == 0;
+  g_error_free(interruption);
+  return mine;
+}
+
+/* How a process ends once it has reported @v (its status: @status) and left MPI, when it
+ * has caught a signal that no wait saw (it came after its last collective call, or
+ * during one once its request was done; or, on a process that leads no DST, after its
+ * last wait).  It used to end by it silently, so that the user saw a process killed by
+ * SIGTERM and nothing of its output:
+ * - after a verdict of success, it says so in one line, as abandon_if_signalled() does,
+ *   with what it knows of its DST (@fate, fate_text() at the end), and ends by the
+ *   signal.  Process 0 has gathered every process's last outcome by then, so the line
+ *   says "after every process was done".
+ * - after its own interruption, which the verdict says, it ends by the signal, as a run
+ *   stopped by a signal does.
+ * - after any other failure, which every process has reported, it ends with that
+ *   failure's status, as it would have: the signal changes nothing.  This is also where
+ *   mpirun's SIGTERM lands on the processes still finishing once the first has exited
+ *   with that status (Open MPI ends the others of a job whose process failed); a line
+ *   from each of them would be noise after the one every process printed.
+ * Every value is read once, here, last: cli_end_by_caught_signal() would read the flag
+ * again, and a signal landing between the two reads would end the process without its
+ * line; a signal after this read is recorded and changes nothing. */
+static int
+end_after_report(Sync *s, int status, gboolean my_interruption, const char *fate)
+{
+  int sig = s->interrupted != NULL ? *s->interrupted : 0;
+
+  if (sig == 0 || (status != 0 && !my_interruption))
+    return status;
+  if (status == 0) {
+    const char *name = sigabbrev_np(sig);
+    cli_error_line("wsync: sync: interrupted by SIG%s after every process was done: %s",
+                   name ? name : "NAL", fate);
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);
+  return status;
 }
 
 int
@@ -2078,10 +2139,14 @@ main(int argc, char **argv)
     g_free(v.message);
     v = run(&s);
   }
+  s.ended = TRUE;
+  say(&s, "done");
   status = report(&s, &v);
+  gboolean my_interruption = verdict_is_my_interruption(&s, &v);
+  g_autofree char *fate = fate_text(&s);
   g_free(v.message);
   sync_clear(&s);
   MPI_Finalize();
-  cli_end_by_caught_signal();
-  return status;
+  /* last, after MPI_Finalize: a signal caught there is seen too */
+  return end_after_report(&s, status, my_interruption, fate);
 }

@@ -918,9 +918,101 @@ def leader_signalled_unseen(job, phase):
     return c.problems
 
 
+LATE = "wsync: sync: interrupted by SIGTERM after every process was done: "
+
+
+def check_late_signal_after_swap(job):
+    """SIGTERM caught after the last exchange, which no wait sees (WSYNC_TEST_SIGNAL_
+    UNSEEN_AFTER=done; WSYNC_TEST_SIGNAL_AFTER=done alike, as there is no wait left to
+    end at): every process used to end by it at exit silently, process 1 (which does
+    not lead DST) as process 0, so that mpirun reported a process killed and nothing said
+    what became of DST.  Now each says it in one line: DST was swapped in.  Process 1
+    alone signalled: its line (and process 0's, when mpirun ends it by SIGTERM in
+    turn)."""
+    c = Checks()
+    expected = LATE + "DST was already swapped in"
+    for hook, phase in (("unseen", "done"), ("seen", "done"), ("unseen", "1:done")):
+        r, dst, inode, copy = signalled_at(job, phase, unseen=hook == "unseen")
+        what = "%s %s" % (hook, phase)
+        lines = r.stderr.splitlines()
+        c.that(r.returncode != 0, "%s: exit 0 though a process was signalled" % what)
+        if phase == "done":
+            c.that(lines == [expected] * 2, "%s: stderr: %r" % (what, r.stderr))
+        else:
+            c.that(lines in ([expected], [expected] * 2), "%s: stderr: %r" % (what, r.stderr))
+        c.that(os.stat(dst).st_ino != inode and os.path.isfile(os.path.join(dst, MARKER)),
+               "%s: DST was not swapped in" % what)
+        c.that(temporaries(job.work, os.path.basename(dst)) == [],
+               "%s: a temporary is left" % what)
+    return c.problems
+
+
+def check_late_signal_without_dst(job):
+    """The same with a process that writes no DST (-np 3 --ranks /0/1: process 0 has no
+    ranks): it says that every DST was swapped in, which the last exchange told it."""
+    c = Checks()
+    src = job.synth("tiny-qwen3-moe")
+    dst = job.path("late-no-dst")
+    r = run(mpirun_prefix() + ["-np", "3"] +
+            wsync_cmd("sync", src, dst, "-q", "--ranks", "/0/1",
+                      *layout_args("vllm", "kernel", 2, 1)),
+            dict(MPI_ENV, WSYNC_TEST_SIGNAL_UNSEEN_AFTER="done"))
+    c.that(r.returncode != 0, "exit 0 though every process was signalled")
+    expected = sorted([LATE + "this process writes no DST; every DST was already swapped in"] +
+                      [LATE + "DST was already swapped in"] * 2)
+    c.that(sorted(r.stderr.splitlines()) == expected,
+           "stderr: %r, expected %r" % (r.stderr, expected))
+    c.that(os.path.isfile(os.path.join(dst, MARKER)), "DST was not swapped in")
+    return c.problems
+
+
+def check_late_signal_after_failure(job):
+    """A late signal after a verdict of failure (a DST that is not wsync's, refused),
+    which every process has printed: it changes nothing, every process exits with the
+    refusal's status and prints the refusal alone (no second line, which mpirun's own
+    SIGTERM to the processes still finishing, once the first has exited 2, would add
+    at random)."""
+    c = Checks()
+    src = job.synth("tiny-qwen3-moe")
+    dst = job.path("late-mine")
+    os.mkdir(dst)
+    with open(os.path.join(dst, "notes.txt"), "w") as f:
+        f.write("mine\n")
+    r = run(mpirun_prefix() + ["-np", "2"] +
+            wsync_cmd("sync", src, dst, *layout_args("vllm", "kernel", 2, 4)),
+            dict(MPI_ENV, WSYNC_TEST_SIGNAL_UNSEEN_AFTER="done"))
+    one_line_from_every_process(c, r, 2, 2, ["process 0: ", "is not wsync's output"])
+    c.that(os.listdir(dst) == ["notes.txt"], "DST changed: %s" % os.listdir(dst))
+    c.that(temporaries(job.work, os.path.basename(dst)) == [], "a temporary is left")
+    return c.problems
+
+
 def not_durable_line(dst):
     return ("%s is in place, but its durability is not confirmed (it may not survive a "
             "crash): cannot sync %s: Input/output error" % (dst, os.path.dirname(dst)))
+
+
+def previous_kept(dst):
+    """Where a swap whose parent could not be synced keeps the previous DST."""
+    return dst + ".wsync-previous"
+
+
+def kept_line(dst):
+    """not_durable_line() of a swap that replaced a DST, which it keeps."""
+    return (not_durable_line(dst) + "; the previous output is kept as %s: remove it once "
+            "the new one is confirmed" % previous_kept(dst))
+
+
+def check_previous_kept(c, dst, inode, copy):
+    """The previous DST (inode @inode, a copy of it at @copy) is kept, whole, where
+    kept_line() says."""
+    previous = previous_kept(dst)
+    c.that(os.path.isdir(previous) and os.stat(previous).st_ino == inode,
+           "the previous DST is not at %s" % previous)
+    if os.path.isdir(previous):
+        compare_dirs(c, copy, previous)
+        c.that(os.path.isfile(os.path.join(previous, MARKER)),
+               "the previous DST at %s lost its marker" % previous)
 
 
 def check_swap_not_durable(job):
@@ -930,23 +1022,28 @@ def check_swap_not_durable(job):
     "DST is as it was") and remove the temporary, which was the new DST's old name.  Now
     DST is the new output, and every process says so, naming the directory and the
     errno; exit 4, as every failed fsync of the output is; a signal after it has every
-    process say "DST was already swapped in"."""
+    process say "DST was already swapped in".  The previous DST used to be removed all
+    the same, so that a crash could keep that removal and lose the swap (neither output
+    left); now it is kept as DST.wsync-previous, whole, and the line says so."""
     c = Checks()
     src, dst, copy = existing_dst(job)
     inode = os.stat(dst).st_ino
     r = run(mpirun_prefix() + ["-np", "2"] +
             wsync_cmd("sync", src, dst, *layout_args("vllm", "kernel", 2, 4)),
             dict(MPI_ENV, WSYNC_TEST_FAIL_SWAP_SYNC="1"))
-    one_line_from_every_process(c, r, 2, 4, ["wsync: sync: process 0: " +
-                                             not_durable_line(dst)])
+    one_line_from_every_process(c, r, 2, 4, ["wsync: sync: process 0: " + kept_line(dst)])
+    c.that(all(line == "wsync: sync: process 0: " + kept_line(dst)
+               for line in r.stderr.splitlines()), "stderr: %r" % r.stderr)
     c.that(os.stat(dst).st_ino != inode, "DST was not swapped in")
     compare_dirs(c, copy, dst)
+    check_previous_kept(c, dst, inode, copy)
     c.that(temporaries(job.work, os.path.basename(dst)) == [], "a temporary is left")
     r, dst, inode, copy = signalled_at(job, "swap ended", fail_swap_sync=True)
     c.that(r.returncode != 0, "exit 0 though every process was signalled")
     c.that(r.stderr.splitlines() == [INTERRUPTED_PREFIX + "DST was already swapped in"] * 2,
            "signalled after the swap: stderr: %r" % r.stderr)
     c.that(os.stat(dst).st_ino != inode, "signalled after the swap: DST was not swapped in")
+    check_previous_kept(c, dst, inode, copy)
     c.that(temporaries(job.work, os.path.basename(dst)) == [], "a temporary is left")
     return c.problems
 
@@ -954,7 +1051,9 @@ def check_swap_not_durable(job):
 def check_convert_not_durable(job):
     """convert shares DST's installation with sync (core/dst.c): a failed sync of the
     parent after the rename into a new DST said "cannot sync PARENT" as though nothing
-    was written.  Now: DST is in place, exit 4, the directory and errno named."""
+    was written.  Now: DST is in place, exit 4, the directory and errno named.  Into an
+    existing DST (swapped), the previous DST used to be removed all the same; now it is
+    kept as DST.wsync-previous, byte for byte, and the line says so."""
     c = Checks()
     src = os.path.join(job.work, "convert-src")
     r = run(wsync_cmd("synth", "--config", os.path.join(CONFIG_DIR, "tiny-qwen3-moe.json"),
@@ -969,6 +1068,32 @@ def check_convert_not_durable(job):
     c.that(os.path.isfile(os.path.join(dst, MARKER)) and
            "kernel-rank-1-part-0.safetensors" in os.listdir(dst), "DST was not written")
     c.that(temporaries(job.work, os.path.basename(dst)) == [], "a temporary is left")
+    c.that(not os.path.exists(previous_kept(dst)), "a new DST kept a previous one")
+    # into the DST just written, another layout (tp 1), so that the two differ
+    copy = job.path("convert-not-durable-copy")
+    shutil.copytree(dst, copy)
+    inode = os.stat(dst).st_ino
+    r = run(wsync_cmd("convert", src, dst, "-q", *layout_args("vllm", "kernel", 1, 1)),
+            {"WSYNC_TEST_FAIL_SWAP_SYNC": "1"})
+    c.that(r.returncode == 4, "into an existing DST: exit %d, expected 4" % r.returncode)
+    c.that(r.stderr == "wsync: " + kept_line(dst) + "\n",
+           "into an existing DST: stderr: %r" % r.stderr)
+    c.that(os.stat(dst).st_ino != inode and os.path.isfile(os.path.join(dst, MARKER)) and
+           "kernel-rank-1-part-0.safetensors" not in os.listdir(dst),
+           "DST is not the new output: %s" % sorted(os.listdir(dst)))
+    check_previous_kept(c, dst, inode, copy)
+    c.that(temporaries(job.work, os.path.basename(dst)) == [], "a temporary is left")
+    # once more: DST.wsync-previous is taken (and kept), so the next is DST.wsync-previous-2
+    inode = os.stat(dst).st_ino
+    r = run(wsync_cmd("convert", src, dst, "-q", *layout_args("vllm", "kernel", 2, 1)),
+            {"WSYNC_TEST_FAIL_SWAP_SYNC": "1"})
+    second = previous_kept(dst) + "-2"
+    c.that(r.returncode == 4 and r.stderr == "wsync: " + not_durable_line(dst) +
+           "; the previous output is kept as %s: remove it once the new one is confirmed\n"
+           % second, "a second time: exit %d, stderr: %r" % (r.returncode, r.stderr))
+    c.that(os.path.isdir(second) and os.stat(second).st_ino == inode,
+           "a second time: the previous DST is not at %s" % second)
+    check_previous_kept(c, dst, os.stat(previous_kept(dst)).st_ino, copy)
     return c.problems
 
 
@@ -1304,7 +1429,13 @@ FAULTS = [
      check_signal_in_barrier_before_swap),
     ("a leader signalled while it writes the marker: no swap, as if seen at once",
      check_signal_while_marker_written),
-    ("DST swapped in, its parent not synced: said in place, not durable (exit 4)",
+    ("a signal after the last exchange: every process says DST was swapped in",
+     check_late_signal_after_swap),
+    ("a signal after the last exchange on a process without ranks: all DSTs swapped in",
+     check_late_signal_without_dst),
+    ("a signal after a refusal's last exchange: the refusal alone, its status (exit 2)",
+     check_late_signal_after_failure),
+    ("DST swapped in, its parent not synced: said in place, previous kept (exit 4)",
      check_swap_not_durable),
     ("usage errors from every process (exit 2)", check_usage),
     ("-q with -v refused before any -v line, from every process (exit 2)",

@@ -738,6 +738,80 @@ test_input_replaced_after_stat(void)
   test_rmtree(conf);
 }
 
+/* A FIFO in conf.d, or in a plugin directory in a plugin's place, is refused without
+ * being opened (core/files.c wsync_file_open_trusted(): lstat()ed first, as the inputs
+ * are stat()ed, core/filekind.h), in the words it had: the shim's open log stays empty.
+ * Before: both were opened (O_NONBLOCK) and refused by fstat() of the descriptor; a
+ * device there was opened too (a watchdog arms). */
+static void
+test_trusted_fifo_never_opened(void)
+{
+  g_autofree char *top = test_tmpdir();
+  g_autofree char *conf = g_build_filename(top, "conf", NULL);
+  g_autofree char *plugins = g_build_filename(top, "plugins", NULL);
+  g_autofree char *log = g_build_filename(top, "opens.log", NULL);
+  g_assert_cmpint(g_mkdir(conf, 0755), ==, 0);
+  g_assert_cmpint(g_mkdir(plugins, 0755), ==, 0);
+
+  g_autofree char *fifo_conf = g_build_filename(conf, "10-fifo.conf", NULL);
+  g_assert_cmpint(mkfifo(fifo_conf, 0600), ==, 0);
+  const char *env[] = {"WSYNC_OPEN_NAME", "10-fifo.conf", "WSYNC_OPEN_LOG", log, NULL};
+  const char *args[] = {"plugins", "--conf-dir", conf, "--plugin-dir", plugins, NULL};
+  Run r = run_shimmed(env, args);
+  g_autofree char *want = g_strdup_printf("wsync: %s: is a FIFO, not a regular file\n", fifo_conf);
+  g_assert_cmpstr(r.err, ==, want);
+  g_assert_cmpstr(r.out, ==, "");
+  g_assert_cmpint(r.status, ==, 2);
+  g_autofree char *opened = take_open_log(log);
+  g_assert_cmpstr(opened, ==, "");
+  run_clear(&r);
+  g_assert_cmpint(g_unlink(fifo_conf), ==, 0);
+
+  g_free(test_write(conf, "10.conf", "plugin \"watched\" {}\n"));
+  g_autofree char *fifo_so = g_build_filename(plugins, "watched.so", NULL);
+  g_assert_cmpint(mkfifo(fifo_so, 0600), ==, 0);
+  const char *env_so[] = {"WSYNC_OPEN_NAME", "watched.so", "WSYNC_OPEN_LOG", log, NULL};
+  r = run_shimmed(env_so, args);
+  g_autofree char *want_so = g_strdup_printf(
+      "wsync: plugin \"watched\" refused: %s: is a FIFO, not a regular file\n", fifo_so);
+  g_assert_cmpstr(r.err, ==, want_so);
+  g_autofree char *listed = g_strdup_printf("    refused: %s: is a FIFO, not a regular file\n", fifo_so);
+  assert_has(r.out, listed);
+  g_assert_cmpint(r.status, ==, 0);
+  g_autofree char *opened_so = take_open_log(log);
+  g_assert_cmpstr(opened_so, ==, "");
+  run_clear(&r);
+  test_rmtree(top);
+}
+
+/* A conf.d file replaced by another regular file between its lstat() and its open (the
+ * shim renames the other over it right after the lstat()) is not read: "PATH: was
+ * replaced while it was being opened; nothing was read", a configuration error (exit 2),
+ * as every refusal of a conf.d file is.  Before: opened without a stat() before it, the
+ * file swapped in was read (with the lstat() of this fix and the old identity-blind
+ * open, it would have been too). */
+static void
+test_conf_file_replaced_after_lstat(void)
+{
+  g_autofree char *conf = test_tmpdir();
+  g_autofree char *spare = test_tmpdir(); /* not listed as a conf.d file */
+  g_autofree char *victim = test_write(conf, "10.conf", "# first\n");
+  g_autofree char *other = test_write(spare, "other.conf", "plugin \"nowhere\" {}\n");
+  const char *env[] = {"WSYNC_SWAP_NAME", "10.conf", "WSYNC_SWAP_WITH", other,
+                       "WSYNC_SWAP_AFTER_LSTAT", "1", NULL};
+  const char *args[] = {"plugins", "--conf-dir", conf, NULL};
+  Run r = run_shimmed(env, args);
+  g_autofree char *want = g_strdup_printf(
+      "wsync: %s: was replaced while it was being opened; nothing was read\n", victim);
+  g_assert_cmpstr(r.err, ==, want);
+  g_assert_cmpstr(r.out, ==, "");
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_false(g_file_test(other, G_FILE_TEST_EXISTS)); /* the shim did swap */
+  run_clear(&r);
+  test_rmtree(conf);
+  test_rmtree(spare);
+}
+
 /* A --plugin-dir that cannot be read (opendir(3) fails: no read or search permission;
  * the shim fails it with EACCES, as mode bits do not stop root) is refused as a missing
  * one is, exit 2.  Before: only stat()ed, it passed, its plugins were skipped without a
@@ -1533,6 +1607,8 @@ main(int argc, char **argv)
   g_test_add_func("/cli/plugin-dir-unreadable", test_plugin_dir_unreadable);
   g_test_add_func("/cli/fifo-input-never-opened", test_fifo_input_never_opened);
   g_test_add_func("/cli/input-replaced-after-stat", test_input_replaced_after_stat);
+  g_test_add_func("/cli/trusted-fifo-never-opened", test_trusted_fifo_never_opened);
+  g_test_add_func("/cli/conf-file-replaced-after-lstat", test_conf_file_replaced_after_lstat);
   g_test_add_func("/cli/synth-layers-needs-declared-count", test_synth_layers_needs_declared_count);
   g_test_add_func("/cli/synth-numbers", test_synth_numbers);
   g_test_add_func("/cli/no-plugin-selected", test_no_plugin_selected);

@@ -1,7 +1,10 @@
 /* wsync: the error domain and its exit codes. */
+#define _GNU_SOURCE /* O_NOFOLLOW, O_CLOEXEC, lstat() in core/filekind.h */
 #include <string.h>
 
 #include <wsync/error.h>
+
+#include "filekind.h"
 
 G_DEFINE_QUARK(wsync-error-quark, wsync_error)
 
@@ -34,8 +37,14 @@ wsync_set_io_error(GError **error, int errsv, const char *path, const char *what
   /* paths can come from files (shard names in an index): keep the message one line */
   g_autofree char *ppath = wsync_printable(path);
   /* an empty argument ('' from an unset shell variable) would vanish from the line */
-  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO, "cannot %s %s: %s", what,
-              ppath[0] != '\0' ? ppath : "an empty path (\"\")", g_strerror(errsv));
+  const char *named = ppath[0] != '\0' ? ppath : "an empty path (\"\")";
+  /* not a failure of the system: the file was swapped while it was judged and opened
+   * (core/filekind.h); g_strerror() would say "Unknown error 4096" */
+  if (errsv == WSYNC_FILE_REPLACED_ERRNO)
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO, "%s: " WSYNC_FILE_REPLACED_WORDS, named);
+  else
+    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO, "cannot %s %s: %s", what, named,
+                g_strerror(errsv));
 }
 
 gboolean

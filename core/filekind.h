@@ -38,10 +38,15 @@ wsync_file_special_kind(mode_t mode)
   return NULL;
 }
 
-/* errno of wsync_file_open_input() when @path was replaced, between its stat() and its
+/* errno of wsync_file_open_judged() when @path was replaced, between its stat() and its
  * open(2), by another file that is not a FIFO, a socket or a device (those are refused
- * as they are): "Resource temporarily unavailable", as the next try reads the new file. */
-#define WSYNC_FILE_REPLACED_ERRNO EAGAIN
+ * as they are).  No system call sets it: one above the largest errno the kernel returns
+ * (MAX_ERRNO, 4095, linux include/linux/err.h), so it cannot be a real failure mistaken
+ * for a replacement (EAGAIN, its old value, is also open(2)'s answer for O_NONBLOCK on a
+ * file under a lease).  wsync_set_io_error() words it WSYNC_FILE_REPLACED_WORDS after the
+ * path, so every reader that turns errno into its message says what happened. */
+#define WSYNC_FILE_REPLACED_ERRNO 4096
+#define WSYNC_FILE_REPLACED_WORDS "was replaced while it was being opened; nothing was read"
 
 /* TRUE when @a and @b describe the same file: the same kind, device and inode. */
 static inline int

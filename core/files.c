@@ -19,18 +19,6 @@
 
 /* ------------------------------------------------------------------ bounded reads */
 
-/* @fd back to blocking reads (it was opened O_NONBLOCK so that opening a FIFO cannot
- * hang): a regular file never blocks anyway. */
-static int
-blocking(int fd)
-{
-  int flags = fcntl(fd, F_GETFL);
-
-  if (flags >= 0)
-    fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-  return fd;
-}
-
 static const char *
 file_kind(mode_t mode)
 {
@@ -43,22 +31,6 @@ file_kind(mode_t mode)
   if (S_ISSOCK(mode))
     return "a socket";
   return "not a regular file";
-}
-
-/* What @path is when open(2) of it failed with @errsv because it is not a regular file,
- * or NULL.  open(2) of a Unix socket fails with ENXIO before fstat() can tell (Linux,
- * open(2): "the file is a UNIX domain socket"): stat() then (lstat() for @nofollow, as
- * the open did not follow), so that a socket is refused as a FIFO is, not "cannot open
- * PATH: No such device or address" (an I/O failure). */
-static const char *
-unopenable_kind(const char *path, gboolean nofollow, int errsv)
-{
-  struct stat st;
-
-  if (errsv != ENXIO || (nofollow ? lstat(path, &st) : stat(path, &st)) != 0 ||
-      S_ISREG(st.st_mode))
-    return NULL;
-  return file_kind(st.st_mode);
 }
 
 int
@@ -236,22 +208,22 @@ wsync_file_open_trusted(const char *path, const char *what, struct stat *st, cha
     return -1;
   }
   g_autofree char *real = g_build_filename(real_dir, base, NULL);
-  int fd = open(real, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  /* lstat()ed first: a FIFO or a device in conf.d or a plugin directory is refused
+   * without being opened (a FIFO with no writer, opened blocking, hung every command);
+   * then opened O_NOFOLLOW | O_NONBLOCK and fstat()ed: a file swapped in after the
+   * lstat() is not read, nor loaded (core/filekind.h) */
+  const char *special;
+  int fd = wsync_file_open_judged(real, TRUE, st, &special);
   if (fd < 0) {
     int errsv = errno;
-    const char *kind = unopenable_kind(real, TRUE, errsv);
-    if (errsv == ELOOP)
+    if (special != NULL)
+      *reason = g_strdup_printf("%s: is %s, not a regular file", ppath, special);
+    else if (errsv == ELOOP)
       *reason = g_strdup_printf("%s: is a symlink; %s must be regular files", ppath, what);
-    else if (kind != NULL) /* a socket: refused as a FIFO is below */
-      *reason = g_strdup_printf("%s: is %s%s", ppath, kind,
-                                g_str_has_prefix(kind, "not") ? "" : ", not a regular file");
+    else if (errsv == WSYNC_FILE_REPLACED_ERRNO)
+      *reason = g_strdup_printf("%s: " WSYNC_FILE_REPLACED_WORDS, ppath);
     else
       *reason = g_strdup_printf("%s: cannot open: %s", ppath, g_strerror(errsv));
-    return -1;
-  }
-  if (fstat(fd, st) != 0) {
-    *reason = g_strdup_printf("%s: cannot stat: %s", ppath, g_strerror(errno));
-    close(fd);
     return -1;
   }
   if (!S_ISREG(st->st_mode)) {
@@ -275,7 +247,7 @@ wsync_file_open_trusted(const char *path, const char *what, struct stat *st, cha
     close(fd);
     return -1;
   }
-  return blocking(fd);
+  return fd; /* (back to blocking reads: wsync_file_open_judged()) */
 }
 
 /* ------------------------------------------------------------------ removal */

@@ -57,8 +57,11 @@ gboolean wsync_file_read_regular(const char *path, gsize max, const char *what, 
 char *wsync_file_untrusted(const char *path, const struct stat *st);
 
 /* Opens a file that must be trusted, as ld.so and collectd's loaders reason about it:
- * @path's directory is resolved (realpath), the file is opened in it with O_NOFOLLOW,
- * refused unless it is a regular file that passes wsync_file_untrusted().  @what names
+ * @path's directory is resolved (realpath), the file is lstat()ed in it and opened with
+ * O_NOFOLLOW (core/filekind.h: a symlink, a FIFO, a socket or a device is refused
+ * without being opened, and a file swapped in between is refused, "PATH: was replaced
+ * while it was being opened; nothing was read"), refused unless it is a regular file
+ * that passes wsync_file_untrusted().  @what names
  * the kind of file in the symlink refusal ("plugins", "configuration files").  Returns
  * the descriptor (to read or to load through /proc/self/fd), or -1 with *reason set
  * (one line, freed by the caller). */

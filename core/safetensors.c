@@ -533,9 +533,9 @@ wsync_safetensors_open(const char *path, GError **error)
   g_return_val_if_fail(path != NULL, NULL);
   g_return_val_if_fail(error == NULL || *error == NULL, NULL);
 
-  /* what is opened is what is checked (core/filekind.h): a FIFO, a device and a socket
-   * (which cannot even be opened) in this reader's words for all three (python/load.c,
-   * which reads rank files, says the same) */
+  /* judged before it is opened, and what is opened is what was judged (core/filekind.h):
+   * a FIFO, a device and a socket are refused without being opened, in this reader's
+   * words for all three (python/load.c, which reads rank files, says the same) */
   struct stat sb;
   const char *special;
   int fd = wsync_file_open_input(path, &sb, &special);

@@ -369,7 +369,7 @@ record_read(const char *path, char **text, gsize *len, GError **error)
   const char *special;
 
   *text = NULL;
-  /* opened once and judged by fstat() (core/filekind.h): a stat() before
+  /* judged as it is opened, by stat() and fstat() (core/filekind.h): a stat() before
    * g_file_get_contents(), whose open(2) blocks, hung load_rank for ever on a FIFO put
    * in place of the record between the two; a FIFO, a socket or a directory here is
    * refused as map_file() refuses a rank file */

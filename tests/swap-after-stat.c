@@ -7,9 +7,10 @@
  * renamed over that path, before the stat() returns.  A reader that stat()s and then
  * opens the same path opens the file swapped in: it must see, by fstat() of what it
  * opened, that this is not the file it judged (core/filekind.h).  The rename(2) happens
- * once: afterwards $WSYNC_SWAP_WITH is gone.  lstat() and fstat() are left alone (an
- * lstat() is followed by no open of the same meaning, an fstat() looks at what is
- * open).
+ * once: afterwards $WSYNC_SWAP_WITH is gone.  fstat() is left alone (it looks at what
+ * is open), and so is lstat() unless $WSYNC_SWAP_AFTER_LSTAT is set: the trusted files
+ * (conf.d, plugins) are lstat()ed and opened O_NOFOLLOW, where most lstat()s are
+ * followed by no open of the same path (a plugin directory's listing).
  *
  * Every open(2) of a path whose last component is $WSYNC_OPEN_NAME appends that path
  * and a newline to the file $WSYNC_OPEN_LOG: a FIFO or a device refused "without being
@@ -51,6 +52,13 @@ swap_if_named(int dir, const char *path)
     renameat(AT_FDCWD, with, dir, path);
 }
 
+static void
+swap_if_named_after_lstat(int dir, const char *path)
+{
+  if (getenv("WSYNC_SWAP_AFTER_LSTAT") != NULL)
+    swap_if_named(dir, path);
+}
+
 #define REAL(type, name, ...) \
   static type (*real)(__VA_ARGS__); \
   if (real == NULL) \
@@ -81,6 +89,8 @@ fstatat(int dir, const char *path, struct stat *st, int flags)
   int r = real(dir, path, st, flags);
   if (!(flags & (AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH)))
     swap_if_named(dir, path);
+  else if (!(flags & AT_EMPTY_PATH))
+    swap_if_named_after_lstat(dir, path);
   return r;
 }
 
@@ -91,6 +101,26 @@ fstatat64(int dir, const char *path, struct stat64 *st, int flags)
   int r = real(dir, path, st, flags);
   if (!(flags & (AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH)))
     swap_if_named(dir, path);
+  else if (!(flags & AT_EMPTY_PATH))
+    swap_if_named_after_lstat(dir, path);
+  return r;
+}
+
+int
+lstat(const char *path, struct stat *st)
+{
+  REAL(int, "lstat", const char *, struct stat *);
+  int r = real(path, st);
+  swap_if_named_after_lstat(AT_FDCWD, path);
+  return r;
+}
+
+int
+lstat64(const char *path, struct stat64 *st)
+{
+  REAL(int, "lstat64", const char *, struct stat64 *);
+  int r = real(path, st);
+  swap_if_named_after_lstat(AT_FDCWD, path);
   return r;
 }
 

@@ -693,27 +693,123 @@ test_fifo_input_never_opened(void)
   test_rmtree(conf);
 }
 
-/* A config.json replaced by another file between the stat() that judged it and the open
- * (the shim renames the other file over it right after the stat()) is not read: fstat()
- * of what was opened is not the file stat() saw.  Before: wsync read the file swapped in
- * and printed its config, exit 0. */
+/* wsync run with the shim renaming @other over @victim right after @victim is stat()ed:
+ * refused in words that say so, exit 4, nothing printed on stdout. */
 static void
-test_input_replaced_after_stat(void)
+assert_replaced_refused(const char *victim, const char *other, const char *const *args)
 {
-  g_autofree char *conf = test_tmpdir();
-  g_autofree char *victim = test_write(conf, "victim.json", "{\"model_type\": \"first\"}");
-  g_autofree char *other = test_write(conf, "other.json", "{\"model_type\": \"second\"}");
-  const char *env[] = {"WSYNC_SWAP_NAME", "victim.json", "WSYNC_SWAP_WITH", other, NULL};
-  const char *args[] = {"config", "--conf-dir", conf, victim, NULL};
+  g_autofree char *name = g_path_get_basename(victim);
+  const char *env[] = {"WSYNC_SWAP_NAME", name, "WSYNC_SWAP_WITH", other, NULL};
   Run r = run_shimmed(env, args);
-  g_autofree char *want =
-      g_strdup_printf("wsync: cannot open %s: Resource temporarily unavailable\n", victim);
+  g_autofree char *want = g_strdup_printf(
+      "wsync: %s: was replaced while it was being opened; nothing was read\n", victim);
   g_assert_cmpstr(r.err, ==, want);
   g_assert_cmpstr(r.out, ==, "");
   g_assert_cmpint(r.status, ==, 4);
   g_assert_false(g_file_test(other, G_FILE_TEST_EXISTS)); /* the shim did swap */
   run_clear(&r);
+}
+
+/* An input replaced by another regular file between the stat() that judged it and the
+ * open (the shim renames the other file over it right after the stat()) is not read:
+ * fstat() of what was opened is not the file stat() saw.  It is named with what
+ * happened, by every reader (core/error.c words the errno of core/filekind.h): a
+ * config.json (core/files.c), a DCP's .metadata (core/dcp.c).  Before b617ad0 wsync
+ * read the file swapped in (the config printed, exit 0); after it, both said "cannot open
+ * PATH: Resource temporarily unavailable" (EAGAIN, which also is open(2)'s answer for a
+ * file under a lease): as if retrying were the cure, and not what happened. */
+static void
+test_input_replaced_after_stat(void)
+{
+  g_autofree char *conf = test_tmpdir();
+  const char *plugins = test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR");
+
+  g_autofree char *victim = test_write(conf, "victim.json", "{\"model_type\": \"first\"}");
+  g_autofree char *other = test_write(conf, "other.json", "{\"model_type\": \"second\"}");
+  const char *config[] = {"config", "--conf-dir", conf, victim, NULL};
+  assert_replaced_refused(victim, other, config);
+
+  g_autofree char *dcp = g_build_filename(conf, "dcp", NULL);
+  g_assert_cmpint(g_mkdir(dcp, 0755), ==, 0);
+  g_autofree char *metadata = test_write(dcp, ".metadata", "not read");
+  g_autofree char *other_md = test_write(conf, "other.metadata", "not read either");
+  const char *inspect_dcp[] = {"inspect", "--conf-dir", conf, "--plugin-dir", plugins, dcp, NULL};
+  assert_replaced_refused(metadata, other_md, inspect_dcp);
   test_rmtree(conf);
+}
+
+/* A FIFO in conf.d, or in a plugin directory in a plugin's place, is refused without
+ * being opened (core/files.c wsync_file_open_trusted(): lstat()ed first, as the inputs
+ * are stat()ed, core/filekind.h), in the words it had: the shim's open log stays empty.
+ * Before: both were opened (O_NONBLOCK) and refused by fstat() of the descriptor; a
+ * device there was opened too (a watchdog arms). */
+static void
+test_trusted_fifo_never_opened(void)
+{
+  g_autofree char *top = test_tmpdir();
+  g_autofree char *conf = g_build_filename(top, "conf", NULL);
+  g_autofree char *plugins = g_build_filename(top, "plugins", NULL);
+  g_autofree char *log = g_build_filename(top, "opens.log", NULL);
+  g_assert_cmpint(g_mkdir(conf, 0755), ==, 0);
+  g_assert_cmpint(g_mkdir(plugins, 0755), ==, 0);
+
+  g_autofree char *fifo_conf = g_build_filename(conf, "10-fifo.conf", NULL);
+  g_assert_cmpint(mkfifo(fifo_conf, 0600), ==, 0);
+  const char *env[] = {"WSYNC_OPEN_NAME", "10-fifo.conf", "WSYNC_OPEN_LOG", log, NULL};
+  const char *args[] = {"plugins", "--conf-dir", conf, "--plugin-dir", plugins, NULL};
+  Run r = run_shimmed(env, args);
+  g_autofree char *want = g_strdup_printf("wsync: %s: is a FIFO, not a regular file\n", fifo_conf);
+  g_assert_cmpstr(r.err, ==, want);
+  g_assert_cmpstr(r.out, ==, "");
+  g_assert_cmpint(r.status, ==, 2);
+  g_autofree char *opened = take_open_log(log);
+  g_assert_cmpstr(opened, ==, "");
+  run_clear(&r);
+  g_assert_cmpint(g_unlink(fifo_conf), ==, 0);
+
+  g_free(test_write(conf, "10.conf", "plugin \"watched\" {}\n"));
+  g_autofree char *fifo_so = g_build_filename(plugins, "watched.so", NULL);
+  g_assert_cmpint(mkfifo(fifo_so, 0600), ==, 0);
+  const char *env_so[] = {"WSYNC_OPEN_NAME", "watched.so", "WSYNC_OPEN_LOG", log, NULL};
+  r = run_shimmed(env_so, args);
+  g_autofree char *want_so = g_strdup_printf(
+      "wsync: plugin \"watched\" refused: %s: is a FIFO, not a regular file\n", fifo_so);
+  g_assert_cmpstr(r.err, ==, want_so);
+  g_autofree char *listed = g_strdup_printf("    refused: %s: is a FIFO, not a regular file\n", fifo_so);
+  assert_has(r.out, listed);
+  g_assert_cmpint(r.status, ==, 0);
+  g_autofree char *opened_so = take_open_log(log);
+  g_assert_cmpstr(opened_so, ==, "");
+  run_clear(&r);
+  test_rmtree(top);
+}
+
+/* A conf.d file replaced by another regular file between its lstat() and its open (the
+ * shim renames the other over it right after the lstat()) is not read: "PATH: was
+ * replaced while it was being opened; nothing was read", a configuration error (exit 2),
+ * as every refusal of a conf.d file is.  Before: opened without a stat() before it, the
+ * file swapped in was read (with the lstat() of this fix and the old identity-blind
+ * open, it would have been too). */
+static void
+test_conf_file_replaced_after_lstat(void)
+{
+  g_autofree char *conf = test_tmpdir();
+  g_autofree char *spare = test_tmpdir(); /* not listed as a conf.d file */
+  g_autofree char *victim = test_write(conf, "10.conf", "# first\n");
+  g_autofree char *other = test_write(spare, "other.conf", "plugin \"nowhere\" {}\n");
+  const char *env[] = {"WSYNC_SWAP_NAME", "10.conf", "WSYNC_SWAP_WITH", other,
+                       "WSYNC_SWAP_AFTER_LSTAT", "1", NULL};
+  const char *args[] = {"plugins", "--conf-dir", conf, NULL};
+  Run r = run_shimmed(env, args);
+  g_autofree char *want = g_strdup_printf(
+      "wsync: %s: was replaced while it was being opened; nothing was read\n", victim);
+  g_assert_cmpstr(r.err, ==, want);
+  g_assert_cmpstr(r.out, ==, "");
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_false(g_file_test(other, G_FILE_TEST_EXISTS)); /* the shim did swap */
+  run_clear(&r);
+  test_rmtree(conf);
+  test_rmtree(spare);
 }
 
 /* A --plugin-dir that cannot be read (opendir(3) fails: no read or search permission;
@@ -1554,6 +1650,8 @@ main(int argc, char **argv)
   g_test_add_func("/cli/plugin-dir-unreadable", test_plugin_dir_unreadable);
   g_test_add_func("/cli/fifo-input-never-opened", test_fifo_input_never_opened);
   g_test_add_func("/cli/input-replaced-after-stat", test_input_replaced_after_stat);
+  g_test_add_func("/cli/trusted-fifo-never-opened", test_trusted_fifo_never_opened);
+  g_test_add_func("/cli/conf-file-replaced-after-lstat", test_conf_file_replaced_after_lstat);
   g_test_add_func("/cli/synth-layers-needs-declared-count", test_synth_layers_needs_declared_count);
   g_test_add_func("/cli/synth-numbers", test_synth_numbers);
   g_test_add_func("/cli/no-plugin-selected", test_no_plugin_selected);

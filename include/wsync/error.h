@@ -78,7 +78,10 @@ WSYNC_API int wsync_error_exit_code(const GError *error);
  * @path: the file the operation was about
  * @what: what was attempted, e.g. "read" or "create"
  *
- * Sets a #WSYNC_ERROR_IO error "cannot WHAT PATH: strerror(errsv)".
+ * Sets a #WSYNC_ERROR_IO error "cannot WHAT PATH: strerror(errsv)"; for the @errsv
+ * wsync's own readers set when @path was replaced by another file while they opened it
+ * (no system call sets it), "PATH: was replaced while it was being opened; nothing was
+ * read".
  */
 WSYNC_API void wsync_set_io_error(GError **error, int errsv, const char *path, const char *what);
 

@@ -3414,6 +3414,63 @@ def convert_hears_ctrl_c_and_other_threads_run():
     assert r.stdout.strip() == "KeyboardInterrupt False []", r.stdout + r.stderr
 
 
+def _convert_signalled_at(point, src, dst):
+    """convert(src, dst) in a child process with WSYNC_TEST_SIGNAL_AT=@point (SIGINT at
+    that point of the run, core/exec.c signal_if_asked()); returns the line the child
+    prints: what convert returned or raised, as repr()."""
+    script = """if True:
+        import sys, wsync
+        src, dst, conf_dir, plugin_dir = sys.argv[1:5]
+        try:
+            wsync.convert(src, dst, target="vllm", format="kernel", tp=2, conf_dir=conf_dir,
+                          plugin_dir=plugin_dir)
+            print("returned")
+        except BaseException as e:
+            print(repr(e))
+    """
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), WSYNC_PLUGIN_PATH="",
+               WSYNC_TEST_SIGNAL_AT=point)
+    r = subprocess.run([sys.executable, "-c", script, src, dst, CONF_DIR, PLUGIN_DIR], env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+@test
+def convert_interrupted_at_the_swap_says_what_dst_is():
+    """Ctrl-C at the last moments of convert: KeyboardInterrupt says what became of DST,
+    truly.  Just before the swap (every file written): the run stops, "DST is as it was"
+    and it is (the same directory, the same bytes), no temporary left.  Just after the
+    swap: nothing can stop it any more, and the text says DST is the new output,
+    complete; it is (the output `wsync convert` writes).  (Before: KeyboardInterrupt
+    had no text, and convert's help said "dst stays as it was" whatever the moment; a
+    signal in the run's last 50 ms was heard after convert returned, by the next
+    bytecode.)"""
+    src = synth("tiny-qwen3-moe")
+    want = converted(src, "vllm", "kernel", 2, 1)
+    parent = fresh_dir("signal-at")
+    os.makedirs(parent)
+    dst = os.path.join(parent, "out")
+    old = synth("tiny-qwen3")  # an earlier output, as a user's DST would be
+    wsync_ok("convert", old, dst, "--target", "vllm", "--tp", "2")
+    before = read_checkpoint(dst)
+    inode = os.stat(dst).st_ino
+
+    said = _convert_signalled_at("written", src, dst)
+    assert said == ("KeyboardInterrupt('convert: interrupted by SIGINT: the temporary "
+                    "directory is removed; DST is as it was')"), said
+    assert os.stat(dst).st_ino == inode and read_checkpoint(dst) == before
+    assert sorted(os.listdir(parent)) == ["out"], os.listdir(parent)
+
+    said = _convert_signalled_at("swapped", src, dst)
+    assert said == ("KeyboardInterrupt('convert: interrupted by SIGINT as DST was swapped in: "
+                    "DST is the new output, complete')"), said
+    assert os.stat(dst).st_ino != inode
+    assert_same_files(want, dst)
+    assert sorted(os.listdir(parent)) == ["out"], os.listdir(parent)
+
+
 @test
 def missing_path_is_an_io_failure():
     """A path the caller names that is not there is an I/O failure (status 4) in every

@@ -1234,6 +1234,142 @@ def session_callback_errors():
 
 
 @test
+def session_callback_exception_is_its_own_calls():
+    """The exception a bucket callback raises is raised by the push that ran it (the
+    callback runs on the pushing thread), exactly once, and by no other call: pushes on
+    several threads at once, each callback raising ValueError(its thread's name), and
+    another thread pushing an undescribed name meanwhile.  Every push raises its own
+    thread's ValueError, or wsync.Error saying the step failed and what the callback
+    raised; every ValueError raised by a callback is raised by one push; the undescribed
+    name is refused as such, always.  (Before: the exception waited in one slot of the
+    session: a push of another thread that failed first took it, the undescribed name
+    raised another thread's ValueError, and a second callback's exception replaced the
+    first's, which was lost; the step's failure said only "bucket callback raised an
+    exception".)  Many steps, since it is a race."""
+    need_numpy()
+    src = synth("tiny-qwen3-moe")
+    tensors = arrays(src)
+    raised = []
+
+    def sink(b):
+        name = threading.current_thread().name
+        raised.append(name)
+        raise ValueError(name)
+
+    s = new_session(src, sink, "vllm", "kernel", 1, 1, bucket_bytes=1)
+    s.describe(description(src))
+    names = list(tensors)
+    wrong = []
+    failed_step = re.compile(r'^push: tensor "[^"]+": step \d+ failed \(bucket of rank 0, '
+                             r'[^ ]+ at \d+: bucket callback raised ValueError: pusher-\d+\): '
+                             r'abort it$')
+    for version in range(200):
+        raised.clear()
+        s.begin(version)
+        outcomes = []
+        barrier = threading.Barrier(5)
+        done = threading.Event()
+
+        def pusher(i):
+            barrier.wait()
+            for name in names[i::4]:
+                try:
+                    s.push(name, tensors[name])
+                except ValueError as e:
+                    outcomes.append(("ValueError", str(e), threading.current_thread().name))
+                    return
+                except wsync.Error as e:
+                    outcomes.append(("Error", str(e), threading.current_thread().name))
+                    return
+
+        def typo():
+            barrier.wait()
+            while not done.is_set():
+                try:
+                    s.push("no.such.tensor", b"")
+                except BaseException as e:  # noqa: B902 -- whatever it raised is the test
+                    if type(e) is not wsync.Error or str(e) != 'push: tensor "no.such.tensor" was not described':
+                        wrong.append("the undescribed name raised %r" % e)
+
+        threads = [threading.Thread(target=pusher, args=(i,), name="pusher-%d" % i) for i in range(4)]
+        stealer = threading.Thread(target=typo)
+        for t in threads + [stealer]:
+            t.start()
+        for t in threads:
+            t.join()
+        done.set()
+        stealer.join()
+        s.abort()
+        for kind, text, thread in outcomes:
+            if kind == "ValueError" and text != thread:
+                wrong.append("%s raised %s's ValueError" % (thread, text))
+            elif kind == "Error" and not failed_step.match(text):
+                wrong.append("%s: %s" % (thread, text))
+        got = sorted(text for kind, text, _ in outcomes if kind == "ValueError")
+        if got != sorted(raised):
+            wrong.append("callbacks raised %s, pushes %s" % (sorted(raised), got))
+        if wrong:
+            break
+    s.close()
+    assert not wrong, wrong[:5]
+
+
+@test
+def session_callback_pushing_into_another_session():
+    """A callback that pushes into another session whose own callback raises: that push
+    raises its callback's exception, which, not caught, is what the outer push raises,
+    exactly; each session's next push says its step failed and why; after abort() and
+    begin() nothing of it is left, and the next step commits."""
+    need_numpy()
+    src = synth("tiny-qwen3-moe")
+    tensors = arrays(src)
+    names = list(tensors)
+
+    def inner_sink(b):
+        raise KeyError("inner %d" % b.version)
+
+    inner = new_session(src, inner_sink, "vllm", "kernel", 1, 1, bucket_bytes=1)
+    inner.describe(description(src))
+
+    def outer_sink(b):
+        inner.push(names[0], tensors[names[0]])
+
+    outer = new_session(src, outer_sink, "vllm", "kernel", 1, 1, bucket_bytes=1)
+    outer.describe(description(src))
+    inner.begin(7)
+    outer.begin(8)
+    e = expect_error("'inner 7'", push_all, outer, tensors, kind=KeyError)
+    assert type(e) is KeyError and e.args == ("inner 7",), repr(e)
+    for s, version in ((inner, 7), (outer, 8)):
+        e = expect_error("", s.push, names[1], tensors[names[1]], status=2)
+        assert re.match(r'^push: tensor "%s": step %d failed \(bucket of rank 0, [^ ]+ at \d+: '
+                        r"bucket callback raised KeyError: 'inner 7'\): abort it$"
+                        % (re.escape(names[1]), version), str(e)), str(e)
+        s.abort()
+    outer.close()
+    inner.close()
+    # the same session again, after abort(): the callback's old exception is gone
+    calls = []
+
+    def once(b):
+        calls.append(b.version)
+        if b.version == 1:
+            raise RuntimeError("only in step 1")
+
+    s = new_session(src, once, "vllm", "kernel", 1, 1, bucket_bytes=1)
+    s.describe(description(src))
+    s.begin(1)
+    e = expect_error("only in step 1", push_all, s, tensors, kind=RuntimeError)
+    assert type(e) is RuntimeError and e.args == ("only in step 1",), repr(e)
+    s.abort()
+    s.begin(2)
+    push_all(s, tensors)
+    s.commit()
+    s.close()
+    assert calls[0] == 1 and set(calls[1:]) == {2}, calls
+
+
+@test
 def session_closed_by_another_thread_while_it_plans():
     """close() from another thread while describe() plans (or reads the items) waits for
     it, or makes it raise "the session is closed"; it never frees the session under the

@@ -602,21 +602,44 @@ PyDoc_STRVAR(describe_doc,
 "would from a checkpoint of these tensors).  Each item is (name, dtype, shape) with\n"
 "Hugging Face names and safetensors dtypes (\"BF16\"), or, for one shard of a global\n"
 "tensor (as DCP describes chunks), (name, dtype, shape, offsets, global_shape).  A\n"
-"tensor the target needs and that is not described is refused, by name.");
+"tensor the target needs and that is not described is refused, by name.  Ctrl-C (main\n"
+"thread) stops it within a fraction of a second with KeyboardInterrupt; the session,\n"
+"failed to plan, is then only good for close().");
+
+/* describe()'s plan, run by wsync_py_run_interruptible(). */
+typedef struct {
+  SessionObject *self;
+  gboolean ok;
+  GError *error;
+} PlanCall;
+
+static void
+plan_call_run(gpointer data)
+{
+  PlanCall *c = data;
+
+  g_rw_lock_writer_lock(&c->self->lock);
+  c->ok = c->self->session != NULL && wsync_session_plan(c->self->session, &c->error);
+  g_rw_lock_writer_unlock(&c->self->lock);
+}
+
+/* Items between two checks for Ctrl-C while describe() reads them: a list's iterator
+ * runs no bytecode, so Python's own checks would not come until the plan. */
+#define ITEMS_PER_SIGNAL_CHECK 4096
 
 static PyObject *
 session_describe(SessionObject *self, PyObject *tensors)
 {
-  g_autoptr(GError) error = NULL;
   PyObject *it, *item;
   gboolean ok;
+  guint64 n = 0;
 
   if (!check_open(self))
     return NULL;
   if ((it = PyObject_GetIter(tensors)) == NULL)
     return NULL;
   while ((item = PyIter_Next(it)) != NULL) {
-    ok = describe_one(self, item);
+    ok = describe_one(self, item) && (++n % ITEMS_PER_SIGNAL_CHECK != 0 || PyErr_CheckSignals() == 0);
     Py_DECREF(item);
     if (!ok) {
       Py_DECREF(it);
@@ -626,12 +649,14 @@ session_describe(SessionObject *self, PyObject *tensors)
   Py_DECREF(it);
   if (PyErr_Occurred())
     return NULL;
-  Py_BEGIN_ALLOW_THREADS
-  g_rw_lock_writer_lock(&self->lock);
-  ok = self->session != NULL && wsync_session_plan(self->session, &error);
-  g_rw_lock_writer_unlock(&self->lock);
-  Py_END_ALLOW_THREADS
-  if (!ok)
+  /* planning a whole model takes seconds: Ctrl-C stops it (the core hears the session's
+   * interrupt flag between the plan's phases), and the session has failed to plan */
+  PlanCall call = {self, FALSE, NULL};
+  gboolean heard = wsync_py_run_interruptible(plan_call_run, &call, &self->stop);
+  g_autoptr(GError) error = call.error;
+  if (!heard)
+    return NULL; /* KeyboardInterrupt: the session failed to plan (make a new one) */
+  if (!call.ok)
     return error ? session_raise(error) : (check_open(self), NULL);
   Py_RETURN_NONE;
 }

@@ -642,6 +642,27 @@ check_space(const char *dir, const char *dst, guint64 needed, GError **error)
   return FALSE;
 }
 
+/* For tests (tests/test-python.py, convert_interrupted_at_the_swap): the environment
+ * variable WSYNC_TEST_SIGNAL_AT=POINT raises SIGINT in the thread running
+ * wsync_plan_execute() at POINT, where no signal from outside lands reliably (each lasts
+ * microseconds): "written" (every file of the temporary directory is written, the last
+ * check of the interrupt flag is next) or "swapped" (DST is the new output).  At
+ * "written" it then waits (up to 10 s) for the flag: a caller that hears the signal on
+ * another thread (the Python module, python/module.c plan_job_wait()) sets it a little
+ * later, while `wsync convert`'s handler has set it already. */
+static void
+signal_if_asked(const char *point, const volatile sig_atomic_t *interrupted)
+{
+  const char *asked = g_getenv("WSYNC_TEST_SIGNAL_AT");
+
+  if (asked == NULL || strcmp(asked, point) != 0)
+    return;
+  raise(SIGINT);
+  for (int i = 0; strcmp(point, "written") == 0 && interrupted != NULL && !*interrupted && i < 1000;
+       i++)
+    g_usleep(10 * G_TIME_SPAN_MILLISECOND);
+}
+
 gboolean
 wsync_plan_execute(WsyncPlan *plan, const char *dst_arg, WsyncExecuteFlags flags,
                    GError **error)
@@ -690,11 +711,15 @@ wsync_plan_execute(WsyncPlan *plan, const char *dst_arg, WsyncExecuteFlags flags
     ok = wsync_index_write(index, wsync_plan_total_bytes(plan), weight_map, error);
   }
   ok = ok && companion_write_for_plan(plan, tmp, interrupted, error) && write_marker(tmp, error);
+  if (ok)
+    signal_if_asked("written", interrupted);
   /* the last moment a signal can stop the run: after this, DST is the new output */
   if (interrupted != NULL && *interrupted)
     ok = companion_interrupted(error, *interrupted);
   gboolean swapped = FALSE;
   ok = ok && install_dir(tmp, &d, force, &swapped, error);
+  if (ok)
+    signal_if_asked("swapped", interrupted);
   if (!ok && !swapped) /* swapped: @tmp is gone, or holds the previous DST, kept */
     wsync_remove_tree(tmp, NULL);
   close(lock_fd);

@@ -820,7 +820,7 @@ plan_bind_chunked(WsyncPlan *plan, GPtrArray *globals, GError **error)
     at += wsync_dcp_tensor_n_chunks(g);
   }
   plan->in_tp = plan->in_ep = plan->in_world = 1;
-  if (!plan_unclaimed_reader(plan, &plan->in, error))
+  if (plan_interrupted(plan, error) || !plan_unclaimed_reader(plan, &plan->in, error))
     return FALSE;
   plan->input_target = g_strdup(plan->in.info->name);
   plan->input_layouts = g_ptr_array_new_with_free_func(plan_layout_unref);
@@ -829,6 +829,8 @@ plan_bind_chunked(WsyncPlan *plan, GPtrArray *globals, GError **error)
   if (layout == NULL)
     return FALSE;
   g_ptr_array_add(plan->input_layouts, layout);
+  if (plan_interrupted(plan, error)) /* the input layout alone takes a while */
+    return FALSE;
   if (plan->kind == PLAN_SESSION) {
     /* a session's undescribed sources keep the names of its tensors */
     if (!bind_globals(plan, layout->tensors, names, first_input, missing, error))

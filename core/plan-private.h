@@ -92,6 +92,12 @@ void plan_json_add_layout(JsonBuilder *b, const WsyncPlan *plan);
 
 /* describe.c */
 gboolean plan_describe(WsyncPlan *plan, const char *config_name, GError **error);
+
+/* TRUE with @error set ("planning was interrupted by SIGINT", WSYNC_ERROR_IO as the run's
+ * interruption) when the plan's interrupt flag (wsync_plan_set_interrupt(), which a
+ * session's wsync_session_set_interrupt() sets too) is set: checked between the phases
+ * of planning, so that a plan of a whole model (seconds) stops within a fraction of it. */
+gboolean plan_interrupted(const WsyncPlan *plan, GError **error);
 void plan_describe_identity(WsyncPlan *plan);
 
 /* resolve.c */

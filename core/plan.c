@@ -443,7 +443,8 @@ gboolean
 plan_session_bind(WsyncPlan *plan, const WsyncPlanOptions *opts, GPtrArray *described,
                   GError **error)
 {
-  return plan_bind_chunked(plan, described, error) && plan_build_outputs(plan, opts, error) &&
+  return plan_bind_chunked(plan, described, error) && !plan_interrupted(plan, error) &&
+         plan_build_outputs(plan, opts, error) && !plan_interrupted(plan, error) &&
          plan_check_inputs_used(plan, error);
 }
 
@@ -501,4 +502,17 @@ void
 wsync_plan_set_interrupt(WsyncPlan *plan, const volatile sig_atomic_t *flag)
 {
   plan->interrupted = flag;
+}
+
+gboolean
+plan_interrupted(const WsyncPlan *plan, GError **error)
+{
+  int sig = plan->interrupted != NULL ? *plan->interrupted : 0;
+  const char *name = sig > 0 ? sigabbrev_np(sig) : NULL;
+
+  if (sig == 0)
+    return FALSE;
+  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_IO, "planning was interrupted by %s%s",
+              name != NULL ? "SIG" : "a signal", name != NULL ? name : "");
+  return TRUE;
 }

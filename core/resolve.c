@@ -933,6 +933,10 @@ plan_build_outputs(WsyncPlan *plan, const WsyncPlanOptions *opts, GError **error
   for (guint r = 0; ok && r < world; r++) {
     if (opts->rank >= 0 && (guint)opts->rank != r)
       continue;
+    if (plan_interrupted(plan, error)) {
+      ok = FALSE;
+      break;
+    }
     WsyncLayout *layout = plan_build_layout(plan, &plan->out, plan->out_format, tp, ep, r, FALSE,
                                        NULL, NULL, error);
     if (layout == NULL) {

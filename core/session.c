@@ -1191,19 +1191,27 @@ wsync_session_plan(WsyncSession *s, GError **error)
   for (guint i = 0; i < s->described->len; i++)
     g_ptr_array_add(globals, &((Described *)s->described->pdata[i])->g);
   s->plan_failed = TRUE; /* until it succeeds */
-  if (!check_shards_cover(s, error) ||
+  /* the phases take about equal parts of the seconds a whole model takes: the interrupt
+   * flag is heard between them (plan_interrupted()) */
+  if (!check_shards_cover(s, error) || plan_interrupted(s->plan, error) ||
       !plan_session_bind(s->plan, &s->plan_opts, globals, error))
     return FALSE;
   s->world = s->plan->out_world;
   s->files = g_ptr_array_new_with_free_func(outfile_free);
   s->slots = g_ptr_array_new_with_free_func(g_free);
-  for (guint l = 0; l < s->plan->outputs->len; l++)
+  for (guint l = 0; l < s->plan->outputs->len; l++) {
+    if (plan_interrupted(s->plan, error))
+      return FALSE;
     lay_out_rank(s, s->plan->outputs->pdata[l], slot_of);
+  }
   make_manifests(s);
   make_digest(s);
+  if (plan_interrupted(s->plan, error))
+    return FALSE;
   if (s->on_bucket != NULL)
     make_buckets(s);
-  if (!make_inputs(s, slot_of, error))
+  if (plan_interrupted(s->plan, error) || !make_inputs(s, slot_of, error) ||
+      plan_interrupted(s->plan, error))
     return FALSE;
   if (s->out_dir != NULL)
     make_blocks(s);
@@ -2062,6 +2070,7 @@ wsync_session_set_interrupt(WsyncSession *s, const volatile sig_atomic_t *flag)
 {
   g_return_if_fail(s != NULL);
   s->interrupt = flag;
+  wsync_plan_set_interrupt(s->plan, flag); /* wsync_session_plan() hears it too */
 }
 
 void

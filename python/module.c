@@ -1,5 +1,6 @@
 /* The Python module `_wsync` (imported by the package `wsync`): wsync.Error and the
  * commands as functions.  Every function releases the GIL while the library works. */
+#define _GNU_SOURCE 1 /* sigabbrev_np(); pyconfig.h defines it so too */
 #include "config.h"
 
 #include <signal.h>
@@ -524,9 +525,12 @@ raised_signal(void)
   return sig;
 }
 
-/* Runs @j to its end, checking for signals every SIGNAL_CHECK_US; returns FALSE with the
- * exception a signal handler raised (KeyboardInterrupt) set, the run stopped and DST as
- * it was (unless the handler ran too late to stop it). */
+/* Runs @j to its end, checking for signals every SIGNAL_CHECK_US, and once more when it
+ * ended: a signal that came in its last moments (as DST was swapped in) is heard by this
+ * call, which says what became of DST (explain_interruption()), rather than by the next
+ * bytecode, which would say nothing.  Returns FALSE with the exception a signal handler
+ * raised (KeyboardInterrupt) set: the run stopped, or, when the handler ran too late to
+ * stop it, ended (j->ok says which). */
 static gboolean
 plan_job_wait(PlanJob *j)
 {
@@ -552,7 +556,55 @@ plan_job_wait(PlanJob *j)
     }
   } while (!done);
   g_thread_join(thread);
+  if (!raised && PyErr_CheckSignals() < 0) {
+    raised = TRUE;
+    j->stop = raised_signal(); /* too late to stop anything: only the message uses it */
+  }
   return !raised;
+}
+
+/* What became of DST when a signal handler raised during convert or merge (@command),
+ * the run stopped or not: as it was (the run failed, the interruption or its own
+ * failure), or the new output, complete (the signal came after the swap: nothing could
+ * stop it any more, wsync_plan_execute()).  The default handler's KeyboardInterrupt,
+ * which has no text, gets this text; another handler's exception (a user's SIGTERM
+ * handler) keeps its own and gets it as a note (Python 3.11's add_note(), where there
+ * is one). */
+static void
+explain_interruption(const PlanJob *j, const char *command)
+{
+  const char *name = j->stop > 0 ? sigabbrev_np(j->stop) : NULL;
+  g_autofree char *sig = name != NULL ? g_strdup_printf("SIG%s", name) : g_strdup("a signal");
+  g_autofree char *text = NULL;
+  PyObject *type, *value, *tb;
+
+  if (j->ok)
+    text = g_strdup_printf("%s: interrupted by %s as DST was swapped in: DST is the new output, "
+                           "complete",
+                           command, sig);
+  else if (j->error != NULL && g_str_has_prefix(j->error->message, "interrupted by "))
+    text = g_strdup_printf("%s: %s", command, j->error->message); /* "...; DST is as it was" */
+  else
+    text = g_strdup_printf("%s: interrupted by %s; the run had failed: %s", command, sig,
+                           j->error != NULL ? j->error->message : "no reason given");
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  PyObject *args = value != NULL ? PyObject_GetAttrString(value, "args") : NULL;
+  if (args != NULL && PyTuple_Check(args) && PyTuple_GET_SIZE(args) == 0 &&
+      PyErr_GivenExceptionMatches(type, PyExc_KeyboardInterrupt)) {
+    PyObject *explained = PyObject_CallFunction(type, "s", text);
+    if (explained != NULL) {
+      if (tb != NULL)
+        PyException_SetTraceback(explained, tb);
+      Py_SETREF(value, explained);
+    }
+  } else if (value != NULL) {
+    PyObject *noted = PyObject_CallMethod(value, "add_note", "s", text);
+    Py_XDECREF(noted);
+  }
+  PyErr_Clear(); /* what failed here leaves the handler's exception as it was */
+  Py_XDECREF(args);
+  PyErr_Restore(type, value, tb);
 }
 
 /* ------------------------------------------------------------------ calls that hear Ctrl-C */
@@ -667,7 +719,8 @@ run_plan(PyObject *src_obj, PyObject *dst_obj, LayoutKwargs *k, gboolean merge)
         result = wsync_py_from_json(root);
       } else
         wsync_py_raise(j.error);
-    }
+    } else if (dst != NULL)
+      explain_interruption(&j, merge ? "merge" : "convert");
     g_clear_error(&j.error);
     g_cond_clear(&j.finished);
     g_mutex_clear(&j.lock);
@@ -721,7 +774,9 @@ LAYOUT_OPTIONS_DOC
 "  force       True: replace dst even when it is not wsync's output, as --force\n"
 "Returns the plan as a dict, as `wsync convert --json` prints it.  Raises wsync.Error\n"
 "with the command's message and exit_status.  Ctrl-C stops it at the next piece of work\n"
-"(KeyboardInterrupt; dst stays as it was).");
+"with KeyboardInterrupt, whose text says what became of dst: as it was (the temporary\n"
+"directory removed), or, when the signal came as the output was swapped in, the new\n"
+"output, complete.");
 
 static PyObject *
 py_convert(PyObject *self, PyObject *args, PyObject *kwargs)

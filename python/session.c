@@ -30,7 +30,6 @@ typedef struct {
   WsyncSession *session;
   GRWLock lock;
   PyObject *callback;   /* the caller sink, or NULL */
-  PyObject *sink_error; /* the exception the callback raised, until push/commit re-raise it */
   GThread *in_callback; /* the thread running the callback (they never run at once), or NULL */
   GHashTable *described; /* "name", "name@o0,o1,..." or "name@*" (any shard) -> Described* */
   volatile sig_atomic_t stop; /* wsync_session_set_interrupt(): a push or commit heard Ctrl-C */
@@ -38,6 +37,22 @@ typedef struct {
 
 static PyTypeObject ManifestEntryType;
 static PyTypeObject BucketType;
+
+/* A push or commit of a callback sink, running on this thread: the exception its bucket
+ * callback raised is kept here, for this call alone to raise.  A slot on the session
+ * was shared by every call: a push on another thread that failed for its own reason (an
+ * undescribed name), or because the step had failed meanwhile, took the exception, the
+ * call whose callback raised it said only "bucket callback raised ...", and a second
+ * callback's exception replaced the first's.  The callback runs on the thread of the
+ * push or commit that filled its bucket (core/session.c deliver()), so the call is found
+ * by thread; a stack, since a callback may push into another session. */
+typedef struct StepCall {
+  SessionObject *session;
+  PyObject *raised; /* the callback's exception, or NULL */
+  struct StepCall *outer;
+} StepCall;
+
+static _Thread_local StepCall *current_call;
 
 static PyStructSequence_Field manifest_entry_fields[] = {
     {"name", "the tensor's name in the rank file (the target's name)"},
@@ -155,6 +170,37 @@ static PyTypeObject BucketDataType = {
     .tp_doc = "A bucket's bytes, valid during its callback (internal).",
 };
 
+/* Takes the exception the callback raised: kept by the call that delivered the bucket,
+ * which re-raises it as it is (raise_step_error()); its type and text also go into
+ * @error, which another thread's call reports once the step has failed ("step 3 failed
+ * (bucket of rank 0, ...: bucket callback raised ValueError: ...)").  With the GIL. */
+static void
+keep_callback_error(SessionObject *self, GError **error)
+{
+  PyObject *type, *value, *tb;
+  StepCall *call = current_call;
+
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (tb != NULL)
+    PyException_SetTraceback(value, tb);
+  PyObject *text = value != NULL ? PyObject_Str(value) : NULL;
+  const char *utf8 = text != NULL ? PyUnicode_AsUTF8(text) : NULL;
+  PyErr_Clear();
+  g_autofree char *said = utf8 != NULL && *utf8 != '\0' ? g_strdup_printf(": %s", utf8) : g_strdup("");
+  g_autofree char *line = wsync_printable(said);
+  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE, "bucket callback raised %s%s",
+              ((PyTypeObject *)type)->tp_name, line);
+  Py_XDECREF(text);
+  while (call != NULL && call->session != self)
+    call = call->outer;
+  if (call != NULL && call->raised == NULL)
+    call->raised = Py_XNewRef(value); /* the first: the session delivers no more after it */
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(tb);
+}
+
 /* Runs the Python callback on a bucket, in the pushing thread (which has released the
  * GIL).  The memoryview is released after the call: a view kept beyond it would point
  * at freed memory, so a callback that kept one (numpy.frombuffer of it, say) fails the
@@ -193,18 +239,8 @@ on_bucket(const WsyncBucket *bucket, gpointer user_data, GError **error)
     result = PyObject_CallOneArg(self->callback, b);
     self->in_callback = NULL;
   }
-  if (result == NULL && PyErr_Occurred()) {
-    /* re-raised as it is by the push or commit that delivered the bucket */
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    if (tb != NULL)
-      PyException_SetTraceback(value, tb);
-    Py_XDECREF(type);
-    Py_XDECREF(tb);
-    Py_XSETREF(self->sink_error, value);
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE, "bucket callback raised an exception");
-  }
+  if (result == NULL && PyErr_Occurred())
+    keep_callback_error(self, error);
   /* Whatever happened, the bytes are freed when we return: the view is released (a kept
    * Bucket's data then raises ValueError), the exporter refuses new buffers, and a
    * buffer still exported (an array or view made from bucket.data, kept) is an error
@@ -255,15 +291,14 @@ session_raise(const GError *error)
   return wsync_py_raise(&python);
 }
 
-/* Raises the exception a failed step brought: the callback's own, else wsync.Error. */
+/* Raises the exception a failed push or commit brought: the one its own bucket callback
+ * raised (@raised, taken), else wsync.Error. */
 static PyObject *
-raise_step_error(SessionObject *self, const GError *error)
+raise_step_error(PyObject *raised, const GError *error)
 {
-  if (self->sink_error != NULL) {
-    PyObject *value = self->sink_error;
-    self->sink_error = NULL;
-    PyErr_SetObject((PyObject *)Py_TYPE(value), value);
-    Py_DECREF(value);
+  if (raised != NULL) {
+    PyErr_SetObject((PyObject *)Py_TYPE(raised), raised);
+    Py_DECREF(raised);
     return NULL;
   }
   return session_raise(error);
@@ -337,7 +372,6 @@ static int
 session_traverse(SessionObject *self, visitproc visit, void *arg)
 {
   Py_VISIT(self->callback);
-  Py_VISIT(self->sink_error);
   return 0;
 }
 
@@ -346,7 +380,6 @@ session_clear(SessionObject *self)
 {
   close_session(self); /* no callback can run after this */
   Py_CLEAR(self->callback);
-  Py_CLEAR(self->sink_error);
   return 0;
 }
 
@@ -569,21 +602,44 @@ PyDoc_STRVAR(describe_doc,
 "would from a checkpoint of these tensors).  Each item is (name, dtype, shape) with\n"
 "Hugging Face names and safetensors dtypes (\"BF16\"), or, for one shard of a global\n"
 "tensor (as DCP describes chunks), (name, dtype, shape, offsets, global_shape).  A\n"
-"tensor the target needs and that is not described is refused, by name.");
+"tensor the target needs and that is not described is refused, by name.  Ctrl-C (main\n"
+"thread) stops it within a fraction of a second with KeyboardInterrupt; the session,\n"
+"failed to plan, is then only good for close().");
+
+/* describe()'s plan, run by wsync_py_run_interruptible(). */
+typedef struct {
+  SessionObject *self;
+  gboolean ok;
+  GError *error;
+} PlanCall;
+
+static void
+plan_call_run(gpointer data)
+{
+  PlanCall *c = data;
+
+  g_rw_lock_writer_lock(&c->self->lock);
+  c->ok = c->self->session != NULL && wsync_session_plan(c->self->session, &c->error);
+  g_rw_lock_writer_unlock(&c->self->lock);
+}
+
+/* Items between two checks for Ctrl-C while describe() reads them: a list's iterator
+ * runs no bytecode, so Python's own checks would not come until the plan. */
+#define ITEMS_PER_SIGNAL_CHECK 4096
 
 static PyObject *
 session_describe(SessionObject *self, PyObject *tensors)
 {
-  g_autoptr(GError) error = NULL;
   PyObject *it, *item;
   gboolean ok;
+  guint64 n = 0;
 
   if (!check_open(self))
     return NULL;
   if ((it = PyObject_GetIter(tensors)) == NULL)
     return NULL;
   while ((item = PyIter_Next(it)) != NULL) {
-    ok = describe_one(self, item);
+    ok = describe_one(self, item) && (++n % ITEMS_PER_SIGNAL_CHECK != 0 || PyErr_CheckSignals() == 0);
     Py_DECREF(item);
     if (!ok) {
       Py_DECREF(it);
@@ -593,12 +649,14 @@ session_describe(SessionObject *self, PyObject *tensors)
   Py_DECREF(it);
   if (PyErr_Occurred())
     return NULL;
-  Py_BEGIN_ALLOW_THREADS
-  g_rw_lock_writer_lock(&self->lock);
-  ok = self->session != NULL && wsync_session_plan(self->session, &error);
-  g_rw_lock_writer_unlock(&self->lock);
-  Py_END_ALLOW_THREADS
-  if (!ok)
+  /* planning a whole model takes seconds: Ctrl-C stops it (the core hears the session's
+   * interrupt flag between the plan's phases), and the session has failed to plan */
+  PlanCall call = {self, FALSE, NULL};
+  gboolean heard = wsync_py_run_interruptible(plan_call_run, &call, &self->stop);
+  g_autoptr(GError) error = call.error;
+  if (!heard)
+    return NULL; /* KeyboardInterrupt: the session failed to plan (make a new one) */
+  if (!call.ok)
     return error ? session_raise(error) : (check_open(self), NULL);
   Py_RETURN_NONE;
 }
@@ -713,13 +771,20 @@ commit_call_run(gpointer data)
  * callback runs Python on this thread, where the handlers run too (and torch's
  * per-thread state, the current device and stream, is the caller's). */
 static gboolean
-run_step_call(SessionObject *self, void (*fn)(gpointer data), gpointer data, gsize nbytes)
+run_step_call(SessionObject *self, void (*fn)(gpointer data), gpointer data, gsize nbytes,
+              PyObject **raised)
 {
+  StepCall call = {.session = self, .raised = NULL, .outer = current_call};
+
+  *raised = NULL;
   if (self->callback == NULL && nbytes >= INTERRUPTIBLE_BYTES)
     return wsync_py_run_interruptible(fn, data, &self->stop);
+  current_call = &call; /* the callback's exception is this call's (keep_callback_error()) */
   Py_BEGIN_ALLOW_THREADS
   fn(data);
   Py_END_ALLOW_THREADS
+  current_call = call.outer;
+  *raised = call.raised;
   return TRUE;
 }
 
@@ -774,13 +839,15 @@ session_push(SessionObject *self, PyObject *args, PyObject *kwargs)
     return NULL;
   }
   PushCall call = {self, name, offsets_obj != Py_None ? offsets : NULL, &b, FALSE, NULL};
-  gboolean heard = run_step_call(self, push_call_run, &call, b.nbytes);
+  PyObject *raised;
+  gboolean heard = run_step_call(self, push_call_run, &call, b.nbytes, &raised);
   wsync_py_bytes_release(&b);
   g_autoptr(GError) error_owned = call.error;
   if (!heard)
     return NULL; /* KeyboardInterrupt: the step failed (abort it) */
   if (!call.ok)
-    return error_owned ? raise_step_error(self, error_owned) : (check_open(self), NULL);
+    return error_owned ? raise_step_error(raised, error_owned) : (check_open(self), NULL);
+  Py_XDECREF(raised); /* none: a callback that raised fails the push */
   Py_RETURN_NONE;
 }
 
@@ -791,12 +858,14 @@ session_commit(SessionObject *self, PyObject *unused)
   if (!check_open(self))
     return NULL;
   CommitCall call = {self, FALSE, NULL};
-  gboolean heard = run_step_call(self, commit_call_run, &call, G_MAXSIZE);
+  PyObject *raised;
+  gboolean heard = run_step_call(self, commit_call_run, &call, G_MAXSIZE, &raised);
   g_autoptr(GError) error = call.error;
   if (!heard)
     return NULL; /* KeyboardInterrupt: no commit record was written (abort the step) */
   if (!call.ok)
-    return error ? raise_step_error(self, error) : (check_open(self), NULL);
+    return error ? raise_step_error(raised, error) : (check_open(self), NULL);
+  Py_XDECREF(raised); /* none: a callback that raised fails the commit */
   Py_RETURN_NONE;
 }
 
@@ -812,7 +881,6 @@ session_abort(SessionObject *self, PyObject *unused)
     wsync_session_abort(self->session);
   g_rw_lock_writer_unlock(&self->lock);
   Py_END_ALLOW_THREADS
-  Py_CLEAR(self->sink_error);
   Py_RETURN_NONE;
 }
 
@@ -948,7 +1016,8 @@ PyDoc_STRVAR(session_doc,
 "                    (started, not yet filled) than this, an int (default: no cap)\n"
 "Options left None come from conf.d's sync { } section, as for the commands; a bool\n"
 "is refused where a number is expected.  Errors raise wsync.Error (an exception the\n"
-"callback raised propagates as it is); after a failed sink, abort() the step.");
+"callback raised propagates as it is from the push or commit that ran it); after a\n"
+"failed sink, abort() the step.");
 
 PyTypeObject WsyncPySessionType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "wsync.Session",

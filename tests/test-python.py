@@ -1234,6 +1234,223 @@ def session_callback_errors():
 
 
 @test
+def session_callback_exception_is_its_own_calls():
+    """The exception a bucket callback raises is raised by the push that ran it (the
+    callback runs on the pushing thread), exactly once, and by no other call: pushes on
+    several threads at once, each callback raising ValueError(its thread's name), and
+    another thread pushing an undescribed name meanwhile.  Every push raises its own
+    thread's ValueError, or wsync.Error saying the step failed and what the callback
+    raised; every ValueError raised by a callback is raised by one push; the undescribed
+    name is refused as such, always.  (Before: the exception waited in one slot of the
+    session: a push of another thread that failed first took it, the undescribed name
+    raised another thread's ValueError, and a second callback's exception replaced the
+    first's, which was lost; the step's failure said only "bucket callback raised an
+    exception".)  Many steps, since it is a race."""
+    need_numpy()
+    src = synth("tiny-qwen3-moe")
+    tensors = arrays(src)
+    raised = []
+
+    def sink(b):
+        name = threading.current_thread().name
+        raised.append(name)
+        raise ValueError(name)
+
+    s = new_session(src, sink, "vllm", "kernel", 1, 1, bucket_bytes=1)
+    s.describe(description(src))
+    names = list(tensors)
+    wrong = []
+    failed_step = re.compile(r'^push: tensor "[^"]+": step \d+ failed \(bucket of rank 0, '
+                             r'[^ ]+ at \d+: bucket callback raised ValueError: pusher-\d+\): '
+                             r'abort it$')
+    for version in range(200):
+        raised.clear()
+        s.begin(version)
+        outcomes = []
+        barrier = threading.Barrier(5)
+        done = threading.Event()
+
+        def pusher(i):
+            barrier.wait()
+            for name in names[i::4]:
+                try:
+                    s.push(name, tensors[name])
+                except ValueError as e:
+                    outcomes.append(("ValueError", str(e), threading.current_thread().name))
+                    return
+                except wsync.Error as e:
+                    outcomes.append(("Error", str(e), threading.current_thread().name))
+                    return
+
+        def typo():
+            barrier.wait()
+            while not done.is_set():
+                try:
+                    s.push("no.such.tensor", b"")
+                except BaseException as e:  # noqa: B902 -- whatever it raised is the test
+                    if type(e) is not wsync.Error or str(e) != 'push: tensor "no.such.tensor" was not described':
+                        wrong.append("the undescribed name raised %r" % e)
+
+        threads = [threading.Thread(target=pusher, args=(i,), name="pusher-%d" % i) for i in range(4)]
+        stealer = threading.Thread(target=typo)
+        for t in threads + [stealer]:
+            t.start()
+        for t in threads:
+            t.join()
+        done.set()
+        stealer.join()
+        s.abort()
+        for kind, text, thread in outcomes:
+            if kind == "ValueError" and text != thread:
+                wrong.append("%s raised %s's ValueError" % (thread, text))
+            elif kind == "Error" and not failed_step.match(text):
+                wrong.append("%s: %s" % (thread, text))
+        got = sorted(text for kind, text, _ in outcomes if kind == "ValueError")
+        if got != sorted(raised):
+            wrong.append("callbacks raised %s, pushes %s" % (sorted(raised), got))
+        if wrong:
+            break
+    s.close()
+    assert not wrong, wrong[:5]
+
+
+@test
+def session_callback_pushing_into_another_session():
+    """A callback that pushes into another session whose own callback raises: that push
+    raises its callback's exception, which, not caught, is what the outer push raises,
+    exactly; each session's next push says its step failed and why; after abort() and
+    begin() nothing of it is left, and the next step commits."""
+    need_numpy()
+    src = synth("tiny-qwen3-moe")
+    tensors = arrays(src)
+    names = list(tensors)
+
+    def inner_sink(b):
+        raise KeyError("inner %d" % b.version)
+
+    inner = new_session(src, inner_sink, "vllm", "kernel", 1, 1, bucket_bytes=1)
+    inner.describe(description(src))
+
+    def outer_sink(b):
+        inner.push(names[0], tensors[names[0]])
+
+    outer = new_session(src, outer_sink, "vllm", "kernel", 1, 1, bucket_bytes=1)
+    outer.describe(description(src))
+    inner.begin(7)
+    outer.begin(8)
+    e = expect_error("'inner 7'", push_all, outer, tensors, kind=KeyError)
+    assert type(e) is KeyError and e.args == ("inner 7",), repr(e)
+    for s, version in ((inner, 7), (outer, 8)):
+        e = expect_error("", s.push, names[1], tensors[names[1]], status=2)
+        assert re.match(r'^push: tensor "%s": step %d failed \(bucket of rank 0, [^ ]+ at \d+: '
+                        r"bucket callback raised KeyError: 'inner 7'\): abort it$"
+                        % (re.escape(names[1]), version), str(e)), str(e)
+        s.abort()
+    outer.close()
+    inner.close()
+    # the same session again, after abort(): the callback's old exception is gone
+    calls = []
+
+    def once(b):
+        calls.append(b.version)
+        if b.version == 1:
+            raise RuntimeError("only in step 1")
+
+    s = new_session(src, once, "vllm", "kernel", 1, 1, bucket_bytes=1)
+    s.describe(description(src))
+    s.begin(1)
+    e = expect_error("only in step 1", push_all, s, tensors, kind=RuntimeError)
+    assert type(e) is RuntimeError and e.args == ("only in step 1",), repr(e)
+    s.abort()
+    s.begin(2)
+    push_all(s, tensors)
+    s.commit()
+    s.close()
+    assert calls[0] == 1 and set(calls[1:]) == {2}, calls
+
+
+@test
+def session_describe_hears_ctrl_c_while_it_plans():
+    """Ctrl-C while describe() plans a large model (tiny-qwen3-moe with 3000 layers:
+    99003 tensors, seconds of planning) raises KeyboardInterrupt within a fraction of
+    the plan's time; the session then refuses to plan again ("failed to plan (make a new
+    one)"), closes, and leaves no file, no directory and no thread behind.  (Before:
+    the plan ran on the caller's thread without hearing the signal, and Ctrl-C was heard
+    only once it had ended.)  In a child process: the plan's time is measured there
+    first, without a signal; then SIGINT comes 0.2 s after the last item was read."""
+    need_numpy()
+    src = synth("tiny-qwen3-moe")
+    with open(os.path.join(src, "config.json")) as f:
+        config = json.load(f)
+    layers = 3000
+    config["num_hidden_layers"] = layers
+    parent = fresh_dir("describe-ctrl-c")
+    os.makedirs(parent)
+    config_path = os.path.join(parent, "config.json")
+    with open(config_path, "w") as f:
+        json.dump(config, f)
+    described = []
+    for name, dtype, shape in description(src):
+        m = re.match(r"model\.layers\.(\d+)\.(.*)", name)
+        if m is None:
+            described.append((name, dtype, shape))
+        elif m.group(1) == "0":
+            described += [("model.layers.%d.%s" % (i, m.group(2)), dtype, shape)
+                          for i in range(layers)]
+    items = os.path.join(parent, "items.json")
+    with open(items, "w") as f:
+        json.dump(described, f)
+    script = """if True:
+        import json, os, signal, sys, threading, time, wsync
+        config, items, out, conf_dir, plugin_dir = sys.argv[1:6]
+        kw = dict(target="vllm", format="kernel", tp=2, conf_dir=conf_dir, plugin_dir=plugin_dir)
+        with open(items) as f:
+            described = [tuple(i) for i in json.load(f)]
+        began = time.monotonic()
+        wsync.Session(config, out=out, **kw).describe(described)
+        full = time.monotonic() - began
+        threads = len(os.listdir("/proc/self/task"))
+        s = wsync.Session(config, out=out, **kw)
+        sent = []
+        def send():
+            sent.append(time.monotonic())
+            os.kill(os.getpid(), signal.SIGINT)
+        def read():
+            yield from described
+            threading.Timer(0.2, send).start()
+        try:
+            s.describe(read())
+            outcome = "returned"
+        except KeyboardInterrupt as e:
+            outcome = repr(e)
+        heard = time.monotonic() - sent[0] if sent else None
+        time.sleep(0.1)  # the Timer's thread ends
+        try:
+            s.describe(described[:1])
+        except wsync.Error as e:
+            again = str(e)
+        s.close()
+        print(json.dumps([outcome, full, heard, again, os.path.exists(out),
+                          len(os.listdir("/proc/self/task")) - threads]))
+    """
+    out = os.path.join(parent, "out")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), WSYNC_PLUGIN_PATH="")
+    r = subprocess.run([sys.executable, "-c", script, config_path, items, out, CONF_DIR,
+                        PLUGIN_DIR], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    outcome, full, heard, again, out_exists, more_threads = json.loads(r.stdout)
+    assert outcome == "KeyboardInterrupt()", outcome
+    assert full > 1.0, "the plan took %.2f s: too short to interrupt" % full
+    assert heard is not None and heard < full / 2, \
+        "Ctrl-C heard %.2f s after it came, the whole plan takes %.2f s" % (heard, full)
+    assert again == ('describe: tensor "%s": the session has failed to plan (make a new one)'
+                     % described[0][0]), again
+    assert not out_exists and sorted(os.listdir(parent)) == ["config.json", "items.json"]
+    assert more_threads == 0, "%d threads more than before" % more_threads
+
+
+@test
 def session_closed_by_another_thread_while_it_plans():
     """close() from another thread while describe() plans (or reads the items) waits for
     it, or makes it raise "the session is closed"; it never frees the session under the
@@ -3475,6 +3692,63 @@ def convert_hears_ctrl_c_and_other_threads_run():
                        timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "KeyboardInterrupt False []", r.stdout + r.stderr
+
+
+def _convert_signalled_at(point, src, dst):
+    """convert(src, dst) in a child process with WSYNC_TEST_SIGNAL_AT=@point (SIGINT at
+    that point of the run, core/exec.c signal_if_asked()); returns the line the child
+    prints: what convert returned or raised, as repr()."""
+    script = """if True:
+        import sys, wsync
+        src, dst, conf_dir, plugin_dir = sys.argv[1:5]
+        try:
+            wsync.convert(src, dst, target="vllm", format="kernel", tp=2, conf_dir=conf_dir,
+                          plugin_dir=plugin_dir)
+            print("returned")
+        except BaseException as e:
+            print(repr(e))
+    """
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), WSYNC_PLUGIN_PATH="",
+               WSYNC_TEST_SIGNAL_AT=point)
+    r = subprocess.run([sys.executable, "-c", script, src, dst, CONF_DIR, PLUGIN_DIR], env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+@test
+def convert_interrupted_at_the_swap_says_what_dst_is():
+    """Ctrl-C at the last moments of convert: KeyboardInterrupt says what became of DST,
+    truly.  Just before the swap (every file written): the run stops, "DST is as it was"
+    and it is (the same directory, the same bytes), no temporary left.  Just after the
+    swap: nothing can stop it any more, and the text says DST is the new output,
+    complete; it is (the output `wsync convert` writes).  (Before: KeyboardInterrupt
+    had no text, and convert's help said "dst stays as it was" whatever the moment; a
+    signal in the run's last 50 ms was heard after convert returned, by the next
+    bytecode.)"""
+    src = synth("tiny-qwen3-moe")
+    want = converted(src, "vllm", "kernel", 2, 1)
+    parent = fresh_dir("signal-at")
+    os.makedirs(parent)
+    dst = os.path.join(parent, "out")
+    old = synth("tiny-qwen3")  # an earlier output, as a user's DST would be
+    wsync_ok("convert", old, dst, "--target", "vllm", "--tp", "2")
+    before = read_checkpoint(dst)
+    inode = os.stat(dst).st_ino
+
+    said = _convert_signalled_at("written", src, dst)
+    assert said == ("KeyboardInterrupt('convert: interrupted by SIGINT: the temporary "
+                    "directory is removed; DST is as it was')"), said
+    assert os.stat(dst).st_ino == inode and read_checkpoint(dst) == before
+    assert sorted(os.listdir(parent)) == ["out"], os.listdir(parent)
+
+    said = _convert_signalled_at("swapped", src, dst)
+    assert said == ("KeyboardInterrupt('convert: interrupted by SIGINT as DST was swapped in: "
+                    "DST is the new output, complete')"), said
+    assert os.stat(dst).st_ino != inode
+    assert_same_files(want, dst)
+    assert sorted(os.listdir(parent)) == ["out"], os.listdir(parent)
 
 
 @test

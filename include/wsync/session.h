@@ -405,6 +405,9 @@ WSYNC_API void wsync_session_abort(WsyncSession *s);
  * in part, a commit writes no commit record (the directory holds none since the step
  * began), and wsync_session_abort() then closes the step.  A call that begins while the
  * flag is set fails at once; the caller clears it before the next wsync_session_begin().
+ * wsync_session_plan() hears it too, between its phases (a plan of a whole model takes
+ * seconds): it fails with "planning was interrupted by SIGINT", and the session, failed
+ * to plan, is only good for wsync_session_free().
  */
 WSYNC_API void wsync_session_set_interrupt(WsyncSession *s, const volatile sig_atomic_t *flag);
 

@@ -642,6 +642,21 @@ check_space(const char *dir, const char *dst, guint64 needed, GError **error)
   return FALSE;
 }
 
+/* For tests of the command-line tool (wsync(1), WSYNC_TEST_SIGNAL_AFTER): raises SIGTERM
+ * after @phase, where no signal from outside lands reliably (the end's steps last
+ * microseconds): "marker written" (every file and the marker written, right before the
+ * last check for a signal) or "swap ended" (DST swapped in).  The phases are those the
+ * distributed sync names (core/sync-mpi.c, say()).  Only a run that watches for signals
+ * (@interrupted, a handler that records them: cli_catch_signals()) raises it. */
+static void
+signal_if_asked(const volatile sig_atomic_t *interrupted, const char *phase)
+{
+  const char *asked = g_getenv("WSYNC_TEST_SIGNAL_AFTER");
+
+  if (interrupted != NULL && asked != NULL && strcmp(asked, phase) == 0)
+    raise(SIGTERM);
+}
+
 gboolean
 wsync_plan_execute(WsyncPlan *plan, const char *dst_arg, WsyncExecuteFlags flags,
                    GError **error)
@@ -690,11 +705,16 @@ wsync_plan_execute(WsyncPlan *plan, const char *dst_arg, WsyncExecuteFlags flags
     ok = wsync_index_write(index, wsync_plan_total_bytes(plan), weight_map, error);
   }
   ok = ok && companion_write_for_plan(plan, tmp, interrupted, error) && write_marker(tmp, error);
-  /* the last moment a signal can stop the run: after this, DST is the new output */
+  if (ok)
+    signal_if_asked(interrupted, "marker written");
+  /* the last moment a signal can stop the run: after this, DST is the new output (a
+   * signal caught later is the caller's to report: cli_end_by_caught_signal()) */
   if (interrupted != NULL && *interrupted)
     ok = companion_interrupted(error, *interrupted);
   gboolean swapped = FALSE;
   ok = ok && install_dir(tmp, &d, force, &swapped, error);
+  if (swapped)
+    signal_if_asked(interrupted, "swap ended");
   if (!ok && !swapped) /* swapped: @tmp is gone, or holds the previous DST, kept */
     wsync_remove_tree(tmp, NULL);
   close(lock_fd);

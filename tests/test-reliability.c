@@ -1315,6 +1315,23 @@ test_signal_after_swap(Fixture *f, gconstpointer data)
   g_autofree char *fresh_names = names_in(fresh);
   g_assert_cmpstr(fresh_names, ==, VLLM_TP2_FILES);
 
+  /* a swap whose parent could not be synced: its own line says what DST is (in place,
+   * the previous kept), and the signal adds none */
+  g_setenv("WSYNC_TEST_FAIL_SWAP_SYNC", "1", TRUE);
+  r = run_signalled_after(f, "swap ended", "convert", f->tiny, out, "--target", "hf", NULL);
+  g_unsetenv("WSYNC_TEST_FAIL_SWAP_SYNC");
+  g_assert_cmpint(r.signal, ==, SIGTERM);
+  g_autofree char *not_durable = g_strdup_printf(
+      "wsync: %s is in place, but its durability is not confirmed (it may not survive a "
+      "crash): cannot sync %s: Input/output error; the previous output is kept as "
+      "%s.wsync-previous: remove it once the new one is confirmed\n",
+      out, f->dir, out);
+  g_assert_cmpstr(r.err, ==, not_durable);
+  g_assert_cmpstr(r.out, ==, "");
+  run_clear(&r);
+  g_autofree char *hf_names = names_in(out);
+  g_assert_cmpstr(hf_names, ==, HF_FILES);
+
   /* synth: the same line, its own name */
   g_autofree char *config = tiny_config();
   g_autofree char *synth = path_in(f, "synth");

@@ -1,5 +1,5 @@
 /* wsync: option parsing and output helpers shared by the commands. */
-#define _POSIX_C_SOURCE 200809L /* O_CLOEXEC, fsync */
+#define _GNU_SOURCE /* O_CLOEXEC, fsync (POSIX 2008); sigabbrev_np */
 #include "config.h"
 
 #include <errno.h>
@@ -356,6 +356,22 @@ cli_catch_signals(void)
   return &caught_signal;
 }
 
+/* The command that swapped its output into DST (cli_note_swapped()), or NULL. */
+static const char *swapped_by;
+
+void
+cli_note_swapped(const char *command)
+{
+  swapped_by = command;
+}
+
+/* A signal caught after the swap stopped nothing: wsync used to end by it silently, so
+ * that a user or a script saw death by a signal and could not tell whether DST was the
+ * new output.  The line says so, as the distributed sync's does (core/sync-mpi.c,
+ * end_after_report()).  The flag is read once: a signal landing after that read is
+ * recorded and changes nothing.  stdout (the command's report, "wrote DST: N bytes" or
+ * the JSON) is flushed first: the signal's default action ends the process without
+ * flushing it, and into a pipe or a file it was lost. */
 void
 cli_end_by_caught_signal(void)
 {
@@ -363,6 +379,13 @@ cli_end_by_caught_signal(void)
 
   if (sig == 0)
     return;
+  fflush(stdout);
+  if (swapped_by != NULL) {
+    const char *name = sigabbrev_np(sig);
+    cli_error_line("wsync: %s: interrupted by SIG%s after DST was swapped in: DST is the new "
+                   "output, complete",
+                   swapped_by, name ? name : "NAL");
+  }
   signal(sig, SIG_DFL);
   raise(sig);
 }

@@ -81,8 +81,15 @@ gboolean cli_write_file_atomically(const char *path, const char *contents, gsize
  * wsync_plan_set_interrupt(). */
 const volatile sig_atomic_t *cli_catch_signals(void);
 
-/* When a caught signal stopped the run: restores its default action and raises it, so
- * that wsync ends as the signal's sender expects (status 128 + N in a shell). */
+/* Says that @command (static: "convert", "merge", "synth") swapped its complete output
+ * into DST, so that a signal caught from then on, which stops nothing,
+ * cli_end_by_caught_signal() reports as such. */
+void cli_note_swapped(const char *command);
+
+/* When a signal was caught: flushes stdout, restores the signal's default action and
+ * raises it, so that wsync ends as the signal's sender expects (status 128 + N in a
+ * shell).  After cli_note_swapped() it first prints "wsync: COMMAND: interrupted by
+ * SIGTERM after DST was swapped in: DST is the new output, complete". */
 void cli_end_by_caught_signal(void);
 
 /* The layout options of plan, convert and sync, as given; strings so that unset is

@@ -12,14 +12,20 @@
  * replaced even when it is not wsync's output with --force, and SIGINT, SIGTERM or
  * SIGHUP stop the run with its temporary directory removed. */
 static gboolean
-execute(WsyncCli *cli, WsyncPlan *plan, const char *dst, gboolean force, GError **error)
+execute(WsyncCli *cli, const WsyncCommand *cmd, WsyncPlan *plan, const char *dst,
+        gboolean force, GError **error)
 {
   WsyncExecuteFlags flags = force ? WSYNC_EXECUTE_FORCE : WSYNC_EXECUTE_NONE;
 
   if (!cli->quiet && isatty(STDERR_FILENO))
     flags |= WSYNC_EXECUTE_PROGRESS;
   wsync_plan_set_interrupt(plan, cli_catch_signals());
-  return wsync_plan_execute(plan, dst, flags, error);
+  if (!wsync_plan_execute(plan, dst, flags, error))
+    return FALSE;
+  /* a signal caught since the last check stopped nothing: DST is the new output, and
+   * the end says so (a failed swap's error already says what DST is) */
+  cli_note_swapped(cmd->name);
+  return TRUE;
 }
 
 /* What convert and merge say when done: the bytes written, then the plan's notes (how to
@@ -116,7 +122,7 @@ cmd_convert(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   if (plan == NULL)
     return status;
   const char *dst = argv[2]; /* option parsing left: program, SRC, DST */
-  if (!execute(cli, plan, dst, force, &error))
+  if (!execute(cli, cmd, plan, dst, force, &error))
     return cli_fail(error);
   if (cli->json) {
     g_autoptr(JsonNode) root = wsync_plan_to_json(plan);
@@ -196,7 +202,7 @@ cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   g_autoptr(WsyncPlan) plan =
       wsync_plan_new_synth(ctx, root, config, &o, seed,
                            pattern != NULL && strcmp(pattern, "index") == 0, &error);
-  if (plan == NULL || !execute(cli, plan, argv[1], force, &error))
+  if (plan == NULL || !execute(cli, cmd, plan, argv[1], force, &error))
     return cli_fail(error);
   if (cli->json) {
     g_autoptr(JsonNode) json = wsync_plan_to_json(plan);
@@ -249,7 +255,7 @@ cmd_merge(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   o.select = select;
   o.config = config;
   g_autoptr(WsyncPlan) plan = wsync_plan_new_merge(ctx, argv[1], &o, &error);
-  if (plan == NULL || !execute(cli, plan, argv[2], force, &error))
+  if (plan == NULL || !execute(cli, cmd, plan, argv[2], force, &error))
     return cli_fail(error);
   if (cli->json) {
     g_autoptr(JsonNode) root = wsync_plan_to_json(plan);

@@ -642,20 +642,27 @@ check_space(const char *dir, const char *dst, guint64 needed, GError **error)
   return FALSE;
 }
 
-/* For tests (tests/test-python.py, convert_interrupted_at_the_swap): the environment
- * variable WSYNC_TEST_SIGNAL_AT=POINT raises SIGINT in the thread running
- * wsync_plan_execute() at POINT, where no signal from outside lands reliably (each lasts
- * microseconds): "written" (every file of the temporary directory is written, the last
- * check of the interrupt flag is next) or "swapped" (DST is the new output).  At
- * "written" it then waits (up to 10 s) for the flag: a caller that hears the signal on
- * another thread (the Python module, python/module.c plan_job_wait()) sets it a little
- * later, while `wsync convert`'s handler has set it already. */
+/* For tests, where no signal from outside lands reliably (the end's steps last
+ * microseconds):
+ *  - of the command-line tool (wsync(1), WSYNC_TEST_SIGNAL_AFTER=PHASE): raises SIGTERM
+ *    after @phase: "marker written" (every file and the marker written, right before the
+ *    last check for a signal) or "swap ended" (DST swapped in), the phases the
+ *    distributed sync names (core/sync-mpi.c, say()); only in a run that watches for
+ *    signals (@interrupted, a handler that records them: cli_catch_signals());
+ *  - of the Python module (tests/test-python.py, convert_interrupted_at_the_swap;
+ *    WSYNC_TEST_SIGNAL_AT=POINT): raises SIGINT at @point, "written" or "swapped", the
+ *    same two moments.  At "written" it then waits (up to 10 s) for the flag: the module
+ *    hears the signal on another thread (python/module.c plan_job_wait()) and sets it a
+ *    little later. */
 static void
-signal_if_asked(const char *point, const volatile sig_atomic_t *interrupted)
+signal_if_asked(const volatile sig_atomic_t *interrupted, const char *phase, const char *point)
 {
-  const char *asked = g_getenv("WSYNC_TEST_SIGNAL_AT");
+  const char *after = g_getenv("WSYNC_TEST_SIGNAL_AFTER");
+  const char *at = g_getenv("WSYNC_TEST_SIGNAL_AT");
 
-  if (asked == NULL || strcmp(asked, point) != 0)
+  if (interrupted != NULL && after != NULL && strcmp(after, phase) == 0)
+    raise(SIGTERM);
+  if (at == NULL || strcmp(at, point) != 0)
     return;
   raise(SIGINT);
   for (int i = 0; strcmp(point, "written") == 0 && interrupted != NULL && !*interrupted && i < 1000;
@@ -712,14 +719,15 @@ wsync_plan_execute(WsyncPlan *plan, const char *dst_arg, WsyncExecuteFlags flags
   }
   ok = ok && companion_write_for_plan(plan, tmp, interrupted, error) && write_marker(tmp, error);
   if (ok)
-    signal_if_asked("written", interrupted);
-  /* the last moment a signal can stop the run: after this, DST is the new output */
+    signal_if_asked(interrupted, "marker written", "written");
+  /* the last moment a signal can stop the run: after this, DST is the new output (a
+   * signal caught later is the caller's to report: cli_end_by_caught_signal()) */
   if (interrupted != NULL && *interrupted)
     ok = companion_interrupted(error, *interrupted);
   gboolean swapped = FALSE;
   ok = ok && install_dir(tmp, &d, force, &swapped, error);
-  if (ok)
-    signal_if_asked("swapped", interrupted);
+  if (swapped)
+    signal_if_asked(interrupted, "swap ended", "swapped");
   if (!ok && !swapped) /* swapped: @tmp is gone, or holds the previous DST, kept */
     wsync_remove_tree(tmp, NULL);
   close(lock_fd);

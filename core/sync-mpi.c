@@ -1960,6 +1960,13 @@ report(Sync *s, const Verdict *v)
                    v->message, v->n_failed, s->n);
   else
     cli_error_line("wsync: sync: process %d: %s", v->process, v->message);
+  /* The verdict names the first failure only.  A leader whose DST was swapped in but
+   * whose parent could not be synced (core/dst.c, install_dir()) says so itself when
+   * the verdict is another's: its DST is in place and its previous output kept under a
+   * name that only its own error gives, which no line said, so that the user never
+   * learned of either (a whole model's copy left, on a RAM disk as often as not). */
+  if (s->leader && s->swapped && s->error != NULL && v->process != s->me)
+    cli_error_line("wsync: sync: process %d: %s", s->me, s->error->message);
   return v->status;
 }
 

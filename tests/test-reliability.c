@@ -1234,6 +1234,117 @@ test_signal_removes_temporary(Fixture *f, gconstpointer data)
   }
 }
 
+/* WSYNC_TEST_SIGNAL_AFTER=@phase (core/exec.c, signal_if_asked()): SIGTERM at that exact
+ * point of the end of convert, where no signal from outside lands reliably. */
+static Run
+run_signalled_after(Fixture *f, const char *phase, const char *first, ...)
+{
+  g_autoptr(GPtrArray) args = g_ptr_array_new();
+  va_list ap;
+
+  va_start(ap, first);
+  for (const char *a = first; a != NULL; a = va_arg(ap, const char *))
+    g_ptr_array_add(args, (gpointer)a);
+  va_end(ap);
+  g_setenv("WSYNC_TEST_SIGNAL_AFTER", phase, TRUE);
+  Run r = run_args(f, args);
+  g_unsetenv("WSYNC_TEST_SIGNAL_AFTER");
+  return r;
+}
+
+/* A signal caught after the swap stopped nothing, and used to end convert, merge or
+ * synth silently by it (core/main.c, cli_end_by_caught_signal()): stderr empty, the
+ * report on stdout lost with the unflushed buffer, so that neither a user nor a script
+ * could tell whether DST was the new output.  Now one line says so, after the report,
+ * and wsync ends by the signal.  A signal caught right before the swap still stops the
+ * run with its line and DST as it was. */
+static void
+test_signal_after_swap(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *out = path_in(f, "out");
+  Run r = run_wsync(f, "convert", f->tiny, out, "--target", "hf", "-q", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+  g_autofree char *weights_path = g_build_filename(out, "model-00001-of-00001.safetensors", NULL);
+  g_autofree char *weights = NULL;
+  gsize len = 0;
+  g_assert_true(g_file_get_contents(weights_path, &weights, &len, NULL));
+
+  /* before the swap: stopped, DST as it was */
+  r = run_signalled_after(f, "marker written", "convert", f->tiny, out, "--target", "vllm",
+                          "--tp", "2", NULL);
+  g_assert_cmpint(r.signal, ==, SIGTERM);
+  g_assert_cmpstr(r.err, ==,
+                  "wsync: interrupted by SIGTERM: the temporary directory is removed; DST is "
+                  "as it was\n");
+  g_assert_cmpstr(r.out, ==, "");
+  run_clear(&r);
+  assert_no_temporaries(f->dir);
+  assert_previous_output(out, weights, len);
+
+  /* after the swap: the report, the line, death by the signal, DST the new output */
+  r = run_signalled_after(f, "swap ended", "convert", f->tiny, out, "--target", "vllm",
+                          "--tp", "2", NULL);
+  g_assert_cmpint(r.signal, ==, SIGTERM);
+  g_assert_cmpstr(r.err, ==,
+                  "wsync: convert: interrupted by SIGTERM after DST was swapped in: DST is the "
+                  "new output, complete\n");
+  g_autofree char *names = names_in(out);
+  g_assert_cmpstr(names, ==, VLLM_TP2_FILES);
+  assert_no_temporaries(f->dir);
+  Run again = run_wsync(f, "convert", f->tiny, out, "--target", "vllm", "--tp", "2", NULL);
+  g_assert_cmpint(again.status, ==, 0);
+  g_assert_true(g_str_has_prefix(again.out, "wrote "));
+  g_assert_cmpstr(r.out, ==, again.out); /* the report, whole */
+  run_clear(&again);
+  run_clear(&r);
+
+  /* -q --json into a new DST (renamed, not swapped): the JSON, then the line */
+  g_autofree char *fresh = path_in(f, "fresh");
+  r = run_signalled_after(f, "swap ended", "--json", "-q", "convert", f->tiny, fresh,
+                          "--target", "vllm", "--tp", "2", NULL);
+  g_assert_cmpint(r.signal, ==, SIGTERM);
+  g_assert_cmpstr(r.err, ==,
+                  "wsync: convert: interrupted by SIGTERM after DST was swapped in: DST is the "
+                  "new output, complete\n");
+  g_autoptr(JsonParser) parser = json_parser_new();
+  g_assert_true(json_parser_load_from_data(parser, r.out, -1, NULL));
+  g_assert_true(JSON_NODE_HOLDS_OBJECT(json_parser_get_root(parser)));
+  run_clear(&r);
+  g_autofree char *fresh_names = names_in(fresh);
+  g_assert_cmpstr(fresh_names, ==, VLLM_TP2_FILES);
+
+  /* a swap whose parent could not be synced: its own line says what DST is (in place,
+   * the previous kept), and the signal adds none */
+  g_setenv("WSYNC_TEST_FAIL_SWAP_SYNC", "1", TRUE);
+  r = run_signalled_after(f, "swap ended", "convert", f->tiny, out, "--target", "hf", NULL);
+  g_unsetenv("WSYNC_TEST_FAIL_SWAP_SYNC");
+  g_assert_cmpint(r.signal, ==, SIGTERM);
+  g_autofree char *not_durable = g_strdup_printf(
+      "wsync: %s is in place, but its durability is not confirmed (it may not survive a "
+      "crash): cannot sync %s: Input/output error; the previous output is kept as "
+      "%s.wsync-previous: remove it once the new one is confirmed\n",
+      out, f->dir, out);
+  g_assert_cmpstr(r.err, ==, not_durable);
+  g_assert_cmpstr(r.out, ==, "");
+  run_clear(&r);
+  g_autofree char *hf_names = names_in(out);
+  g_assert_cmpstr(hf_names, ==, HF_FILES);
+
+  /* synth: the same line, its own name */
+  g_autofree char *config = tiny_config();
+  g_autofree char *synth = path_in(f, "synth");
+  r = run_signalled_after(f, "swap ended", "synth", "--config", config, synth, NULL);
+  g_assert_cmpint(r.signal, ==, SIGTERM);
+  g_assert_cmpstr(r.err, ==,
+                  "wsync: synth: interrupted by SIGTERM after DST was swapped in: DST is the "
+                  "new output, complete\n");
+  g_assert_true(g_str_has_prefix(r.out, "wrote "));
+  run_clear(&r);
+  assert_no_temporaries(f->dir);
+}
+
 /* kill -9 cannot be caught: its temporary stays, and the next run into the same DST
  * removes it (nobody holds its lock any more). */
 static void
@@ -1506,6 +1617,7 @@ main(int argc, char **argv)
   ADD("/reliability/memory/model-counts-qwen3_5", test_model_counts_checked_first_qwen3_5);
   ADD("/reliability/memory/companion-files", test_companion_files_streamed);
   ADD("/reliability/signal/removes-temporary", test_signal_removes_temporary);
+  ADD("/reliability/signal/after-swap", test_signal_after_swap);
   ADD("/reliability/signal/stale-temporary-removed", test_stale_temporary_removed_by_next_run);
   ADD("/reliability/signal/kill-leaves-previous-dst", test_kill_leaves_previous_dst);
   ADD("/reliability/signal/running-temporary-left", test_running_temporary_left_alone);

@@ -1048,6 +1048,40 @@ def check_swap_not_durable(job):
     return c.problems
 
 
+def check_swap_not_durable_two_dsts(job):
+    """Two DSTs (processes 0-1 into one, 2-3 into another, both existing), neither
+    leader's parent synced after its swap: every process printed process 0's line alone
+    (the verdict's first failure), so that nothing said the second DST was in place nor
+    that its previous output was kept beside it, a whole copy the user never learned of.
+    Now the second DST's leader (process 2) says so too, in its own line."""
+    c = Checks()
+    src = job.synth("tiny-qwen3-moe")
+    layout = layout_args("vllm", "kernel", 2, 4)
+    a, b = job.path("kept-a"), job.path("kept-b")
+    r = sync([(2, [src, a, "-q"] + layout), (2, [src, b, "-q"] + layout)])
+    if r.returncode != 0:
+        raise SystemExit("Bail out! a first sync: %s" % r.stderr.strip())
+    inodes = {d: os.stat(d).st_ino for d in (a, b)}
+    cmd = mpirun_prefix()
+    for d in (a, b):
+        if d == b:
+            cmd.append(":")
+        cmd += ["-np", "2"] + wsync_cmd("sync", src, d, "-q", *layout)
+    r = run(cmd, dict(MPI_ENV, WSYNC_TEST_FAIL_SWAP_SYNC="1"))
+    c.that(r.returncode == 4, "exit %d, expected 4" % r.returncode)
+    expected = sorted(["wsync: sync: process 0: " + kept_line(a) +
+                       " (2 of 4 processes failed)"] * 4 +
+                      ["wsync: sync: process 2: " + kept_line(b)])
+    c.that(sorted(r.stderr.splitlines()) == expected,
+           "stderr: %r, expected %r" % (r.stderr, expected))
+    for d in (a, b):
+        c.that(os.stat(d).st_ino != inodes[d], "%s was not swapped in" % d)
+        previous = previous_kept(d)
+        c.that(os.path.isdir(previous) and os.stat(previous).st_ino == inodes[d],
+               "the previous %s is not at %s" % (d, previous))
+    return c.problems
+
+
 def check_convert_not_durable(job):
     """convert shares DST's installation with sync (core/dst.c): a failed sync of the
     parent after the rename into a new DST said "cannot sync PARENT" as though nothing
@@ -1437,6 +1471,8 @@ FAULTS = [
      check_late_signal_after_failure),
     ("DST swapped in, its parent not synced: said in place, previous kept (exit 4)",
      check_swap_not_durable),
+    ("two DSTs swapped in, neither parent synced: each leader names its kept previous",
+     check_swap_not_durable_two_dsts),
     ("usage errors from every process (exit 2)", check_usage),
     ("-q with -v refused before any -v line, from every process (exit 2)",
      check_quiet_and_verbose),

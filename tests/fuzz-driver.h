@@ -3,7 +3,7 @@
  * this file, and then defines the functions declared below:
  *
  *   fuzz_setup()       once, before any input
- *   fuzz_teardown()    once, at the end
+ *   fuzz_teardown()    once, at the end (under libFuzzer: at exit(), see below)
  *   fuzz_seeds()       valid inputs, as GBytes*
  *   fuzz_dictionary()  tokens worth inserting (NULL-terminated)
  *   fuzz_one()         runs one input; TRUE when it was accepted.  A refusal is checked
@@ -76,7 +76,11 @@ LLVMFuzzerTestOneInput(const guint8 *data, size_t len)
 {
   static gboolean ready;
   if (!ready) {
-    fuzz_setup(); /* torn down by the end of the process */
+    fuzz_setup();
+    /* libFuzzer ends a run that found nothing with exit(): torn down then, the harness
+     * leaves no work directory in $TMPDIR (a crash ends it with _Exit(), and tests/fuzz.sh
+     * removes the TMPDIR it gave the target) */
+    atexit(fuzz_teardown);
     /* g_error() stops the process with SIGTRAP, which libFuzzer does not catch: a
      * broken rule then left no crash file (fuzz/crash-TARGET-*) to replay */
     signal(SIGTRAP, fuzz_trap_to_abort);

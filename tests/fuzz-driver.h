@@ -18,6 +18,10 @@
  * `make check-valgrind`.  `PROGRAM --write-seeds DIR` writes the seeds as files (the
  * initial corpus of `make fuzz`).
  *
+ * A harness that defines FUZZ_CASES before including this file also defines
+ * fuzz_cases(), the test /fuzz/NAME/cases of `make check` only: inputs fuzzing found,
+ * each with what it must give (the exact message fragment of its refusal).
+ *
  * Built with -DWSYNC_LIBFUZZER (tests/fuzz.sh, `make fuzz`), the same harness is a
  * libFuzzer target: LLVMFuzzerTestOneInput() runs fuzz_one() on an exact-size copy.
  */
@@ -38,6 +42,9 @@ static G_GNUC_UNUSED void fuzz_teardown(void);
 static G_GNUC_UNUSED void fuzz_seeds(GPtrArray *seeds);
 static G_GNUC_UNUSED const char *const *fuzz_dictionary(void);
 static gboolean fuzz_one(const guint8 *data, gsize len);
+#ifdef FUZZ_CASES
+static G_GNUC_UNUSED void fuzz_cases(void);
+#endif
 
 /* Every refusal: a #WSYNC_ERROR error of one of the @n allowed codes, on one line
  * without control characters.  Aborts otherwise. */
@@ -293,6 +300,9 @@ main(int argc, char **argv)
   fuzz_seeds(fuzz_seed_list);
   g_test_add_func("/fuzz/" FUZZ_NAME "/seeds", test_seeds);
   g_test_add_func("/fuzz/" FUZZ_NAME "/mutations", test_mutations);
+#ifdef FUZZ_CASES
+  g_test_add_func("/fuzz/" FUZZ_NAME "/cases", fuzz_cases);
+#endif
   int rc = g_test_run();
   fuzz_teardown();
   g_ptr_array_unref(fuzz_seed_list);

@@ -10,14 +10,14 @@
 # (fuzz/crash-TARGET-*), and each target's TMPDIR (fuzz/tmp-TARGET: nothing goes to
 # /tmp; removed after the run, which fails when a target that found nothing left
 # anything in it).  FUZZ_TARGETS chooses targets (default: all of them):
-#   safetensors index config conf record dcp-pickle dcp-metadata dcp-blob dcp-shard
-#   dcp-dir
+#   safetensors index config conf record sync-args dcp-pickle dcp-metadata dcp-blob
+#   dcp-shard dcp-dir
 # Exit status: 0 when no target found anything, 1 otherwise.
 set -eu
 top=$WSYNC_SRC_DIR
 build=$WSYNC_BUILD_DIR
 seconds=${FUZZ_SECONDS:-60}
-targets=${FUZZ_TARGETS:-"safetensors index config conf record dcp-pickle dcp-metadata dcp-blob dcp-shard dcp-dir"}
+targets=${FUZZ_TARGETS:-"safetensors index config conf record sync-args dcp-pickle dcp-metadata dcp-blob dcp-shard dcp-dir"}
 cc=${FUZZ_CC:-clang}
 
 if ! command -v "$cc" >/dev/null 2>&1; then

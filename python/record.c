@@ -6,6 +6,7 @@
 #include <wsync/error.h>
 #include <wsync/session.h>
 
+#include "../core/json-check.h"
 #include "record.h"
 
 static void
@@ -84,15 +85,15 @@ gboolean
 record_parse(const char *path, const char *text, gsize len, Record *r, GError **error)
 {
   g_autoptr(JsonParser) parser = json_parser_new();
-  g_autoptr(GError) local = NULL;
   JsonObject *o;
   JsonNode *files;
 
-  if (!json_parser_load_from_data(parser, text, (gssize)len, &local)) {
-    /* (json-glib's message may quote the bytes it stopped at) */
-    g_autofree char *why = wsync_printable(local->message);
-    return bad_record(error, path, why);
-  }
+  /* the checks of every JSON wsync reads (core/json-check.h, compiled into the module
+   * too): json-glib alone overflowed its stack on a record nested some 100000 deep (a
+   * segfault of the Python process), leaked what it had parsed when a second value
+   * followed the first, and kept the last of two equal keys */
+  if (!wsync_json_parse(parser, text, len, path, NULL, error))
+    return FALSE;
   /* (json-glib parses an empty or blank text as no root, without an error) */
   if (json_parser_get_root(parser) == NULL)
     return bad_record(error, path, "the commit record is empty, not a JSON object");

@@ -145,11 +145,25 @@ assert_refused(const char *text, const char *fragment)
   "{\"version\": 1, \"digest\": \"" DIGEST "\", \"world\": 1, \"files\": [{\"file\": \"" name \
   "\", \"rank\": 0, \"bytes\": 8, \"checksum\": " sum "}]}"
 
-/* What fuzzing found: the old reader copied a NULL root (a critical warning) for an
- * empty record, and accepted the next four, whose values load.c prints raw. */
+/* What fuzzing found: json-glib unguarded (the first three), a NULL root copied (a
+ * critical warning) for an empty record, and four records accepted whose values load.c
+ * prints raw. */
 static void
 fuzz_cases(void)
 {
+  /* json-glib alone: a stack overflow some 100000 levels deep (a segfault of load_rank),
+   * the first value leaked when a second follows, the last of two equal keys kept */
+  GString *deep = g_string_new(NULL);
+  for (int i = 0; i < 200000; i++)
+    g_string_append_c(deep, '[');
+  for (int i = 0; i < 200000; i++)
+    g_string_append_c(deep, ']');
+  assert_refused(deep->str, RECORD_PATH ": JSON nests deeper than 64 levels (at byte 64)");
+  g_string_free(deep, TRUE);
+  assert_refused("{\"version\": 1} {\"version\": 2}",
+                 RECORD_PATH ": not valid JSON: a second value begins at byte 15");
+  assert_refused("{\"version\": 1, \"version\": 2}",
+                 RECORD_PATH ": the key \"version\" appears twice");
   /* no root: json_node_copy(NULL), a critical warning (fatal under make check) */
   assert_refused("", RECORD_PATH ": the commit record is empty, not a JSON object");
   assert_refused(" \n\t", RECORD_PATH ": the commit record is empty, not a JSON object");

@@ -135,7 +135,9 @@ record_parse(const char *path, const char *text, gsize len, Record *r, GError **
     if (algorithm == NULL || value == NULL || !member_uint(so, "block", &block) ||
         strcmp(algorithm, WSYNC_SESSION_CHECKSUM_ALGORITHM) != 0 ||
         block != WSYNC_SESSION_CHECKSUM_BLOCK) {
-      g_autofree char *text = json_to_string(sum, FALSE);
+      /* (json-glib 1.6's generator leaves 0x1f raw, core/json-check.h) */
+      g_autofree char *json = json_to_string(sum, FALSE);
+      g_autofree char *text = wsync_printable(json);
       return wsync_fail_at(error, WSYNC_ERROR_BAD_INPUT, path,
                            "file %s: checksum %s is not one this reader computes (algorithm "
                            "\"%s\", block %d)",

@@ -1,5 +1,5 @@
-/* wsync sync --ranks MAP (ranks.h): moved unchanged from core/sync-mpi.c, which links
- * MPI, so that tests/fuzz-ranks.c reaches the parser. */
+/* wsync sync --ranks MAP (ranks.h): moved out of core/sync-mpi.c, which links MPI, so
+ * that tests/fuzz-sync-args.c reaches the parser. */
 #include "config.h"
 
 #include <wsync/error.h>

@@ -1,4 +1,4 @@
-/* The commit record's parser (record.h); moved unchanged from python/load.c. */
+/* The commit record's parser (record.h), moved out of python/load.c for the fuzz harness. */
 #include "config.h"
 
 #include <string.h>

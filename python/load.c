@@ -28,6 +28,7 @@
 #include "wsync-python.h"
 
 #include "../core/filekind.h"
+#include "record.h"
 
 #include <wsync/session.h>
 
@@ -204,131 +205,7 @@ tensor_at(const WsyncSafetensors *st, const void *address)
 
 /* ------------------------------------------------------------------ the record */
 
-typedef struct {
-  char *file;
-  guint64 rank, bytes;
-  char *checksum; /* 16 hex digits */
-} RecordFile;
-
-static void
-record_file_free(gpointer p)
-{
-  RecordFile *f = p;
-
-  g_free(f->file);
-  g_free(f->checksum);
-  g_free(f);
-}
-
-static gboolean
-bad_record(GError **error, const char *path, const char *what)
-{
-  g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: %s", path, what);
-  return FALSE;
-}
-
-static gboolean
-member_uint(JsonObject *o, const char *name, guint64 *out)
-{
-  JsonNode *n = json_object_get_member(o, name);
-
-  if (n == NULL || !JSON_NODE_HOLDS_VALUE(n) || json_node_get_value_type(n) != G_TYPE_INT64 ||
-      json_node_get_int(n) < 0)
-    return FALSE;
-  *out = (guint64)json_node_get_int(n);
-  return TRUE;
-}
-
-static const char *
-member_string(JsonObject *o, const char *name)
-{
-  JsonNode *n = json_object_get_member(o, name);
-
-  if (n == NULL || !JSON_NODE_HOLDS_VALUE(n) || json_node_get_value_type(n) != G_TYPE_STRING)
-    return NULL;
-  return json_node_get_string(n);
-}
-
-/* A safe base name: no directory part, not "." or "..". */
-static gboolean
-plain_file_name(const char *name)
-{
-  return name[0] != '\0' && strchr(name, '/') == NULL && strcmp(name, ".") != 0 &&
-         strcmp(name, "..") != 0;
-}
-
-typedef struct {
-  JsonNode *root;
-  guint64 version, world;
-  const char *digest;
-  GPtrArray *files; /* RecordFile*, in record order */
-} Record;
-
-static void
-record_clear(Record *r)
-{
-  if (r->root != NULL)
-    json_node_unref(r->root);
-  if (r->files != NULL)
-    g_ptr_array_unref(r->files);
-  memset(r, 0, sizeof *r);
-}
-
-static gboolean
-record_parse(const char *path, const char *text, gsize len, Record *r, GError **error)
-{
-  g_autoptr(JsonParser) parser = json_parser_new();
-  g_autoptr(GError) local = NULL;
-  JsonObject *o;
-  JsonNode *files;
-
-  if (!json_parser_load_from_data(parser, text, (gssize)len, &local)) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: %s", path, local->message);
-    return FALSE;
-  }
-  r->root = json_node_copy(json_parser_get_root(parser));
-  if (!JSON_NODE_HOLDS_OBJECT(r->root))
-    return bad_record(error, path, "the commit record is not a JSON object");
-  o = json_node_get_object(r->root);
-  if (!member_uint(o, "version", &r->version) || !member_uint(o, "world", &r->world) ||
-      (r->digest = member_string(o, "digest")) == NULL)
-    return bad_record(error, path, "the commit record lacks version, world or digest");
-  files = json_object_get_member(o, "files");
-  if (files == NULL || !JSON_NODE_HOLDS_ARRAY(files))
-    return bad_record(error, path, "the commit record has no list of files");
-  r->files = g_ptr_array_new_with_free_func(record_file_free);
-  for (guint i = 0; i < json_array_get_length(json_node_get_array(files)); i++) {
-    JsonNode *n = json_array_get_element(json_node_get_array(files), i);
-    JsonObject *fo = JSON_NODE_HOLDS_OBJECT(n) ? json_node_get_object(n) : NULL;
-    RecordFile *f = g_new0(RecordFile, 1);
-    g_ptr_array_add(r->files, f);
-    const char *name = fo ? member_string(fo, "file") : NULL;
-    JsonNode *sum = fo ? json_object_get_member(fo, "checksum") : NULL;
-    JsonObject *so = sum != NULL && JSON_NODE_HOLDS_OBJECT(sum) ? json_node_get_object(sum) : NULL;
-    const char *algorithm = so ? member_string(so, "algorithm") : NULL;
-    const char *value = so ? member_string(so, "value") : NULL;
-    guint64 block;
-    if (name == NULL || so == NULL || !member_uint(fo, "rank", &f->rank) ||
-        !member_uint(fo, "bytes", &f->bytes) || !plain_file_name(name))
-      return bad_record(error, path,
-                        "a file of the commit record lacks its plain file name, rank, bytes or "
-                        "checksum");
-    if (algorithm == NULL || value == NULL || !member_uint(so, "block", &block) ||
-        strcmp(algorithm, WSYNC_SESSION_CHECKSUM_ALGORITHM) != 0 ||
-        block != WSYNC_SESSION_CHECKSUM_BLOCK) {
-      g_autofree char *text = json_to_string(sum, FALSE);
-      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                  "%s: file %s: checksum %s is not one this reader computes (algorithm "
-                  "\"%s\", block %d)",
-                  path, name, text, WSYNC_SESSION_CHECKSUM_ALGORITHM,
-                  WSYNC_SESSION_CHECKSUM_BLOCK);
-      return FALSE;
-    }
-    f->file = g_strdup(name);
-    f->checksum = g_strdup(value);
-  }
-  return TRUE;
-}
+/* (parsed by record.c) */
 
 /* Reads all of @fd, the record @path, of @size bytes when it was opened. */
 static gboolean

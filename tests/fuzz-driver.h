@@ -3,7 +3,7 @@
  * this file, and then defines the functions declared below:
  *
  *   fuzz_setup()       once, before any input
- *   fuzz_teardown()    once, at the end
+ *   fuzz_teardown()    once, at the end (under libFuzzer: at exit(), see below)
  *   fuzz_seeds()       valid inputs, as GBytes*
  *   fuzz_dictionary()  tokens worth inserting (NULL-terminated)
  *   fuzz_one()         runs one input; TRUE when it was accepted.  A refusal is checked
@@ -17,6 +17,10 @@
  * changes the sequence.  A crash or a broken rule aborts the test; leaks show under
  * `make check-valgrind`.  `PROGRAM --write-seeds DIR` writes the seeds as files (the
  * initial corpus of `make fuzz`).
+ *
+ * A harness that defines FUZZ_CASES before including this file also defines
+ * fuzz_cases(), the test /fuzz/NAME/cases of `make check` only: inputs fuzzing found,
+ * each with what it must give (the exact message fragment of its refusal).
  *
  * Built with -DWSYNC_LIBFUZZER (tests/fuzz.sh, `make fuzz`), the same harness is a
  * libFuzzer target: LLVMFuzzerTestOneInput() runs fuzz_one() on an exact-size copy.
@@ -38,6 +42,9 @@ static G_GNUC_UNUSED void fuzz_teardown(void);
 static G_GNUC_UNUSED void fuzz_seeds(GPtrArray *seeds);
 static G_GNUC_UNUSED const char *const *fuzz_dictionary(void);
 static gboolean fuzz_one(const guint8 *data, gsize len);
+#ifdef FUZZ_CASES
+static G_GNUC_UNUSED void fuzz_cases(void);
+#endif
 
 /* Every refusal: a #WSYNC_ERROR error of one of the @n allowed codes, on one line
  * without control characters.  Aborts otherwise. */
@@ -76,7 +83,11 @@ LLVMFuzzerTestOneInput(const guint8 *data, size_t len)
 {
   static gboolean ready;
   if (!ready) {
-    fuzz_setup(); /* torn down by the end of the process */
+    fuzz_setup();
+    /* libFuzzer ends a run that found nothing with exit(): torn down then, the harness
+     * leaves no work directory in $TMPDIR (a crash ends it with _Exit(), and tests/fuzz.sh
+     * removes the TMPDIR it gave the target) */
+    atexit(fuzz_teardown);
     /* g_error() stops the process with SIGTRAP, which libFuzzer does not catch: a
      * broken rule then left no crash file (fuzz/crash-TARGET-*) to replay */
     signal(SIGTRAP, fuzz_trap_to_abort);
@@ -289,6 +300,9 @@ main(int argc, char **argv)
   fuzz_seeds(fuzz_seed_list);
   g_test_add_func("/fuzz/" FUZZ_NAME "/seeds", test_seeds);
   g_test_add_func("/fuzz/" FUZZ_NAME "/mutations", test_mutations);
+#ifdef FUZZ_CASES
+  g_test_add_func("/fuzz/" FUZZ_NAME "/cases", fuzz_cases);
+#endif
   int rc = g_test_run();
   fuzz_teardown();
   g_ptr_array_unref(fuzz_seed_list);

@@ -6,15 +6,18 @@
 # Everything goes to $WSYNC_BUILD_DIR/fuzz: the instrumented library objects, plugins
 # (test plugins included) built as modules that take libwsync's symbols from the
 # harness, one binary per target, the corpora (fuzz/corpus/TARGET, kept between runs,
-# started from the seeds the make-check harnesses write) and any crash
-# (fuzz/crash-TARGET-*).  FUZZ_TARGETS chooses targets (default: all of them):
-#   safetensors index config conf dcp-pickle dcp-metadata dcp-blob dcp-shard dcp-dir
+# started from the seeds the make-check harnesses write), any crash
+# (fuzz/crash-TARGET-*), and each target's TMPDIR (fuzz/tmp-TARGET: nothing goes to
+# /tmp; removed after the run, which fails when a target that found nothing left
+# anything in it).  FUZZ_TARGETS chooses targets (default: all of them):
+#   safetensors index config conf record sync-args dcp-pickle dcp-metadata dcp-blob
+#   dcp-shard dcp-dir
 # Exit status: 0 when no target found anything, 1 otherwise.
 set -eu
 top=$WSYNC_SRC_DIR
 build=$WSYNC_BUILD_DIR
 seconds=${FUZZ_SECONDS:-60}
-targets=${FUZZ_TARGETS:-"safetensors index config conf dcp-pickle dcp-metadata dcp-blob dcp-shard dcp-dir"}
+targets=${FUZZ_TARGETS:-"safetensors index config conf record sync-args dcp-pickle dcp-metadata dcp-blob dcp-shard dcp-dir"}
 cc=${FUZZ_CC:-clang}
 
 if ! command -v "$cc" >/dev/null 2>&1; then
@@ -68,6 +71,10 @@ for t in $targets; do
     build_target "$t" "$top/tests/fuzz-$t.c"
     "$build/tests/fuzz-$t" --write-seeds "$out/seeds/$t"
     ;;
+  record) # the commit record's parser is the Python module's (python/record.c)
+    build_target "$t" "$top/tests/fuzz-$t.c" "$top/python/record.c"
+    "$build/tests/fuzz-$t" --write-seeds "$out/seeds/$t"
+    ;;
   dcp-*)
     d=${t#dcp-}
     build_target "$t" "$top/tests/fuzz-dcp.c" "-DWSYNC_FUZZ_TARGET=\"$d\""
@@ -79,12 +86,22 @@ for t in $targets; do
     ;;
   esac
   echo "fuzz: $t for $seconds s"
-  if ! "$out/fuzz-$t" -max_total_time="$seconds" -timeout=60 -rss_limit_mb=4096 \
+  # the target's work directories go to a TMPDIR of its own, never /tmp: a crash ends the
+  # target with _Exit(), past its teardown, and that TMPDIR is removed whatever happened;
+  # after a run that found nothing it must be empty (the harness cleaned up at exit)
+  tmp=$out/tmp-$t
+  rm -rf "$tmp"
+  mkdir -p "$tmp"
+  if ! TMPDIR=$tmp "$out/fuzz-$t" -max_total_time="$seconds" -timeout=60 -rss_limit_mb=4096 \
       -print_final_stats=1 -artifact_prefix="$out/crash-$t-" \
       "$out/corpus/$t" "$out/seeds/$t" >"$out/$t.log" 2>&1; then
     echo "fuzz: $t FOUND SOMETHING: see $out/$t.log and $out/crash-$t-*" >&2
     status=1
+  elif [ -n "$(ls -A "$tmp")" ]; then
+    echo "fuzz: $t left in its TMPDIR: $(ls -A "$tmp" | tr '\n' ' ')" >&2
+    status=1
   fi
+  rm -rf "$tmp"
   grep -E "^stat::number_of_executed_units|^stat::peak_rss_mb" "$out/$t.log" | sed "s/^/fuzz: $t: /"
 done
 exit $status

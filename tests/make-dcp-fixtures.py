@@ -660,10 +660,11 @@ def posix_path(style):
     return Reduce(Global("pathlib._local", "PosixPath"), ("/ckpt/step-10",))
 
 
-def rebuild_tensor(scls, n_storage, storage_offset, size, stride, dtype_name=None):
+def rebuild_tensor(scls, n_storage, storage_offset, size, stride, dtype_name=None, key="0"):
     """torch.save's record of one tensor: _rebuild_tensor_v2 on a typed storage, or
-    _rebuild_tensor_v3 on an UntypedStorage with the dtype (float8, uint16)."""
-    pid = PersistentId(("storage", Global("torch", scls or "UntypedStorage"), "0", "cpu",
+    _rebuild_tensor_v3 on an UntypedStorage with the dtype (float8, uint16).  key: the
+    storage's key (torch writes "0", "1", ...: the data/K record)."""
+    pid = PersistentId(("storage", Global("torch", scls or "UntypedStorage"), key, "cpu",
                         n_storage))
     args = [pid, storage_offset, tuple(size), tuple(stride), False,
             Reduce(Global("collections", "OrderedDict"), ())]
@@ -731,11 +732,11 @@ def torch_save_archive(pkl, storages=(), byteorder="little", name="archive"):
 
 
 def torch_save(dt, size, stride, storage_offset, storage, deflate=False, byteorder="little",
-               zip64=False, storage_dtype=None):
-    """A torch.save archive of one tensor."""
+               zip64=False, storage_dtype=None, key="0"):
+    """A torch.save archive of one tensor (key: its storage's key in data.pkl)."""
     es, tname, scls = DTYPES[storage_dtype or dt]
     n_storage = len(storage) if scls is None else len(storage) // es
-    pkl = dumps(rebuild_tensor(scls, n_storage, storage_offset, size, stride, tname), 2)
+    pkl = dumps(rebuild_tensor(scls, n_storage, storage_offset, size, stride, tname, key), 2)
     blob = torch_save_archive(pkl, [(storage, 64, deflate, zip64)], byteorder)
     return blob, pkl
 
@@ -759,7 +760,7 @@ def write_format_b(root, model, protocol=4, enum_style="value", path_style="part
                    oob=None, evil=False, missing=None, bad_stride=None, layout_of=None,
                    mem_format_of=None, blobs=None, metadata_name=".metadata", shape_of=None,
                    serialization="torch_save", index_hints=True, wrapper=None,
-                   wrap_train_state=True, values=None):
+                   wrap_train_state=True, values=None, bad_key=None):
     """Writes .metadata (or metadata_name) and __R_K.distcp.  enum_style: how the memory
     format is pickled ("value" or "name", see enum_member).  Options name (tensor, rank)
     chunks to spoil; layout_of and mem_format_of map tensor names to what their
@@ -780,7 +781,9 @@ def write_format_b(root, model, protocol=4, enum_style="value", path_style="part
     be a tuple of keys ({"model_state": {"model": sd}}: ("model_state", "model")), and a
     tensor of the model may carry its own object path (t.path, a tuple: an optimizer's
     state beside the model).  values, when given, lists the object paths of the
-    non-tensor values written instead of train_state (each a torch.save of {"step": 10})."""
+    non-tensor values written instead of train_state (each a torch.save of {"step": 10}).
+    bad_key names a (tensor, rank) chunk whose data.pkl keys its storage "\\x10", a
+    control byte, not a decimal number."""
     os.makedirs(root, exist_ok=True)
     ranks = sorted({r for t in model for r, _, _ in t.boxes_b})
     sdm, storage, planner = {}, {}, {}
@@ -857,7 +860,8 @@ def write_format_b(root, model, protocol=4, enum_style="value", path_style="part
                                    deflate=deflate == (t.name, rank),
                                    byteorder="big" if big == (t.name, rank) else "little",
                                    zip64=(t.name, rank) == ZIP64,
-                                   storage_dtype="F16" if wrong_dtype == (t.name, rank) else None)
+                                   storage_dtype="F16" if wrong_dtype == (t.name, rank) else None,
+                                   key="\x10" if bad_key == (t.name, rank) else "0")
             if blobs is not None:
                 blobs.append(("%s-%d" % (t.name, rank), blob, pkl))
             # Rank 1 writes with two threads: two files, items alternating.
@@ -984,6 +988,7 @@ def make_all(out):
     write_format_b(os.path.join(out, "b-oob"), good, oob=("model.embed_tokens.weight", 3))
     write_format_b(os.path.join(out, "b-evil"), good, evil=True)
     write_format_b(os.path.join(out, "b-view"), good, bad_stride=("model.norm.weight", 0))
+    write_format_b(os.path.join(out, "b-key-control"), good, bad_key=("model.norm.weight", 0))
     norm = "model.norm.weight"
     write_format_b(os.path.join(out, "b-sparse"), good,
                    layout_of={norm: torch_layout("torch.sparse_coo")})

@@ -989,6 +989,10 @@ static const Refusal refusals[] = {
      {"tensor \"model.norm.weight\": chunk [0:4]",
       "data.pkl: size [4], stride [2] and storage offset 0 reach element 6 of a storage of 4",
       NULL}, FALSE},
+    /* the key is the pickle's bytes: quoted printable, the message one line */
+    {"b-key-control", TRUE,
+     {"tensor \"model.norm.weight\": chunk [0:4]",
+      ": data.pkl: storage key \"\\x10\" is not a decimal number", NULL}, FALSE},
     {"ambiguous", TRUE, {"holds both a .metadata", "ambiguous", NULL}, FALSE},
     {"ranks-missing-meta", TRUE,
      {"ranks-missing-meta/__1.metadata: missing, but rank 1's data files (__1_K.distcp) are "

@@ -206,7 +206,9 @@ WSYNC_API const char *wsync_env_getenv(WsyncEnv *env, const char *name);
  * @env: the environment
  * @name: a variable
  * @value: its value (may be empty: it is still set explicitly)
- * @reason: one line saying why; printed as a comment above the export
+ * @reason: one line saying why; printed as a comment above the export, so wsync_env_run()
+ *   refuses (#WSYNC_ERROR_PLUGIN) a reason with a line break or another character
+ *   wsync_printable() would escape
  *
  * Sets a variable.  A later setting of the same variable replaces the earlier one.
  */

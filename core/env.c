@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include <wsync/env.h>
+#include <wsync/error.h>
 
 #include "entry-private.h"
 
@@ -164,16 +165,15 @@ valid_name(const char *name)
 }
 
 /* Text printed inside a comment line: one line, nothing a terminal acts on, so that an
- * eval of `wsync env`'s output runs its exports and nothing else. */
+ * eval of `wsync env`'s output runs its exports and nothing else: what wsync_printable()
+ * leaves as it is (no C0 or C1 control, DEL, U+2028/U+2029 or invalid UTF-8). */
 static gboolean
 valid_comment_text(const char *text)
 {
   if (text == NULL)
     return FALSE;
-  for (const unsigned char *p = (const unsigned char *)text; *p != '\0'; p++)
-    if (*p < 0x20 || *p == 0x7f)
-      return FALSE;
-  return TRUE;
+  g_autofree char *printable = wsync_printable(text);
+  return strcmp(printable, text) == 0;
 }
 
 gboolean
@@ -199,6 +199,15 @@ wsync_env_run(WsyncContext *ctx, WsyncEnv *env, GError **error)
     if (!valid_name(v->name)) {
       g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_PLUGIN,
                   "an env patch set \"%s\", which is not a variable name", v->name);
+      return FALSE;
+    }
+    /* the reason is the comment line above the export: a line break in it would put
+     * the rest of it on a line of its own, which an eval runs */
+    if (!valid_comment_text(v->reason)) {
+      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_PLUGIN,
+                  "an env patch set \"%s\" with a line break or control character in its "
+                  "reason, which a comment cannot hold",
+                  v->name);
       return FALSE;
     }
   }

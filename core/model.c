@@ -527,10 +527,29 @@ check_architectures_shape(WsyncModel *m, GError **error)
       return TRUE;
   }
   g_autofree char *value = json_to_string(first != NULL ? first : node, FALSE);
+  if (strlen(value) > 64) /* a long value is named, not quoted whole (as not_a()) */
+    strcpy(value + 60, "...");
   return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
                     first != NULL ? "field \"architectures\" begins with %s, not a class name"
                                   : "field \"architectures\" is %s, not a list of class names",
                     value);
+}
+
+/* "NAME", escaped; a name of more than 64 characters as its first 60, then `..." (N
+ * characters)`: a config can hold a class name of any length, and the refusal is one
+ * line for a terminal (the other fields' values are clipped the same way, not_a()). */
+static char *
+quoted_class(const char *name)
+{
+  glong length = g_utf8_strlen(name, -1); /* json-glib hands out valid UTF-8 */
+
+  if (length <= 64) {
+    g_autofree char *escaped = g_strescape(name, NULL);
+    return g_strdup_printf("\"%s\"", escaped);
+  }
+  g_autofree char *head = g_utf8_substring(name, 0, 60);
+  g_autofree char *escaped = g_strescape(head, NULL);
+  return g_strdup_printf("\"%s...\" (%ld characters)", escaped, length);
 }
 
 /* `, or as its alias "A"` / `, or as its aliases "A", "B"`: nothing without aliases. */
@@ -560,11 +579,11 @@ wsync_model_accept_architecture(WsyncModel *m, const char *architecture,
   for (const char *const *a = aliases; !described && a != NULL && *a != NULL; a++)
     described = strcmp(given, *a) == 0;
   if (!described) {
-    g_autofree char *printable = g_strescape(given, NULL);
+    g_autofree char *printable = quoted_class(given);
     g_autofree char *type = g_strescape(m->model_type, NULL);
     g_autofree char *others = aliases_text(aliases);
     return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
-                      "field \"architectures\" begins with \"%s\", but model_type \"%s\" is "
+                      "field \"architectures\" begins with %s, but model_type \"%s\" is "
                       "supported only as \"%s\"%s%s%s",
                       printable, type, architecture, others, note != NULL ? " " : "",
                       note != NULL ? note : "");

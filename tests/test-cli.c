@@ -1488,6 +1488,32 @@ test_env_exports(void)
                   "or control character in its name, value or reason, which a comment cannot "
                   "hold\n");
   run_clear(&r);
+  /* a C1 control (U+009B, CSI) drives a terminal as ESC [ does: refused as well (the old
+   * tree let it through, exit 0) */
+  g_setenv("GOOD_SETTING", "0\xc2\x9b" "2J", TRUE);
+  r = run_wsync("env", "--backend", "test-backend", "--mode", "server", "--conf-dir", conf,
+                "--plugin-dir", pdir, NULL);
+  g_unsetenv("GOOD_SETTING");
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.out, ==, "");
+  g_assert_cmpstr(r.err, ==,
+                  "wsync: an env patch advised setting \"good.setting\" with a line break "
+                  "or control character in its name, value or reason, which a comment cannot "
+                  "hold\n");
+  run_clear(&r);
+  /* a variable's reason is the comment above its export: a line break in it would make
+   * the rest a command of its own for an eval.  The old tree printed
+   * "# a\nrm -rf ~\nexport GOOD_QUOTE=...", exit 0. */
+  g_setenv("GOOD_REASON", "a\nrm -rf ~", TRUE);
+  r = run_wsync("env", "--backend", "test-backend", "--mode", "server", "--conf-dir", conf,
+                "--plugin-dir", pdir, NULL);
+  g_unsetenv("GOOD_REASON");
+  g_assert_cmpint(r.status, ==, 2);
+  g_assert_cmpstr(r.out, ==, "");
+  g_assert_cmpstr(r.err, ==,
+                  "wsync: an env patch set \"GOOD_QUOTE\" with a line break or control "
+                  "character in its reason, which a comment cannot hold\n");
+  run_clear(&r);
 
   r = run_wsync("env", "--backend", "test-backend", "--mode", "hybrid", "--conf-dir", conf, NULL);
   g_assert_cmpint(r.status, ==, 2);

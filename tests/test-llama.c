@@ -767,6 +767,55 @@ test_architecture_refused(void)
   }
 }
 
+/* A long value of `architectures` is shown clipped, as the other fields' values are
+ * (model.c not_a()): a class name of more than 64 characters as its first 60 and its
+ * length, a long value that is not a list as its first 60 bytes of JSON.  The old tree
+ * quoted them whole: a config naming a class of a megabyte got a refusal line of a
+ * megabyte on the terminal. */
+static void
+test_architecture_long(void)
+{
+  const char *src = synth(UNTIED);
+  g_autofree char *long_name = g_strnfill(5000, 'A');
+  g_autofree char *long_text = g_strnfill(100, 'x');
+  g_autofree char *head = g_strnfill(60, 'A');
+  g_autofree char *text_head = g_strnfill(54, 'x');
+  g_autofree char *shown = g_strdup_printf("\"%s...\" (5000 characters)", head);
+  JsonArray *list = json_array_new();
+  JsonObject *object = json_object_new();
+  struct {
+    JsonNode *value;
+    char *message;
+  } cases[] = {
+      {json_node_init_array(json_node_alloc(), list), llama_refusal(shown)},
+      {json_node_init_object(json_node_alloc(), object),
+       g_strdup_printf("field \"architectures\" is {\"k\":\"%s..., not a list of class names\n",
+                       text_head)},
+  };
+
+  json_array_add_string_element(list, long_name);
+  json_object_set_string_member(object, "k", long_text);
+  json_array_unref(list);
+  json_object_unref(object);
+  for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_autofree char *config = config_variant(UNTIED, "architectures", cases[i].value);
+    g_autofree char *ck = checkpoint_with_config(src, config);
+    g_autofree char *ck_config = g_build_filename(ck, "config.json", NULL);
+    g_autofree char *out = new_path("arch-long");
+    for (guint w = 0; w < 2; w++) {
+      TestRun r = w == 0 ? run_wsync("synth", "--config", config, out, NULL)
+                         : run_wsync("plan", ck, "--target", "vllm", "--tp", "2", NULL);
+      g_autofree char *line =
+          g_strdup_printf("wsync: %s: %s", w == 0 ? config : ck_config, cases[i].message);
+      g_assert_cmpint(r.status, ==, 3);
+      g_assert_cmpstr(r.err, ==, line);
+      g_assert_false(g_file_test(out, G_FILE_TEST_EXISTS));
+      test_run_clear(&r);
+    }
+    g_free(cases[i].message);
+  }
+}
+
 /* LLaMAForCausalLM, the name of the decapoda-research/llama-* conversions, which vLLM
  * builds as its LlamaForCausalLM (registry.py:155-156 @ df1376907b16), and a config with
  * no class (architectures absent, null or []) are described as LlamaForCausalLM: the same
@@ -870,6 +919,7 @@ main(int argc, char **argv)
   g_test_add_func("/llama/rotary-buffers-dropped", test_rotary_buffers_dropped);
   g_test_add_func("/llama/config/architecture-refused", test_architecture_refused);
   g_test_add_func("/llama/config/architecture-alias", test_architecture_alias);
+  g_test_add_func("/llama/config/architecture-long", test_architecture_long);
   for (guint i = 0; i < G_N_ELEMENTS(configs); i++)
     for (guint f = 0; f < G_N_ELEMENTS(formats); f++)
       for (guint t = 0; t < G_N_ELEMENTS(tps); t++, n++) {

@@ -2882,6 +2882,12 @@ def vllm_worker_refuses_nz_mode():
         refused(old, "on", "'on'")
         loads(old, "0")
         loads(None, "1")  # not vLLM-Ascend
+        # additional_config {"weight_nz_mode": null}: the engine's `if not nz_mode`
+        # reads it as off, so the variable does not decide (the old code refused, mode 1)
+        loads(new(None), "1")
+        # the text "0", which the engine's `if nz_mode` takes as on: shown quoted (the
+        # old code said "weight NZ mode 0", which reads as the mode it asks for)
+        refused(new("0"), None, "'0'")
     finally:
         if saved is None:
             os.environ.pop("VLLM_ASCEND_ENABLE_NZ", None)

@@ -299,7 +299,8 @@ WSYNC_API void wsync_model_set_architecture(WsyncModel *m, const char *architect
  * class the plugin describes.  When config.json's `architectures[0]` names another class
  * (or `architectures` is not a list, or does not begin with a string), it fails with one
  * line: `field "architectures" begins with "X", but model_type "T" is supported only as
- * "A"[, or as its alias(es) "B", ...][ NOTE]`; the core prefixes config.json's path.  A
+ * "A"[, or as its alias(es) "B", ...][ NOTE]`, X escaped (a name of more than 64
+ * characters as its first 60, `..." (N characters)`); the core prefixes config.json's path.  A
  * plugin that describes several classes for one model_type calls it with the class the
  * config's other fields select.
  *

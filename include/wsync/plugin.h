@@ -206,7 +206,9 @@ WSYNC_API const char *wsync_env_getenv(WsyncEnv *env, const char *name);
  * @env: the environment
  * @name: a variable
  * @value: its value (may be empty: it is still set explicitly)
- * @reason: one line saying why; printed as a comment above the export
+ * @reason: one line saying why; printed as a comment above the export, so wsync_env_run()
+ *   refuses (#WSYNC_ERROR_PLUGIN) a reason with a line break or another character
+ *   wsync_printable() would escape
  *
  * Sets a variable.  A later setting of the same variable replaces the earlier one.
  */
@@ -221,8 +223,10 @@ WSYNC_API void wsync_env_set(WsyncEnv *env, const char *name, const char *value,
  *
  * Advises a setting wsync cannot make with an export (nor see, so it is advised
  * whatever the deployment already has): `wsync env` prints it as comments only, so an
- * eval of its output stays a plain list of exports.  A later advice of the same @name
- * replaces the earlier one.
+ * eval of its output stays a plain list of exports, and wsync_env_run() refuses
+ * (#WSYNC_ERROR_PLUGIN) a @name, @value or @reason with a line break or another
+ * character wsync_printable() would escape.  A later advice of the same @name replaces
+ * the earlier one.
  */
 WSYNC_API void wsync_env_advise(WsyncEnv *env, const char *name, const char *value,
                                 const char *reason);

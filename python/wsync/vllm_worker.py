@@ -158,14 +158,16 @@ def ascend_nz_mode(ascend_config):
         worker.py:208-212 and utils.py:148-153 @ e18643f8a4d5, v0.18.0)."""
     if ascend_config is None:
         return None
-    mode = getattr(ascend_config, "weight_nz_mode", None)
-    if mode is None:
-        text = _os.getenv("VLLM_ASCEND_ENABLE_NZ", "1")
-        try:
-            mode = int(text)
-        except ValueError:  # the engine's own int() fails on it: no mode 0 either
-            mode = repr(text)
-    return mode
+    # the attribute as it is, None included: additional_config {"weight_nz_mode": null}
+    # is what the engine's `if not nz_mode` reads as off (utils.py:264-268), not a
+    # reason to fall back to the variable
+    if hasattr(ascend_config, "weight_nz_mode"):
+        return ascend_config.weight_nz_mode
+    text = _os.getenv("VLLM_ASCEND_ENABLE_NZ", "1")
+    try:
+        return int(text)
+    except ValueError:  # the engine's own int() fails on it: no mode 0 either
+        return text
 
 
 def nz_mode_refusal(dir, rank, mode):
@@ -182,7 +184,10 @@ def nz_mode_refusal(dir, rank, mode):
     called by collective_rpc, never passes there (docs/vllm-ascend.md section 4)."""
     if not mode:
         return None
-    return (f"{dir}: rank {rank}: this vLLM-Ascend engine runs with weight NZ mode {mode} "
+    # a mode that is no int (additional_config {"weight_nz_mode": "0"}, which the
+    # engine's `if nz_mode` takes as on) is shown quoted, not as the 0 it looks like
+    shown = mode if isinstance(mode, int) else repr(mode)
+    return (f"{dir}: rank {rank}: this vLLM-Ascend engine runs with weight NZ mode {shown} "
             f"(FRACTAL_NZ on; its default is 1), whose parameters wsync_load does not copy "
             f"into, as vLLM-Ascend refuses its own weight updates in it: start the engine "
             f"with additional_config {{\"weight_nz_mode\": 0}} and VLLM_ASCEND_ENABLE_NZ=0, "

@@ -54,9 +54,10 @@ good_patch(JsonNode *config, gpointer user_data, GError **error)
   return TRUE;
 }
 
-/* Sets GOOD_MODE from the deployment mode and a value that needs shell quoting; with
- * GOOD_SETTING in wsync's environment, advises the engine setting good.setting to its
- * value (twice: the second advice replaces the first). */
+/* Sets GOOD_MODE from the deployment mode and a value that needs shell quoting (with
+ * the reason GOOD_REASON when wsync's environment has it); with GOOD_SETTING in wsync's
+ * environment, advises the engine setting good.setting to its value (twice: the second
+ * advice replaces the first). */
 static gboolean
 good_env(WsyncEnv *env, gpointer user_data, GError **error)
 {
@@ -66,7 +67,7 @@ good_env(WsyncEnv *env, gpointer user_data, GError **error)
   (void)user_data;
   (void)error;
   wsync_env_set(env, "GOOD_MODE", mode, "the mode, after what rival set");
-  wsync_env_set(env, "GOOD_QUOTE", "it's here", "a value with a quote");
+  wsync_env_set(env, "GOOD_QUOTE", "it's here", g_getenv("GOOD_REASON") ?: "a value with a quote");
   if (setting != NULL) {
     wsync_env_advise(env, "good.setting", "replaced", "replaced");
     wsync_env_advise(env, "good.setting", setting, "a setting no variable makes");

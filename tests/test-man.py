@@ -29,6 +29,8 @@
 - what `wsync convert --help` prints, and the notes and refusals of `wsync plan` for every
   release of its naming table, cite the facts as docs/NAME.md §N of a file that exists
   (FILES says so), never as a bare §N;
+- every docs/NAME.md §N that README.md, docs/, the man pages, conf.d and the sources cite
+  is a numbered heading of docs/NAME.md;
 - groff -ww reads both pages without a warning (skipped, with a line saying so, when
   groff is not installed).
 
@@ -335,6 +337,52 @@ def check_citations():
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return sorted(set(problems))
+
+
+def doc_sections(name):
+    """The section numbers of docs/NAME.md's headings ("## 9. ..." is 9, "### 9.4 ..." 9.4)."""
+    found = set()
+    for line in read_source("docs", name + ".md").split("\n"):
+        m = re.match(r"#+\s+([0-9]+(?:\.[0-9]+)*)[.\s]", line)
+        if m:
+            found.add(m.group(1))
+    return found
+
+
+def check_citation_targets():
+    """Every docs/NAME.md §N that README.md, docs/, the man pages, conf.d and the sources
+    (core/, include/, plugins/, python/) cite, wrapped over lines or not, names a section
+    heading of that file: a section renumbered or removed would leave the reader of a
+    note or a comment looking for nothing."""
+    root = os.path.join(SRC, "..")
+    files = ["README.md"]
+    for folder, suffixes in (("docs", (".md",)), ("man", (".in",)), ("conf.d", (".conf",)),
+                             ("core", (".c", ".h")), ("include/wsync", (".h",)),
+                             ("plugins", (".c",)), ("python", (".c", ".h")),
+                             ("python/wsync", (".py",))):
+        where = os.path.join(root, folder)
+        files += [folder + "/" + n for n in sorted(os.listdir(where) if os.path.isdir(where)
+                                                   else []) if n.endswith(suffixes)]
+    sections, problems, seen = {}, [], 0
+    for name in files:
+        # a citation wrapped in a comment: the next line's leader (" * ", "# ", "// ") out
+        text = re.sub(r"\s*\n\s*(?:\*(?!/)|#+|//)?\s*", " ",
+                      read_source(*name.split("/")).replace("\\(sc", "§"))
+        for m in CITATION.finditer(text):
+            doc = m.group(1)
+            if not os.path.exists(os.path.join(root, "docs", doc + ".md")):
+                problems.append("%s: %s: there is no docs/%s.md" % (name, m.group(0), doc))
+                continue
+            if doc not in sections:
+                sections[doc] = doc_sections(doc)
+            for number in re.findall(r"§([0-9.]*[0-9])", m.group(0)):
+                seen += 1
+                if number not in sections[doc]:
+                    problems.append("%s: %s: docs/%s.md has no section %s"
+                                    % (name, m.group(0), doc, number))
+    if seen < 50:
+        problems.append("found only %d citations" % seen)
+    return problems
 
 
 def bold_words(lines):
@@ -842,6 +890,8 @@ def main(argv):
          check_readme_packages),
         ("wsync convert --help and the notes and refusals of plan cite docs/NAME.md §N",
          check_citations),
+        ("every docs/NAME.md §N cited in README.md, docs/, man/, conf.d and the sources "
+         "is a section of that file", check_citation_targets),
     ]
     for page in ("wsync.1", "wsync.conf.5"):
         for device in ("ps", "utf8"):

@@ -18,6 +18,9 @@
 - README.md's table of commands gives each command of `wsync --help` with exactly the
   options of `wsync COMMAND --help` (a short form for its long one), and wsync(1) each
   short form `wsync COMMAND --help` gives;
+- every wsync invocation README.md, docs/*.md, conf.d's comments and the man pages'
+  examples show names a command and only its options, and gives the options the
+  command cannot run without (REQUIRED_OPTIONS, themselves checked against the program);
 - README.md's table of targets ("### Targets") lists, as rows of that one table, exactly
   the targets `wsync convert --help` lists;
 - README.md's two newcomer commands (main-command, test-command) install exactly the
@@ -26,6 +29,8 @@
 - what `wsync convert --help` prints, and the notes and refusals of `wsync plan` for every
   release of its naming table, cite the facts as docs/NAME.md §N of a file that exists
   (FILES says so), never as a bare §N;
+- every docs/NAME.md §N that README.md, docs/, the man pages, conf.d and the sources cite
+  is a numbered heading of docs/NAME.md;
 - groff -ww reads both pages without a warning (skipped, with a line saying so, when
   groff is not installed).
 
@@ -334,6 +339,52 @@ def check_citations():
     return sorted(set(problems))
 
 
+def doc_sections(name):
+    """The section numbers of docs/NAME.md's headings ("## 9. ..." is 9, "### 9.4 ..." 9.4)."""
+    found = set()
+    for line in read_source("docs", name + ".md").split("\n"):
+        m = re.match(r"#+\s+([0-9]+(?:\.[0-9]+)*)[.\s]", line)
+        if m:
+            found.add(m.group(1))
+    return found
+
+
+def check_citation_targets():
+    """Every docs/NAME.md §N that README.md, docs/, the man pages, conf.d and the sources
+    (core/, include/, plugins/, python/) cite, wrapped over lines or not, names a section
+    heading of that file: a section renumbered or removed would leave the reader of a
+    note or a comment looking for nothing."""
+    root = os.path.join(SRC, "..")
+    files = ["README.md"]
+    for folder, suffixes in (("docs", (".md",)), ("man", (".in",)), ("conf.d", (".conf",)),
+                             ("core", (".c", ".h")), ("include/wsync", (".h",)),
+                             ("plugins", (".c",)), ("python", (".c", ".h")),
+                             ("python/wsync", (".py",))):
+        where = os.path.join(root, folder)
+        files += [folder + "/" + n for n in sorted(os.listdir(where) if os.path.isdir(where)
+                                                   else []) if n.endswith(suffixes)]
+    sections, problems, seen = {}, [], 0
+    for name in files:
+        # a citation wrapped in a comment: the next line's leader (" * ", "# ", "// ") out
+        text = re.sub(r"\s*\n\s*(?:\*(?!/)|#+|//)?\s*", " ",
+                      read_source(*name.split("/")).replace("\\(sc", "§"))
+        for m in CITATION.finditer(text):
+            doc = m.group(1)
+            if not os.path.exists(os.path.join(root, "docs", doc + ".md")):
+                problems.append("%s: %s: there is no docs/%s.md" % (name, m.group(0), doc))
+                continue
+            if doc not in sections:
+                sections[doc] = doc_sections(doc)
+            for number in re.findall(r"§([0-9.]*[0-9])", m.group(0)):
+                seen += 1
+                if number not in sections[doc]:
+                    problems.append("%s: %s: docs/%s.md has no section %s"
+                                    % (name, m.group(0), doc, number))
+    if seen < 50:
+        problems.append("found only %d citations" % seen)
+    return problems
+
+
 def bold_words(lines):
     """The words set in bold by the macros (.B, .BR, .RB, .BI, .IB) and \\fB of @lines."""
     words = []
@@ -562,6 +613,86 @@ def check_inspect_json_keys(page):
     return problems
 
 
+# The options a command refuses to run without (exit 2), checked against the program by
+# check_documented_invocations, so that a list that went stale fails too.  plan and
+# convert are not here: their --target may come from conf.d's sync { } section.
+REQUIRED_OPTIONS = {"env": ["--backend", "--mode"], "synth": ["--config"]}
+
+
+def documented_invocations():
+    """(where, command, text) for every `wsync COMMAND ...` code span of README.md,
+    docs/*.md and the comments of conf.d/*.conf, and every line of the man pages'
+    examples (.EX blocks) that runs wsync: what a user copies."""
+    found = []
+    root = os.path.join(SRC, "..")
+    files = ["README.md"] + ["docs/" + n for n in sorted(os.listdir(os.path.join(root, "docs")))
+                             if n.endswith(".md")]
+    files += ["conf.d/" + n for n in sorted(os.listdir(os.path.join(root, "conf.d")))
+              if n.endswith(".conf")]
+    span = re.compile(r"`(?:mpirun [^`]*?)?wsync ([a-z]+)((?:[^`]|`(?!\s*\|))*?)`")
+    for name in files:
+        text = read_source(*name.split("/"))
+        if name.endswith(".conf"):
+            text = "\n".join(line for line in text.split("\n") if line.startswith("#"))
+        for m in span.finditer(text):
+            line = text.count("\n", 0, m.start()) + 1
+            found.append(("%s:%d" % (name, line), m.group(1), m.group(2)))
+    for page in ("wsync.1.in", "wsync.conf.5.in"):
+        example = False
+        for number, line in enumerate(read_source("man", page).split("\n"), 1):
+            example = line == ".EX" or (example and line != ".EE")
+            m = re.search(r"\bwsync ([a-z]+)(.*)", line.replace("\\-", "-")) if example else None
+            if m:
+                found.append(("man/%s:%d" % (page, number), m.group(1), m.group(2)))
+    return found
+
+
+def check_documented_invocations():
+    """Every wsync invocation the docs show names a command `wsync --help` lists and only
+    options `wsync COMMAND --help` lists (a short form for its long one), and one with
+    arguments gives the options the command cannot run without: `wsync env --backend
+    npu-ascend`, which exits 2 for want of --mode, was in README.md."""
+    text = main_help()
+    commands = {line.split()[0] for line in help_block(text, "Commands:")}
+    global_options = options_of(help_block(text, "Options of every command:"))
+    problems, options = [], {}
+    for command in commands:
+        if command == "sync" and os.environ.get("WSYNC_TEST_MPI") != "yes":
+            continue
+        lines = help_block(wsync(command, "--help").stdout, "Options:")
+        options[command] = (options_of(lines) | global_options, dict(short_options(lines)))
+    for command, required in REQUIRED_OPTIONS.items():
+        for option in required:
+            # every required option but this one, with a placeholder value
+            argv = [command] + [a for o in required if o != option for a in (o, "x")]
+            r = wsync(*argv)
+            if r.returncode != 2 or option not in r.stderr:
+                problems.append("REQUIRED_OPTIONS: wsync %s without %s: exit %d, %r (not a "
+                                "refusal naming it)" % (command, option, r.returncode,
+                                                        r.stderr.strip()))
+    invocations = documented_invocations()
+    if len(invocations) < 20:
+        problems.append("found only %d documented invocations" % len(invocations))
+    for where, command, args in invocations:
+        if command not in commands:
+            problems.append("%s: wsync %s: no such command" % (where, command))
+            continue
+        if command not in options:
+            continue
+        known, long_of = options[command]
+        given = set(LONG_OPTION.findall(args))
+        given |= {long_of.get(s, s) for s in re.findall(r"(?<![\w-])-[a-zA-Z](?![\w-])", args)}
+        for option in sorted(given - known):
+            problems.append("%s: wsync %s%s: %s is not an option of wsync %s"
+                            % (where, command, args, option, command))
+        if args.strip():
+            for option in REQUIRED_OPTIONS.get(command, []):
+                if option not in given:
+                    problems.append("%s: wsync %s%s: without %s, which it needs (exit 2)"
+                                    % (where, command, args, option))
+    return problems
+
+
 # ------------------------------------------------------------------ wsync.conf(5)
 
 def plugins_json():
@@ -753,10 +884,14 @@ def main(argv):
         ("wsync.conf.5: the sync section's keys", lambda: check_sync_keys(conf5)),
         ("README.md: the targets table lists every target", check_readme_targets),
         ("README.md: every command, exactly its options", check_readme_commands),
+        ("README.md, docs/, conf.d and the man pages' examples: every wsync invocation "
+         "runs as shown", check_documented_invocations),
         ("README.md: the newcomer commands install what the build and the tests use",
          check_readme_packages),
         ("wsync convert --help and the notes and refusals of plan cite docs/NAME.md §N",
          check_citations),
+        ("every docs/NAME.md §N cited in README.md, docs/, man/, conf.d and the sources "
+         "is a section of that file", check_citation_targets),
     ]
     for page in ("wsync.1", "wsync.conf.5"):
         for device in ("ps", "utf8"):

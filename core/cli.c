@@ -75,7 +75,7 @@ cli_parse_checked(WsyncCli *cli, const WsyncCommand *cmd, GOptionEntry *entries,
   g_option_context_set_help_enabled(octx, FALSE);
   g_option_context_set_summary(octx, cmd->summary);
   g_option_context_set_description(octx, "Exit status: 0 success, 1 a check found a difference, "
-                                         "2 usage or configuration error,\n3 bad input data, "
+                                         "2 usage, configuration or plugin error,\n3 bad input data, "
                                          "4 I/O failure.");
   /* The command's own options first, then the global ones, all in one --help. */
   if (entries != NULL)

@@ -63,8 +63,8 @@ print_main_help(FILE *out)
           "  -v, --verbose      say more (sync only: when each phase ended; not with -q)\n"
           "  -h, --help         show help (wsync COMMAND --help for a command's options)\n"
           "  --version          show the version\n\n"
-          "Exit status: 0 success, 1 a check found a difference, 2 usage or configuration\n"
-          "error, 3 bad input data, 4 I/O failure.\n",
+          "Exit status: 0 success, 1 a check found a difference, 2 usage, configuration or\n"
+          "plugin error, 3 bad input data, 4 I/O failure.\n",
           WSYNC_CONF_DIR, WSYNC_PLUGIN_DIR);
 }
 

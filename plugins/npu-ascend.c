@@ -165,8 +165,9 @@ recorded_state(WsyncLayout *layout, const char *key, MoeLayout fallback, MoeLayo
   "wake-up and start_weight_update refuse to run unless VLLM_ASCEND_ENABLE_NZ is 0 (the " \
   "releases for vLLM 0.22 to 0.26 read it in start_weight_update whatever "              \
   "additional_config says) and so is an additional_config weight_nz_mode if given; "     \
-  "`wsync env --backend npu-ascend` sets the variable and advises additional_config "    \
-  "weight_nz_mode = 0, the one setting left once main drops the variable "              \
+  "`wsync env --backend npu-ascend --mode colocate|server` sets the variable and "       \
+  "advises additional_config weight_nz_mode = 0, the one setting left once main drops "  \
+  "the variable "                                                                        \
   "(docs/vllm-ascend.md §3, §4, §6)"
 
 /* vLLM-Ascend's release branches for vLLM 0.17 to 0.26.x (v0.17.0rc1 to

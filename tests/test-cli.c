@@ -86,8 +86,8 @@ test_help_lists_commands_and_exit_codes(void)
   assert_has(r.out, "  verify   A B ");
   assert_has(r.out, "  config   CONFIG.json");
   assert_has(r.out, "  sync     SRC DST ");
-  assert_has(r.out, "Exit status: 0 success, 1 a check found a difference, 2 usage or configuration\n"
-                    "error, 3 bad input data, 4 I/O failure.\n");
+  assert_has(r.out, "Exit status: 0 success, 1 a check found a difference, 2 usage, configuration or\n"
+                    "plugin error, 3 bad input data, 4 I/O failure.\n");
   run_clear(&r);
 
   /* synth's --part-size is no limit (a larger tensor gets a file of its own): it said

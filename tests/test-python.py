@@ -2847,7 +2847,8 @@ def vllm_worker_refuses_nz_mode():
     advice = ("(FRACTAL_NZ on; its default is 1), whose parameters wsync_load does not copy "
               "into, as vLLM-Ascend refuses its own weight updates in it: start the engine "
               "with additional_config {\"weight_nz_mode\": 0} and VLLM_ASCEND_ENABLE_NZ=0, "
-              "as `wsync env --backend npu-ascend` says (docs/vllm-ascend.md section 4)")
+              "as `wsync env --backend npu-ascend --mode colocate|server` says "
+              "(docs/vllm-ascend.md section 4)")
 
     def run(config, env):
         if env is None:

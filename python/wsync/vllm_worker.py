@@ -191,7 +191,8 @@ def nz_mode_refusal(dir, rank, mode):
             f"(FRACTAL_NZ on; its default is 1), whose parameters wsync_load does not copy "
             f"into, as vLLM-Ascend refuses its own weight updates in it: start the engine "
             f"with additional_config {{\"weight_nz_mode\": 0}} and VLLM_ASCEND_ENABLE_NZ=0, "
-            f"as `wsync env --backend npu-ascend` says (docs/vllm-ascend.md section 4)")
+            f"as `wsync env --backend npu-ascend --mode colocate|server` says "
+            f"(docs/vllm-ascend.md section 4)")
 
 
 def expert_load_balancing(parallel_config, ascend_config=None):

@@ -151,8 +151,9 @@ map_file(MapObject *m, GError **error)
   struct stat sb;
   const char *special;
   /* a FIFO in a rank file's place must not hang the load, and a socket, which open(2)
-   * refuses, is refused as a FIFO is, not "No such device or address", status 4: what
-   * is opened is what is checked (core/filekind.h) */
+   * refuses, is refused as a FIFO is, not "No such device or address", status 4: the
+   * path is stat()ed and judged first, then opened and fstat()ed, and a file swapped in
+   * between is not read (core/filekind.h) */
   int fd = wsync_file_open_input(m->path, &sb, &special);
   gboolean ok;
 
@@ -216,8 +217,9 @@ record_read_fd(int fd, const char *path, off_t size, char **text, gsize *len, GE
 
   for (;;) {
     if (size > MAX_RECORD_BYTES || buf->len > MAX_RECORD_BYTES) { /* (or grew past it) */
-      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT, "%s: %lld bytes, more than a "
-                  "commit record can be", path, (long long)MAX(size, (off_t)buf->len));
+      wsync_fail_at(error, WSYNC_ERROR_BAD_INPUT, path,
+                    "%lld bytes, more than a commit record can be",
+                    (long long)MAX(size, (off_t)buf->len));
       g_string_free(buf, TRUE);
       return FALSE;
     }
@@ -246,7 +248,7 @@ record_read(const char *path, char **text, gsize *len, GError **error)
   const char *special;
 
   *text = NULL;
-  /* judged as it is opened, by stat() and fstat() (core/filekind.h): a stat() before
+  /* stat()ed and judged, then opened and fstat()ed (core/filekind.h): a stat() before
    * g_file_get_contents(), whose open(2) blocks, hung load_rank for ever on a FIFO put
    * in place of the record between the two; a FIFO, a socket or a directory here is
    * refused as map_file() refuses a rank file */
@@ -317,11 +319,10 @@ record_files_of_rank(RankFilesObject *self, GPtrArray *paths, GPtrArray *want, G
   g_autofree char *record_path = g_build_filename(self->dir, COMMIT_RECORD, NULL);
 
   if (self->rank >= self->record.world) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_USAGE,
-                "%s: rank %" G_GUINT64_FORMAT " is outside the %" G_GUINT64_FORMAT
-                " ranks of the commit record",
-                record_path, self->rank, self->record.world);
-    return FALSE;
+    return wsync_fail_at(error, WSYNC_ERROR_USAGE, record_path,
+                         "rank %" G_GUINT64_FORMAT " is outside the %" G_GUINT64_FORMAT
+                         " ranks of the commit record",
+                         self->rank, self->record.world);
   }
   for (guint i = 0; i < self->record.files->len; i++) {
     RecordFile *f = self->record.files->pdata[i];
@@ -330,12 +331,10 @@ record_files_of_rank(RankFilesObject *self, GPtrArray *paths, GPtrArray *want, G
       g_ptr_array_add(want, f);
     }
   }
-  if (paths->len == 0) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                "%s: the commit record lists no file of rank %" G_GUINT64_FORMAT, record_path,
-                self->rank);
-    return FALSE;
-  }
+  if (paths->len == 0)
+    return wsync_fail_at(error, WSYNC_ERROR_BAD_INPUT, record_path,
+                         "the commit record lists no file of rank %" G_GUINT64_FORMAT,
+                         self->rank);
   return TRUE;
 }
 
@@ -375,13 +374,11 @@ recognised_files_of_rank(RankFilesObject *self, WsyncContext *ctx, GPtrArray *pa
     } else if (error != NULL && *error != NULL)
       return FALSE;
   }
-  if (paths->len == 0) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                "%s: no rank file of rank %" G_GUINT64_FORMAT " (no commit record; the "
-                "targets of the configuration recognise no file of that rank)",
-                self->dir, self->rank);
-    return FALSE;
-  }
+  if (paths->len == 0)
+    return wsync_fail_at(error, WSYNC_ERROR_BAD_INPUT, self->dir,
+                         "no rank file of rank %" G_GUINT64_FORMAT " (no commit record; the "
+                         "targets of the configuration recognise no file of that rank)",
+                         self->rank);
   return TRUE;
 }
 
@@ -412,13 +409,11 @@ verify_file(MapObject *m, const RecordFile *f, GError **error)
   }
   g_autofree char *hex = g_strdup_printf("%016" G_GINT64_MODIFIER "x", c.sum);
 
-  if (g_ascii_strcasecmp(hex, f->checksum) != 0) {
-    g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                "%s: checksum %s, but the commit record says %s (the file changed after its "
-                "commit)",
-                m->path, hex, f->checksum);
-    return FALSE;
-  }
+  if (g_ascii_strcasecmp(hex, f->checksum) != 0)
+    return wsync_fail_at(error, WSYNC_ERROR_BAD_INPUT, m->path,
+                         "checksum %s, but the commit record says %s (the file changed after "
+                         "its commit)",
+                         hex, f->checksum);
   return TRUE;
 }
 
@@ -435,21 +430,19 @@ map_rank_files(RankFilesObject *self, GPtrArray *paths, GPtrArray *want, gboolea
     const RecordFile *f = want != NULL ? want->pdata[i] : NULL;
     if (!map_file(m, error))
       return FALSE;
-    if (f != NULL && m->len != f->bytes) {
-      g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                  "%s: %zu bytes, but the commit record says %" G_GUINT64_FORMAT, m->path, m->len,
-                  f->bytes);
-      return FALSE;
-    }
+    if (f != NULL && m->len != f->bytes)
+      return wsync_fail_at(error, WSYNC_ERROR_BAD_INPUT, m->path,
+                           "%zu bytes, but the commit record says %" G_GUINT64_FORMAT, m->len,
+                           f->bytes);
     if (f != NULL && verify && !verify_file(m, f, error))
       return FALSE;
     for (guint t = 0; t < wsync_safetensors_n_tensors(m->st); t++) {
       const WsyncTensor *tensor = wsync_safetensors_tensor(m->st, t);
       if (!g_hash_table_add(seen, (gpointer)tensor->name)) {
-        g_set_error(error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                    "%s: tensor \"%s\" is also in another file of rank %" G_GUINT64_FORMAT,
-                    m->path, tensor->name, self->rank);
-        return FALSE;
+        g_autofree char *name = wsync_printable(tensor->name);
+        return wsync_fail_at(error, WSYNC_ERROR_BAD_INPUT, m->path,
+                             "tensor \"%s\" is also in another file of rank %" G_GUINT64_FORMAT,
+                             name, self->rank);
       }
       g_ptr_array_add(self->tensors, (gpointer)tensor);
       g_ptr_array_add(self->tensor_map, m);
@@ -516,26 +509,27 @@ wsync_py_open_rank(PyObject *module, PyObject *args, PyObject *kwargs)
     if (!record_parse(record_path, self->record_text, self->record_len, &self->record, &error))
       goto fail;
     if (version_obj != Py_None && version != self->record.version) {
-      g_set_error(&error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                  "%s: the commit record is of version %" G_GUINT64_FORMAT ", not %" G_GUINT64_FORMAT,
-                  record_path, self->record.version, version);
+      wsync_fail_at(&error, WSYNC_ERROR_BAD_INPUT, record_path,
+                    "the commit record is of version %" G_GUINT64_FORMAT ", not %" G_GUINT64_FORMAT,
+                    self->record.version, version);
       goto fail;
     }
     if (digest != NULL && g_ascii_strcasecmp(digest, self->record.digest) != 0) {
-      g_set_error(&error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                  "%s: the commit record is of plan digest %s, not %s (another model, target, "
-                  "format, tp or ep)",
-                  record_path, self->record.digest, digest);
+      /* (the digest asked for is the caller's str: made printable as the path is) */
+      g_autofree char *asked = wsync_printable(digest);
+      wsync_fail_at(&error, WSYNC_ERROR_BAD_INPUT, record_path,
+                    "the commit record is of plan digest %s, not %s (another model, target, "
+                    "format, tp or ep)",
+                    self->record.digest, asked);
       goto fail;
     }
     if (!record_files_of_rank(self, paths, want, &error))
       goto fail;
   } else if (require_commit) {
-    g_set_error(&error, WSYNC_ERROR, WSYNC_ERROR_BAD_INPUT,
-                "%s: no commit record: no step is complete (one is being written, or no session "
-                "wrote this directory; rank files of wsync convert load with "
-                "require_commit=False)",
-                record_path);
+    wsync_fail_at(&error, WSYNC_ERROR_BAD_INPUT, record_path,
+                  "no commit record: no step is complete (one is being written, or no session "
+                  "wrote this directory; rank files of wsync convert load with "
+                  "require_commit=False)");
     goto fail;
   } else {
     if ((ctx = wsync_py_context(conf_dir, plugin_dir)) == NULL)
@@ -710,7 +704,8 @@ pairs_take(RankFilesObject *self, PyObject *list, Pairs *p)
         !ssize_arg(index_obj, "index", &index) || !entry_index(self, index))
       goto fail;
     const WsyncTensor *t = self->tensors->pdata[index];
-    g_autofree char *what = g_strdup_printf("%s: tensor \"%s\"", t->file, t->name);
+    g_autofree char *file = wsync_printable(t->file), *name = wsync_printable(t->name);
+    g_autofree char *what = g_strdup_printf("%s: tensor \"%s\"", file, name);
     if (!wsync_py_bytes_get(dest, TRUE, what, &p->bytes[i]))
       goto fail_release_last;
     p->n = (guint)i + 1;

@@ -1844,6 +1844,40 @@ def load_rank_rank_and_directory_refusals():
 
 
 @test
+def load_rank_messages_print_paths_printable():
+    """load_rank's own messages name the directory's files made printable, as every
+    other message does (wsync_printable(): a newline is \\x0a): a directory whose name
+    holds a newline gives one line, not two.  (Before: "DIR\n/wsync-commit.json: the
+    commit record is of version 1, not 2", the path printed raw; a digest asked for is
+    the caller's str and is made printable too.)"""
+    path, digest = committed_dir()
+    odd = os.path.join(fresh_dir("printable"), "step\none")
+    shutil.copytree(path, odd)
+    shown = os.path.join(odd, "wsync-commit.json").replace("\n", "\\x0a")
+    for said, status, kw in (
+            ("%s: the commit record is of version 1, not 2" % shown, 3, {"version": 2}),
+            ("%s: the commit record is of plan digest %s, not 0\\x0a1 (another model, "
+             "target, format, tp or ep)" % (shown, digest), 3, {"digest": "0\n1"}),
+            ("%s: rank 2 is outside the 2 ranks of the commit record" % shown, 2, {"rank": 2})):
+        e = expect_error(said, wsync.load_rank, odd, kw.pop("rank", 0), {}, status=status, **kw)
+        assert str(e) == said, str(e)
+    r = record(odd)
+    first = [f for f in r["files"] if f["rank"] == 0][0]
+    first["bytes"] += 1
+    with open(os.path.join(odd, "wsync-commit.json"), "w") as f:
+        json.dump(r, f)
+    said = "%s: %d bytes, but the commit record says %d" % (
+        os.path.join(odd, first["file"]).replace("\n", "\\x0a"), first["bytes"] - 1, first["bytes"])
+    e = expect_error(said, wsync.load_rank, odd, 0, {}, status=3)
+    assert str(e) == said, str(e)
+    os.unlink(os.path.join(odd, "wsync-commit.json"))
+    e = expect_error("%s: no commit record: no step is complete" % shown, wsync.load_rank, odd, 0,
+                     {}, status=3)
+    e = expect_error("%s: no rank file of rank 7 (no commit record; " % odd.replace("\n", "\\x0a"),
+                     wsync.load_rank, odd, 7, {}, require_commit=False, status=3, **KW)
+
+
+@test
 def load_rank_torch_refusals():
     """torch: a missing parameter, a wrong dtype or shape: refused, nothing copied."""
     need_torch()

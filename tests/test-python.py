@@ -2164,17 +2164,21 @@ def load_rank_record_not_a_regular_file():
         assert json.loads(r.stdout) == ["%s: not a regular file" % where, 3], (kind, r.stdout)
 
 
-def run_swapping_after_stat(cmd, victim):
+def run_swapping_after_stat(cmd, victim, copy_of=None):
     """Runs cmd with tests/swap-after-stat.c preloaded: a stat() of a path named as
-    victim is is followed, before it returns, by a FIFO renamed over that path (the race
-    of a path replaced between stat() and open(), made to happen every time).  Returns
-    the CompletedProcess; a run that does not end in 60 s fails the test."""
+    victim is is followed, before it returns, by a FIFO (with copy_of, a copy of that
+    file: another regular file) renamed over that path (the race of a path replaced
+    between stat() and open(), made to happen every time).  Returns the
+    CompletedProcess; a run that does not end in 60 s fails the test."""
     shim = os.path.join(os.environ.get("G_TEST_BUILDDIR") or HERE, ".libs", "swap-after-stat.so")
     assert os.path.exists(shim), shim
     fifo = os.path.join(TMP, "swap-fifo")
     if os.path.lexists(fifo):
         os.unlink(fifo)
-    os.mkfifo(fifo)
+    if copy_of is not None:
+        shutil.copyfile(copy_of, fifo)
+    else:
+        os.mkfifo(fifo)
     env = dict(os.environ, WSYNC_PLUGIN_PATH="", LD_PRELOAD=shim,
                WSYNC_SWAP_NAME=os.path.basename(victim), WSYNC_SWAP_WITH=fifo)
     try:
@@ -2189,7 +2193,7 @@ def run_swapping_after_stat(cmd, victim):
 
 
 @test
-def files_are_opened_before_they_are_judged():
+def a_file_swapped_after_it_was_judged_is_not_read():
     """What a reader reads is what it checked: it stat()s a path (so that a FIFO or a
     device is refused without being opened), then opens it without blocking and fstat()s
     the descriptor, and refuses what is not the file the stat() saw (core/filekind.h).  A
@@ -2245,6 +2249,30 @@ def files_are_opened_before_they_are_judged():
     assert (r.returncode, r.stderr) == (0, ""), r
     assert json.loads(r.stdout) == ["%s: not a regular file" % record_path, 3], r.stdout
     assert stat.S_ISFIFO(os.lstat(record_path).st_mode), "the shim did not swap the record"
+
+
+@test
+def load_rank_refuses_a_file_replaced_between_stat_and_open():
+    """A commit record or a rank file replaced by another regular file between load_rank's
+    stat() of it and its open(2) (a copy renamed over it, every time, by the LD_PRELOAD
+    shim tests/swap-after-stat.c) is not read: "FILE: was replaced while it was being
+    opened; nothing was read", status 4 (core/filekind.h), whatever the new file holds
+    (here the same bytes)."""
+    path, _ = committed_dir(tp=1)
+    first = [f["file"] for f in record(path)["files"] if f["rank"] == 0][0]
+    child = [sys.executable, "-c", _LOAD_IN_CHILD.replace("require_commit=False", "require_commit=True"),
+             None, os.pathsep.join(sys.path)]
+    for name in ("wsync-commit.json", first):
+        step = fresh_dir("swap-regular")
+        shutil.copytree(path, step)
+        victim = os.path.join(step, name)
+        before = os.stat(victim).st_ino
+        child[3] = step
+        r = run_swapping_after_stat(child, victim, copy_of=victim)
+        assert (r.returncode, r.stderr) == (0, ""), r
+        assert json.loads(r.stdout) == [
+            "%s: was replaced while it was being opened; nothing was read" % victim, 4], r.stdout
+        assert os.stat(victim).st_ino != before, "the shim did not swap %s" % name
 
 
 @test

@@ -2164,6 +2164,31 @@ def load_rank_record_not_a_regular_file():
         assert json.loads(r.stdout) == ["%s: not a regular file" % where, 3], (kind, r.stdout)
 
 
+@test
+def load_rank_record_empty_or_nested_too_deep():
+    """An empty commit record, and one nested 300000 deep, are refused in the record
+    reader's words (python/record.c record_parse, core/json-check.c), status 3: a guard
+    against regressions, since json-glib alone takes an empty text for no value without
+    an error and overflowed its stack on a record nested some 100000 deep (a segfault of
+    the Python process).  The load runs in a child so that a crash fails this test only."""
+    path, _ = committed_dir(tp=1)
+    child = [sys.executable, "-c", _LOAD_IN_CHILD.replace("require_commit=False", "require_commit=True"),
+             None, os.pathsep.join(sys.path)]
+    for kind, text, said in (
+            ("empty", "", "the commit record is empty, not a JSON object"),
+            ("deep", "[" * 300000 + "]" * 300000, "JSON nests deeper than 64 levels (at byte 64)")):
+        odd = fresh_dir("record-%s" % kind)
+        shutil.copytree(path, odd)
+        where = os.path.join(odd, "wsync-commit.json")
+        with open(where, "w") as f:
+            f.write(text)
+        child[3] = odd
+        r = subprocess.run(child, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, timeout=60)
+        assert (r.returncode, r.stderr) == (0, ""), (kind, r)
+        assert json.loads(r.stdout) == ["%s: %s" % (where, said), 3], (kind, r.stdout)
+
+
 def run_swapping_after_stat(cmd, victim, copy_of=None):
     """Runs cmd with tests/swap-after-stat.c preloaded: a stat() of a path named as
     victim is is followed, before it returns, by a FIFO (with copy_of, a copy of that

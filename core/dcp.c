@@ -1616,8 +1616,9 @@ get_map(WsyncDcp *dcp, const char *relative_path, const char *where, const char 
     return NULL;
   }
   g_autofree char *path = g_build_filename(dcp->dir, relative_path, NULL);
-  /* what is opened is what is checked (core/filekind.h): a FIFO, a device and a socket
-   * (which cannot even be opened) are refused alike, below */
+  /* stat()ed and judged before it is opened, then fstat()ed, and not read if another
+   * file was swapped in between (core/filekind.h wsync_file_open_judged()): a FIFO, a
+   * device and a socket are refused alike, below, without being opened */
   struct stat sb;
   const char *special;
   int fd = wsync_file_open_input(path, &sb, &special);
@@ -2073,8 +2074,9 @@ static gboolean
 is_torch_save_archive(const char *name, const char *path)
 {
   (void)name;
-  /* opened first, judged by fstat() (core/filekind.h): zip_open() of a FIFO put in place
-   * after a g_file_test() blocked for ever */
+  /* stat()ed and judged first, opened only when a regular file or a directory, then
+   * fstat()ed to be sure it is the file judged (core/filekind.h wsync_file_open_judged()):
+   * zip_open() of a FIFO put in place after a g_file_test() blocked for ever */
   struct stat sb;
   const char *special;
   int fd = wsync_file_open_input(path, &sb, &special);

@@ -5,6 +5,7 @@
  * chunks (boxes and strides, by a loop of this file's own) and compared bit for bit with
  * the unsharded source; every bad one must be refused with the expected words. */
 #define _GNU_SOURCE
+#include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -1090,6 +1091,84 @@ test_merge_cli(void)
   }
 }
 
+static gint
+compare_names(gconstpointer a, gconstpointer b)
+{
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The names in @dir, sorted, joined by spaces. */
+static char *
+sorted_names(const char *dir)
+{
+  g_autoptr(GDir) d = g_dir_open(dir, 0, NULL);
+  g_autoptr(GPtrArray) names = g_ptr_array_new_with_free_func(g_free);
+  const char *name;
+
+  g_assert_nonnull(d);
+  while ((name = g_dir_read_name(d)) != NULL)
+    g_ptr_array_add(names, g_strdup(name));
+  g_ptr_array_sort(names, compare_names);
+  g_ptr_array_add(names, NULL);
+  return g_strjoinv(" ", (char **)names->pdata);
+}
+
+/* A signal caught by merge after DST was swapped in stops nothing: merge says so in one
+ * line after its report ("DST is the new output, complete") and ends by the signal, and
+ * DST holds the new output, byte for byte what a merge that was not signalled writes.
+ * WSYNC_TEST_SIGNAL_AFTER="swap ended" raises SIGTERM at that exact point (core/exec.c
+ * signal_if_asked()); tests/test-reliability.c /reliability/signal/after-swap checks
+ * convert and synth the same way. */
+static void
+test_merge_signal_after_swap_cli(void)
+{
+  g_autofree char *conf = hf_conf_dir();
+  g_autofree char *dst = g_build_filename(conf, "merged", NULL);
+  g_autofree char *plain = g_build_filename(conf, "plain", NULL);
+  g_autofree char *app = fixture("app-b"), *good = fixture("good-b");
+  const char *plugins = test_env_dir("WSYNC_TEST_BUILT_PLUGIN_DIR");
+
+  /* DST first holds another merge's output (2 tensors), which the signalled run replaces */
+  TestRun run = test_run("merge", app, dst, "--select", "app.model", "--conf-dir", conf,
+                         "--plugin-dir", plugins, NULL);
+  g_assert_cmpint(run.status, ==, 0);
+  test_run_clear(&run);
+  run = test_run("merge", good, plain, "--conf-dir", conf, "--plugin-dir", plugins, NULL);
+  g_assert_cmpint(run.status, ==, 0);
+  g_autofree char *report = g_strdup(run.out);
+  test_run_clear(&run);
+
+  g_setenv("WSYNC_TEST_SIGNAL_AFTER", "swap ended", TRUE);
+  run = test_run("merge", good, dst, "--force", "--conf-dir", conf, "--plugin-dir", plugins,
+                 NULL);
+  g_unsetenv("WSYNC_TEST_SIGNAL_AFTER");
+  g_assert_cmpint(run.signal, ==, SIGTERM);
+  g_assert_cmpstr(run.err, ==,
+                  "wsync: merge: interrupted by SIGTERM after DST was swapped in: DST is the "
+                  "new output, complete\n");
+  g_autoptr(GString) report_for_dst = g_string_new(report);
+  g_string_replace(report_for_dst, plain, dst, 0);
+  g_assert_cmpstr(run.out, ==, report_for_dst->str); /* the report, whole */
+  test_run_clear(&run);
+
+  /* DST is the new output, byte for byte; nothing else is left beside it */
+  g_autofree char *names = sorted_names(dst), *plain_names = sorted_names(plain);
+  g_assert_cmpstr(names, ==, plain_names);
+  g_auto(GStrv) files = g_strsplit(names, " ", -1);
+  for (guint i = 0; files[i] != NULL; i++) {
+    g_autofree char *a = g_build_filename(dst, files[i], NULL);
+    g_autofree char *b = g_build_filename(plain, files[i], NULL);
+    g_autofree char *got = NULL, *want = NULL;
+    gsize got_len = 0, want_len = 0;
+    g_assert_true(g_file_get_contents(a, &got, &got_len, NULL));
+    g_assert_true(g_file_get_contents(b, &want, &want_len, NULL));
+    g_assert_cmpmem(got, got_len, want, want_len);
+  }
+  g_autofree char *beside = sorted_names(conf);
+  g_assert_cmpstr(beside, ==, "10-hf.conf merged plain");
+  test_rmtree(conf);
+}
+
 /* A metadata file that cannot be read is named printably, as every other message of the
  * reader names its paths: the directory's newline and ESC as \x0a and \x1b, not raw
  * bytes that split the line or drive a terminal (the I/O error of parse_metadata_file()
@@ -1942,6 +2021,7 @@ main(int argc, char **argv)
   g_test_add_func("/dcp/cli/merge", test_merge_cli);
   g_test_add_func("/dcp/cli/merge-per-rank-metadata", test_merge_per_rank_cli);
   g_test_add_func("/dcp/cli/merge-special-files", test_merge_special_files_cli);
+  g_test_add_func("/dcp/cli/merge-signal-after-swap", test_merge_signal_after_swap_cli);
   g_test_add_func("/dcp/refuse/not-a-checkpoint", test_not_a_checkpoint);
   g_test_add_func("/dcp/refuse/both-shard-dirs", test_both_shard_dirs);
   g_test_add_func("/dcp/refuse/step-directory", test_step_directory);

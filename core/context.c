@@ -458,9 +458,13 @@ refuse(WsyncPlugin *plugin, const char *fmt, ...)
   va_list args;
 
   va_start(args, fmt);
-  g_free(plugin->reason);
-  plugin->reason = g_strdup_vprintf(fmt, args);
+  g_autofree char *reason = g_strdup_vprintf(fmt, args);
   va_end(args);
+  g_free(plugin->reason);
+  /* one printable line: it quotes the plugin's path (its directory comes from the
+   * command line, the environment or conf.d) and what the plugin's descriptor says, and
+   * goes into configuration errors and wsync_context_foreach_plugin() as it is */
+  plugin->reason = wsync_printable(reason);
   plugin->state = WSYNC_PLUGIN_REFUSED;
   if (plugin->handle != NULL) {
     lt_dlclose(plugin->handle);

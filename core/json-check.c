@@ -38,6 +38,26 @@ not_json(GError **error, const char *file, const char *what, const char *fmt, ..
   return wsync_json_bad_input(error, file, "not valid JSON%s", detail);
 }
 
+/* A string that holds the escape \u0000 (U+0000): json-glib keeps its strings
+ * NUL-terminated and cuts the string there ("llama\u0000x" reads as "llama"), while
+ * the consumers of the file read the whole string: Python's json.loads() decodes it to
+ * 'llama\x00x' (CPython Lib/json/decoder.py, py_scanstring: chr() of any \uXXXX), and
+ * so does serde_json, which the safetensors crate parses its header with (serde-rs/json
+ * src/read.rs parse_escape at 01158f1: "Every u16 outside of the surrogate ranges
+ * above is guaranteed to be a legal char").  wsync would act on a model type, an
+ * architecture or a tensor name that is not the one the engine sees: refused. */
+static gboolean
+nul_escape(GError **error, const char *file, const char *what, gsize at)
+{
+  if (what)
+    return wsync_json_bad_input(error, file,
+                                "%s has a NUL character (\\u0000) in a string at byte %" G_GSIZE_FORMAT
+                                " of the %s",
+                                what, at, what);
+  return wsync_json_bad_input(error, file,
+                              "a NUL character (\\u0000) in a string at byte %" G_GSIZE_FORMAT, at);
+}
+
 gboolean
 wsync_json_check_text(const char *text, gsize len, const char *file, const char *what,
                       GError **error)
@@ -65,6 +85,8 @@ wsync_json_check_text(const char *text, gsize len, const char *file, const char 
   for (gsize i = 0; i < len; i++) {
     char c = text[i];
     if (in_string) {
+      if (c == '\\' && len - i >= 6 && memcmp(text + i + 1, "u0000", 5) == 0)
+        return nul_escape(error, file, what, i);
       if (c == '\\')
         i++;
       else if (c == '"') {

@@ -14,10 +14,12 @@
  *
  * - @what = "header" (part of a file): "FILE: header is not valid JSON at 1:5: ...",
  *   "FILE: header nests JSON deeper than 64 levels (at byte N)",
- *   "FILE: header has the key "k" twice";
+ *   "FILE: header has the key "k" twice",
+ *   "FILE: header has a NUL character (\u0000) in a string at byte N of the header";
  * - @what = %NULL (the whole file is JSON): "FILE: not valid JSON at 1:5: ...",
  *   "FILE: JSON nests deeper than 64 levels (at byte N)",
- *   "FILE: the key "k" appears twice".
+ *   "FILE: the key "k" appears twice",
+ *   "FILE: a NUL character (\u0000) in a string at byte N".
  */
 #ifndef WSYNC_JSON_CHECK_H
 #define WSYNC_JSON_CHECK_H
@@ -84,7 +86,9 @@ G_GNUC_INTERNAL gboolean wsync_json_bad_input(GError **error, const char *file, 
  * validators refuse it without saying where), valid UTF-8, no nesting deeper than
  * #WSYNC_JSON_MAX_DEPTH, no `/` or `'` outside strings (json-glib's comments and
  * single-quoted strings, which would also hide brackets from this scan), and no second
- * top-level value.  It tracks only strings and brackets; parsing is json-glib's job.
+ * top-level value, and no escape \u0000 in a string (json-glib would cut the string
+ * there, where Python and the safetensors crate keep the whole of it).  It tracks only
+ * strings and brackets; parsing is json-glib's job.
  *
  * Returns: %TRUE when @text may be handed to json-glib.
  */

@@ -825,8 +825,13 @@ read_dir_files(const char *dir, GVariantBuilder *out, GError **error)
     g_autofree char *path = g_build_filename(dir, names->pdata[i], NULL);
     char *data = NULL;
     gsize len = 0;
-    if (!g_file_get_contents(path, &data, &len, NULL)) {
-      wsync_set_io_error(error, errno, path, "read");
+    g_autoptr(GError) local = NULL;
+    if (!g_file_get_contents(path, &data, &len, &local)) {
+      /* GLib's own words, which name the file and say why ("Failed to open file “P”:
+       * Permission denied"): g_file_get_contents() does not promise to leave errno
+       * set, so errno here could be any later call's, or 0 ("Success") */
+      g_autofree char *why = wsync_printable(local->message);
+      g_set_error_literal(error, WSYNC_ERROR, WSYNC_ERROR_IO, why);
       return FALSE;
     }
     GBytes *bytes = g_bytes_new_take(data, len);

@@ -178,6 +178,9 @@ fuzz_cases(void)
   /* a file name every message of load.c would print raw */
   assert_refused(ONE_FILE("a\\nb", SUM("0011223344556677")),
                  RECORD_PATH ": a file of the commit record lacks its plain file name");
+  /* a file name json-glib cut at the NUL ("a"), which Python's json reads whole */
+  assert_refused(ONE_FILE("a\\u0000b", SUM("0011223344556677")),
+                 RECORD_PATH ": a NUL character (\\u0000) in a string at byte 126");
   /* the checksum it quotes: json-glib 1.6's generator leaves 0x1f raw */
   assert_refused(ONE_FILE("a", "{\"algorithm\": \"x\\u001f\", \"block\": 65536, "
                                "\"value\": \"0011223344556677\"}"),

@@ -872,6 +872,78 @@ test_config_empty(void)
   test_rmtree(conf);
 }
 
+/* A \u0000 escape in a string of config.json, a safetensors header or an index: json-glib
+ * cut the string at the NUL, so `wsync config` printed "model_type": "qwen3_moe" for
+ * "qwen3_moe\u0000x" (exit 0), synth wrote a model whose config.json said so, and
+ * inspect listed a tensor "a" for "a\u0000b", where Transformers, vLLM and the
+ * safetensors crate read the whole string (core/json-check.c).  Refused: exit 3, one
+ * line naming the file and the byte of the escape, nothing written. */
+static void
+test_json_nul_escape_refused(void)
+{
+  g_autofree char *conf = test_tmpdir();
+  g_free(test_write(conf, "10-test.conf", "plugin \"good\" {}\n"));
+  const char *pdir = test_env_dir("WSYNC_TEST_PLUGIN_DIR");
+  g_autofree char *config = test_write(
+      conf, "config.json",
+      "{\"model_type\": \"qwen3_moe\\u0000x\", \"architectures\": [\"Qwen3MoeForCausalLM\"], "
+      "\"num_hidden_layers\": 2}");
+  g_autofree char *want =
+      g_strdup_printf("wsync: %s: a NUL character (\\u0000) in a string at byte 25\n", config);
+  Run r = run_wsync("config", config, "--conf-dir", conf, "--plugin-dir", pdir, NULL);
+  g_assert_cmpstr(r.err, ==, want);
+  g_assert_cmpstr(r.out, ==, "");
+  g_assert_cmpint(r.status, ==, 3);
+  run_clear(&r);
+  g_autofree char *dst = g_build_filename(conf, "out", NULL);
+  r = run_wsync("synth", "--conf-dir", conf, "--plugin-dir", pdir, "--config", config, dst, NULL);
+  g_assert_cmpstr(r.err, ==, want);
+  g_assert_cmpstr(r.out, ==, "");
+  g_assert_cmpint(r.status, ==, 3);
+  g_assert_false(g_file_test(dst, G_FILE_TEST_EXISTS));
+  run_clear(&r);
+
+  /* a header with the name "a\u0000b" */
+  g_autofree char *dir = test_tmpdir();
+  g_autofree char *no_conf = test_tmpdir();
+  static const char header[] = "{\"a\\u0000b\":{\"dtype\":\"U8\",\"shape\":[1],"
+                               "\"data_offsets\":[0,1]}}";
+  GString *image = g_string_new(NULL);
+  for (int i = 0; i < 8; i++)
+    g_string_append_c(image, (char)(i == 0 ? strlen(header) : 0));
+  g_string_append(image, header);
+  g_string_append_c(image, 7);
+  g_autofree char *file = g_build_filename(dir, "nul.safetensors", NULL);
+  g_assert_true(g_file_set_contents(file, image->str, (gssize)image->len, NULL));
+  g_string_free(image, TRUE);
+  r = run_wsync("inspect", "--conf-dir", no_conf, file, NULL);
+  g_autofree char *want_header = g_strdup_printf(
+      "wsync: %s: header has a NUL character (\\u0000) in a string at byte 3 of the header\n",
+      file);
+  g_assert_cmpstr(r.err, ==, want_header);
+  g_assert_cmpstr(r.out, ==, "");
+  g_assert_cmpint(r.status, ==, 3);
+  run_clear(&r);
+  g_assert_cmpint(g_unlink(file), ==, 0);
+
+  /* an index that maps "layer.a\u0000x" */
+  g_autofree char *small = write_small_file(dir);
+  g_autofree char *index = test_write(
+      dir, "model.safetensors.index.json",
+      "{\"weight_map\": {\"layer.a\\u0000x\": \"small.safetensors\", "
+      "\"layer.b\": \"small.safetensors\"}}");
+  r = run_wsync("inspect", "--conf-dir", no_conf, dir, NULL);
+  g_autofree char *want_index =
+      g_strdup_printf("wsync: %s: a NUL character (\\u0000) in a string at byte 24\n", index);
+  g_assert_cmpstr(r.err, ==, want_index);
+  g_assert_cmpstr(r.out, ==, "");
+  g_assert_cmpint(r.status, ==, 3);
+  run_clear(&r);
+  test_rmtree(dir);
+  test_rmtree(no_conf);
+  test_rmtree(conf);
+}
+
 /* ---------------------------------------------------------------- verify */
 
 /* A tensor of the verify tests.  Its bytes encode its position: byte i of the tensor
@@ -1685,6 +1757,7 @@ main(int argc, char **argv)
   g_test_add_func("/cli/inspect", test_inspect_text_and_json);
   g_test_add_func("/cli/inspect-bad-input", test_inspect_bad_input_exit_3);
   g_test_add_func("/cli/inspect-metadata", test_inspect_metadata);
+  g_test_add_func("/cli/json-nul-escape", test_json_nul_escape_refused);
   g_test_add_func("/cli/config-patchers", test_config_runs_patchers_in_order);
   g_test_add_func("/cli/verify/equal", test_verify_equal_files);
   g_test_add_func("/cli/verify/file-vs-sharded-dir", test_verify_file_vs_sharded_dir);

@@ -539,6 +539,31 @@ load_from(Fixture *f, const char *plugin_dir, GError **error)
   return wsync_context_new(conf_dirs, plugin_dirs, NULL, error);
 }
 
+/* A plugin refused from a directory whose name holds a newline: the reason, which
+ * quotes its path, is one printable line (it was two: "DIR/a", "b/misnamed.so: ..."). */
+static void
+test_refuse_reason_one_line(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *dir = g_build_filename(f->scratch, "a\nb", NULL);
+  g_assert_cmpint(g_mkdir(dir, 0755), ==, 0);
+  g_autofree char *built = built_plugin("misnamed");
+  g_autofree char *copy = g_build_filename(dir, "misnamed.so", NULL);
+  g_autofree char *bytes = NULL;
+  gsize len;
+  g_assert_true(g_file_get_contents(built, &bytes, &len, NULL));
+  g_assert_true(g_file_set_contents(copy, bytes, (gssize)len, NULL));
+  free_path(test_write(f->conf, "10.conf", "plugin \"misnamed\" {}\n"));
+  g_autoptr(GError) error = NULL;
+  g_autoptr(WsyncContext) ctx = load_from(f, dir, &error);
+  g_assert_no_error(error);
+  g_autofree char *l = listing(ctx);
+  g_autofree char *want = g_strdup_printf(
+      "misnamed=refused:%s/a\\x0ab/misnamed.so: its descriptor names it \"someone-else\";",
+      f->scratch);
+  g_assert_cmpstr(l, ==, want);
+}
+
 static void
 test_refuse_symlink(Fixture *f, gconstpointer data)
 {
@@ -972,6 +997,7 @@ main(int argc, char **argv)
   ADD("/context/refuse/missing-descriptor", test_refuse_missing_descriptor);
   ADD("/context/refuse/failed-registration", test_refuse_failed_registration);
   ADD("/context/refuse/misnamed", test_refuse_misnamed);
+  ADD("/context/refuse/reason-one-line", test_refuse_reason_one_line);
   ADD("/context/refuse/undocumented-option", test_refuse_undocumented_option);
   ADD("/context/refuse/blank-option-description", test_refuse_blank_option_description);
   ADD("/context/refuse/missing", test_refuse_missing);

@@ -195,6 +195,28 @@ test_reject_not_utf8(void)
                       "x.safetensors: header is not valid JSON: a NUL byte at byte 2");
 }
 
+/* A \u0000 escape in any string of the header: json-glib cut the string at the NUL
+ * (a tensor "a\u0000b" was listed as "a"), where the safetensors crate (serde_json) and
+ * Python read all of it: refused, with the offset of the escape in the header. */
+static void
+test_reject_nul_escape(void)
+{
+  expect_reject("{\"a\\u0000b\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
+                "x.safetensors: header has a NUL character (\\u0000) in a string at byte 3 of "
+                "the header");
+  expect_reject("{\"__metadata__\":{\"k\":\"v\\u0000\"},"
+                "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+                1, "header has a NUL character (\\u0000) in a string at byte 23 of the header");
+  expect_reject("{\"a\":{\"dtype\":\"U8\\u0000\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
+                "header has a NUL character (\\u0000) in a string at byte 17 of the header");
+  /* an escaped backslash then "u0000" is six plain characters of the name */
+  g_autoptr(GBytes) img =
+      image("{\"a\\\\u0000\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1);
+  g_autoptr(WsyncSafetensors) st = expect_accept(img);
+  g_assert_cmpuint(wsync_safetensors_n_tensors(st), ==, 1);
+  g_assert_cmpstr(wsync_safetensors_tensor(st, 0)->name, ==, "a\\u0000");
+}
+
 static void
 test_reject_not_json(void)
 {
@@ -838,6 +860,7 @@ main(int argc, char **argv)
   g_test_add_func("/safetensors/reject/length", test_reject_length);
   g_test_add_func("/safetensors/reject/not-utf8", test_reject_not_utf8);
   g_test_add_func("/safetensors/reject/not-json", test_reject_not_json);
+  g_test_add_func("/safetensors/reject/nul-escape", test_reject_nul_escape);
   g_test_add_func("/safetensors/reject/entry-types", test_reject_entry_types);
   g_test_add_func("/safetensors/reject/extra-key", test_reject_extra_key);
   g_test_add_func("/safetensors/reject/dtype", test_reject_dtype);

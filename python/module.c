@@ -778,9 +778,9 @@ LAYOUT_OPTIONS_DOC
 "  force       True: replace dst even when it is not wsync's output, as --force\n"
 "Returns the plan as a dict, as `wsync convert --json` prints it.  Raises wsync.Error\n"
 "with the command's message and exit_status.  Ctrl-C stops it at the next piece of work\n"
-"with KeyboardInterrupt, whose text says what became of dst: as it was (the temporary\n"
-"directory removed), or, when the signal came as the output was swapped in, the new\n"
-"output, complete.");
+"with KeyboardInterrupt, whose text says what became of dst: as it was (while planning,\n"
+"nothing written; later, the temporary directory removed), or, when the signal came as\n"
+"the output was swapped in, the new output, complete.");
 
 static PyObject *
 py_convert(PyObject *self, PyObject *args, PyObject *kwargs)

@@ -393,6 +393,14 @@ cli_end_signals_while_planning(void)
     sigaction(signals[i], &sa, NULL);
 }
 
+void
+cli_default_signals(void)
+{
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  signal(SIGHUP, SIG_DFL);
+}
+
 /* The command that swapped its output into DST (cli_note_swapped()), or NULL. */
 static const char *swapped_by;
 

@@ -87,6 +87,10 @@ const volatile sig_atomic_t *cli_catch_signals(void);
  * planning is done. */
 void cli_end_signals_while_planning(void);
 
+/* SIGINT, SIGTERM and SIGHUP end wsync at once again (their default action): for a
+ * command that only prints once it has planned. */
+void cli_default_signals(void);
+
 /* Says that @command (static: "convert", "merge", "synth") swapped its complete output
  * into DST, so that a signal caught from then on, which stops nothing,
  * cli_end_by_caught_signal() reports as such. */

@@ -93,7 +93,12 @@ plan_from_args(WsyncCli *cli, const WsyncCommand *cmd, int *argcp, char ***argvp
     /* planning a whole model takes seconds: a signal ends it at once, with its line */
     cli_end_signals_while_planning();
     plan = wsync_plan_new(ctx, (*argvp)[1], &o, &error);
-    cli_catch_signals(); /* from now on a signal is heard where the command stands */
+    /* from now on: convert's run hears a signal at its next piece of work; plan, which
+     * only prints, ends by it at once (a print blocked on a full pipe would not) */
+    if (force != NULL)
+      cli_catch_signals();
+    else
+      cli_default_signals();
     if (plan == NULL)
       *status = cli_fail(error);
   }

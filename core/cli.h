@@ -81,7 +81,7 @@ gboolean cli_write_file_atomically(const char *path, const char *contents, gsize
  * wsync_plan_set_interrupt(). */
 const volatile sig_atomic_t *cli_catch_signals(void);
 
-/* While plan, convert or merge plans (reading, nothing written): SIGINT, SIGTERM or
+/* While plan, convert, merge or synth plans (nothing written yet): SIGINT, SIGTERM or
  * SIGHUP end wsync at once, by the signal, after the line "wsync: planning was
  * interrupted by SIGINT".  cli_catch_signals() (or the default action) takes over once
  * planning is done. */

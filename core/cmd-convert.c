@@ -210,9 +210,11 @@ cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   o.rank = -1;
   if (!wsync_parse_size("--part-size", part_size ? part_size : "5G", &o.part_size, &error))
     return cli_fail(error);
+  cli_end_signals_while_planning(); /* a signal ends planning at once, with its line */
   g_autoptr(WsyncPlan) plan =
       wsync_plan_new_synth(ctx, root, config, &o, seed,
                            pattern != NULL && strcmp(pattern, "index") == 0, &error);
+  cli_catch_signals();
   if (plan == NULL || !execute(cli, cmd, plan, argv[1], force, &error))
     return cli_fail(error);
   if (cli->json) {

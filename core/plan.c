@@ -467,6 +467,7 @@ plan_synth(WsyncContext *ctx, JsonNode *config, const char *config_name,
   plan->seed = seed;
   plan->pattern_index = pattern_index;
   plan->config = json_node_copy(config);
+  plan_signal_if_asked(plan->interrupted, "planning began", "planning");
   if (plan_interrupted(plan, error) || !plan_describe(plan, config_name, error) ||
       plan_interrupted(plan, error) || !choose_output(plan, error))
     return NULL;

@@ -1345,7 +1345,7 @@ test_signal_after_swap(Fixture *f, gconstpointer data)
   assert_no_temporaries(f->dir);
 }
 
-/* A signal while plan or convert plans (a whole model takes seconds, and its files'
+/* A signal while plan, convert or synth plans (a whole model takes seconds, and its files'
  * headers are read in one step) ends wsync at once, by the signal, after its line;
  * nothing is written.  Before: no handler while planning, so the signal's default
  * action ended it without a word (WSYNC_TEST_SIGNAL_AFTER="planning began" raises
@@ -1378,6 +1378,17 @@ test_signal_while_planning(Fixture *f, gconstpointer data)
   g_assert_cmpstr(r.err, ==, "wsync: planning was interrupted by SIGTERM\n");
   g_assert_cmpstr(r.out, ==, "");
   run_clear(&r);
+
+  /* synth plans too (a whole model's layout): the same line, no DST */
+  g_autofree char *config = tiny_config();
+  g_autofree char *synth = path_in(f, "synth");
+  r = run_signalled_after(f, "planning began", "synth", "--config", config, synth, NULL);
+  g_assert_cmpint(r.signal, ==, SIGTERM);
+  g_assert_cmpstr(r.err, ==, "wsync: planning was interrupted by SIGTERM\n");
+  g_assert_cmpstr(r.out, ==, "");
+  run_clear(&r);
+  g_assert_false(g_file_test(synth, G_FILE_TEST_EXISTS));
+  assert_no_temporaries(f->dir);
 }
 
 /* kill -9 cannot be caught: its temporary stays, and the next run into the same DST

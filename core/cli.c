@@ -356,6 +356,51 @@ cli_catch_signals(void)
   return &caught_signal;
 }
 
+/* A signal while the command plans: nothing is written yet, so wsync ends at once, by
+ * the signal, after the line the planner's own check gives ("planning was interrupted
+ * by SIGINT", core/plan.c plan_interrupted()); a flag would be heard only between the
+ * planner's steps, and reading the headers of a whole model's files is one step of
+ * seconds.  Only async-signal-safe calls (signal-safety(7)): write(2), signal(2),
+ * raise(3). */
+static void
+end_planning(int sig)
+{
+  static const char intr[] = "wsync: planning was interrupted by SIGINT\n";
+  static const char term[] = "wsync: planning was interrupted by SIGTERM\n";
+  static const char hup[] = "wsync: planning was interrupted by SIGHUP\n";
+  const char *line = sig == SIGINT ? intr : sig == SIGTERM ? term : hup;
+  size_t len = sig == SIGINT ? sizeof intr - 1 : sig == SIGTERM ? sizeof term - 1 : sizeof hup - 1;
+
+  if (write(STDERR_FILENO, line, len) < 0) {
+    /* nothing more to say it with */
+  }
+  signal(sig, SIG_DFL);
+  raise(sig); /* delivered as the handler returns: the default action ends wsync */
+}
+
+void
+cli_end_signals_while_planning(void)
+{
+  static const int signals[] = {SIGINT, SIGTERM, SIGHUP};
+  struct sigaction sa;
+
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = end_planning;
+  sigemptyset(&sa.sa_mask);
+  for (guint i = 0; i < G_N_ELEMENTS(signals); i++)
+    sigaddset(&sa.sa_mask, signals[i]); /* one line, whichever signals come together */
+  for (guint i = 0; i < G_N_ELEMENTS(signals); i++)
+    sigaction(signals[i], &sa, NULL);
+}
+
+void
+cli_default_signals(void)
+{
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  signal(SIGHUP, SIG_DFL);
+}
+
 /* The command that swapped its output into DST (cli_note_swapped()), or NULL. */
 static const char *swapped_by;
 

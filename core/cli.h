@@ -81,6 +81,16 @@ gboolean cli_write_file_atomically(const char *path, const char *contents, gsize
  * wsync_plan_set_interrupt(). */
 const volatile sig_atomic_t *cli_catch_signals(void);
 
+/* While plan, convert, merge or synth plans (nothing written yet): SIGINT, SIGTERM or
+ * SIGHUP end wsync at once, by the signal, after the line "wsync: planning was
+ * interrupted by SIGINT".  cli_catch_signals() (or the default action) takes over once
+ * planning is done. */
+void cli_end_signals_while_planning(void);
+
+/* SIGINT, SIGTERM and SIGHUP end wsync at once again (their default action): for a
+ * command that only prints once it has planned. */
+void cli_default_signals(void);
+
 /* Says that @command (static: "convert", "merge", "synth") swapped its complete output
  * into DST, so that a signal caught from then on, which stops nothing,
  * cli_end_by_caught_signal() reports as such. */

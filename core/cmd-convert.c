@@ -89,8 +89,19 @@ plan_from_args(WsyncCli *cli, const WsyncCommand *cmd, int *argcp, char ***argvp
   else if ((ctx = cli_context(cli, &error)) == NULL ||
            !cli_resolve_layout_args(ctx, &a, &o, &error))
     *status = cli_fail(error);
-  else if ((plan = wsync_plan_new(ctx, (*argvp)[1], &o, &error)) == NULL)
-    *status = cli_fail(error);
+  else {
+    /* planning a whole model takes seconds: a signal ends it at once, with its line */
+    cli_end_signals_while_planning();
+    plan = wsync_plan_new(ctx, (*argvp)[1], &o, &error);
+    /* from now on: convert's run hears a signal at its next piece of work; plan, which
+     * only prints, ends by it at once (a print blocked on a full pipe would not) */
+    if (force != NULL)
+      cli_catch_signals();
+    else
+      cli_default_signals();
+    if (plan == NULL)
+      *status = cli_fail(error);
+  }
   cli_layout_args_clear(&a);
   return plan;
 }
@@ -199,9 +210,11 @@ cmd_synth(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   o.rank = -1;
   if (!wsync_parse_size("--part-size", part_size ? part_size : "5G", &o.part_size, &error))
     return cli_fail(error);
+  cli_end_signals_while_planning(); /* a signal ends planning at once, with its line */
   g_autoptr(WsyncPlan) plan =
       wsync_plan_new_synth(ctx, root, config, &o, seed,
                            pattern != NULL && strcmp(pattern, "index") == 0, &error);
+  cli_catch_signals();
   if (plan == NULL || !execute(cli, cmd, plan, argv[1], force, &error))
     return cli_fail(error);
   if (cli->json) {
@@ -254,7 +267,9 @@ cmd_merge(WsyncCli *cli, const WsyncCommand *cmd, int argc, char **argv)
   o.threads = (guint)n;
   o.select = select;
   o.config = config;
+  cli_end_signals_while_planning(); /* a signal ends planning at once, with its line */
   g_autoptr(WsyncPlan) plan = wsync_plan_new_merge(ctx, argv[1], &o, &error);
+  cli_catch_signals();
   if (plan == NULL || !execute(cli, cmd, plan, argv[2], force, &error))
     return cli_fail(error);
   if (cli->json) {

@@ -653,20 +653,27 @@ check_space(const char *dir, const char *dst, guint64 needed, GError **error)
  *    WSYNC_TEST_SIGNAL_AT=POINT): raises SIGINT at @point, "written" or "swapped", the
  *    same two moments.  At "written" it then waits (up to 10 s) for the flag: the module
  *    hears the signal on another thread (python/module.c plan_job_wait()) and sets it a
- *    little later. */
-static void
-signal_if_asked(const volatile sig_atomic_t *interrupted, const char *phase, const char *point)
+ *    little later.
+ * Planning (core/plan.c) has a third moment: "planning began" / "planning", as plan,
+ * convert and merge begin to plan, before the first check of the flag (wsync(1) ends
+ * at once there, core/cli.c end_planning(): its SIGTERM comes whatever @interrupted);
+ * the module's SIGINT then waits for the flag as at "written". */
+void
+plan_signal_if_asked(const volatile sig_atomic_t *interrupted, const char *phase,
+                     const char *point)
 {
+  gboolean wait = strcmp(point, "written") == 0 || strcmp(point, "planning") == 0;
+
   const char *after = g_getenv("WSYNC_TEST_SIGNAL_AFTER");
   const char *at = g_getenv("WSYNC_TEST_SIGNAL_AT");
 
-  if (interrupted != NULL && after != NULL && strcmp(after, phase) == 0)
+  if ((interrupted != NULL || strcmp(phase, "planning began") == 0) && after != NULL &&
+      strcmp(after, phase) == 0)
     raise(SIGTERM);
   if (at == NULL || strcmp(at, point) != 0)
     return;
   raise(SIGINT);
-  for (int i = 0; strcmp(point, "written") == 0 && interrupted != NULL && !*interrupted && i < 1000;
-       i++)
+  for (int i = 0; wait && interrupted != NULL && !*interrupted && i < 1000; i++)
     g_usleep(10 * G_TIME_SPAN_MILLISECOND);
 }
 
@@ -719,7 +726,7 @@ wsync_plan_execute(WsyncPlan *plan, const char *dst_arg, WsyncExecuteFlags flags
   }
   ok = ok && companion_write_for_plan(plan, tmp, interrupted, error) && write_marker(tmp, error);
   if (ok)
-    signal_if_asked(interrupted, "marker written", "written");
+    plan_signal_if_asked(interrupted, "marker written", "written");
   /* the last moment a signal can stop the run: after this, DST is the new output (a
    * signal caught later is the caller's to report: cli_end_by_caught_signal()) */
   if (interrupted != NULL && *interrupted)
@@ -727,7 +734,7 @@ wsync_plan_execute(WsyncPlan *plan, const char *dst_arg, WsyncExecuteFlags flags
   gboolean swapped = FALSE;
   ok = ok && install_dir(tmp, &d, force, &swapped, error);
   if (swapped)
-    signal_if_asked(interrupted, "swap ended", "swapped");
+    plan_signal_if_asked(interrupted, "swap ended", "swapped");
   if (!ok && !swapped) /* swapped: @tmp is gone, or holds the previous DST, kept */
     wsync_remove_tree(tmp, NULL);
   close(lock_fd);

@@ -98,6 +98,13 @@ gboolean plan_describe(WsyncPlan *plan, const char *config_name, GError **error)
  * session's wsync_session_set_interrupt() sets too) is set: checked between the phases
  * of planning, so that a plan of a whole model (seconds) stops within a fraction of it. */
 gboolean plan_interrupted(const WsyncPlan *plan, GError **error);
+/* exec.c: for tests, raises a signal at a named moment when the environment asks
+ * (WSYNC_TEST_SIGNAL_AFTER=@phase: SIGTERM, when @interrupted is watched;
+ * WSYNC_TEST_SIGNAL_AT=@point: SIGINT) */
+void plan_signal_if_asked(const volatile sig_atomic_t *interrupted, const char *phase,
+                          const char *point);
+/* Items (tensors) a long loop of planning handles between two plan_interrupted() checks */
+#define PLAN_ITEMS_PER_INTERRUPT_CHECK 4096
 void plan_describe_identity(WsyncPlan *plan);
 
 /* resolve.c */

@@ -154,6 +154,7 @@ plan_alloc(WsyncContext *ctx, PlanKind kind, const char *src, const WsyncPlanOpt
   plan->src = g_strdup(src);
   plan->target = g_strdup(opts->target);
   plan->threads = opts->threads > 0 ? opts->threads : g_get_num_processors();
+  plan->interrupted = opts->interrupt; /* planning hears it (plan_interrupted()) */
   return plan;
 }
 
@@ -286,8 +287,8 @@ name_config_in_error(WsyncPlan *plan, GError **error)
   gboolean elsewhere = plan->config_given || (plan->dcp != NULL && !plan->no_config &&
                                               strcmp(plan->model_dir, plan->src) != 0);
 
-  if (!elsewhere || error == NULL || *error == NULL)
-    return FALSE;
+  if (!elsewhere || error == NULL || *error == NULL || plan_interrupted(plan, NULL))
+    return FALSE; /* an interruption is no refusal of the tensors */
   g_autofree char *config = g_build_filename(plan->model_dir, "config.json", NULL);
   g_autofree char *pconfig = wsync_printable(config);
   char *message = g_strdup_printf("%s; the config is %s%s", (*error)->message, pconfig,
@@ -331,13 +332,16 @@ plan_sharded(WsyncPlan *plan, const WsyncPlanOptions *opts, GError **error)
     plan->no_config = TRUE;
   } else if ((plan->config = load_config(config_path, error)) == NULL)
     return FALSE;
+  if (plan_interrupted(plan, error))
+    return FALSE;
   if (merge)
     plan_describe_identity(plan);
   else if (!plan_describe(plan, config_path, error))
     return FALSE;
-  if (!choose_output(plan, error))
+  if (plan_interrupted(plan, error) || !choose_output(plan, error))
     return FALSE;
-  if (!plan_bind_dcp(plan, error) || !plan_build_outputs(plan, opts, error) ||
+  if (!plan_bind_dcp(plan, error) || plan_interrupted(plan, error) ||
+      !plan_build_outputs(plan, opts, error) || plan_interrupted(plan, error) ||
       !plan_check_inputs_used(plan, error))
     return name_config_in_error(plan, error);
   note_model_dir(plan);
@@ -351,7 +355,10 @@ plan_checkpoint(WsyncPlan *plan, const WsyncPlanOptions *opts, GError **error)
 {
   g_autofree char *config_path = NULL;
 
-  if (!plan_open_input(plan, error))
+  /* each step of planning a whole model takes a fraction of its seconds: a signal is
+   * heard between them (plan_interrupted()) */
+  if (plan_interrupted(plan, error) || !plan_open_input(plan, error) ||
+      plan_interrupted(plan, error))
     return FALSE;
   if (plan->config_given)
     config_path = g_build_filename(plan->model_dir, "config.json", NULL);
@@ -365,9 +372,10 @@ plan_checkpoint(WsyncPlan *plan, const WsyncPlanOptions *opts, GError **error)
     plan->model_dir = g_path_get_dirname(config_path);
   plan->config = load_config(config_path, error);
   if (plan->config == NULL || !plan_describe(plan, config_path, error) ||
-      !choose_output(plan, error))
+      plan_interrupted(plan, error) || !choose_output(plan, error))
     return FALSE;
-  if (!plan_bind_inputs(plan, error) || !plan_build_outputs(plan, opts, error) ||
+  if (!plan_bind_inputs(plan, error) || plan_interrupted(plan, error) ||
+      !plan_build_outputs(plan, opts, error) || plan_interrupted(plan, error) ||
       !plan_check_inputs_used(plan, error))
     return name_config_in_error(plan, error);
   if (plan->config_given) /* a file's directory is no model directory: no note without */
@@ -389,6 +397,7 @@ plan_convert(WsyncContext *ctx, const char *src, const WsyncPlanOptions *opts, G
   }
   if (opts->config != NULL && !take_config_option(plan, opts->config, error))
     return NULL;
+  plan_signal_if_asked(plan->interrupted, "planning began", "planning");
   if (wsync_dcp_detect(src) ? !plan_sharded(plan, opts, error)
                             : !plan_checkpoint(plan, opts, error))
     return NULL;
@@ -415,6 +424,7 @@ plan_merge(WsyncContext *ctx, const char *src, const WsyncPlanOptions *opts, GEr
   }
   if (opts->config != NULL && !take_config_option(plan, opts->config, error))
     return NULL;
+  plan_signal_if_asked(plan->interrupted, "planning began", "planning");
   if (!plan_sharded(plan, opts, error))
     return NULL;
   return g_steal_pointer(&plan);
@@ -457,10 +467,12 @@ plan_synth(WsyncContext *ctx, JsonNode *config, const char *config_name,
   plan->seed = seed;
   plan->pattern_index = pattern_index;
   plan->config = json_node_copy(config);
-  if (!plan_describe(plan, config_name, error) || !choose_output(plan, error))
+  plan_signal_if_asked(plan->interrupted, "planning began", "planning");
+  if (plan_interrupted(plan, error) || !plan_describe(plan, config_name, error) ||
+      plan_interrupted(plan, error) || !choose_output(plan, error))
     return NULL;
   plan_bind_generated(plan);
-  if (!plan_build_outputs(plan, opts, error))
+  if (plan_interrupted(plan, error) || !plan_build_outputs(plan, opts, error))
     return NULL;
   return g_steal_pointer(&plan);
 }

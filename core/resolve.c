@@ -655,9 +655,13 @@ resolve_layout(WsyncPlan *plan, WsyncLayout *layout, DraftOmissions *drafts,
 {
   g_autoptr(GPtrArray) needed = g_ptr_array_new_with_free_func(g_free);
   const char *needed_rule = NULL;
+  guint seen = 0;
 
   for (guint i = 0; i < layout->tensors->len;) {
     WsyncLayoutTensor *lt = layout->tensors->pdata[i];
+    /* a whole model's layout takes a second or more: a signal is heard within it */
+    if (++seen % PLAN_ITEMS_PER_INTERRUPT_CHECK == 0 && plan_interrupted(plan, error))
+      return FALSE;
     gboolean draft;
     const char *rule = omitted_rule(plan, lt, &draft);
     if (rule != NULL && !draft) {
@@ -946,7 +950,7 @@ plan_build_outputs(WsyncPlan *plan, const WsyncPlanOptions *opts, GError **error
     }
     g_ptr_array_add(plan->outputs, layout);
     collect_notes(plan, layout);
-    ok = resolve_layout(plan, layout, &drafts, &builder, error);
+    ok = !plan_interrupted(plan, error) && resolve_layout(plan, layout, &drafts, &builder, error);
     if (ok)
       assign_parts(layout, opts->part_size ? opts->part_size : G_MAXUINT64);
   }

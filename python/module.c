@@ -584,6 +584,9 @@ explain_interruption(const PlanJob *j, const char *command)
                            command, sig);
   else if (j->error != NULL && g_str_has_prefix(j->error->message, "interrupted by "))
     text = g_strdup_printf("%s: %s", command, j->error->message); /* "...; DST is as it was" */
+  else if (j->error != NULL && g_str_has_prefix(j->error->message, "planning was interrupted "))
+    text = g_strdup_printf("%s: %s: nothing was written; DST is as it was", command,
+                           j->error->message);
   else
     text = g_strdup_printf("%s: interrupted by %s; the run had failed: %s", command, sig,
                            j->error != NULL ? j->error->message : "no reason given");
@@ -707,6 +710,7 @@ run_plan(PyObject *src_obj, PyObject *dst_obj, LayoutKwargs *k, gboolean merge)
   if ((j.ctx = wsync_py_context(k->conf_dir, k->plugin_dir)) == NULL)
     return NULL;
   if (layout_options(j.ctx, k, &j.o)) {
+    j.o.interrupt = &j.stop; /* planning a whole model takes seconds: Ctrl-C stops it too */
     j.src = src;
     j.dst = dst;
     j.merge = merge;
@@ -774,9 +778,9 @@ LAYOUT_OPTIONS_DOC
 "  force       True: replace dst even when it is not wsync's output, as --force\n"
 "Returns the plan as a dict, as `wsync convert --json` prints it.  Raises wsync.Error\n"
 "with the command's message and exit_status.  Ctrl-C stops it at the next piece of work\n"
-"with KeyboardInterrupt, whose text says what became of dst: as it was (the temporary\n"
-"directory removed), or, when the signal came as the output was swapped in, the new\n"
-"output, complete.");
+"with KeyboardInterrupt, whose text says what became of dst: as it was (while planning,\n"
+"nothing written; later, the temporary directory removed), or, when the signal came as\n"
+"the output was swapped in, the new output, complete.");
 
 static PyObject *
 py_convert(PyObject *self, PyObject *args, PyObject *kwargs)

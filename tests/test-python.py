@@ -3788,27 +3788,56 @@ def convert_hears_ctrl_c_and_other_threads_run():
     assert r.stdout.strip() == "KeyboardInterrupt False []", r.stdout + r.stderr
 
 
-def _convert_signalled_at(point, src, dst):
-    """convert(src, dst) in a child process with WSYNC_TEST_SIGNAL_AT=@point (SIGINT at
-    that point of the run, core/exec.c signal_if_asked()); returns the line the child
-    prints: what convert returned or raised, as repr()."""
+def _convert_signalled_at(point, src, dst, call="convert"):
+    """convert(src, dst) (or with @call "plan", plan(src)) in a child process with
+    WSYNC_TEST_SIGNAL_AT=@point (SIGINT at that point of the run, core/exec.c
+    plan_signal_if_asked()); returns the line the child prints: what convert returned or
+    raised, as repr()."""
     script = """if True:
         import sys, wsync
-        src, dst, conf_dir, plugin_dir = sys.argv[1:5]
+        src, dst, conf_dir, plugin_dir, call = sys.argv[1:6]
+        kw = dict(conf_dir=conf_dir, plugin_dir=plugin_dir)
         try:
-            wsync.convert(src, dst, target="vllm", format="kernel", tp=2, conf_dir=conf_dir,
-                          plugin_dir=plugin_dir)
+            if call == "convert":
+                wsync.convert(src, dst, target="vllm", format="kernel", tp=2, **kw)
+            else:
+                wsync.plan(src, target="vllm", format="kernel", tp=2, **kw)
             print("returned")
         except BaseException as e:
             print(repr(e))
     """
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), WSYNC_PLUGIN_PATH="",
                WSYNC_TEST_SIGNAL_AT=point)
-    r = subprocess.run([sys.executable, "-c", script, src, dst, CONF_DIR, PLUGIN_DIR], env=env,
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                       timeout=300)
+    r = subprocess.run([sys.executable, "-c", script, src, dst, CONF_DIR, PLUGIN_DIR, call],
+                       env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True, timeout=300)
     assert r.returncode == 0, r.stderr
     return r.stdout.strip()
+
+
+@test
+def convert_and_plan_interrupted_while_planning():
+    """Ctrl-C while convert() or plan() plans (a whole model takes seconds)
+    stops the planning at its next step: KeyboardInterrupt at once, saying so, nothing
+    written, DST as it was.  (Before: the plan heard no interrupt flag until it was
+    planned, so Ctrl-C waited for the whole plan, and then said the temporary directory
+    was removed.)  WSYNC_TEST_SIGNAL_AT=planning raises SIGINT as planning begins."""
+    src = synth("tiny-qwen3-moe")
+    parent = fresh_dir("signal-planning")
+    os.makedirs(parent)
+    dst = os.path.join(parent, "out")
+    wsync_ok("convert", synth("tiny-qwen3"), dst, "--target", "vllm", "--tp", "2")
+    before = read_checkpoint(dst)
+    inode = os.stat(dst).st_ino
+
+    said = _convert_signalled_at("planning", src, dst)
+    assert said == ("KeyboardInterrupt('convert: planning was interrupted by SIGINT: nothing "
+                    "was written; DST is as it was')"), said
+    assert os.stat(dst).st_ino == inode and read_checkpoint(dst) == before
+    assert sorted(os.listdir(parent)) == ["out"], os.listdir(parent)
+
+    said = _convert_signalled_at("planning", src, dst, call="plan")
+    assert said == "KeyboardInterrupt()", said
 
 
 @test

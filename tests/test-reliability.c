@@ -1345,6 +1345,52 @@ test_signal_after_swap(Fixture *f, gconstpointer data)
   assert_no_temporaries(f->dir);
 }
 
+/* A signal while plan, convert or synth plans (a whole model takes seconds, and its files'
+ * headers are read in one step) ends wsync at once, by the signal, after its line;
+ * nothing is written.  Before: no handler while planning, so the signal's default
+ * action ended it without a word (WSYNC_TEST_SIGNAL_AFTER="planning began" raises
+ * SIGTERM as planning begins, core/plan.c). */
+static void
+test_signal_while_planning(Fixture *f, gconstpointer data)
+{
+  (void)data;
+  g_autofree char *out = path_in(f, "out");
+  Run r = run_wsync(f, "convert", f->tiny, out, "--target", "hf", "-q", NULL);
+  g_assert_cmpint(r.status, ==, 0);
+  run_clear(&r);
+  g_autofree char *weights_path = g_build_filename(out, "model-00001-of-00001.safetensors", NULL);
+  g_autofree char *weights = NULL;
+  gsize len = 0;
+  g_assert_true(g_file_get_contents(weights_path, &weights, &len, NULL));
+
+  r = run_signalled_after(f, "planning began", "convert", f->tiny, out, "--target", "vllm",
+                          "--tp", "2", NULL);
+  g_assert_cmpint(r.signal, ==, SIGTERM);
+  g_assert_cmpstr(r.err, ==, "wsync: planning was interrupted by SIGTERM\n");
+  g_assert_cmpstr(r.out, ==, "");
+  run_clear(&r);
+  assert_no_temporaries(f->dir);
+  assert_previous_output(out, weights, len);
+
+  r = run_signalled_after(f, "planning began", "--json", "plan", f->tiny, "--target", "vllm",
+                          NULL);
+  g_assert_cmpint(r.signal, ==, SIGTERM);
+  g_assert_cmpstr(r.err, ==, "wsync: planning was interrupted by SIGTERM\n");
+  g_assert_cmpstr(r.out, ==, "");
+  run_clear(&r);
+
+  /* synth plans too (a whole model's layout): the same line, no DST */
+  g_autofree char *config = tiny_config();
+  g_autofree char *synth = path_in(f, "synth");
+  r = run_signalled_after(f, "planning began", "synth", "--config", config, synth, NULL);
+  g_assert_cmpint(r.signal, ==, SIGTERM);
+  g_assert_cmpstr(r.err, ==, "wsync: planning was interrupted by SIGTERM\n");
+  g_assert_cmpstr(r.out, ==, "");
+  run_clear(&r);
+  g_assert_false(g_file_test(synth, G_FILE_TEST_EXISTS));
+  assert_no_temporaries(f->dir);
+}
+
 /* kill -9 cannot be caught: its temporary stays, and the next run into the same DST
  * removes it (nobody holds its lock any more). */
 static void
@@ -1618,6 +1664,7 @@ main(int argc, char **argv)
   ADD("/reliability/memory/companion-files", test_companion_files_streamed);
   ADD("/reliability/signal/removes-temporary", test_signal_removes_temporary);
   ADD("/reliability/signal/after-swap", test_signal_after_swap);
+  ADD("/reliability/signal/while-planning", test_signal_while_planning);
   ADD("/reliability/signal/stale-temporary-removed", test_stale_temporary_removed_by_next_run);
   ADD("/reliability/signal/kill-leaves-previous-dst", test_kill_leaves_previous_dst);
   ADD("/reliability/signal/running-temporary-left", test_running_temporary_left_alone);

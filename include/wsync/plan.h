@@ -48,6 +48,11 @@ typedef struct _WsyncPlan WsyncPlan;
  *   Any source takes it (a sharded checkpoint, which holds none, or weights saved
  *   without one).  %NULL: the source's own (a sharded checkpoint's, or the one in the
  *   directory that holds it).  Read by wsync_plan_new() and wsync_plan_new_merge() only
+ * @interrupt: (nullable): a flag that a signal handler sets to the signal's number, heard
+ *   from the start of planning: when it becomes nonzero, wsync_plan_new(),
+ *   wsync_plan_new_merge() and wsync_plan_new_synth() stop between the steps of planning
+ *   (a whole model takes seconds) and fail with "planning was interrupted by SIGINT"
+ *   (#WSYNC_ERROR_IO); the plan they return hears it too, as wsync_plan_set_interrupt()
  * @reserved: room for growth; zero
  *
  * What to plan.  Zero-initialise it and set what you need.
@@ -63,7 +68,8 @@ typedef struct {
   guint threads;
   const char *select;
   const char *config;
-  gpointer reserved[6];
+  const volatile sig_atomic_t *interrupt;
+  gpointer reserved[5];
 } WsyncPlanOptions;
 
 /**

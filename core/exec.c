@@ -657,12 +657,16 @@ check_space(const char *dir, const char *dst, guint64 needed, GError **error)
  * Planning (core/plan.c) has a third moment: "planning began" / "planning", as plan,
  * convert and merge begin to plan, before the first check of the flag (wsync(1) ends
  * at once there, core/cli.c end_planning(): its SIGTERM comes whatever @interrupted);
- * the module's SIGINT then waits for the flag as at "written". */
+ * the module's SIGINT then waits for the flag as at "written".  A session's plan has its
+ * own: "binding", as wsync_session_plan() begins to bind the trainer's tensors (in Python,
+ * Session.describe(); tests/test-python.py, session_describe_hears_ctrl_c_while_it_plans),
+ * where the module's SIGINT waits for the flag too. */
 void
 plan_signal_if_asked(const volatile sig_atomic_t *interrupted, const char *phase,
                      const char *point)
 {
-  gboolean wait = strcmp(point, "written") == 0 || strcmp(point, "planning") == 0;
+  gboolean wait = strcmp(point, "written") == 0 || strcmp(point, "planning") == 0 ||
+                  strcmp(point, "binding") == 0;
 
   const char *after = g_getenv("WSYNC_TEST_SIGNAL_AFTER");
   const char *at = g_getenv("WSYNC_TEST_SIGNAL_AT");

@@ -453,7 +453,9 @@ gboolean
 plan_session_bind(WsyncPlan *plan, const WsyncPlanOptions *opts, GPtrArray *described,
                   GError **error)
 {
-  return plan_bind_chunked(plan, described, error) && !plan_interrupted(plan, error) &&
+  plan_signal_if_asked(plan->interrupted, "binding began", "binding");
+  return !plan_interrupted(plan, error) && plan_bind_chunked(plan, described, error) &&
+         !plan_interrupted(plan, error) &&
          plan_build_outputs(plan, opts, error) && !plan_interrupted(plan, error) &&
          plan_check_inputs_used(plan, error);
 }

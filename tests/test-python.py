@@ -1371,82 +1371,57 @@ def session_callback_pushing_into_another_session():
 
 @test
 def session_describe_hears_ctrl_c_while_it_plans():
-    """Ctrl-C while describe() plans a large model (tiny-qwen3-moe with 3000 layers:
-    99003 tensors, seconds of planning) raises KeyboardInterrupt within a fraction of
-    the plan's time; the session then refuses to plan again ("failed to plan (make a new
-    one)"), closes, and leaves no file, no directory and no thread behind.  (Before:
-    the plan ran on the caller's thread without hearing the signal, and Ctrl-C was heard
-    only once it had ended.)  In a child process: the plan's time is measured there
-    first, without a signal; then SIGINT comes 0.2 s after the last item was read."""
+    """Ctrl-C while describe() plans raises KeyboardInterrupt and stops the plan: the
+    session then refuses to plan again ("failed to plan (make a new one)"), closes, and
+    leaves no file, no directory and no thread behind.  (Before: the plan ran on the
+    caller's thread without hearing the signal; Ctrl-C was heard only once it had ended,
+    and the session had planned.)  The signal comes from the test hook
+    WSYNC_TEST_SIGNAL_AT=binding (wsync(1)), as the plan begins to bind the tensors, so
+    that no timing decides where it lands; in a child process."""
     need_numpy()
     src = synth("tiny-qwen3-moe")
-    with open(os.path.join(src, "config.json")) as f:
-        config = json.load(f)
-    layers = 3000
-    config["num_hidden_layers"] = layers
     parent = fresh_dir("describe-ctrl-c")
     os.makedirs(parent)
-    config_path = os.path.join(parent, "config.json")
-    with open(config_path, "w") as f:
-        json.dump(config, f)
-    described = []
-    for name, dtype, shape in description(src):
-        m = re.match(r"model\.layers\.(\d+)\.(.*)", name)
-        if m is None:
-            described.append((name, dtype, shape))
-        elif m.group(1) == "0":
-            described += [("model.layers.%d.%s" % (i, m.group(2)), dtype, shape)
-                          for i in range(layers)]
     items = os.path.join(parent, "items.json")
     with open(items, "w") as f:
-        json.dump(described, f)
+        json.dump(list(description(src)), f)
     script = """if True:
-        import json, os, signal, sys, threading, time, wsync
+        import json, os, sys, wsync
         config, items, out, conf_dir, plugin_dir = sys.argv[1:6]
         kw = dict(target="vllm", format="kernel", tp=2, conf_dir=conf_dir, plugin_dir=plugin_dir)
         with open(items) as f:
             described = [tuple(i) for i in json.load(f)]
-        began = time.monotonic()
-        wsync.Session(config, out=out, **kw).describe(described)
-        full = time.monotonic() - began
+        wsync.Session(config, out=out, **kw).describe(described)  # the threads it keeps
         threads = len(os.listdir("/proc/self/task"))
         s = wsync.Session(config, out=out, **kw)
-        sent = []
-        def send():
-            sent.append(time.monotonic())
-            os.kill(os.getpid(), signal.SIGINT)
-        def read():
-            yield from described
-            threading.Timer(0.2, send).start()
+        os.environ["WSYNC_TEST_SIGNAL_AT"] = "binding"
         try:
-            s.describe(read())
+            s.describe(described)
             outcome = "returned"
         except KeyboardInterrupt as e:
             outcome = repr(e)
-        heard = time.monotonic() - sent[0] if sent else None
-        time.sleep(0.1)  # the Timer's thread ends
+        del os.environ["WSYNC_TEST_SIGNAL_AT"]
         try:
             s.describe(described[:1])
+            again = "described"
         except wsync.Error as e:
             again = str(e)
         s.close()
-        print(json.dumps([outcome, full, heard, again, os.path.exists(out),
+        print(json.dumps([outcome, again, os.path.exists(out),
                           len(os.listdir("/proc/self/task")) - threads]))
     """
     out = os.path.join(parent, "out")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), WSYNC_PLUGIN_PATH="")
-    r = subprocess.run([sys.executable, "-c", script, config_path, items, out, CONF_DIR,
-                        PLUGIN_DIR], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       universal_newlines=True, timeout=600)
+    r = subprocess.run([sys.executable, "-c", script, os.path.join(src, "config.json"), items,
+                        out, CONF_DIR, PLUGIN_DIR], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True, timeout=600)
     assert r.returncode == 0, r.stderr
-    outcome, full, heard, again, out_exists, more_threads = json.loads(r.stdout)
+    outcome, again, out_exists, more_threads = json.loads(r.stdout)
     assert outcome == "KeyboardInterrupt()", outcome
-    assert full > 1.0, "the plan took %.2f s: too short to interrupt" % full
-    assert heard is not None and heard < full / 2, \
-        "Ctrl-C heard %.2f s after it came, the whole plan takes %.2f s" % (heard, full)
+    name = list(description(src))[0][0]
     assert again == ('describe: tensor "%s": the session has failed to plan (make a new one)'
-                     % described[0][0]), again
-    assert not out_exists and sorted(os.listdir(parent)) == ["config.json", "items.json"]
+                     % name), again
+    assert not out_exists and sorted(os.listdir(parent)) == ["items.json"]
     assert more_threads == 0, "%d threads more than before" % more_threads
 
 

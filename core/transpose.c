@@ -14,7 +14,9 @@
  * (_mm256_permute2x128_si256) to put the four sub-blocks in place.  The AVX-512 kernels
  * take whole 64-byte cache lines of the source: 16 rows of 32 16-bit elements (three
  * rounds of interleaves in each 128-bit lane, then a permutation of 64-bit pairs joins
- * the two halves of each column, stored as 32-byte halves of 32 destination rows), or
+ * the two halves of each column, stored as 32-byte halves of 32 destination rows; or,
+ * where destination rows are a multiple of 4 KiB apart, 32 rows through that network in
+ * two halves, joined so that each of the 32 destination rows takes one 64-byte store), or
  * 16 rows of 16 32-bit elements (two rounds, then a 4x4 transpose of 128-bit lanes).
  * The vector code is compiled with __attribute__((target(...))) and only called when
  * __builtin_cpu_supports() says so; the rest of the program is built for the baseline

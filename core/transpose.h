@@ -6,8 +6,9 @@
  * (rows @dst_row_stride bytes apart): dst[j][i] = src[i][j].  It reads straight from
  * the input map and writes straight into the output map, in cache-sized tiles.
  *
- * Paths, chosen once at run time: AVX-512 (16x32 tiles of 2-byte elements, 16x16 of
- * 4-byte: whole cache lines) when the CPU has AVX512F and AVX512BW, else AVX2 (16x16
+ * Paths, chosen once at run time: AVX-512 (16x32 tiles of 2-byte elements, 32x32 where
+ * destination rows are a multiple of 4 KiB apart, 16x16 of 4-byte: whole cache lines)
+ * when the CPU has AVX512F and AVX512BW, else AVX2 (16x16
  * and 8x8), else SSE2 (8x8 and 4x4), else the portable blocked loop.  Only 2- and
  * 4-byte elements have vector kernels; other sizes always take the portable loop.
  * Every path moves the same bytes to the same places, so the output is identical

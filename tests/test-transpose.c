@@ -172,6 +172,26 @@ test_expert_shapes(void)
   check_shape(192, 2048, 4, 0, 0, 0, 0, 13);
 }
 
+/* Destination rows a multiple of 4 KiB apart take the AVX-512 32x32 kernel (whole-line
+ * stores) in tiles of 32 source rows: rows past the last 32 (16x32, then element by
+ * element), columns past the last 32 and past a 1 KiB tile, odd addresses, and the w2
+ * slab of a vLLM-Ascend expert as core/exec.c cuts it (2048 x 512 of a [2048, 768]
+ * down_proj, 1536-byte source rows, into 4096-byte staging rows). */
+static void
+test_aliasing_destination(void)
+{
+  static const guint64 shapes[][2] = {
+      {32, 32}, {53, 70}, {48, 32}, {31, 64}, {85, 600}, {100, 545}, {16, 33}, {1, 40},
+  };
+  for (guint s = 0; s < G_N_ELEMENTS(shapes); s++) {
+    guint64 rows = shapes[s][0], cols = shapes[s][1];
+    gsize dst_pad = 4096 - (gsize)rows * 2;
+    check_shape(rows, cols, 2, 0, dst_pad, 0, 0, 40 + s);
+    check_shape(rows, cols, 2, 6, dst_pad + 4096, 3, 1, 60 + s);
+  }
+  check_shape(2048, 512, 2, 512, 0, 0, 0, 80);
+}
+
 /* Empty blocks touch nothing. */
 static void
 test_empty(void)
@@ -288,6 +308,7 @@ main(int argc, char **argv)
   g_test_add_func("/transpose/strides-and-alignment", test_strides_and_alignment);
   g_test_add_func("/transpose/random-shapes", test_random_shapes);
   g_test_add_func("/transpose/expert-shapes", test_expert_shapes);
+  g_test_add_func("/transpose/aliasing-destination", test_aliasing_destination);
   g_test_add_func("/transpose/env/unset", test_env_unset);
   g_test_add_func("/transpose/env/portable", test_env_portable);
   g_test_add_func("/transpose/env/sse2", test_env_sse2);

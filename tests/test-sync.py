@@ -72,6 +72,13 @@ def mpirun_prefix():
 
 
 MPI_ENV = {"OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
+# The runs whose processes are all signalled after the last exchange: when the first ends
+# by its signal, mpirun sends the others SIGTERM and, odls_base_sigkill_timeout seconds
+# later (1 by default), SIGKILL.  Each caught its own signal and prints its line before it
+# ends by it; on a loaded machine that took more than a second, and SIGKILL took the line
+# with it.  (Not for the other signal tests: there a process may wait on one that ended,
+# and would wait out the timeout.)
+SIGNALLED_ENV = dict(MPI_ENV, OMPI_MCA_odls_base_sigkill_timeout="5")
 # Without /sys (a chroot, as the fresh-Debian CI runs in), hwloc's Linux discovery
 # cannot read the CPU topology and says so on every process's stderr, which the tests
 # hold to wsync's lines alone: tell hwloc not to try (README, "Running it").
@@ -802,13 +809,14 @@ def catch_mid_sync(job, act, extra=(), acted_too_late=None):
 INTERRUPTED_PREFIX = INTERRUPTED[:-len("DST is as it was")]
 
 
-def signalled_at(job, phase, unseen=False, fail_swap_sync=False):
+def signalled_at(job, phase, unseen=False, fail_swap_sync=False, late=False):
     """A DST an earlier sync (-np 2 --tp 2, one DST: process 0 leads it, process 1 shares
     it) wrote, its inode, a copy of it, and a second sync into it, WSYNC_TEST_SIGNAL_AFTER
     =@phase: SIGTERM at that exact point of the end (core/sync-mpi.c, signal_if_asked()),
     where no signal from outside lands reliably (the phases last microseconds); @unseen:
     WSYNC_TEST_SIGNAL_UNSEEN_AFTER, the signal caught there but left to a later check;
-    @fail_swap_sync: WSYNC_TEST_FAIL_SWAP_SYNC too."""
+    @fail_swap_sync: WSYNC_TEST_FAIL_SWAP_SYNC too; @late: a signal after the last
+    exchange, which every process outlives to print its line (SIGNALLED_ENV)."""
     src = job.synth("tiny-qwen3-moe")
     layout = layout_args("vllm", "kernel", 2, 1)
     dst = job.path("signalled")
@@ -820,7 +828,7 @@ def signalled_at(job, phase, unseen=False, fail_swap_sync=False):
     inode = os.stat(dst).st_ino
     cmd = mpirun_prefix() + ["-np", "2"] + wsync_cmd("sync", src, dst, *layout)
     hook = "WSYNC_TEST_SIGNAL_UNSEEN_AFTER" if unseen else "WSYNC_TEST_SIGNAL_AFTER"
-    env = dict(MPI_ENV, **{hook: phase})
+    env = dict(SIGNALLED_ENV if late else MPI_ENV, **{hook: phase})
     if fail_swap_sync:
         env["WSYNC_TEST_FAIL_SWAP_SYNC"] = "1"
     r = run(cmd, env)
@@ -932,7 +940,7 @@ def check_late_signal_after_swap(job):
     c = Checks()
     expected = LATE + "DST was already swapped in"
     for hook, phase in (("unseen", "done"), ("seen", "done"), ("unseen", "1:done")):
-        r, dst, inode, copy = signalled_at(job, phase, unseen=hook == "unseen")
+        r, dst, inode, copy = signalled_at(job, phase, unseen=hook == "unseen", late=True)
         what = "%s %s" % (hook, phase)
         lines = r.stderr.splitlines()
         c.that(r.returncode != 0, "%s: exit 0 though a process was signalled" % what)
@@ -956,7 +964,7 @@ def check_late_signal_without_dst(job):
     r = run(mpirun_prefix() + ["-np", "3"] +
             wsync_cmd("sync", src, dst, "-q", "--ranks", "/0/1",
                       *layout_args("vllm", "kernel", 2, 1)),
-            dict(MPI_ENV, WSYNC_TEST_SIGNAL_UNSEEN_AFTER="done"))
+            dict(SIGNALLED_ENV, WSYNC_TEST_SIGNAL_UNSEEN_AFTER="done"))
     c.that(r.returncode != 0, "exit 0 though every process was signalled")
     expected = sorted([LATE + "this process writes no DST; every DST was already swapped in"] +
                       [LATE + "DST was already swapped in"] * 2)

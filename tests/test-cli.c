@@ -621,9 +621,20 @@ run_shimmed(const char *const *env, const char *const *args)
       g_build_filename(test_env_dir("G_TEST_BUILDDIR"), ".libs", "swap-after-stat.so", NULL);
   g_assert_true(g_file_test(shim, G_FILE_TEST_IS_REGULAR));
   g_setenv("LD_PRELOAD", shim, TRUE);
+  /* an ASan build wants its runtime first among the libraries: the shim comes first */
+  g_autofree char *asan_options = g_strdup(g_getenv("ASAN_OPTIONS"));
+  if (TEST_UNDER_ASAN) {
+    g_autofree char *more = g_strconcat(asan_options ? asan_options : "",
+                                        asan_options ? ":" : "", "verify_asan_link_order=0", NULL);
+    g_setenv("ASAN_OPTIONS", more, TRUE);
+  }
   for (guint i = 0; env[i] != NULL; i += 2)
     g_setenv(env[i], env[i + 1], TRUE);
   Run r = test_run_wsync_argv(args);
+  if (TEST_UNDER_ASAN && asan_options != NULL)
+    g_setenv("ASAN_OPTIONS", asan_options, TRUE);
+  else if (TEST_UNDER_ASAN)
+    g_unsetenv("ASAN_OPTIONS");
   g_unsetenv("LD_PRELOAD");
   for (guint i = 0; env[i] != NULL; i += 2)
     g_unsetenv(env[i]);

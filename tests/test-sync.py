@@ -72,6 +72,11 @@ def mpirun_prefix():
 
 
 MPI_ENV = {"OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
+# Without /sys (a chroot, as the fresh-Debian CI runs in), hwloc's Linux discovery
+# cannot read the CPU topology and says so on every process's stderr, which the tests
+# hold to wsync's lines alone: tell hwloc not to try (README, "Running it").
+if not os.path.isdir("/sys/devices/system/cpu"):
+    MPI_ENV["HWLOC_COMPONENTS"] = "-linux"
 # The runs whose processes are all signalled after the last exchange: when the first ends
 # by its signal, mpirun sends the others SIGTERM and, odls_base_sigkill_timeout seconds
 # later (1 by default), SIGKILL.  Each caught its own signal and prints its line before it
@@ -79,11 +84,6 @@ MPI_ENV = {"OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
 # with it.  (Not for the other signal tests: there a process may wait on one that ended,
 # and would wait out the timeout.)
 SIGNALLED_ENV = dict(MPI_ENV, OMPI_MCA_odls_base_sigkill_timeout="5")
-# Without /sys (a chroot, as the fresh-Debian CI runs in), hwloc's Linux discovery
-# cannot read the CPU topology and says so on every process's stderr, which the tests
-# hold to wsync's lines alone: tell hwloc not to try (README, "Running it").
-if not os.path.isdir("/sys/devices/system/cpu"):
-    MPI_ENV["HWLOC_COMPONENTS"] = "-linux"
 
 
 def sync(apps):

@@ -17,14 +17,29 @@ field(const WsyncConfigSection *s, const char *key)
   return node != NULL && !JSON_NODE_HOLDS_NULL(node) ? node : NULL;
 }
 
+/* @text (JSON, valid UTF-8) of more than 64 bytes cut to at most its first 60, then
+ * "...": a long value is named, not quoted whole.  The cut falls between two characters:
+ * cut inside one, the message was no UTF-8 any more (the Python module's wsync.Error
+ * became a UnicodeDecodeError). */
+static void
+clip_json_text(char *text)
+{
+  char *end = text + 60;
+
+  if (strlen(text) <= 64)
+    return;
+  while (end > text && ((guchar)*end & 0xc0) == 0x80) /* a continuation byte */
+    end--;
+  strcpy(end, "...");
+}
+
 static gboolean
 not_a(const WsyncConfigSection *s, const char *key, JsonNode *node, const char *want,
       GError **error)
 {
   g_autofree char *text = json_to_string(node, FALSE);
 
-  if (strlen(text) > 64) /* a long list is named, not quoted whole */
-    strcpy(text + 60, "...");
+  clip_json_text(text);
   return wsync_fail(error, WSYNC_ERROR_BAD_INPUT, "field \"%s%s\" must be %s, not %s", s->where,
                     key, want, text);
 }
@@ -527,8 +542,7 @@ check_architectures_shape(WsyncModel *m, GError **error)
       return TRUE;
   }
   g_autofree char *value = json_to_string(first != NULL ? first : node, FALSE);
-  if (strlen(value) > 64) /* a long value is named, not quoted whole (as not_a()) */
-    strcpy(value + 60, "...");
+  clip_json_text(value);
   return wsync_fail(error, WSYNC_ERROR_BAD_INPUT,
                     first != NULL ? "field \"architectures\" begins with %s, not a class name"
                                   : "field \"architectures\" is %s, not a list of class names",

@@ -783,6 +783,16 @@ test_architecture_long(void)
   g_autofree char *shown = g_strdup_printf("\"%s...\" (5000 characters)", head);
   JsonArray *list = json_array_new();
   JsonObject *object = json_object_new();
+  /* two-byte characters from an odd offset: byte 60 falls inside one, and the cut goes
+   * back to the character before (before: "\xc3..." on the terminal, and in Python a
+   * UnicodeDecodeError in place of wsync.Error) */
+  JsonObject *accented = json_object_new();
+  GString *e_acute = g_string_new(NULL);
+  for (int i = 0; i < 100; i++)
+    g_string_append(e_acute, "\u00e9");
+  GString *e_head = g_string_new(NULL);
+  for (int i = 0; i < 26; i++)
+    g_string_append(e_head, "\u00e9");
   struct {
     JsonNode *value;
     char *message;
@@ -791,12 +801,19 @@ test_architecture_long(void)
       {json_node_init_object(json_node_alloc(), object),
        g_strdup_printf("field \"architectures\" is {\"k\":\"%s..., not a list of class names\n",
                        text_head)},
+      {json_node_init_object(json_node_alloc(), accented),
+       g_strdup_printf("field \"architectures\" is {\"kk\":\"%s..., not a list of class names\n",
+                       e_head->str)},
   };
 
   json_array_add_string_element(list, long_name);
   json_object_set_string_member(object, "k", long_text);
+  json_object_set_string_member(accented, "kk", e_acute->str);
+  g_string_free(e_acute, TRUE);
+  g_string_free(e_head, TRUE);
   json_array_unref(list);
   json_object_unref(object);
+  json_object_unref(accented);
   for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
     g_autofree char *config = config_variant(UNTIED, "architectures", cases[i].value);
     g_autofree char *ck = checkpoint_with_config(src, config);
